@@ -1,0 +1,64 @@
+//! The shape every algorithm has: a pure update of a state value.
+//!
+//! An algorithm is split in two steps so that a plan of several limits can
+//! be decided all or nothing (see [`crate::plan`]): [`Algorithm::room`] asks,
+//! without changing anything, how many of the requested hits the state would
+//! admit now; [`Algorithm::commit`] records what was finally granted (which
+//! may be less, because another limit of the plan admitted less) and reports
+//! the decision. Every algorithm's room is monotone — if it admits `n` hits
+//! it admits any fewer — so the largest grant every limit allows is the
+//! minimum of their rooms.
+//!
+//! The store owns atomicity (a shard lock, a Lua script, a CRDT merge); the
+//! algorithm never knows which one runs it.
+
+use crate::decision::{Decision, Grant, Request};
+use crate::time::Nanos;
+
+/// A limiting algorithm: its parameters are `self`, its per-key state is
+/// [`Algorithm::State`].
+pub trait Algorithm {
+    /// Per-key state. A missing key is [`Algorithm::fresh`].
+    type State: Clone + std::fmt::Debug;
+
+    /// The state of a key that has never been seen.
+    fn fresh(&self) -> Self::State;
+
+    /// How many of `hits` the state admits at `now`, without changing it.
+    fn room(&self, state: &Self::State, now: Nanos, hits: u64) -> u64;
+
+    /// Records `grant` at `now` and describes the state afterwards;
+    /// `request` is what was asked, for `retry_after` and for algorithms that
+    /// record rejected attempts.
+    fn commit(
+        &self,
+        state: &mut Self::State,
+        now: Nanos,
+        request: Request,
+        grant: Grant,
+    ) -> Decision;
+
+    /// Whether the state is equivalent to [`Algorithm::fresh`] at `now` and
+    /// every later time, so a store may drop it without changing any future
+    /// decision.
+    fn is_idle(&self, state: &Self::State, now: Nanos) -> bool;
+
+    /// Decides one request against one limit: `(params, &mut state, now,
+    /// hits, min_hits) -> decision`.
+    fn decide(&self, state: &mut Self::State, now: Nanos, request: Request) -> Decision {
+        let room = if request.is_well_formed() {
+            self.room(state, now, request.hits)
+        } else {
+            0
+        };
+        let grant = Grant::from_room(request, room);
+        self.commit(state, now, request, grant)
+    }
+}
+
+/// An algorithm that can schedule: it always grants, and says how long the
+/// caller must sleep before using the hits ([`crate::Mode::Acquire`]).
+pub trait Schedule: Algorithm {
+    /// Grants `hits` at `now`, recording them, and returns the wait.
+    fn acquire(&self, state: &mut Self::State, now: Nanos, hits: u64) -> Decision;
+}

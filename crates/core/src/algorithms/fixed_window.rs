@@ -1,0 +1,200 @@
+//! The fixed window counter (seed 004, seed 002).
+//!
+//! Hits are counted per window of `window` length; a window admits `limit`
+//! hits. Windows are aligned either to the Unix epoch (`align: epoch`, what
+//! envoyproxy/ratelimit and most Redis `INCR` + `EXPIRE` schemes do: every
+//! key's window starts at a multiple of `window`) or to the first hit after
+//! the previous window ended (`align: first_hit`). Cheap and exact about its
+//! own windows, but a burst straddling a boundary can pass up to twice the
+//! limit in one window-length (seed 002's "stampeding elephant").
+
+use crate::algorithm::Algorithm;
+use crate::algorithms::gcra::MAX_SPAN;
+use crate::decision::{Decision, Grant, Request};
+use crate::error::ParamError;
+use crate::time::Nanos;
+
+/// Where a window starts.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Align {
+    /// At multiples of the window length since the Unix epoch.
+    #[default]
+    Epoch,
+    /// At the first hit after the previous window ended.
+    FirstHit,
+}
+
+/// Fixed-window parameters.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FixedWindow {
+    limit: u64,
+    window: Nanos,
+    align: Align,
+}
+
+/// Fixed-window state: the current window and its count.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FixedWindowState {
+    /// Start of the window the count belongs to.
+    pub start: Nanos,
+    /// Hits granted in that window.
+    pub count: u64,
+}
+
+impl FixedWindow {
+    /// `limit` hits per `window`, windows aligned as `align` says.
+    pub fn new(limit: u64, window: Nanos, align: Align) -> Result<FixedWindow, ParamError> {
+        if limit == 0 {
+            return Err(ParamError::MustBePositive { param: "limit" });
+        }
+        if window.is_zero() {
+            return Err(ParamError::MustBePositive { param: "window" });
+        }
+        if window.as_u64() > MAX_SPAN {
+            return Err(ParamError::TooLarge {
+                param: "window",
+                reason: "longer than 146 years".into(),
+            });
+        }
+        Ok(FixedWindow {
+            limit,
+            window,
+            align,
+        })
+    }
+
+    /// Hits per window.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Whether the stored window still covers `now`. A time before the
+    /// window (a clock or trace going backwards) keeps it: forgetting hits
+    /// because time went backwards would be an exploit.
+    fn current(&self, state: &FixedWindowState, now: Nanos) -> bool {
+        state.count > 0 && now < state.start.saturating_add(self.window)
+    }
+
+    fn count(&self, state: &FixedWindowState, now: Nanos) -> u64 {
+        if self.current(state, now) {
+            state.count
+        } else {
+            0
+        }
+    }
+
+    fn window_start(&self, now: Nanos) -> Nanos {
+        match self.align {
+            Align::Epoch => Nanos::new(now.as_u64() - now.as_u64() % self.window.as_u64()),
+            Align::FirstHit => now,
+        }
+    }
+}
+
+impl Algorithm for FixedWindow {
+    type State = FixedWindowState;
+
+    fn fresh(&self) -> FixedWindowState {
+        FixedWindowState::default()
+    }
+
+    fn room(&self, state: &FixedWindowState, now: Nanos, hits: u64) -> u64 {
+        self.limit.saturating_sub(self.count(state, now)).min(hits)
+    }
+
+    fn commit(
+        &self,
+        state: &mut FixedWindowState,
+        now: Nanos,
+        request: Request,
+        grant: Grant,
+    ) -> Decision {
+        if grant.granted > 0 {
+            if !self.current(state, now) {
+                *state = FixedWindowState {
+                    start: self.window_start(now),
+                    count: 0,
+                };
+            }
+            state.count = state.count.saturating_add(grant.granted);
+        }
+        let count = self.count(state, now);
+        let until_end = if count > 0 {
+            state.start.saturating_add(self.window).saturating_sub(now)
+        } else {
+            Nanos::ZERO
+        };
+        let retry_after = if request.min_hits > self.limit {
+            None
+        } else if count.saturating_add(request.min_hits) <= self.limit {
+            Some(Nanos::ZERO)
+        } else {
+            Some(until_end)
+        };
+        Decision {
+            granted: grant.granted,
+            allowed: grant.allowed,
+            limit: self.limit,
+            remaining: self.limit.saturating_sub(count),
+            reset_after: until_end,
+            retry_after,
+            wait: Nanos::ZERO,
+            tier: None,
+        }
+    }
+
+    fn is_idle(&self, state: &FixedWindowState, now: Nanos) -> bool {
+        !self.current(state, now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epoch_windows_reset_at_the_boundary() {
+        let w = FixedWindow::new(3, Nanos::from_secs(60), Align::Epoch).unwrap();
+        let mut s = w.fresh();
+        let t = Nanos::from_secs(60 * 100 + 59);
+        assert_eq!(w.decide(&mut s, t, Request::between(1, 5)).granted, 3);
+        let d = w.decide(&mut s, t, Request::exactly(1));
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, Some(Nanos::from_secs(1)));
+        // The stampede: a new window one second later admits three more.
+        let next = Nanos::from_secs(60 * 101);
+        assert_eq!(w.decide(&mut s, next, Request::between(1, 5)).granted, 3);
+    }
+
+    #[test]
+    fn first_hit_windows_start_with_the_hit() {
+        let w = FixedWindow::new(2, Nanos::from_secs(10), Align::FirstHit).unwrap();
+        let mut s = w.fresh();
+        let t0 = Nanos::from_secs(7);
+        let d = w.decide(&mut s, t0, Request::exactly(2));
+        assert_eq!(d.reset_after, Nanos::from_secs(10));
+        assert!(
+            !w.decide(&mut s, Nanos::from_secs(16), Request::exactly(1))
+                .allowed
+        );
+        assert!(
+            w.decide(&mut s, Nanos::from_secs(17), Request::exactly(1))
+                .allowed
+        );
+        assert_eq!(s.start, Nanos::from_secs(17));
+    }
+
+    #[test]
+    fn time_going_backwards_keeps_the_count() {
+        let w = FixedWindow::new(1, Nanos::from_secs(10), Align::FirstHit).unwrap();
+        let mut s = w.fresh();
+        assert!(
+            w.decide(&mut s, Nanos::from_secs(100), Request::exactly(1))
+                .allowed
+        );
+        assert!(
+            !w.decide(&mut s, Nanos::from_secs(95), Request::exactly(1))
+                .allowed
+        );
+    }
+}

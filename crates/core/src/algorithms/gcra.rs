@@ -1,0 +1,231 @@
+//! GCRA, the generic cell rate algorithm (seed 002's redis-cell link).
+//!
+//! The state is one timestamp, the theoretical arrival time (TAT): when the
+//! key would be back to full if nothing else arrived. A request for `n` hits
+//! conforms when `max(TAT, now) + n·T <= now + burst·T`, where `T` is the
+//! emission interval. `burst` is how many requests may arrive at once, so a
+//! fresh key admits exactly `burst` simultaneous hits and then one every `T`.
+//!
+//! GCRA is mathematically a token bucket of capacity `burst`; it is kept as
+//! its own algorithm because it is the one users of redis-cell and governor
+//! configure, with their vocabulary, and because its state is 8 bytes.
+
+use crate::algorithm::{Algorithm, Schedule};
+use crate::decision::{Decision, Grant, Request};
+use crate::error::ParamError;
+use crate::rate::Rate;
+use crate::time::Nanos;
+
+/// The largest burst window (`burst × interval`) accepted: about 146 years,
+/// far from `u64` overflow when added to a Unix-epoch time.
+pub(crate) const MAX_SPAN: u64 = 1 << 62;
+
+/// GCRA parameters: a rate and a burst.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Gcra {
+    interval: Nanos,
+    burst: u64,
+    tolerance: Nanos,
+}
+
+/// GCRA state: the theoretical arrival time.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GcraState {
+    /// When the key is back to full; anything at or before `now` means full.
+    pub tat: Nanos,
+}
+
+impl Gcra {
+    /// `rate` sustained, `burst` hits admitted at once (at least 1).
+    pub fn new(rate: Rate, burst: u64) -> Result<Gcra, ParamError> {
+        if burst == 0 {
+            return Err(ParamError::MustBePositive { param: "burst" });
+        }
+        let interval = rate.interval();
+        let tolerance = interval
+            .as_u64()
+            .checked_mul(burst)
+            .filter(|t| *t <= MAX_SPAN);
+        let Some(tolerance) = tolerance else {
+            return Err(ParamError::TooLarge {
+                param: "burst",
+                reason: format!(
+                    "burst {burst} at one hit every {interval} spans more than 146 years"
+                ),
+            });
+        };
+        Ok(Gcra {
+            interval,
+            burst,
+            tolerance: Nanos::new(tolerance),
+        })
+    }
+
+    /// The emission interval `T`.
+    pub fn interval(&self) -> Nanos {
+        self.interval
+    }
+
+    /// Hits admitted at once.
+    pub fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    fn room_at(&self, tat: Nanos, now: Nanos) -> u64 {
+        let horizon = now.saturating_add(self.tolerance);
+        let free = horizon.saturating_sub(tat.max(now));
+        free.as_u64() / self.interval.as_u64()
+    }
+
+    /// Time from `now` until `min_hits` conform, given the TAT.
+    fn retry_after(&self, tat: Nanos, now: Nanos, min_hits: u64) -> Option<Nanos> {
+        if min_hits > self.burst {
+            return None;
+        }
+        let needed = tat
+            .saturating_add(self.interval.saturating_mul(min_hits))
+            .saturating_sub(self.tolerance);
+        Some(needed.saturating_sub(now))
+    }
+
+    /// Describes the state after a decision.
+    pub(crate) fn describe(
+        &self,
+        state: &GcraState,
+        now: Nanos,
+        request: Request,
+        grant: Grant,
+    ) -> Decision {
+        Decision {
+            granted: grant.granted,
+            allowed: grant.allowed,
+            limit: self.burst,
+            remaining: self.room_at(state.tat, now),
+            reset_after: state.tat.saturating_sub(now),
+            retry_after: self.retry_after(state.tat, now, request.min_hits),
+            wait: Nanos::ZERO,
+            tier: None,
+        }
+    }
+
+    /// Advances the TAT by `hits` from `now`; returns the TAT before.
+    pub(crate) fn advance(&self, state: &mut GcraState, now: Nanos, hits: u64) -> Nanos {
+        let start = state.tat.max(now);
+        state.tat = start.saturating_add(self.interval.saturating_mul(hits));
+        start
+    }
+}
+
+impl Algorithm for Gcra {
+    type State = GcraState;
+
+    fn fresh(&self) -> GcraState {
+        GcraState::default()
+    }
+
+    fn room(&self, state: &GcraState, now: Nanos, hits: u64) -> u64 {
+        self.room_at(state.tat, now).min(hits)
+    }
+
+    fn commit(
+        &self,
+        state: &mut GcraState,
+        now: Nanos,
+        request: Request,
+        grant: Grant,
+    ) -> Decision {
+        if grant.granted > 0 {
+            self.advance(state, now, grant.granted);
+        }
+        self.describe(state, now, request, grant)
+    }
+
+    fn is_idle(&self, state: &GcraState, now: Nanos) -> bool {
+        state.tat <= now
+    }
+}
+
+impl Schedule for Gcra {
+    fn acquire(&self, state: &mut GcraState, now: Nanos, hits: u64) -> Decision {
+        self.advance(state, now, hits);
+        let request = Request::exactly(hits);
+        let grant = Grant {
+            granted: hits,
+            allowed: true,
+        };
+        let mut d = self.describe(state, now, request, grant);
+        // The last hit conforms once the TAT is within the tolerance.
+        d.wait = state.tat.saturating_sub(self.tolerance).saturating_sub(now);
+        d.retry_after = self.retry_after(state.tat, now, 1);
+        d
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gcra(per_sec: u64, burst: u64) -> Gcra {
+        Gcra::new(Rate::per_second(per_sec).unwrap(), burst).unwrap()
+    }
+
+    #[test]
+    fn fresh_key_admits_exactly_burst_at_once() {
+        let g = gcra(10, 5);
+        let mut s = g.fresh();
+        let now = Nanos::from_secs(100);
+        for i in 0..5 {
+            let d = g.decide(&mut s, now, Request::exactly(1));
+            assert!(d.allowed, "hit {i}");
+            assert_eq!(d.remaining, 4 - i);
+        }
+        let d = g.decide(&mut s, now, Request::exactly(1));
+        assert!(!d.allowed);
+        assert_eq!(d.granted, 0);
+        assert_eq!(d.retry_after, Some(Nanos::from_millis(100)));
+        assert_eq!(d.reset_after, Nanos::from_millis(500));
+        // One interval later exactly one more conforms.
+        let later = now.saturating_add(Nanos::from_millis(100));
+        assert!(g.decide(&mut s, later, Request::exactly(1)).allowed);
+        assert!(!g.decide(&mut s, later, Request::exactly(1)).allowed);
+    }
+
+    #[test]
+    fn partial_grant_is_the_largest_that_fits() {
+        let g = gcra(1, 10);
+        let mut s = g.fresh();
+        let d = g.decide(&mut s, Nanos::ZERO, Request::between(1, 25));
+        assert_eq!(d.granted, 10);
+        let d = g.decide(&mut s, Nanos::ZERO, Request::between(2, 5));
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, Some(Nanos::from_secs(2)));
+    }
+
+    #[test]
+    fn more_than_burst_never_conforms() {
+        let g = gcra(1, 3);
+        let mut s = g.fresh();
+        let d = g.decide(&mut s, Nanos::ZERO, Request::exactly(4));
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, None);
+        assert!(g.is_idle(&s, Nanos::ZERO), "a rejection changes nothing");
+    }
+
+    #[test]
+    fn acquire_schedules_past_the_burst() {
+        let g = gcra(2, 1);
+        let mut s = g.fresh();
+        let d = g.acquire(&mut s, Nanos::ZERO, 1);
+        assert_eq!(d.wait, Nanos::ZERO);
+        let d = g.acquire(&mut s, Nanos::ZERO, 1);
+        assert_eq!(d.wait, Nanos::from_millis(500));
+        let d = g.acquire(&mut s, Nanos::ZERO, 2);
+        assert_eq!(d.wait, Nanos::from_millis(1500));
+    }
+
+    #[test]
+    fn rejects_spans_that_overflow() {
+        assert!(Gcra::new(Rate::new(1, Nanos::from_secs(86_400)).unwrap(), u64::MAX).is_err());
+        assert!(Gcra::new(Rate::per_second(1).unwrap(), 0).is_err());
+    }
+}

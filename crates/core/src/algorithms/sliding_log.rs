@@ -1,0 +1,250 @@
+//! The sliding log (seed 002, seed 004): exact, at a cost.
+//!
+//! Every granted hit is logged with its time; a request is admitted when the
+//! hits of the last `window` plus the request fit in `limit`. A hit at `t`
+//! counts while `now <= t + window` (Charon §2.1: the next request is
+//! granted only when `now > t + window`). Nothing is approximated, so no
+//! window of that length ever holds more than `limit` granted hits.
+//!
+//! Two options follow the Redis sorted-set notes of seed 002:
+//! - `min_gap` (note 4): a request closer than `min_gap` to the newest logged
+//!   hit is rejected.
+//! - `count_rejected` (note 6): rejected attempts are logged too, so a client
+//!   that keeps trying faster than the limit stays blocked until it pauses.
+//!
+//! Memory is one 16-byte entry per distinct timestamp, never more than
+//! `limit` entries: only the newest `limit` hits can affect a decision.
+
+use crate::algorithm::Algorithm;
+use crate::algorithms::gcra::MAX_SPAN;
+use crate::algorithms::hit_log::HitLog;
+use crate::decision::{Decision, Grant, Request};
+use crate::error::ParamError;
+use crate::time::Nanos;
+
+/// Sliding-log parameters.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SlidingLog {
+    limit: u64,
+    window: Nanos,
+    min_gap: Nanos,
+    count_rejected: bool,
+}
+
+/// Sliding-log state: the log.
+pub type SlidingLogState = Box<HitLog>;
+
+impl SlidingLog {
+    /// At most `limit` hits in any `window`.
+    pub fn new(limit: u64, window: Nanos) -> Result<SlidingLog, ParamError> {
+        if limit == 0 {
+            return Err(ParamError::MustBePositive { param: "limit" });
+        }
+        if window.is_zero() {
+            return Err(ParamError::MustBePositive { param: "window" });
+        }
+        if window.as_u64() > MAX_SPAN {
+            return Err(ParamError::TooLarge {
+                param: "window",
+                reason: "longer than 146 years".into(),
+            });
+        }
+        Ok(SlidingLog {
+            limit,
+            window,
+            min_gap: Nanos::ZERO,
+            count_rejected: false,
+        })
+    }
+
+    /// Also requires `min_gap` between a request and the newest logged hit.
+    #[must_use]
+    pub fn with_min_gap(mut self, min_gap: Nanos) -> SlidingLog {
+        self.min_gap = min_gap;
+        self
+    }
+
+    /// Also logs rejected attempts.
+    #[must_use]
+    pub fn counting_rejected(mut self, count_rejected: bool) -> SlidingLog {
+        self.count_rejected = count_rejected;
+        self
+    }
+
+    /// Hits per window.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The window.
+    pub fn window(&self) -> Nanos {
+        self.window
+    }
+
+    /// First instant at which a hit logged at `now - window` no longer counts
+    /// is `now + 1`; so the window at `now` starts at `now - window`.
+    fn window_start(&self, now: Nanos) -> Nanos {
+        now.saturating_sub(self.window)
+    }
+
+    /// Hits counted at `now`.
+    pub fn count(&self, log: &HitLog, now: Nanos) -> u64 {
+        log.count_since(self.window_start(now))
+    }
+
+    fn gap_open(&self, log: &HitLog, now: Nanos) -> bool {
+        self.min_gap.is_zero()
+            || log
+                .newest()
+                .is_none_or(|t| now >= t.saturating_add(self.min_gap))
+    }
+
+    fn retry_after(&self, log: &HitLog, now: Nanos, min_hits: u64) -> Option<Nanos> {
+        if min_hits > self.limit {
+            return None;
+        }
+        let mut at = now;
+        if let Some(t) = log.blocking_entry(self.limit - min_hits) {
+            at = at.max(
+                t.saturating_add(self.window)
+                    .saturating_add(Nanos::NANOSECOND),
+            );
+        }
+        if !self.min_gap.is_zero() {
+            if let Some(t) = log.newest() {
+                at = at.max(t.saturating_add(self.min_gap));
+            }
+        }
+        Some(at.saturating_sub(now))
+    }
+}
+
+impl Algorithm for SlidingLog {
+    type State = SlidingLogState;
+
+    fn fresh(&self) -> SlidingLogState {
+        Box::default()
+    }
+
+    fn room(&self, log: &SlidingLogState, now: Nanos, hits: u64) -> u64 {
+        if !self.gap_open(log, now) {
+            return 0;
+        }
+        self.limit.saturating_sub(self.count(log, now)).min(hits)
+    }
+
+    fn commit(
+        &self,
+        log: &mut SlidingLogState,
+        now: Nanos,
+        request: Request,
+        grant: Grant,
+    ) -> Decision {
+        log.prune(self.window_start(now));
+        if grant.granted > 0 {
+            log.push(now, grant.granted, self.limit);
+        } else if !grant.allowed && self.count_rejected {
+            log.push(now, request.hits.max(1), self.limit);
+        }
+        let count = self.count(log, now);
+        let reset_after = log.newest().map_or(Nanos::ZERO, |t| {
+            t.saturating_add(self.window)
+                .saturating_add(Nanos::NANOSECOND)
+                .saturating_sub(now)
+        });
+        let remaining = if self.gap_open(log, now) {
+            self.limit.saturating_sub(count)
+        } else {
+            0
+        };
+        Decision {
+            granted: grant.granted,
+            allowed: grant.allowed,
+            limit: self.limit,
+            remaining,
+            reset_after,
+            retry_after: self.retry_after(log, now, request.min_hits),
+            wait: Nanos::ZERO,
+            tier: None,
+        }
+    }
+
+    fn is_idle(&self, log: &SlidingLogState, now: Nanos) -> bool {
+        self.count(log, now) == 0 && self.gap_open(log, now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Nanos {
+        Nanos::from_millis(n)
+    }
+
+    #[test]
+    fn exact_window_with_inclusive_edge() {
+        let l = SlidingLog::new(2, ms(1000)).unwrap();
+        let mut s = l.fresh();
+        assert!(l.decide(&mut s, ms(0), Request::exactly(1)).allowed);
+        assert!(l.decide(&mut s, ms(400), Request::exactly(1)).allowed);
+        let d = l.decide(&mut s, ms(1000), Request::exactly(1));
+        assert!(!d.allowed, "the hit at 0 still counts at exactly 1000");
+        assert_eq!(d.retry_after, Some(Nanos::NANOSECOND));
+        assert!(
+            l.decide(
+                &mut s,
+                ms(1000).saturating_add(Nanos::NANOSECOND),
+                Request::exactly(1)
+            )
+            .allowed
+        );
+    }
+
+    #[test]
+    fn min_gap_blocks_close_requests() {
+        let l = SlidingLog::new(10, ms(1000)).unwrap().with_min_gap(ms(100));
+        let mut s = l.fresh();
+        assert!(l.decide(&mut s, ms(0), Request::exactly(1)).allowed);
+        let d = l.decide(&mut s, ms(50), Request::exactly(1));
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, Some(ms(50)));
+        assert!(l.decide(&mut s, ms(100), Request::exactly(1)).allowed);
+    }
+
+    #[test]
+    fn counting_rejected_keeps_a_hammering_client_out() {
+        let counting = SlidingLog::new(2, ms(1000))
+            .unwrap()
+            .counting_rejected(true);
+        let plain = SlidingLog::new(2, ms(1000)).unwrap();
+        let (mut s, mut p) = (counting.fresh(), plain.fresh());
+        for t in [0, 10] {
+            assert!(counting.decide(&mut s, ms(t), Request::exactly(1)).allowed);
+            assert!(plain.decide(&mut p, ms(t), Request::exactly(1)).allowed);
+        }
+        // Keeps trying every 300 ms: each rejected attempt renews the block.
+        for t in [300, 600, 900] {
+            assert!(
+                !counting.decide(&mut s, ms(t), Request::exactly(1)).allowed,
+                "at {t}"
+            );
+            assert!(
+                !plain.decide(&mut p, ms(t), Request::exactly(1)).allowed,
+                "at {t}"
+            );
+        }
+        assert!(
+            !counting
+                .decide(&mut s, ms(1200), Request::exactly(1))
+                .allowed
+        );
+        assert!(plain.decide(&mut p, ms(1200), Request::exactly(1)).allowed);
+        let l = counting;
+        // Memory stays bounded by the limit.
+        for t in 0..1000 {
+            l.decide(&mut s, ms(3000 + t), Request::exactly(1));
+        }
+        assert!(s.heap_bytes() <= 16 * 8);
+    }
+}

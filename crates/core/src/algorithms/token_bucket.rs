@@ -1,0 +1,338 @@
+//! The token bucket (seed 002, seed 004, thesis §2.2).
+//!
+//! A bucket holds up to `capacity` tokens and refills continuously at
+//! `rate`; a hit takes a token, and a request that finds too few tokens takes
+//! none. Tokens are fractional (seed 004's note: an integer refill would
+//! improperly replenish the bucket). They are kept exactly, as *token-time*:
+//! `tokens × T` nanoseconds, where `T` is the refill interval, so a refill of
+//! `e` nanoseconds adds exactly `e / T` tokens with no rounding at all.
+//!
+//! `initial_tokens` (default `capacity`) is what a new bucket holds; it may
+//! exceed the capacity (seed 004's "burst": more than the capacity at first,
+//! never refilled past it). A bucket that is full and has not been used for
+//! a whole refill time (`capacity × T`) is forgotten and starts again from
+//! `initial_tokens` (seed 004: "if a bucket is too old, the token count is
+//! reset"). With the default `initial_tokens` forgetting is invisible,
+//! because a full bucket and a new one behave alike; it is what lets a store
+//! drop idle keys and keep memory bounded.
+
+use crate::algorithm::{Algorithm, Schedule};
+use crate::algorithms::gcra::MAX_SPAN;
+use crate::decision::{Decision, Grant, Request};
+use crate::error::ParamError;
+use crate::rate::Rate;
+use crate::time::Nanos;
+
+/// Token-bucket parameters.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TokenBucket {
+    capacity: u64,
+    initial: u64,
+    interval: Nanos,
+    /// `capacity × interval`, the token-time of a full bucket.
+    full: i64,
+    /// `initial × interval`.
+    initial_time: i64,
+}
+
+/// Marks a bucket that has never been used.
+const NEVER: u64 = u64::MAX;
+
+/// Token-bucket state: stored token-time and when it was last used.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TokenBucketState {
+    /// Tokens × interval, in nanoseconds; negative when in debt after an
+    /// acquire.
+    pub token_time: i64,
+    /// When tokens were last taken (`u64::MAX`: never).
+    pub last: u64,
+}
+
+impl TokenBucket {
+    /// A bucket of `capacity` refilled at `rate`; a new bucket starts full.
+    pub fn new(capacity: u64, rate: Rate) -> Result<TokenBucket, ParamError> {
+        TokenBucket::with_initial(capacity, rate, capacity)
+    }
+
+    /// As [`TokenBucket::new`], with `initial` tokens in a new bucket.
+    pub fn with_initial(
+        capacity: u64,
+        rate: Rate,
+        initial: u64,
+    ) -> Result<TokenBucket, ParamError> {
+        if capacity == 0 {
+            return Err(ParamError::MustBePositive { param: "capacity" });
+        }
+        let interval = rate.interval();
+        let span = |n: u64, param: &'static str| {
+            interval
+                .as_u64()
+                .checked_mul(n)
+                .filter(|t| *t <= MAX_SPAN)
+                .map(|t| t as i64)
+                .ok_or_else(|| ParamError::TooLarge {
+                    param,
+                    reason: format!(
+                        "{n} tokens at one every {interval} take more than 146 years to refill"
+                    ),
+                })
+        };
+        Ok(TokenBucket {
+            capacity,
+            initial,
+            interval,
+            full: span(capacity, "capacity")?,
+            initial_time: span(initial, "initial_tokens")?,
+        })
+    }
+
+    /// Tokens a full bucket holds.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Tokens a new bucket holds.
+    pub fn initial_tokens(&self) -> u64 {
+        self.initial
+    }
+
+    /// Whether the bucket is forgotten at `now`: full, and unused for a
+    /// whole refill time (strictly after both, so a request at the instant
+    /// the bucket becomes full still sees it full).
+    fn forgotten(&self, state: &TokenBucketState, now: Nanos) -> bool {
+        if state.last == NEVER {
+            return true;
+        }
+        let idle = now.as_u64().saturating_sub(state.last);
+        // Time to refill from the stored level to full, plus a full refill
+        // time of disuse; a debt lengthens it.
+        let needed = (self.full as u64).saturating_add(state.token_time.min(0).unsigned_abs());
+        idle > needed
+    }
+
+    /// Token-time available at `now`.
+    fn level(&self, state: &TokenBucketState, now: Nanos) -> i64 {
+        if self.forgotten(state, now) {
+            return self.initial_time;
+        }
+        if state.token_time >= self.full {
+            // Initial tokens above the capacity are spent, never refilled.
+            return state.token_time;
+        }
+        let elapsed = now.as_u64().saturating_sub(state.last).min(MAX_SPAN) as i64;
+        state.token_time.saturating_add(elapsed).min(self.full)
+    }
+
+    fn tokens(&self, token_time: i64) -> u64 {
+        if token_time <= 0 {
+            0
+        } else {
+            token_time as u64 / self.interval.as_u64()
+        }
+    }
+
+    fn take(&self, state: &mut TokenBucketState, now: Nanos, hits: u64) {
+        let cost = self
+            .interval
+            .as_u64()
+            .saturating_mul(hits)
+            .min(i64::MAX as u64) as i64;
+        state.token_time = self.level(state, now).saturating_sub(cost);
+        state.last = now.as_u64();
+    }
+
+    fn retry_after(&self, state: &TokenBucketState, now: Nanos, min_hits: u64) -> Option<Nanos> {
+        let level = self.level(state, now);
+        let needed = self.interval.as_u64().saturating_mul(min_hits);
+        if level >= 0 && level as u64 >= needed {
+            return Some(Nanos::ZERO);
+        }
+        if min_hits <= self.capacity {
+            // Refill adds one nanosecond of token-time per nanosecond.
+            let missing = (needed as i128 - level as i128).max(0) as u64;
+            return Some(Nanos::new(missing));
+        }
+        if min_hits <= self.initial && state.last != NEVER {
+            // Only a forgotten bucket holds that many again.
+            let needed_idle =
+                (self.full as u64).saturating_add(state.token_time.min(0).unsigned_abs());
+            let at = state.last.saturating_add(needed_idle).saturating_add(1);
+            return Some(Nanos::new(at).saturating_sub(now));
+        }
+        None
+    }
+
+    fn describe(
+        &self,
+        state: &TokenBucketState,
+        now: Nanos,
+        request: Request,
+        grant: Grant,
+    ) -> Decision {
+        let level = self.level(state, now);
+        Decision {
+            granted: grant.granted,
+            allowed: grant.allowed,
+            limit: self.capacity,
+            remaining: self.tokens(level),
+            reset_after: Nanos::new((self.full as i128 - level as i128).max(0) as u64),
+            retry_after: self.retry_after(state, now, request.min_hits),
+            wait: Nanos::ZERO,
+            tier: None,
+        }
+    }
+}
+
+impl Algorithm for TokenBucket {
+    type State = TokenBucketState;
+
+    fn fresh(&self) -> TokenBucketState {
+        TokenBucketState {
+            token_time: self.initial_time,
+            last: NEVER,
+        }
+    }
+
+    fn room(&self, state: &TokenBucketState, now: Nanos, hits: u64) -> u64 {
+        self.tokens(self.level(state, now)).min(hits)
+    }
+
+    fn commit(
+        &self,
+        state: &mut TokenBucketState,
+        now: Nanos,
+        request: Request,
+        grant: Grant,
+    ) -> Decision {
+        if grant.granted > 0 {
+            self.take(state, now, grant.granted);
+        } else if self.forgotten(state, now) && self.initial < self.capacity {
+            // A new bucket below capacity starts refilling from its first
+            // request, even a rejected one; nothing is taken.
+            self.take(state, now, 0);
+        }
+        self.describe(state, now, request, grant)
+    }
+
+    fn is_idle(&self, state: &TokenBucketState, now: Nanos) -> bool {
+        self.forgotten(state, now)
+    }
+}
+
+impl Schedule for TokenBucket {
+    /// Takes the tokens even into debt; the wait is the time to repay it.
+    fn acquire(&self, state: &mut TokenBucketState, now: Nanos, hits: u64) -> Decision {
+        self.take(state, now, hits);
+        let grant = Grant {
+            granted: hits,
+            allowed: true,
+        };
+        let mut d = self.describe(state, now, Request::exactly(hits), grant);
+        d.wait = Nanos::new(state.token_time.min(0).unsigned_abs());
+        d.retry_after = self.retry_after(state, now, 1);
+        d
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bucket(capacity: u64, per_sec: u64) -> TokenBucket {
+        TokenBucket::new(capacity, Rate::per_second(per_sec).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn drains_then_refills_fractionally() {
+        let b = bucket(10, 4);
+        let mut s = b.fresh();
+        let t0 = Nanos::from_secs(1000);
+        let d = b.decide(&mut s, t0, Request::exactly(10));
+        assert!(d.allowed);
+        assert_eq!(d.remaining, 0);
+        assert_eq!(d.reset_after, Nanos::from_millis(2500));
+        // 100 ms is 0.4 of a token: not enough, but it is kept.
+        let t1 = t0.saturating_add(Nanos::from_millis(100));
+        let d = b.decide(&mut s, t1, Request::exactly(1));
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, Some(Nanos::from_millis(150)));
+        let t2 = t0.saturating_add(Nanos::from_millis(250));
+        assert!(b.decide(&mut s, t2, Request::exactly(1)).allowed);
+        // The 0.0 left over plus 500 ms is exactly two tokens.
+        let t3 = t2.saturating_add(Nanos::from_millis(500));
+        assert_eq!(b.decide(&mut s, t3, Request::between(1, 5)).granted, 2);
+    }
+
+    #[test]
+    fn never_refills_past_capacity() {
+        let b = bucket(3, 1);
+        let mut s = b.fresh();
+        assert!(b.decide(&mut s, Nanos::ZERO, Request::exactly(1)).allowed);
+        let later = Nanos::from_secs(60);
+        let d = b.decide(&mut s, later, Request::between(1, 10));
+        assert_eq!(d.granted, 3);
+    }
+
+    #[test]
+    fn initial_tokens_above_capacity_are_a_one_off_burst() {
+        let b = TokenBucket::with_initial(100, Rate::new(100, Nanos::from_secs(60)).unwrap(), 150)
+            .unwrap();
+        let mut s = b.fresh();
+        let d = b.decide(&mut s, Nanos::ZERO, Request::between(1, 1000));
+        assert_eq!(d.granted, 150);
+        // Thirty seconds refill fifty, not more.
+        let d = b.decide(&mut s, Nanos::from_secs(30), Request::between(1, 1000));
+        assert_eq!(d.granted, 50);
+        // Idle for a whole refill time after being full: the burst returns.
+        let t = Nanos::from_secs(30 + 60 + 60 + 1);
+        let d = b.decide(&mut s, t, Request::between(1, 1000));
+        assert_eq!(d.granted, 150);
+    }
+
+    #[test]
+    fn initial_tokens_below_capacity_refill_from_the_first_request() {
+        let b = TokenBucket::with_initial(10, Rate::per_second(1).unwrap(), 2).unwrap();
+        let mut s = b.fresh();
+        let d = b.decide(&mut s, Nanos::ZERO, Request::exactly(5));
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, Some(Nanos::from_secs(3)));
+        assert!(
+            b.decide(&mut s, Nanos::from_secs(3), Request::exactly(5))
+                .allowed
+        );
+    }
+
+    #[test]
+    fn asking_for_more_than_capacity_never_succeeds() {
+        let b = bucket(5, 1);
+        let mut s = b.fresh();
+        let d = b.decide(&mut s, Nanos::ZERO, Request::exactly(6));
+        assert_eq!(d.retry_after, None);
+        assert!(b.is_idle(&s, Nanos::ZERO));
+    }
+
+    #[test]
+    fn acquire_goes_into_debt_and_waits_it_out() {
+        let b = bucket(2, 10);
+        let mut s = b.fresh();
+        assert_eq!(b.acquire(&mut s, Nanos::ZERO, 2).wait, Nanos::ZERO);
+        assert_eq!(
+            b.acquire(&mut s, Nanos::ZERO, 3).wait,
+            Nanos::from_millis(300)
+        );
+        // The debt is repaid before anything is admitted again.
+        let d = b.decide(&mut s, Nanos::from_millis(350), Request::exactly(1));
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, Some(Nanos::from_millis(50)));
+        assert!(!b.is_idle(&s, Nanos::from_millis(400)));
+    }
+
+    #[test]
+    fn a_full_unused_bucket_is_idle() {
+        let b = bucket(10, 10);
+        let mut s = b.fresh();
+        b.decide(&mut s, Nanos::ZERO, Request::exactly(10));
+        assert!(!b.is_idle(&s, Nanos::from_millis(1000)));
+        assert!(b.is_idle(&s, Nanos::from_millis(1001)));
+    }
+}

@@ -1,0 +1,194 @@
+//! One type for "any algorithm with its parameters": [`Limit`], and its
+//! per-key state [`LimitState`].
+//!
+//! Stores keep states of many algorithms side by side, so they work with
+//! this enum rather than with generics; dispatch is one `match`. `Limit`
+//! implements [`Algorithm`] itself, so code that decides never cares which
+//! algorithm it holds.
+
+use crate::algorithm::{Algorithm, Schedule};
+use crate::algorithms::burst_tiers::{BurstTiers, BurstTiersState};
+use crate::algorithms::fixed_window::{FixedWindow, FixedWindowState};
+use crate::algorithms::gcra::{Gcra, GcraState};
+use crate::algorithms::leaky_bucket::LeakyBucket;
+use crate::algorithms::sliding_log::{SlidingLog, SlidingLogState};
+use crate::algorithms::sliding_window::{SlidingWindow, SlidingWindowState};
+use crate::algorithms::smooth::{Smooth, SmoothKind, SmoothState};
+use crate::algorithms::token_bucket::{TokenBucket, TokenBucketState};
+use crate::decision::{Decision, Grant, Request};
+use crate::time::Nanos;
+
+/// Any algorithm, with its parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Limit {
+    /// [`TokenBucket`].
+    TokenBucket(TokenBucket),
+    /// [`Gcra`].
+    Gcra(Gcra),
+    /// [`LeakyBucket`].
+    LeakyBucket(LeakyBucket),
+    /// [`FixedWindow`].
+    FixedWindow(FixedWindow),
+    /// [`SlidingWindow`].
+    SlidingWindow(SlidingWindow),
+    /// [`SlidingLog`].
+    SlidingLog(SlidingLog),
+    /// [`Smooth`], bursty or warming up.
+    Smooth(Smooth),
+    /// [`BurstTiers`].
+    BurstTiers(BurstTiers),
+}
+
+/// The state of any algorithm for one key.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LimitState {
+    /// Token bucket.
+    TokenBucket(TokenBucketState),
+    /// GCRA and leaky bucket (the same virtual-time state).
+    Gcra(GcraState),
+    /// Fixed window.
+    FixedWindow(FixedWindowState),
+    /// Sliding window.
+    SlidingWindow(SlidingWindowState),
+    /// Sliding log.
+    SlidingLog(SlidingLogState),
+    /// Smooth limiters.
+    Smooth(SmoothState),
+    /// Burst tiers.
+    BurstTiers(BurstTiersState),
+}
+
+/// Runs `$body` with the algorithm and its matching state, or `$other`
+/// when the state belongs to another algorithm (parameters changed under a
+/// key); callers treat such a state as fresh.
+macro_rules! with_state {
+    ($limit:expr, $state:expr, |$alg:ident, $st:ident| $body:expr, $other:expr) => {
+        match ($limit, $state) {
+            (Limit::TokenBucket($alg), LimitState::TokenBucket($st)) => $body,
+            (Limit::Gcra($alg), LimitState::Gcra($st)) => $body,
+            (Limit::LeakyBucket($alg), LimitState::Gcra($st)) => $body,
+            (Limit::FixedWindow($alg), LimitState::FixedWindow($st)) => $body,
+            (Limit::SlidingWindow($alg), LimitState::SlidingWindow($st)) => $body,
+            (Limit::SlidingLog($alg), LimitState::SlidingLog($st)) => $body,
+            (Limit::Smooth($alg), LimitState::Smooth($st)) => $body,
+            (Limit::BurstTiers($alg), LimitState::BurstTiers($st)) => $body,
+            _ => $other,
+        }
+    };
+}
+
+impl Limit {
+    /// The algorithm's name as written in the config.
+    pub fn algorithm_name(&self) -> &'static str {
+        match self {
+            Limit::TokenBucket(_) => "token_bucket",
+            Limit::Gcra(_) => "gcra",
+            Limit::LeakyBucket(_) => "leaky_bucket",
+            Limit::FixedWindow(_) => "fixed_window",
+            Limit::SlidingWindow(_) => "sliding_window",
+            Limit::SlidingLog(_) => "sliding_log",
+            Limit::Smooth(s) => match s.kind() {
+                SmoothKind::Bursty { .. } => "smooth_bursty",
+                SmoothKind::WarmingUp { .. } => "smooth_warming_up",
+            },
+            Limit::BurstTiers(_) => "burst_tiers",
+        }
+    }
+
+    /// Whether the algorithm can answer [`crate::Mode::Acquire`].
+    pub fn can_schedule(&self) -> bool {
+        matches!(
+            self,
+            Limit::TokenBucket(_) | Limit::Gcra(_) | Limit::LeakyBucket(_) | Limit::Smooth(_)
+        )
+    }
+
+    /// Whether `state` belongs to this algorithm.
+    pub fn owns(&self, state: &LimitState) -> bool {
+        matches!(
+            (self, state),
+            (Limit::TokenBucket(_), LimitState::TokenBucket(_))
+                | (Limit::Gcra(_) | Limit::LeakyBucket(_), LimitState::Gcra(_))
+                | (Limit::FixedWindow(_), LimitState::FixedWindow(_))
+                | (Limit::SlidingWindow(_), LimitState::SlidingWindow(_))
+                | (Limit::SlidingLog(_), LimitState::SlidingLog(_))
+                | (Limit::Smooth(_), LimitState::Smooth(_))
+                | (Limit::BurstTiers(_), LimitState::BurstTiers(_))
+        )
+    }
+
+    /// [`Mode::Acquire`](crate::Mode::Acquire): grants `hits` and returns
+    /// the wait, or `None` if the algorithm cannot schedule.
+    pub fn acquire(&self, state: &mut LimitState, now: Nanos, hits: u64) -> Option<Decision> {
+        if !self.owns(state) {
+            *state = self.fresh();
+        }
+        match (self, state) {
+            (Limit::TokenBucket(a), LimitState::TokenBucket(s)) => Some(a.acquire(s, now, hits)),
+            (Limit::Gcra(a), LimitState::Gcra(s)) => Some(a.acquire(s, now, hits)),
+            (Limit::LeakyBucket(a), LimitState::Gcra(s)) => Some(a.acquire(s, now, hits)),
+            (Limit::Smooth(a), LimitState::Smooth(s)) => Some(a.acquire(s, now, hits)),
+            _ => None,
+        }
+    }
+}
+
+impl Algorithm for Limit {
+    type State = LimitState;
+
+    fn fresh(&self) -> LimitState {
+        match self {
+            Limit::TokenBucket(a) => LimitState::TokenBucket(a.fresh()),
+            Limit::Gcra(a) => LimitState::Gcra(a.fresh()),
+            Limit::LeakyBucket(a) => LimitState::Gcra(a.fresh()),
+            Limit::FixedWindow(a) => LimitState::FixedWindow(a.fresh()),
+            Limit::SlidingWindow(a) => LimitState::SlidingWindow(a.fresh()),
+            Limit::SlidingLog(a) => LimitState::SlidingLog(a.fresh()),
+            Limit::Smooth(a) => LimitState::Smooth(a.fresh()),
+            Limit::BurstTiers(a) => LimitState::BurstTiers(a.fresh()),
+        }
+    }
+
+    fn room(&self, state: &LimitState, now: Nanos, hits: u64) -> u64 {
+        with_state!(self, state, |a, s| a.room(s, now, hits), {
+            self.room(&self.fresh(), now, hits)
+        })
+    }
+
+    fn commit(
+        &self,
+        state: &mut LimitState,
+        now: Nanos,
+        request: Request,
+        grant: Grant,
+    ) -> Decision {
+        if !self.owns(state) {
+            *state = self.fresh();
+        }
+        with_state!(self, state, |a, s| a.commit(s, now, request, grant), {
+            // `fresh` always matches; kept total instead of panicking.
+            Decision::unlimited(0)
+        })
+    }
+
+    fn is_idle(&self, state: &LimitState, now: Nanos) -> bool {
+        with_state!(self, state, |a, s| a.is_idle(s, now), true)
+    }
+}
+
+impl LimitState {
+    /// Bytes this state occupies, inline and on the heap (map overhead
+    /// excluded), for the memory benchmarks.
+    pub fn footprint(&self) -> usize {
+        let heap = match self {
+            LimitState::SlidingWindow(s) if s.counts.spilled() => s.counts.capacity() * 8,
+            LimitState::SlidingLog(log) => std::mem::size_of_val(&**log) + log.heap_bytes(),
+            LimitState::BurstTiers(tiers) => tiers
+                .iter()
+                .map(|t| std::mem::size_of_val(t) + t.log.heap_bytes())
+                .sum(),
+            _ => 0,
+        };
+        std::mem::size_of::<LimitState>() + heap
+    }
+}

@@ -1,0 +1,178 @@
+//! Time as the core sees it: whole nanoseconds in a `u64`.
+//!
+//! The core never reads a clock. Every algorithm receives `now` as an
+//! argument (governor's habit), which is what lets replay, the simulator and
+//! the store conformance suites drive it with any time they like. One type
+//! serves both for instants (nanoseconds since the Unix epoch, or since any
+//! origin a trace chooses) and for durations, and all of its arithmetic
+//! saturates, so no input can make the core overflow or panic.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A point in time or a span of time, in whole nanoseconds.
+///
+/// Arithmetic saturates at `0` and [`Nanos::MAX`].
+#[derive(Copy, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Nanos(u64);
+
+impl Nanos {
+    /// Zero: the origin, or an empty span.
+    pub const ZERO: Nanos = Nanos(0);
+    /// The largest representable time (about 584 years).
+    pub const MAX: Nanos = Nanos(u64::MAX);
+    /// One nanosecond, the resolution of every algorithm.
+    pub const NANOSECOND: Nanos = Nanos(1);
+    /// One second.
+    pub const SECOND: Nanos = Nanos(1_000_000_000);
+
+    /// Wraps a count of nanoseconds.
+    pub const fn new(nanos: u64) -> Nanos {
+        Nanos(nanos)
+    }
+
+    /// A span of whole seconds, saturating.
+    pub const fn from_secs(secs: u64) -> Nanos {
+        Nanos(secs.saturating_mul(1_000_000_000))
+    }
+
+    /// A span of whole milliseconds, saturating.
+    pub const fn from_millis(ms: u64) -> Nanos {
+        Nanos(ms.saturating_mul(1_000_000))
+    }
+
+    /// A span of whole microseconds, saturating.
+    pub const fn from_micros(us: u64) -> Nanos {
+        Nanos(us.saturating_mul(1_000))
+    }
+
+    /// The raw count of nanoseconds.
+    pub const fn as_u64(self) -> u64 {
+        self.0
+    }
+
+    /// Whole microseconds, rounded down.
+    pub const fn as_micros(self) -> u64 {
+        self.0 / 1_000
+    }
+
+    /// Milliseconds as a float (for output; microsecond precision survives).
+    pub fn as_millis_f64(self) -> f64 {
+        self.0 as f64 / 1e6
+    }
+
+    /// Seconds as a float.
+    pub fn as_secs_f64(self) -> f64 {
+        self.0 as f64 / 1e9
+    }
+
+    /// `self + rhs`, saturating at [`Nanos::MAX`].
+    #[must_use]
+    pub const fn saturating_add(self, rhs: Nanos) -> Nanos {
+        Nanos(self.0.saturating_add(rhs.0))
+    }
+
+    /// `self - rhs`, saturating at zero.
+    #[must_use]
+    pub const fn saturating_sub(self, rhs: Nanos) -> Nanos {
+        Nanos(self.0.saturating_sub(rhs.0))
+    }
+
+    /// `self * n`, saturating.
+    #[must_use]
+    pub const fn saturating_mul(self, n: u64) -> Nanos {
+        Nanos(self.0.saturating_mul(n))
+    }
+
+    /// `self / n`, rounded down; dividing by zero yields [`Nanos::MAX`].
+    #[must_use]
+    pub const fn div_floor(self, n: u64) -> Nanos {
+        match self.0.checked_div(n) {
+            Some(v) => Nanos(v),
+            None => Nanos::MAX,
+        }
+    }
+
+    /// The larger of two times.
+    #[must_use]
+    pub fn max(self, other: Nanos) -> Nanos {
+        Ord::max(self, other)
+    }
+
+    /// The smaller of two times.
+    #[must_use]
+    pub fn min(self, other: Nanos) -> Nanos {
+        Ord::min(self, other)
+    }
+
+    /// Whether this is zero.
+    pub const fn is_zero(self) -> bool {
+        self.0 == 0
+    }
+}
+
+impl From<Duration> for Nanos {
+    fn from(d: Duration) -> Nanos {
+        Nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+}
+
+impl From<Nanos> for Duration {
+    fn from(n: Nanos) -> Duration {
+        Duration::from_nanos(n.0)
+    }
+}
+
+impl fmt::Debug for Nanos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}ns", self.0)
+    }
+}
+
+impl fmt::Display for Nanos {
+    /// Prints the shortest exact form: `1.5s`, `250ms`, `12us`, `7ns`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0;
+        let units: [(u64, &str); 7] = [
+            (86_400_000_000_000, "d"),
+            (3_600_000_000_000, "h"),
+            (60_000_000_000, "m"),
+            (1_000_000_000, "s"),
+            (1_000_000, "ms"),
+            (1_000, "us"),
+            (1, "ns"),
+        ];
+        if n == 0 {
+            return write!(f, "0s");
+        }
+        for (size, name) in units {
+            if n % size == 0 {
+                return write!(f, "{}{}", n / size, name);
+            }
+        }
+        write!(f, "{n}ns")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arithmetic_saturates() {
+        assert_eq!(Nanos::MAX.saturating_add(Nanos::SECOND), Nanos::MAX);
+        assert_eq!(Nanos::ZERO.saturating_sub(Nanos::SECOND), Nanos::ZERO);
+        assert_eq!(Nanos::from_secs(u64::MAX), Nanos::MAX);
+        assert_eq!(Nanos::SECOND.div_floor(0), Nanos::MAX);
+        assert_eq!(Nanos::SECOND.div_floor(3), Nanos::new(333_333_333));
+    }
+
+    #[test]
+    fn display_picks_the_largest_exact_unit() {
+        assert_eq!(Nanos::from_secs(300).to_string(), "5m");
+        assert_eq!(Nanos::from_millis(1500).to_string(), "1500ms");
+        assert_eq!(Nanos::from_secs(86_400).to_string(), "1d");
+        assert_eq!(Nanos::new(7).to_string(), "7ns");
+        assert_eq!(Nanos::ZERO.to_string(), "0s");
+    }
+}
