@@ -62,7 +62,8 @@ impl fmt::Display for TransferId {
 impl std::str::FromStr for TransferId {
     type Err = CopyError;
     fn from_str(s: &str) -> Result<TransferId, CopyError> {
-        if s.len() != 32 {
+        // `from_str_radix` also accepts a leading `+`: check the digits.
+        if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(CopyError::UnknownTransfer);
         }
         u128::from_str_radix(s, 16)

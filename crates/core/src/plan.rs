@@ -60,6 +60,9 @@ pub struct PlanDecision {
     pub shadow_limited: bool,
     /// Each entry's own decision, in plan order.
     pub decisions: SmallVec<[Decision; 4]>,
+    /// How many of the requested hits each entry alone would have admitted
+    /// (before anything was recorded), in plan order.
+    pub rooms: SmallVec<[u64; 4]>,
 }
 
 impl PlanDecision {
@@ -129,7 +132,7 @@ fn decide_try(entries: &mut [PlanEntry<'_>], now: Nanos, request: Request) -> Pl
     let mut wait = Nanos::ZERO;
     let decisions = entries
         .iter_mut()
-        .zip(rooms)
+        .zip(rooms.iter().copied())
         .map(|(e, r)| {
             let own = if e.shadow {
                 let granted = r.min(grant.granted);
@@ -160,6 +163,7 @@ fn decide_try(entries: &mut [PlanEntry<'_>], now: Nanos, request: Request) -> Pl
         },
         shadow_limited,
         decisions,
+        rooms,
     }
 }
 
@@ -179,6 +183,7 @@ fn acquire(
         });
     }
     let mut wait = Nanos::ZERO;
+    let rooms = entries.iter().map(|_| hits).collect();
     let mut decisions = SmallVec::with_capacity(entries.len());
     for e in entries.iter_mut() {
         let d = e
@@ -197,5 +202,6 @@ fn acquire(
         limited_by: None,
         shadow_limited: false,
         decisions,
+        rooms,
     })
 }

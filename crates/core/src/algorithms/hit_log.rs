@@ -45,15 +45,24 @@ impl HitLog {
     /// before the newest entry (a clock going backwards) is recorded at the
     /// newest entry's time, which keeps the hit counted longer, never less.
     pub fn push(&mut self, at: Nanos, n: u64, keep: u64) {
+        // Only the newest `keep` hits are kept, so at most `keep` of these;
+        // making room *before* adding keeps `total` (the sum of the entries)
+        // from saturating, which would break `count_since` and `prune`.
+        let n = n.min(keep);
         if n == 0 {
             return;
         }
         let at = self.newest().map_or(at, |newest| at.max(newest));
+        self.trim(keep - n);
         match self.entries.back_mut() {
             Some((t, count)) if *t == at => *count = count.saturating_add(n),
             _ => self.entries.push_back((at, n)),
         }
         self.total = self.total.saturating_add(n);
+    }
+
+    /// Drops the oldest hits until at most `keep` remain.
+    fn trim(&mut self, keep: u64) {
         while self.total > keep {
             let excess = self.total - keep;
             let Some(front) = self.entries.front_mut() else {

@@ -103,6 +103,10 @@ impl SlidingLog {
         if min_hits > self.limit {
             return None;
         }
+        if min_hits == 0 {
+            // Granted now, even while `min_gap` closes the log.
+            return Some(Nanos::ZERO);
+        }
         let mut at = now;
         if let Some(t) = log.blocking_entry(self.limit - min_hits) {
             at = at.max(

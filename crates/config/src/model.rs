@@ -1,0 +1,416 @@
+//! The resolved configuration: what the service limits with.
+//!
+//! Everything here is validated and normalized; building a [`Limit`] from
+//! an [`AlgorithmSpec`] that came out of the loader cannot fail.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use tollgate_core::copies::CopyLimits;
+use tollgate_core::{
+    Align, BurstTiers, FixedWindow, Gcra, LeakyBucket, Limit, Nanos, ParamError, Rate, SlidingLog,
+    SlidingWindow, Smooth, Tier, TokenBucket,
+};
+
+use crate::diag::Pos;
+use crate::envoy::DescriptorTree;
+
+/// A whole configuration: its namespaces.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Config {
+    /// The namespaces, in file order.
+    pub namespaces: Vec<Namespace>,
+}
+
+impl Config {
+    /// The namespace called `name`.
+    pub fn namespace(&self, name: &str) -> Option<&Namespace> {
+        self.namespaces.iter().find(|n| n.name == name)
+    }
+}
+
+/// A group of resources with its flags (Charon §4.3).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Namespace {
+    /// Its name (an envoyproxy/ratelimit `domain`).
+    pub name: String,
+    /// Unknown resources get the most permissive limits; their use is still
+    /// recorded.
+    pub allow_unconfigured: bool,
+    /// Limiting is off for the namespace; use is still recorded.
+    pub ignore_configured: bool,
+    /// The resources.
+    pub resources: Vec<Resource>,
+    /// For a namespace loaded from an envoyproxy/ratelimit file: its
+    /// descriptor tree, mapping descriptors to resources.
+    pub descriptors: Option<DescriptorTree>,
+    /// Where it was defined.
+    pub pos: Pos,
+}
+
+impl Namespace {
+    /// The resource called `name`.
+    pub fn resource(&self, name: &str) -> Option<&Resource> {
+        self.resources.iter().find(|r| r.name == name)
+    }
+}
+
+/// One limited resource.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Resource {
+    /// Its name, unique in the namespace.
+    pub name: String,
+    /// Rate-limited or copy-limited, with the limits.
+    pub kind: ResourceKind,
+    /// Decided and recorded, but never rejects (envoyproxy/ratelimit's
+    /// `shadow_mode`).
+    pub shadow: bool,
+    /// envoyproxy/ratelimit details, for resources loaded from its format.
+    pub envoy: Option<EnvoyMeta>,
+    /// Where it was defined.
+    pub pos: Pos,
+}
+
+/// What an envoyproxy/ratelimit `rate_limit` block adds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EnvoyMeta {
+    /// The limit's `name`, which other limits' `replaces` refer to.
+    pub name: Option<String>,
+    /// Names of limits this one replaces when both match one request.
+    pub replaces: Vec<String>,
+    /// Metrics per descriptor value rather than per config path.
+    pub detailed_metric: bool,
+}
+
+/// The two kinds of resources (Charon §2).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ResourceKind {
+    /// Tracked by access frequency.
+    Rate(RateResource),
+    /// Tracked by number of copies held.
+    Concurrency(CopyLimits),
+}
+
+/// A rate-limited resource's limits.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RateResource {
+    /// The limits of domains without an override.
+    pub default: RateSpec,
+    /// Per-domain overrides (Charon §2: a domain-specific configuration
+    /// replaces the default one).
+    pub domains: BTreeMap<String, RateSpec>,
+    /// Hits per second across all domains (Charon's global limit).
+    pub global_limit: Option<u64>,
+}
+
+impl RateResource {
+    /// The limits that apply to `domain`.
+    pub fn for_domain(&self, domain: &str) -> &RateSpec {
+        self.domains.get(domain).unwrap_or(&self.default)
+    }
+}
+
+/// The limits applied to one domain of a rate-limited resource.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RateSpec {
+    /// The algorithm and its parameters.
+    pub algorithm: AlgorithmSpec,
+    /// Hits per second for one domain (Charon's hard limit).
+    pub hard_limit: Option<u64>,
+}
+
+/// An algorithm and its parameters, as configured.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AlgorithmSpec {
+    /// Token bucket.
+    TokenBucket {
+        /// Tokens a full bucket holds.
+        capacity: u64,
+        /// Refill rate.
+        rate: Rate,
+        /// Tokens of a new bucket (default: `capacity`).
+        initial_tokens: Option<u64>,
+    },
+    /// GCRA.
+    Gcra {
+        /// Sustained rate.
+        rate: Rate,
+        /// Requests admitted at once.
+        burst: u64,
+    },
+    /// Leaky bucket as a queue.
+    LeakyBucket {
+        /// Drain rate.
+        rate: Rate,
+        /// Hits the bucket holds.
+        queue_size: u64,
+    },
+    /// Fixed window counter.
+    FixedWindow {
+        /// Hits per window.
+        limit: u64,
+        /// Window length.
+        window: Nanos,
+        /// Window alignment.
+        align: Align,
+    },
+    /// Approximated sliding window.
+    SlidingWindow {
+        /// Hits per window.
+        limit: u64,
+        /// Window length.
+        window: Nanos,
+        /// Counters kept.
+        buckets: u32,
+    },
+    /// Exact sliding log.
+    SlidingLog {
+        /// Hits per window.
+        limit: u64,
+        /// Window length.
+        window: Nanos,
+        /// Least time between two requests.
+        min_gap: Option<Nanos>,
+        /// Whether rejected attempts are logged.
+        count_rejected: bool,
+    },
+    /// Guava's SmoothBursty.
+    SmoothBursty {
+        /// Stable rate.
+        rate: Rate,
+        /// Seconds of unused permits kept.
+        max_burst_seconds: f64,
+    },
+    /// Guava's SmoothWarmingUp.
+    SmoothWarmingUp {
+        /// Stable rate.
+        rate: Rate,
+        /// Warm-up period.
+        warmup: Nanos,
+        /// Cold interval over stable interval.
+        cold_factor: f64,
+    },
+    /// Charon's burst tiers.
+    BurstTiers {
+        /// The tiers, lowest first, normalized.
+        tiers: Vec<Tier>,
+    },
+    /// No limit: everything is granted (and recorded).
+    Unlimited,
+    /// Everything is rejected (envoyproxy/ratelimit's `requests_per_unit: 0`).
+    Deny,
+}
+
+/// The algorithm names the config accepts, in documentation order.
+pub const ALGORITHMS: &[&str] = &[
+    "token_bucket",
+    "gcra",
+    "leaky_bucket",
+    "fixed_window",
+    "sliding_window",
+    "sliding_log",
+    "smooth_bursty",
+    "smooth_warming_up",
+    "burst_tiers",
+    "unlimited",
+    "deny",
+];
+
+impl AlgorithmSpec {
+    /// The algorithm's name as written in the config.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AlgorithmSpec::TokenBucket { .. } => "token_bucket",
+            AlgorithmSpec::Gcra { .. } => "gcra",
+            AlgorithmSpec::LeakyBucket { .. } => "leaky_bucket",
+            AlgorithmSpec::FixedWindow { .. } => "fixed_window",
+            AlgorithmSpec::SlidingWindow { .. } => "sliding_window",
+            AlgorithmSpec::SlidingLog { .. } => "sliding_log",
+            AlgorithmSpec::SmoothBursty { .. } => "smooth_bursty",
+            AlgorithmSpec::SmoothWarmingUp { .. } => "smooth_warming_up",
+            AlgorithmSpec::BurstTiers { .. } => "burst_tiers",
+            AlgorithmSpec::Unlimited => "unlimited",
+            AlgorithmSpec::Deny => "deny",
+        }
+    }
+
+    /// Builds the core algorithm; `None` for `unlimited` and `deny`, which
+    /// need no state. `created_at` is when the smooth limiters' per-key
+    /// Guava limiters are considered created (when the limits were loaded).
+    pub fn build(&self, created_at: Nanos) -> Result<Option<Limit>, ParamError> {
+        Ok(Some(match self {
+            AlgorithmSpec::TokenBucket {
+                capacity,
+                rate,
+                initial_tokens,
+            } => Limit::TokenBucket(TokenBucket::with_initial(
+                *capacity,
+                *rate,
+                initial_tokens.unwrap_or(*capacity),
+            )?),
+            AlgorithmSpec::Gcra { rate, burst } => Limit::Gcra(Gcra::new(*rate, *burst)?),
+            AlgorithmSpec::LeakyBucket { rate, queue_size } => {
+                Limit::LeakyBucket(LeakyBucket::new(*rate, *queue_size)?)
+            }
+            AlgorithmSpec::FixedWindow {
+                limit,
+                window,
+                align,
+            } => Limit::FixedWindow(FixedWindow::new(*limit, *window, *align)?),
+            AlgorithmSpec::SlidingWindow {
+                limit,
+                window,
+                buckets,
+            } => Limit::SlidingWindow(SlidingWindow::new(*limit, *window, *buckets)?),
+            AlgorithmSpec::SlidingLog {
+                limit,
+                window,
+                min_gap,
+                count_rejected,
+            } => Limit::SlidingLog(
+                SlidingLog::new(*limit, *window)?
+                    .with_min_gap(min_gap.unwrap_or(Nanos::ZERO))
+                    .counting_rejected(*count_rejected),
+            ),
+            AlgorithmSpec::SmoothBursty {
+                rate,
+                max_burst_seconds,
+            } => Limit::Smooth(Smooth::bursty(*rate, *max_burst_seconds)?.created_at(created_at)),
+            AlgorithmSpec::SmoothWarmingUp {
+                rate,
+                warmup,
+                cold_factor,
+            } => Limit::Smooth(
+                Smooth::warming_up(*rate, *warmup, *cold_factor)?.created_at(created_at),
+            ),
+            AlgorithmSpec::BurstTiers { tiers } => {
+                Limit::BurstTiers(BurstTiers::new(tiers.clone())?)
+            }
+            AlgorithmSpec::Unlimited | AlgorithmSpec::Deny => return Ok(None),
+        }))
+    }
+
+    /// The parameters as `(name, value)` pairs in config syntax, for the
+    /// normalized output and for fingerprints.
+    pub fn params(&self) -> Vec<(&'static str, String)> {
+        let rate = |r: &Rate| format!("{}/{}", r.count(), r.period());
+        match self {
+            AlgorithmSpec::TokenBucket {
+                capacity,
+                rate: r,
+                initial_tokens,
+            } => {
+                let mut p = vec![("capacity", capacity.to_string()), ("rate", rate(r))];
+                if let Some(i) = initial_tokens {
+                    p.push(("initial_tokens", i.to_string()));
+                }
+                p
+            }
+            AlgorithmSpec::Gcra { rate: r, burst } => {
+                vec![("rate", rate(r)), ("burst", burst.to_string())]
+            }
+            AlgorithmSpec::LeakyBucket {
+                rate: r,
+                queue_size,
+            } => {
+                vec![("rate", rate(r)), ("queue_size", queue_size.to_string())]
+            }
+            AlgorithmSpec::FixedWindow {
+                limit,
+                window,
+                align,
+            } => vec![
+                ("limit", limit.to_string()),
+                ("window", window.to_string()),
+                (
+                    "align",
+                    match align {
+                        Align::Epoch => "epoch".into(),
+                        Align::FirstHit => "first_hit".into(),
+                    },
+                ),
+            ],
+            AlgorithmSpec::SlidingWindow {
+                limit,
+                window,
+                buckets,
+            } => vec![
+                ("limit", limit.to_string()),
+                ("window", window.to_string()),
+                ("buckets", buckets.to_string()),
+            ],
+            AlgorithmSpec::SlidingLog {
+                limit,
+                window,
+                min_gap,
+                count_rejected,
+            } => {
+                let mut p = vec![("limit", limit.to_string()), ("window", window.to_string())];
+                if let Some(g) = min_gap {
+                    p.push(("min_gap", g.to_string()));
+                }
+                if *count_rejected {
+                    p.push(("count_rejected", "true".into()));
+                }
+                p
+            }
+            AlgorithmSpec::SmoothBursty {
+                rate: r,
+                max_burst_seconds,
+            } => vec![
+                ("rate", rate(r)),
+                ("max_burst_seconds", max_burst_seconds.to_string()),
+            ],
+            AlgorithmSpec::SmoothWarmingUp {
+                rate: r,
+                warmup,
+                cold_factor,
+            } => vec![
+                ("rate", rate(r)),
+                ("warmup", warmup.to_string()),
+                ("cold_factor", cold_factor.to_string()),
+            ],
+            AlgorithmSpec::BurstTiers { tiers } => {
+                let list = tiers
+                    .iter()
+                    .map(|t| {
+                        format!(
+                            "{{ limit: {}, window: {}, active: {}, cooldown: {}, skippable: {} }}",
+                            t.limit, t.window, t.active, t.cooldown, t.skippable
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                vec![("tiers", format!("[{list}]"))]
+            }
+            AlgorithmSpec::Unlimited | AlgorithmSpec::Deny => vec![],
+        }
+    }
+}
+
+impl fmt::Display for AlgorithmSpec {
+    /// A canonical one-line form: `token_bucket { capacity: 10, rate: 1/1s }`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.name())?;
+        let params = self.params();
+        if !params.is_empty() {
+            let inner = params
+                .iter()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            write!(f, " {{ {inner} }}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for RateSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.algorithm)?;
+        if let Some(h) = self.hard_limit {
+            write!(f, " hard_limit: {h}")?;
+        }
+        Ok(())
+    }
+}

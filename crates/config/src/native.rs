@@ -1,0 +1,650 @@
+//! tollgate's own format: `namespaces:` → resources (see `docs/config.md`).
+//!
+//! Reads the position-carrying tree, validates every field and applies the
+//! normalization of Charon §4.1, reporting each change as a warning.
+
+use std::collections::BTreeMap;
+
+use tollgate_core::copies::CopyLimits;
+use tollgate_core::{Align, Nanos, Tier};
+
+use crate::diag::{Diagnostic, Diagnostics, Pos};
+use crate::model::{
+    AlgorithmSpec, Namespace, RateResource, RateSpec, Resource, ResourceKind, ALGORITHMS,
+};
+use crate::units::{parse_duration, parse_rate};
+use crate::yaml::{did_you_mean, Fields, Kind, Node};
+
+const ROOT_FIELDS: &[&str] = &["namespaces"];
+const NAMESPACE_FIELDS: &[&str] = &[
+    "name",
+    "allow_unconfigured",
+    "ignore_configured",
+    "resources",
+];
+/// Fields every rate-limited resource may have besides its algorithm's.
+const RATE_COMMON: &[&str] = &[
+    "name",
+    "kind",
+    "algorithm",
+    "shadow_mode",
+    "domains",
+    "global_limit",
+    "hard_limit",
+];
+/// Fields of a resource that a domain override may not set.
+const NOT_PER_DOMAIN: &[&str] = &["name", "kind", "shadow_mode", "domains", "global_limit"];
+const CONCURRENCY_FIELDS: &[&str] = &[
+    "name",
+    "kind",
+    "shadow_mode",
+    "domain_limit",
+    "global_limit",
+    "groups",
+    "domains",
+];
+const GROUP_FIELDS: &[&str] = &["name", "members", "limit"];
+const TIER_FIELDS: &[&str] = &["limit", "window", "active", "cooldown", "skippable"];
+
+/// The parameters each algorithm accepts.
+pub(crate) fn algorithm_params(name: &str) -> &'static [&'static str] {
+    match name {
+        "token_bucket" => &["capacity", "rate", "initial_tokens"],
+        "gcra" => &["rate", "burst"],
+        "leaky_bucket" => &["rate", "queue_size"],
+        "fixed_window" => &["limit", "window", "align"],
+        "sliding_window" => &["limit", "window", "buckets"],
+        "sliding_log" => &["limit", "window", "min_gap", "count_rejected"],
+        "smooth_bursty" => &["rate", "max_burst_seconds"],
+        "smooth_warming_up" => &["rate", "warmup", "cold_factor"],
+        "burst_tiers" => &["tiers"],
+        _ => &[],
+    }
+}
+
+/// Reads a native-format document.
+pub(crate) fn read(root: &Fields<'_>, diags: &mut Diagnostics) -> Vec<Namespace> {
+    diags
+        .errors
+        .extend(root.unknown(ROOT_FIELDS, "the top level"));
+    let Some(list) = root.get("namespaces") else {
+        return Vec::new();
+    };
+    let Some(items) = diags.take(list.as_seq("namespaces")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<Namespace> = Vec::new();
+    for item in items {
+        let Some(ns) = read_namespace(item, diags) else {
+            continue;
+        };
+        if let Some(first) = out.iter().find(|n| n.name == ns.name) {
+            diags.error(
+                &ns.pos,
+                format!(
+                    "namespace `{}` is defined twice (first at {})",
+                    ns.name, first.pos
+                ),
+            );
+            continue;
+        }
+        out.push(ns);
+    }
+    out
+}
+
+fn read_namespace(node: &Node, diags: &mut Diagnostics) -> Option<Namespace> {
+    let f = diags.take(node.as_map("namespace"))?;
+    let name = diags.take(required_name(&f, "a namespace"))?;
+    let context = format!("namespace `{name}`");
+    diags.errors.extend(f.unknown(NAMESPACE_FIELDS, &context));
+    let allow_unconfigured = flag(&f, "allow_unconfigured", diags);
+    let ignore_configured = flag(&f, "ignore_configured", diags);
+    let mut resources: Vec<Resource> = Vec::new();
+    if let Some(list) = f.get("resources") {
+        for item in diags.take(list.as_seq("resources")).unwrap_or(&[]) {
+            let Some(r) = read_resource(item, diags) else {
+                continue;
+            };
+            if let Some(first) = resources.iter().find(|x| x.name == r.name) {
+                diags.error(
+                    &r.pos,
+                    format!(
+                        "resource `{}` is defined twice in {context} (first at {})",
+                        r.name, first.pos
+                    ),
+                );
+                continue;
+            }
+            resources.push(r);
+        }
+    }
+    Some(Namespace {
+        name,
+        allow_unconfigured,
+        ignore_configured,
+        resources,
+        descriptors: None,
+        pos: node.pos.clone(),
+    })
+}
+
+fn required_name(f: &Fields<'_>, what: &str) -> Result<String, Diagnostic> {
+    let node = f.require("name", what)?;
+    let name = node.scalar_text("name")?;
+    if name.trim().is_empty() {
+        return Err(Diagnostic::new(
+            &node.pos,
+            format!("{what} needs a non-empty `name`"),
+        ));
+    }
+    Ok(name)
+}
+
+/// An optional boolean field, `false` when absent or invalid (with an error).
+pub(crate) fn flag(f: &Fields<'_>, name: &str, diags: &mut Diagnostics) -> bool {
+    f.get(name)
+        .and_then(|n| diags.take(n.as_bool(name)))
+        .unwrap_or(false)
+}
+
+fn read_resource(node: &Node, diags: &mut Diagnostics) -> Option<Resource> {
+    let f = diags.take(node.as_map("resource"))?;
+    let name = diags.take(required_name(&f, "a resource"))?;
+    let context = format!("resource `{name}`");
+    let kind = match f.get("kind") {
+        None => "rate".to_owned(),
+        Some(k) => diags.take(k.as_str("kind"))?.to_owned(),
+    };
+    let shadow = flag(&f, "shadow_mode", diags);
+    let kind = match kind.as_str() {
+        "rate" => ResourceKind::Rate(read_rate_resource(&f, &context, diags)?),
+        "concurrency" => ResourceKind::Concurrency(read_concurrency(&f, &context, diags)?),
+        other => {
+            let hint = did_you_mean(other, &["rate", "concurrency"])
+                .map(|s| format!(", did you mean `{s}`?"))
+                .unwrap_or_default();
+            diags.error(
+                f.pos_of("kind"),
+                format!(
+                    "{context}: unknown kind `{other}` (expected `rate` or `concurrency`){hint}"
+                ),
+            );
+            return None;
+        }
+    };
+    Some(Resource {
+        name,
+        kind,
+        shadow,
+        envoy: None,
+        pos: node.pos.clone(),
+    })
+}
+
+fn read_rate_resource(
+    f: &Fields<'_>,
+    context: &str,
+    diags: &mut Diagnostics,
+) -> Option<RateResource> {
+    let errors_before = diags.errors.len();
+    let global_limit = positive_limit(f, "global_limit", context, diags);
+    let base = f.without(NOT_PER_DOMAIN);
+    let default = read_rate_spec(&base, &base, context, global_limit, diags);
+    let mut domains = BTreeMap::new();
+    if let Some(d) = f.get("domains") {
+        if let Some(map) = diags.take(d.as_map("domains")) {
+            for (domain, _, value) in map.iter() {
+                let dcontext = format!("{context}, domain `{domain}`");
+                let Some(over) = diags.take(value.as_map("a domain override")) else {
+                    continue;
+                };
+                for bad in NOT_PER_DOMAIN {
+                    if over.has(bad) {
+                        diags.error(
+                            over.pos_of(bad),
+                            format!("{dcontext}: `{bad}` applies to the whole resource and cannot be set per domain"),
+                        );
+                    }
+                }
+                // An override that names an algorithm replaces the
+                // resource's limits; otherwise it refines them.
+                let fields = if over.has("algorithm") {
+                    over.clone()
+                } else {
+                    base.overlay(&over)
+                };
+                if let Some(spec) = read_rate_spec(&fields, &over, &dcontext, global_limit, diags) {
+                    domains.insert(domain.to_owned(), spec);
+                }
+            }
+        }
+    }
+    if diags.errors.len() > errors_before {
+        return None;
+    }
+    Some(RateResource {
+        default: default?,
+        domains,
+        global_limit,
+    })
+}
+
+/// Reads the algorithm and hard limit from `fields`; unknown fields are
+/// reported against `own` (the mapping the user wrote them in).
+fn read_rate_spec(
+    fields: &Fields<'_>,
+    own: &Fields<'_>,
+    context: &str,
+    global_limit: Option<u64>,
+    diags: &mut Diagnostics,
+) -> Option<RateSpec> {
+    let algorithm = read_algorithm(fields, own, context, RATE_COMMON, diags)?;
+    let mut hard_limit = positive_limit(fields, "hard_limit", context, diags);
+    if let (Some(h), Some(g)) = (hard_limit, global_limit) {
+        if h > g {
+            diags.warn(
+                fields.pos_of("hard_limit"),
+                format!("{context}: hard_limit {h} is above the global_limit {g}; lowered to {g}"),
+            );
+            hard_limit = Some(g);
+        }
+    }
+    Some(RateSpec {
+        algorithm,
+        hard_limit,
+    })
+}
+
+/// Reads `algorithm:` and its parameters. `extra` are the fields the
+/// surrounding block allows besides the algorithm's parameters.
+pub(crate) fn read_algorithm(
+    fields: &Fields<'_>,
+    own: &Fields<'_>,
+    context: &str,
+    extra: &[&str],
+    diags: &mut Diagnostics,
+) -> Option<AlgorithmSpec> {
+    let node = match fields.require("algorithm", context) {
+        Ok(n) => n,
+        Err(d) => {
+            diags.errors.push(d);
+            return None;
+        }
+    };
+    let name = diags.take(node.as_str("algorithm"))?;
+    if !ALGORITHMS.contains(&name) {
+        let hint = did_you_mean(name, ALGORITHMS)
+            .map(|s| format!(", did you mean `{s}`?"))
+            .unwrap_or_else(|| format!(" (expected one of: {})", ALGORITHMS.join(", ")));
+        diags.error(
+            &node.pos,
+            format!("{context}: unknown algorithm `{name}`{hint}"),
+        );
+        return None;
+    }
+    // Fields inherited from the resource were checked when it was read;
+    // only the mapping the user wrote here needs checking.
+    let before = diags.errors.len();
+    let mut known: Vec<&str> = extra.to_vec();
+    known.extend_from_slice(algorithm_params(name));
+    diags.errors.extend(own.unknown(&known, context));
+    let p = Params { f: fields, context };
+    let spec = match name {
+        "token_bucket" => AlgorithmSpec::TokenBucket {
+            capacity: p.count("capacity", diags),
+            rate: p.rate(diags)?,
+            initial_tokens: p.opt_count("initial_tokens", diags),
+        },
+        "gcra" => AlgorithmSpec::Gcra {
+            rate: p.rate(diags)?,
+            burst: p.opt_count("burst", diags).unwrap_or(1),
+        },
+        "leaky_bucket" => AlgorithmSpec::LeakyBucket {
+            rate: p.rate(diags)?,
+            queue_size: p.count("queue_size", diags),
+        },
+        "fixed_window" => AlgorithmSpec::FixedWindow {
+            limit: p.count("limit", diags),
+            window: p.duration("window", diags),
+            align: p.align(diags),
+        },
+        "sliding_window" => AlgorithmSpec::SlidingWindow {
+            limit: p.count("limit", diags),
+            window: p.duration("window", diags),
+            buckets: p.buckets(diags),
+        },
+        "sliding_log" => AlgorithmSpec::SlidingLog {
+            limit: p.count("limit", diags),
+            window: p.duration("window", diags),
+            min_gap: p.opt_duration("min_gap", diags),
+            count_rejected: flag(fields, "count_rejected", diags),
+        },
+        "smooth_bursty" => AlgorithmSpec::SmoothBursty {
+            rate: p.rate(diags)?,
+            max_burst_seconds: p.opt_f64("max_burst_seconds", diags).unwrap_or(1.0),
+        },
+        "smooth_warming_up" => AlgorithmSpec::SmoothWarmingUp {
+            rate: p.rate(diags)?,
+            warmup: p.duration("warmup", diags),
+            cold_factor: p.opt_f64("cold_factor", diags).unwrap_or(3.0),
+        },
+        "burst_tiers" => AlgorithmSpec::BurstTiers {
+            tiers: read_tiers(fields, context, diags),
+        },
+        "unlimited" => AlgorithmSpec::Unlimited,
+        _ => AlgorithmSpec::Deny,
+    };
+    if diags.errors.len() > before {
+        return None;
+    }
+    // The core validates what the parser cannot (zero limits, overflow,
+    // Guava's refusals); its message names the parameter.
+    if let Err(e) = spec.build(Nanos::ZERO) {
+        diags.error(&node.pos, format!("{context}: {e}"));
+        return None;
+    }
+    Some(spec)
+}
+
+/// Reads typed parameters of one algorithm, recording errors.
+struct Params<'f, 'a> {
+    f: &'f Fields<'a>,
+    context: &'f str,
+}
+
+impl Params<'_, '_> {
+    fn missing(&self, name: &str, diags: &mut Diagnostics) {
+        // A misspelling of `name` was already reported with a did-you-mean;
+        // one typo gets one error.
+        if self
+            .f
+            .names()
+            .any(|n| n != name && did_you_mean(n, &[name]).is_some())
+        {
+            return;
+        }
+        diags.error(
+            &self.f.node.pos,
+            format!("{} is missing required field `{name}`", self.context),
+        );
+    }
+
+    fn count(&self, name: &str, diags: &mut Diagnostics) -> u64 {
+        match self.f.get(name) {
+            Some(n) => diags.take(n.as_u64(name)).unwrap_or(0),
+            None => {
+                self.missing(name, diags);
+                0
+            }
+        }
+    }
+
+    fn opt_count(&self, name: &str, diags: &mut Diagnostics) -> Option<u64> {
+        self.f.get(name).and_then(|n| diags.take(n.as_u64(name)))
+    }
+
+    fn opt_f64(&self, name: &str, diags: &mut Diagnostics) -> Option<f64> {
+        self.f.get(name).and_then(|n| diags.take(n.as_f64(name)))
+    }
+
+    fn rate(&self, diags: &mut Diagnostics) -> Option<tollgate_core::Rate> {
+        let Some(n) = self.f.get("rate") else {
+            self.missing("rate", diags);
+            return None;
+        };
+        let text = diags.take(n.as_str("rate"))?;
+        diags.take(
+            parse_rate(text)
+                .map_err(|e| Diagnostic::new(&n.pos, format!("{}: rate {e}", self.context))),
+        )
+    }
+
+    fn duration(&self, name: &str, diags: &mut Diagnostics) -> Nanos {
+        match self.f.get(name) {
+            Some(n) => diags.take(duration(n, name)).unwrap_or(Nanos::ZERO),
+            None => {
+                self.missing(name, diags);
+                Nanos::ZERO
+            }
+        }
+    }
+
+    fn opt_duration(&self, name: &str, diags: &mut Diagnostics) -> Option<Nanos> {
+        self.f.get(name).and_then(|n| diags.take(duration(n, name)))
+    }
+
+    fn align(&self, diags: &mut Diagnostics) -> Align {
+        let Some(n) = self.f.get("align") else {
+            return Align::Epoch;
+        };
+        match diags.take(n.as_str("align")) {
+            Some("epoch") => Align::Epoch,
+            Some("first_hit") => Align::FirstHit,
+            Some(other) => {
+                diags.error(
+                    &n.pos,
+                    format!(
+                        "{}: align must be `epoch` or `first_hit`, found `{other}`",
+                        self.context
+                    ),
+                );
+                Align::Epoch
+            }
+            None => Align::Epoch,
+        }
+    }
+
+    fn buckets(&self, diags: &mut Diagnostics) -> u32 {
+        let Some(n) = self.f.get("buckets") else {
+            return 2;
+        };
+        let v = diags.take(n.as_u64("buckets")).unwrap_or(2);
+        u32::try_from(v).unwrap_or(u32::MAX)
+    }
+}
+
+/// A duration: a string like `300ms`, or the number 0.
+pub(crate) fn duration(n: &Node, what: &str) -> Result<Nanos, Diagnostic> {
+    match &n.kind {
+        Kind::Str(s) => {
+            parse_duration(s).map_err(|e| Diagnostic::new(&n.pos, format!("`{what}`: {e}")))
+        }
+        Kind::Int(0) => Ok(Nanos::ZERO),
+        Kind::Int(i) => Err(Diagnostic::new(
+            &n.pos,
+            format!("`{what}` needs a unit: write `{i}s` or `{i}ms`"),
+        )),
+        _ => Err(Diagnostic::new(
+            &n.pos,
+            format!(
+                "`{what}` must be a duration like 300ms, 1s, 5m, found {}",
+                n.type_name()
+            ),
+        )),
+    }
+}
+
+/// A per-second hit limit (hard or global) that must be at least 1.
+fn positive_limit(
+    f: &Fields<'_>,
+    name: &str,
+    context: &str,
+    diags: &mut Diagnostics,
+) -> Option<u64> {
+    let n = f.get(name)?;
+    let v = diags.take(n.as_u64(name))?;
+    if v == 0 {
+        diags.error(
+            &n.pos,
+            format!("{context}: `{name}` must be at least 1 (use `algorithm: deny` to refuse everything)"),
+        );
+        return None;
+    }
+    Some(v)
+}
+
+/// Reads and normalizes burst tiers (Charon §4.1).
+fn read_tiers(f: &Fields<'_>, context: &str, diags: &mut Diagnostics) -> Vec<Tier> {
+    let Some(list) = f.get("tiers") else {
+        diags.error(
+            &f.node.pos,
+            format!("{context} is missing required field `tiers`"),
+        );
+        return Vec::new();
+    };
+    let items = diags.take(list.as_seq("tiers")).unwrap_or(&[]);
+    let mut tiers = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let tcontext = format!("{context}, tier {}", i + 1);
+        let Some(t) = diags.take(item.as_map("a tier")) else {
+            continue;
+        };
+        diags.errors.extend(t.unknown(TIER_FIELDS, &tcontext));
+        let p = Params {
+            f: &t,
+            context: &tcontext,
+        };
+        let mut tier = Tier {
+            limit: p.count("limit", diags),
+            window: p.duration("window", diags),
+            active: p.duration("active", diags),
+            cooldown: p.opt_duration("cooldown", diags).unwrap_or(Nanos::ZERO),
+            skippable: flag(&t, "skippable", diags),
+        };
+        if normalize_tier(&mut tier, &item.pos, &tcontext, diags) {
+            tiers.push(tier);
+        }
+    }
+    tiers
+}
+
+/// Applies Charon §4.1 to one tier; `false` if the tier is dropped.
+pub(crate) fn normalize_tier(
+    tier: &mut Tier,
+    pos: &Pos,
+    context: &str,
+    diags: &mut Diagnostics,
+) -> bool {
+    if tier.active.is_zero() {
+        diags.warn(
+            pos,
+            format!("{context}: active time is zero, so the tier can never be used; removed"),
+        );
+        return false;
+    }
+    if tier.window.is_zero() {
+        diags.error(
+            pos,
+            format!("{context}: `window` must be greater than zero"),
+        );
+        return false;
+    }
+    if tier.window > tier.active {
+        diags.warn(
+            pos,
+            format!(
+                "{context}: window {} is longer than the active period {}; shortened to {}",
+                tier.window, tier.active, tier.active
+            ),
+        );
+        tier.window = tier.active;
+    }
+    let rem = tier.active.as_u64() % tier.window.as_u64();
+    if rem != 0 {
+        let trimmed = Nanos::new(tier.active.as_u64() - rem);
+        diags.warn(
+            pos,
+            format!(
+                "{context}: active period {} is not a multiple of the window {}; trimmed to {} so no partial window ends it",
+                tier.active, tier.window, trimmed
+            ),
+        );
+        tier.active = trimmed;
+    }
+    true
+}
+
+fn read_concurrency(f: &Fields<'_>, context: &str, diags: &mut Diagnostics) -> Option<CopyLimits> {
+    let before = diags.errors.len();
+    diags.errors.extend(f.unknown(CONCURRENCY_FIELDS, context));
+    let p = Params { f, context };
+    let global = p.opt_count("global_limit", diags);
+    let cap = |value: u64, what: String, pos: &Pos, diags: &mut Diagnostics| -> u64 {
+        match global {
+            Some(g) if value > g => {
+                diags.warn(
+                    pos,
+                    format!("{context}: {what} {value} is above the global_limit {g}; the effective limit is {g}"),
+                );
+                g
+            }
+            _ => value,
+        }
+    };
+    let domain_limit = p.count("domain_limit", diags);
+    let domain_limit = cap(
+        domain_limit,
+        "domain_limit".into(),
+        f.pos_of("domain_limit"),
+        diags,
+    );
+    let mut limits = CopyLimits::new(domain_limit, global);
+    if let Some(list) = f.get("groups") {
+        for item in diags.take(list.as_seq("groups")).unwrap_or(&[]) {
+            let Some(g) = diags.take(item.as_map("a group")) else {
+                continue;
+            };
+            let Some(name) = diags.take(required_name(&g, "a group")) else {
+                continue;
+            };
+            let gcontext = format!("{context}, group `{name}`");
+            diags.errors.extend(g.unknown(GROUP_FIELDS, &gcontext));
+            let gp = Params {
+                f: &g,
+                context: &gcontext,
+            };
+            let limit = gp.count("limit", diags);
+            let limit = cap(limit, format!("group `{name}` limit"), &item.pos, diags);
+            let members: Vec<String> = match g.get("members") {
+                Some(m) => diags
+                    .take(m.as_seq("members"))
+                    .unwrap_or(&[])
+                    .iter()
+                    .filter_map(|x| diags.take(x.scalar_text("members")))
+                    .collect(),
+                None => Vec::new(),
+            };
+            match limits.clone().with_group(name, limit, members) {
+                Ok(l) => limits = l,
+                Err(e) => diags.error(&item.pos, format!("{context}: {e}")),
+            }
+        }
+    }
+    if let Some(d) = f.get("domains") {
+        if let Some(map) = diags.take(d.as_map("domains")) {
+            for (domain, _, value) in map.iter() {
+                let dcontext = format!("{context}, domain `{domain}`");
+                let Some(over) = diags.take(value.as_map("a domain override")) else {
+                    continue;
+                };
+                diags
+                    .errors
+                    .extend(over.unknown(&["domain_limit"], &dcontext));
+                let dp = Params {
+                    f: &over,
+                    context: &dcontext,
+                };
+                let v = dp.count("domain_limit", diags);
+                let v = cap(
+                    v,
+                    format!("domain `{domain}` domain_limit"),
+                    over.pos_of("domain_limit"),
+                    diags,
+                );
+                limits = limits.with_override(domain, v);
+            }
+        }
+    }
+    (diags.errors.len() == before).then_some(limits)
+}

@@ -1,0 +1,250 @@
+//! The native format: loading, errors with positions, normalization.
+
+// Helpers outside #[test] fns are not covered by clippy.toml's
+// allow-unwrap-in-tests; a failed unwrap here is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use tollgate_config::{load_str, AlgorithmSpec, ConfigError, ResourceKind};
+use tollgate_core::{Nanos, Tier};
+
+fn errors(text: &str) -> Vec<String> {
+    match load_str("t.yaml", text) {
+        Ok(_) => panic!("expected an error"),
+        Err(ConfigError { errors }) => errors.iter().map(|e| e.to_string()).collect(),
+    }
+}
+
+fn one_error(text: &str) -> String {
+    let e = errors(text);
+    assert_eq!(e.len(), 1, "{e:?}");
+    e.into_iter().next().unwrap()
+}
+
+#[test]
+fn the_bundled_example_loads() {
+    let text = include_str!("../../../examples/tollgate.yaml");
+    let loaded = load_str("tollgate.yaml", text).unwrap();
+    let ns = loaded.config.namespace("default").unwrap();
+    assert_eq!(ns.resources.len(), 11);
+    let login = ns.resource("login").unwrap();
+    let ResourceKind::Rate(rate) = &login.kind else {
+        panic!()
+    };
+    assert_eq!(rate.global_limit, Some(1000));
+    assert_eq!(rate.default.hard_limit, Some(20));
+    // The override replaces the tiers and inherits the hard limit.
+    let acme = rate.for_domain("acme");
+    assert_eq!(acme.hard_limit, Some(20));
+    let AlgorithmSpec::BurstTiers { tiers } = &acme.algorithm else {
+        panic!()
+    };
+    assert_eq!(tiers.len(), 1);
+    assert_eq!(tiers[0].limit, 100);
+    let sandbox = ns.resource("sandbox").unwrap();
+    let ResourceKind::Concurrency(c) = &sandbox.kind else {
+        panic!()
+    };
+    assert_eq!(c.domain_limit_for("acme"), 10);
+    assert_eq!(c.domain_limit_for("other"), 3);
+    assert_eq!(c.groups_of("globex"), vec!["big".to_string()]);
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+}
+
+#[test]
+fn unknown_field_has_position_and_suggestion() {
+    let e = one_error(
+        "namespaces:\n  - name: n\n    resources:\n      - name: api\n        algorithm: token_bucket\n        capcity: 10\n        rate: 1/s\n",
+    );
+    assert_eq!(
+        e,
+        "t.yaml:6:9: unknown field `capcity` in resource `api`, did you mean `capacity`?"
+    );
+}
+
+#[test]
+fn unknown_algorithm_suggests() {
+    let e = one_error("namespaces:\n  - name: n\n    resources:\n      - { name: a, algorithm: token_buckit, capacity: 1, rate: 1/s }\n");
+    assert!(
+        e.contains("unknown algorithm `token_buckit`, did you mean `token_bucket`?"),
+        "{e}"
+    );
+    assert!(e.starts_with("t.yaml:4:"), "{e}");
+}
+
+#[test]
+fn bad_rate_and_negative_limit_are_named() {
+    let e = errors(
+        "namespaces:\n  - name: n\n    resources:\n      - { name: a, algorithm: gcra, rate: 10/fortnight }\n      - { name: b, algorithm: fixed_window, limit: -5, window: 1s }\n",
+    );
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(
+        e[0].starts_with("t.yaml:4:") && e[0].contains("rate `10/fortnight`"),
+        "{}",
+        e[0]
+    );
+    assert!(
+        e[1].starts_with("t.yaml:5:") && e[1].contains("`limit` must not be negative, found -5"),
+        "{}",
+        e[1]
+    );
+}
+
+#[test]
+fn duplicate_names_point_at_the_first() {
+    let e = one_error("namespaces:\n  - name: n\n    resources:\n      - { name: a, algorithm: unlimited }\n      - { name: a, algorithm: deny }\n");
+    assert!(
+        e.contains("resource `a` is defined twice in namespace `n` (first at t.yaml:4:9)"),
+        "{e}"
+    );
+    let e = one_error("namespaces:\n  - { name: n }\n  - { name: n }\n");
+    assert!(e.contains("namespace `n` is defined twice"), "{e}");
+}
+
+#[test]
+fn missing_fields_and_zero_params_are_errors() {
+    let e = one_error("namespaces:\n  - name: n\n    resources:\n      - { name: a, algorithm: token_bucket, rate: 1/s }\n");
+    assert!(e.contains("missing required field `capacity`"), "{e}");
+    let e = one_error("namespaces:\n  - name: n\n    resources:\n      - { name: a, algorithm: token_bucket, capacity: 0, rate: 1/s }\n");
+    assert!(e.contains("`capacity` must be greater than zero"), "{e}");
+    let e = one_error("namespaces:\n  - name: n\n    resources:\n      - { name: a, algorithm: smooth_warming_up, rate: 1/s, warmup: 0s }\n");
+    assert!(e.contains("warmup"), "{e}");
+    let e = one_error("namespaces:\n  - name: n\n    resources:\n      - { name: a, algorithm: fixed_window, limit: 1, window: 10 }\n");
+    assert!(e.contains("`window` needs a unit: write `10s`"), "{e}");
+}
+
+#[test]
+fn burst_tiers_are_normalized_with_warnings() {
+    let loaded = load_str(
+        "t.yaml",
+        "namespaces:\n  - name: n\n    resources:\n      - name: a\n        algorithm: burst_tiers\n        tiers:\n          - { limit: 1, window: 1s, active: 0s }\n          - { limit: 5, window: 10s, active: 5s }\n          - { limit: 9, window: 2s, active: 7s, cooldown: 1m, skippable: true }\n",
+    )
+    .unwrap();
+    let ResourceKind::Rate(r) = &loaded.config.namespaces[0].resources[0].kind else {
+        panic!()
+    };
+    let AlgorithmSpec::BurstTiers { tiers } = &r.default.algorithm else {
+        panic!()
+    };
+    assert_eq!(
+        tiers,
+        &vec![
+            Tier {
+                limit: 5,
+                window: Nanos::from_secs(5),
+                active: Nanos::from_secs(5),
+                cooldown: Nanos::ZERO,
+                skippable: false
+            },
+            Tier {
+                limit: 9,
+                window: Nanos::from_secs(2),
+                active: Nanos::from_secs(6),
+                cooldown: Nanos::from_secs(60),
+                skippable: true
+            },
+        ]
+    );
+    let w: Vec<String> = loaded.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(w.len(), 3, "{w:?}");
+    assert!(
+        w[0].contains("tier 1: active time is zero") && w[0].starts_with("t.yaml:7:"),
+        "{}",
+        w[0]
+    );
+    assert!(
+        w[1].contains("tier 2: window 10s is longer than the active period 5s; shortened to 5s"),
+        "{}",
+        w[1]
+    );
+    assert!(
+        w[2].contains("tier 3: active period 7s is not a multiple of the window 2s; trimmed to 6s"),
+        "{}",
+        w[2]
+    );
+}
+
+#[test]
+fn limits_above_the_global_limit_are_capped() {
+    let loaded = load_str(
+        "t.yaml",
+        "namespaces:\n  - name: n\n    resources:\n      - name: c\n        kind: concurrency\n        domain_limit: 50\n        global_limit: 10\n        groups: [ { name: g, members: [x], limit: 20 } ]\n        domains: { x: { domain_limit: 30 } }\n      - { name: r, algorithm: gcra, rate: 1/s, hard_limit: 200, global_limit: 100 }\n",
+    )
+    .unwrap();
+    let ns = &loaded.config.namespaces[0];
+    let ResourceKind::Concurrency(c) = &ns.resources[0].kind else {
+        panic!()
+    };
+    assert_eq!(c.domain_limit(), 10);
+    assert_eq!(c.domain_limit_for("x"), 10);
+    assert_eq!(c.groups()[0].limit, 10);
+    let ResourceKind::Rate(r) = &ns.resources[1].kind else {
+        panic!()
+    };
+    assert_eq!(r.default.hard_limit, Some(100));
+    assert_eq!(loaded.warnings.len(), 4, "{:?}", loaded.warnings);
+}
+
+#[test]
+fn domain_overrides_refine_or_replace() {
+    let loaded = load_str(
+        "t.yaml",
+        "namespaces:\n  - name: n\n    resources:\n      - name: a\n        algorithm: token_bucket\n        capacity: 10\n        rate: 1/s\n        domains:\n          big: { capacity: 1000 }\n          other: { algorithm: gcra, rate: 5/s, burst: 2 }\n",
+    )
+    .unwrap();
+    let ResourceKind::Rate(r) = &loaded.config.namespaces[0].resources[0].kind else {
+        panic!()
+    };
+    assert_eq!(
+        r.for_domain("big").algorithm.to_string(),
+        "token_bucket { capacity: 1000, rate: 1/1s }"
+    );
+    assert_eq!(
+        r.for_domain("other").algorithm.to_string(),
+        "gcra { rate: 5/1s, burst: 2 }"
+    );
+    assert_eq!(
+        r.for_domain("nobody").algorithm.to_string(),
+        "token_bucket { capacity: 10, rate: 1/1s }"
+    );
+}
+
+#[test]
+fn overrides_cannot_set_resource_wide_fields() {
+    let e = one_error("namespaces:\n  - name: n\n    resources:\n      - name: a\n        algorithm: gcra\n        rate: 1/s\n        domains: { d: { global_limit: 5 } }\n");
+    assert!(
+        e.contains("`global_limit` applies to the whole resource"),
+        "{e}"
+    );
+}
+
+#[test]
+fn every_error_is_reported_at_once() {
+    let e = errors("namespaces:\n  - name: n\n    resources:\n      - { name: a, algorithm: gcra }\n      - { name: b, algorithm: nope }\n      - { name: c, kind: weird }\n");
+    assert_eq!(e.len(), 3, "{e:?}");
+}
+
+#[test]
+fn syntax_errors_and_wrong_top_level() {
+    let e = one_error("namespaces: [\n");
+    assert!(e.contains("invalid YAML"), "{e}");
+    let e = one_error("limits: []\n");
+    assert!(e.contains("expected `namespaces:`"), "{e}");
+}
+
+#[test]
+fn normalized_output_reads_back_identically() {
+    let text = include_str!("../../../examples/tollgate.yaml");
+    let first = load_str("a.yaml", text).unwrap().config;
+    let yaml = tollgate_config::emit::to_yaml(&first);
+    let second = load_str("b.yaml", &yaml)
+        .unwrap_or_else(|e| panic!("{e}\n{yaml}"))
+        .config;
+    assert_eq!(first.namespaces.len(), second.namespaces.len());
+    for (a, b) in first.namespaces.iter().zip(&second.namespaces) {
+        assert_eq!(a.name, b.name);
+        for (ra, rb) in a.resources.iter().zip(&b.resources) {
+            assert_eq!(ra.name, rb.name);
+            assert_eq!(ra.kind, rb.kind, "resource {}", ra.name);
+        }
+    }
+}

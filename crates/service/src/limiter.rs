@@ -1,0 +1,577 @@
+//! The [`Limiter`]: requests in, plans to the store, outcomes out.
+//!
+//! It knows the config view and the namespace flags of Charon §4.3; it does
+//! not know any wire protocol, and it does not know which store it talks
+//! to. Requests are validated here, so the store and the core only ever
+//! see well-formed ones.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use smallvec::SmallVec;
+use tollgate_core::copies::{CopyLimits, Groups, Reservation, TransferId};
+use tollgate_core::{Decision, Mode, Nanos, PlanDecision, Request, TierInfo};
+use tollgate_store::{Key, Plan, PoolKey, Seized, Store};
+
+use crate::error::ServiceError;
+use crate::view::{DomainLimits, Main, NamespaceView, RateView, ResourceEntry, ResourceView, View};
+
+/// A request for hits of a rate-limited resource (Charon §3.1 `request`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RateRequest<'a> {
+    /// The namespace.
+    pub namespace: &'a str,
+    /// The resource.
+    pub resource: &'a str,
+    /// On whose behalf.
+    pub domain: &'a str,
+    /// The most hits wanted.
+    pub hits: u64,
+    /// The fewest still useful.
+    pub min_hits: u64,
+    /// Answer now, or schedule.
+    pub mode: Mode,
+}
+
+/// Which limit bounded a request.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum LimitedBy {
+    /// The resource's algorithm (not burst tiers).
+    Limit,
+    /// The domain's current burst tier.
+    Tier,
+    /// The per-domain hard limit.
+    Hard,
+    /// The all-domain global limit.
+    Global,
+    /// The resource denies everything.
+    Deny,
+}
+
+impl LimitedBy {
+    /// The name used in outputs and metrics.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            LimitedBy::Limit => "limit",
+            LimitedBy::Tier => "tier",
+            LimitedBy::Hard => "hard",
+            LimitedBy::Global => "global",
+            LimitedBy::Deny => "deny",
+        }
+    }
+}
+
+/// The answer to a [`RateRequest`], with Charon §3.1's context.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RateOutcome {
+    /// Whether the request succeeded (forced true by shadow mode and
+    /// `ignore_configured`).
+    pub allowed: bool,
+    /// Hits granted.
+    pub granted: u64,
+    /// The combined decision: limit, remaining, retry and reset times, wait.
+    pub decision: Decision,
+    /// What bounded the grant below what was asked.
+    pub limited_by: Option<LimitedBy>,
+    /// Burst-tier context.
+    pub tier: Option<TierInfo>,
+    /// The domain's hard limit (per second).
+    pub hard_limit: Option<u64>,
+    /// The global limit (per second).
+    pub global_limit: Option<u64>,
+    /// Hits by this domain in the last second (when a hard limit counts them).
+    pub domain_hits_last_second: Option<u64>,
+    /// Hits by all domains in the last second (when a global limit counts them).
+    pub global_hits_last_second: Option<u64>,
+    /// A shadow-mode limit would have rejected; the request was allowed.
+    pub shadowed: bool,
+    /// The namespace ignores its limits; the request was allowed.
+    pub ignored: bool,
+    /// The resource is not configured; the namespace allows that.
+    pub unconfigured: bool,
+    /// The algorithm that decided.
+    pub algorithm: &'static str,
+}
+
+/// A request in envoyproxy/ratelimit's terms: descriptors of one domain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DescriptorRequest<'a> {
+    /// The namespace (envoy `domain`).
+    pub namespace: &'a str,
+    /// The descriptors, each a list of `(key, value)` entries.
+    pub descriptors: &'a [Vec<(String, String)>],
+    /// Hits to add (envoy `hits_addend`; all or nothing).
+    pub hits: u64,
+}
+
+/// One descriptor's result.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DescriptorStatus {
+    /// The resource that limited it; `None` when no limit applies (no match,
+    /// replaced, or unlimited).
+    pub resource: Option<String>,
+    /// The counter's domain.
+    pub domain: Option<String>,
+    /// Whether this descriptor is within its limit (or shadowed).
+    pub allowed: bool,
+    /// Its decision, when a limit applied.
+    pub decision: Option<Decision>,
+    /// The limit is `unlimited`.
+    pub unlimited: bool,
+    /// Over its limit but in shadow mode.
+    pub shadowed: bool,
+}
+
+/// The answer to a [`DescriptorRequest`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct DescriptorOutcome {
+    /// OK overall: every descriptor allowed.
+    pub allowed: bool,
+    /// Per descriptor, in request order.
+    pub statuses: Vec<DescriptorStatus>,
+}
+
+/// The answer to a reserve (Charon §3.1).
+pub type ReserveOutcome = Reservation;
+
+/// Answers limiting requests against a config view and a store.
+pub struct Limiter<S> {
+    store: S,
+    view: ArcSwap<View>,
+}
+
+/// What one plan item is for, to name what limited a request.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Role {
+    Main,
+    Hard,
+    Global,
+}
+
+impl<S: Store> Limiter<S> {
+    /// A limiter over `store` with `view`.
+    pub fn new(store: S, view: View) -> Limiter<S> {
+        Limiter {
+            store,
+            view: ArcSwap::from_pointee(view),
+        }
+    }
+
+    /// The current view.
+    pub fn view(&self) -> Arc<View> {
+        self.view.load_full()
+    }
+
+    /// Replaces the view (a config reload). Requests already running finish
+    /// with the view they started with.
+    pub fn set_view(&self, view: View) {
+        self.view.store(Arc::new(view));
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// Decides a rate request (Charon §3.1 `request`).
+    pub async fn request(
+        &self,
+        req: &RateRequest<'_>,
+        now: Nanos,
+    ) -> Result<RateOutcome, ServiceError> {
+        check_request(req.hits, req.min_hits)?;
+        let view = self.view.load();
+        let ns = namespace(&view, req.namespace)?;
+        let Some(entry) = ns.resource(req.resource) else {
+            if ns.allow_unconfigured {
+                metrics::counter!("tollgate_unconfigured_hits_total", "namespace" => ns.name.clone())
+                    .increment(req.hits);
+                return Ok(unconfigured(req.hits));
+            }
+            return Err(ServiceError::UnknownResource {
+                namespace: req.namespace.to_owned(),
+                resource: req.resource.to_owned(),
+            });
+        };
+        let ResourceView::Rate(rate) = &entry.view else {
+            return Err(wrong_kind(
+                req.namespace,
+                req.resource,
+                "concurrency",
+                "rate",
+                "request",
+            ));
+        };
+        let limits = rate.for_domain(req.domain);
+        let shadow = entry.shadow || ns.ignore_configured;
+        let (plan, roles) = rate_plan(rate, limits, req.domain, shadow);
+        let request = Request::between(req.min_hits, req.hits);
+        if matches!(limits.main, Main::Deny) && !shadow {
+            return Ok(denied(limits, rate));
+        }
+        let pd = self.store.decide(&plan, now, request, req.mode).await?;
+        Ok(rate_outcome(
+            &pd,
+            &roles,
+            limits,
+            rate,
+            req.hits,
+            entry.shadow,
+            ns.ignore_configured,
+        ))
+    }
+
+    /// Decides envoyproxy/ratelimit-style descriptors, all or nothing.
+    pub async fn request_descriptors(
+        &self,
+        req: &DescriptorRequest<'_>,
+        now: Nanos,
+    ) -> Result<DescriptorOutcome, ServiceError> {
+        let view = self.view.load();
+        let ns = namespace(&view, req.namespace)?;
+        let tree = ns
+            .descriptors
+            .as_ref()
+            .ok_or_else(|| ServiceError::NoDescriptors(req.namespace.to_owned()))?;
+        if req.descriptors.is_empty() {
+            return Err(ServiceError::Malformed("no descriptors".into()));
+        }
+        let matches: Vec<_> = req.descriptors.iter().map(|d| tree.find(d)).collect();
+        // `replaces` is scoped to the request: a matched limit's name drops
+        // every matched limit of that name (envoyproxy/ratelimit semantics).
+        let replaced: Vec<&str> = matches
+            .iter()
+            .flatten()
+            .filter_map(|m| ns.resources.get(m.resource))
+            .filter_map(|r| r.envoy.as_ref())
+            .flat_map(|e| e.replaces.iter().map(String::as_str))
+            .collect();
+        let mut statuses = Vec::with_capacity(matches.len());
+        let mut plan = Plan::default();
+        // The plan item deciding each descriptor, if any.
+        let mut item_of: Vec<Option<usize>> = Vec::with_capacity(matches.len());
+        let mut denied = false;
+        for m in &matches {
+            let mut status = DescriptorStatus {
+                resource: None,
+                domain: None,
+                allowed: true,
+                decision: None,
+                unlimited: false,
+                shadowed: false,
+            };
+            let mut item = None;
+            if let Some((m, entry)) = m
+                .as_ref()
+                .and_then(|m| ns.resources.get(m.resource).map(|e| (m, e)))
+            {
+                let name = entry.envoy.as_ref().and_then(|e| e.name.as_deref());
+                if name.is_some_and(|n| replaced.contains(&n)) {
+                    statuses.push(status);
+                    item_of.push(None);
+                    continue;
+                }
+                status.resource = Some(entry.name.clone());
+                status.domain = Some(m.domain.clone());
+                if let ResourceView::Rate(rate) = &entry.view {
+                    let shadow = entry.shadow || ns.ignore_configured;
+                    match &rate.for_domain(&m.domain).main {
+                        Main::Unlimited => status.unlimited = true,
+                        Main::Deny if shadow => status.shadowed = true,
+                        Main::Deny => {
+                            status.allowed = false;
+                            denied = true;
+                        }
+                        Main::Limited(c) => {
+                            // Two identical descriptors share one counter
+                            // (as upstream); they are one plan item here.
+                            let key = Key::new(c.id, &m.domain);
+                            item = Some(match plan.items.iter().position(|it| it.key == key) {
+                                Some(existing) => existing,
+                                None => {
+                                    plan.push(key, c.limit.clone(), shadow);
+                                    plan.items.len() - 1
+                                }
+                            });
+                        }
+                    }
+                }
+            }
+            statuses.push(status);
+            item_of.push(item);
+        }
+        if denied {
+            // Nothing is consumed when any descriptor is over its limit.
+            return Ok(DescriptorOutcome {
+                allowed: false,
+                statuses,
+            });
+        }
+        let pd = self
+            .store
+            .decide(&plan, now, Request::exactly(req.hits), Mode::Try)
+            .await?;
+        for (status, item) in statuses.iter_mut().zip(&item_of) {
+            let Some(item) = *item else { continue };
+            let fits = pd.rooms.get(item).is_some_and(|&r| r >= req.hits);
+            status.decision = pd.decisions.get(item).copied();
+            if plan.items[item].shadow {
+                status.shadowed = !fits;
+            } else {
+                status.allowed = fits;
+            }
+        }
+        let allowed = statuses.iter().all(|s| s.allowed);
+        Ok(DescriptorOutcome { allowed, statuses })
+    }
+
+    /// Reserves copies of a copy-limited resource (Charon §3.1 `reserve`).
+    pub async fn reserve(
+        &self,
+        namespace: &str,
+        resource: &str,
+        domain: &str,
+        request: Request,
+    ) -> Result<ReserveOutcome, ServiceError> {
+        check_request(request.hits, request.min_hits)?;
+        let (pool, limits, ignore) = self.copy_resource(namespace, resource, "reserve")?;
+        let limits = if ignore {
+            Arc::new(CopyLimits::new(u64::MAX, None))
+        } else {
+            limits
+        };
+        Ok(self.store.reserve(&pool, &limits, domain, request).await?)
+    }
+
+    /// Releases copies (Charon §3.1 `release`).
+    pub async fn release(
+        &self,
+        namespace: &str,
+        resource: &str,
+        domain: &str,
+        groups: &Groups,
+        copies: u64,
+    ) -> Result<(), ServiceError> {
+        let (pool, _, _) = self.copy_resource(namespace, resource, "release")?;
+        Ok(self.store.release(&pool, domain, groups, copies).await?)
+    }
+
+    /// Stages copies for another client (Charon §3.1 `transfer`).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn transfer(
+        &self,
+        namespace: &str,
+        resource: &str,
+        domain: &str,
+        groups: &Groups,
+        copies: u64,
+        ttl: Nanos,
+        now: Nanos,
+    ) -> Result<TransferId, ServiceError> {
+        let (pool, _, _) = self.copy_resource(namespace, resource, "transfer")?;
+        Ok(self
+            .store
+            .transfer(&pool, domain, groups, copies, ttl, now)
+            .await?)
+    }
+
+    /// Claims staged copies (Charon §3.1 `seize`).
+    pub async fn seize(&self, id: TransferId, now: Nanos) -> Result<Seized, ServiceError> {
+        Ok(self.store.seize(id, now).await?)
+    }
+
+    /// The pool and limits of a copy-limited resource; an unknown one in a
+    /// namespace that allows it gets the most permissive limits (and its
+    /// holds are still recorded).
+    fn copy_resource(
+        &self,
+        namespace: &str,
+        resource: &str,
+        operation: &'static str,
+    ) -> Result<(PoolKey, Arc<CopyLimits>, bool), ServiceError> {
+        let view = self.view.load();
+        let ns = self::namespace(&view, namespace)?;
+        match ns.resource(resource) {
+            Some(ResourceEntry {
+                view: ResourceView::Concurrency { pool, limits },
+                shadow,
+                ..
+            }) => Ok((
+                pool.clone(),
+                limits.clone(),
+                *shadow || ns.ignore_configured,
+            )),
+            Some(_) => Err(wrong_kind(
+                namespace,
+                resource,
+                "rate",
+                "concurrency",
+                operation,
+            )),
+            None if ns.allow_unconfigured => Ok((
+                PoolKey::new(namespace, resource),
+                Arc::new(CopyLimits::new(u64::MAX, None)),
+                false,
+            )),
+            None => Err(ServiceError::UnknownResource {
+                namespace: namespace.to_owned(),
+                resource: resource.to_owned(),
+            }),
+        }
+    }
+}
+
+fn check_request(hits: u64, min_hits: u64) -> Result<(), ServiceError> {
+    if min_hits > hits {
+        return Err(ServiceError::Malformed(format!(
+            "min_hits ({min_hits}) is greater than hits ({hits})"
+        )));
+    }
+    Ok(())
+}
+
+fn namespace<'v>(view: &'v View, name: &str) -> Result<&'v NamespaceView, ServiceError> {
+    view.namespace(name)
+        .ok_or_else(|| ServiceError::UnknownNamespace(name.to_owned()))
+}
+
+fn wrong_kind(
+    namespace: &str,
+    resource: &str,
+    actual: &'static str,
+    expected: &'static str,
+    operation: &'static str,
+) -> ServiceError {
+    ServiceError::WrongKind {
+        namespace: namespace.to_owned(),
+        resource: resource.to_owned(),
+        actual,
+        expected,
+        operation,
+    }
+}
+
+/// The plan for one domain of a rate resource: its algorithm, its hard
+/// limit, the global limit.
+fn rate_plan(
+    rate: &RateView,
+    limits: &DomainLimits,
+    domain: &str,
+    shadow: bool,
+) -> (Plan, SmallVec<[Role; 3]>) {
+    let mut plan = Plan::default();
+    let mut roles = SmallVec::new();
+    if let Main::Limited(c) = &limits.main {
+        plan.push(Key::new(c.id, domain), c.limit.clone(), shadow);
+        roles.push(Role::Main);
+    }
+    if let Some(h) = &limits.hard {
+        plan.push(Key::new(h.id, domain), h.limit.clone(), shadow);
+        roles.push(Role::Hard);
+    }
+    if let Some(g) = &rate.global {
+        plan.push(Key::new(g.id, ""), g.limit.clone(), shadow);
+        roles.push(Role::Global);
+    }
+    (plan, roles)
+}
+
+fn rate_outcome(
+    pd: &PlanDecision,
+    roles: &[Role],
+    limits: &DomainLimits,
+    rate: &RateView,
+    hits: u64,
+    shadow: bool,
+    ignored: bool,
+) -> RateOutcome {
+    let mut decision = pd.summary();
+    let used = |role: Role| {
+        roles
+            .iter()
+            .position(|r| *r == role)
+            .and_then(|i| pd.decisions.get(i))
+            .map(|d| d.limit.saturating_sub(d.remaining))
+    };
+    let tier = pd.decisions.first().and_then(|d| d.tier);
+    // With everything in shadow, the plan never limits; name what would have.
+    let bound = pd.limited_by.or_else(|| {
+        pd.rooms
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| **r < hits)
+            .min_by_key(|(_, r)| **r)
+            .map(|(i, _)| i)
+    });
+    let limited_by = bound.and_then(|i| roles.get(i)).map(|role| match role {
+        Role::Main if tier.is_some() => LimitedBy::Tier,
+        Role::Main => LimitedBy::Limit,
+        Role::Hard => LimitedBy::Hard,
+        Role::Global => LimitedBy::Global,
+    });
+    let forced = shadow || ignored;
+    if forced {
+        decision.allowed = true;
+        decision.granted = hits;
+    }
+    RateOutcome {
+        allowed: decision.allowed,
+        granted: decision.granted,
+        decision,
+        limited_by: if pd.granted < hits || forced {
+            limited_by
+        } else {
+            None
+        },
+        tier,
+        hard_limit: limits.hard_limit,
+        global_limit: rate.global_limit,
+        domain_hits_last_second: limits.hard.as_ref().and_then(|_| used(Role::Hard)),
+        global_hits_last_second: rate.global.as_ref().and_then(|_| used(Role::Global)),
+        shadowed: shadow && pd.shadow_limited,
+        ignored: ignored && pd.shadow_limited,
+        unconfigured: false,
+        algorithm: limits.algorithm,
+    }
+}
+
+fn denied(limits: &DomainLimits, rate: &RateView) -> RateOutcome {
+    let mut decision = Decision::unlimited(0);
+    decision.allowed = false;
+    decision.limit = 0;
+    decision.remaining = 0;
+    decision.retry_after = None;
+    RateOutcome {
+        allowed: false,
+        granted: 0,
+        decision,
+        limited_by: Some(LimitedBy::Deny),
+        tier: None,
+        hard_limit: limits.hard_limit,
+        global_limit: rate.global_limit,
+        domain_hits_last_second: None,
+        global_hits_last_second: None,
+        shadowed: false,
+        ignored: false,
+        unconfigured: false,
+        algorithm: limits.algorithm,
+    }
+}
+
+fn unconfigured(hits: u64) -> RateOutcome {
+    RateOutcome {
+        allowed: true,
+        granted: hits,
+        decision: Decision::unlimited(hits),
+        limited_by: None,
+        tier: None,
+        hard_limit: None,
+        global_limit: None,
+        domain_hits_last_second: None,
+        global_hits_last_second: None,
+        shadowed: false,
+        ignored: false,
+        unconfigured: true,
+        algorithm: "unlimited",
+    }
+}

@@ -1,0 +1,248 @@
+//! The config view: a resolved [`Config`] compiled into what answering a
+//! request needs — built algorithms, their [`LimitId`]s, lookup maps.
+//!
+//! Built once per config (load or reload), then shared read-only by every
+//! request.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tollgate_config::{
+    AlgorithmSpec, Config, DescriptorTree, EnvoyMeta, RateSpec, Resource, ResourceKind,
+};
+use tollgate_core::copies::CopyLimits;
+use tollgate_core::{Limit, Nanos};
+use tollgate_store::{LimitId, PoolKey};
+
+use crate::fingerprint::limit_id;
+
+/// A built algorithm and the id its state is kept under.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    /// Names the state.
+    pub id: LimitId,
+    /// The algorithm.
+    pub limit: Arc<Limit>,
+}
+
+/// What limits a domain's requests besides hard and global limits.
+#[derive(Clone, Debug)]
+pub enum Main {
+    /// An algorithm with state.
+    Limited(Compiled),
+    /// Everything is granted.
+    Unlimited,
+    /// Everything is rejected.
+    Deny,
+}
+
+/// The limits of one domain of a rate-limited resource.
+#[derive(Clone, Debug)]
+pub struct DomainLimits {
+    /// The resource's algorithm.
+    pub main: Main,
+    /// The per-domain per-second hard limit.
+    pub hard: Option<Compiled>,
+    /// Its value, for responses.
+    pub hard_limit: Option<u64>,
+    /// The algorithm's config name.
+    pub algorithm: &'static str,
+}
+
+/// A rate-limited resource, compiled.
+#[derive(Clone, Debug)]
+pub struct RateView {
+    /// Limits of domains without an override.
+    pub default: DomainLimits,
+    /// Overrides.
+    pub domains: HashMap<String, DomainLimits>,
+    /// The all-domain per-second limit.
+    pub global: Option<Compiled>,
+    /// Its value, for responses.
+    pub global_limit: Option<u64>,
+}
+
+impl RateView {
+    /// The limits for `domain`.
+    pub fn for_domain(&self, domain: &str) -> &DomainLimits {
+        self.domains.get(domain).unwrap_or(&self.default)
+    }
+}
+
+/// A resource, compiled.
+#[derive(Clone, Debug)]
+pub enum ResourceView {
+    /// Rate-limited.
+    Rate(RateView),
+    /// Copy-limited: its pool and limits.
+    Concurrency {
+        /// The pool's key.
+        pool: PoolKey,
+        /// The effective limits.
+        limits: Arc<CopyLimits>,
+    },
+}
+
+/// A resource entry of a namespace.
+#[derive(Clone, Debug)]
+pub struct ResourceEntry {
+    /// Its name.
+    pub name: String,
+    /// Never rejects; records what it would have done.
+    pub shadow: bool,
+    /// envoyproxy/ratelimit details.
+    pub envoy: Option<EnvoyMeta>,
+    /// The compiled limits.
+    pub view: ResourceView,
+}
+
+/// A namespace, compiled.
+#[derive(Clone, Debug)]
+pub struct NamespaceView {
+    /// Its name.
+    pub name: String,
+    /// Unknown resources are granted (and recorded).
+    pub allow_unconfigured: bool,
+    /// Limiting is off; use is recorded.
+    pub ignore_configured: bool,
+    /// Resources in config order (descriptor matches index into this).
+    pub resources: Vec<ResourceEntry>,
+    by_name: HashMap<String, usize>,
+    /// The descriptor tree of an envoyproxy/ratelimit namespace.
+    pub descriptors: Option<DescriptorTree>,
+}
+
+impl NamespaceView {
+    /// The resource called `name`.
+    pub fn resource(&self, name: &str) -> Option<&ResourceEntry> {
+        self.by_name.get(name).map(|&i| &self.resources[i])
+    }
+}
+
+/// The whole compiled config.
+#[derive(Clone, Debug, Default)]
+pub struct View {
+    namespaces: HashMap<String, NamespaceView>,
+    /// When the limits were loaded: smooth limiters' keys count from here.
+    pub created_at: Nanos,
+}
+
+impl View {
+    /// Compiles `config`; `created_at` is the load time.
+    pub fn new(config: &Config, created_at: Nanos) -> View {
+        let namespaces = config
+            .namespaces
+            .iter()
+            .map(|ns| {
+                let resources: Vec<ResourceEntry> = ns
+                    .resources
+                    .iter()
+                    .map(|r| compile_resource(&ns.name, r, created_at))
+                    .collect();
+                let by_name = resources
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| (r.name.clone(), i))
+                    .collect();
+                let view = NamespaceView {
+                    name: ns.name.clone(),
+                    allow_unconfigured: ns.allow_unconfigured,
+                    ignore_configured: ns.ignore_configured,
+                    resources,
+                    by_name,
+                    descriptors: ns.descriptors.clone(),
+                };
+                (ns.name.clone(), view)
+            })
+            .collect();
+        View {
+            namespaces,
+            created_at,
+        }
+    }
+
+    /// The namespace called `name`.
+    pub fn namespace(&self, name: &str) -> Option<&NamespaceView> {
+        self.namespaces.get(name)
+    }
+
+    /// Every namespace.
+    pub fn namespaces(&self) -> impl Iterator<Item = &NamespaceView> {
+        self.namespaces.values()
+    }
+}
+
+fn compile_resource(namespace: &str, r: &Resource, created_at: Nanos) -> ResourceEntry {
+    let view = match &r.kind {
+        ResourceKind::Rate(rate) => {
+            let global = rate
+                .global_limit
+                .and_then(|g| per_second(&[namespace, &r.name, "global", &g.to_string()], g));
+            ResourceView::Rate(RateView {
+                default: compile_domain(namespace, &r.name, &rate.default, created_at),
+                domains: rate
+                    .domains
+                    .iter()
+                    .map(|(d, spec)| {
+                        (
+                            d.clone(),
+                            compile_domain(namespace, &r.name, spec, created_at),
+                        )
+                    })
+                    .collect(),
+                global,
+                global_limit: rate.global_limit,
+            })
+        }
+        ResourceKind::Concurrency(limits) => ResourceView::Concurrency {
+            pool: PoolKey::new(namespace, &r.name),
+            limits: Arc::new(limits.clone()),
+        },
+    };
+    ResourceEntry {
+        name: r.name.clone(),
+        shadow: r.shadow,
+        envoy: r.envoy.clone(),
+        view,
+    }
+}
+
+fn compile_domain(
+    namespace: &str,
+    resource: &str,
+    spec: &RateSpec,
+    created_at: Nanos,
+) -> DomainLimits {
+    let canonical = spec.algorithm.to_string();
+    let main = match &spec.algorithm {
+        AlgorithmSpec::Unlimited => Main::Unlimited,
+        AlgorithmSpec::Deny => Main::Deny,
+        other => match other.build(created_at) {
+            Ok(Some(limit)) => Main::Limited(Compiled {
+                id: limit_id(&[namespace, resource, "main", &canonical]),
+                limit: Arc::new(limit),
+            }),
+            // The loader validated every spec; a failure here would be a
+            // loader bug, and refusing is the safe answer.
+            _ => Main::Deny,
+        },
+    };
+    let hard = spec
+        .hard_limit
+        .and_then(|h| per_second(&[namespace, resource, "hard", &h.to_string()], h));
+    DomainLimits {
+        main,
+        hard,
+        hard_limit: spec.hard_limit,
+        algorithm: spec.algorithm.name(),
+    }
+}
+
+fn per_second(parts: &[&str], limit: u64) -> Option<Compiled> {
+    tollgate_core::per_second_limit(limit)
+        .ok()
+        .map(|l| Compiled {
+            id: limit_id(parts),
+            limit: Arc::new(Limit::SlidingLog(l)),
+        })
+}

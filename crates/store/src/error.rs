@@ -1,0 +1,29 @@
+//! Why a store could not decide.
+
+use thiserror::Error;
+use tollgate_core::copies::CopyError;
+use tollgate_core::PlanError;
+
+/// A store's failure. Client errors (`Plan`, `Copy`, `DuplicateKey`) are the
+/// caller's fault; `AtCapacity` and `Unavailable` are the server's.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The plan cannot be decided (acquire on an algorithm that cannot
+    /// schedule).
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// A copy operation was refused (not held, unknown transfer, ...).
+    #[error(transparent)]
+    Copy(#[from] CopyError),
+    /// Two items of one plan share a key.
+    #[error("plan lists key `{0}` twice")]
+    DuplicateKey(String),
+    /// The store holds its maximum number of keys and is configured to
+    /// reject requests for new ones.
+    #[error("the store is at its key capacity ({0} keys)")]
+    AtCapacity(usize),
+    /// The backing service cannot be reached (not used by the memory store).
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+}

@@ -1,0 +1,96 @@
+//! Where limit state lives: the [`Store`] trait and the embedded
+//! [`MemoryStore`].
+//!
+//! A store answers one question atomically: "apply this [`Plan`] of limit
+//! keys now, all or nothing, granting the most hits in `[min_hits, hits]`
+//! that every limit allows". It also keeps the copy pools of copy-limited
+//! resources. No store lets two concurrent requests both pass a limit that
+//! has room for one.
+//!
+//! The algorithms are the core's pure functions; a store only decides *how*
+//! they run atomically (a shard lock here, a Lua script in Redis, a CRDT
+//! merge in the replicated cluster). This crate does not know those other
+//! stores exist.
+
+#![deny(missing_docs)]
+
+pub mod error;
+pub mod key;
+pub mod memory;
+pub mod plan;
+
+use std::future::Future;
+
+pub use error::StoreError;
+pub use key::{Key, LimitId, PoolKey};
+pub use memory::{AtCapacity, MemoryStore, MemoryStoreOptions, StoreStats};
+pub use plan::{Plan, PlanItem};
+
+use tollgate_core::copies::{CopyLimits, Groups, Reservation, Staged, TransferId};
+use tollgate_core::{Mode, Nanos, PlanDecision, Request};
+
+/// Copies claimed by [`Store::seize`], and the resource they belong to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seized {
+    /// The copy-limited resource.
+    pub pool: PoolKey,
+    /// What was staged: domain, groups, copies.
+    pub staged: Staged,
+}
+
+/// A place where limit state lives and is updated atomically.
+///
+/// `now` is the caller's clock; a store with its own authoritative clock
+/// (Redis's `TIME`) may ignore it and must then say so in its docs.
+pub trait Store: Send + Sync + 'static {
+    /// Decides `request` against every item of `plan`, all or nothing.
+    fn decide(
+        &self,
+        plan: &Plan,
+        now: Nanos,
+        request: Request,
+        mode: Mode,
+    ) -> impl Future<Output = Result<PlanDecision, StoreError>> + Send;
+
+    /// Reserves the largest `n` in `[min, max]` copies of `pool` for
+    /// `domain` that `limits` allow, or nothing.
+    fn reserve(
+        &self,
+        pool: &PoolKey,
+        limits: &CopyLimits,
+        domain: &str,
+        request: Request,
+    ) -> impl Future<Output = Result<Reservation, StoreError>> + Send;
+
+    /// Releases `copies` that `domain` reserved while in `groups`.
+    fn release(
+        &self,
+        pool: &PoolKey,
+        domain: &str,
+        groups: &Groups,
+        copies: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Stages `copies` for transfer; they are released at `now + ttl`
+    /// unless seized first. Returns the new transfer's id.
+    fn transfer(
+        &self,
+        pool: &PoolKey,
+        domain: &str,
+        groups: &Groups,
+        copies: u64,
+        ttl: Nanos,
+        now: Nanos,
+    ) -> impl Future<Output = Result<TransferId, StoreError>> + Send;
+
+    /// Claims staged copies; they count as held by the caller from now on.
+    fn seize(
+        &self,
+        id: TransferId,
+        now: Nanos,
+    ) -> impl Future<Output = Result<Seized, StoreError>> + Send;
+
+    /// Drops idle state and releases expired transfers. Stores call it on a
+    /// timer; it is cheap to call often.
+    fn sweep(&self, now: Nanos) -> impl Future<Output = ()> + Send;
+}

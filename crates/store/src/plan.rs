@@ -1,0 +1,50 @@
+//! A [`Plan`]: the limits one request must pass, each with its key.
+
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+use tollgate_core::Limit;
+
+use crate::key::Key;
+
+/// One limit a request must pass.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlanItem {
+    /// Where the limit's state for this request lives.
+    pub key: Key,
+    /// The algorithm and its parameters.
+    pub limit: Arc<Limit>,
+    /// Evaluated and recorded but never limits (shadow mode).
+    pub shadow: bool,
+}
+
+/// The limits one request must pass, decided all or nothing. Keys must be
+/// distinct.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// The items, in the order their decisions are reported.
+    pub items: SmallVec<[PlanItem; 3]>,
+}
+
+impl Plan {
+    /// A plan of one limit.
+    pub fn single(key: Key, limit: Arc<Limit>) -> Plan {
+        let mut items = SmallVec::new();
+        items.push(PlanItem {
+            key,
+            limit,
+            shadow: false,
+        });
+        Plan { items }
+    }
+
+    /// Adds a limit.
+    pub fn push(&mut self, key: Key, limit: Arc<Limit>, shadow: bool) {
+        self.items.push(PlanItem { key, limit, shadow });
+    }
+
+    /// Whether the plan checks nothing (an unlimited request).
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}

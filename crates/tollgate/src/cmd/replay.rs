@@ -1,0 +1,445 @@
+//! `tollgate replay`: what would this config have done with this traffic?
+//!
+//! Feeds a recorded trace through the config with the trace's own
+//! timestamps (no sleeping), using the same service and in-memory store as
+//! the server, and prints one JSON line per event, in order, then a summary.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use tollgate_config::Loaded;
+use tollgate_core::{Decision, Nanos};
+use tollgate_service::{
+    DescriptorOutcome, DescriptorRequest, Limiter, RateOutcome, RateRequest, View,
+};
+use tollgate_store::MemoryStore;
+
+use crate::summary::Summary;
+use crate::trace::{self, Event};
+
+/// Arguments of `tollgate replay`.
+#[derive(clap::Args, Debug)]
+pub struct ReplayArgs {
+    /// The config: a file, or a directory of *.yaml files.
+    #[arg(long, short, env = "TOLLGATE_CONFIG")]
+    pub config: PathBuf,
+    /// The trace: JSON lines (`-` reads standard input).
+    #[arg(long, short)]
+    pub trace: PathBuf,
+    /// Write the per-event JSON lines here instead of standard output.
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+    /// Stop at the first malformed line or failed request instead of
+    /// reporting and skipping it.
+    #[arg(long)]
+    pub strict: bool,
+    /// How to print the summary.
+    #[arg(long, value_enum, default_value_t = SummaryFormat::Table)]
+    pub summary: SummaryFormat,
+    /// Do not print per-event lines, only the summary.
+    #[arg(long)]
+    pub no_events: bool,
+}
+
+/// Summary output formats.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SummaryFormat {
+    /// An aligned table.
+    Table,
+    /// One JSON document.
+    Json,
+    /// No summary.
+    None,
+}
+
+/// How often idle state is dropped, in events.
+const SWEEP_EVERY: u64 = 1 << 16;
+
+/// Runs the replay; returns whether every line was replayed cleanly.
+pub fn run(args: &ReplayArgs, loaded: Loaded) -> Result<bool> {
+    let (reader, size): (Box<dyn Read>, Option<u64>) = if args.trace == Path::new("-") {
+        (Box::new(io::stdin().lock()), None)
+    } else {
+        let f = File::open(&args.trace)
+            .with_context(|| format!("cannot open trace {}", args.trace.display()))?;
+        let size = f.metadata().ok().map(|m| m.len());
+        (Box::new(f), size)
+    };
+    let mut events: Box<dyn Write> = match (&args.output, args.no_events) {
+        (_, true) => Box::new(io::sink()),
+        (Some(path), false) => Box::new(BufWriter::new(
+            File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+        )),
+        (None, false) => Box::new(BufWriter::new(io::stdout().lock())),
+    };
+    let progress = match size {
+        Some(len) if len > 1 << 20 => {
+            let bar = ProgressBar::new(len);
+            if let Ok(style) = ProgressStyle::with_template(
+                "{spinner} replaying [{bar:40}] {bytes}/{total_bytes} ({eta})",
+            ) {
+                bar.set_style(style.progress_chars("=> "));
+            }
+            bar
+        }
+        _ => ProgressBar::hidden(),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .context("cannot start the runtime")?;
+    let mut replay = Replay {
+        loaded,
+        limiter: None,
+        summary: Summary::default(),
+        strict: args.strict,
+        clean: true,
+    };
+    runtime.block_on(replay.feed(BufReader::new(reader), &mut events, &progress))?;
+    progress.finish_and_clear();
+    events.flush()?;
+    drop(events);
+    let stdout = io::stdout();
+    match args.summary {
+        SummaryFormat::Table => replay.summary.write_table(stdout.lock())?,
+        SummaryFormat::Json => replay.summary.write_json(stdout.lock())?,
+        SummaryFormat::None => {}
+    }
+    Ok(replay.clean)
+}
+
+struct Replay {
+    loaded: Loaded,
+    limiter: Option<Limiter<MemoryStore>>,
+    summary: Summary,
+    strict: bool,
+    clean: bool,
+}
+
+impl Replay {
+    async fn feed(
+        &mut self,
+        reader: impl BufRead,
+        out: &mut dyn Write,
+        progress: &ProgressBar,
+    ) -> Result<()> {
+        let mut count = 0u64;
+        for (index, line) in reader.lines().enumerate() {
+            let number = index as u64 + 1;
+            let line = line.with_context(|| format!("cannot read trace line {number}"))?;
+            progress.inc(line.len() as u64 + 1);
+            if line.trim().is_empty() {
+                continue;
+            }
+            let event = match trace::parse(&line) {
+                Ok(e) => e,
+                Err(e) => {
+                    self.summary.malformed += 1;
+                    self.problem(progress, format!("trace line {number}: {e}"))?;
+                    continue;
+                }
+            };
+            self.event(number, &event, out, progress).await?;
+            count += 1;
+            if count % SWEEP_EVERY == 0 {
+                if let Some(l) = &self.limiter {
+                    l.store().sweep_now(event.time);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reports a bad line; stops the run when strict.
+    fn problem(&mut self, progress: &ProgressBar, message: String) -> Result<()> {
+        self.clean = false;
+        if self.strict {
+            bail!("{message}");
+        }
+        progress.suspend(|| eprintln!("warning: {message} (skipped)"));
+        Ok(())
+    }
+
+    async fn event(
+        &mut self,
+        number: u64,
+        e: &Event,
+        out: &mut dyn Write,
+        progress: &ProgressBar,
+    ) -> Result<()> {
+        // Every key's smooth limiter counts as created at the trace's start.
+        let limiter = self.limiter.get_or_insert_with(|| {
+            Limiter::new(MemoryStore::new(), View::new(&self.loaded.config, e.time))
+        });
+        let namespace = match default_namespace(&self.loaded, e) {
+            Ok(ns) => ns,
+            Err(msg) => {
+                let resource = e.resource.clone().unwrap_or_default();
+                self.summary.record_error("?", &resource, &e.domain, e.hits);
+                return self.problem(progress, format!("trace line {number}: {msg}"));
+            }
+        };
+        if let Some(descriptors) = &e.descriptors {
+            let req = DescriptorRequest {
+                namespace: &namespace,
+                descriptors,
+                hits: e.hits,
+            };
+            return match limiter.request_descriptors(&req, e.time).await {
+                Ok(outcome) => {
+                    for s in &outcome.statuses {
+                        if let (Some(r), Some(d)) = (&s.resource, &s.domain) {
+                            let granted = if outcome.allowed { e.hits } else { 0 };
+                            self.summary
+                                .record(&namespace, r, d, e.hits, granted, outcome.allowed);
+                        }
+                    }
+                    write_line(out, &descriptor_line(number, e, &namespace, &outcome))
+                }
+                Err(err) => {
+                    self.summary
+                        .record_error(&namespace, "(descriptors)", "", e.hits);
+                    write_line(out, &error_line(number, e, &namespace, "", &err))?;
+                    self.problem(progress, format!("trace line {number}: {err}"))
+                }
+            };
+        }
+        let resource = match default_resource(&self.loaded, &namespace, e) {
+            Ok(r) => r,
+            Err(msg) => {
+                self.summary
+                    .record_error(&namespace, "?", &e.domain, e.hits);
+                return self.problem(progress, format!("trace line {number}: {msg}"));
+            }
+        };
+        let req = RateRequest {
+            namespace: &namespace,
+            resource: &resource,
+            domain: &e.domain,
+            hits: e.hits,
+            min_hits: e.min_hits,
+            mode: e.mode,
+        };
+        match limiter.request(&req, e.time).await {
+            Ok(o) => {
+                self.summary.record(
+                    &namespace, &resource, &e.domain, e.hits, o.granted, o.allowed,
+                );
+                write_line(out, &rate_line(number, e, &namespace, &resource, &o))
+            }
+            Err(err) => {
+                self.summary
+                    .record_error(&namespace, &resource, &e.domain, e.hits);
+                write_line(out, &error_line(number, e, &namespace, &resource, &err))?;
+                self.problem(progress, format!("trace line {number}: {err}"))
+            }
+        }
+    }
+}
+
+fn default_namespace(loaded: &Loaded, e: &Event) -> Result<String, String> {
+    match &e.namespace {
+        Some(n) => Ok(n.clone()),
+        None => match loaded.config.namespaces.as_slice() {
+            [only] => Ok(only.name.clone()),
+            all => Err(format!(
+                "`namespace` is required: the config has {} namespaces",
+                all.len()
+            )),
+        },
+    }
+}
+
+fn default_resource(loaded: &Loaded, namespace: &str, e: &Event) -> Result<String, String> {
+    match &e.resource {
+        Some(r) => Ok(r.clone()),
+        None => match loaded
+            .config
+            .namespace(namespace)
+            .map(|n| n.resources.as_slice())
+        {
+            Some([only]) => Ok(only.name.clone()),
+            Some(all) => Err(format!(
+                "`resource` is required: namespace `{namespace}` has {} resources",
+                all.len()
+            )),
+            // The service reports the unknown namespace.
+            None => Ok(String::new()),
+        },
+    }
+}
+
+/// Milliseconds with microsecond precision.
+fn ms(n: Nanos) -> f64 {
+    (n.as_u64() / 1_000) as f64 / 1_000.0
+}
+
+fn bounded(v: u64) -> Option<u64> {
+    (v != u64::MAX).then_some(v)
+}
+
+#[derive(Serialize)]
+struct RateLine<'a> {
+    line: u64,
+    time_ms: f64,
+    namespace: &'a str,
+    resource: &'a str,
+    domain: &'a str,
+    hits: u64,
+    min_hits: u64,
+    granted: u64,
+    allowed: bool,
+    limit: Option<u64>,
+    remaining: Option<u64>,
+    retry_after_ms: Option<f64>,
+    reset_after_ms: f64,
+    wait_ms: f64,
+    tier: Option<u32>,
+    burst: Option<bool>,
+    tier_limit: Option<u64>,
+    tier_hits: Option<u64>,
+    limited_by: Option<&'static str>,
+    hard_limit: Option<u64>,
+    global_limit: Option<u64>,
+    domain_hits_last_second: Option<u64>,
+    global_hits_last_second: Option<u64>,
+    algorithm: &'static str,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    shadowed: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    ignored: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    unconfigured: bool,
+}
+
+fn rate_line<'a>(
+    number: u64,
+    e: &'a Event,
+    ns: &'a str,
+    resource: &'a str,
+    o: &RateOutcome,
+) -> RateLine<'a> {
+    let d: &Decision = &o.decision;
+    RateLine {
+        line: number,
+        time_ms: ms(e.time),
+        namespace: ns,
+        resource,
+        domain: &e.domain,
+        hits: e.hits,
+        min_hits: e.min_hits,
+        granted: o.granted,
+        allowed: o.allowed,
+        limit: bounded(d.limit),
+        remaining: bounded(d.remaining),
+        retry_after_ms: d.retry_after.map(ms),
+        reset_after_ms: ms(d.reset_after),
+        wait_ms: ms(d.wait),
+        tier: o.tier.map(|t| t.index),
+        burst: o.tier.map(|t| t.burst),
+        tier_limit: o.tier.map(|t| t.limit),
+        tier_hits: o.tier.map(|t| t.hits),
+        limited_by: o.limited_by.map(|l| l.as_str()),
+        hard_limit: o.hard_limit,
+        global_limit: o.global_limit,
+        domain_hits_last_second: o.domain_hits_last_second,
+        global_hits_last_second: o.global_hits_last_second,
+        algorithm: o.algorithm,
+        shadowed: o.shadowed,
+        ignored: o.ignored,
+        unconfigured: o.unconfigured,
+    }
+}
+
+#[derive(Serialize)]
+struct DescriptorLine<'a> {
+    line: u64,
+    time_ms: f64,
+    namespace: &'a str,
+    hits: u64,
+    allowed: bool,
+    descriptors: Vec<DescriptorStatusLine>,
+}
+
+#[derive(Serialize)]
+struct DescriptorStatusLine {
+    resource: Option<String>,
+    domain: Option<String>,
+    allowed: bool,
+    limit: Option<u64>,
+    remaining: Option<u64>,
+    reset_after_ms: Option<f64>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    unlimited: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    shadowed: bool,
+}
+
+fn descriptor_line<'a>(
+    number: u64,
+    e: &Event,
+    ns: &'a str,
+    o: &DescriptorOutcome,
+) -> DescriptorLine<'a> {
+    DescriptorLine {
+        line: number,
+        time_ms: ms(e.time),
+        namespace: ns,
+        hits: e.hits,
+        allowed: o.allowed,
+        descriptors: o
+            .statuses
+            .iter()
+            .map(|s| DescriptorStatusLine {
+                resource: s.resource.clone(),
+                domain: s.domain.clone(),
+                allowed: s.allowed,
+                limit: s.decision.and_then(|d| bounded(d.limit)),
+                remaining: s.decision.and_then(|d| bounded(d.remaining)),
+                reset_after_ms: s.decision.map(|d| ms(d.reset_after)),
+                unlimited: s.unlimited,
+                shadowed: s.shadowed,
+            })
+            .collect(),
+    }
+}
+
+#[derive(Serialize)]
+struct ErrorLine<'a> {
+    line: u64,
+    time_ms: f64,
+    namespace: &'a str,
+    resource: &'a str,
+    domain: &'a str,
+    hits: u64,
+    error: String,
+    reason: &'static str,
+}
+
+fn error_line<'a>(
+    number: u64,
+    e: &'a Event,
+    ns: &'a str,
+    resource: &'a str,
+    err: &tollgate_service::ServiceError,
+) -> ErrorLine<'a> {
+    ErrorLine {
+        line: number,
+        time_ms: ms(e.time),
+        namespace: ns,
+        resource,
+        domain: &e.domain,
+        hits: e.hits,
+        error: err.to_string(),
+        reason: err.reason(),
+    }
+}
+
+fn write_line(out: &mut dyn Write, value: &impl Serialize) -> Result<()> {
+    serde_json::to_writer(&mut *out, value)?;
+    out.write_all(b"\n")?;
+    Ok(())
+}

@@ -1,0 +1,61 @@
+//! The `tollgate` binary: one executable, many subcommands. It only wires
+//! the library crates together, chooses exit codes and adds context to
+//! errors (`anyhow` lives here and nowhere else).
+
+mod cmd;
+mod summary;
+mod trace;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// tollgate: rate limiting and concurrency limiting.
+#[derive(Parser, Debug)]
+#[command(name = "tollgate", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Validate a config; print warnings and the normalized config.
+    CheckConfig(cmd::check_config::CheckConfigArgs),
+    /// Feed a recorded trace through a config and show what it would do.
+    Replay(cmd::replay::ReplayArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::CheckConfig(args) => exit(cmd::check_config::run(&args)),
+        Command::Replay(args) => {
+            let loaded = match tollgate_config::load_path(&args.config) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            for w in &loaded.warnings {
+                eprintln!("warning: {w}");
+            }
+            match cmd::replay::run(&args, loaded) {
+                Ok(clean) => exit(clean || !args.strict),
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn exit(ok: bool) -> ExitCode {
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,204 @@
+//! Trace lines: recorded traffic for `tollgate replay`.
+//!
+//! One JSON object per line:
+//! `{"time_ms": 1400, "namespace": "default", "resource": "api",
+//!   "domain": "acme", "hits": 1, "min_hits": 1, "mode": "try"}`.
+//! `time` is accepted for `time_ms` and `user_id` for `domain`, so the
+//! thesis' exported `{"user_id", "time"}` traces replay as they are.
+//! `namespace` and `resource` may be omitted when the config leaves no
+//! choice; `hits` and `min_hits` default to 1; `mode` is `try` or `acquire`.
+//! As an extension, `descriptors` (a list of `{key, value}` entries, or a
+//! list of such lists) replays envoyproxy/ratelimit traffic.
+//!
+//! Times are milliseconds, integral or fractional; they are kept to the
+//! microsecond.
+
+use serde::Deserialize;
+use tollgate_core::{Mode, Nanos};
+
+/// One parsed trace line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// When, in nanoseconds (microsecond precision).
+    pub time: Nanos,
+    /// The namespace, if given.
+    pub namespace: Option<String>,
+    /// The resource, if given.
+    pub resource: Option<String>,
+    /// The domain (empty for descriptor events).
+    pub domain: String,
+    /// Hits wanted.
+    pub hits: u64,
+    /// Fewest useful.
+    pub min_hits: u64,
+    /// Try or acquire.
+    pub mode: Mode,
+    /// envoyproxy/ratelimit descriptors, if given.
+    pub descriptors: Option<Vec<Vec<(String, String)>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    #[serde(alias = "time")]
+    time_ms: Option<serde_json::Number>,
+    namespace: Option<String>,
+    resource: Option<String>,
+    #[serde(alias = "user_id")]
+    domain: Option<Scalar>,
+    hits: Option<u64>,
+    min_hits: Option<u64>,
+    mode: Option<String>,
+    descriptors: Option<Descriptors>,
+}
+
+/// A string or a number (thesis traces carry numeric user ids).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Scalar {
+    Text(String),
+    Number(serde_json::Number),
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Descriptors {
+    One(Vec<Entry>),
+    Many(Vec<Vec<Entry>>),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    key: String,
+    #[serde(default)]
+    value: String,
+}
+
+/// Parses one trace line; the error says what is wrong.
+pub fn parse(line: &str) -> Result<Event, String> {
+    let raw: Raw = serde_json::from_str(line).map_err(|e| e.to_string())?;
+    let time = match raw.time_ms {
+        None => return Err("missing field `time_ms` (or `time`)".into()),
+        Some(n) => millis_to_nanos(&n)?,
+    };
+    let descriptors = raw.descriptors.map(|d| {
+        let lists = match d {
+            Descriptors::One(entries) => vec![entries],
+            Descriptors::Many(lists) => lists,
+        };
+        lists
+            .into_iter()
+            .map(|l| l.into_iter().map(|e| (e.key, e.value)).collect())
+            .collect::<Vec<_>>()
+    });
+    let domain = match raw.domain {
+        Some(Scalar::Text(s)) => s,
+        Some(Scalar::Number(n)) => n.to_string(),
+        None if descriptors.is_some() => String::new(),
+        None => return Err("missing field `domain` (or `user_id`)".into()),
+    };
+    let hits = raw.hits.unwrap_or(1);
+    let min_hits = raw.min_hits.unwrap_or(hits.min(1));
+    if min_hits > hits {
+        return Err(format!(
+            "`min_hits` ({min_hits}) is greater than `hits` ({hits})"
+        ));
+    }
+    let mode = match raw.mode.as_deref() {
+        None | Some("try") => Mode::Try,
+        Some("acquire") => Mode::Acquire,
+        Some(other) => {
+            return Err(format!(
+                "unknown mode `{other}` (expected `try` or `acquire`)"
+            ))
+        }
+    };
+    Ok(Event {
+        time,
+        namespace: raw.namespace,
+        resource: raw.resource,
+        domain,
+        hits,
+        min_hits,
+        mode,
+        descriptors,
+    })
+}
+
+fn millis_to_nanos(n: &serde_json::Number) -> Result<Nanos, String> {
+    if let Some(ms) = n.as_u64() {
+        return ms
+            .checked_mul(1_000_000)
+            .map(Nanos::new)
+            .ok_or_else(|| format!("`time_ms` {ms} is too large"));
+    }
+    match n.as_f64() {
+        Some(ms) if ms.is_finite() && ms >= 0.0 => {
+            let micros = (ms * 1000.0).round();
+            if micros >= (u64::MAX / 1000) as f64 {
+                return Err(format!("`time_ms` {ms} is too large"));
+            }
+            Ok(Nanos::from_micros(micros as u64))
+        }
+        _ => Err(format!(
+            "`time_ms` must be a number of milliseconds >= 0, found {n}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_line() {
+        let e = parse(r#"{"time_ms": 1400, "namespace": "default", "resource": "api", "domain": "acme", "hits": 3, "min_hits": 2, "mode": "acquire"}"#).unwrap();
+        assert_eq!(e.time, Nanos::from_millis(1400));
+        assert_eq!((e.hits, e.min_hits, e.mode), (3, 2, Mode::Acquire));
+        assert_eq!(e.domain, "acme");
+    }
+
+    #[test]
+    fn thesis_export_format() {
+        let e = parse(r#"{"user_id": 42, "time": 12.345}"#).unwrap();
+        assert_eq!(e.domain, "42");
+        assert_eq!(e.time, Nanos::from_micros(12_345));
+        assert_eq!((e.hits, e.min_hits, e.mode), (1, 1, Mode::Try));
+    }
+
+    #[test]
+    fn descriptors_one_or_many() {
+        let e = parse(r#"{"time_ms": 0, "descriptors": [{"key": "a", "value": "1"}]}"#).unwrap();
+        assert_eq!(e.descriptors, Some(vec![vec![("a".into(), "1".into())]]));
+        let e = parse(
+            r#"{"time_ms": 0, "descriptors": [[{"key": "a"}], [{"key": "b", "value": "2"}]]}"#,
+        )
+        .unwrap();
+        assert_eq!(e.descriptors.unwrap().len(), 2);
+    }
+
+    #[test]
+    fn errors_say_what_is_wrong() {
+        assert!(parse("{").unwrap_err().contains("EOF"));
+        assert!(parse(r#"{"domain": "a"}"#).unwrap_err().contains("time_ms"));
+        assert!(parse(r#"{"time_ms": 1}"#).unwrap_err().contains("domain"));
+        assert!(parse(r#"{"time_ms": -1, "domain": "a"}"#)
+            .unwrap_err()
+            .contains(">= 0"));
+        assert!(parse(r#"{"time_ms": 1, "domain": "a", "hit": 2}"#)
+            .unwrap_err()
+            .contains("unknown field `hit`"));
+        assert!(
+            parse(r#"{"time_ms": 1, "domain": "a", "hits": 1, "min_hits": 2}"#)
+                .unwrap_err()
+                .contains("greater")
+        );
+        assert!(parse(r#"{"time_ms": 1, "domain": "a", "mode": "wait"}"#)
+            .unwrap_err()
+            .contains("unknown mode"));
+        assert!(parse(r#"{"time_ms": 1e300, "domain": "a"}"#)
+            .unwrap_err()
+            .contains("too large"));
+    }
+}
