@@ -1,27 +1,41 @@
-//! Writes a resolved config back as YAML in tollgate's own format: what
-//! `tollgate check-config` prints after normalization. Reading the output
+//! Writes a resolved config back as YAML: what `tollgate check-config`
+//! prints after normalization. Namespaces of tollgate's own format come
+//! first, in one document; each namespace loaded from an envoyproxy/ratelimit
+//! file follows as a document of its own in that format. Reading the output
 //! back yields the same limits.
 
 use std::fmt::Write;
 
-use crate::model::{Config, Namespace, RateSpec, Resource, ResourceKind};
+use tollgate_core::Align;
 
-/// The config as native-format YAML.
+use crate::envoy::{DescriptorNode, ValueMatch};
+use crate::model::{AlgorithmSpec, Config, Namespace, RateSpec, Resource, ResourceKind};
+
+/// The config as YAML, one or more documents.
 pub fn to_yaml(config: &Config) -> String {
-    let mut out = String::from("namespaces:\n");
-    for ns in &config.namespaces {
-        namespace(&mut out, ns);
+    let mut out = String::new();
+    let native: Vec<&Namespace> = config
+        .namespaces
+        .iter()
+        .filter(|n| n.descriptors.is_none())
+        .collect();
+    if !native.is_empty() {
+        out.push_str("namespaces:\n");
+        for ns in native {
+            namespace(&mut out, ns);
+        }
+    }
+    for ns in config.namespaces.iter().filter(|n| n.descriptors.is_some()) {
+        if !out.is_empty() {
+            out.push_str("---\n");
+        }
+        envoy_namespace(&mut out, ns);
     }
     out
 }
 
 fn namespace(out: &mut String, ns: &Namespace) {
     let _ = writeln!(out, "  - name: {}", scalar(&ns.name));
-    if ns.descriptors.is_some() {
-        out.push_str(
-            "    # from an envoyproxy/ratelimit file: descriptors select these resources\n",
-        );
-    }
     let _ = writeln!(out, "    allow_unconfigured: {}", ns.allow_unconfigured);
     let _ = writeln!(out, "    ignore_configured: {}", ns.ignore_configured);
     if ns.resources.is_empty() {
@@ -83,6 +97,113 @@ fn resource(out: &mut String, r: &Resource) {
             }
         }
     }
+}
+
+fn envoy_namespace(out: &mut String, ns: &Namespace) {
+    let _ = writeln!(out, "domain: {}", scalar(&ns.name));
+    let roots = ns
+        .descriptors
+        .as_ref()
+        .map(|t| t.roots.as_slice())
+        .unwrap_or(&[]);
+    if roots.is_empty() {
+        out.push_str("descriptors: []\n");
+        return;
+    }
+    out.push_str("descriptors:\n");
+    for node in roots {
+        descriptor(out, ns, node, 1);
+    }
+}
+
+fn descriptor(out: &mut String, ns: &Namespace, node: &DescriptorNode, depth: usize) {
+    let pad = "  ".repeat(depth * 2 - 1);
+    let _ = writeln!(out, "{pad}- key: {}", scalar(&node.key));
+    let pad = "  ".repeat(depth * 2);
+    match &node.value {
+        ValueMatch::Any => {}
+        ValueMatch::Exact(v) => {
+            let _ = writeln!(out, "{pad}value: {}", scalar(v));
+        }
+        ValueMatch::Prefix(p) => {
+            let _ = writeln!(out, "{pad}value: {}", scalar(&format!("{p}*")));
+        }
+    }
+    if node.share_threshold {
+        let _ = writeln!(out, "{pad}share_threshold: true");
+    }
+    if let Some(r) = node.resource.and_then(|i| ns.resources.get(i)) {
+        if r.shadow {
+            let _ = writeln!(out, "{pad}shadow_mode: true");
+        }
+        let meta = r.envoy.clone().unwrap_or_default();
+        if meta.detailed_metric {
+            let _ = writeln!(out, "{pad}detailed_metric: true");
+        }
+        let mut parts = Vec::new();
+        if let ResourceKind::Rate(rate) = &r.kind {
+            parts.extend(envoy_limit(&rate.default.algorithm));
+        }
+        if let Some(n) = &meta.name {
+            parts.push(format!("name: {}", scalar(n)));
+        }
+        if !meta.replaces.is_empty() {
+            let names: Vec<String> = meta
+                .replaces
+                .iter()
+                .map(|n| format!("{{ name: {} }}", scalar(n)))
+                .collect();
+            parts.push(format!("replaces: [{}]", names.join(", ")));
+        }
+        let _ = writeln!(out, "{pad}rate_limit: {{ {} }}", parts.join(", "));
+    }
+    if !node.children.is_empty() {
+        let _ = writeln!(out, "{pad}descriptors:");
+        for child in &node.children {
+            descriptor(out, ns, child, depth + 1);
+        }
+    }
+}
+
+/// A limit in envoyproxy/ratelimit's own terms where it has them, else as
+/// the tollgate-algorithm extension.
+fn envoy_limit(spec: &AlgorithmSpec) -> Vec<String> {
+    const UNITS: [(&str, u64); 7] = [
+        ("second", 1),
+        ("minute", 60),
+        ("hour", 3_600),
+        ("day", 86_400),
+        ("week", 604_800),
+        ("month", 2_592_000),
+        ("year", 31_536_000),
+    ];
+    match spec {
+        AlgorithmSpec::Unlimited => vec!["unlimited: true".into()],
+        AlgorithmSpec::Deny => vec!["unit: second".into(), "requests_per_unit: 0".into()],
+        AlgorithmSpec::FixedWindow {
+            limit,
+            window,
+            align: Align::Epoch,
+        } if *limit <= u64::from(u32::MAX) => {
+            match UNITS
+                .iter()
+                .find(|(_, secs)| tollgate_core::Nanos::from_secs(*secs) == *window)
+            {
+                Some((unit, _)) => vec![
+                    format!("unit: {unit}"),
+                    format!("requests_per_unit: {limit}"),
+                ],
+                None => extension(spec),
+            }
+        }
+        _ => extension(spec),
+    }
+}
+
+fn extension(spec: &AlgorithmSpec) -> Vec<String> {
+    let mut parts = vec![format!("algorithm: {}", spec.name())];
+    parts.extend(spec.params().into_iter().map(|(k, v)| format!("{k}: {v}")));
+    parts
 }
 
 fn spec_lines(out: &mut String, spec: &RateSpec, indent: &str) {

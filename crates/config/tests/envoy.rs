@@ -229,3 +229,32 @@ fn a_directory_of_files_loads_like_upstream() {
     assert!(e.contains("namespace `messaging` is defined twice"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn normalized_output_keeps_the_envoy_format() {
+    let text = "domain: d\ndescriptors:\n  - key: k\n    value: v\n    descriptors:\n      - key: user\n        shadow_mode: true\n        detailed_metric: true\n        rate_limit: { unit: minute, requests_per_unit: 7, name: per_user }\n  - key: path\n    value: /api*\n    share_threshold: true\n    rate_limit: { algorithm: gcra, rate: 5/s, burst: 2, replaces: [ { name: per_user } ] }\n  - key: free\n    rate_limit: { unlimited: true }\n";
+    let first = load_str("a.yaml", text).unwrap().config;
+    let yaml = tollgate_config::emit::to_yaml(&first);
+    let second = load_str("b.yaml", &yaml)
+        .unwrap_or_else(|e| panic!("{e}\n{yaml}"))
+        .config;
+    let (a, b) = (&first.namespaces[0], &second.namespaces[0]);
+    assert_eq!(a.descriptors, b.descriptors, "{yaml}");
+    for (ra, rb) in a.resources.iter().zip(&b.resources) {
+        assert_eq!(
+            (&ra.name, &ra.kind, ra.shadow, &ra.envoy),
+            (&rb.name, &rb.kind, rb.shadow, &rb.envoy)
+        );
+    }
+    // A mixed config comes out as one native document and one envoy one.
+    let mixed = format!("{text}---\nnamespaces:\n  - name: native\n");
+    let yaml = tollgate_config::emit::to_yaml(&load_str("m.yaml", &mixed).unwrap().config);
+    assert!(
+        yaml.starts_with("namespaces:\n") && yaml.contains("---\ndomain: d\n"),
+        "{yaml}"
+    );
+    assert_eq!(
+        load_str("m2.yaml", &yaml).unwrap().config.namespaces.len(),
+        2
+    );
+}

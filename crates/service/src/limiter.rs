@@ -122,6 +122,21 @@ pub struct DescriptorStatus {
     pub shadowed: bool,
 }
 
+impl DescriptorStatus {
+    /// The status of a descriptor no limit applies to: allowed, nothing
+    /// counted.
+    fn unlimited_by_default() -> DescriptorStatus {
+        DescriptorStatus {
+            resource: None,
+            domain: None,
+            allowed: true,
+            decision: None,
+            unlimited: false,
+            shadowed: false,
+        }
+    }
+}
+
 /// The answer to a [`DescriptorRequest`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct DescriptorOutcome {
@@ -210,7 +225,7 @@ impl<S: Store> Limiter<S> {
             return Ok(denied(limits, rate));
         }
         let pd = self.store.decide(&plan, now, request, req.mode).await?;
-        Ok(rate_outcome(
+        let mut outcome = rate_outcome(
             &pd,
             &roles,
             limits,
@@ -218,7 +233,14 @@ impl<S: Store> Limiter<S> {
             req.hits,
             entry.shadow,
             ns.ignore_configured,
-        ))
+        );
+        if matches!(limits.main, Main::Deny) {
+            // Only reached in shadow mode or an ignoring namespace: the
+            // request is allowed, but the deny would have rejected it, and
+            // the plan (hard and global limits only) cannot know that.
+            shadow_denied(&mut outcome, entry.shadow, ns.ignore_configured);
+        }
+        Ok(outcome)
     }
 
     /// Decides envoyproxy/ratelimit-style descriptors, all or nothing.
@@ -228,14 +250,26 @@ impl<S: Store> Limiter<S> {
         now: Nanos,
     ) -> Result<DescriptorOutcome, ServiceError> {
         let view = self.view.load();
-        let ns = namespace(&view, req.namespace)?;
+        if req.descriptors.is_empty() {
+            return Err(ServiceError::Malformed("no descriptors".into()));
+        }
+        let Some(ns) = view.namespace(req.namespace) else {
+            // envoyproxy/ratelimit answers OK, with no limit, for a domain it
+            // has no config for.
+            metrics::counter!("tollgate_unknown_descriptor_domain_total").increment(1);
+            return Ok(DescriptorOutcome {
+                allowed: true,
+                statuses: req
+                    .descriptors
+                    .iter()
+                    .map(|_| DescriptorStatus::unlimited_by_default())
+                    .collect(),
+            });
+        };
         let tree = ns
             .descriptors
             .as_ref()
             .ok_or_else(|| ServiceError::NoDescriptors(req.namespace.to_owned()))?;
-        if req.descriptors.is_empty() {
-            return Err(ServiceError::Malformed("no descriptors".into()));
-        }
         let matches: Vec<_> = req.descriptors.iter().map(|d| tree.find(d)).collect();
         // `replaces` is scoped to the request: a matched limit's name drops
         // every matched limit of that name (envoyproxy/ratelimit semantics).
@@ -252,14 +286,7 @@ impl<S: Store> Limiter<S> {
         let mut item_of: Vec<Option<usize>> = Vec::with_capacity(matches.len());
         let mut denied = false;
         for m in &matches {
-            let mut status = DescriptorStatus {
-                resource: None,
-                domain: None,
-                allowed: true,
-                decision: None,
-                unlimited: false,
-                shadowed: false,
-            };
+            let mut status = DescriptorStatus::unlimited_by_default();
             let mut item = None;
             if let Some((m, entry)) = m
                 .as_ref()
@@ -556,6 +583,17 @@ fn denied(limits: &DomainLimits, rate: &RateView) -> RateOutcome {
         unconfigured: false,
         algorithm: limits.algorithm,
     }
+}
+
+/// Marks an allowed outcome of a `deny` resource as what the deny would
+/// have done: limited by it, with nothing remaining.
+fn shadow_denied(outcome: &mut RateOutcome, shadow: bool, ignored: bool) {
+    outcome.limited_by = Some(LimitedBy::Deny);
+    outcome.shadowed = shadow;
+    outcome.ignored = ignored;
+    outcome.decision.limit = 0;
+    outcome.decision.remaining = 0;
+    outcome.decision.retry_after = None;
 }
 
 fn unconfigured(hits: u64) -> RateOutcome {

@@ -127,14 +127,26 @@ impl Replay {
         progress: &ProgressBar,
     ) -> Result<()> {
         let mut count = 0u64;
-        for (index, line) in reader.lines().enumerate() {
+        // Split on bytes, not `lines()`: a line that is not UTF-8 is one
+        // malformed line to report and skip, not a read error that ends
+        // the whole replay.
+        for (index, bytes) in reader.split(b'\n').enumerate() {
             let number = index as u64 + 1;
-            let line = line.with_context(|| format!("cannot read trace line {number}"))?;
-            progress.inc(line.len() as u64 + 1);
+            let bytes = bytes.with_context(|| format!("cannot read trace line {number}"))?;
+            progress.inc(bytes.len() as u64 + 1);
+            let line = match std::str::from_utf8(&bytes) {
+                // As `lines()` does, a CRLF ending is one line ending.
+                Ok(l) => l.strip_suffix('\r').unwrap_or(l),
+                Err(e) => {
+                    self.summary.malformed += 1;
+                    self.problem(progress, format!("trace line {number}: not UTF-8: {e}"))?;
+                    continue;
+                }
+            };
             if line.trim().is_empty() {
                 continue;
             }
-            let event = match trace::parse(&line) {
+            let event = match trace::parse(line) {
                 Ok(e) => e,
                 Err(e) => {
                     self.summary.malformed += 1;

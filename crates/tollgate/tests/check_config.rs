@@ -1,0 +1,210 @@
+//! `tollgate check-config`, run as the real binary: exit codes, the
+//! normalized config on stdout, errors and warnings on stderr.
+
+// Helpers outside #[test] fns are not covered by clippy.toml's
+// allow-unwrap-in-tests; a failed unwrap here is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{example, Sandbox};
+
+#[test]
+fn the_bundled_example_is_valid_and_its_normal_form_is_stable() {
+    let sb = Sandbox::new("check-example");
+    let run = sb.run(&["check-config", &example("tollgate.yaml")]);
+    assert!(run.success(), "{run}");
+    assert!(run.stdout.starts_with("namespaces:\n"), "{run}");
+    for resource in [
+        "api", "search", "feed", "exact", "hourly", "queue", "guava", "warm", "login", "batch",
+        "sandbox",
+    ] {
+        assert!(
+            run.stdout.contains(&format!("      - name: {resource}\n")),
+            "{resource} missing{run}"
+        );
+    }
+    assert!(!run.stderr.contains("error"), "{run}");
+
+    // The normalized config is itself a valid config, and normalizing it
+    // again changes nothing.
+    sb.write("normal.yaml", &run.stdout);
+    let again = sb.run(&["check-config", "normal.yaml"]);
+    assert!(again.success(), "{again}");
+    assert_eq!(again.stdout, run.stdout, "{again}");
+    assert_eq!(again.stderr, "", "{again}");
+
+    // --quiet validates without printing the config.
+    let quiet = sb.run(&["check-config", "--quiet", "normal.yaml"]);
+    assert!(quiet.success(), "{quiet}");
+    assert_eq!(quiet.stdout, "", "{quiet}");
+}
+
+#[test]
+fn errors_name_file_line_and_column_and_fail() {
+    let sb = Sandbox::new("check-errors");
+    sb.write(
+        "bad.yaml",
+        "\
+namespaces:
+  - name: ns
+    resources:
+      - { name: ok, algorithm: token_bucket, capacity: 1, rate: 1/s }
+      - { name: typo, algorithm: fixed_windw, limit: 2, window: 1s }
+      - { name: empty, algorithm: token_bucket, capacity: 0, rate: 1/s }
+",
+    );
+    let run = sb.run(&["check-config", "bad.yaml"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert_eq!(
+        run.stdout, "",
+        "no config is printed for an invalid one{run}"
+    );
+    let errors: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(errors.len(), 2, "every error is reported at once{run}");
+    assert!(
+        errors[0].starts_with("error: bad.yaml:5:"),
+        "error names file:line:col{run}"
+    );
+    assert!(errors[0].contains("fixed_windw"), "{run}");
+    assert!(errors[0].contains("did you mean `fixed_window`"), "{run}");
+    assert!(errors[1].starts_with("error: bad.yaml:6:"), "{run}");
+    assert!(errors[1].contains("capacity"), "{run}");
+    // line:col are numbers, then the message.
+    for e in &errors {
+        let rest = e.strip_prefix("error: bad.yaml:").unwrap();
+        let mut parts = rest.splitn(3, ':');
+        let line: usize = parts.next().unwrap().parse().unwrap();
+        let col: usize = parts.next().unwrap().parse().unwrap();
+        assert!(line > 0 && col > 0, "{e}");
+        assert!(parts.next().unwrap().starts_with(' '), "{e}");
+    }
+
+    // YAML syntax errors are positioned too.
+    sb.write("syntax.yaml", "namespaces:\n  - name: [unclosed\n");
+    let run = sb.run(&["check-config", "syntax.yaml"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(run.stderr.starts_with("error: syntax.yaml:"), "{run}");
+
+    // A missing file is an error, not a crash.
+    let run = sb.run(&["check-config", "missing.yaml"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(run.stderr.contains("missing.yaml"), "{run}");
+    assert!(run.stderr.contains("cannot read"), "{run}");
+}
+
+#[test]
+fn warnings_go_to_stderr_and_the_normal_form_applies_them() {
+    let sb = Sandbox::new("check-warnings");
+    sb.write(
+        "tiers.yaml",
+        "\
+namespaces:
+  - name: ns
+    resources:
+      - name: login
+        algorithm: burst_tiers
+        tiers:
+          - { limit: 10, window: 10s, active: 5s }
+          - { limit: 20, window: 1s, active: 0s }
+",
+    );
+    let run = sb.run(&["check-config", "tiers.yaml"]);
+    assert!(run.success(), "warnings do not fail the check{run}");
+    let warnings: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(warnings.len(), 2, "{run}");
+    assert!(
+        warnings
+            .iter()
+            .all(|w| w.starts_with("warning: tiers.yaml:")),
+        "{run}"
+    );
+    assert!(warnings[0].contains("shortened"), "{run}");
+    assert!(warnings[1].contains("removed"), "{run}");
+    // The window was shortened to the active time and the zero-active tier
+    // dropped (Charon §4.1).
+    assert!(
+        run.stdout.contains(
+            "tiers: [{ limit: 10, window: 5s, active: 5s, cooldown: 0s, skippable: false }]"
+        ),
+        "{run}"
+    );
+    // The normalized form needs no more normalizing.
+    sb.write("normal.yaml", &run.stdout);
+    let again = sb.run(&["check-config", "normal.yaml"]);
+    assert!(again.success(), "{again}");
+    assert_eq!(again.stderr, "", "{again}");
+}
+
+#[test]
+fn a_directory_is_read_file_by_file_and_namespaces_must_be_unique() {
+    let sb = Sandbox::new("check-dir");
+    sb.write(
+        "conf/a.yaml",
+        "namespaces:\n  - name: one\n    resources:\n      - { name: r, algorithm: unlimited }\n",
+    );
+    sb.write(
+        "conf/b.yaml",
+        "domain: two\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 5 }\n",
+    );
+    sb.write("conf/notes.txt", "not yaml: [");
+    sb.write("conf/.hidden.yaml", "not yaml: [");
+    let run = sb.run(&["check-config", "conf"]);
+    assert!(run.success(), "{run}");
+    assert!(run.stdout.contains("  - name: one\n"), "{run}");
+    // The envoy-format namespace comes back in its own format.
+    assert!(run.stdout.contains("---\ndomain: two\n"), "{run}");
+
+    sb.write(
+        "conf/c.yaml",
+        "namespaces:\n  - name: one\n    resources: []\n",
+    );
+    let run = sb.run(&["check-config", "conf"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(run.stderr.contains("c.yaml:2:"), "{run}");
+    assert!(run.stderr.contains("defined twice"), "{run}");
+    assert!(
+        run.stderr.contains("a.yaml:2:"),
+        "names the first definition{run}"
+    );
+}
+
+#[test]
+fn an_envoy_config_checks_and_its_warnings_are_positioned() {
+    let sb = Sandbox::new("check-envoy");
+    sb.write(
+        "envoy.yaml",
+        "\
+domain: edge
+descriptors:
+  - key: ip
+    value: 10.0.0.1
+    rate_limit:
+      unit: second
+      requests_per_unit: 0
+  - key: user
+    rate_limit: { unit: minute, requests_per_unit: 3 }
+",
+    );
+    let run = sb.run(&["check-config", "envoy.yaml"]);
+    assert!(run.success(), "{run}");
+    assert!(run.stderr.starts_with("warning: envoy.yaml:7:"), "{run}");
+    assert!(run.stderr.contains("every request is rejected"), "{run}");
+    assert!(run.stdout.starts_with("domain: edge\n"), "{run}");
+    assert!(
+        run.stdout
+            .contains("rate_limit: { unit: second, requests_per_unit: 0 }"),
+        "{run}"
+    );
+    assert!(
+        run.stdout
+            .contains("rate_limit: { unit: minute, requests_per_unit: 3 }"),
+        "{run}"
+    );
+
+    sb.write("envoy.yaml", "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: fortnight, requests_per_unit: 3 }\n");
+    let run = sb.run(&["check-config", "envoy.yaml"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(run.stderr.starts_with("error: envoy.yaml:4:"), "{run}");
+    assert!(run.stderr.contains("fortnight"), "{run}");
+}

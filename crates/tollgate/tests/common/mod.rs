@@ -1,0 +1,168 @@
+//! A small harness for running the real `tollgate` binary: a temp dir that
+//! cleans up after itself, a runner that captures exit code and output, and
+//! a `Display` that shows both streams when an assertion fails.
+
+// Each test file uses a different subset of these helpers.
+#![allow(dead_code)]
+
+use std::fmt;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use serde_json::Value;
+
+/// A fresh directory under the system temp dir, removed on drop.
+pub struct Sandbox {
+    pub dir: PathBuf,
+}
+
+impl Sandbox {
+    pub fn new(name: &str) -> Sandbox {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "tollgate-test-{name}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Sandbox { dir }
+    }
+
+    /// Writes `contents` to `file` in the sandbox; returns its path.
+    pub fn write(&self, file: &str, contents: impl AsRef<[u8]>) -> PathBuf {
+        let path = self.dir.join(file);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(&path, contents).unwrap();
+        path
+    }
+
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.dir.join(file)
+    }
+
+    pub fn read(&self, file: &str) -> String {
+        std::fs::read_to_string(self.dir.join(file)).unwrap()
+    }
+
+    /// Runs `tollgate args...` in the sandbox.
+    pub fn run(&self, args: &[&str]) -> Run {
+        run_in(&self.dir, args, None)
+    }
+
+    /// Runs `tollgate args...` in the sandbox with `stdin` piped in.
+    pub fn run_with_stdin(&self, args: &[&str], stdin: &[u8]) -> Run {
+        run_in(&self.dir, args, Some(stdin))
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A finished run of the binary.
+pub struct Run {
+    pub args: Vec<String>,
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+impl fmt::Display for Run {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let cut = |s: &str| -> String {
+            if s.len() > 4000 {
+                let head: String = s.chars().take(4000).collect();
+                format!("{head}\n... ({} bytes)", s.len())
+            } else {
+                s.to_owned()
+            }
+        };
+        write!(
+            f,
+            "\n$ tollgate {}\nexit: {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.args.join(" "),
+            self.code,
+            cut(&self.stdout),
+            cut(&self.stderr)
+        )
+    }
+}
+
+fn run_in(dir: &Path, args: &[&str], stdin: Option<&[u8]>) -> Run {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    cmd.args(args)
+        .current_dir(dir)
+        // `replay --config` falls back to this variable; the caller's
+        // environment must not leak into the test.
+        .env_remove("TOLLGATE_CONFIG")
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("the tollgate binary runs");
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().unwrap();
+        // Written from a thread so a child that fills its stdout pipe before
+        // reading all of stdin cannot deadlock the test.
+        let input = input.to_vec();
+        std::thread::spawn(move || {
+            let _ = pipe.write_all(&input);
+        });
+    }
+    let out = child.wait_with_output().unwrap();
+    Run {
+        args: args.iter().map(|s| (*s).to_owned()).collect(),
+        code: out.status.code(),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+/// A file of the repository's `examples/` directory.
+pub fn example(file: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(file)
+        .display()
+        .to_string()
+}
+
+/// Splits replay output into its leading JSON event lines and the rest (the
+/// summary).
+pub fn split_events(stdout: &str) -> (Vec<Value>, Vec<&str>) {
+    let mut events = Vec::new();
+    let mut lines = stdout.lines().peekable();
+    while let Some(line) = lines.peek() {
+        if !line.starts_with('{') {
+            break;
+        }
+        let v: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("event line is not JSON ({e}): {line}"));
+        events.push(v);
+        lines.next();
+    }
+    (events, lines.collect())
+}
+
+/// Parses every line of `text` as JSON.
+pub fn json_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
