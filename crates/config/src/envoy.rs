@@ -353,6 +353,18 @@ impl Reader<'_> {
             check_keys(&f, RATE_LIMIT_FIELDS, &context, self.diags);
             self.envoy_limit(&f, &context)?
         };
+        if let Some(first) = self.resources.iter().find(|r| r.name == path) {
+            // Dots inside keys make two paths print alike (upstream's stats
+            // keys collide the same way); the limits stay separate.
+            self.diags.warn(
+                pos,
+                format!(
+                    "descriptor path `{path}` is also the path of the limit at {}; \
+                     they are separate limits but share a name in outputs",
+                    first.pos
+                ),
+            );
+        }
         self.resources.push(Resource {
             name: path.to_owned(),
             kind: ResourceKind::Rate(RateResource {

@@ -243,10 +243,16 @@ fn read_rate_spec(
     let mut hard_limit = positive_limit(fields, "hard_limit", context, diags);
     if let (Some(h), Some(g)) = (hard_limit, global_limit) {
         if h > g {
-            diags.warn(
-                fields.pos_of("hard_limit"),
-                format!("{context}: hard_limit {h} is above the global_limit {g}; lowered to {g}"),
-            );
+            // An override inheriting the resource's hard limit was warned
+            // about with the resource.
+            if own.has("hard_limit") {
+                diags.warn(
+                    fields.pos_of("hard_limit"),
+                    format!(
+                        "{context}: hard_limit {h} is above the global_limit {g}; lowered to {g}"
+                    ),
+                );
+            }
             hard_limit = Some(g);
         }
     }
@@ -402,7 +408,9 @@ impl Params<'_, '_> {
 
     fn duration(&self, name: &str, diags: &mut Diagnostics) -> Nanos {
         match self.f.get(name) {
-            Some(n) => diags.take(duration(n, name)).unwrap_or(Nanos::ZERO),
+            Some(n) => diags
+                .take(duration(n, name).map_err(|d| in_context(d, self.context)))
+                .unwrap_or(Nanos::ZERO),
             None => {
                 self.missing(name, diags);
                 Nanos::ZERO
@@ -411,7 +419,9 @@ impl Params<'_, '_> {
     }
 
     fn opt_duration(&self, name: &str, diags: &mut Diagnostics) -> Option<Nanos> {
-        self.f.get(name).and_then(|n| diags.take(duration(n, name)))
+        self.f
+            .get(name)
+            .and_then(|n| diags.take(duration(n, name).map_err(|d| in_context(d, self.context))))
     }
 
     fn align(&self, diags: &mut Diagnostics) -> Align {
@@ -442,6 +452,12 @@ impl Params<'_, '_> {
         let v = diags.take(n.as_u64("buckets")).unwrap_or(2);
         u32::try_from(v).unwrap_or(u32::MAX)
     }
+}
+
+/// Prefixes a diagnostic's message with what it is about.
+fn in_context(mut d: Diagnostic, context: &str) -> Diagnostic {
+    d.message = format!("{context}: {}", d.message);
+    d
 }
 
 /// A duration: a string like `300ms`, or the number 0.
@@ -505,8 +521,15 @@ fn read_tiers(f: &Fields<'_>, context: &str, diags: &mut Diagnostics) -> Vec<Tie
             f: &t,
             context: &tcontext,
         };
+        let limit = p.count("limit", diags);
+        if limit == 0 && t.has("limit") {
+            diags.error(
+                t.pos_of("limit"),
+                format!("{tcontext}: `limit` must be at least 1 (a tier with limit 0 can never be entered)"),
+            );
+        }
         let mut tier = Tier {
-            limit: p.count("limit", diags),
+            limit,
             window: p.duration("window", diags),
             active: p.duration("active", diags),
             cooldown: p.opt_duration("cooldown", diags).unwrap_or(Nanos::ZERO),

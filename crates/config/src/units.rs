@@ -58,7 +58,9 @@ pub fn parse_duration(text: &str) -> Result<Nanos, String> {
             .find(|(u, _)| *u == unit)
             .map(|(_, s)| *s)
             .ok_or_else(|| {
-                format!("unknown unit `{unit}` in `{t}` (use ns, us, ms, s, m, h, d or w)")
+                format!(
+                    "unknown unit `{unit}` in `{t}` (use ns, us/µs, ms, s/sec, m/min, h, d or w)"
+                )
             })?;
         total += scaled(num, scale).ok_or_else(|| {
             format!("`{t}` is not a whole number of nanoseconds or has a malformed number")
@@ -116,6 +118,12 @@ pub fn parse_rate(text: &str) -> Result<Rate, String> {
     let period = period.trim();
     let nanos = match PERIODS.iter().find(|(name, _)| *name == period) {
         Some((_, n)) => Nanos::new(*n),
+        // A bare duration unit is one of it: `10/ms`, `10/d`, `10/w`.
+        None if !period.is_empty()
+            && !period.starts_with(|c: char| c.is_ascii_digit() || c == '.') =>
+        {
+            parse_duration(&format!("1{period}")).map_err(|e| format!("`{t}`: {e}"))?
+        }
         None => parse_duration(period).map_err(|e| format!("`{t}`: {e}"))?,
     };
     Rate::new(count, nanos).map_err(|e| format!("`{t}`: {e}"))
@@ -162,6 +170,18 @@ mod tests {
             parse_rate("1/250ms").unwrap().interval(),
             Nanos::from_millis(250)
         );
+        assert_eq!(
+            parse_rate("10/d").unwrap().period(),
+            Nanos::from_secs(86_400)
+        );
+        assert_eq!(
+            parse_rate("10/w").unwrap().period(),
+            Nanos::from_secs(604_800)
+        );
+        assert_eq!(parse_rate("10/ms").unwrap().period(), Nanos::from_millis(1));
+        assert!(parse_rate("10/fortnight")
+            .unwrap_err()
+            .contains("unknown unit"));
         assert!(parse_rate("0/s").unwrap_err().contains("at least 1"));
         assert!(parse_rate("ten/s").is_err());
         assert!(parse_rate("10").is_err());

@@ -258,3 +258,20 @@ fn normalized_output_keeps_the_envoy_format() {
         2
     );
 }
+
+#[test]
+fn ambiguous_paths_are_warned_about() {
+    let loaded = load_str(
+        "a.yaml",
+        "domain: d\ndescriptors:\n  - key: x.y\n    rate_limit: { unit: second, requests_per_unit: 1 }\n  - key: x\n    descriptors:\n      - key: y\n        rate_limit: { unit: second, requests_per_unit: 2 }\n",
+    )
+    .unwrap();
+    assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+    assert!(loaded.warnings[0].message.contains("`x.y`"));
+    let ns = &loaded.config.namespaces[0];
+    let tree = ns.descriptors.as_ref().unwrap();
+    assert_ne!(
+        tree.find(&[("x.y", "1")]).unwrap().resource,
+        tree.find(&[("x", "1"), ("y", "2")]).unwrap().resource
+    );
+}

@@ -248,3 +248,22 @@ fn normalized_output_reads_back_identically() {
         }
     }
 }
+
+#[test]
+fn messages_carry_their_context() {
+    let e = one_error("namespaces:\n  - name: n\n    resources:\n      - name: a\n        algorithm: burst_tiers\n        tiers:\n          - { limit: 0, window: 1s, active: 1s }\n");
+    assert!(
+        e.starts_with("t.yaml:7:15: resource `a`, tier 1: `limit` must be at least 1"),
+        "{e}"
+    );
+    let e = one_error("namespaces:\n  - name: n\n    resources:\n      - { name: a, algorithm: fixed_window, limit: 1, window: 10 }\n");
+    assert!(e.contains("resource `a`: `window` needs a unit"), "{e}");
+    // A lowered hard limit is reported once, not again for each override
+    // that inherits it.
+    let loaded = load_str(
+        "t.yaml",
+        "namespaces:\n  - name: n\n    resources:\n      - name: a\n        algorithm: gcra\n        rate: 1/s\n        hard_limit: 50\n        global_limit: 10\n        domains: { x: { burst: 2 }, y: { burst: 3 } }\n",
+    )
+    .unwrap();
+    assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+}

@@ -90,8 +90,15 @@ pub fn parse(line: &str) -> Result<Event, String> {
         lists
             .into_iter()
             .map(|l| l.into_iter().map(|e| (e.key, e.value)).collect())
-            .collect::<Vec<_>>()
+            .collect::<Vec<Vec<(String, String)>>>()
     });
+    if let Some(d) = &descriptors {
+        if d.is_empty() || d.iter().any(Vec::is_empty) {
+            return Err(
+                "`descriptors` must hold at least one descriptor of at least one entry".into(),
+            );
+        }
+    }
     let domain = match raw.domain {
         Some(Scalar::Text(s)) => s,
         Some(Scalar::Number(n)) => n.to_string(),
@@ -200,5 +207,11 @@ mod tests {
         assert!(parse(r#"{"time_ms": 1e300, "domain": "a"}"#)
             .unwrap_err()
             .contains("too large"));
+        assert!(parse(r#"{"time_ms": 1, "descriptors": []}"#)
+            .unwrap_err()
+            .contains("at least one"));
+        assert!(parse(r#"{"time_ms": 1, "descriptors": [[]]}"#)
+            .unwrap_err()
+            .contains("at least one"));
     }
 }

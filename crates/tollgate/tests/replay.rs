@@ -351,7 +351,10 @@ fn thesis_traces_replay_against_a_single_resource_config() {
     );
     let run = sb.run(&["replay", "-c", "two.yaml", "-t", "t.json"]);
     assert!(run.success(), "{run}");
-    assert_eq!(split_events(&run.stdout).0.len(), 0, "{run}");
+    // Each event still gets a line: an error line saying what is missing.
+    let lines = split_events(&run.stdout).0;
+    assert_eq!(lines.len(), 5, "{run}");
+    assert!(lines.iter().all(|l| l["reason"] == "missing_namespace"), "{run}");
     assert!(
         run.stderr.contains("trace line 1: `namespace` is required"),
         "{run}"

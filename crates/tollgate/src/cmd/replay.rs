@@ -191,6 +191,9 @@ impl Replay {
             Err(msg) => {
                 let resource = e.resource.clone().unwrap_or_default();
                 self.summary.record_error("?", &resource, &e.domain, e.hits);
+                let line =
+                    ErrorLine::new(number, e, "", &resource, msg.clone(), "missing_namespace");
+                write_line(out, &line)?;
                 return self.problem(progress, format!("trace line {number}: {msg}"));
             }
         };
@@ -224,6 +227,9 @@ impl Replay {
             Err(msg) => {
                 self.summary
                     .record_error(&namespace, "?", &e.domain, e.hits);
+                let line =
+                    ErrorLine::new(number, e, &namespace, "", msg.clone(), "missing_resource");
+                write_line(out, &line)?;
                 return self.problem(progress, format!("trace line {number}: {msg}"));
             }
         };
@@ -431,6 +437,28 @@ struct ErrorLine<'a> {
     reason: &'static str,
 }
 
+impl<'a> ErrorLine<'a> {
+    fn new(
+        number: u64,
+        e: &'a Event,
+        ns: &'a str,
+        resource: &'a str,
+        error: String,
+        reason: &'static str,
+    ) -> ErrorLine<'a> {
+        ErrorLine {
+            line: number,
+            time_ms: ms(e.time),
+            namespace: ns,
+            resource,
+            domain: &e.domain,
+            hits: e.hits,
+            error,
+            reason,
+        }
+    }
+}
+
 fn error_line<'a>(
     number: u64,
     e: &'a Event,
@@ -438,16 +466,7 @@ fn error_line<'a>(
     resource: &'a str,
     err: &tollgate_service::ServiceError,
 ) -> ErrorLine<'a> {
-    ErrorLine {
-        line: number,
-        time_ms: ms(e.time),
-        namespace: ns,
-        resource,
-        domain: &e.domain,
-        hits: e.hits,
-        error: err.to_string(),
-        reason: err.reason(),
-    }
+    ErrorLine::new(number, e, ns, resource, err.to_string(), err.reason())
 }
 
 fn write_line(out: &mut dyn Write, value: &impl Serialize) -> Result<()> {
