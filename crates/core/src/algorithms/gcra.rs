@@ -82,6 +82,10 @@ impl Gcra {
         if min_hits > self.burst {
             return None;
         }
+        if min_hits == 0 {
+            // Granted now, even in debt after an acquire.
+            return Some(Nanos::ZERO);
+        }
         let needed = tat
             .saturating_add(self.interval.saturating_mul(min_hits))
             .saturating_sub(self.tolerance);

@@ -227,6 +227,7 @@ impl Smooth {
         now: Nanos,
         grant: Grant,
         wait_micros: i64,
+        min_hits: u64,
     ) -> Decision {
         let now_micros = micros(now);
         let s = self.at(state, now_micros);
@@ -234,7 +235,9 @@ impl Smooth {
         let free_now = debt == 0;
         let remaining = match (free_now, self.kind) {
             (false, _) => 0,
-            (true, SmoothKind::Bursty { .. }) => s.stored_permits.max(0.0) as u64 + 1,
+            (true, SmoothKind::Bursty { .. }) => {
+                (s.stored_permits.max(0.0) as u64).saturating_add(1)
+            }
             (true, SmoothKind::WarmingUp { .. }) => 1,
         };
         let refill = ((self.max_permits - s.stored_permits).max(0.0)
@@ -245,7 +248,14 @@ impl Smooth {
             limit: (self.max_permits as u64).max(1),
             remaining,
             reset_after: micros_to_nanos(debt.saturating_add(refill)),
-            retry_after: Some(micros_to_nanos(debt)),
+            // A request is granted from the first nanosecond of the
+            // microsecond its debt is paid (`now` need not be a whole
+            // microsecond); one for no hits at once.
+            retry_after: Some(if debt == 0 || min_hits == 0 {
+                Nanos::ZERO
+            } else {
+                micros_to_nanos(s.next_free_micros).saturating_sub(now)
+            }),
             wait: micros_to_nanos(wait_micros),
             tier: None,
         }
@@ -291,7 +301,7 @@ impl Algorithm for Smooth {
         &self,
         state: &mut SmoothState,
         now: Nanos,
-        _request: Request,
+        request: Request,
         grant: Grant,
     ) -> Decision {
         let mut wait = 0;
@@ -300,7 +310,7 @@ impl Algorithm for Smooth {
             let moment = self.reserve_earliest_available(state, grant.granted, now_micros);
             wait = (moment - now_micros).max(0);
         }
-        self.describe(state, now, grant, wait)
+        self.describe(state, now, grant, wait, request.min_hits)
     }
 
     fn is_idle(&self, state: &SmoothState, now: Nanos) -> bool {
@@ -321,6 +331,6 @@ impl Schedule for Smooth {
             granted: hits,
             allowed: true,
         };
-        self.describe(state, now, grant, (moment - now_micros).max(0))
+        self.describe(state, now, grant, (moment - now_micros).max(0), 1)
     }
 }

@@ -142,6 +142,10 @@ impl TokenBucket {
     }
 
     fn retry_after(&self, state: &TokenBucketState, now: Nanos, min_hits: u64) -> Option<Nanos> {
+        if min_hits == 0 {
+            // Granted now, even in debt after an acquire.
+            return Some(Nanos::ZERO);
+        }
         let level = self.level(state, now);
         let needed = self.interval.as_u64().saturating_mul(min_hits);
         if level >= 0 && level as u64 >= needed {
