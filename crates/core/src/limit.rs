@@ -99,7 +99,11 @@ impl Limit {
     pub fn can_schedule(&self) -> bool {
         matches!(
             self,
-            Limit::TokenBucket(_) | Limit::Gcra(_) | Limit::LeakyBucket(_) | Limit::Smooth(_)
+            Limit::TokenBucket(_)
+                | Limit::Gcra(_)
+                | Limit::LeakyBucket(_)
+                | Limit::Smooth(_)
+                | Limit::SlidingLog(_)
         )
     }
 
@@ -118,8 +122,37 @@ impl Limit {
     }
 
     /// [`Mode::Acquire`](crate::Mode::Acquire): grants `hits` and returns
-    /// the wait, or `None` if the algorithm cannot schedule.
+    /// the wait, or `None` if the algorithm cannot schedule them.
     pub fn acquire(&self, state: &mut LimitState, now: Nanos, hits: u64) -> Option<Decision> {
+        let wait = self.acquire_wait(state, now, hits)?;
+        self.acquire_at(state, now, hits, wait)
+    }
+
+    /// How long a request for `hits` would wait in
+    /// [`Mode::Acquire`](crate::Mode::Acquire), without changing anything;
+    /// `None` if the algorithm cannot schedule them.
+    pub fn acquire_wait(&self, state: &LimitState, now: Nanos, hits: u64) -> Option<Nanos> {
+        if let (Limit::SlidingLog(a), LimitState::SlidingLog(s)) = (self, state) {
+            return a.schedule(s, now, hits);
+        }
+        if !self.can_schedule() {
+            return None;
+        }
+        let mut probe = state.clone();
+        self.acquire_at(&mut probe, now, hits, Nanos::ZERO)
+            .map(|d| d.wait)
+    }
+
+    /// Grants `hits` for a request that proceeds `wait` from now (at least
+    /// this algorithm's own wait). Only logs care: a sliding log records the
+    /// hits when they happen; the others charge them as they schedule.
+    pub fn acquire_at(
+        &self,
+        state: &mut LimitState,
+        now: Nanos,
+        hits: u64,
+        wait: Nanos,
+    ) -> Option<Decision> {
         if !self.owns(state) {
             *state = self.fresh();
         }
@@ -128,6 +161,11 @@ impl Limit {
             (Limit::Gcra(a), LimitState::Gcra(s)) => Some(a.acquire(s, now, hits)),
             (Limit::LeakyBucket(a), LimitState::Gcra(s)) => Some(a.acquire(s, now, hits)),
             (Limit::Smooth(a), LimitState::Smooth(s)) => Some(a.acquire(s, now, hits)),
+            (Limit::SlidingLog(a), LimitState::SlidingLog(s)) => {
+                let own = a.schedule(s, now, hits)?;
+                let at = now.saturating_add(own.max(wait));
+                Some(a.acquire_at(s, now, hits, at))
+            }
             _ => None,
         }
     }

@@ -43,6 +43,15 @@ pub enum PlanError {
         /// Its algorithm's name.
         algorithm: &'static str,
     },
+    /// [`Mode::Acquire`] for more hits than a window-limited entry can ever
+    /// hold, so no wait would admit them.
+    #[error("{hits} hits can never be admitted at once by this limit, whatever the wait")]
+    NeverAdmits {
+        /// The plan entry.
+        index: usize,
+        /// Hits asked for.
+        hits: u64,
+    },
 }
 
 /// The answer for a whole plan.
@@ -135,13 +144,11 @@ fn decide_try(entries: &mut [PlanEntry<'_>], now: Nanos, request: Request) -> Pl
         .zip(rooms.iter().copied())
         .map(|(e, r)| {
             let own = if e.shadow {
-                let granted = r.min(grant.granted);
-                let fits = granted == grant.granted;
-                shadow_limited |= !fits || (!grant.allowed && r < request.min_hits);
-                Grant {
-                    granted,
-                    allowed: grant.allowed && fits,
-                }
+                // What this limit would grant, and record, if it were live:
+                // the request against it and the live limits together.
+                let live = Grant::from_room(request, r.min(room));
+                shadow_limited |= live.granted < grant.granted;
+                live
             } else {
                 grant
             };
@@ -172,27 +179,31 @@ fn acquire(
     now: Nanos,
     hits: u64,
 ) -> Result<PlanDecision, PlanError> {
-    if let Some((index, e)) = entries
-        .iter()
-        .enumerate()
-        .find(|(_, e)| !e.limit.can_schedule())
-    {
-        return Err(PlanError::CannotSchedule {
-            index,
-            algorithm: e.limit.algorithm_name(),
-        });
-    }
+    // Every limit says how long the request must wait for it, without
+    // changing anything; the request proceeds when the last one allows it,
+    // and limits that log when hits happen (sliding logs) log them then.
     let mut wait = Nanos::ZERO;
+    for (index, e) in entries.iter().enumerate() {
+        if !e.limit.can_schedule() {
+            return Err(PlanError::CannotSchedule {
+                index,
+                algorithm: e.limit.algorithm_name(),
+            });
+        }
+        let Some(w) = e.limit.acquire_wait(e.state, now, hits) else {
+            return Err(PlanError::NeverAdmits { index, hits });
+        };
+        if !e.shadow {
+            wait = wait.max(w);
+        }
+    }
     let rooms = entries.iter().map(|_| hits).collect();
     let mut decisions = SmallVec::with_capacity(entries.len());
     for e in entries.iter_mut() {
         let d = e
             .limit
-            .acquire(e.state, now, hits)
+            .acquire_at(e.state, now, hits, wait)
             .unwrap_or(Decision::unlimited(hits));
-        if !e.shadow {
-            wait = wait.max(d.wait);
-        }
         decisions.push(d);
     }
     Ok(PlanDecision {
@@ -204,4 +215,94 @@ fn acquire(
         decisions,
         rooms,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{per_second_limit, Rate, TokenBucket};
+
+    #[test]
+    fn acquire_waits_for_the_slowest_limit_and_logs_hits_then() {
+        // A token bucket refilling 10/s behind a hard limit of 2 per second.
+        let bucket =
+            Limit::TokenBucket(TokenBucket::new(100, Rate::per_second(10).unwrap()).unwrap());
+        let hard = Limit::SlidingLog(per_second_limit(2).unwrap());
+        let (mut b, mut h) = (bucket.fresh(), hard.fresh());
+        let now = Nanos::from_secs(5);
+        let mut waits = Vec::new();
+        for _ in 0..3 {
+            let mut entries = [
+                PlanEntry {
+                    limit: &bucket,
+                    state: &mut b,
+                    shadow: false,
+                },
+                PlanEntry {
+                    limit: &hard,
+                    state: &mut h,
+                    shadow: false,
+                },
+            ];
+            waits.push(
+                decide(&mut entries, now, Request::exactly(1), Mode::Acquire)
+                    .unwrap()
+                    .wait,
+            );
+        }
+        assert_eq!(
+            waits,
+            vec![
+                Nanos::ZERO,
+                Nanos::ZERO,
+                Nanos::SECOND.saturating_add(Nanos::NANOSECOND)
+            ]
+        );
+        // More than the hard limit at once can never be scheduled, and
+        // refusing changes nothing.
+        let before = (b.clone(), h.clone());
+        let mut entries = [
+            PlanEntry {
+                limit: &bucket,
+                state: &mut b,
+                shadow: false,
+            },
+            PlanEntry {
+                limit: &hard,
+                state: &mut h,
+                shadow: false,
+            },
+        ];
+        let err = decide(&mut entries, now, Request::exactly(3), Mode::Acquire).unwrap_err();
+        assert_eq!(err, PlanError::NeverAdmits { index: 1, hits: 3 });
+        assert_eq!((b, h), before);
+    }
+
+    #[test]
+    fn shadow_entries_record_what_they_would_live() {
+        // Live: room 5. Shadow: room 2, below min_hits 3, so as a live limit
+        // it would have rejected and recorded nothing.
+        let live = Limit::SlidingLog(per_second_limit(5).unwrap());
+        let shadow = Limit::SlidingLog(per_second_limit(2).unwrap());
+        let (mut a, mut s) = (live.fresh(), shadow.fresh());
+        let mut entries = [
+            PlanEntry {
+                limit: &live,
+                state: &mut a,
+                shadow: false,
+            },
+            PlanEntry {
+                limit: &shadow,
+                state: &mut s,
+                shadow: true,
+            },
+        ];
+        let d = decide(&mut entries, Nanos::ZERO, Request::between(3, 4), Mode::Try).unwrap();
+        assert_eq!((d.granted, d.shadow_limited), (4, true));
+        assert_eq!(d.decisions[1].granted, 0);
+        assert!(
+            shadow.is_idle(&s, Nanos::ZERO),
+            "nothing recorded in the shadow limit"
+        );
+    }
 }

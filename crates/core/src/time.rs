@@ -130,7 +130,8 @@ impl fmt::Debug for Nanos {
 }
 
 impl fmt::Display for Nanos {
-    /// Prints the shortest exact form: `1.5s`, `250ms`, `12us`, `7ns`.
+    /// Prints the largest unit that divides exactly: `5m`, `1500ms`,
+    /// `12us`, `7ns`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.0;
         let units: [(u64, &str); 7] = [

@@ -245,19 +245,25 @@ fn burst_blocked_by_cooldown_figure_3() {
     assert_eq!(d.retry_after, Some(at(ms(500), NS)));
 
     // Tier 1's active period ends at T + 60 s (no cooldown), before its
-    // window would free: the fake tier bursts into tier 1 again.
+    // window frees. The fake tier bursts into tier 1 again — but the ten
+    // hits of T + 59.8 s still count in its window, so the re-entry cannot
+    // pass twenty hits in one second (Charon §4.1's concern): the retry is
+    // when they leave, not the end of the active period.
     let t = at(T, secs(60)).saturating_sub(ms(200));
     let d = grant(&bt, &mut st, t, Request::exactly(10));
     assert_eq!(d.tier, info(1, 10, 10, false));
     let d = reject(&bt, &mut st, at(t, ms(100)), Request::exactly(1), true);
     assert_eq!(
         d.retry_after,
-        Some(ms(100)),
-        "T + 60 s: tier 1 can be re-entered"
+        Some(at(ms(900), NS)),
+        "tier 1's window frees at T + 60.8 s + 1ns"
     );
-    let d = hit(&bt, &mut st, at(T, secs(60)));
+    // (Only normalizes the ended period: compared by behaviour.)
+    reject(&bt, &mut st, at(T, secs(60)), Request::exactly(1), false);
+    let reentry = at(t, at(secs(1), NS));
+    let d = hit(&bt, &mut st, reentry);
     assert_eq!(d.tier, info(1, 10, 1, true));
-    assert_eq!(st[0].entered, at(T, secs(60)));
+    assert_eq!(st[0].entered, reentry);
 
     // Tier 2 cools down until t2 + 330 s. Just before, a full tier 1 cannot
     // burst; the retry is the end of the cooldown, not tier 1's window.

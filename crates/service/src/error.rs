@@ -72,6 +72,9 @@ impl ServiceError {
                 tollgate_core::copies::CopyError::UnknownTransfer,
             )) => "unknown_transfer",
             ServiceError::Store(StoreError::Copy(_)) => "bad_copies",
+            ServiceError::Store(StoreError::Plan(tollgate_core::PlanError::NeverAdmits {
+                ..
+            })) => "exceeds_limit",
             ServiceError::Store(StoreError::Plan(_)) => "cannot_schedule",
             ServiceError::Store(StoreError::DuplicateKey(_)) => "duplicate_key",
             ServiceError::Store(StoreError::AtCapacity(_)) => "store_at_capacity",

@@ -664,6 +664,47 @@ namespaces:
     assert!(hit(&l, "tiers", "acme", t).await.allowed);
 }
 
+#[tokio::test]
+async fn acquire_waits_for_hard_and_global_limits_too() {
+    // A generous bucket behind a hard limit of 2/s: the hard limit sets the
+    // pace, and the per-second log records each hit when it will happen.
+    let l = limiter(
+        "\
+namespaces:
+  - name: ns
+    resources:
+      - { name: api, algorithm: token_bucket, capacity: 100, rate: 100/s, hard_limit: 2, global_limit: 3 }
+",
+    );
+    let acquire = |domain| RateRequest {
+        mode: Mode::Acquire,
+        ..rate("api", domain, 1, 1)
+    };
+    let t = Nanos::from_secs(10);
+    let mut waits = Vec::new();
+    for _ in 0..3 {
+        waits.push(l.request(&acquire("acme"), t).await.unwrap().decision.wait);
+    }
+    let late = Nanos::SECOND.saturating_add(Nanos::NANOSECOND);
+    assert_eq!(waits, [Nanos::ZERO, Nanos::ZERO, late]);
+    // Another domain: its own hard limit is free, but the global limit (3/s)
+    // now holds two hits at t and one at t + 1 s.
+    let o = l.request(&acquire("globex"), t).await.unwrap();
+    assert_eq!(o.decision.wait, late);
+    // More than the hard limit at once can never be scheduled.
+    let err = l
+        .request(
+            &RateRequest {
+                mode: Mode::Acquire,
+                ..rate("api", "initech", 3, 3)
+            },
+            t,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "exceeds_limit");
+}
+
 // ----------------------------------------------------------------- copies
 
 const SANDBOX: &str = "\

@@ -4,7 +4,11 @@
 //! skippable)`. Every tier keeps a sliding window of the hits granted while
 //! it was the current tier. A tier is *inactive* until a request bursts into
 //! it; it is then *active* for `active`, in *cooldown* for `cooldown`, and
-//! inactive again, its hits forgotten (Charon §4.2: keys of a tier whose
+//! inactive again. Its hits count in its window until they leave it, also
+//! across a re-entry: a tier with no cooldown, re-entered as its active
+//! period ends, still never holds more than its limit in one window (the
+//! over-limit Charon §4.1's trimming rule guards against). Once they have
+//! left, nothing of the tier is kept (Charon §4.2: keys of a tier whose
 //! cooldown ended are removed).
 //!
 //! The *current* tier is the active tier with the greatest index, or the fake
@@ -145,14 +149,11 @@ impl BurstTiers {
             .unwrap_or(0)
     }
 
-    /// Hits in tier `i`'s window at `now`; an inactive tier has forgotten
-    /// them.
+    /// Hits in tier `i`'s window at `now`.
     fn count(&self, i: usize, states: &[TierState], now: Nanos) -> u64 {
-        let st = &states[i - 1];
-        if self.phase(i, st, now) == Phase::Inactive {
-            return 0;
-        }
-        st.log.count_since(now.saturating_sub(self.tier(i).window))
+        states[i - 1]
+            .log
+            .count_since(now.saturating_sub(self.tier(i).window))
     }
 
     /// The tier a burst from `from` enters, skipping skippable tiers in
@@ -175,7 +176,6 @@ impl BurstTiers {
         let mut c = self.current(states, now);
         loop {
             if c > 0 {
-                // A tier entered by this walk was inactive: its count is 0.
                 let used = self.count(c, states, now);
                 let take = self.tier(c).limit.saturating_sub(used).min(left);
                 if take > 0 {
@@ -198,18 +198,6 @@ impl BurstTiers {
         walk
     }
 
-    /// Hits a burst from the current tier `c` could take at `now`: the sum
-    /// of the limits along the chain of burst targets.
-    fn burst_capacity(&self, states: &[TierState], now: Nanos, c: usize) -> u64 {
-        let mut total = 0u64;
-        let mut from = c;
-        while let Some(j) = self.burst_target(states, now, from) {
-            total = total.saturating_add(self.tier(j).limit);
-            from = j;
-        }
-        total
-    }
-
     /// The next instant after `t` at which some tier changes phase.
     fn next_transition(&self, states: &[TierState], t: Nanos) -> Option<Nanos> {
         let mut next: Option<Nanos> = None;
@@ -228,45 +216,48 @@ impl BurstTiers {
         next
     }
 
-    /// Earliest time from `now` at which `min_hits` would be granted. Phases
-    /// only change at transitions; between two of them the burst capacity is
-    /// fixed and the current tier's window only empties, so each segment is
-    /// solved from the current tier's log.
+    /// Earliest time from `now` at which `min_hits` would be granted,
+    /// assuming no other traffic. Phases only change at transitions; between
+    /// two of them the tiers' windows only empty, so what the walk admits
+    /// only grows, and the first instant that admits `min_hits` is found by
+    /// binary search. After the last transition, nothing changes once every
+    /// window is empty.
     fn retry_after(&self, states: &[TierState], now: Nanos, min_hits: u64) -> Option<Nanos> {
         if min_hits == 0 {
             return Some(Nanos::ZERO);
         }
-        let mut t = now;
-        for _ in 0..=2 * self.tiers.len() + 1 {
-            let c = self.current(states, t);
-            let burst = self.burst_capacity(states, t, c);
-            let needed = min_hits.saturating_sub(burst);
-            let next = self.next_transition(states, t);
-            let ok_at = if needed == 0 {
-                Some(t)
-            } else if c == 0 || needed > self.tier(c).limit {
-                None
-            } else {
-                let tier = self.tier(c);
-                let st = &states[c - 1];
-                // The hit that must leave the window; if it already left by
-                // `t` (logged before `t - window`), `t` itself will do.
-                let from = t.saturating_sub(tier.window);
-                Some(match st.log.blocking_entry(tier.limit - needed) {
-                    Some(e) if e >= from => e
-                        .saturating_add(tier.window)
-                        .saturating_add(Nanos::NANOSECOND),
-                    _ => t,
-                })
-            };
-            match (ok_at, next) {
-                (Some(at), Some(n)) if at < n => return Some(at.saturating_sub(now)),
-                (Some(at), None) => return Some(at.saturating_sub(now)),
-                (_, Some(n)) => t = n,
-                (None, None) => return None,
+        let admits = |t: Nanos| self.walk(states, t, min_hits).granted >= min_hits;
+        let settled = states
+            .iter()
+            .zip(&self.tiers)
+            .filter_map(|(st, tier)| st.log.newest().map(|n| n.saturating_add(tier.window)))
+            .max()
+            .unwrap_or(Nanos::ZERO)
+            .saturating_add(Nanos::NANOSECOND);
+        let mut start = now;
+        loop {
+            let next = self.next_transition(states, start);
+            // The segment [start, end) has fixed phases.
+            let end = next.unwrap_or_else(|| settled.max(start).saturating_add(Nanos::NANOSECOND));
+            let last = end.saturating_sub(Nanos::NANOSECOND);
+            if admits(last) {
+                let (mut lo, mut hi) = (start, last);
+                while lo < hi {
+                    let mid = Nanos::new(lo.as_u64() + (hi.as_u64() - lo.as_u64()) / 2);
+                    if admits(mid) {
+                        hi = mid;
+                    } else {
+                        lo = mid.saturating_add(Nanos::NANOSECOND);
+                    }
+                }
+                return Some(lo.saturating_sub(now));
+            }
+            match next {
+                // Transitions lie strictly after `start`: the loop ends.
+                Some(t) if t > start => start = t,
+                _ => return None,
             }
         }
-        None
     }
 }
 
@@ -299,22 +290,18 @@ impl Algorithm for BurstTiers {
         if states.len() != self.tiers.len() {
             *states = self.fresh();
         }
-        // Forget tiers whose cooldown ended, and hits that left the windows.
+        // Forget ended periods, and hits that left the windows.
         for (i, st) in states.iter_mut().enumerate() {
             if self.phase(i + 1, st, now) == Phase::Inactive {
                 st.entered = NEVER;
-                st.log.clear();
-            } else {
-                st.log.prune(now.saturating_sub(self.tiers[i].window));
             }
+            st.log.prune(now.saturating_sub(self.tiers[i].window));
         }
         let mut burst = false;
         if grant.granted > 0 {
             let walk = self.walk(states, now, grant.granted);
             for &j in &walk.entered {
-                let st = &mut states[j - 1];
-                st.entered = now;
-                st.log.clear();
+                states[j - 1].entered = now;
                 burst = true;
             }
             for &(j, n) in &walk.takes {
@@ -327,15 +314,22 @@ impl Algorithm for BurstTiers {
         } else {
             (self.tier(c).limit, self.count(c, states, now))
         };
+        // Fresh again once every period has ended and every window emptied.
         let reset_after = states
             .iter()
             .zip(&self.tiers)
-            .filter(|(st, _)| st.entered != NEVER)
             .map(|(st, t)| {
-                st.entered
-                    .saturating_add(t.active)
-                    .saturating_add(t.cooldown)
-                    .saturating_sub(now)
+                let period_end = if st.entered == NEVER {
+                    Nanos::ZERO
+                } else {
+                    st.entered
+                        .saturating_add(t.active)
+                        .saturating_add(t.cooldown)
+                };
+                let window_end = st.log.newest().map_or(Nanos::ZERO, |n| {
+                    n.saturating_add(t.window).saturating_add(Nanos::NANOSECOND)
+                });
+                period_end.max(window_end).saturating_sub(now)
             })
             .max()
             .unwrap_or(Nanos::ZERO);
@@ -357,9 +351,10 @@ impl Algorithm for BurstTiers {
     }
 
     fn is_idle(&self, states: &BurstTiersState, now: Nanos) -> bool {
-        states
-            .iter()
-            .enumerate()
-            .all(|(i, st)| i >= self.tiers.len() || self.phase(i + 1, st, now) == Phase::Inactive)
+        states.iter().enumerate().all(|(i, st)| {
+            i >= self.tiers.len()
+                || (self.phase(i + 1, st, now) == Phase::Inactive
+                    && st.log.count_since(now.saturating_sub(self.tiers[i].window)) == 0)
+        })
     }
 }

@@ -10,34 +10,57 @@ use std::collections::VecDeque;
 
 use crate::time::Nanos;
 
-/// Hits ordered by time, with a running total.
+/// Cumulative counts are rebased below this, so they never saturate.
+const REBASE_AT: u64 = 1 << 62;
+
+/// Hits ordered by time.
+///
+/// Each entry holds its time and the *cumulative* number of hits logged up
+/// to and including it; `base` is the cumulative count before the first
+/// entry. "How many hits since `t`" is then a binary search and one
+/// subtraction, whatever the log's length — which keeps a decision, and the
+/// exact `retry_after` searches built on it, cheap for large limits.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct HitLog {
     entries: VecDeque<(Nanos, u64)>,
-    total: u64,
+    base: u64,
 }
 
 impl HitLog {
+    fn last_cum(&self) -> u64 {
+        self.entries.back().map_or(self.base, |&(_, c)| c)
+    }
+
+    /// The cumulative count before entry `i`.
+    fn cum_before(&self, i: usize) -> u64 {
+        match i.checked_sub(1) {
+            Some(j) => self.entries.get(j).map_or(self.base, |&(_, c)| c),
+            None => self.base,
+        }
+    }
+
+    /// Hits logged in total.
+    pub fn total(&self) -> u64 {
+        self.last_cum() - self.base
+    }
+
     /// Hits at or after `from`.
     pub fn count_since(&self, from: Nanos) -> u64 {
-        let mut count = self.total;
-        for &(t, n) in &self.entries {
-            if t >= from {
-                break;
-            }
-            count -= n;
-        }
-        count
+        let i = self.entries.partition_point(|&(t, _)| t < from);
+        self.last_cum() - self.cum_before(i)
     }
 
     /// Forgets hits before `from`.
     pub fn prune(&mut self, from: Nanos) {
-        while let Some(&(t, n)) = self.entries.front() {
+        while let Some(&(t, c)) = self.entries.front() {
             if t >= from {
                 break;
             }
-            self.total -= n;
+            self.base = c;
             self.entries.pop_front();
+        }
+        if self.entries.is_empty() {
+            self.base = 0;
         }
     }
 
@@ -45,36 +68,46 @@ impl HitLog {
     /// before the newest entry (a clock going backwards) is recorded at the
     /// newest entry's time, which keeps the hit counted longer, never less.
     pub fn push(&mut self, at: Nanos, n: u64, keep: u64) {
-        // Only the newest `keep` hits are kept, so at most `keep` of these;
-        // making room *before* adding keeps `total` (the sum of the entries)
-        // from saturating, which would break `count_since` and `prune`.
+        // Only the newest `keep` hits are kept, so at most `keep` of these.
         let n = n.min(keep);
         if n == 0 {
             return;
         }
         let at = self.newest().map_or(at, |newest| at.max(newest));
         self.trim(keep - n);
-        match self.entries.back_mut() {
-            Some((t, count)) if *t == at => *count = count.saturating_add(n),
-            _ => self.entries.push_back((at, n)),
+        // After a rebase the sum is the total, at most `keep - n`: adding
+        // `n` cannot overflow.
+        if self.last_cum() >= REBASE_AT || self.last_cum() > u64::MAX - n {
+            let base = self.base;
+            for e in &mut self.entries {
+                e.1 -= base;
+            }
+            self.base = 0;
         }
-        self.total = self.total.saturating_add(n);
+        let cum = self.last_cum() + n;
+        match self.entries.back_mut() {
+            Some((t, c)) if *t == at => *c = cum,
+            _ => self.entries.push_back((at, cum)),
+        }
     }
 
     /// Drops the oldest hits until at most `keep` remain.
     fn trim(&mut self, keep: u64) {
-        while self.total > keep {
-            let excess = self.total - keep;
-            let Some(front) = self.entries.front_mut() else {
+        while self.total() > keep {
+            let excess = self.total() - keep;
+            let Some(&(_, first)) = self.entries.front() else {
                 break;
             };
-            if front.1 > excess {
-                front.1 -= excess;
-                self.total -= excess;
+            if first - self.base > excess {
+                // Part of the oldest entry goes.
+                self.base += excess;
             } else {
-                self.total -= front.1;
+                self.base = first;
                 self.entries.pop_front();
             }
+        }
+        if self.entries.is_empty() {
+            self.base = 0;
         }
     }
 
@@ -91,7 +124,7 @@ impl HitLog {
     /// Forgets everything.
     pub fn clear(&mut self) {
         self.entries.clear();
-        self.total = 0;
+        self.base = 0;
     }
 
     /// The time of the hit that must leave a window before at most `allowed`
@@ -99,14 +132,14 @@ impl HitLog {
     /// takes the count past `allowed`. `None` when at most `allowed` hits
     /// are logged at all.
     pub fn blocking_entry(&self, allowed: u64) -> Option<Nanos> {
-        let mut seen = 0u64;
-        for &(t, n) in self.entries.iter().rev() {
-            seen = seen.saturating_add(n);
-            if seen > allowed {
-                return Some(t);
-            }
+        if self.total() <= allowed {
+            return None;
         }
-        None
+        // The entry with the smallest cumulative count at or above this is
+        // the one whose hits, counted from the newest, pass `allowed`.
+        let target = self.last_cum() - allowed;
+        let i = self.entries.partition_point(|&(_, c)| c < target);
+        self.entries.get(i).map(|&(t, _)| t)
     }
 
     /// Bytes of heap this log holds.

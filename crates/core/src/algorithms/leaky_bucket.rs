@@ -100,7 +100,8 @@ impl Schedule for LeakyBucket {
             granted: hits,
             allowed: true,
         };
-        self.decision(state, now, Request::exactly(hits), grant)
+        // Like the other schedulers, retry_after is for one more hit.
+        self.decision(state, now, Request::between(hits.min(1), hits), grant)
     }
 }
 

@@ -123,6 +123,72 @@ impl SlidingLog {
     }
 }
 
+impl SlidingLog {
+    /// How long until `hits` fit, for [`crate::Mode::Acquire`]: the first
+    /// instant, no earlier than the newest logged hit (so the log stays in
+    /// time order), at which the window holds room for them and `min_gap`
+    /// has passed. `None` when more than `limit` hits are asked at once.
+    pub fn schedule(&self, log: &HitLog, now: Nanos, hits: u64) -> Option<Nanos> {
+        if hits > self.limit {
+            return None;
+        }
+        let mut at = log.newest().map_or(now, |n| now.max(n));
+        if let Some(t) = log.blocking_entry(self.limit - hits) {
+            at = at.max(
+                t.saturating_add(self.window)
+                    .saturating_add(Nanos::NANOSECOND),
+            );
+        }
+        if !self.min_gap.is_zero() {
+            if let Some(t) = log.newest() {
+                at = at.max(t.saturating_add(self.min_gap));
+            }
+        }
+        Some(at.saturating_sub(now))
+    }
+
+    /// Logs `hits` at `at` (when the caller will use them: what
+    /// [`SlidingLog::schedule`] said, or later) and describes the state.
+    pub fn acquire_at(&self, log: &mut HitLog, now: Nanos, hits: u64, at: Nanos) -> Decision {
+        log.prune(self.window_start(now));
+        log.push(at, hits, self.limit);
+        let grant = Grant {
+            granted: hits,
+            allowed: true,
+        };
+        let mut d = self.describe(log, now, Request::between(hits.min(1), hits), grant);
+        d.wait = at.saturating_sub(now);
+        d
+    }
+
+    fn describe(&self, log: &HitLog, now: Nanos, request: Request, grant: Grant) -> Decision {
+        let count = self.count(log, now);
+        // Fresh again once the newest hit has left the window and the gap
+        // after it has passed.
+        let reset_after = log.newest().map_or(Nanos::ZERO, |t| {
+            t.saturating_add(self.window)
+                .saturating_add(Nanos::NANOSECOND)
+                .max(t.saturating_add(self.min_gap))
+                .saturating_sub(now)
+        });
+        let remaining = if self.gap_open(log, now) {
+            self.limit.saturating_sub(count)
+        } else {
+            0
+        };
+        Decision {
+            granted: grant.granted,
+            allowed: grant.allowed,
+            limit: self.limit,
+            remaining,
+            reset_after,
+            retry_after: self.retry_after(log, now, request.min_hits),
+            wait: Nanos::ZERO,
+            tier: None,
+        }
+    }
+}
+
 impl Algorithm for SlidingLog {
     type State = SlidingLogState;
 
@@ -150,27 +216,7 @@ impl Algorithm for SlidingLog {
         } else if !grant.allowed && self.count_rejected {
             log.push(now, request.hits.max(1), self.limit);
         }
-        let count = self.count(log, now);
-        let reset_after = log.newest().map_or(Nanos::ZERO, |t| {
-            t.saturating_add(self.window)
-                .saturating_add(Nanos::NANOSECOND)
-                .saturating_sub(now)
-        });
-        let remaining = if self.gap_open(log, now) {
-            self.limit.saturating_sub(count)
-        } else {
-            0
-        };
-        Decision {
-            granted: grant.granted,
-            allowed: grant.allowed,
-            limit: self.limit,
-            remaining,
-            reset_after,
-            retry_after: self.retry_after(log, now, request.min_hits),
-            wait: Nanos::ZERO,
-            tier: None,
-        }
+        self.describe(log, now, request, grant)
     }
 
     fn is_idle(&self, log: &SlidingLogState, now: Nanos) -> bool {
@@ -250,5 +296,39 @@ mod tests {
             l.decide(&mut s, ms(3000 + t), Request::exactly(1));
         }
         assert!(s.heap_bytes() <= 16 * 8);
+    }
+}
+
+#[cfg(test)]
+mod schedule_tests {
+    use super::*;
+
+    #[test]
+    fn acquire_logs_hits_when_they_happen() {
+        let l = SlidingLog::new(2, Nanos::SECOND).unwrap();
+        let mut s = l.fresh();
+        let now = Nanos::from_secs(10);
+        let waits: Vec<Nanos> = (0..3)
+            .map(|_| {
+                let w = l.schedule(&s, now, 1).unwrap();
+                l.acquire_at(&mut s, now, 1, now.saturating_add(w)).wait
+            })
+            .collect();
+        // The third waits until the first has left the window.
+        assert_eq!(
+            waits,
+            vec![
+                Nanos::ZERO,
+                Nanos::ZERO,
+                Nanos::SECOND.saturating_add(Nanos::NANOSECOND)
+            ]
+        );
+        // The scheduled hit counts from now on: nothing more fits before it.
+        assert_eq!(l.room(&s, now, 1), 0);
+        assert_eq!(
+            l.schedule(&s, now, 3),
+            None,
+            "more than the limit never fits"
+        );
     }
 }

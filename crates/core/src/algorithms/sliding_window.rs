@@ -160,28 +160,32 @@ impl SlidingWindow {
         }
         let view = self.view(state, now);
         let s = self.sub.as_u64();
-        for k in 0..=self.n() {
-            let shift = (view.shift + k).min(self.n());
-            let (whole, oldest) = self.split(state, shift);
+        let n = self.n();
+        // Each step shifts the counters by one sub-window: the one at index
+        // N - 2 becomes the oldest and leaves the whole sum. O(N) in all.
+        let (mut whole, mut oldest) = self.split(state, view.shift);
+        for k in 0..=n {
             let from = if k == 0 { view.elapsed } else { 0 };
-            let Some(r) = self.limit.checked_sub(whole.saturating_add(min_hits)) else {
-                continue;
-            };
-            // Need oldest·(S − e) <= r·S, i.e. e >= S − floor(r·S / oldest).
-            let e_min = if oldest == 0 {
-                0
-            } else {
-                let slack = (r as u128 * s as u128) / oldest as u128;
-                s.saturating_sub(slack.min(s as u128) as u64)
-            };
-            let e = e_min.max(from);
-            if e < s {
-                let at = view
-                    .start
-                    .saturating_add(self.sub.saturating_mul(k as u64))
-                    .saturating_add(Nanos::new(e));
-                return Some(at.saturating_sub(now));
+            if let Some(r) = self.limit.checked_sub(whole.saturating_add(min_hits)) {
+                // Need oldest·(S − e) <= r·S, i.e. e >= S − floor(r·S / oldest).
+                let e_min = if oldest == 0 {
+                    0
+                } else {
+                    let slack = (r as u128 * s as u128) / oldest as u128;
+                    s.saturating_sub(slack.min(s as u128) as u64)
+                };
+                let e = e_min.max(from);
+                if e < s {
+                    let at = view
+                        .start
+                        .saturating_add(self.sub.saturating_mul(k as u64))
+                        .saturating_add(Nanos::new(e));
+                    return Some(at.saturating_sub(now));
+                }
             }
+            let moving = self.count_at(state, view.shift + k, n - 2);
+            whole = whole.saturating_sub(moving);
+            oldest = moving;
         }
         // Unreachable: after N shifts every counter is gone.
         Some(Nanos::ZERO)

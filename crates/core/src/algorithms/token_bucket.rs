@@ -104,8 +104,8 @@ impl TokenBucket {
             return true;
         }
         let idle = now.as_u64().saturating_sub(state.last);
-        // Time to refill from the stored level to full, plus a full refill
-        // time of disuse; a debt lengthens it.
+        // Unused for a whole refill time after repaying any debt: by then
+        // the bucket is full, whatever it held.
         let needed = (self.full as u64).saturating_add(state.token_time.min(0).unsigned_abs());
         idle > needed
     }
@@ -137,8 +137,16 @@ impl TokenBucket {
             .as_u64()
             .saturating_mul(hits)
             .min(i64::MAX as u64) as i64;
+        let forgotten = self.forgotten(state, now);
         state.token_time = self.level(state, now).saturating_sub(cost);
-        state.last = now.as_u64();
+        // A time before the last use (a clock or trace going backwards)
+        // must not move the refill origin back: that span would be
+        // refilled twice.
+        state.last = if forgotten {
+            now.as_u64()
+        } else {
+            state.last.max(now.as_u64())
+        };
     }
 
     fn retry_after(&self, state: &TokenBucketState, now: Nanos, min_hits: u64) -> Option<Nanos> {
@@ -329,6 +337,22 @@ mod tests {
         assert!(!d.allowed);
         assert_eq!(d.retry_after, Some(Nanos::from_millis(50)));
         assert!(!b.is_idle(&s, Nanos::from_millis(400)));
+    }
+
+    #[test]
+    fn bug_time_going_backwards_refills_nothing_twice() {
+        // Alternating between two times must not refill the span between
+        // them on every swing.
+        let b = bucket(10, 1);
+        let mut s = b.fresh();
+        let granted: u64 = (0..200)
+            .map(|i| {
+                let t = if i % 2 == 0 { 110 } else { 100 };
+                b.decide(&mut s, Nanos::from_secs(t), Request::exactly(1))
+                    .granted
+            })
+            .sum();
+        assert_eq!(granted, 10);
     }
 
     #[test]
