@@ -354,7 +354,10 @@ fn thesis_traces_replay_against_a_single_resource_config() {
     // Each event still gets a line: an error line saying what is missing.
     let lines = split_events(&run.stdout).0;
     assert_eq!(lines.len(), 5, "{run}");
-    assert!(lines.iter().all(|l| l["reason"] == "missing_namespace"), "{run}");
+    assert!(
+        lines.iter().all(|l| l["reason"] == "missing_namespace"),
+        "{run}"
+    );
     assert!(
         run.stderr.contains("trace line 1: `namespace` is required"),
         "{run}"
