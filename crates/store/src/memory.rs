@@ -27,7 +27,11 @@
 //!   each other's line. With many shards, two requests rarely meet on one
 //!   lock unless they use the same key — and then they must serialise anyway.
 //! - A one-limit plan (the common case) takes one hash, one lock and one
-//!   probe, and decides the state in place.
+//!   probe, and decides the state in place. In `Try` mode it runs the
+//!   core's one-entry plan rules itself (`decide_single`) rather than
+//!   `plan::decide`, whose half-kilobyte `PlanDecision` cost more to move
+//!   out of the locked section than the decision itself
+//!   (`docs/benchmarks.md`).
 //! - A plan over several keys locks every shard it touches in ascending
 //!   index order (so two plans can never wait on each other in a cycle),
 //!   takes the states out, runs [`tollgate_core::plan::decide`] over them
@@ -93,10 +97,12 @@ use std::sync::Arc;
 
 use hashbrown::{HashMap, HashTable};
 use parking_lot::{Mutex, MutexGuard};
-use smallvec::SmallVec;
+use smallvec::{smallvec, SmallVec};
 use tollgate_core::copies::{CopyError, CopyLimits, CopyPool, Groups, Reservation, TransferId};
 use tollgate_core::plan::{self, PlanEntry};
-use tollgate_core::{Algorithm, Limit, LimitState, Mode, Nanos, PlanDecision, Request};
+use tollgate_core::{
+    Algorithm, Decision, Grant, Limit, LimitState, Mode, Nanos, PlanDecision, Request,
+};
 
 use crate::error::StoreError;
 use crate::key::{Key, PoolKey};
@@ -349,7 +355,10 @@ impl MemoryStore {
     ) -> Result<PlanDecision, StoreError> {
         match plan.items.as_slice() {
             [] => Ok(plan::decide(&mut [], now, request, mode)?),
-            [item] => self.decide_one(item, now, request, mode),
+            [item] => match mode {
+                Mode::Try => self.decide_one_try(item, now, request),
+                Mode::Acquire => self.decide_one_acquire(item, now, request),
+            },
             items => self.decide_many(items, now, request, mode),
         }
     }
@@ -529,14 +538,54 @@ impl MemoryStore {
         fits(inner)
     }
 
-    /// The fast path: one key, one lock, the state decided in place.
-    fn decide_one(
+    /// A one-item plan in [`Mode::Try`], the common case: decided by
+    /// [`decide_single`] under the lock, which hands out a small [`Single`];
+    /// the large [`PlanDecision`] is built once, after unlocking.
+    #[inline]
+    fn decide_one_try(
         &self,
         item: &PlanItem,
         now: Nanos,
         request: Request,
-        mode: Mode,
     ) -> Result<PlanDecision, StoreError> {
+        let decide = |limit: &Limit, state: &mut LimitState| {
+            Ok(decide_single(limit, state, item.shadow, now, request))
+        };
+        match self.decide_one(item, now, decide) {
+            Ok(single) => Ok(single.into_plan_decision(request, item.shadow)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A one-item plan in [`Mode::Acquire`], through the core's
+    /// [`plan::decide`]. Kept out of line so that its large temporaries do
+    /// not weigh on the `Try` path's stack frame.
+    #[inline(never)]
+    fn decide_one_acquire(
+        &self,
+        item: &PlanItem,
+        now: Nanos,
+        request: Request,
+    ) -> Result<PlanDecision, StoreError> {
+        self.decide_one(item, now, |limit, state| {
+            decide_entry(limit, state, item.shadow, now, request, Mode::Acquire)
+        })
+    }
+
+    /// The fast path: one key, one lock, the state decided in place by
+    /// `decide` (which sees the stored state, or a fresh one on a miss).
+    ///
+    /// Generic over what `decide` returns so that the common case
+    /// ([`MemoryStore::decide_one_try`]) carries a small [`Single`] out of
+    /// the lock. Always inlined, so that each caller's `decide` can be
+    /// inlined into it.
+    #[inline(always)]
+    fn decide_one<T>(
+        &self,
+        item: &PlanItem,
+        now: Nanos,
+        decide: impl FnOnce(&Limit, &mut LimitState) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let limit: &Limit = &item.limit;
         let hash = self.hash(&item.key);
         let shard = &self.shards[self.shard_of(hash)];
@@ -547,10 +596,10 @@ impl MemoryStore {
         let result = match inner.table.find_entry(hash, |s| s.key == item.key) {
             Ok(mut entry) => {
                 let slot = entry.get_mut();
-                // An error (acquire on an algorithm that cannot schedule)
-                // is raised before the state is touched.
-                let decision =
-                    decide_entry(limit, &mut slot.state, item.shadow, now, request, mode)?;
+                // An error (acquire on an algorithm that cannot schedule,
+                // or never admits the hits) is raised before the state is
+                // touched.
+                let decision = decide(limit, &mut slot.state)?;
                 if limit.is_idle(&slot.state, now) {
                     let (garbage, _) = entry.remove();
                     shard.len.store(inner.table.len(), Ordering::Relaxed);
@@ -565,11 +614,13 @@ impl MemoryStore {
                     // allocation; follow it so the old one can be freed.
                     slot.limit = Arc::clone(&item.limit);
                 }
-                Ok(decision)
+                // The table did not change: no length to publish, nothing
+                // to record.
+                return Ok(decision);
             }
             Err(_) => {
                 let mut state = limit.fresh();
-                let decision = decide_entry(limit, &mut state, item.shadow, now, request, mode)?;
+                let decision = decide(limit, &mut state)?;
                 if limit.is_idle(&state, now) {
                     Ok(decision)
                 } else if self.make_room(&mut inner, 1, now, &mut events) {
@@ -875,6 +926,81 @@ fn decide_entry(
         shadow,
     }];
     Ok(plan::decide(&mut entries, now, request, mode)?)
+}
+
+/// What [`decide_single`] computes under the lock: everything a one-entry
+/// [`PlanDecision`] holds, in a quarter of its size.
+///
+/// Why not build the `PlanDecision` under the lock: with its inline room
+/// for four decisions it is about half a kilobyte, and returning it through
+/// the locked section and the `Result` wrappers cost several copies of it
+/// per decision, more than the decision itself.
+struct Single {
+    /// The entry's own decision (`PlanDecision::decisions[0]`).
+    decision: Decision,
+    /// The entry's room (`PlanDecision::rooms[0]`).
+    room: u64,
+    /// The plan's grant.
+    grant: Grant,
+    /// Whether the entry bounded the grant below what was asked.
+    limited: bool,
+    /// Whether the entry, a shadow one, would have granted less.
+    shadow_limited: bool,
+}
+
+/// [`tollgate_core::plan::decide`] in [`Mode::Try`] for a plan of one
+/// entry, step for step (room, grant, the shadow rule, commit). The proptest
+/// `single_item_plans_decide_as_the_core_does` holds it equal to the core;
+/// a change to the core's rules must be mirrored here.
+#[inline]
+fn decide_single(
+    limit: &Limit,
+    state: &mut LimitState,
+    shadow: bool,
+    now: Nanos,
+    request: Request,
+) -> Single {
+    let asked = if request.is_well_formed() {
+        request.hits
+    } else {
+        0
+    };
+    let room = limit.room(state, now, request.hits);
+    let limited = !shadow && room < asked;
+    let bound = if limited { room } else { asked };
+    let grant = Grant::from_room(request, bound);
+    let (own, shadow_limited) = if shadow {
+        // What the limit would grant, and record, if it were live.
+        let live = Grant::from_room(request, room.min(bound));
+        (live, live.granted < grant.granted)
+    } else {
+        (grant, false)
+    };
+    let decision = limit.commit(state, now, request, own);
+    Single {
+        decision,
+        room,
+        grant,
+        limited,
+        shadow_limited,
+    }
+}
+
+impl Single {
+    /// The one-entry plan's decision, built once in place.
+    #[inline]
+    fn into_plan_decision(self, request: Request, shadow: bool) -> PlanDecision {
+        let decision = self.decision;
+        PlanDecision {
+            granted: self.grant.granted,
+            allowed: self.grant.allowed,
+            wait: if shadow { Nanos::ZERO } else { decision.wait },
+            limited_by: (self.limited && self.grant.granted < request.hits).then_some(0),
+            shadow_limited: self.shadow_limited,
+            decisions: smallvec![decision],
+            rooms: smallvec![self.room],
+        }
+    }
 }
 
 /// Fails with [`StoreError::DuplicateKey`] if two items share a key:
