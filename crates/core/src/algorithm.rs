@@ -46,14 +46,35 @@ pub trait Algorithm {
     /// Decides one request against one limit: `(params, &mut state, now,
     /// hits, min_hits) -> decision`.
     fn decide(&self, state: &mut Self::State, now: Nanos, request: Request) -> Decision {
-        let room = if request.is_well_formed() {
-            self.room(state, now, request.hits)
-        } else {
-            0
-        };
-        let grant = Grant::from_room(request, room);
-        self.commit(state, now, request, grant)
+        self.decide_alone(state, now, request).decision
     }
+
+    /// [`Algorithm::decide`], also reporting the room it found and whether
+    /// the state is idle afterwards: everything a store needs to decide a
+    /// one-limit plan in one call.
+    fn decide_alone(&self, state: &mut Self::State, now: Nanos, request: Request) -> Alone {
+        // A malformed request (min_hits > hits) is rejected by the grant
+        // rule; its room is still reported, as a plan reports it.
+        let room = self.room(state, now, request.hits);
+        let grant = Grant::from_room(request, room);
+        let decision = self.commit(state, now, request, grant);
+        Alone {
+            decision,
+            room,
+            idle: self.is_idle(state, now),
+        }
+    }
+}
+
+/// The result of [`Algorithm::decide_alone`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Alone {
+    /// The decision.
+    pub decision: Decision,
+    /// How many of the requested hits the state admitted before deciding.
+    pub room: u64,
+    /// Whether the state is idle afterwards (a store may drop it).
+    pub idle: bool,
 }
 
 /// An algorithm that can schedule: it always grants, and says how long the

@@ -19,6 +19,7 @@ pub struct Request {
 
 impl Request {
     /// Asks for exactly `hits`, all or nothing.
+    #[inline]
     pub const fn exactly(hits: u64) -> Request {
         Request {
             hits,
@@ -27,11 +28,13 @@ impl Request {
     }
 
     /// Asks for up to `hits`, accepting as few as `min_hits`.
+    #[inline]
     pub const fn between(min_hits: u64, hits: u64) -> Request {
         Request { hits, min_hits }
     }
 
     /// Whether the request can be answered at all: `min_hits <= hits`.
+    #[inline]
     pub const fn is_well_formed(&self) -> bool {
         self.min_hits <= self.hits
     }
@@ -93,6 +96,7 @@ pub struct Decision {
 impl Decision {
     /// A decision that grants `granted` with no limit in sight; used for
     /// unlimited resources and degenerate requests.
+    #[inline]
     pub const fn unlimited(granted: u64) -> Decision {
         Decision {
             granted,
@@ -118,6 +122,7 @@ pub struct Grant {
 
 impl Grant {
     /// The grant rule of Charon §3.1: `n` if `n >= min_hits`, else nothing.
+    #[inline]
     pub fn from_room(request: Request, room: u64) -> Grant {
         if !request.is_well_formed() {
             return Grant {

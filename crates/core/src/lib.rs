@@ -30,7 +30,7 @@ pub mod plan;
 pub mod rate;
 pub mod time;
 
-pub use algorithm::{Algorithm, Schedule};
+pub use algorithm::{Algorithm, Alone, Schedule};
 pub use algorithms::burst_tiers::{BurstTiers, Tier};
 pub use algorithms::fixed_window::{Align, FixedWindow};
 pub use algorithms::gcra::Gcra;

@@ -6,7 +6,7 @@
 //! implements [`Algorithm`] itself, so code that decides never cares which
 //! algorithm it holds.
 
-use crate::algorithm::{Algorithm, Schedule};
+use crate::algorithm::{Algorithm, Alone, Schedule};
 use crate::algorithms::burst_tiers::{BurstTiers, BurstTiersState};
 use crate::algorithms::fixed_window::{FixedWindow, FixedWindowState};
 use crate::algorithms::gcra::{Gcra, GcraState};
@@ -173,6 +173,31 @@ impl Limit {
 
 impl Algorithm for Limit {
     type State = LimitState;
+
+    /// One dispatch for the whole decision: the concrete algorithm's room,
+    /// grant, commit and idle check are inlined together, rather than
+    /// matching the enum pair three times.
+    #[inline]
+    fn decide_alone(&self, state: &mut LimitState, now: Nanos, request: Request) -> Alone {
+        match (self, &mut *state) {
+            (Limit::Gcra(a), LimitState::Gcra(s)) => a.decide_alone(s, now, request),
+            (Limit::TokenBucket(a), LimitState::TokenBucket(s)) => a.decide_alone(s, now, request),
+            (Limit::LeakyBucket(a), LimitState::Gcra(s)) => a.decide_alone(s, now, request),
+            (Limit::FixedWindow(a), LimitState::FixedWindow(s)) => a.decide_alone(s, now, request),
+            (Limit::SlidingWindow(a), LimitState::SlidingWindow(s)) => {
+                a.decide_alone(s, now, request)
+            }
+            (Limit::SlidingLog(a), LimitState::SlidingLog(s)) => a.decide_alone(s, now, request),
+            (Limit::Smooth(a), LimitState::Smooth(s)) => a.decide_alone(s, now, request),
+            (Limit::BurstTiers(a), LimitState::BurstTiers(s)) => a.decide_alone(s, now, request),
+            // Another algorithm's state (parameters changed under a key):
+            // decide on a fresh one, which always matches.
+            _ => {
+                *state = self.fresh();
+                self.decide_alone(state, now, request)
+            }
+        }
+    }
 
     fn fresh(&self) -> LimitState {
         match self {

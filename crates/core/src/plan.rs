@@ -107,6 +107,83 @@ impl PlanDecision {
     }
 }
 
+/// A one-limit plan decided with a single dispatch: what [`decide`] would
+/// answer for `[entry]` in [`Mode::Try`], in pieces a store can carry out of
+/// its lock cheaply, plus whether the state is idle afterwards.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct OneDecision {
+    /// The entry's decision.
+    pub decision: Decision,
+    /// The entry's room.
+    pub room: u64,
+    /// The plan's grant (for a shadow entry: the whole request).
+    pub grant: Grant,
+    /// Whether a shadow entry would have granted less.
+    pub shadow_limited: bool,
+    /// Whether the state is idle after the decision.
+    pub idle: bool,
+}
+
+/// Decides a one-limit plan in [`Mode::Try`]: the same answer as [`decide`]
+/// on one entry, without building the plan machinery.
+#[inline]
+pub fn decide_one(
+    limit: &Limit,
+    state: &mut LimitState,
+    shadow: bool,
+    now: Nanos,
+    request: Request,
+) -> OneDecision {
+    if !shadow {
+        let alone = limit.decide_alone(state, now, request);
+        let d = alone.decision;
+        return OneDecision {
+            decision: d,
+            room: alone.room,
+            grant: Grant {
+                granted: d.granted,
+                allowed: d.allowed,
+            },
+            shadow_limited: false,
+            idle: alone.idle,
+        };
+    }
+    let room = limit.room(state, now, request.hits);
+    // Nothing live limits the request; the shadow entry records what it
+    // would as a live limit.
+    let grant = Grant::from_room(request, request.hits);
+    let live = Grant::from_room(request, room);
+    let decision = limit.commit(state, now, request, live);
+    OneDecision {
+        decision,
+        room,
+        grant,
+        shadow_limited: live.granted < grant.granted,
+        idle: limit.is_idle(state, now),
+    }
+}
+
+impl OneDecision {
+    /// The same answer as a [`PlanDecision`].
+    #[inline]
+    pub fn into_plan_decision(self, request: Request, shadow: bool) -> PlanDecision {
+        let limited = !shadow && self.room < request.hits && self.grant.granted < request.hits;
+        PlanDecision {
+            granted: self.grant.granted,
+            allowed: self.grant.allowed,
+            wait: if shadow {
+                Nanos::ZERO
+            } else {
+                self.decision.wait
+            },
+            limited_by: (limited && request.is_well_formed()).then_some(0),
+            shadow_limited: self.shadow_limited,
+            decisions: smallvec::smallvec![self.decision],
+            rooms: smallvec::smallvec![self.room],
+        }
+    }
+}
+
 /// Decides `request` against every entry at `now`, all or nothing.
 pub fn decide(
     entries: &mut [PlanEntry<'_>],

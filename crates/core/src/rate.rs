@@ -55,6 +55,7 @@ impl Rate {
     }
 
     /// Nanoseconds between two hits, rounded down (at least 1).
+    #[inline]
     pub const fn interval(&self) -> Nanos {
         Nanos::new(self.period.as_u64() / self.count)
     }

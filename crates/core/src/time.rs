@@ -27,65 +27,77 @@ impl Nanos {
     pub const SECOND: Nanos = Nanos(1_000_000_000);
 
     /// Wraps a count of nanoseconds.
+    #[inline]
     pub const fn new(nanos: u64) -> Nanos {
         Nanos(nanos)
     }
 
     /// A span of whole seconds, saturating.
+    #[inline]
     pub const fn from_secs(secs: u64) -> Nanos {
         Nanos(secs.saturating_mul(1_000_000_000))
     }
 
     /// A span of whole milliseconds, saturating.
+    #[inline]
     pub const fn from_millis(ms: u64) -> Nanos {
         Nanos(ms.saturating_mul(1_000_000))
     }
 
     /// A span of whole microseconds, saturating.
+    #[inline]
     pub const fn from_micros(us: u64) -> Nanos {
         Nanos(us.saturating_mul(1_000))
     }
 
     /// The raw count of nanoseconds.
+    #[inline]
     pub const fn as_u64(self) -> u64 {
         self.0
     }
 
     /// Whole microseconds, rounded down.
+    #[inline]
     pub const fn as_micros(self) -> u64 {
         self.0 / 1_000
     }
 
     /// Milliseconds as a float (for output; microsecond precision survives).
+    #[inline]
     pub fn as_millis_f64(self) -> f64 {
         self.0 as f64 / 1e6
     }
 
     /// Seconds as a float.
+    #[inline]
     pub fn as_secs_f64(self) -> f64 {
         self.0 as f64 / 1e9
     }
 
     /// `self + rhs`, saturating at [`Nanos::MAX`].
     #[must_use]
+    #[inline]
     pub const fn saturating_add(self, rhs: Nanos) -> Nanos {
         Nanos(self.0.saturating_add(rhs.0))
     }
 
     /// `self - rhs`, saturating at zero.
     #[must_use]
+    #[inline]
     pub const fn saturating_sub(self, rhs: Nanos) -> Nanos {
         Nanos(self.0.saturating_sub(rhs.0))
     }
 
     /// `self * n`, saturating.
     #[must_use]
+    #[inline]
     pub const fn saturating_mul(self, n: u64) -> Nanos {
         Nanos(self.0.saturating_mul(n))
     }
 
     /// `self / n`, rounded down; dividing by zero yields [`Nanos::MAX`].
     #[must_use]
+    #[inline]
     pub const fn div_floor(self, n: u64) -> Nanos {
         match self.0.checked_div(n) {
             Some(v) => Nanos(v),
@@ -95,29 +107,34 @@ impl Nanos {
 
     /// The larger of two times.
     #[must_use]
+    #[inline]
     pub fn max(self, other: Nanos) -> Nanos {
         Ord::max(self, other)
     }
 
     /// The smaller of two times.
     #[must_use]
+    #[inline]
     pub fn min(self, other: Nanos) -> Nanos {
         Ord::min(self, other)
     }
 
     /// Whether this is zero.
+    #[inline]
     pub const fn is_zero(self) -> bool {
         self.0 == 0
     }
 }
 
 impl From<Duration> for Nanos {
+    #[inline]
     fn from(d: Duration) -> Nanos {
         Nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
     }
 }
 
 impl From<Nanos> for Duration {
+    #[inline]
     fn from(n: Nanos) -> Duration {
         Duration::from_nanos(n.0)
     }

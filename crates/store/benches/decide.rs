@@ -192,7 +192,8 @@ fn bench_algorithms(c: &mut Criterion) {
                 let (store, plans) = setup.get_or_insert_with(|| stored(&limit, n, &mut now));
                 b.iter(|| {
                     now += STEP;
-                    let d = store.decide_now(&plans[i], Nanos::new(now), one, Mode::Try);
+                    let d =
+                        store.decide_limit(&plans[i].items[0].key, &limit, Nanos::new(now), one);
                     i += 1;
                     if i == n {
                         i = 0;
@@ -246,10 +247,12 @@ impl TscClock {
     }
 }
 
-/// tollgate's memory store, one one-item GCRA plan per key.
+/// tollgate's memory store deciding one GCRA limit per key through its
+/// single-limit API ([`MemoryStore::decide_limit`]).
 struct Tollgate {
     store: MemoryStore,
-    plans: Vec<Plan>,
+    limit: Arc<Limit>,
+    keys: Vec<Key>,
     clock: TscClock,
 }
 
@@ -258,14 +261,14 @@ impl Tollgate {
         let store = MemoryStore::new();
         let clock = TscClock::new();
         for i in 0..n {
-            let plan = Plan::single(key(i), Arc::clone(limit));
-            let d = store.decide_now(&plan, clock.now(), Request::exactly(1), Mode::Try);
+            let d = store.decide_limit(&key(i), limit, clock.now(), Request::exactly(1));
             black_box(d.ok());
         }
         assert_eq!(store.stats().keys, n, "every key stays stored");
         Tollgate {
             store,
-            plans: plans(limit, n),
+            limit: Arc::clone(limit),
+            keys: visit_order(n).into_iter().map(key).collect(),
             clock,
         }
     }
@@ -273,7 +276,7 @@ impl Tollgate {
     #[inline]
     fn decide(&self, j: usize, now: Nanos) -> bool {
         self.store
-            .decide_now(&self.plans[j], now, Request::exactly(1), Mode::Try)
+            .decide_limit(&self.keys[j], &self.limit, now, Request::exactly(1))
             .is_ok_and(|d| d.allowed)
     }
 }
@@ -282,6 +285,24 @@ impl Check for Tollgate {
     #[inline]
     fn check(&self, j: usize) -> bool {
         self.decide(j, self.clock.now())
+    }
+}
+
+/// As [`Tollgate`], through one-item plans ([`MemoryStore::decide_now`]),
+/// the path a request with several limits takes.
+struct TollgatePlan {
+    inner: Tollgate,
+    plans: Vec<Plan>,
+}
+
+impl Check for TollgatePlan {
+    #[inline]
+    fn check(&self, j: usize) -> bool {
+        let now = self.inner.clock.now();
+        self.inner
+            .store
+            .decide_now(&self.plans[j], now, Request::exactly(1), Mode::Try)
+            .is_ok_and(|d| d.allowed)
     }
 }
 
@@ -496,6 +517,11 @@ fn bench_vs_governor(c: &mut Criterion) {
             if scenario == "1t_hot" {
                 let make = || TollgateSysTime(Tollgate::new(&limit, n));
                 bench_one(&mut g, id("tollgate-systime"), make, keys, threads);
+                let make = || TollgatePlan {
+                    inner: Tollgate::new(&limit, n),
+                    plans: plans(&limit, n),
+                };
+                bench_one(&mut g, id("tollgate-plan"), make, keys, threads);
             }
             let make = || GovernorString::new(shape.quota(), n);
             bench_one(&mut g, id("governor-string"), make, keys, threads);

@@ -175,7 +175,7 @@ fn state_sizes() {
     println!();
     println!(
         "Per stored key the memory store also keeps its `Key` ({} bytes: `LimitId` + \
-         `CompactString`, inline up to 24 bytes) and an `Arc<Limit>` ({} bytes), \
+         domain name, inline up to 22 bytes) and an `Arc<Limit>` ({} bytes), \
          counted below as map overhead.",
         size_of::<Key>(),
         size_of::<Arc<Limit>>()
@@ -209,7 +209,7 @@ fn resident(keys: usize) {
     }
     println!();
     println!(
-        "Keys are `user-<n>` (at most 12 bytes, inline in a `CompactString`); \
+        "Keys are `user-<n>` (at most 12 bytes, kept inline in the key); \
          RSS is read from /proc/self/statm."
     );
 }

@@ -27,11 +27,10 @@
 //!   each other's line. With many shards, two requests rarely meet on one
 //!   lock unless they use the same key — and then they must serialise anyway.
 //! - A one-limit plan (the common case) takes one hash, one lock and one
-//!   probe, and decides the state in place. In `Try` mode it runs the
-//!   core's one-entry plan rules itself (`decide_single`) rather than
-//!   `plan::decide`, whose half-kilobyte `PlanDecision` cost more to move
-//!   out of the locked section than the decision itself
-//!   (`docs/benchmarks.md`).
+//!   probe, and decides the state in place. In `Try` mode it calls the
+//!   core's `plan::decide_one`, one dispatch for room, commit and the idle
+//!   check, and builds the half-kilobyte `PlanDecision` only after
+//!   unlocking (`docs/benchmarks.md`).
 //! - A plan over several keys locks every shard it touches in ascending
 //!   index order (so two plans can never wait on each other in a cycle),
 //!   takes the states out, runs [`tollgate_core::plan::decide`] over them
@@ -97,12 +96,10 @@ use std::sync::Arc;
 
 use hashbrown::{HashMap, HashTable};
 use parking_lot::{Mutex, MutexGuard};
-use smallvec::{smallvec, SmallVec};
+use smallvec::SmallVec;
 use tollgate_core::copies::{CopyError, CopyLimits, CopyPool, Groups, Reservation, TransferId};
 use tollgate_core::plan::{self, PlanEntry};
-use tollgate_core::{
-    Algorithm, Decision, Grant, Limit, LimitState, Mode, Nanos, PlanDecision, Request,
-};
+use tollgate_core::{Algorithm, Decision, Limit, LimitState, Mode, Nanos, PlanDecision, Request};
 
 use crate::error::StoreError;
 use crate::key::{Key, PoolKey};
@@ -363,6 +360,25 @@ impl MemoryStore {
         }
     }
 
+    /// Decides one limit for one key, in [`Mode::Try`]: the fast path for a
+    /// single-limit check (what governor's `check_key` answers), returning
+    /// the limit's own [`Decision`] rather than a whole [`PlanDecision`].
+    /// The same state and the same answer as [`MemoryStore::decide_now`] on
+    /// a one-item, non-shadow plan.
+    #[inline]
+    pub fn decide_limit(
+        &self,
+        key: &Key,
+        limit: &Arc<Limit>,
+        now: Nanos,
+        request: Request,
+    ) -> Result<Decision, StoreError> {
+        self.decide_one(key, limit, now, |limit, state| {
+            let alone = limit.decide_alone(state, now, request);
+            Ok((alone.decision, alone.idle))
+        })
+    }
+
     /// [`Store::reserve`], synchronously: reserves the largest `n` in
     /// `[min_hits, hits]` copies of `pool` for `domain` that `limits` allow,
     /// or nothing.
@@ -538,9 +554,11 @@ impl MemoryStore {
         fits(inner)
     }
 
-    /// A one-item plan in [`Mode::Try`], the common case: decided by
-    /// [`decide_single`] under the lock, which hands out a small [`Single`];
-    /// the large [`PlanDecision`] is built once, after unlocking.
+    /// A one-item plan in [`Mode::Try`], the common case: decided by the
+    /// core's [`plan::decide_one`] under the lock, which hands out a small
+    /// `OneDecision`; the large [`PlanDecision`] (inline room for four
+    /// decisions, half a kilobyte) is built once, after unlocking, rather
+    /// than copied out of the locked section.
     #[inline]
     fn decide_one_try(
         &self,
@@ -549,10 +567,11 @@ impl MemoryStore {
         request: Request,
     ) -> Result<PlanDecision, StoreError> {
         let decide = |limit: &Limit, state: &mut LimitState| {
-            Ok(decide_single(limit, state, item.shadow, now, request))
+            let one = plan::decide_one(limit, state, item.shadow, now, request);
+            Ok((one, one.idle))
         };
-        match self.decide_one(item, now, decide) {
-            Ok(single) => Ok(single.into_plan_decision(request, item.shadow)),
+        match self.decide_one(&item.key, &item.limit, now, decide) {
+            Ok(one) => Ok(one.into_plan_decision(request, item.shadow)),
             Err(e) => Err(e),
         }
     }
@@ -567,8 +586,9 @@ impl MemoryStore {
         now: Nanos,
         request: Request,
     ) -> Result<PlanDecision, StoreError> {
-        self.decide_one(item, now, |limit, state| {
-            decide_entry(limit, state, item.shadow, now, request, Mode::Acquire)
+        self.decide_one(&item.key, &item.limit, now, |limit, state| {
+            let d = decide_entry(limit, state, item.shadow, now, request, Mode::Acquire)?;
+            Ok((d, limit.is_idle(state, now)))
         })
     }
 
@@ -582,70 +602,95 @@ impl MemoryStore {
     #[inline(always)]
     fn decide_one<T>(
         &self,
-        item: &PlanItem,
+        key: &Key,
+        arc: &Arc<Limit>,
         now: Nanos,
-        decide: impl FnOnce(&Limit, &mut LimitState) -> Result<T, StoreError>,
+        decide: impl FnOnce(&Limit, &mut LimitState) -> Result<(T, bool), StoreError>,
     ) -> Result<T, StoreError> {
-        let limit: &Limit = &item.limit;
-        let hash = self.hash(&item.key);
+        let limit: &Limit = arc;
+        let hash = self.hash(key);
         let shard = &self.shards[self.shard_of(hash)];
-        let mut events = Events::default();
         // A blocking lock: nothing below awaits, and the hold is one probe
         // plus one algorithm step.
         let mut inner = shard.inner.lock();
-        let result = match inner.table.find_entry(hash, |s| s.key == item.key) {
-            Ok(mut entry) => {
-                let slot = entry.get_mut();
-                // An error (acquire on an algorithm that cannot schedule,
-                // or never admits the hits) is raised before the state is
-                // touched.
-                let decision = decide(limit, &mut slot.state)?;
-                if limit.is_idle(&slot.state, now) {
+        let mut entry = inner.table.find_entry(hash, |s| s.key == *key).ok();
+        // `decide` is called at one place, for a stored or a fresh state,
+        // so that it is inlined and its answer is not copied around.
+        let mut fresh = None;
+        let state = match &mut entry {
+            Some(e) => &mut e.get_mut().state,
+            None => fresh.insert(limit.fresh()),
+        };
+        // An error (acquire on an algorithm that cannot schedule, or never
+        // admits the hits) is raised before the state is touched.
+        let (decision, idle) = decide(limit, state)?;
+        match (entry, fresh) {
+            (Some(entry), _) => {
+                if idle {
                     let (garbage, _) = entry.remove();
                     shard.len.store(inner.table.len(), Ordering::Relaxed);
                     drop(inner);
                     // Freed after unlocking: the key's heap and the limit's
                     // reference count need not hold up the shard.
                     drop(garbage);
-                    return Ok(decision);
-                }
-                if !Arc::ptr_eq(&slot.limit, &item.limit) {
-                    // A reloaded config brought an equal limit in a new
-                    // allocation; follow it so the old one can be freed.
-                    slot.limit = Arc::clone(&item.limit);
-                }
-                // The table did not change: no length to publish, nothing
-                // to record.
-                return Ok(decision);
-            }
-            Err(_) => {
-                let mut state = limit.fresh();
-                let decision = decide(limit, &mut state)?;
-                if limit.is_idle(&state, now) {
-                    Ok(decision)
-                } else if self.make_room(&mut inner, 1, now, &mut events) {
-                    let slot = Slot {
-                        key: item.key.clone(),
-                        state,
-                        limit: Arc::clone(&item.limit),
-                    };
-                    inner
-                        .table
-                        .insert_unique(hash, slot, |s| self.hasher.hash_one(&s.key));
-                    Ok(decision)
                 } else {
-                    match self.options.at_capacity {
-                        AtCapacity::DecideUntracked => {
-                            events.untracked = true;
-                            Ok(decision)
-                        }
-                        AtCapacity::Reject => {
-                            // The fresh state was never stored: dropping it
-                            // changes nothing.
-                            events.rejected = true;
-                            Err(StoreError::AtCapacity(self.options.max_keys))
-                        }
+                    let slot = entry.into_mut();
+                    if !Arc::ptr_eq(&slot.limit, arc) {
+                        // A reloaded config brought an equal limit in a new
+                        // allocation; follow it so the old one can be freed.
+                        slot.limit = Arc::clone(arc);
                     }
+                    // The table did not change: no length to publish,
+                    // nothing to record.
+                }
+                Ok(decision)
+            }
+            (None, Some(state)) if !idle => {
+                self.insert_new(shard, inner, hash, key, arc, state, now, decision)
+            }
+            // A fresh state left idle needs no room.
+            _ => Ok(decision),
+        }
+    }
+
+    /// Stores a new key's state after its first decision, making room or
+    /// applying [`AtCapacity`] when the shard is full. Out of line: the
+    /// common case is a key already stored.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn insert_new<T>(
+        &self,
+        shard: &Shard,
+        mut inner: MutexGuard<'_, ShardInner>,
+        hash: u64,
+        key: &Key,
+        arc: &Arc<Limit>,
+        state: LimitState,
+        now: Nanos,
+        decision: T,
+    ) -> Result<T, StoreError> {
+        let mut events = Events::default();
+        let result = if self.make_room(&mut inner, 1, now, &mut events) {
+            let slot = Slot {
+                key: key.clone(),
+                state,
+                limit: Arc::clone(arc),
+            };
+            inner
+                .table
+                .insert_unique(hash, slot, |s| self.hasher.hash_one(&s.key));
+            Ok(decision)
+        } else {
+            match self.options.at_capacity {
+                AtCapacity::DecideUntracked => {
+                    events.untracked = true;
+                    Ok(decision)
+                }
+                AtCapacity::Reject => {
+                    // The fresh state was never stored: dropping it changes
+                    // nothing.
+                    events.rejected = true;
+                    Err(StoreError::AtCapacity(self.options.max_keys))
                 }
             }
         };
@@ -926,81 +971,6 @@ fn decide_entry(
         shadow,
     }];
     Ok(plan::decide(&mut entries, now, request, mode)?)
-}
-
-/// What [`decide_single`] computes under the lock: everything a one-entry
-/// [`PlanDecision`] holds, in a quarter of its size.
-///
-/// Why not build the `PlanDecision` under the lock: with its inline room
-/// for four decisions it is about half a kilobyte, and returning it through
-/// the locked section and the `Result` wrappers cost several copies of it
-/// per decision, more than the decision itself.
-struct Single {
-    /// The entry's own decision (`PlanDecision::decisions[0]`).
-    decision: Decision,
-    /// The entry's room (`PlanDecision::rooms[0]`).
-    room: u64,
-    /// The plan's grant.
-    grant: Grant,
-    /// Whether the entry bounded the grant below what was asked.
-    limited: bool,
-    /// Whether the entry, a shadow one, would have granted less.
-    shadow_limited: bool,
-}
-
-/// [`tollgate_core::plan::decide`] in [`Mode::Try`] for a plan of one
-/// entry, step for step (room, grant, the shadow rule, commit). The proptest
-/// `single_item_plans_decide_as_the_core_does` holds it equal to the core;
-/// a change to the core's rules must be mirrored here.
-#[inline]
-fn decide_single(
-    limit: &Limit,
-    state: &mut LimitState,
-    shadow: bool,
-    now: Nanos,
-    request: Request,
-) -> Single {
-    let asked = if request.is_well_formed() {
-        request.hits
-    } else {
-        0
-    };
-    let room = limit.room(state, now, request.hits);
-    let limited = !shadow && room < asked;
-    let bound = if limited { room } else { asked };
-    let grant = Grant::from_room(request, bound);
-    let (own, shadow_limited) = if shadow {
-        // What the limit would grant, and record, if it were live.
-        let live = Grant::from_room(request, room.min(bound));
-        (live, live.granted < grant.granted)
-    } else {
-        (grant, false)
-    };
-    let decision = limit.commit(state, now, request, own);
-    Single {
-        decision,
-        room,
-        grant,
-        limited,
-        shadow_limited,
-    }
-}
-
-impl Single {
-    /// The one-entry plan's decision, built once in place.
-    #[inline]
-    fn into_plan_decision(self, request: Request, shadow: bool) -> PlanDecision {
-        let decision = self.decision;
-        PlanDecision {
-            granted: self.grant.granted,
-            allowed: self.grant.allowed,
-            wait: if shadow { Nanos::ZERO } else { decision.wait },
-            limited_by: (self.limited && self.grant.granted < request.hits).then_some(0),
-            shadow_limited: self.shadow_limited,
-            decisions: smallvec![decision],
-            rooms: smallvec![self.room],
-        }
-    }
 }
 
 /// Fails with [`StoreError::DuplicateKey`] if two items share a key:

@@ -1,0 +1,196 @@
+//! tollgate's memory store against governor's keyed GCRA limiter,
+//! interleaved: `cargo bench -p tollgate-store --bench versus`.
+//!
+//! Why a second harness beside criterion's `decide`: on a shared or
+//! virtualised machine, noise comes in bursts of seconds. criterion measures
+//! each contender in its own window, so a burst lands on one side and moves
+//! the ratio by tens of percent between runs. Here every contender runs in
+//! short chunks (200,000 decisions), round-robin, for many rounds, and each
+//! keeps its fastest chunk: a burst of noise cannot favour one side, and
+//! the figure is what each costs when undisturbed.
+//!
+//! Contenders decide one GCRA limit per key, reading the same TSC clock on
+//! every decision (governor: its `QuantaClock`; tollgate: the same `quanta`
+//! calls):
+//! - `tollgate`: `MemoryStore::decide_limit` (the single-limit path);
+//! - `tollgate-plan`: `MemoryStore::decide_now` on one-item plans;
+//! - `governor-string`: `DefaultKeyedRateLimiter<String>`, the like-for-like
+//!   comparison (tollgate's keys are strings);
+//! - `governor-u64`: governor's best case, integer keys.
+//!
+//! Environment: `VERSUS_ROUNDS` (default 40), `VERSUS_FILTER` (a substring
+//! of the scenario names to run).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark: failing loudly is right
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Barrier};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use tollgate_core::{Gcra, Limit, Mode, Nanos, Rate, Request};
+use tollgate_store::{Key, LimitId, MemoryStore, Plan};
+
+const CHUNK: usize = 200_000;
+const MANY: usize = 1_000_000;
+
+/// Unix-epoch nanoseconds from the TSC through the calls governor makes.
+struct Tsc {
+    clock: quanta::Clock,
+    base: u64,
+}
+
+impl Tsc {
+    fn new() -> Tsc {
+        let clock = quanta::Clock::new();
+        let since = clock.delta_as_nanos(0, clock.raw());
+        let unix = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        Tsc {
+            clock,
+            base: unix - since,
+        }
+    }
+
+    #[inline]
+    fn now(&self) -> Nanos {
+        Nanos::new(self.base + self.clock.delta_as_nanos(0, self.clock.raw()))
+    }
+}
+
+/// A fixed pseudo-random permutation of `0..n` (xorshift64* Fisher–Yates).
+fn shuffled(n: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for i in (1..n).rev() {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        order.swap(
+            i,
+            (x.wrapping_mul(0x2545_F491_4F6C_DD1D) % (i as u64 + 1)) as usize,
+        );
+    }
+    order
+}
+
+/// Nanoseconds per decision (aggregate over threads) for one chunk: each
+/// thread walks its own slice of `order` (or all of it, when shared).
+fn chunk<F: Fn(usize) -> bool + Sync>(threads: usize, order: &[usize], shared: bool, f: &F) -> f64 {
+    let barrier = Barrier::new(threads);
+    let per = if shared {
+        order.len()
+    } else {
+        order.len() / threads
+    };
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let barrier = &barrier;
+            let mine = if shared {
+                order
+            } else {
+                &order[t * per..(t + 1) * per]
+            };
+            s.spawn(move || {
+                barrier.wait();
+                let mut ok = 0u64;
+                for i in 0..CHUNK {
+                    ok += u64::from(f(mine[i % mine.len()]));
+                }
+                black_box(ok);
+            });
+        }
+    });
+    start.elapsed().as_nanos() as f64 / (CHUNK * threads) as f64
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing else is expected.
+    let rounds: usize = std::env::var("VERSUS_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
+    let filter = std::env::var("VERSUS_FILTER").unwrap_or_default();
+    let scenarios: [(&str, usize, usize, bool); 5] = [
+        ("1t_hot", 1, 1, false),
+        ("1t_1M", 1, MANY, false),
+        ("2t_distinct", 2, 2 * 1024, false),
+        ("2t_distinct_1M", 2, MANY, false),
+        ("2t_shared_hot", 2, 1, true),
+    ];
+    println!(
+        "best of {rounds} interleaved chunks of {CHUNK} decisions per thread; ns per decision"
+    );
+    println!();
+    println!("| scenario | tollgate | tollgate-plan | governor (String) | governor (u64) | tollgate ÷ governor (String) | tollgate ÷ governor (u64) |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (shape, per_sec, burst) in [("allow", 1_000_000_000u32, 1000u32), ("reject", 1, 1)] {
+        for (scenario, threads, keys, shared) in scenarios {
+            let name = format!("{scenario}_{shape}");
+            if !name.contains(filter.as_str()) {
+                continue;
+            }
+            let limit = Arc::new(Limit::Gcra(
+                Gcra::new(
+                    Rate::per_second(u64::from(per_sec)).unwrap(),
+                    u64::from(burst),
+                )
+                .unwrap(),
+            ));
+            let quota = Quota::per_second(NonZeroU32::new(per_sec).unwrap())
+                .allow_burst(NonZeroU32::new(burst).unwrap());
+            let clock = Tsc::new();
+            let names: Vec<String> = (0..keys).map(|i| format!("user-{i}")).collect();
+            let tkeys: Vec<Key> = names.iter().map(|s| Key::new(LimitId(1), s)).collect();
+            let plans: Vec<Plan> = tkeys
+                .iter()
+                .map(|k| Plan::single(k.clone(), Arc::clone(&limit)))
+                .collect();
+            let store = MemoryStore::new();
+            let gov_s: DefaultKeyedRateLimiter<String> = RateLimiter::keyed(quota);
+            let gov_u: DefaultKeyedRateLimiter<u64> = RateLimiter::keyed(quota);
+            // Every key stored before measuring: no first-time inserts.
+            for (i, k) in tkeys.iter().enumerate() {
+                store
+                    .decide_limit(k, &limit, clock.now(), Request::exactly(1))
+                    .unwrap();
+                black_box(gov_s.check_key(&names[i]).is_ok());
+                black_box(gov_u.check_key(&(i as u64)).is_ok());
+            }
+            let order = shuffled(keys);
+            let one = Request::exactly(1);
+            let tollgate = |j: usize| {
+                store
+                    .decide_limit(&tkeys[j], &limit, clock.now(), one)
+                    .is_ok_and(|d| d.allowed)
+            };
+            let tollgate_plan = |j: usize| {
+                store
+                    .decide_now(&plans[j], clock.now(), one, Mode::Try)
+                    .is_ok_and(|d| d.allowed)
+            };
+            let governor_s = |j: usize| gov_s.check_key(&names[j]).is_ok();
+            let governor_u = |j: usize| gov_u.check_key(&(j as u64)).is_ok();
+            let mut best = [f64::MAX; 4];
+            for _ in 0..rounds {
+                best[0] = best[0].min(chunk(threads, &order, shared, &tollgate));
+                best[2] = best[2].min(chunk(threads, &order, shared, &governor_s));
+                best[1] = best[1].min(chunk(threads, &order, shared, &tollgate_plan));
+                best[3] = best[3].min(chunk(threads, &order, shared, &governor_u));
+            }
+            println!(
+                "| {name} | {:.1} | {:.1} | {:.1} | {:.1} | **{:.2}** | {:.2} |",
+                best[0],
+                best[1],
+                best[2],
+                best[3],
+                best[0] / best[2],
+                best[0] / best[3]
+            );
+        }
+    }
+}
