@@ -359,6 +359,7 @@ impl<S: Store> Limiter<S> {
         resource: &str,
         domain: &str,
         request: Request,
+        now: Nanos,
     ) -> Result<ReserveOutcome, ServiceError> {
         check_request(request.hits, request.min_hits)?;
         let (pool, limits, ignore) = self.copy_resource(namespace, resource, "reserve")?;
@@ -367,7 +368,10 @@ impl<S: Store> Limiter<S> {
         } else {
             limits
         };
-        Ok(self.store.reserve(&pool, &limits, domain, request).await?)
+        Ok(self
+            .store
+            .reserve(&pool, &limits, domain, request, now)
+            .await?)
     }
 
     /// Releases copies (Charon §3.1 `release`).

@@ -387,7 +387,7 @@ async fn ignore_configured_never_rejects_but_still_records_use() {
     assert_eq!(o.limited_by, Some(LimitedBy::Deny));
     // Copies are not limited either.
     let r = l
-        .reserve("ns", "pool", "acme", Request::exactly(5))
+        .reserve("ns", "pool", "acme", Request::exactly(5), Nanos::ZERO)
         .await
         .unwrap();
     assert!(r.allowed);
@@ -406,7 +406,7 @@ async fn ignore_configured_never_rejects_but_still_records_use() {
     assert!(hit(&l, "api", "globex", t).await.allowed);
     // The five copies held are still counted against the domain limit.
     let r = l
-        .reserve("ns", "pool", "acme", Request::exactly(1))
+        .reserve("ns", "pool", "acme", Request::exactly(1), Nanos::ZERO)
         .await
         .unwrap();
     assert!(!r.allowed);
@@ -420,7 +420,7 @@ async fn a_shadowed_copy_limited_resource_grants_beyond_its_limits_and_counts() 
         "namespaces:\n  - name: ns\n    resources:\n      - { name: pool, kind: concurrency, domain_limit: 1, shadow_mode: true }\n",
     );
     let r = l
-        .reserve("ns", "pool", "acme", Request::exactly(3))
+        .reserve("ns", "pool", "acme", Request::exactly(3), Nanos::ZERO)
         .await
         .unwrap();
     assert!(r.allowed);
@@ -479,7 +479,13 @@ async fn allow_unconfigured_grants_unknown_resources_of_either_kind() {
     // An unknown copy-limited resource: as many copies as asked, held and
     // released like any other.
     let r = l
-        .reserve("open", "new-pool", "acme", Request::exactly(1_000))
+        .reserve(
+            "open",
+            "new-pool",
+            "acme",
+            Request::exactly(1_000),
+            Nanos::ZERO,
+        )
         .await
         .unwrap();
     assert!(r.allowed);
@@ -518,7 +524,7 @@ namespaces:
     assert_eq!(err.reason(), "unknown_resource");
     assert!(err.is_client_error());
     let err = l
-        .reserve("ns", "nope", "acme", Request::exactly(1))
+        .reserve("ns", "nope", "acme", Request::exactly(1), Nanos::ZERO)
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "unknown_resource");
@@ -552,7 +558,7 @@ namespaces:
     assert_eq!(err.reason(), "wrong_resource_kind");
     assert!(err.is_client_error());
     let err = l
-        .reserve("ns", "api", "acme", Request::exactly(1))
+        .reserve("ns", "api", "acme", Request::exactly(1), Nanos::ZERO)
         .await
         .unwrap_err();
     assert!(
@@ -596,13 +602,13 @@ async fn min_hits_above_hits_is_malformed_and_changes_nothing() {
     assert_eq!(err.reason(), "malformed_request");
     assert!(err.is_client_error());
     let err = l
-        .reserve("ns", "pool", "acme", Request::between(3, 2))
+        .reserve("ns", "pool", "acme", Request::between(3, 2), Nanos::ZERO)
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "malformed_request");
     assert_eq!(ask(&l, "api", "acme", 2, 2, Nanos::ZERO).await.granted, 2);
     let r = l
-        .reserve("ns", "pool", "acme", Request::exactly(2))
+        .reserve("ns", "pool", "acme", Request::exactly(2), Nanos::ZERO)
         .await
         .unwrap();
     assert_eq!(r.granted, 2);
@@ -723,7 +729,7 @@ namespaces:
 async fn reserve_respects_domain_group_and_global_limits() {
     let l = limiter(SANDBOX);
     let r = l
-        .reserve("ns", "sandbox", "acme", Request::exactly(2))
+        .reserve("ns", "sandbox", "acme", Request::exactly(2), Nanos::ZERO)
         .await
         .unwrap();
     assert!(r.allowed);
@@ -739,28 +745,40 @@ async fn reserve_respects_domain_group_and_global_limits() {
     );
     // acme is at its domain limit.
     let r = l
-        .reserve("ns", "sandbox", "acme", Request::exactly(1))
+        .reserve("ns", "sandbox", "acme", Request::exactly(1), Nanos::ZERO)
         .await
         .unwrap();
     assert!(!r.allowed);
     assert_eq!(r.granted, 0);
     // globex may hold 2, but group `big` has one copy left: partial grant.
     let r = l
-        .reserve("ns", "sandbox", "globex", Request::between(1, 2))
+        .reserve(
+            "ns",
+            "sandbox",
+            "globex",
+            Request::between(1, 2),
+            Nanos::ZERO,
+        )
         .await
         .unwrap();
     assert_eq!((r.granted, r.allowed), (1, true));
     assert_eq!(r.context.groups[0].holds, 3);
     // initech (limit 4, no group) meets the global limit: 4 - 3 = 1 left.
     let r = l
-        .reserve("ns", "sandbox", "initech", Request::exactly(2))
+        .reserve("ns", "sandbox", "initech", Request::exactly(2), Nanos::ZERO)
         .await
         .unwrap();
     assert!(!r.allowed);
     assert_eq!(r.context.domain_limit, 4);
     assert!(r.groups.is_empty());
     let r = l
-        .reserve("ns", "sandbox", "initech", Request::between(1, 4))
+        .reserve(
+            "ns",
+            "sandbox",
+            "initech",
+            Request::between(1, 4),
+            Nanos::ZERO,
+        )
         .await
         .unwrap();
     assert_eq!(r.granted, 1);
@@ -770,7 +788,7 @@ async fn reserve_respects_domain_group_and_global_limits() {
 /// The holds of `domain` as a zero-copy reserve reports them.
 async fn holds(l: &Limiter<MemoryStore>, domain: &str) -> (u64, u64) {
     let r = l
-        .reserve("ns", "sandbox", domain, Request::between(0, 0))
+        .reserve("ns", "sandbox", domain, Request::between(0, 0), Nanos::ZERO)
         .await
         .unwrap();
     assert_eq!(r.granted, 0);
@@ -781,7 +799,7 @@ async fn holds(l: &Limiter<MemoryStore>, domain: &str) -> (u64, u64) {
 async fn release_of_what_is_not_held_is_refused_and_changes_nothing() {
     let l = limiter(SANDBOX);
     let r = l
-        .reserve("ns", "sandbox", "acme", Request::exactly(2))
+        .reserve("ns", "sandbox", "acme", Request::exactly(2), Nanos::ZERO)
         .await
         .unwrap();
     let big = r.groups.clone();
@@ -851,7 +869,7 @@ async fn transfer_stages_copies_and_seize_claims_them() {
     let l = limiter(SANDBOX);
     let t = Nanos::ZERO;
     let r = l
-        .reserve("ns", "sandbox", "acme", Request::exactly(2))
+        .reserve("ns", "sandbox", "acme", Request::exactly(2), Nanos::ZERO)
         .await
         .unwrap();
     let big = r.groups.clone();
@@ -886,7 +904,7 @@ async fn transfer_stages_copies_and_seize_claims_them() {
 
     // A transfer nobody seizes in time is released implicitly.
     let r = l
-        .reserve("ns", "sandbox", "globex", Request::exactly(2))
+        .reserve("ns", "sandbox", "globex", Request::exactly(2), Nanos::ZERO)
         .await
         .unwrap();
     let id = l
@@ -1210,7 +1228,7 @@ async fn set_view_keeps_unchanged_limits_and_starts_changed_ones_fresh() {
         assert!(!hit(&l, resource, "acme", t).await.allowed, "{resource}");
     }
     let r = l
-        .reserve("ns", "pool", "acme", Request::exactly(2))
+        .reserve("ns", "pool", "acme", Request::exactly(2), Nanos::ZERO)
         .await
         .unwrap();
 
@@ -1229,10 +1247,36 @@ async fn set_view_keeps_unchanged_limits_and_starts_changed_ones_fresh() {
     assert_eq!(o.domain_hits_last_second, Some(3));
     // Holds survive a change of limits: the pool is named without them.
     let more = l
-        .reserve("ns", "pool", "acme", Request::exactly(1))
+        .reserve("ns", "pool", "acme", Request::exactly(1), Nanos::ZERO)
         .await
         .unwrap();
     assert!(more.allowed);
     assert_eq!(more.context.domain_holds, 3);
     l.release("ns", "pool", "acme", &r.groups, 2).await.unwrap();
+}
+
+/// The server runs requests on a multi-threaded runtime: the futures must be
+/// `Send` (a config-view guard held across an await would make them not).
+#[allow(dead_code)]
+fn futures_are_send(l: &Limiter<MemoryStore>) {
+    fn send<T: Send>(_: T) {}
+    let req = RateRequest {
+        namespace: "ns",
+        resource: "r",
+        domain: "d",
+        hits: 1,
+        min_hits: 1,
+        mode: Mode::Try,
+    };
+    send(l.request(&req, Nanos::ZERO));
+    let descriptors: Vec<Vec<(String, String)>> = Vec::new();
+    send(l.request_descriptors(
+        &DescriptorRequest {
+            namespace: "ns",
+            descriptors: &descriptors,
+            hits: 1,
+        },
+        Nanos::ZERO,
+    ));
+    send(l.reserve("ns", "r", "d", Request::exactly(1), Nanos::ZERO));
 }

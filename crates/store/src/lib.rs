@@ -53,13 +53,16 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<PlanDecision, StoreError>> + Send;
 
     /// Reserves the largest `n` in `[min, max]` copies of `pool` for
-    /// `domain` that `limits` allow, or nothing.
+    /// `domain` that `limits` allow, or nothing. Transfers of the pool whose
+    /// TTL ended by `now` are released first, so they never hold copies
+    /// past their time.
     fn reserve(
         &self,
         pool: &PoolKey,
         limits: &CopyLimits,
         domain: &str,
         request: Request,
+        now: Nanos,
     ) -> impl Future<Output = Result<Reservation, StoreError>> + Send;
 
     /// Releases `copies` that `domain` reserved while in `groups`.

@@ -379,18 +379,25 @@ impl MemoryStore {
         })
     }
 
-    /// [`Store::reserve`], synchronously: reserves the largest `n` in
-    /// `[min_hits, hits]` copies of `pool` for `domain` that `limits` allow,
-    /// or nothing.
+    /// [`Store::reserve`], synchronously: releases the pool's transfers
+    /// expired by `now`, then reserves the largest `n` in `[min_hits, hits]`
+    /// copies of `pool` for `domain` that `limits` allow, or nothing.
     pub fn reserve_now(
         &self,
         pool: &PoolKey,
         limits: &CopyLimits,
         domain: &str,
         request: Request,
+        now: Nanos,
     ) -> Result<Reservation, StoreError> {
         let mut guard = self.pools.lock();
-        Ok(with_pool(&mut guard.pools, pool, |p| {
+        let Pools { pools, transfers } = &mut *guard;
+        if let Some(p) = pools.get_mut(pool) {
+            for (expired, _) in p.expire(now) {
+                transfers.remove(&expired);
+            }
+        }
+        Ok(with_pool(pools, pool, |p| {
             p.reserve(limits, domain, request)
         }))
     }
@@ -1011,8 +1018,9 @@ impl Store for MemoryStore {
         limits: &CopyLimits,
         domain: &str,
         request: Request,
+        now: Nanos,
     ) -> Result<Reservation, StoreError> {
-        self.reserve_now(pool, limits, domain, request)
+        self.reserve_now(pool, limits, domain, request, now)
     }
 
     async fn release(

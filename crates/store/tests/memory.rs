@@ -572,16 +572,16 @@ fn copies_reserve_release_transfer_seize_and_expire() {
         .unwrap();
 
     let r = store
-        .reserve_now(&pool, &limits, "d1", Request::exactly(2))
+        .reserve_now(&pool, &limits, "d1", Request::exactly(2), Nanos::ZERO)
         .unwrap();
     assert_eq!((r.granted, r.allowed), (2, true));
     assert_eq!(r.groups, groups(&["team"]));
     let r = store
-        .reserve_now(&pool, &limits, "d1", Request::exactly(1))
+        .reserve_now(&pool, &limits, "d1", Request::exactly(1), Nanos::ZERO)
         .unwrap();
     assert!(!r.allowed);
     let r = store
-        .reserve_now(&pool, &limits, "d2", Request::between(1, 2))
+        .reserve_now(&pool, &limits, "d2", Request::between(1, 2), Nanos::ZERO)
         .unwrap();
     assert_eq!(r.granted, 1, "global limit 3");
     assert_eq!(r.context.global_holds, 3);
@@ -636,7 +636,7 @@ fn copies_reserve_release_transfer_seize_and_expire() {
 
     // Both of d1's copies went back to the pool with their transfers.
     let r = store
-        .reserve_now(&pool, &limits, "d1", Request::between(0, 5))
+        .reserve_now(&pool, &limits, "d1", Request::between(0, 5), Nanos::ZERO)
         .unwrap();
     assert_eq!(r.granted, 2);
     assert_eq!(r.context.global_holds, 2);
@@ -677,7 +677,7 @@ fn concurrent_reserves_never_exceed_the_domain_limit() {
                 let mut held = 0;
                 for _ in 0..50 {
                     let r = store
-                        .reserve_now(&pool, &limits, domain, Request::exactly(1))
+                        .reserve_now(&pool, &limits, domain, Request::exactly(1), Nanos::ZERO)
                         .unwrap();
                     held += r.granted;
                     assert!(r.context.domain_holds <= 10);
@@ -698,7 +698,7 @@ fn concurrent_reserves_never_exceed_the_domain_limit() {
         store.release_now(&pool, domain, &Vec::new(), held).unwrap();
     }
     let r = store
-        .reserve_now(&pool, &limits, "a", Request::between(0, 0))
+        .reserve_now(&pool, &limits, "a", Request::between(0, 0), Nanos::ZERO)
         .unwrap();
     assert_eq!(r.context.global_holds, 0);
 }
@@ -714,7 +714,7 @@ async fn through_the_trait<S: Store>(store: &S) -> (PlanDecision, u64) {
     let pool = PoolKey::new("ns", "r");
     let limits = CopyLimits::new(1, None);
     let r = store
-        .reserve(&pool, &limits, "a", Request::exactly(1))
+        .reserve(&pool, &limits, "a", Request::exactly(1), Nanos::ZERO)
         .await
         .unwrap();
     let id = store
@@ -952,4 +952,38 @@ proptest! {
     ) {
         agrees_with_core(&ops, shards)?;
     }
+}
+
+#[test]
+fn a_reserve_releases_transfers_whose_ttl_ended() {
+    // Charon §3.1: unseized copies are released once the TTL has elapsed,
+    // even if no sweep has run since.
+    let store = MemoryStore::new();
+    let pool = PoolKey::new("ns", "pool");
+    let limits = CopyLimits::new(2, None);
+    let r = store
+        .reserve_now(&pool, &limits, "d", Request::exactly(2), T0)
+        .unwrap();
+    let groups = r.groups.clone();
+    let id = store
+        .transfer_now(&pool, "d", &groups, 2, Nanos::SECOND, T0)
+        .unwrap();
+    // Still staged one nanosecond before the TTL ends: nothing is free.
+    let before = T0
+        .saturating_add(Nanos::SECOND)
+        .saturating_sub(Nanos::NANOSECOND);
+    let r = store
+        .reserve_now(&pool, &limits, "d", Request::exactly(1), before)
+        .unwrap();
+    assert!(!r.allowed);
+    // At the TTL the staged copies are released by the reserve itself.
+    let at = T0.saturating_add(Nanos::SECOND);
+    let r = store
+        .reserve_now(&pool, &limits, "d", Request::exactly(2), at)
+        .unwrap();
+    assert!(r.allowed, "{r:?}");
+    assert_eq!(
+        store.seize_now(id, at).unwrap_err(),
+        StoreError::Copy(CopyError::UnknownTransfer)
+    );
 }
