@@ -73,24 +73,12 @@ pub(crate) fn read(root: &Fields<'_>, diags: &mut Diagnostics) -> Vec<Namespace>
     let Some(items) = diags.take(list.as_seq("namespaces")) else {
         return Vec::new();
     };
-    let mut out: Vec<Namespace> = Vec::new();
-    for item in items {
-        let Some(ns) = read_namespace(item, diags) else {
-            continue;
-        };
-        if let Some(first) = out.iter().find(|n| n.name == ns.name) {
-            diags.error(
-                &ns.pos,
-                format!(
-                    "namespace `{}` is defined twice (first at {})",
-                    ns.name, first.pos
-                ),
-            );
-            continue;
-        }
-        out.push(ns);
-    }
-    out
+    // Duplicate names are reported by the loader, across every document
+    // and file.
+    items
+        .iter()
+        .filter_map(|item| read_namespace(item, diags))
+        .collect()
 }
 
 fn read_namespace(node: &Node, diags: &mut Diagnostics) -> Option<Namespace> {

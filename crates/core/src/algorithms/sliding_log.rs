@@ -107,8 +107,14 @@ impl SlidingLog {
             // Granted now, even while `min_gap` closes the log.
             return Some(Nanos::ZERO);
         }
-        let mut at = now;
-        if let Some(t) = log.blocking_entry(self.limit - min_hits) {
+        Some(self.earliest(log, now, min_hits).saturating_sub(now))
+    }
+
+    /// The first instant from `from` at which the log has room for `hits`
+    /// (`hits <= limit`) and `min_gap` has passed since its newest hit.
+    fn earliest(&self, log: &HitLog, from: Nanos, hits: u64) -> Nanos {
+        let mut at = from;
+        if let Some(t) = log.blocking_entry(self.limit - hits) {
             at = at.max(
                 t.saturating_add(self.window)
                     .saturating_add(Nanos::NANOSECOND),
@@ -119,7 +125,7 @@ impl SlidingLog {
                 at = at.max(t.saturating_add(self.min_gap));
             }
         }
-        Some(at.saturating_sub(now))
+        at
     }
 }
 
@@ -132,19 +138,8 @@ impl SlidingLog {
         if hits > self.limit {
             return None;
         }
-        let mut at = log.newest().map_or(now, |n| now.max(n));
-        if let Some(t) = log.blocking_entry(self.limit - hits) {
-            at = at.max(
-                t.saturating_add(self.window)
-                    .saturating_add(Nanos::NANOSECOND),
-            );
-        }
-        if !self.min_gap.is_zero() {
-            if let Some(t) = log.newest() {
-                at = at.max(t.saturating_add(self.min_gap));
-            }
-        }
-        Some(at.saturating_sub(now))
+        let from = log.newest().map_or(now, |n| now.max(n));
+        Some(self.earliest(log, from, hits).saturating_sub(now))
     }
 
     /// Logs `hits` at `at` (when the caller will use them: what
