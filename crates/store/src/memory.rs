@@ -375,7 +375,7 @@ impl MemoryStore {
     ) -> Result<Decision, StoreError> {
         self.decide_one(key, limit, now, |limit, state| {
             let alone = limit.decide_alone(state, now, request);
-            Ok((alone.decision, alone.idle))
+            (alone.decision, Effect::after(alone.idle))
         })
     }
 
@@ -575,7 +575,7 @@ impl MemoryStore {
     ) -> Result<PlanDecision, StoreError> {
         let decide = |limit: &Limit, state: &mut LimitState| {
             let one = plan::decide_one(limit, state, item.shadow, now, request);
-            Ok((one, one.idle))
+            (one, Effect::after(one.idle))
         };
         match self.decide_one(&item.key, &item.limit, now, decide) {
             Ok(one) => Ok(one.into_plan_decision(request, item.shadow)),
@@ -594,17 +594,20 @@ impl MemoryStore {
         request: Request,
     ) -> Result<PlanDecision, StoreError> {
         self.decide_one(&item.key, &item.limit, now, |limit, state| {
-            let d = decide_entry(limit, state, item.shadow, now, request, Mode::Acquire)?;
-            Ok((d, limit.is_idle(state, now)))
-        })
+            match decide_entry(limit, state, item.shadow, now, request, Mode::Acquire) {
+                Ok(d) => (Ok(d), Effect::after(limit.is_idle(state, now))),
+                // Refused before the state was touched.
+                Err(e) => (Err(e), Effect::Untouched),
+            }
+        })?
     }
 
     /// The fast path: one key, one lock, the state decided in place by
     /// `decide` (which sees the stored state, or a fresh one on a miss).
     ///
-    /// Generic over what `decide` returns so that the common case
-    /// ([`MemoryStore::decide_one_try`]) carries a small [`Single`] out of
-    /// the lock. Always inlined, so that each caller's `decide` can be
+    /// Generic over what `decide` returns, so each caller carries out of
+    /// the lock only what it needs. Always inlined, so that each caller's
+    /// `decide` can be
     /// inlined into it.
     #[inline(always)]
     fn decide_one<T>(
@@ -612,7 +615,7 @@ impl MemoryStore {
         key: &Key,
         arc: &Arc<Limit>,
         now: Nanos,
-        decide: impl FnOnce(&Limit, &mut LimitState) -> Result<(T, bool), StoreError>,
+        decide: impl FnOnce(&Limit, &mut LimitState) -> (T, Effect),
     ) -> Result<T, StoreError> {
         let limit: &Limit = arc;
         let hash = self.hash(key);
@@ -628,12 +631,14 @@ impl MemoryStore {
             Some(e) => &mut e.get_mut().state,
             None => fresh.insert(limit.fresh()),
         };
-        // An error (acquire on an algorithm that cannot schedule, or never
-        // admits the hits) is raised before the state is touched.
-        let (decision, idle) = decide(limit, state)?;
+        // The answer is returned as is, not wrapped in a `Result` inside
+        // the lock: moving it through such layers cost about a third of a
+        // hot-key decision (`docs/benchmarks.md`).
+        let (decision, effect) = decide(limit, state);
         match (entry, fresh) {
+            _ if effect == Effect::Untouched => Ok(decision),
             (Some(entry), _) => {
-                if idle {
+                if effect == Effect::Idle {
                     let (garbage, _) = entry.remove();
                     shard.len.store(inner.table.len(), Ordering::Relaxed);
                     drop(inner);
@@ -652,7 +657,7 @@ impl MemoryStore {
                 }
                 Ok(decision)
             }
-            (None, Some(state)) if !idle => {
+            (None, Some(state)) if effect == Effect::Keep => {
                 self.insert_new(shard, inner, hash, key, arc, state, now, decision)
             }
             // A fresh state left idle needs no room.
@@ -978,6 +983,28 @@ fn decide_entry(
         shadow,
     }];
     Ok(plan::decide(&mut entries, now, request, mode)?)
+}
+
+/// What a decision under the lock did to its state, and so to the table.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Effect {
+    /// The state is live: keep it (insert it, for a new key).
+    Keep,
+    /// The state is idle: drop it (never insert it).
+    Idle,
+    /// The decision was refused before touching the state: change nothing.
+    Untouched,
+}
+
+impl Effect {
+    #[inline]
+    fn after(idle: bool) -> Effect {
+        if idle {
+            Effect::Idle
+        } else {
+            Effect::Keep
+        }
+    }
 }
 
 /// Fails with [`StoreError::DuplicateKey`] if two items share a key:
