@@ -8,21 +8,7 @@
 use tollgate_config::{load_str, AlgorithmSpec, Namespace, ResourceKind};
 use tollgate_core::{Align, Nanos};
 
-const MESSAGING: &str = "\
-domain: messaging
-descriptors:
-  - key: to_number
-    rate_limit:
-      unit: day
-      requests_per_unit: 100
-  - key: message_type
-    value: marketing
-    descriptors:
-      - key: to_number
-        rate_limit:
-          unit: day
-          requests_per_unit: 5
-";
+const MESSAGING: &str = include_str!("../../../examples/envoy-messaging.yaml");
 
 fn load(text: &str) -> Namespace {
     let loaded = load_str("envoy.yaml", text).unwrap_or_else(|e| panic!("{e}"));

@@ -925,21 +925,7 @@ async fn transfer_stages_copies_and_seize_claims_them() {
 
 // ------------------------------------------------------------ descriptors
 
-const MESSAGING: &str = "\
-domain: messaging
-descriptors:
-  - key: to_number
-    rate_limit:
-      unit: day
-      requests_per_unit: 100
-  - key: message_type
-    value: marketing
-    descriptors:
-      - key: to_number
-        rate_limit:
-          unit: day
-          requests_per_unit: 5
-";
+const MESSAGING: &str = include_str!("../../../examples/envoy-messaging.yaml");
 
 fn entries(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs

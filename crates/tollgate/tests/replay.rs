@@ -10,7 +10,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{example, json_lines, split_events, Sandbox};
+use common::{example, json_lines, split_events, Run, Sandbox};
 use serde_json::{json, Value};
 
 /// Fields every rate-request event line carries (null when they do not
@@ -423,18 +423,7 @@ fn json_summary_parses_and_counts_every_domain() {
 not json
 ",
     );
-    let run = sb.run(&[
-        "replay",
-        "-c",
-        "c.yaml",
-        "-t",
-        "t.jsonl",
-        "--no-events",
-        "--summary",
-        "json",
-    ]);
-    assert!(run.success(), "{run}");
-    let doc: Value = serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}{run}"));
+    let (_, doc) = summary_json(&sb);
     assert_eq!(doc["malformed"], json!(1));
     assert_eq!(
         doc["rows"],
@@ -447,21 +436,25 @@ not json
     );
 }
 
-const MESSAGING: &str = "\
-domain: messaging
-descriptors:
-  - key: to_number
-    rate_limit:
-      unit: day
-      requests_per_unit: 100
-  - key: message_type
-    value: marketing
-    descriptors:
-      - key: to_number
-        rate_limit:
-          unit: day
-          requests_per_unit: 5
-";
+/// Replays `t.jsonl` against `c.yaml` printing only the JSON summary, which
+/// must parse; the run is returned for further checks.
+fn summary_json(sb: &Sandbox) -> (Run, Value) {
+    let run = sb.run(&[
+        "replay",
+        "-c",
+        "c.yaml",
+        "-t",
+        "t.jsonl",
+        "--no-events",
+        "--summary",
+        "json",
+    ]);
+    assert!(run.success(), "{run}");
+    let doc: Value = serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}{run}"));
+    (run, doc)
+}
+
+const MESSAGING: &str = include_str!("../../../examples/envoy-messaging.yaml");
 
 #[test]
 fn descriptor_traces_replay_against_an_envoy_config() {
@@ -630,21 +623,10 @@ fn a_large_generated_trace_matches_a_reference_fixed_window() {
         }
     }
     sb.write("t.jsonl", trace);
-    let run = sb.run(&[
-        "replay",
-        "-c",
-        "c.yaml",
-        "-t",
-        "t.jsonl",
-        "--no-events",
-        "--summary",
-        "json",
-    ]);
-    assert!(run.success(), "{run}");
+    let (run, doc) = summary_json(&sb);
     // The trace is over 1 MB, so replay sets up a progress bar; with stderr
     // not a terminal it must draw nothing.
     assert_eq!(run.stderr, "", "{run}");
-    let doc: Value = serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}{run}"));
     let rows = doc["rows"].as_array().unwrap();
     assert_eq!(rows.len(), reference.len());
     for row in rows {
