@@ -25,7 +25,7 @@ mod native;
 pub mod units;
 pub mod yaml;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub use diag::{ConfigError, Diagnostic, Diagnostics, Pos};
 pub use envoy::{DescriptorMatch, DescriptorTree};
@@ -66,22 +66,7 @@ pub fn load_path(path: &Path) -> Result<Loaded, ConfigError> {
             format!("cannot read: {e}"),
         )
     };
-    let files = if path.is_dir() {
-        let mut files: Vec<_> = std::fs::read_dir(path)
-            .map_err(|e| io_err(e, path))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-                !name.starts_with('.')
-                    && (name.ends_with(".yaml") || name.ends_with(".yml"))
-                    && p.is_file()
-            })
-            .collect();
-        files.sort();
-        files
-    } else {
-        vec![path.to_path_buf()]
-    };
+    let files = config_files(path).map_err(|e| io_err(e, path))?;
     let mut diags = Diagnostics::default();
     let mut namespaces = Vec::new();
     for f in &files {
@@ -89,6 +74,26 @@ pub fn load_path(path: &Path) -> Result<Loaded, ConfigError> {
         read_text(&f.display().to_string(), &text, &mut namespaces, &mut diags);
     }
     finish(namespaces, diags, &shown)
+}
+
+/// The files a config path stands for: the path itself, or a directory's
+/// `*.yaml` and `*.yml` files (not hidden ones, as envoyproxy/ratelimit
+/// skips its runtime's `..data` entries), sorted.
+pub fn config_files(path: &Path) -> std::io::Result<Vec<PathBuf>> {
+    if !path.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files: Vec<_> = std::fs::read_dir(path)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            !name.starts_with('.')
+                && (name.ends_with(".yaml") || name.ends_with(".yml"))
+                && p.is_file()
+        })
+        .collect();
+    files.sort();
+    Ok(files)
 }
 
 fn read_text(file: &str, text: &str, namespaces: &mut Vec<Namespace>, diags: &mut Diagnostics) {

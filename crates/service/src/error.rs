@@ -41,6 +41,17 @@ pub enum ServiceError {
         "namespace `{0}` has no descriptors (it was not loaded from an envoyproxy/ratelimit file)"
     )]
     NoDescriptors(String),
+    /// No open session or HTTP hold has this id (it was never issued, was
+    /// closed, or its lease lapsed).
+    #[error("no hold or session `{0}` (never issued, closed, or its lease lapsed)")]
+    UnknownHold(String),
+    /// The server's session limit is reached.
+    #[error("too many sessions: the server allows {0} at once")]
+    TooManySessions(usize),
+    /// The session ended while the operation ran; what it was granted has
+    /// been given back.
+    #[error("the session is closed")]
+    SessionClosed,
     /// The store refused or failed (releasing what is not held is client
     /// error 4).
     #[error(transparent)]
@@ -54,6 +65,7 @@ impl ServiceError {
         !matches!(
             self,
             ServiceError::Store(StoreError::AtCapacity(_) | StoreError::Unavailable(_))
+                | ServiceError::TooManySessions(_)
         )
     }
 
@@ -65,6 +77,9 @@ impl ServiceError {
             ServiceError::UnknownResource { .. } => "unknown_resource",
             ServiceError::WrongKind { .. } => "wrong_resource_kind",
             ServiceError::NoDescriptors(_) => "no_descriptors",
+            ServiceError::UnknownHold(_) => "unknown_hold",
+            ServiceError::TooManySessions(_) => "too_many_sessions",
+            ServiceError::SessionClosed => "session_closed",
             ServiceError::Store(StoreError::Copy(tollgate_core::copies::CopyError::NotHeld {
                 ..
             })) => "not_held",

@@ -6,7 +6,8 @@
 //! namespace flags of Charon §4.3 (`ignore_configured`,
 //! `allow_unconfigured`) and shadow mode, and reports Charon §3.1's context.
 //! It knows no wire protocol (surfaces adapt to it) and no particular store.
-//! Sessions and hold sets arrive with the server.
+//! [`Sessions`] own hold sets, so that whatever a session holds is released
+//! when it ends.
 //!
 //! [`Store`]: tollgate_store::Store
 
@@ -15,6 +16,7 @@
 pub mod error;
 pub mod fingerprint;
 pub mod limiter;
+pub mod sessions;
 pub mod view;
 
 pub use error::ServiceError;
@@ -22,4 +24,5 @@ pub use limiter::{
     DescriptorOutcome, DescriptorRequest, DescriptorStatus, LimitedBy, Limiter, RateOutcome,
     RateRequest, ReserveOutcome,
 };
+pub use sessions::{Released, Session, SessionId, SessionLimits, Sessions};
 pub use view::View;

@@ -411,6 +411,45 @@ impl<S: Store> Limiter<S> {
         Ok(self.store.seize(id, now).await?)
     }
 
+    /// The pool of copy-limited `resource`, or why `operation` cannot use it.
+    pub fn copy_pool(
+        &self,
+        namespace: &str,
+        resource: &str,
+        operation: &'static str,
+    ) -> Result<PoolKey, ServiceError> {
+        self.copy_resource(namespace, resource, operation)
+            .map(|(pool, _, _)| pool)
+    }
+
+    /// Releases copies of `pool` whatever the config now says of it: a
+    /// session giving back what it holds.
+    pub async fn release_pool(
+        &self,
+        pool: &PoolKey,
+        domain: &str,
+        groups: &Groups,
+        copies: u64,
+    ) -> Result<(), ServiceError> {
+        Ok(self.store.release(pool, domain, groups, copies).await?)
+    }
+
+    /// Stages copies of `pool` for transfer, whatever the config now says.
+    pub async fn transfer_pool(
+        &self,
+        pool: &PoolKey,
+        domain: &str,
+        groups: &Groups,
+        copies: u64,
+        ttl: Nanos,
+        now: Nanos,
+    ) -> Result<TransferId, ServiceError> {
+        Ok(self
+            .store
+            .transfer(pool, domain, groups, copies, ttl, now)
+            .await?)
+    }
+
     /// The pool and limits of a copy-limited resource; an unknown one in a
     /// namespace that allows it gets the most permissive limits (and its
     /// holds are still recorded).

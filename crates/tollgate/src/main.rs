@@ -24,12 +24,21 @@ enum Command {
     CheckConfig(cmd::check_config::CheckConfigArgs),
     /// Feed a recorded trace through a config and show what it would do.
     Replay(cmd::replay::ReplayArgs),
+    /// Run the limiting server (gRPC, Envoy RLS, HTTP).
+    Serve(cmd::serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::CheckConfig(args) => exit(cmd::check_config::run(&args)),
+        Command::Serve(args) => match cmd::serve::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Replay(args) => {
             let loaded = match tollgate_config::load_path(&args.config) {
                 Ok(l) => l,

@@ -2,3 +2,4 @@
 
 pub mod check_config;
 pub mod replay;
+pub mod serve;

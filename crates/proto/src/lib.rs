@@ -1,0 +1,27 @@
+//! tollgate's wire types.
+//!
+//! - [`v1`]: the native API (`proto/tollgate/v1/tollgate.proto`): a unary
+//!   rate request and sessions that hold copies; client and server stubs.
+//!   The messages are also the HTTP API's JSON bodies.
+//! - [`rls`]: Envoy's rate-limit service v3
+//!   (`envoy.service.ratelimit.v3`), from the maintained `envoy-types`
+//!   crate, so what Envoy sends is decoded by the official definitions.
+
+#![deny(missing_docs)]
+
+pub mod json;
+
+/// The native API, generated from `proto/tollgate/v1/tollgate.proto`.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod v1 {
+    tonic::include_proto!("tollgate.v1");
+}
+
+/// Envoy's rate-limit service v3 and the types it uses.
+pub mod rls {
+    pub use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+        rate_limit_descriptor, RateLimitDescriptor,
+    };
+    pub use envoy_types::pb::envoy::service::ratelimit::v3::*;
+    pub use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+}

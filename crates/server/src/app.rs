@@ -1,0 +1,110 @@
+//! The state every surface shares: the limiter, the sessions, the config's
+//! status, the metrics handle.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tollgate_config::Config;
+use tollgate_service::{Limiter, SessionLimits, Sessions, View};
+use tollgate_store::Store;
+
+use crate::clock;
+
+/// What `/status` reports of the config in force.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ConfigStatus {
+    /// Where it was loaded from (`None`: built in).
+    pub source: Option<PathBuf>,
+    /// Increments with every successful load.
+    pub revision: u64,
+    /// When the config in force was loaded (Unix ms).
+    pub loaded_at_ms: u64,
+    /// Why the last reload was refused, if it was (cleared by a good one).
+    pub last_error: Option<String>,
+    /// Warnings of the config in force (normalization, ignored fields).
+    pub warnings: Vec<String>,
+}
+
+/// Shared server state.
+pub struct App<S> {
+    /// Decides requests.
+    pub limiter: Limiter<S>,
+    /// Open sessions and HTTP holds.
+    pub sessions: Sessions,
+    config: Mutex<(Arc<Config>, ConfigStatus)>,
+    /// Renders `/metrics` (`None` when no recorder is installed, as in
+    /// tests that run several servers in one process).
+    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    /// The store's name for `/status` (`memory`, `redis`, ...).
+    pub store_name: &'static str,
+}
+
+impl<S: Store> App<S> {
+    /// An app over `store` with `config`, loaded from `source`.
+    pub fn new(
+        store: S,
+        store_name: &'static str,
+        config: Config,
+        source: Option<PathBuf>,
+        warnings: Vec<String>,
+        session_limits: SessionLimits,
+    ) -> App<S> {
+        let now = clock::now();
+        let view = View::new(&config, now);
+        App {
+            limiter: Limiter::new(store, view),
+            sessions: Sessions::new(session_limits),
+            config: Mutex::new((
+                Arc::new(config),
+                ConfigStatus {
+                    source,
+                    revision: 1,
+                    loaded_at_ms: now.as_u64() / 1_000_000,
+                    last_error: None,
+                    warnings,
+                },
+            )),
+            metrics: None,
+            store_name,
+        }
+    }
+
+    /// The config in force.
+    pub fn config(&self) -> Arc<Config> {
+        Arc::clone(&self.lock().0)
+    }
+
+    /// The config's status.
+    pub fn config_status(&self) -> ConfigStatus {
+        self.lock().1.clone()
+    }
+
+    /// Puts `config` in force: limits whose parameters did not change keep
+    /// their state (their ids are fingerprints of their parameters).
+    pub fn install(&self, config: Config, warnings: Vec<String>) -> u64 {
+        let now = clock::now();
+        let view = View::new(&config, now);
+        let mut guard = self.lock();
+        self.limiter.set_view(view);
+        guard.0 = Arc::new(config);
+        guard.1.revision += 1;
+        guard.1.loaded_at_ms = now.as_u64() / 1_000_000;
+        guard.1.last_error = None;
+        guard.1.warnings = warnings;
+        metrics::counter!(crate::metrics::RELOADS, "outcome" => "ok").increment(1);
+        metrics::gauge!(crate::metrics::CONFIG_REVISION).set(guard.1.revision as f64);
+        metrics::gauge!(crate::metrics::CONFIG_ERROR).set(0.0);
+        guard.1.revision
+    }
+
+    /// Records a refused reload: the old config keeps serving.
+    pub fn refuse(&self, error: String) {
+        metrics::counter!(crate::metrics::RELOADS, "outcome" => "error").increment(1);
+        metrics::gauge!(crate::metrics::CONFIG_ERROR).set(1.0);
+        self.lock().1.last_error = Some(error);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Arc<Config>, ConfigStatus)> {
+        self.config.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}

@@ -1,0 +1,101 @@
+//! Service outcomes as wire messages: one place, shared by the gRPC and
+//! HTTP surfaces (the HTTP API's JSON bodies are the same messages).
+
+use tollgate_core::copies::Reservation;
+use tollgate_core::{Mode, Nanos};
+use tollgate_proto::v1;
+use tollgate_service::{LimitedBy, RateOutcome, RateRequest};
+use tollgate_store::Seized;
+
+/// The service's view of a wire rate request.
+pub fn rate_request(r: &v1::RateRequest) -> RateRequest<'_> {
+    RateRequest {
+        namespace: &r.namespace,
+        resource: &r.resource,
+        domain: &r.domain,
+        hits: r.hits,
+        min_hits: r.min_hits,
+        mode: if r.mode == v1::Mode::Acquire as i32 {
+            Mode::Acquire
+        } else {
+            Mode::Try
+        },
+    }
+}
+
+fn limited_by(l: Option<LimitedBy>) -> v1::LimitedBy {
+    match l {
+        None => v1::LimitedBy::None,
+        Some(LimitedBy::Limit) => v1::LimitedBy::Limit,
+        Some(LimitedBy::Tier) => v1::LimitedBy::Tier,
+        Some(LimitedBy::Hard) => v1::LimitedBy::Hard,
+        Some(LimitedBy::Global) => v1::LimitedBy::Global,
+        Some(LimitedBy::Deny) => v1::LimitedBy::Deny,
+    }
+}
+
+/// A rate outcome with all of Charon §3.1's context.
+pub fn rate_response(o: &RateOutcome) -> v1::RateResponse {
+    let d = &o.decision;
+    v1::RateResponse {
+        allowed: o.allowed,
+        granted: o.granted,
+        limit: d.limit,
+        remaining: d.remaining,
+        retry_after_ns: d.retry_after.map(Nanos::as_u64),
+        reset_after_ns: d.reset_after.as_u64(),
+        wait_ns: d.wait.as_u64(),
+        limited_by: limited_by(o.limited_by) as i32,
+        tier: o.tier.map(|t| v1::TierContext {
+            index: t.index,
+            limit: t.limit,
+            hits: t.hits,
+            burst: t.burst,
+        }),
+        hard_limit: o.hard_limit,
+        global_limit: o.global_limit,
+        domain_hits_last_second: o.domain_hits_last_second,
+        global_hits_last_second: o.global_hits_last_second,
+        shadowed: o.shadowed,
+        ignored: o.ignored,
+        unconfigured: o.unconfigured,
+        algorithm: o.algorithm.to_owned(),
+    }
+}
+
+/// A reservation with its domain, global and group context.
+pub fn reserve_response(r: &Reservation) -> v1::ReserveResponse {
+    let c = &r.context;
+    v1::ReserveResponse {
+        allowed: r.allowed,
+        granted: r.granted,
+        groups: r.groups.clone(),
+        domain_limit: c.domain_limit,
+        global_limit: c.global_limit,
+        domain_holds: c.domain_holds,
+        global_holds: c.global_holds,
+        group_limits: c
+            .groups
+            .iter()
+            .map(|g| v1::GroupContext {
+                name: g.name.clone(),
+                limit: g.limit,
+                holds: g.holds,
+            })
+            .collect(),
+        hold_id: String::new(),
+    }
+}
+
+/// Seized copies: the pool is `namespace/resource`.
+pub fn seize_response(s: &Seized) -> v1::SeizeResponse {
+    let (namespace, resource) = s.pool.0.split_once('/').unwrap_or((&s.pool.0, ""));
+    v1::SeizeResponse {
+        namespace: namespace.to_owned(),
+        resource: resource.to_owned(),
+        domain: s.staged.domain.clone(),
+        copies: s.staged.copies,
+        groups: s.staged.groups.clone(),
+        hold_id: String::new(),
+    }
+}

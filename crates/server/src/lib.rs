@@ -1,0 +1,210 @@
+//! tollgate's limiting server: the surfaces over the service layer.
+//!
+//! - [`native`]: the native gRPC API, with sessions that hold copies;
+//! - [`rls`]: Envoy's rate-limit service v3 on the same gRPC port;
+//! - [`http`]: the HTTP/JSON API, envoyproxy/ratelimit's `/json`, and the
+//!   admin endpoints (`/status`, `/healthz`, `/readyz`, `/metrics`,
+//!   `/v1/config`).
+//!
+//! Surfaces only decode, call the service and encode; no limiting logic
+//! lives here. [`Server`] binds both ports, runs background duties (HTTP
+//! leases, store sweeps) and shuts down gracefully: it stops accepting,
+//! ends every session (releasing its holds) and lets in-flight requests
+//! finish.
+
+#![deny(missing_docs)]
+
+pub mod app;
+pub mod clock;
+pub mod convert;
+pub mod errors;
+pub mod http;
+pub mod metrics;
+pub mod native;
+pub mod reload;
+pub mod rls;
+pub mod rls_json;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
+use tollgate_proto::rls::rate_limit_service_server::RateLimitServiceServer;
+use tollgate_proto::v1::tollgate_server::TollgateServer;
+use tollgate_store::Store;
+
+pub use app::{App, ConfigStatus};
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// A listening address could not be bound.
+    #[error("cannot listen on {addr} ({surface}): {source}")]
+    Bind {
+        /// `gRPC` or `HTTP`.
+        surface: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The gRPC server failed.
+    #[error("gRPC server: {0}")]
+    Grpc(#[from] tonic::transport::Error),
+    /// The HTTP server failed.
+    #[error("HTTP server: {0}")]
+    Http(std::io::Error),
+}
+
+/// Where and how the server listens.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// gRPC address (native API and Envoy RLS); port 0 picks a free port.
+    pub grpc: SocketAddr,
+    /// HTTP address; port 0 picks a free port.
+    pub http: SocketAddr,
+    /// Largest request message or body accepted, in bytes.
+    pub max_message_bytes: usize,
+    /// Concurrent HTTP/2 streams per gRPC connection (sessions and
+    /// in-flight requests of one client).
+    pub max_streams_per_connection: u32,
+    /// How often lapsed HTTP holds are released and idle store state
+    /// swept.
+    pub housekeeping_interval: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> ServerOptions {
+        ServerOptions {
+            grpc: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            http: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            max_message_bytes: 64 * 1024,
+            max_streams_per_connection: 1024,
+            housekeeping_interval: Duration::from_millis(250),
+        }
+    }
+}
+
+/// A bound server, ready to run.
+pub struct Server<S> {
+    app: Arc<App<S>>,
+    options: ServerOptions,
+    grpc: TcpListener,
+    http: TcpListener,
+}
+
+impl<S: Store> Server<S> {
+    /// Binds both ports.
+    pub async fn bind(app: Arc<App<S>>, options: ServerOptions) -> Result<Server<S>, ServerError> {
+        let bind = |surface, addr| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServerError::Bind {
+                    surface,
+                    addr,
+                    source,
+                })
+        };
+        let grpc = bind("gRPC", options.grpc).await?;
+        let http = bind("HTTP", options.http).await?;
+        Ok(Server {
+            app,
+            options,
+            grpc,
+            http,
+        })
+    }
+
+    /// The bound gRPC address.
+    pub fn grpc_addr(&self) -> std::io::Result<SocketAddr> {
+        self.grpc.local_addr()
+    }
+
+    /// The bound HTTP address.
+    pub fn http_addr(&self) -> std::io::Result<SocketAddr> {
+        self.http.local_addr()
+    }
+
+    /// Serves until `shutdown` completes, then stops gracefully: no new
+    /// connections, sessions ended and their holds released, in-flight
+    /// requests finished.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), ServerError> {
+        let Server {
+            app,
+            options,
+            grpc,
+            http,
+        } = self;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let stopped = |mut rx: watch::Receiver<bool>| async move {
+            // An error means the sender is gone: stop as well.
+            let _ = rx.wait_for(|s| *s).await;
+        };
+
+        let max = options.max_message_bytes;
+        let native = TollgateServer::new(native::Native::new(Arc::clone(&app), stop_rx.clone()))
+            .max_decoding_message_size(max);
+        let rls = RateLimitServiceServer::new(rls::Rls::new(Arc::clone(&app)))
+            .max_decoding_message_size(max);
+        let grpc_server = tonic::transport::Server::builder()
+            .max_concurrent_streams(Some(options.max_streams_per_connection))
+            .add_service(native)
+            .add_service(rls)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), stopped(stop_rx.clone()));
+
+        let router = http::router(Arc::clone(&app), max);
+        let http_server = axum::serve(http, router).with_graceful_shutdown(stopped(stop_rx.clone()));
+
+        let housekeeping = tokio::spawn(housekeeping(
+            Arc::clone(&app),
+            options.housekeeping_interval,
+            stop_rx.clone(),
+        ));
+        let signal = async {
+            shutdown.await;
+            tracing::info!("shutting down: ending sessions, finishing in-flight requests");
+            let _ = stop_tx.send(true);
+        };
+        let (grpc_result, http_result, ()) = tokio::join!(grpc_server, http_server, signal);
+        let _ = housekeeping.await;
+        // Sessions end with their streams; anything left (HTTP holds) is
+        // released here.
+        let released = app.sessions.close_all(&app.limiter).await;
+        tracing::info!(released, "stopped");
+        grpc_result?;
+        http_result.map_err(ServerError::Http)?;
+        Ok(())
+    }
+}
+
+/// Releases lapsed HTTP holds and sweeps the store, until stopped.
+async fn housekeeping<S: Store>(
+    app: Arc<App<S>>,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let now = clock::now();
+        let lapsed = app.sessions.reap(&app.limiter, now).await;
+        if lapsed > 0 {
+            ::metrics::counter!(metrics::LAPSED).increment(lapsed as u64);
+            tracing::debug!(lapsed, "released lapsed HTTP holds");
+        }
+        app.limiter.store().sweep(now).await;
+        ::metrics::gauge!(metrics::SESSIONS).set(app.sessions.len() as f64);
+        for (pool, held) in app.sessions.holds_by_pool() {
+            ::metrics::gauge!(metrics::HOLDS, "pool" => pool.0.to_string()).set(held as f64);
+        }
+    }
+}

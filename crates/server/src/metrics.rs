@@ -1,0 +1,82 @@
+//! Prometheus metric names, descriptions and the recorder.
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Decisions, by `surface`, `namespace`, `resource` and `outcome`
+/// (`granted` / `rejected` / `error`).
+pub const DECISIONS: &str = "tollgate_decisions_total";
+/// Hits granted, by `namespace` and `resource`.
+pub const HITS: &str = "tollgate_hits_granted_total";
+/// Seconds per decision, by `surface`.
+pub const LATENCY: &str = "tollgate_decision_seconds";
+/// Open sessions (gRPC streams and HTTP holds).
+pub const SESSIONS: &str = "tollgate_sessions";
+/// Copies held by sessions, by `pool`.
+pub const HOLDS: &str = "tollgate_holds";
+/// Leased HTTP holds released because their lease lapsed.
+pub const LAPSED: &str = "tollgate_holds_lapsed_total";
+/// Config reloads, by `outcome` (`ok` / `error`).
+pub const RELOADS: &str = "tollgate_config_reloads_total";
+/// The revision of the config in force.
+pub const CONFIG_REVISION: &str = "tollgate_config_revision";
+/// 1 while the last reload was refused, else 0.
+pub const CONFIG_ERROR: &str = "tollgate_config_last_reload_failed";
+
+/// Installs the process-wide Prometheus recorder; its handle renders
+/// `/metrics`. Errors if a recorder is already installed.
+pub fn install() -> Result<PrometheusHandle, String> {
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(LATENCY.to_owned()),
+            &[
+                0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005,
+                0.01, 0.025, 0.1,
+            ],
+        )
+        .map_err(|e| e.to_string())?
+        .install_recorder()
+        .map_err(|e| e.to_string())?;
+    describe();
+    tollgate_store::MemoryStore::describe_metrics();
+    Ok(handle)
+}
+
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(DECISIONS, "Limiting decisions by surface, namespace, resource and outcome.");
+    describe_counter!(HITS, "Hits granted by namespace and resource.");
+    describe_histogram!(LATENCY, Unit::Seconds, "Time to decide, by surface.");
+    describe_gauge!(SESSIONS, "Open sessions (gRPC session streams and HTTP holds).");
+    describe_gauge!(HOLDS, "Copies held by sessions, by pool.");
+    describe_counter!(LAPSED, "HTTP holds released because their lease lapsed.");
+    describe_counter!(RELOADS, "Config reloads by outcome.");
+    describe_gauge!(CONFIG_REVISION, "Revision of the config in force.");
+    describe_gauge!(CONFIG_ERROR, "1 while the last config reload was refused.");
+}
+
+/// Records one rate decision. Names are labels only when the config knows
+/// them, so a flood of made-up names cannot grow the label set.
+pub fn rate_decision(
+    surface: &'static str,
+    namespace: &str,
+    resource: &str,
+    known: bool,
+    allowed: bool,
+    granted: u64,
+) {
+    let (ns, res) = if known {
+        (namespace.to_owned(), resource.to_owned())
+    } else {
+        ("_unconfigured".to_owned(), "_unconfigured".to_owned())
+    };
+    let outcome = if allowed { "granted" } else { "rejected" };
+    metrics::counter!(DECISIONS, "surface" => surface, "namespace" => ns.clone(), "resource" => res.clone(), "outcome" => outcome).increment(1);
+    if granted > 0 {
+        metrics::counter!(HITS, "namespace" => ns, "resource" => res).increment(granted);
+    }
+}
+
+/// Records a request the service refused with an error.
+pub fn error(surface: &'static str, reason: &'static str) {
+    metrics::counter!(DECISIONS, "surface" => surface, "namespace" => "", "resource" => "", "outcome" => "error", "reason" => reason).increment(1);
+}

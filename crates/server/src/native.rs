@@ -1,0 +1,266 @@
+//! The native gRPC API (`tollgate.v1.Tollgate`): unary rate requests and
+//! sessions.
+//!
+//! A session is one bidirectional stream, handled by one task that answers
+//! its operations in order. Whatever ends the stream — the client's
+//! `Close`, the client going away, the connection breaking, the server
+//! shutting down — the task closes the session, which releases every hold
+//! still in it.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::Stream;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status, Streaming};
+use tollgate_core::copies::TransferId;
+use tollgate_core::Request as Hits;
+use tollgate_proto::v1::{self, session_request::Op, session_response::Result as Answer};
+use tollgate_service::{ServiceError, Session};
+use tollgate_store::Store;
+
+use crate::app::App;
+use crate::errors::{grpc_code, status};
+use crate::{clock, convert, metrics as m};
+
+/// Implements `tollgate.v1.Tollgate`.
+pub struct Native<S> {
+    app: Arc<App<S>>,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl<S> Native<S> {
+    /// The service over `app`; sessions end when `shutdown` turns true.
+    pub fn new(app: Arc<App<S>>, shutdown: watch::Receiver<bool>) -> Native<S> {
+        Native { app, shutdown }
+    }
+}
+
+/// Answers one rate request, recording metrics.
+pub async fn rate<S: Store>(
+    app: &App<S>,
+    surface: &'static str,
+    req: &v1::RateRequest,
+) -> Result<v1::RateResponse, ServiceError> {
+    let started = Instant::now();
+    let result = app
+        .limiter
+        .request(&convert::rate_request(req), clock::now())
+        .await;
+    metrics::histogram!(m::LATENCY, "surface" => surface).record(started.elapsed().as_secs_f64());
+    match result {
+        Ok(o) => {
+            m::rate_decision(
+                surface,
+                &req.namespace,
+                &req.resource,
+                !o.unconfigured,
+                o.allowed,
+                o.granted,
+            );
+            Ok(convert::rate_response(&o))
+        }
+        Err(e) => {
+            m::error(surface, e.reason());
+            Err(e)
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl<S: Store> v1::tollgate_server::Tollgate for Native<S> {
+    async fn request(
+        &self,
+        request: Request<v1::RateRequest>,
+    ) -> Result<Response<v1::RateResponse>, Status> {
+        rate(&self.app, "grpc", request.get_ref())
+            .await
+            .map(Response::new)
+            .map_err(|e| status(&e))
+    }
+
+    type SessionStream = Pin<Box<dyn Stream<Item = Result<v1::SessionResponse, Status>> + Send>>;
+
+    async fn session(
+        &self,
+        request: Request<Streaming<v1::SessionRequest>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
+        let session = self
+            .app
+            .sessions
+            .open(None, clock::now())
+            .map_err(|e| status(&e))?;
+        metrics::gauge!(m::SESSIONS).set(self.app.sessions.len() as f64);
+        let (tx, rx) = mpsc::channel(16);
+        let app = Arc::clone(&self.app);
+        let shutdown = self.shutdown.clone();
+        tokio::spawn(run_session(app, session, request.into_inner(), tx, shutdown));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// Serves one session until its stream ends, then releases its holds.
+async fn run_session<S: Store>(
+    app: Arc<App<S>>,
+    session: Arc<Session>,
+    mut inbound: Streaming<v1::SessionRequest>,
+    tx: mpsc::Sender<Result<v1::SessionResponse, Status>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let id = session.id();
+    tracing::debug!(session = %id, "session opened");
+    loop {
+        let message = tokio::select! {
+            m = inbound.next() => m,
+            // The server is stopping: end the session as if closed.
+            _ = shutdown.wait_for(|stop| *stop) => None,
+            // The client stopped reading: nobody to answer.
+            () = tx.closed() => None,
+        };
+        let Some(Ok(message)) = message else {
+            if let Some(Err(e)) = message {
+                tracing::debug!(session = %id, error = %e, "session stream broke");
+            }
+            break;
+        };
+        let reply = answer(&app, &session, message.op).await;
+        let closing = matches!(reply, Some(Answer::Closed(_)));
+        if closing {
+            // Released before the answer, so a client that saw `closed`
+            // knows its holds are gone.
+            app.sessions.close(&app.limiter, &session).await;
+        }
+        let response = v1::SessionResponse {
+            id: message.id,
+            result: reply,
+        };
+        if tx.send(Ok(response)).await.is_err() || closing {
+            break;
+        }
+    }
+    let released = app.sessions.close(&app.limiter, &session).await;
+    metrics::gauge!(m::SESSIONS).set(app.sessions.len() as f64);
+    tracing::debug!(session = %id, released, "session ended");
+}
+
+/// Answers one session operation.
+async fn answer<S: Store>(app: &App<S>, session: &Session, op: Option<Op>) -> Option<Answer> {
+    let result = match op {
+        None => Err(ServiceError::Malformed(
+            "a session request needs an operation".into(),
+        )),
+        Some(Op::Close(c)) => return Some(Answer::Closed(c)),
+        Some(Op::Request(r)) => rate(app, "session", &r).await.map(Answer::Request),
+        Some(Op::Reserve(r)) => reserve(app, session, &r).await.map(Answer::Reserve),
+        Some(Op::Release(r)) => release(app, session, &r).await.map(Answer::Release),
+        Some(Op::Transfer(r)) => transfer(app, session, &r).await.map(Answer::Transfer),
+        Some(Op::Seize(r)) => seize(app, session, &r).await.map(Answer::Seize),
+    };
+    Some(result.unwrap_or_else(|e| {
+        m::error("session", e.reason());
+        Answer::Error(v1::Error {
+            code: grpc_code(&e) as i32,
+            reason: e.reason().to_owned(),
+            message: e.to_string(),
+        })
+    }))
+}
+
+/// Copies named by a request: the groups it names, or any when it names
+/// none.
+fn groups(named: &[String]) -> Option<&[String]> {
+    (!named.is_empty()).then_some(named)
+}
+
+/// Reserves into `session`.
+pub async fn reserve<S: Store>(
+    app: &App<S>,
+    session: &Session,
+    r: &v1::ReserveRequest,
+) -> Result<v1::ReserveResponse, ServiceError> {
+    let reservation = app
+        .sessions
+        .reserve(
+            &app.limiter,
+            session,
+            &r.namespace,
+            &r.resource,
+            &r.domain,
+            Hits::between(r.min_copies, r.copies),
+            clock::now(),
+        )
+        .await?;
+    Ok(convert::reserve_response(&reservation))
+}
+
+/// Releases from `session`.
+pub async fn release<S: Store>(
+    app: &App<S>,
+    session: &Session,
+    r: &v1::ReleaseRequest,
+) -> Result<v1::ReleaseResponse, ServiceError> {
+    let done = app
+        .sessions
+        .release(
+            &app.limiter,
+            session,
+            &r.namespace,
+            &r.resource,
+            &r.domain,
+            groups(&r.groups),
+            r.copies,
+        )
+        .await?;
+    Ok(v1::ReleaseResponse {
+        released: done.released,
+        still_held: done.still_held,
+    })
+}
+
+/// Transfers from `session`.
+pub async fn transfer<S: Store>(
+    app: &App<S>,
+    session: &Session,
+    r: &v1::TransferRequest,
+) -> Result<v1::TransferResponse, ServiceError> {
+    if r.ttl_ms == 0 {
+        return Err(ServiceError::Malformed("ttl_ms must be at least 1".into()));
+    }
+    let id = app
+        .sessions
+        .transfer(
+            &app.limiter,
+            session,
+            &r.namespace,
+            &r.resource,
+            &r.domain,
+            groups(&r.groups),
+            r.copies,
+            clock::ms(r.ttl_ms),
+            clock::now(),
+        )
+        .await?;
+    Ok(v1::TransferResponse {
+        transfer_id: id.to_string(),
+    })
+}
+
+/// Seizes into `session`.
+pub async fn seize<S: Store>(
+    app: &App<S>,
+    session: &Session,
+    r: &v1::SeizeRequest,
+) -> Result<v1::SeizeResponse, ServiceError> {
+    let id: TransferId = r
+        .transfer_id
+        .parse()
+        .map_err(|e| ServiceError::Store(tollgate_store::StoreError::Copy(e)))?;
+    let seized = app
+        .sessions
+        .seize(&app.limiter, session, id, clock::now())
+        .await?;
+    Ok(convert::seize_response(&seized))
+}

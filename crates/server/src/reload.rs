@@ -1,0 +1,88 @@
+//! Hot reload: the config file is re-read when its content changes and on
+//! SIGHUP.
+//!
+//! The watcher polls: every interval it reads the config's files and
+//! compares a hash of their contents with the last one loaded. Polling
+//! content rather than listening for file events is what makes a
+//! Kubernetes ConfigMap work: the kubelet swaps a `..data` symlink, which
+//! changes what the path resolves to without any event on the path itself,
+//! and editors that write a new file and rename it over the old one are
+//! seen the same way. Config files are small; reading them once a second
+//! costs nothing.
+//!
+//! A config that fails to load is refused: the old one keeps serving and
+//! `/status` and `tollgate_config_last_reload_failed` report the error. A
+//! good one replaces the view; limits whose parameters did not change keep
+//! their state.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tollgate_store::Store;
+
+use crate::app::App;
+
+/// A hash of the contents of the config's files, or `None` if they cannot
+/// be read (a reload then reports why).
+pub fn fingerprint(path: &Path) -> Option<u64> {
+    let files = tollgate_config::config_files(path).ok()?;
+    let mut h = DefaultHasher::new();
+    for f in files {
+        f.hash(&mut h);
+        std::fs::read(&f).ok()?.hash(&mut h);
+    }
+    Some(h.finish())
+}
+
+/// Loads `path` and puts it in force, or records why not. Returns the new
+/// revision.
+pub fn reload<S: Store>(app: &App<S>, path: &Path) -> Result<u64, String> {
+    match tollgate_config::load_path(path) {
+        Ok(loaded) => {
+            let warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+            for w in &warnings {
+                tracing::warn!(warning = %w, "config warning");
+            }
+            let revision = app.install(loaded.config, warnings);
+            tracing::info!(path = %path.display(), revision, "config reloaded");
+            Ok(revision)
+        }
+        Err(e) => {
+            let message = e.to_string();
+            tracing::error!(path = %path.display(), error = %message, "config refused; the previous one keeps serving");
+            app.refuse(message.clone());
+            Err(message)
+        }
+    }
+}
+
+/// Watches `path` until `stop`: reloads when its content changes, and
+/// whenever `hup` fires (SIGHUP).
+pub async fn watch<S: Store>(
+    app: Arc<App<S>>,
+    path: PathBuf,
+    every: Duration,
+    mut hup: tokio::sync::mpsc::Receiver<()>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut last = fingerprint(&path);
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let forced = tokio::select! {
+            _ = tick.tick() => false,
+            Some(()) = hup.recv() => true,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        let now = fingerprint(&path);
+        if forced || now != last {
+            // Remembered even when refused: a broken file is reported once,
+            // not every second, and fixing it triggers the next reload.
+            last = now;
+            let _ = reload(&app, &path);
+        }
+    }
+}

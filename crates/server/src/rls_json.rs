@@ -1,0 +1,1 @@
+//! envoyproxy/ratelimit's `POST /json`. STUB: being written.

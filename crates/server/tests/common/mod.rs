@@ -1,0 +1,118 @@
+//! Starts a real server in-process on free loopback ports, with a config
+//! given as YAML, and stops it when dropped.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tollgate_proto::rls::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_proto::v1::tollgate_client::TollgateClient;
+use tollgate_server::{App, Server, ServerOptions};
+use tollgate_service::SessionLimits;
+use tollgate_store::MemoryStore;
+
+/// A running server.
+pub struct TestServer {
+    pub app: Arc<App<MemoryStore>>,
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl TestServer {
+    /// Starts a server with `yaml` as its config.
+    pub async fn start(yaml: &str) -> TestServer {
+        TestServer::start_with(yaml, SessionLimits::default(), ServerOptions::default()).await
+    }
+
+    /// Starts a server with explicit session limits and options (addresses
+    /// are replaced by free loopback ports).
+    pub async fn start_with(
+        yaml: &str,
+        limits: SessionLimits,
+        mut options: ServerOptions,
+    ) -> TestServer {
+        let loaded = tollgate_config::load_str("test.yaml", yaml).unwrap();
+        let app = Arc::new(App::new(
+            MemoryStore::new(),
+            "memory",
+            loaded.config,
+            None,
+            vec![],
+            limits,
+        ));
+        options.grpc = "127.0.0.1:0".parse().unwrap();
+        options.http = "127.0.0.1:0".parse().unwrap();
+        options.housekeeping_interval = Duration::from_millis(20);
+        let server = Server::bind(Arc::clone(&app), options).await.unwrap();
+        let grpc = server.grpc_addr().unwrap();
+        let http = server.http_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            server
+                .run(async {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+        });
+        TestServer {
+            app,
+            grpc,
+            http,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    pub fn grpc_url(&self) -> String {
+        format!("http://{}", self.grpc)
+    }
+
+    pub fn http_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.http)
+    }
+
+    pub async fn native(&self) -> TollgateClient<tonic::transport::Channel> {
+        TollgateClient::connect(self.grpc_url()).await.unwrap()
+    }
+
+    pub async fn rls(&self) -> RateLimitServiceClient<tonic::transport::Channel> {
+        RateLimitServiceClient::connect(self.grpc_url()).await.unwrap()
+    }
+
+    /// Stops the server gracefully and waits until it has.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.unwrap();
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Polls `check` until it holds (up to 10 s): for effects that happen in
+/// the background (a session's holds released after its stream ends).
+pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    for _ in 0..1000 {
+        if check() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("never happened: {what}");
+}

@@ -1,0 +1,164 @@
+//! `tollgate serve`: the limiting server.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::{mpsc, watch};
+use tollgate_server::{App, Server, ServerOptions};
+use tollgate_service::SessionLimits;
+use tollgate_store::MemoryStore;
+
+/// The config served when none is given: the bundled example.
+const BUNDLED: &str = include_str!("../../../../examples/tollgate.yaml");
+
+/// Log output formats.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Arguments of `tollgate serve`. Every flag also reads an environment
+/// variable; a flag given on the command line wins.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Config file or directory (default: the bundled example).
+    #[arg(long, env = "TOLLGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// gRPC address: the native API and Envoy's rate-limit service.
+    #[arg(long, env = "TOLLGATE_GRPC", default_value = "127.0.0.1:8081")]
+    pub grpc: SocketAddr,
+    /// HTTP address: the JSON API, /json, /status, /metrics.
+    #[arg(long, env = "TOLLGATE_HTTP", default_value = "127.0.0.1:8080")]
+    pub http: SocketAddr,
+    /// Log format.
+    #[arg(long, env = "TOLLGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// How often the config file is checked for changes (milliseconds).
+    #[arg(long, env = "TOLLGATE_WATCH_INTERVAL_MS", default_value_t = 1000)]
+    pub watch_interval_ms: u64,
+    /// Sessions (gRPC session streams and HTTP holds) open at once.
+    #[arg(long, env = "TOLLGATE_MAX_SESSIONS", default_value_t = 100_000)]
+    pub max_sessions: usize,
+    /// Concurrent streams (sessions and in-flight requests) per gRPC
+    /// connection.
+    #[arg(long, env = "TOLLGATE_MAX_STREAMS_PER_CONNECTION", default_value_t = 1024)]
+    pub max_streams_per_connection: u32,
+    /// Largest request message or HTTP body, in bytes.
+    #[arg(long, env = "TOLLGATE_MAX_MESSAGE_BYTES", default_value_t = 64 * 1024)]
+    pub max_message_bytes: usize,
+    /// Most keys the memory store keeps (a flood of unique domains beyond
+    /// it is decided untracked).
+    #[arg(long, env = "TOLLGATE_MAX_KEYS", default_value_t = 10_000_000)]
+    pub max_keys: usize,
+}
+
+/// Runs the server until SIGTERM or SIGINT.
+pub fn run(args: ServeArgs) -> Result<()> {
+    init_logs(args.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(serve(args))
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TOLLGATE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<()> {
+    let (config, warnings) = match &args.config {
+        Some(path) => {
+            let loaded = tollgate_config::load_path(path)
+                .map_err(|e| anyhow::anyhow!("{e}"))
+                .with_context(|| format!("cannot load the config {}", path.display()))?;
+            (loaded.config, loaded.warnings)
+        }
+        None => {
+            let loaded = tollgate_config::load_str("examples/tollgate.yaml (bundled)", BUNDLED)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            (loaded.config, loaded.warnings)
+        }
+    };
+    let warnings: Vec<String> = warnings.iter().map(ToString::to_string).collect();
+    for w in &warnings {
+        tracing::warn!(warning = %w, "config warning");
+    }
+    let store = MemoryStore::with_options(tollgate_store::MemoryStoreOptions {
+        max_keys: args.max_keys,
+        ..Default::default()
+    });
+    let mut app = App::new(
+        store,
+        "memory",
+        config,
+        args.config.clone(),
+        warnings,
+        SessionLimits {
+            max_sessions: args.max_sessions,
+        },
+    );
+    match tollgate_server::metrics::install() {
+        Ok(handle) => app.metrics = Some(handle),
+        Err(e) => tracing::warn!(error = %e, "metrics disabled"),
+    }
+    let app = Arc::new(app);
+    let options = ServerOptions {
+        grpc: args.grpc,
+        http: args.http,
+        max_message_bytes: args.max_message_bytes,
+        max_streams_per_connection: args.max_streams_per_connection,
+        ..ServerOptions::default()
+    };
+    let server = Server::bind(Arc::clone(&app), options).await?;
+    let grpc = server.grpc_addr()?;
+    let http = server.http_addr()?;
+    tracing::info!(%grpc, %http, store = "memory", config = %args.config.as_ref().map_or("bundled example".into(), |p| p.display().to_string()), "tollgate listening");
+
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut hup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
+    let (hup_tx, hup_rx) = mpsc::channel(1);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    if let Some(path) = args.config.clone() {
+        tokio::spawn(tollgate_server::reload::watch(
+            Arc::clone(&app),
+            path,
+            Duration::from_millis(args.watch_interval_ms.max(10)),
+            hup_rx,
+            stop_rx,
+        ));
+    }
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading the config");
+            // Full: a reload is already pending, which reads the newest file.
+            let _ = hup_tx.try_send(());
+        }
+    });
+    let shutdown = async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+        }
+        let _ = stop_tx.send(true);
+    };
+    server.run(shutdown).await?;
+    Ok(())
+}
