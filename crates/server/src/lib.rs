@@ -76,6 +76,13 @@ pub struct ServerOptions {
     /// How often lapsed HTTP holds are released and idle store state
     /// swept.
     pub housekeeping_interval: Duration,
+    /// How often an idle gRPC connection is pinged. A client that
+    /// vanished without closing (network cut, host down) fails the ping
+    /// within `keepalive_timeout`, and its sessions end and release their
+    /// holds.
+    pub keepalive_interval: Duration,
+    /// How long a ping may go unanswered.
+    pub keepalive_timeout: Duration,
 }
 
 impl Default for ServerOptions {
@@ -86,6 +93,8 @@ impl Default for ServerOptions {
             max_message_bytes: 64 * 1024,
             max_streams_per_connection: 1024,
             housekeeping_interval: Duration::from_millis(250),
+            keepalive_interval: Duration::from_secs(10),
+            keepalive_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -153,6 +162,9 @@ impl<S: Store> Server<S> {
             .max_decoding_message_size(max);
         let grpc_server = tonic::transport::Server::builder()
             .max_concurrent_streams(Some(options.max_streams_per_connection))
+            .http2_keepalive_interval(Some(options.keepalive_interval))
+            .http2_keepalive_timeout(Some(options.keepalive_timeout))
+            .tcp_keepalive(Some(options.keepalive_interval))
             .add_service(native)
             .add_service(rls)
             .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), stopped(stop_rx.clone()));

@@ -60,29 +60,34 @@ pub fn reload<S: Store>(app: &App<S>, path: &Path) -> Result<u64, String> {
 }
 
 /// Watches `path` until `stop`: reloads when its content changes, and
-/// whenever `hup` fires (SIGHUP).
-pub async fn watch<S: Store>(
+/// whenever `hup` fires (SIGHUP). The file is read when this is called, not
+/// when the future first runs, so a change made right after the call is
+/// seen as a change.
+pub fn watch<S: Store>(
     app: Arc<App<S>>,
     path: PathBuf,
     every: Duration,
     mut hup: tokio::sync::mpsc::Receiver<()>,
     mut stop: watch::Receiver<bool>,
-) {
+) -> impl std::future::Future<Output = ()> + Send + 'static {
     let mut last = fingerprint(&path);
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        let forced = tokio::select! {
-            _ = tick.tick() => false,
-            Some(()) = hup.recv() => true,
-            _ = stop.wait_for(|s| *s) => return,
-        };
-        let now = fingerprint(&path);
-        if forced || now != last {
-            // Remembered even when refused: a broken file is reported once,
-            // not every second, and fixing it triggers the next reload.
-            last = now;
-            let _ = reload(&app, &path);
+    async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let forced = tokio::select! {
+                _ = tick.tick() => false,
+                Some(()) = hup.recv() => true,
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            let now = fingerprint(&path);
+            if forced || now != last {
+                // Remembered even when refused: a broken file is reported
+                // once, not every tick, and fixing it triggers the next
+                // reload.
+                last = now;
+                let _ = reload(&app, &path);
+            }
         }
     }
 }

@@ -1,0 +1,485 @@
+//! The native gRPC API through real sockets: unary requests, errors with
+//! reasons, sessions whose holds are released however they end, transfer
+//! and seize across sessions, graceful shutdown.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{eventually, TestServer};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+use tollgate_core::copies::Groups;
+use tollgate_core::Request;
+use tollgate_proto::v1::{
+    self, session_request::Op, session_response::Result as Answer, tollgate_client::TollgateClient,
+};
+use tollgate_server::App;
+use tollgate_store::MemoryStore;
+
+const CONFIG: &str = r#"
+namespaces:
+  - name: app
+    resources:
+      - { name: api, algorithm: gcra, rate: 1/min, burst: 3 }
+      - name: login
+        algorithm: burst_tiers
+        hard_limit: 4
+        global_limit: 6
+        tiers:
+          - { limit: 10, window: 1s, active: 60s, cooldown: 0s }
+      - name: sandbox
+        kind: concurrency
+        domain_limit: 3
+        global_limit: 5
+        groups: [ { name: big, members: [acme], limit: 4 } ]
+  - name: open
+    allow_unconfigured: true
+    resources: []
+"#;
+
+fn rate(resource: &str, domain: &str, hits: u64) -> v1::RateRequest {
+    v1::RateRequest {
+        namespace: "app".into(),
+        resource: resource.into(),
+        domain: domain.into(),
+        hits,
+        min_hits: hits,
+        mode: v1::Mode::Try as i32,
+    }
+}
+
+/// Holds of `domain` in the sandbox pool, asked of the store directly.
+async fn holds(app: &App<MemoryStore>, domain: &str) -> (u64, u64) {
+    let r = app
+        .limiter
+        .reserve("app", "sandbox", domain, Request::between(0, 0), tollgate_server::clock::now())
+        .await
+        .unwrap();
+    (r.context.domain_holds, r.context.global_holds)
+}
+
+/// A session on one stream: send operations, read answers in order.
+struct Session {
+    tx: mpsc::Sender<v1::SessionRequest>,
+    rx: tonic::Streaming<v1::SessionResponse>,
+    next: u64,
+}
+
+impl Session {
+    async fn open(client: &mut TollgateClient<tonic::transport::Channel>) -> Session {
+        let (tx, rx) = mpsc::channel(8);
+        let rx = client
+            .session(ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        Session { tx, rx, next: 1 }
+    }
+
+    async fn call(&mut self, op: Op) -> Answer {
+        let id = self.next;
+        self.next += 1;
+        self.tx
+            .send(v1::SessionRequest { id, op: Some(op) })
+            .await
+            .unwrap();
+        let resp = self.rx.next().await.unwrap().unwrap();
+        assert_eq!(resp.id, id, "answers come in order, with the request's id");
+        resp.result.unwrap()
+    }
+
+    async fn reserve(&mut self, domain: &str, copies: u64, min: u64) -> v1::ReserveResponse {
+        match self
+            .call(Op::Reserve(v1::ReserveRequest {
+                namespace: "app".into(),
+                resource: "sandbox".into(),
+                domain: domain.into(),
+                copies,
+                min_copies: min,
+                lease_ms: None,
+            }))
+            .await
+        {
+            Answer::Reserve(r) => r,
+            other => panic!("expected a reservation, got {other:?}"),
+        }
+    }
+
+    async fn release(&mut self, domain: &str, copies: u64, groups: Groups) -> Answer {
+        self.call(Op::Release(v1::ReleaseRequest {
+            namespace: "app".into(),
+            resource: "sandbox".into(),
+            domain: domain.into(),
+            copies,
+            groups,
+            hold_id: String::new(),
+        }))
+        .await
+    }
+
+    async fn transfer(&mut self, domain: &str, copies: u64, ttl_ms: u64) -> Answer {
+        self.call(Op::Transfer(v1::TransferRequest {
+            namespace: "app".into(),
+            resource: "sandbox".into(),
+            domain: domain.into(),
+            copies,
+            groups: vec![],
+            ttl_ms,
+            hold_id: String::new(),
+        }))
+        .await
+    }
+}
+
+fn error(answer: &Answer) -> &v1::Error {
+    match answer {
+        Answer::Error(e) => e,
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn unary_requests_count_down_then_reject_with_context() {
+    let server = TestServer::start(CONFIG).await;
+    let mut client = server.native().await;
+    for remaining in [2, 1, 0] {
+        let r = client.request(rate("api", "u1", 1)).await.unwrap().into_inner();
+        assert!(r.allowed);
+        assert_eq!((r.granted, r.limit, r.remaining), (1, 3, remaining));
+        assert_eq!(r.algorithm, "gcra");
+    }
+    let r = client.request(rate("api", "u1", 1)).await.unwrap().into_inner();
+    assert!(!r.allowed);
+    assert_eq!(r.granted, 0);
+    assert_eq!(r.limited_by, v1::LimitedBy::Limit as i32);
+    // One hit a minute once the burst of 3 is spent.
+    let retry = r.retry_after_ns.unwrap();
+    assert!(retry > 59_000_000_000 && retry <= 60_000_000_000, "{retry}");
+    // Another domain has its own state.
+    let r = client.request(rate("api", "u2", 1)).await.unwrap().into_inner();
+    assert!(r.allowed);
+    // Partial grants: 5 wanted, at least 1.
+    let mut req = rate("api", "u3", 5);
+    req.min_hits = 1;
+    let r = client.request(req).await.unwrap().into_inner();
+    assert_eq!((r.allowed, r.granted), (true, 3));
+}
+
+#[tokio::test]
+async fn hard_and_global_limits_are_reported_and_name_what_limited() {
+    let server = TestServer::start(CONFIG).await;
+    let mut client = server.native().await;
+    let r = client.request(rate("login", "a", 4)).await.unwrap().into_inner();
+    assert!(r.allowed);
+    assert_eq!((r.hard_limit, r.global_limit), (Some(4), Some(6)));
+    assert_eq!(r.domain_hits_last_second, Some(4));
+    assert_eq!(r.global_hits_last_second, Some(4));
+    let tier = r.tier.unwrap();
+    assert_eq!((tier.index, tier.limit, tier.hits), (1, 10, 4));
+    // The hard limit (4 per second per domain) is spent.
+    let r = client.request(rate("login", "a", 1)).await.unwrap().into_inner();
+    assert!(!r.allowed);
+    assert_eq!(r.limited_by, v1::LimitedBy::Hard as i32);
+    // Another domain: 2 more reach the global limit of 6, the third fails.
+    let r = client.request(rate("login", "b", 2)).await.unwrap().into_inner();
+    assert!(r.allowed);
+    let r = client.request(rate("login", "b", 1)).await.unwrap().into_inner();
+    assert!(!r.allowed);
+    assert_eq!(r.limited_by, v1::LimitedBy::Global as i32);
+}
+
+#[tokio::test]
+async fn client_errors_have_distinct_codes_and_reasons() {
+    let server = TestServer::start(CONFIG).await;
+    let mut client = server.native().await;
+    let cases = [
+        (rate("nope", "u", 1), tonic::Code::NotFound, "unknown_resource"),
+        (rate("sandbox", "u", 1), tonic::Code::FailedPrecondition, "wrong_resource_kind"),
+        (
+            v1::RateRequest {
+                min_hits: 3,
+                ..rate("api", "u", 2)
+            },
+            tonic::Code::InvalidArgument,
+            "malformed_request",
+        ),
+        (
+            v1::RateRequest {
+                namespace: "ghost".into(),
+                ..rate("api", "u", 1)
+            },
+            tonic::Code::NotFound,
+            "unknown_namespace",
+        ),
+    ];
+    for (req, code, reason) in cases {
+        let e = client.request(req).await.unwrap_err();
+        assert_eq!(e.code(), code, "{e:?}");
+        assert_eq!(
+            e.metadata().get("tollgate-reason").unwrap().to_str().unwrap(),
+            reason
+        );
+    }
+    // allow_unconfigured: anything goes, and says so.
+    let r = client
+        .request(v1::RateRequest {
+            namespace: "open".into(),
+            ..rate("whatever", "u", 7)
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.allowed && r.unconfigured);
+    assert_eq!(r.granted, 7);
+}
+
+#[tokio::test]
+async fn a_session_reserves_releases_and_reports_errors_without_ending() {
+    let server = TestServer::start(CONFIG).await;
+    let mut client = server.native().await;
+    let mut s = Session::open(&mut client).await;
+    let r = s.reserve("acme", 2, 2).await;
+    assert!(r.allowed);
+    assert_eq!((r.granted, r.domain_holds, r.global_holds), (2, 2, 2));
+    assert_eq!(r.groups, vec!["big".to_owned()]);
+    assert_eq!(r.group_limits[0].holds, 2);
+    // Only one copy is left for acme (domain limit 3).
+    let r = s.reserve("acme", 2, 1).await;
+    assert_eq!((r.granted, r.domain_holds), (1, 3));
+    let r = s.reserve("acme", 1, 1).await;
+    assert!(!r.allowed);
+    // Release without naming groups: the session knows them.
+    match s.release("acme", 2, vec![]).await {
+        Answer::Release(r) => assert_eq!((r.released, r.still_held), (2, 1)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(holds(&server.app, "acme").await, (1, 1));
+    // Releasing more than the session holds: a client error, nothing lost.
+    let e = s.release("acme", 5, vec![]).await;
+    assert_eq!(error(&e).reason, "not_held");
+    assert_eq!(error(&e).code, tonic::Code::FailedPrecondition as i32);
+    assert_eq!(holds(&server.app, "acme").await, (1, 1));
+    // Another session cannot release this one's copies.
+    let mut other = Session::open(&mut client).await;
+    assert_eq!(error(&other.release("acme", 1, vec![]).await).reason, "not_held");
+    // Wrong kind and unknown resource, inside the session.
+    let e = s
+        .call(Op::Reserve(v1::ReserveRequest {
+            namespace: "app".into(),
+            resource: "api".into(),
+            domain: "acme".into(),
+            copies: 1,
+            ..Default::default()
+        }))
+        .await;
+    assert_eq!(error(&e).reason, "wrong_resource_kind");
+    let e = s.call(Op::Request(rate("nope", "x", 1))).await;
+    assert_eq!(error(&e).reason, "unknown_resource");
+    let e = s.call(Op::Seize(v1::SeizeRequest { transfer_id: "zz".into(), lease_ms: None })).await;
+    assert_eq!(error(&e).reason, "unknown_transfer");
+    // Rate requests work on a session too.
+    match s.call(Op::Request(rate("api", "acme", 1))).await {
+        Answer::Request(r) => assert!(r.allowed),
+        other => panic!("{other:?}"),
+    }
+    // The session still works after all those errors.
+    assert_eq!(s.reserve("acme", 1, 1).await.granted, 1);
+}
+
+#[tokio::test]
+async fn closing_a_session_releases_its_holds() {
+    let server = TestServer::start(CONFIG).await;
+    let mut client = server.native().await;
+    let mut s = Session::open(&mut client).await;
+    assert_eq!(s.reserve("acme", 3, 3).await.granted, 3);
+    assert_eq!(s.reserve("initech", 2, 2).await.granted, 2);
+    assert_eq!(holds(&server.app, "acme").await, (3, 5));
+    assert!(matches!(s.call(Op::Close(v1::Close {})).await, Answer::Closed(_)));
+    // Released before `closed` was answered.
+    assert_eq!(holds(&server.app, "acme").await, (0, 0));
+    // And the server ends the stream.
+    assert!(s.rx.next().await.is_none());
+    assert_eq!(server.app.sessions.len(), 0);
+}
+
+#[tokio::test]
+async fn a_stream_that_just_ends_or_drops_releases_its_holds() {
+    let server = TestServer::start(CONFIG).await;
+    let mut client = server.native().await;
+    // Half-close: the client ends its side without `Close`.
+    let mut s = Session::open(&mut client).await;
+    assert_eq!(s.reserve("acme", 2, 2).await.granted, 2);
+    drop(s.tx);
+    assert!(s.rx.next().await.is_none());
+    eventually("half-closed session released", || server.app.sessions.is_empty()).await;
+    assert_eq!(holds(&server.app, "acme").await, (0, 0));
+    // Both sides dropped, connection kept (the client goes on with other
+    // calls).
+    let mut s = Session::open(&mut client).await;
+    assert_eq!(s.reserve("acme", 3, 3).await.granted, 3);
+    drop(s);
+    eventually("dropped session released", || server.app.sessions.is_empty()).await;
+    assert_eq!(holds(&server.app, "acme").await, (0, 0));
+    // The whole connection dropped.
+    let mut c2 = server.native().await;
+    let mut s = Session::open(&mut c2).await;
+    assert_eq!(s.reserve("acme", 1, 1).await.granted, 1);
+    drop(s);
+    drop(c2);
+    eventually("dropped connection's session released", || {
+        server.app.sessions.is_empty()
+    })
+    .await;
+    assert_eq!(holds(&server.app, "acme").await, (0, 0));
+}
+
+#[tokio::test]
+async fn transfer_and_seize_move_holds_between_sessions() {
+    let server = TestServer::start(CONFIG).await;
+    let mut client = server.native().await;
+    let mut a = Session::open(&mut client).await;
+    let mut b = Session::open(&mut client).await;
+    assert_eq!(a.reserve("acme", 3, 3).await.granted, 3);
+    let id = match a.transfer("acme", 2, 60_000).await {
+        Answer::Transfer(t) => t.transfer_id,
+        other => panic!("{other:?}"),
+    };
+    // Staged copies still count, and are no longer the sender's to release.
+    assert_eq!(holds(&server.app, "acme").await, (3, 3));
+    assert_eq!(error(&a.release("acme", 2, vec![]).await).reason, "not_held");
+    let seized = match b
+        .call(Op::Seize(v1::SeizeRequest { transfer_id: id.clone(), lease_ms: None }))
+        .await
+    {
+        Answer::Seize(s) => s,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        (seized.namespace.as_str(), seized.resource.as_str(), seized.domain.as_str(), seized.copies),
+        ("app", "sandbox", "acme", 2)
+    );
+    assert_eq!(seized.groups, vec!["big".to_owned()]);
+    // A transfer is seized once.
+    let e = a
+        .call(Op::Seize(v1::SeizeRequest { transfer_id: id, lease_ms: None }))
+        .await;
+    assert_eq!(error(&e).reason, "unknown_transfer");
+    // Closing the receiver releases what it seized; the sender keeps one.
+    assert!(matches!(b.call(Op::Close(v1::Close {})).await, Answer::Closed(_)));
+    assert_eq!(holds(&server.app, "acme").await, (1, 1));
+    // zero ttl is refused
+    assert_eq!(error(&a.transfer("acme", 1, 0).await).reason, "malformed_request");
+}
+
+#[tokio::test]
+async fn an_unseized_transfer_is_released_when_its_ttl_ends() {
+    let server = TestServer::start(CONFIG).await;
+    let mut client = server.native().await;
+    let mut a = Session::open(&mut client).await;
+    assert_eq!(a.reserve("acme", 2, 2).await.granted, 2);
+    assert!(matches!(a.transfer("acme", 2, 30).await, Answer::Transfer(_)));
+    // The server's housekeeping sweeps expired transfers; polling the
+    // store's view (a zero-copy reserve also expires them) until released.
+    let app = &server.app;
+    for _ in 0..1000 {
+        if holds(app, "acme").await == (0, 0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(holds(app, "acme").await, (0, 0));
+    // The session does not hold them either.
+    assert_eq!(error(&a.release("acme", 1, vec![]).await).reason, "not_held");
+}
+
+#[tokio::test]
+async fn shutdown_ends_sessions_and_releases_their_holds() {
+    let server = TestServer::start(CONFIG).await;
+    let mut client = server.native().await;
+    let mut s = Session::open(&mut client).await;
+    assert_eq!(s.reserve("acme", 3, 3).await.granted, 3);
+    let app = std::sync::Arc::clone(&server.app);
+    // `stop` returns once the server has stopped, which needs the session
+    // stream to end: it does, without the client doing anything.
+    let stopping = tokio::spawn(server.stop());
+    assert!(s.rx.next().await.is_none_or(|r| r.is_err()));
+    stopping.await.unwrap();
+    assert!(app.sessions.is_empty());
+    assert_eq!(holds(&app, "acme").await, (0, 0));
+}
+
+#[tokio::test]
+async fn the_session_limit_refuses_more_sessions_with_unavailable() {
+    let server = TestServer::start_with(
+        CONFIG,
+        tollgate_service::SessionLimits { max_sessions: 1 },
+        tollgate_server::ServerOptions::default(),
+    )
+    .await;
+    let mut client = server.native().await;
+    let mut first = Session::open(&mut client).await;
+    assert_eq!(first.reserve("acme", 1, 1).await.granted, 1);
+    let (_tx, rx) = mpsc::channel::<v1::SessionRequest>(1);
+    let e = client.session(ReceiverStream::new(rx)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable);
+    assert_eq!(
+        e.metadata().get("tollgate-reason").unwrap().to_str().unwrap(),
+        "too_many_sessions"
+    );
+}
+
+/// Set in the child process of `a_killed_client_process_leaks_nothing`.
+const CHILD_ENV: &str = "TOLLGATE_TEST_CHILD_GRPC";
+
+/// In the child process only: opens a session, holds 3 copies, says so,
+/// and waits to be killed. (In a normal run it does nothing.)
+#[tokio::test]
+async fn child_process_holding_copies() {
+    let Ok(url) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let mut client = TollgateClient::connect(url).await.unwrap();
+    let mut s = Session::open(&mut client).await;
+    assert_eq!(s.reserve("acme", 3, 3).await.granted, 3);
+    println!("HELD");
+    use std::io::Write;
+    std::io::stdout().flush().unwrap();
+    tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+#[tokio::test]
+async fn a_killed_client_process_leaks_nothing() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let server = TestServer::start(CONFIG).await;
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["child_process_holding_copies", "--exact", "--nocapture"])
+        .env(CHILD_ENV, server.grpc_url())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let held = tokio::task::spawn_blocking(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .any(|l| l.trim() == "HELD")
+    })
+    .await
+    .unwrap();
+    assert!(held, "the child never reported holding");
+    assert_eq!(holds(&server.app, "acme").await, (3, 3));
+    // SIGKILL: no chance to close anything.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    eventually("the killed client's session released", || {
+        server.app.sessions.is_empty()
+    })
+    .await;
+    assert_eq!(holds(&server.app, "acme").await, (0, 0));
+}

@@ -1,0 +1,165 @@
+//! Hot reload: a changed file is picked up (also through a symlink swap as
+//! a Kubernetes ConfigMap does it), a broken one is refused while the old
+//! config keeps serving, and unchanged limits keep their state.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{eventually, TestServer};
+use tokio::sync::{mpsc, watch};
+use tollgate_proto::v1;
+use tollgate_server::reload;
+
+const V1: &str = r#"
+namespaces:
+  - name: app
+    resources:
+      - { name: kept, algorithm: fixed_window, limit: 5, window: 1h }
+      - { name: changed, algorithm: fixed_window, limit: 5, window: 1h }
+"#;
+
+const V2: &str = r#"
+namespaces:
+  - name: app
+    resources:
+      - { name: kept, algorithm: fixed_window, limit: 5, window: 1h }
+      - { name: changed, algorithm: fixed_window, limit: 9, window: 1h }
+      - { name: added, algorithm: fixed_window, limit: 1, window: 1h }
+"#;
+
+const BROKEN: &str = "namespaces:\n  - name: app\n    resources:\n      - { name: x, algorithm: fixed_window, limit: -1, window: 1h }\n";
+
+fn req(resource: &str) -> v1::RateRequest {
+    v1::RateRequest {
+        namespace: "app".into(),
+        resource: resource.into(),
+        domain: "d".into(),
+        hits: 1,
+        min_hits: 1,
+        mode: 0,
+    }
+}
+
+fn write_atomically(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[tokio::test]
+async fn a_changed_file_is_reloaded_keeping_unchanged_state_and_a_broken_one_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tollgate.yaml");
+    std::fs::write(&path, V1).unwrap();
+    let server = TestServer::start(V1).await;
+    let app = Arc::clone(&server.app);
+    let (_hup_tx, hup_rx) = mpsc::channel(1);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let watcher = tokio::spawn(reload::watch(
+        Arc::clone(&app),
+        path.clone(),
+        Duration::from_millis(10),
+        hup_rx,
+        stop_rx,
+    ));
+    let mut client = server.native().await;
+    for _ in 0..2 {
+        assert!(client.request(req("kept")).await.unwrap().into_inner().allowed);
+        assert!(client.request(req("changed")).await.unwrap().into_inner().allowed);
+    }
+
+    write_atomically(&path, V2);
+    eventually("V2 in force", || app.config_status().revision == 2).await;
+    // `kept` did not change: its two hits are still counted.
+    let r = client.request(req("kept")).await.unwrap().into_inner();
+    assert_eq!((r.limit, r.remaining), (5, 2));
+    // `changed` has new parameters: a fresh window of 9.
+    let r = client.request(req("changed")).await.unwrap().into_inner();
+    assert_eq!((r.limit, r.remaining), (9, 8));
+    assert!(client.request(req("added")).await.unwrap().into_inner().allowed);
+
+    write_atomically(&path, BROKEN);
+    eventually("the broken file refused", || {
+        app.config_status().last_error.is_some()
+    })
+    .await;
+    let status = app.config_status();
+    assert_eq!(status.revision, 2, "the old config keeps serving");
+    let error = status.last_error.unwrap();
+    assert!(error.contains("tollgate.yaml:4"), "{error}");
+    let r = client.request(req("added")).await.unwrap().into_inner();
+    assert!(!r.allowed, "V2's `added` (limit 1) is still in force");
+
+    // Fixed again: reloaded, and the error cleared.
+    write_atomically(&path, V1);
+    eventually("V1 back", || app.config_status().revision == 3).await;
+    assert!(app.config_status().last_error.is_none());
+    let e = client.request(req("added")).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound);
+
+    stop_tx.send(true).unwrap();
+    watcher.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_configmap_style_symlink_swap_is_reloaded() {
+    // The kubelet's layout: config.yaml -> ..data/config.yaml,
+    // ..data -> ..v1; an update writes ..v2 and swaps ..data.
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir(root.join("..v1")).unwrap();
+    std::fs::write(root.join("..v1/config.yaml"), V1).unwrap();
+    std::os::unix::fs::symlink("..v1", root.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/config.yaml", root.join("config.yaml")).unwrap();
+    let server = TestServer::start(V1).await;
+    let app = Arc::clone(&server.app);
+    let (_hup_tx, hup_rx) = mpsc::channel(1);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let watcher = tokio::spawn(reload::watch(
+        Arc::clone(&app),
+        root.join("config.yaml"),
+        Duration::from_millis(10),
+        hup_rx,
+        stop_rx,
+    ));
+    std::fs::create_dir(root.join("..v2")).unwrap();
+    std::fs::write(root.join("..v2/config.yaml"), V2).unwrap();
+    std::os::unix::fs::symlink("..v2", root.join("..data_tmp")).unwrap();
+    std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+    eventually("the swapped config in force", || {
+        app.config_status().revision == 2
+    })
+    .await;
+    let mut client = server.native().await;
+    assert!(client.request(req("added")).await.unwrap().into_inner().allowed);
+    stop_tx.send(true).unwrap();
+    watcher.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_hangup_reloads_even_when_nothing_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tollgate.yaml");
+    std::fs::write(&path, V1).unwrap();
+    let server = TestServer::start(V1).await;
+    let app = Arc::clone(&server.app);
+    let (hup_tx, hup_rx) = mpsc::channel(1);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    // A long interval: only the hangup can cause the reload.
+    let watcher = tokio::spawn(reload::watch(
+        Arc::clone(&app),
+        path.clone(),
+        Duration::from_secs(3600),
+        hup_rx,
+        stop_rx,
+    ));
+    hup_tx.send(()).await.unwrap();
+    eventually("reloaded on hangup", || app.config_status().revision == 2).await;
+    stop_tx.send(true).unwrap();
+    watcher.await.unwrap();
+}
