@@ -8,8 +8,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile([&file], [&root])?;
     // The messages double as the HTTP API's JSON bodies: field names as in
     // the proto, absent fields default, unknown fields refused.
-    let serde_message = "#[derive(serde::Serialize, serde::Deserialize)] #[serde(default, deny_unknown_fields)]";
-    let serde_enum = "#[derive(serde::Serialize, serde::Deserialize)] #[serde(rename_all = \"snake_case\")]";
+    let serde_message =
+        "#[derive(serde::Serialize, serde::Deserialize)] #[serde(default, deny_unknown_fields)]";
+    let serde_enum =
+        "#[derive(serde::Serialize, serde::Deserialize)] #[serde(rename_all = \"snake_case\")]";
     tonic_prost_build::configure()
         .message_attribute(".tollgate.v1", serde_message)
         .enum_attribute(".tollgate.v1", serde_enum)

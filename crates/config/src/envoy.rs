@@ -25,11 +25,12 @@
 //! descriptor no longer consumes from the others (DESIGN: "envoyproxy/
 //! ratelimit increments every counter even when one is over limit").
 
-use tollgate_core::{Align, Nanos};
+use tollgate_core::Align;
 
 use crate::diag::{Diagnostics, Pos};
 use crate::model::{
-    AlgorithmSpec, EnvoyMeta, Namespace, RateResource, RateSpec, Resource, ResourceKind,
+    AlgorithmSpec, EnvoyLimit, EnvoyMeta, EnvoyUnit, Namespace, RateResource, RateSpec, Resource,
+    ResourceKind,
 };
 use crate::native::{flag, read_algorithm};
 use crate::yaml::{did_you_mean, Fields, Node};
@@ -347,8 +348,10 @@ impl Reader<'_> {
             None => None,
         };
         let replaces = self.replaces(&f, name.as_deref(), &context);
-        let algorithm = if f.has("algorithm") {
-            read_algorithm(&f, &f, &context, EXTENSION_FIELDS, self.diags)?
+        let (algorithm, limit) = if f.has("algorithm") {
+            let algorithm = read_algorithm(&f, &f, &context, EXTENSION_FIELDS, self.diags)?;
+            let limit = EnvoyLimit::of_algorithm(&algorithm);
+            (algorithm, limit)
         } else {
             check_keys(&f, RATE_LIMIT_FIELDS, &context, self.diags);
             self.envoy_limit(&f, &context)?
@@ -380,6 +383,7 @@ impl Reader<'_> {
                 name,
                 replaces,
                 detailed_metric,
+                limit,
             }),
             pos: pos.clone(),
         });
@@ -416,25 +420,30 @@ impl Reader<'_> {
         out
     }
 
-    /// `unit` + `requests_per_unit`, or `unlimited`.
-    fn envoy_limit(&mut self, f: &Fields<'_>, context: &str) -> Option<AlgorithmSpec> {
+    /// `unit` + `requests_per_unit`, or `unlimited`: the algorithm, and the
+    /// limit as written (none for `unlimited`).
+    fn envoy_limit(
+        &mut self,
+        f: &Fields<'_>,
+        context: &str,
+    ) -> Option<(AlgorithmSpec, Option<EnvoyLimit>)> {
         let unlimited = flag(f, "unlimited", self.diags);
         let unit = match f.get("unit") {
             Some(n) => Some((self.diags.take(n.scalar_text("unit"))?, n)),
             None => None,
         };
-        let window = unit.as_ref().and_then(|(u, _)| unit_window(u));
+        let parsed = unit.as_ref().and_then(|(u, _)| EnvoyUnit::parse(u));
         if unlimited {
-            if window.is_some() {
+            if parsed.is_some() {
                 self.diags.error(
                     f.pos_of("unit"),
                     format!("{context}: should not specify rate limit unit when unlimited"),
                 );
                 return None;
             }
-            return Some(AlgorithmSpec::Unlimited);
+            return Some((AlgorithmSpec::Unlimited, None));
         }
-        let Some(window) = window else {
+        let Some(unit_parsed) = parsed else {
             let shown = unit.as_ref().map(|(u, _)| u.as_str()).unwrap_or("");
             let pos = unit.as_ref().map_or(&f.node.pos, |(_, n)| &n.pos);
             self.diags.error(
@@ -454,33 +463,65 @@ impl Reader<'_> {
             );
             return None;
         }
+        let limit = EnvoyLimit {
+            requests_per_unit: requests,
+            unit: unit_parsed,
+        };
         if requests == 0 {
             self.diags.warn(
                 f.pos_of("requests_per_unit"),
                 format!("{context}: requests_per_unit is 0 or missing, so every request is rejected (as envoyproxy/ratelimit does)"),
             );
-            return Some(AlgorithmSpec::Deny);
+            return Some((AlgorithmSpec::Deny, Some(limit)));
         }
-        Some(AlgorithmSpec::FixedWindow {
-            limit: requests,
-            window,
-            align: Align::Epoch,
-        })
+        Some((
+            AlgorithmSpec::FixedWindow {
+                limit: requests,
+                window: unit_parsed.window(),
+                align: Align::Epoch,
+            },
+            Some(limit),
+        ))
     }
 }
 
-/// envoyproxy/ratelimit's units, case-insensitive; a month is 30 days and a
-/// year 365, as upstream counts them by default.
-fn unit_window(unit: &str) -> Option<Nanos> {
-    let secs = match unit.to_ascii_lowercase().as_str() {
-        "second" => 1,
-        "minute" => 60,
-        "hour" => 3_600,
-        "day" => 86_400,
-        "week" => 604_800,
-        "month" => 2_592_000,
-        "year" => 31_536_000,
-        _ => return None,
-    };
-    Some(Nanos::from_secs(secs))
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use crate::model::{EnvoyLimit, EnvoyUnit};
+
+    /// The limit of the resource called `name` in the only namespace.
+    fn limit_of(yaml: &str, name: &str) -> Option<EnvoyLimit> {
+        let loaded = crate::load_str("t.yaml", yaml).unwrap();
+        let ns = &loaded.config.namespaces[0];
+        ns.resource(name).unwrap().envoy.as_ref().unwrap().limit
+    }
+
+    #[test]
+    fn the_limit_is_kept_as_written_for_current_limit() {
+        let yaml = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: { unit: MINUTE, requests_per_unit: 10 }\n  - key: b\n    rate_limit: { unit: day, requests_per_unit: 0 }\n  - key: c\n    rate_limit: { unlimited: true }\n  - key: e\n    rate_limit: { algorithm: sliding_log, limit: 2, window: 1h }\n  - key: f\n    rate_limit: { algorithm: sliding_log, limit: 2, window: 90s }\n  - key: g\n    rate_limit: { algorithm: token_bucket, capacity: 5, rate: 1/s }\n";
+        let per = |requests_per_unit, unit| {
+            Some(EnvoyLimit {
+                requests_per_unit,
+                unit,
+            })
+        };
+        assert_eq!(limit_of(yaml, "a"), per(10, EnvoyUnit::Minute));
+        assert_eq!(limit_of(yaml, "b"), per(0, EnvoyUnit::Day));
+        assert_eq!(limit_of(yaml, "c"), None);
+        assert_eq!(limit_of(yaml, "e"), per(2, EnvoyUnit::Hour));
+        assert_eq!(limit_of(yaml, "f"), None);
+        assert_eq!(limit_of(yaml, "g"), None);
+    }
+
+    #[test]
+    fn units_round_trip() {
+        for unit in EnvoyUnit::ALL {
+            assert_eq!(EnvoyUnit::parse(unit.as_str()), Some(unit));
+            assert_eq!(EnvoyUnit::from_window(unit.window()), Some(unit));
+        }
+        assert_eq!(EnvoyUnit::parse("Week"), Some(EnvoyUnit::Week));
+        assert_eq!(EnvoyUnit::parse("fortnight"), None);
+    }
 }

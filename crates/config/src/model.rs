@@ -80,6 +80,117 @@ pub struct EnvoyMeta {
     pub replaces: Vec<String>,
     /// Metrics per descriptor value rather than per config path.
     pub detailed_metric: bool,
+    /// The limit in envoyproxy/ratelimit's own terms, which Envoy's
+    /// rate-limit service reports back as a descriptor's `current_limit`.
+    /// `None` for `unlimited`, and for an algorithm extension that cannot
+    /// be said as "N per unit" (a token bucket, a window that is not a
+    /// whole unit).
+    pub limit: Option<EnvoyLimit>,
+}
+
+/// `requests_per_unit` per `unit`: an envoyproxy/ratelimit limit as
+/// written, kept because the resolved algorithm (a fixed window of some
+/// nanoseconds) no longer says which unit it was.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct EnvoyLimit {
+    /// Hits per unit; 0 for a limit that rejects everything.
+    pub requests_per_unit: u64,
+    /// The unit.
+    pub unit: EnvoyUnit,
+}
+
+impl EnvoyLimit {
+    /// The limit an algorithm extension amounts to, when it is a count
+    /// per window and the window is exactly one unit (`sliding_log` of 2
+    /// per `1s` is 2 per second); `None` otherwise.
+    pub fn of_algorithm(spec: &AlgorithmSpec) -> Option<EnvoyLimit> {
+        let (limit, window) = match spec {
+            AlgorithmSpec::FixedWindow { limit, window, .. }
+            | AlgorithmSpec::SlidingWindow { limit, window, .. }
+            | AlgorithmSpec::SlidingLog { limit, window, .. } => (*limit, *window),
+            _ => return None,
+        };
+        EnvoyUnit::from_window(window).map(|unit| EnvoyLimit {
+            requests_per_unit: limit,
+            unit,
+        })
+    }
+}
+
+/// envoyproxy/ratelimit's units. A month is 30 days and a year 365, as
+/// upstream counts them by default.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum EnvoyUnit {
+    /// 1 s.
+    Second,
+    /// 60 s.
+    Minute,
+    /// 3 600 s.
+    Hour,
+    /// 86 400 s.
+    Day,
+    /// 7 days.
+    Week,
+    /// 30 days.
+    Month,
+    /// 365 days.
+    Year,
+}
+
+impl EnvoyUnit {
+    /// Every unit, shortest first.
+    pub const ALL: [EnvoyUnit; 7] = [
+        EnvoyUnit::Second,
+        EnvoyUnit::Minute,
+        EnvoyUnit::Hour,
+        EnvoyUnit::Day,
+        EnvoyUnit::Week,
+        EnvoyUnit::Month,
+        EnvoyUnit::Year,
+    ];
+
+    /// The unit named `name`, in any letter case.
+    pub fn parse(name: &str) -> Option<EnvoyUnit> {
+        EnvoyUnit::ALL
+            .into_iter()
+            .find(|u| u.as_str().eq_ignore_ascii_case(name))
+    }
+
+    /// Its name as the config writes it (`second`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EnvoyUnit::Second => "second",
+            EnvoyUnit::Minute => "minute",
+            EnvoyUnit::Hour => "hour",
+            EnvoyUnit::Day => "day",
+            EnvoyUnit::Week => "week",
+            EnvoyUnit::Month => "month",
+            EnvoyUnit::Year => "year",
+        }
+    }
+
+    /// Its length in seconds.
+    pub fn seconds(self) -> u64 {
+        match self {
+            EnvoyUnit::Second => 1,
+            EnvoyUnit::Minute => 60,
+            EnvoyUnit::Hour => 3_600,
+            EnvoyUnit::Day => 86_400,
+            EnvoyUnit::Week => 604_800,
+            EnvoyUnit::Month => 2_592_000,
+            EnvoyUnit::Year => 31_536_000,
+        }
+    }
+
+    /// Its length.
+    pub fn window(self) -> Nanos {
+        Nanos::from_secs(self.seconds())
+    }
+
+    /// The unit exactly `window` long, if any.
+    pub fn from_window(window: Nanos) -> Option<EnvoyUnit> {
+        EnvoyUnit::ALL.into_iter().find(|u| u.window() == window)
+    }
 }
 
 /// The two kinds of resources (Charon §2).

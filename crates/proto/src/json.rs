@@ -76,7 +76,7 @@ mod tests {
             serde_json::from_str(r#"{"namespace":"n","resource":"r","hits":2,"mode":"acquire"}"#)
                 .unwrap();
         assert_eq!(r.mode, Mode::Acquire as i32);
-        assert_eq!(r.min_hits, 0);
+        assert_eq!(r.min_hits, None);
         let bad = serde_json::from_str::<RateRequest>(r#"{"namespace":"n","hitz":2}"#);
         assert!(bad.unwrap_err().to_string().contains("hitz"));
         let bad = serde_json::from_str::<RateRequest>(r#"{"mode":"later"}"#);

@@ -19,9 +19,24 @@ pub mod v1 {
 
 /// Envoy's rate-limit service v3 and the types it uses.
 pub mod rls {
+    pub use envoy_types::pb::envoy::config::core::v3::HeaderValue;
     pub use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
         rate_limit_descriptor, RateLimitDescriptor,
     };
     pub use envoy_types::pb::envoy::service::ratelimit::v3::*;
-    pub use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+    pub use envoy_types::pb::google::protobuf::{Duration, UInt64Value};
+
+    /// A descriptor of `(key, value)` entries, as Envoy sends them.
+    pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+        RateLimitDescriptor {
+            entries: entries
+                .iter()
+                .map(|(key, value)| rate_limit_descriptor::Entry {
+                    key: (*key).to_owned(),
+                    value: (*value).to_owned(),
+                })
+                .collect(),
+            ..RateLimitDescriptor::default()
+        }
+    }
 }

@@ -37,6 +37,9 @@ pub struct App<S> {
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
     /// The store's name for `/status` (`memory`, `redis`, ...).
     pub store_name: &'static str,
+    /// Where sampled decisions are recorded, if anywhere.
+    pub decision_log: Option<crate::decision_log::DecisionLog>,
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl<S: Store> App<S> {
@@ -66,7 +69,20 @@ impl<S: Store> App<S> {
             )),
             metrics: None,
             store_name,
+            decision_log: None,
+            stopping: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Whether shutdown has begun (`/readyz` then answers 503).
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Marks shutdown as begun.
+    pub fn begin_stopping(&self) {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The config in force.

@@ -14,7 +14,7 @@ pub fn rate_request(r: &v1::RateRequest) -> RateRequest<'_> {
         resource: &r.resource,
         domain: &r.domain,
         hits: r.hits,
-        min_hits: r.min_hits,
+        min_hits: r.min_hits.unwrap_or(r.hits),
         mode: if r.mode == v1::Mode::Acquire as i32 {
             Mode::Acquire
         } else {

@@ -3,8 +3,8 @@
 //! reason; server errors are UNAVAILABLE or INTERNAL.
 
 use http::StatusCode;
-use tonic::{Code, Status};
 use tollgate_service::ServiceError;
+use tonic::{Code, Status};
 
 /// The metadata key carrying the machine-readable reason.
 pub const REASON_HEADER: &str = "tollgate-reason";
@@ -16,7 +16,10 @@ pub fn grpc_code(e: &ServiceError) -> Code {
         "unknown_namespace" | "unknown_resource" | "unknown_transfer" | "unknown_hold" => {
             Code::NotFound
         }
-        "wrong_resource_kind" | "not_held" | "no_descriptors" | "cannot_schedule"
+        "wrong_resource_kind"
+        | "not_held"
+        | "no_descriptors"
+        | "cannot_schedule"
         | "session_closed" => Code::FailedPrecondition,
         "exceeds_limit" => Code::OutOfRange,
         "duplicate_key" => Code::Internal,

@@ -43,10 +43,16 @@ pub fn install() -> Result<PrometheusHandle, String> {
 
 fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
-    describe_counter!(DECISIONS, "Limiting decisions by surface, namespace, resource and outcome.");
+    describe_counter!(
+        DECISIONS,
+        "Limiting decisions by surface, namespace, resource and outcome."
+    );
     describe_counter!(HITS, "Hits granted by namespace and resource.");
     describe_histogram!(LATENCY, Unit::Seconds, "Time to decide, by surface.");
-    describe_gauge!(SESSIONS, "Open sessions (gRPC session streams and HTTP holds).");
+    describe_gauge!(
+        SESSIONS,
+        "Open sessions (gRPC session streams and HTTP holds)."
+    );
     describe_gauge!(HOLDS, "Copies held by sessions, by pool.");
     describe_counter!(LAPSED, "HTTP holds released because their lease lapsed.");
     describe_counter!(RELOADS, "Config reloads by outcome.");

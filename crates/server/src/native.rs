@@ -15,16 +15,16 @@ use futures_util::Stream;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
-use tonic::{Request, Response, Status, Streaming};
 use tollgate_core::copies::TransferId;
 use tollgate_core::Request as Hits;
 use tollgate_proto::v1::{self, session_request::Op, session_response::Result as Answer};
 use tollgate_service::{ServiceError, Session};
 use tollgate_store::Store;
+use tonic::{Request, Response, Status, Streaming};
 
 use crate::app::App;
 use crate::errors::{grpc_code, status};
-use crate::{clock, convert, metrics as m};
+use crate::{clock, convert, decision_log, metrics as m};
 
 /// Implements `tollgate.v1.Tollgate`.
 pub struct Native<S> {
@@ -46,10 +46,8 @@ pub async fn rate<S: Store>(
     req: &v1::RateRequest,
 ) -> Result<v1::RateResponse, ServiceError> {
     let started = Instant::now();
-    let result = app
-        .limiter
-        .request(&convert::rate_request(req), clock::now())
-        .await;
+    let now = clock::now();
+    let result = app.limiter.request(&convert::rate_request(req), now).await;
     metrics::histogram!(m::LATENCY, "surface" => surface).record(started.elapsed().as_secs_f64());
     match result {
         Ok(o) => {
@@ -61,6 +59,29 @@ pub async fn rate<S: Store>(
                 o.allowed,
                 o.granted,
             );
+            if let Some(log) = app.decision_log.as_ref().filter(|l| l.sampled()) {
+                log.write(&decision_log::Line {
+                    time_ms: decision_log::time_ms(now),
+                    namespace: &req.namespace,
+                    resource: Some(&req.resource),
+                    domain: Some(&req.domain),
+                    descriptors: None,
+                    hits: req.hits,
+                    min_hits: req.min_hits.unwrap_or(req.hits),
+                    mode: if req.mode == v1::Mode::Acquire as i32 {
+                        "acquire"
+                    } else {
+                        "try"
+                    },
+                    surface,
+                    decision: decision_log::Answer {
+                        allowed: o.allowed,
+                        granted: o.granted,
+                        remaining: Some(o.decision.remaining),
+                        limited_by: o.limited_by.map(|l| l.as_str()),
+                    },
+                });
+            }
             Ok(convert::rate_response(&o))
         }
         Err(e) => {
@@ -97,7 +118,13 @@ impl<S: Store> v1::tollgate_server::Tollgate for Native<S> {
         let (tx, rx) = mpsc::channel(16);
         let app = Arc::clone(&self.app);
         let shutdown = self.shutdown.clone();
-        tokio::spawn(run_session(app, session, request.into_inner(), tx, shutdown));
+        tokio::spawn(run_session(
+            app,
+            session,
+            request.into_inner(),
+            tx,
+            shutdown,
+        ));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
@@ -189,7 +216,7 @@ pub async fn reserve<S: Store>(
             &r.namespace,
             &r.resource,
             &r.domain,
-            Hits::between(r.min_copies, r.copies),
+            Hits::between(r.min_copies.unwrap_or(r.copies), r.copies),
             clock::now(),
         )
         .await?;

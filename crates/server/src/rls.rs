@@ -1,22 +1,71 @@
-//! Envoy's rate-limit service v3 (`ShouldRateLimit`). STUB: being written.
+//! Envoy's rate-limit service v3 (`envoy.service.ratelimit.v3.RateLimitService`,
+//! `ShouldRateLimit`), wire-compatible with Envoy and answering as
+//! envoyproxy/ratelimit does. `docs/envoy-rls.md` is the reference.
+//!
+//! The request's `domain` is the tollgate namespace; its descriptors are
+//! decided together by [`Limiter::request_descriptors`] — matching, nested
+//! descriptors, `replaces`, shadow mode, unknown domains and the
+//! all-or-nothing consumption all live there. This module only checks the
+//! input, works out how many hits to charge, and turns the outcome into
+//! Envoy's per-descriptor statuses (with the limit *as configured*, which
+//! the compiled algorithm no longer knows: it comes from the config's
+//! [`EnvoyMeta`](tollgate_config::EnvoyMeta)).
+//!
+//! [`should_rate_limit`] is shared with envoyproxy/ratelimit's `POST /json`
+//! ([`crate::rls_json`]).
+//!
+//! [`Limiter::request_descriptors`]: tollgate_service::Limiter::request_descriptors
 
 use std::sync::Arc;
+use std::time::Instant;
 
-use tollgate_proto::rls::{RateLimitRequest, RateLimitResponse};
+use tollgate_config::model::{EnvoyLimit, EnvoyUnit};
+use tollgate_core::Nanos;
+use tollgate_proto::rls::rate_limit_response::{
+    self, rate_limit::Unit, Code, DescriptorStatus as WireStatus, RateLimit,
+};
+use tollgate_proto::rls::{HeaderValue, RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
+use tollgate_service::view::{NamespaceView, ResourceEntry};
+use tollgate_service::{DescriptorRequest, DescriptorStatus, ServiceError};
 use tollgate_store::Store;
 use tonic::{Request, Response, Status};
 
 use crate::app::App;
+use crate::errors::{malformed, status};
+use crate::{clock, decision_log, metrics as m};
+
+/// The response header naming the limit of the descriptor closest to its
+/// limit (envoyproxy/ratelimit's default name).
+pub const LIMIT_HEADER: &str = "RateLimit-Limit";
+/// The response header with that descriptor's remaining hits.
+pub const REMAINING_HEADER: &str = "RateLimit-Remaining";
+/// The response header with the whole seconds until that descriptor's limit
+/// resets.
+pub const RESET_HEADER: &str = "RateLimit-Reset";
 
 /// Implements `envoy.service.ratelimit.v3.RateLimitService`.
 pub struct Rls<S> {
     app: Arc<App<S>>,
+    headers: bool,
 }
 
 impl<S> Rls<S> {
-    /// The service over `app`.
+    /// The service over `app`, without response headers.
     pub fn new(app: Arc<App<S>>) -> Rls<S> {
-        Rls { app }
+        Rls {
+            app,
+            headers: false,
+        }
+    }
+
+    /// Whether responses carry the `RateLimit-Limit`, `RateLimit-Remaining`
+    /// and `RateLimit-Reset` headers in `response_headers_to_add`, as
+    /// envoyproxy/ratelimit does with `LIMIT_RESPONSE_HEADERS_ENABLED`.
+    pub fn with_headers(self, on: bool) -> Rls<S> {
+        Rls {
+            headers: on,
+            ..self
+        }
     }
 }
 
@@ -24,9 +73,453 @@ impl<S> Rls<S> {
 impl<S: Store> tollgate_proto::rls::rate_limit_service_server::RateLimitService for Rls<S> {
     async fn should_rate_limit(
         &self,
-        _request: Request<RateLimitRequest>,
+        request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let _ = &self.app;
-        Err(Status::unimplemented("not yet"))
+        decide(&self.app, request.get_ref(), self.headers, "rls")
+            .await
+            .map(Response::new)
+            .map_err(|e| status(&e))
+    }
+}
+
+/// Answers one `ShouldRateLimit` request, without response headers.
+pub async fn should_rate_limit<S: Store>(
+    app: &App<S>,
+    req: &RateLimitRequest,
+) -> Result<RateLimitResponse, ServiceError> {
+    should_rate_limit_with(app, req, false).await
+}
+
+/// Answers one `ShouldRateLimit` request; with `headers`, the response
+/// carries the `RateLimit-*` headers describing the descriptor with the
+/// fewest hits remaining.
+pub async fn should_rate_limit_with<S: Store>(
+    app: &App<S>,
+    req: &RateLimitRequest,
+    headers: bool,
+) -> Result<RateLimitResponse, ServiceError> {
+    decide(app, req, headers, "rls").await
+}
+
+/// [`should_rate_limit_with`], recording metrics under `surface` (the JSON
+/// form counts as its own surface).
+pub(crate) async fn decide<S: Store>(
+    app: &App<S>,
+    req: &RateLimitRequest,
+    headers: bool,
+    surface: &'static str,
+) -> Result<RateLimitResponse, ServiceError> {
+    let started = Instant::now();
+    let result = answer(app, req, headers, surface).await;
+    metrics::histogram!(m::LATENCY, "surface" => surface).record(started.elapsed().as_secs_f64());
+    if let Err(e) = &result {
+        m::error(surface, e.reason());
+    }
+    result
+}
+
+async fn answer<S: Store>(
+    app: &App<S>,
+    req: &RateLimitRequest,
+    headers: bool,
+    surface: &'static str,
+) -> Result<RateLimitResponse, ServiceError> {
+    let Checked { descriptors, hits } = check(req)?;
+    let now = clock::now();
+    let outcome = app
+        .limiter
+        .request_descriptors(
+            &DescriptorRequest {
+                namespace: &req.domain,
+                descriptors: &descriptors,
+                hits,
+            },
+            now,
+        )
+        .await?;
+    // Loaded after the decision: only a reload landing in between could
+    // make it differ from the limiter's, and then the freshest limits are
+    // the better ones to report.
+    let view = app.limiter.view();
+    let ns = view.namespace(&req.domain);
+    let statuses: Vec<WireStatus> = outcome
+        .statuses
+        .iter()
+        .zip(&descriptors)
+        .map(|(s, d)| {
+            let entry = ns.and_then(|ns| entry_of(ns, d, s.resource.as_deref()));
+            wire_status(s, entry, now)
+        })
+        .collect();
+    for s in &outcome.statuses {
+        // Nothing is counted anywhere unless the whole request is OK.
+        let granted = if outcome.allowed { hits } else { 0 };
+        m::rate_decision(
+            surface,
+            &req.domain,
+            s.resource.as_deref().unwrap_or_default(),
+            s.resource.is_some(),
+            s.allowed,
+            granted,
+        );
+    }
+    if let Some(log) = app.decision_log.as_ref().filter(|l| l.sampled()) {
+        log.write(&decision_log::Line {
+            time_ms: decision_log::time_ms(now),
+            namespace: &req.domain,
+            resource: None,
+            domain: None,
+            descriptors: Some(
+                descriptors
+                    .iter()
+                    .map(|d| {
+                        d.iter()
+                            .map(|(key, value)| decision_log::Entry { key, value })
+                            .collect()
+                    })
+                    .collect(),
+            ),
+            hits,
+            min_hits: hits,
+            mode: "try",
+            surface,
+            decision: decision_log::Answer {
+                allowed: outcome.allowed,
+                granted: if outcome.allowed { hits } else { 0 },
+                remaining: None,
+                limited_by: None,
+            },
+        });
+    }
+    let response_headers_to_add = if headers {
+        limit_headers(&statuses)
+    } else {
+        Vec::new()
+    };
+    let overall = if outcome.allowed {
+        Code::Ok
+    } else {
+        Code::OverLimit
+    };
+    Ok(RateLimitResponse {
+        overall_code: overall as i32,
+        statuses,
+        response_headers_to_add,
+        ..RateLimitResponse::default()
+    })
+}
+
+/// A request that passed [`check`].
+#[derive(Debug)]
+struct Checked {
+    /// The descriptors as the limiter takes them: `(key, value)` entries.
+    descriptors: Vec<Vec<(String, String)>>,
+    /// The hits to charge every one of them.
+    hits: u64,
+}
+
+/// The descriptors as the limiter takes them, and the hits to charge; or
+/// what is wrong with the request.
+///
+/// Hits: a descriptor's own `hits_addend`, when set, overrides the
+/// request's (0 then means "check, charge nothing"); the request's
+/// `hits_addend` of 0 means 1, as envoyproxy/ratelimit reads it. All
+/// descriptors of a request are decided as one all-or-nothing plan for one
+/// number of hits, so descriptors asking for different numbers are refused
+/// rather than charged something they did not ask for.
+fn check(req: &RateLimitRequest) -> Result<Checked, ServiceError> {
+    if req.domain.is_empty() {
+        return Err(malformed("rate limit domain must not be empty"));
+    }
+    if req.descriptors.is_empty() {
+        return Err(malformed("rate limit descriptor list must not be empty"));
+    }
+    let default_hits = u64::from(req.hits_addend.max(1));
+    let mut hits: Option<(u64, usize)> = None;
+    let mut out = Vec::with_capacity(req.descriptors.len());
+    for (i, d) in req.descriptors.iter().enumerate() {
+        out.push(entries(i, d)?);
+        if d.is_negative_hits {
+            return Err(malformed(format!(
+                "descriptor {i}: is_negative_hits (giving hits back) is not supported"
+            )));
+        }
+        let wanted = d.hits_addend.as_ref().map_or(default_hits, |h| h.value);
+        match hits {
+            None => hits = Some((wanted, i)),
+            Some((first, at)) if first != wanted => {
+                return Err(malformed(format!(
+                    "descriptor {i} asks for {wanted} hits but descriptor {at} for {first}: \
+                     the descriptors of one request are decided together, for one number of hits"
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(Checked {
+        descriptors: out,
+        hits: hits.map_or(default_hits, |(h, _)| h),
+    })
+}
+
+/// Descriptor `i`'s entries, each with a key.
+fn entries(i: usize, d: &RateLimitDescriptor) -> Result<Vec<(String, String)>, ServiceError> {
+    if d.entries.is_empty() {
+        return Err(malformed(format!("descriptor {i} has no entries")));
+    }
+    d.entries
+        .iter()
+        .enumerate()
+        .map(|(j, e)| {
+            if e.key.is_empty() {
+                Err(malformed(format!("descriptor {i}, entry {j}: empty key")))
+            } else {
+                Ok((e.key.clone(), e.value.clone()))
+            }
+        })
+        .collect()
+}
+
+/// The resource entry that decided a descriptor. Found through the tree,
+/// as the limiter found it, because two limits may share a name (dots
+/// inside keys); by name if the tree now says otherwise (a reload).
+fn entry_of<'v>(
+    ns: &'v NamespaceView,
+    descriptor: &[(String, String)],
+    resource: Option<&str>,
+) -> Option<&'v ResourceEntry> {
+    let resource = resource?;
+    ns.descriptors
+        .as_ref()
+        .and_then(|tree| tree.find(descriptor))
+        .and_then(|m| ns.resources.get(m.resource))
+        .filter(|e| e.name == resource)
+        .or_else(|| ns.resource(resource))
+}
+
+/// One descriptor's status on the wire.
+///
+/// - No limit (no match, replaced) or an `unlimited` one: OK and nothing
+///   else, as upstream answers.
+/// - Otherwise `current_limit` is the limit as configured
+///   (`requests_per_unit` per `unit`, and its `name`); an algorithm
+///   extension that is not "N per unit" reports its headline limit with
+///   unit `UNKNOWN`. `limit_remaining` and `duration_until_reset` come from
+///   the decision. A descriptor no decision was made for (a
+///   `requests_per_unit: 0` limit, or any descriptor of a request such a
+///   limit rejected before anything was looked at) has 0 remaining and
+///   resets at the end of its unit's window, as upstream computes it.
+fn wire_status(s: &DescriptorStatus, entry: Option<&ResourceEntry>, now: Nanos) -> WireStatus {
+    let code = if s.allowed { Code::Ok } else { Code::OverLimit };
+    let mut out = WireStatus {
+        code: code as i32,
+        ..WireStatus::default()
+    };
+    if s.resource.is_none() || s.unlimited {
+        return out;
+    }
+    let meta = entry.and_then(|e| e.envoy.as_ref());
+    let limit = meta.and_then(|m| m.limit);
+    let name = meta.and_then(|m| m.name.clone()).unwrap_or_default();
+    out.current_limit = match (limit, s.decision) {
+        (Some(l), _) => Some(RateLimit {
+            name,
+            requests_per_unit: saturate(l.requests_per_unit),
+            unit: wire_unit(l.unit) as i32,
+        }),
+        (None, Some(d)) => Some(RateLimit {
+            name,
+            requests_per_unit: saturate(d.limit),
+            unit: Unit::Unknown as i32,
+        }),
+        (None, None) => None,
+    };
+    out.limit_remaining = s.decision.map_or(0, |d| saturate(d.remaining));
+    let reset = match (s.decision, limit) {
+        (Some(d), _) => Some(d.reset_after),
+        (None, Some(l)) => Some(until_window_end(l, now)),
+        (None, None) => None,
+    };
+    if let Some(reset) = reset {
+        // The wire type is not re-exported by name; the field names it.
+        let d = out
+            .duration_until_reset
+            .get_or_insert_with(Default::default);
+        d.seconds = i64::try_from(reset.as_u64() / 1_000_000_000).unwrap_or(i64::MAX);
+        d.nanos = i32::try_from(reset.as_u64() % 1_000_000_000).unwrap_or(0);
+    }
+    out
+}
+
+/// Time until the current epoch-aligned window of `limit`'s unit ends.
+fn until_window_end(limit: EnvoyLimit, now: Nanos) -> Nanos {
+    let window = limit.unit.window().as_u64().max(1);
+    Nanos::new(window - now.as_u64() % window)
+}
+
+fn wire_unit(unit: EnvoyUnit) -> Unit {
+    match unit {
+        EnvoyUnit::Second => Unit::Second,
+        EnvoyUnit::Minute => Unit::Minute,
+        EnvoyUnit::Hour => Unit::Hour,
+        EnvoyUnit::Day => Unit::Day,
+        EnvoyUnit::Week => Unit::Week,
+        EnvoyUnit::Month => Unit::Month,
+        EnvoyUnit::Year => Unit::Year,
+    }
+}
+
+/// The wire's counts are 32 bits; a larger count (an extension's limit,
+/// an unlimited remaining) reads as the largest.
+fn saturate(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// `RateLimit-Limit`, `-Remaining` and `-Reset` for the descriptor with a
+/// limit that has the fewest hits remaining (the first of equals), as
+/// envoyproxy/ratelimit picks it; none when no descriptor has a limit.
+/// Reset is in whole seconds, rounded up so that it never says "now" early.
+fn limit_headers(statuses: &[WireStatus]) -> Vec<HeaderValue> {
+    let closest = statuses
+        .iter()
+        .filter_map(|s| s.current_limit.as_ref().map(|l| (s, l)))
+        .min_by_key(|(s, _)| s.limit_remaining);
+    let Some((s, limit)) = closest else {
+        return Vec::new();
+    };
+    let reset = s.duration_until_reset.as_ref().map_or(0, |d| {
+        let whole = u64::try_from(d.seconds).unwrap_or(0);
+        whole.saturating_add(u64::from(d.nanos > 0))
+    });
+    let header = |key: &str, value: String| HeaderValue {
+        key: key.to_owned(),
+        value,
+        ..HeaderValue::default()
+    };
+    vec![
+        header(LIMIT_HEADER, limit.requests_per_unit.to_string()),
+        header(REMAINING_HEADER, s.limit_remaining.to_string()),
+        header(RESET_HEADER, reset.to_string()),
+    ]
+}
+
+/// The name of a response code, as protojson writes it.
+pub(crate) fn code_name(code: i32) -> &'static str {
+    Code::try_from(code).map_or("UNKNOWN", |c| c.as_str_name())
+}
+
+/// The name of a unit, as protojson writes it.
+pub(crate) fn unit_name(unit: i32) -> &'static str {
+    rate_limit_response::rate_limit::Unit::try_from(unit).map_or("UNKNOWN", |u| u.as_str_name())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use tollgate_proto::rls::descriptor;
+
+    fn with_hits(mut d: RateLimitDescriptor, hits: u64) -> RateLimitDescriptor {
+        d.hits_addend.get_or_insert_with(Default::default).value = hits;
+        d
+    }
+
+    fn request(descriptors: Vec<RateLimitDescriptor>, hits_addend: u32) -> RateLimitRequest {
+        RateLimitRequest {
+            domain: "d".into(),
+            descriptors,
+            hits_addend,
+        }
+    }
+
+    #[test]
+    fn hits_follow_upstream() {
+        let one = descriptor(&[("k", "v")]);
+        assert_eq!(check(&request(vec![one.clone()], 0)).unwrap().hits, 1);
+        assert_eq!(check(&request(vec![one.clone()], 7)).unwrap().hits, 7);
+        // A descriptor's own hits_addend overrides, 0 included.
+        let own = with_hits(one.clone(), 0);
+        assert_eq!(check(&request(vec![own], 7)).unwrap().hits, 0);
+        let both = vec![with_hits(one.clone(), 3), with_hits(one.clone(), 3)];
+        assert_eq!(check(&request(both, 9)).unwrap().hits, 3);
+        let huge = with_hits(one.clone(), u64::MAX);
+        assert_eq!(check(&request(vec![huge], 0)).unwrap().hits, u64::MAX);
+        let differ = vec![with_hits(one.clone(), 3), one];
+        let err = check(&request(differ, 0)).unwrap_err();
+        assert!(err
+            .to_string()
+            .contains("descriptor 1 asks for 1 hits but descriptor 0 for 3"));
+    }
+
+    #[test]
+    fn bad_requests_are_named() {
+        let ok = descriptor(&[("k", "v")]);
+        let msg = |r: RateLimitRequest| check(&r).unwrap_err().to_string();
+        let mut no_domain = request(vec![ok.clone()], 0);
+        no_domain.domain.clear();
+        assert!(msg(no_domain).contains("domain must not be empty"));
+        assert!(msg(request(vec![], 0)).contains("descriptor list must not be empty"));
+        assert!(msg(request(vec![ok.clone(), descriptor(&[])], 0))
+            .contains("descriptor 1 has no entries"));
+        assert!(msg(request(vec![descriptor(&[("a", "b"), ("", "x")])], 0))
+            .contains("descriptor 0, entry 1: empty key"));
+        let mut negative = ok;
+        negative.is_negative_hits = true;
+        assert!(msg(request(vec![negative], 0)).contains("is_negative_hits"));
+    }
+
+    #[test]
+    fn headers_describe_the_descriptor_closest_to_its_limit() {
+        let status = |remaining: u32, secs: i64, nanos: i32| {
+            let mut s = WireStatus {
+                code: Code::Ok as i32,
+                current_limit: Some(RateLimit {
+                    name: String::new(),
+                    requests_per_unit: 10 + remaining,
+                    unit: Unit::Minute as i32,
+                }),
+                limit_remaining: remaining,
+                ..WireStatus::default()
+            };
+            let d = s.duration_until_reset.get_or_insert_with(Default::default);
+            d.seconds = secs;
+            d.nanos = nanos;
+            s
+        };
+        let none = WireStatus::default();
+        let h = limit_headers(&[
+            none.clone(),
+            status(5, 10, 0),
+            status(2, 3, 1),
+            status(2, 9, 0),
+        ]);
+        let pairs: Vec<(&str, &str)> = h
+            .iter()
+            .map(|h| (h.key.as_str(), h.value.as_str()))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                (LIMIT_HEADER, "12"),
+                (REMAINING_HEADER, "2"),
+                (RESET_HEADER, "4")
+            ]
+        );
+        assert!(limit_headers(&[none]).is_empty());
+    }
+
+    #[test]
+    fn window_ends_are_epoch_aligned() {
+        let limit = EnvoyLimit {
+            requests_per_unit: 1,
+            unit: EnvoyUnit::Minute,
+        };
+        let now = Nanos::from_secs(120 + 45);
+        assert_eq!(until_window_end(limit, now), Nanos::from_secs(15));
+        assert_eq!(
+            until_window_end(limit, Nanos::from_secs(120)),
+            Nanos::from_secs(60)
+        );
     }
 }

@@ -13,7 +13,6 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 use tollgate_core::copies::Groups;
-use tollgate_core::Request;
 use tollgate_proto::v1::{
     self, session_request::Op, session_response::Result as Answer, tollgate_client::TollgateClient,
 };
@@ -47,19 +46,13 @@ fn rate(resource: &str, domain: &str, hits: u64) -> v1::RateRequest {
         resource: resource.into(),
         domain: domain.into(),
         hits,
-        min_hits: hits,
+        min_hits: Some(hits),
         mode: v1::Mode::Try as i32,
     }
 }
 
-/// Holds of `domain` in the sandbox pool, asked of the store directly.
 async fn holds(app: &App<MemoryStore>, domain: &str) -> (u64, u64) {
-    let r = app
-        .limiter
-        .reserve("app", "sandbox", domain, Request::between(0, 0), tollgate_server::clock::now())
-        .await
-        .unwrap();
-    (r.context.domain_holds, r.context.global_holds)
+    common::holds(app, "app", "sandbox", domain).await
 }
 
 /// A session on one stream: send operations, read answers in order.
@@ -99,7 +92,7 @@ impl Session {
                 resource: "sandbox".into(),
                 domain: domain.into(),
                 copies,
-                min_copies: min,
+                min_copies: Some(min),
                 lease_ms: None,
             }))
             .await
@@ -135,6 +128,14 @@ impl Session {
     }
 }
 
+/// A unary rate request that must succeed.
+async fn ask(
+    client: &mut TollgateClient<tonic::transport::Channel>,
+    req: v1::RateRequest,
+) -> v1::RateResponse {
+    client.request(req).await.unwrap().into_inner()
+}
+
 fn error(answer: &Answer) -> &v1::Error {
     match answer {
         Answer::Error(e) => e,
@@ -147,12 +148,12 @@ async fn unary_requests_count_down_then_reject_with_context() {
     let server = TestServer::start(CONFIG).await;
     let mut client = server.native().await;
     for remaining in [2, 1, 0] {
-        let r = client.request(rate("api", "u1", 1)).await.unwrap().into_inner();
+        let r = ask(&mut client, rate("api", "u1", 1)).await;
         assert!(r.allowed);
         assert_eq!((r.granted, r.limit, r.remaining), (1, 3, remaining));
         assert_eq!(r.algorithm, "gcra");
     }
-    let r = client.request(rate("api", "u1", 1)).await.unwrap().into_inner();
+    let r = ask(&mut client, rate("api", "u1", 1)).await;
     assert!(!r.allowed);
     assert_eq!(r.granted, 0);
     assert_eq!(r.limited_by, v1::LimitedBy::Limit as i32);
@@ -160,12 +161,12 @@ async fn unary_requests_count_down_then_reject_with_context() {
     let retry = r.retry_after_ns.unwrap();
     assert!(retry > 59_000_000_000 && retry <= 60_000_000_000, "{retry}");
     // Another domain has its own state.
-    let r = client.request(rate("api", "u2", 1)).await.unwrap().into_inner();
+    let r = ask(&mut client, rate("api", "u2", 1)).await;
     assert!(r.allowed);
     // Partial grants: 5 wanted, at least 1.
     let mut req = rate("api", "u3", 5);
-    req.min_hits = 1;
-    let r = client.request(req).await.unwrap().into_inner();
+    req.min_hits = Some(1);
+    let r = ask(&mut client, req).await;
     assert_eq!((r.allowed, r.granted), (true, 3));
 }
 
@@ -173,7 +174,7 @@ async fn unary_requests_count_down_then_reject_with_context() {
 async fn hard_and_global_limits_are_reported_and_name_what_limited() {
     let server = TestServer::start(CONFIG).await;
     let mut client = server.native().await;
-    let r = client.request(rate("login", "a", 4)).await.unwrap().into_inner();
+    let r = ask(&mut client, rate("login", "a", 4)).await;
     assert!(r.allowed);
     assert_eq!((r.hard_limit, r.global_limit), (Some(4), Some(6)));
     assert_eq!(r.domain_hits_last_second, Some(4));
@@ -181,13 +182,13 @@ async fn hard_and_global_limits_are_reported_and_name_what_limited() {
     let tier = r.tier.unwrap();
     assert_eq!((tier.index, tier.limit, tier.hits), (1, 10, 4));
     // The hard limit (4 per second per domain) is spent.
-    let r = client.request(rate("login", "a", 1)).await.unwrap().into_inner();
+    let r = ask(&mut client, rate("login", "a", 1)).await;
     assert!(!r.allowed);
     assert_eq!(r.limited_by, v1::LimitedBy::Hard as i32);
     // Another domain: 2 more reach the global limit of 6, the third fails.
-    let r = client.request(rate("login", "b", 2)).await.unwrap().into_inner();
+    let r = ask(&mut client, rate("login", "b", 2)).await;
     assert!(r.allowed);
-    let r = client.request(rate("login", "b", 1)).await.unwrap().into_inner();
+    let r = ask(&mut client, rate("login", "b", 1)).await;
     assert!(!r.allowed);
     assert_eq!(r.limited_by, v1::LimitedBy::Global as i32);
 }
@@ -197,11 +198,19 @@ async fn client_errors_have_distinct_codes_and_reasons() {
     let server = TestServer::start(CONFIG).await;
     let mut client = server.native().await;
     let cases = [
-        (rate("nope", "u", 1), tonic::Code::NotFound, "unknown_resource"),
-        (rate("sandbox", "u", 1), tonic::Code::FailedPrecondition, "wrong_resource_kind"),
+        (
+            rate("nope", "u", 1),
+            tonic::Code::NotFound,
+            "unknown_resource",
+        ),
+        (
+            rate("sandbox", "u", 1),
+            tonic::Code::FailedPrecondition,
+            "wrong_resource_kind",
+        ),
         (
             v1::RateRequest {
-                min_hits: 3,
+                min_hits: Some(3),
                 ..rate("api", "u", 2)
             },
             tonic::Code::InvalidArgument,
@@ -220,19 +229,23 @@ async fn client_errors_have_distinct_codes_and_reasons() {
         let e = client.request(req).await.unwrap_err();
         assert_eq!(e.code(), code, "{e:?}");
         assert_eq!(
-            e.metadata().get("tollgate-reason").unwrap().to_str().unwrap(),
+            e.metadata()
+                .get("tollgate-reason")
+                .unwrap()
+                .to_str()
+                .unwrap(),
             reason
         );
     }
     // allow_unconfigured: anything goes, and says so.
-    let r = client
-        .request(v1::RateRequest {
+    let r = ask(
+        &mut client,
+        v1::RateRequest {
             namespace: "open".into(),
             ..rate("whatever", "u", 7)
-        })
-        .await
-        .unwrap()
-        .into_inner();
+        },
+    )
+    .await;
     assert!(r.allowed && r.unconfigured);
     assert_eq!(r.granted, 7);
 }
@@ -265,7 +278,10 @@ async fn a_session_reserves_releases_and_reports_errors_without_ending() {
     assert_eq!(holds(&server.app, "acme").await, (1, 1));
     // Another session cannot release this one's copies.
     let mut other = Session::open(&mut client).await;
-    assert_eq!(error(&other.release("acme", 1, vec![]).await).reason, "not_held");
+    assert_eq!(
+        error(&other.release("acme", 1, vec![]).await).reason,
+        "not_held"
+    );
     // Wrong kind and unknown resource, inside the session.
     let e = s
         .call(Op::Reserve(v1::ReserveRequest {
@@ -279,7 +295,12 @@ async fn a_session_reserves_releases_and_reports_errors_without_ending() {
     assert_eq!(error(&e).reason, "wrong_resource_kind");
     let e = s.call(Op::Request(rate("nope", "x", 1))).await;
     assert_eq!(error(&e).reason, "unknown_resource");
-    let e = s.call(Op::Seize(v1::SeizeRequest { transfer_id: "zz".into(), lease_ms: None })).await;
+    let e = s
+        .call(Op::Seize(v1::SeizeRequest {
+            transfer_id: "zz".into(),
+            lease_ms: None,
+        }))
+        .await;
     assert_eq!(error(&e).reason, "unknown_transfer");
     // Rate requests work on a session too.
     match s.call(Op::Request(rate("api", "acme", 1))).await {
@@ -298,7 +319,10 @@ async fn closing_a_session_releases_its_holds() {
     assert_eq!(s.reserve("acme", 3, 3).await.granted, 3);
     assert_eq!(s.reserve("initech", 2, 2).await.granted, 2);
     assert_eq!(holds(&server.app, "acme").await, (3, 5));
-    assert!(matches!(s.call(Op::Close(v1::Close {})).await, Answer::Closed(_)));
+    assert!(matches!(
+        s.call(Op::Close(v1::Close {})).await,
+        Answer::Closed(_)
+    ));
     // Released before `closed` was answered.
     assert_eq!(holds(&server.app, "acme").await, (0, 0));
     // And the server ends the stream.
@@ -315,14 +339,20 @@ async fn a_stream_that_just_ends_or_drops_releases_its_holds() {
     assert_eq!(s.reserve("acme", 2, 2).await.granted, 2);
     drop(s.tx);
     assert!(s.rx.next().await.is_none());
-    eventually("half-closed session released", || server.app.sessions.is_empty()).await;
+    eventually("half-closed session released", || {
+        server.app.sessions.is_empty()
+    })
+    .await;
     assert_eq!(holds(&server.app, "acme").await, (0, 0));
     // Both sides dropped, connection kept (the client goes on with other
     // calls).
     let mut s = Session::open(&mut client).await;
     assert_eq!(s.reserve("acme", 3, 3).await.granted, 3);
     drop(s);
-    eventually("dropped session released", || server.app.sessions.is_empty()).await;
+    eventually("dropped session released", || {
+        server.app.sessions.is_empty()
+    })
+    .await;
     assert_eq!(holds(&server.app, "acme").await, (0, 0));
     // The whole connection dropped.
     let mut c2 = server.native().await;
@@ -350,29 +380,49 @@ async fn transfer_and_seize_move_holds_between_sessions() {
     };
     // Staged copies still count, and are no longer the sender's to release.
     assert_eq!(holds(&server.app, "acme").await, (3, 3));
-    assert_eq!(error(&a.release("acme", 2, vec![]).await).reason, "not_held");
+    assert_eq!(
+        error(&a.release("acme", 2, vec![]).await).reason,
+        "not_held"
+    );
     let seized = match b
-        .call(Op::Seize(v1::SeizeRequest { transfer_id: id.clone(), lease_ms: None }))
+        .call(Op::Seize(v1::SeizeRequest {
+            transfer_id: id.clone(),
+            lease_ms: None,
+        }))
         .await
     {
         Answer::Seize(s) => s,
         other => panic!("{other:?}"),
     };
     assert_eq!(
-        (seized.namespace.as_str(), seized.resource.as_str(), seized.domain.as_str(), seized.copies),
+        (
+            seized.namespace.as_str(),
+            seized.resource.as_str(),
+            seized.domain.as_str(),
+            seized.copies
+        ),
         ("app", "sandbox", "acme", 2)
     );
     assert_eq!(seized.groups, vec!["big".to_owned()]);
     // A transfer is seized once.
     let e = a
-        .call(Op::Seize(v1::SeizeRequest { transfer_id: id, lease_ms: None }))
+        .call(Op::Seize(v1::SeizeRequest {
+            transfer_id: id,
+            lease_ms: None,
+        }))
         .await;
     assert_eq!(error(&e).reason, "unknown_transfer");
     // Closing the receiver releases what it seized; the sender keeps one.
-    assert!(matches!(b.call(Op::Close(v1::Close {})).await, Answer::Closed(_)));
+    assert!(matches!(
+        b.call(Op::Close(v1::Close {})).await,
+        Answer::Closed(_)
+    ));
     assert_eq!(holds(&server.app, "acme").await, (1, 1));
     // zero ttl is refused
-    assert_eq!(error(&a.transfer("acme", 1, 0).await).reason, "malformed_request");
+    assert_eq!(
+        error(&a.transfer("acme", 1, 0).await).reason,
+        "malformed_request"
+    );
 }
 
 #[tokio::test]
@@ -381,7 +431,10 @@ async fn an_unseized_transfer_is_released_when_its_ttl_ends() {
     let mut client = server.native().await;
     let mut a = Session::open(&mut client).await;
     assert_eq!(a.reserve("acme", 2, 2).await.granted, 2);
-    assert!(matches!(a.transfer("acme", 2, 30).await, Answer::Transfer(_)));
+    assert!(matches!(
+        a.transfer("acme", 2, 30).await,
+        Answer::Transfer(_)
+    ));
     // The server's housekeeping sweeps expired transfers; polling the
     // store's view (a zero-copy reserve also expires them) until released.
     let app = &server.app;
@@ -393,7 +446,10 @@ async fn an_unseized_transfer_is_released_when_its_ttl_ends() {
     }
     assert_eq!(holds(app, "acme").await, (0, 0));
     // The session does not hold them either.
-    assert_eq!(error(&a.release("acme", 1, vec![]).await).reason, "not_held");
+    assert_eq!(
+        error(&a.release("acme", 1, vec![]).await).reason,
+        "not_held"
+    );
 }
 
 #[tokio::test]
@@ -427,7 +483,11 @@ async fn the_session_limit_refuses_more_sessions_with_unavailable() {
     let e = client.session(ReceiverStream::new(rx)).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unavailable);
     assert_eq!(
-        e.metadata().get("tollgate-reason").unwrap().to_str().unwrap(),
+        e.metadata()
+            .get("tollgate-reason")
+            .unwrap()
+            .to_str()
+            .unwrap(),
         "too_many_sessions"
     );
 }
@@ -482,4 +542,123 @@ async fn a_killed_client_process_leaks_nothing() {
     })
     .await;
     assert_eq!(holds(&server.app, "acme").await, (0, 0));
+}
+
+/// `RateRequest`'s wire shape with byte strings, to send what a
+/// well-behaved client cannot: names that are not UTF-8.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RawRateRequest {
+    #[prost(bytes = "vec", tag = "1")]
+    namespace: Vec<u8>,
+    #[prost(bytes = "vec", tag = "2")]
+    resource: Vec<u8>,
+    #[prost(bytes = "vec", tag = "3")]
+    domain: Vec<u8>,
+    #[prost(uint64, tag = "4")]
+    hits: u64,
+}
+
+#[tokio::test]
+async fn bad_input_gets_client_errors_and_changes_nothing() {
+    let server = TestServer::start(CONFIG).await;
+    let mut client = server.native().await;
+
+    // hits 0: a probe, granted, nothing counted.
+    let r = ask(&mut client, rate("api", "p", 0)).await;
+    assert!(r.allowed);
+    assert_eq!((r.granted, r.remaining), (0, 3));
+    // Huge hits: rejected, nothing counted, no overflow.
+    let r = ask(&mut client, rate("api", "p", u64::MAX)).await;
+    assert!(!r.allowed);
+    assert_eq!(r.retry_after_ns, None, "more than the burst never fits");
+    // In acquire mode a huge request is granted with the wait it implies
+    // (saturating, no overflow), on its own domain's account only.
+    let mut acquire = rate("api", "huge", u64::MAX);
+    acquire.mode = v1::Mode::Acquire as i32;
+    let r = ask(&mut client, acquire).await;
+    assert!(r.allowed);
+    assert!(
+        r.wait_ns > 100 * 365 * 86_400 * 1_000_000_000,
+        "{}",
+        r.wait_ns
+    );
+    // Acquire on an algorithm that cannot schedule.
+    let mut tiers = rate("login", "p", 1);
+    tiers.mode = v1::Mode::Acquire as i32;
+    let e = client.request(tiers).await.unwrap_err();
+    assert_eq!(
+        e.metadata()
+            .get("tollgate-reason")
+            .unwrap()
+            .to_str()
+            .unwrap(),
+        "cannot_schedule"
+    );
+    // Empty names are malformed, not unknown.
+    let e = client.request(rate("", "p", 1)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().contains("resource is required"), "{e:?}");
+    let mut empty_ns = rate("api", "p", 1);
+    empty_ns.namespace.clear();
+    let e = client.request(empty_ns).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    // Not even a namespace that allows unconfigured resources grants one
+    // without a name.
+    let e = client
+        .request(v1::RateRequest {
+            namespace: "open".into(),
+            ..rate("", "p", 1)
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    // Absent min_hits is all or nothing; 0 makes a grant of nothing
+    // acceptable.
+    let mut probe = rate("api", "q", 9);
+    probe.min_hits = None;
+    let r = ask(&mut client, probe.clone()).await;
+    assert_eq!((r.allowed, r.granted), (false, 0));
+    probe.min_hits = Some(0);
+    let r = ask(&mut client, probe).await;
+    assert_eq!((r.allowed, r.granted), (true, 3));
+    // An oversized message (the default limit is 64 KiB).
+    let e = client
+        .request(rate("api", &"x".repeat(100_000), 1))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::OutOfRange, "{e:?}");
+    assert!(e.message().contains("too large"), "{e:?}");
+    // Names that are not UTF-8: the message does not decode.
+    let channel = tonic::transport::Channel::from_shared(server.grpc_url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut raw = tonic::client::Grpc::new(channel);
+    raw.ready().await.unwrap();
+    let e = raw
+        .unary::<RawRateRequest, v1::RateResponse, _>(
+            tonic::Request::new(RawRateRequest {
+                namespace: b"app".to_vec(),
+                resource: b"api".to_vec(),
+                domain: vec![0xff, 0xfe],
+                hits: 1,
+            }),
+            http::uri::PathAndQuery::from_static("/tollgate.v1.Tollgate/Request"),
+            tonic_prost::ProstCodec::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(e.message().contains("decode"), "{e:?}");
+    // None of it consumed anything: all three of the burst remain.
+    let r = ask(&mut client, rate("api", "p", 1)).await;
+    assert_eq!(r.remaining, 2);
+    // A flood of unique domains is bounded by the store's key cap
+    // (covered in the store's own tests); the server stays up.
+    for i in 0..200 {
+        client
+            .request(rate("api", &format!("flood-{i}"), 1))
+            .await
+            .unwrap();
+    }
 }

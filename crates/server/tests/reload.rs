@@ -19,17 +19,17 @@ const V1: &str = r#"
 namespaces:
   - name: app
     resources:
-      - { name: kept, algorithm: fixed_window, limit: 5, window: 1h }
-      - { name: changed, algorithm: fixed_window, limit: 5, window: 1h }
+      - { name: kept, algorithm: fixed_window, limit: 5, window: 1h, align: first_hit }
+      - { name: changed, algorithm: fixed_window, limit: 5, window: 1h, align: first_hit }
 "#;
 
 const V2: &str = r#"
 namespaces:
   - name: app
     resources:
-      - { name: kept, algorithm: fixed_window, limit: 5, window: 1h }
-      - { name: changed, algorithm: fixed_window, limit: 9, window: 1h }
-      - { name: added, algorithm: fixed_window, limit: 1, window: 1h }
+      - { name: kept, algorithm: fixed_window, limit: 5, window: 1h, align: first_hit }
+      - { name: changed, algorithm: fixed_window, limit: 9, window: 1h, align: first_hit }
+      - { name: added, algorithm: fixed_window, limit: 1, window: 1h, align: first_hit }
 "#;
 
 const BROKEN: &str = "namespaces:\n  - name: app\n    resources:\n      - { name: x, algorithm: fixed_window, limit: -1, window: 1h }\n";
@@ -40,8 +40,39 @@ fn req(resource: &str) -> v1::RateRequest {
         resource: resource.into(),
         domain: "d".into(),
         hits: 1,
-        min_hits: 1,
+        min_hits: None,
         mode: 0,
+    }
+}
+
+/// A config watcher over `app`, with its hangup and stop switches.
+struct Watching {
+    hup: mpsc::Sender<()>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Watching {
+    fn start(
+        app: &Arc<tollgate_server::App<tollgate_store::MemoryStore>>,
+        path: &Path,
+        every: Duration,
+    ) -> Watching {
+        let (hup, hup_rx) = mpsc::channel(1);
+        let (stop, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(reload::watch(
+            Arc::clone(app),
+            path.to_owned(),
+            every,
+            hup_rx,
+            stop_rx,
+        ));
+        Watching { hup, stop, task }
+    }
+
+    async fn stop(self) {
+        self.stop.send(true).unwrap();
+        self.task.await.unwrap();
     }
 }
 
@@ -58,19 +89,25 @@ async fn a_changed_file_is_reloaded_keeping_unchanged_state_and_a_broken_one_ref
     std::fs::write(&path, V1).unwrap();
     let server = TestServer::start(V1).await;
     let app = Arc::clone(&server.app);
-    let (_hup_tx, hup_rx) = mpsc::channel(1);
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let watcher = tokio::spawn(reload::watch(
-        Arc::clone(&app),
-        path.clone(),
-        Duration::from_millis(10),
-        hup_rx,
-        stop_rx,
-    ));
+    let watcher = Watching::start(&app, &path, Duration::from_millis(10));
     let mut client = server.native().await;
     for _ in 0..2 {
-        assert!(client.request(req("kept")).await.unwrap().into_inner().allowed);
-        assert!(client.request(req("changed")).await.unwrap().into_inner().allowed);
+        assert!(
+            client
+                .request(req("kept"))
+                .await
+                .unwrap()
+                .into_inner()
+                .allowed
+        );
+        assert!(
+            client
+                .request(req("changed"))
+                .await
+                .unwrap()
+                .into_inner()
+                .allowed
+        );
     }
 
     write_atomically(&path, V2);
@@ -81,7 +118,14 @@ async fn a_changed_file_is_reloaded_keeping_unchanged_state_and_a_broken_one_ref
     // `changed` has new parameters: a fresh window of 9.
     let r = client.request(req("changed")).await.unwrap().into_inner();
     assert_eq!((r.limit, r.remaining), (9, 8));
-    assert!(client.request(req("added")).await.unwrap().into_inner().allowed);
+    assert!(
+        client
+            .request(req("added"))
+            .await
+            .unwrap()
+            .into_inner()
+            .allowed
+    );
 
     write_atomically(&path, BROKEN);
     eventually("the broken file refused", || {
@@ -102,8 +146,7 @@ async fn a_changed_file_is_reloaded_keeping_unchanged_state_and_a_broken_one_ref
     let e = client.request(req("added")).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::NotFound);
 
-    stop_tx.send(true).unwrap();
-    watcher.await.unwrap();
+    watcher.stop().await;
 }
 
 #[tokio::test]
@@ -118,15 +161,7 @@ async fn a_configmap_style_symlink_swap_is_reloaded() {
     std::os::unix::fs::symlink("..data/config.yaml", root.join("config.yaml")).unwrap();
     let server = TestServer::start(V1).await;
     let app = Arc::clone(&server.app);
-    let (_hup_tx, hup_rx) = mpsc::channel(1);
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let watcher = tokio::spawn(reload::watch(
-        Arc::clone(&app),
-        root.join("config.yaml"),
-        Duration::from_millis(10),
-        hup_rx,
-        stop_rx,
-    ));
+    let watcher = Watching::start(&app, &root.join("config.yaml"), Duration::from_millis(10));
     std::fs::create_dir(root.join("..v2")).unwrap();
     std::fs::write(root.join("..v2/config.yaml"), V2).unwrap();
     std::os::unix::fs::symlink("..v2", root.join("..data_tmp")).unwrap();
@@ -136,9 +171,15 @@ async fn a_configmap_style_symlink_swap_is_reloaded() {
     })
     .await;
     let mut client = server.native().await;
-    assert!(client.request(req("added")).await.unwrap().into_inner().allowed);
-    stop_tx.send(true).unwrap();
-    watcher.await.unwrap();
+    assert!(
+        client
+            .request(req("added"))
+            .await
+            .unwrap()
+            .into_inner()
+            .allowed
+    );
+    watcher.stop().await;
 }
 
 #[tokio::test]
@@ -148,18 +189,9 @@ async fn a_hangup_reloads_even_when_nothing_changed() {
     std::fs::write(&path, V1).unwrap();
     let server = TestServer::start(V1).await;
     let app = Arc::clone(&server.app);
-    let (hup_tx, hup_rx) = mpsc::channel(1);
-    let (stop_tx, stop_rx) = watch::channel(false);
     // A long interval: only the hangup can cause the reload.
-    let watcher = tokio::spawn(reload::watch(
-        Arc::clone(&app),
-        path.clone(),
-        Duration::from_secs(3600),
-        hup_rx,
-        stop_rx,
-    ));
-    hup_tx.send(()).await.unwrap();
+    let watcher = Watching::start(&app, &path, Duration::from_secs(3600));
+    watcher.hup.send(()).await.unwrap();
     eventually("reloaded on hangup", || app.config_status().revision == 2).await;
-    stop_tx.send(true).unwrap();
-    watcher.await.unwrap();
+    watcher.stop().await;
 }

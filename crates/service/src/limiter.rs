@@ -197,6 +197,7 @@ impl<S: Store> Limiter<S> {
         check_request(req.hits, req.min_hits)?;
         let view = self.view.load();
         let ns = namespace(&view, req.namespace)?;
+        check_names(req.namespace, req.resource)?;
         let Some(entry) = ns.resource(req.resource) else {
             if ns.allow_unconfigured {
                 metrics::counter!("tollgate_unconfigured_hits_total", "namespace" => ns.name.clone())
@@ -461,6 +462,7 @@ impl<S: Store> Limiter<S> {
     ) -> Result<(PoolKey, Arc<CopyLimits>, bool), ServiceError> {
         let view = self.view.load();
         let ns = self::namespace(&view, namespace)?;
+        check_names(namespace, resource)?;
         match ns.resource(resource) {
             Some(ResourceEntry {
                 view: ResourceView::Concurrency { pool, limits },
@@ -500,7 +502,22 @@ fn check_request(hits: u64, min_hits: u64) -> Result<(), ServiceError> {
     Ok(())
 }
 
+/// Empty names are a malformed request, not an unknown name: no config can
+/// define them, and an `allow_unconfigured` namespace must not grant them.
+pub(crate) fn check_names(namespace: &str, resource: &str) -> Result<(), ServiceError> {
+    if namespace.is_empty() {
+        return Err(ServiceError::Malformed("namespace is required".into()));
+    }
+    if resource.is_empty() {
+        return Err(ServiceError::Malformed("resource is required".into()));
+    }
+    Ok(())
+}
+
 fn namespace<'v>(view: &'v View, name: &str) -> Result<&'v NamespaceView, ServiceError> {
+    if name.is_empty() {
+        return Err(ServiceError::Malformed("namespace is required".into()));
+    }
     view.namespace(name)
         .ok_or_else(|| ServiceError::UnknownNamespace(name.to_owned()))
 }

@@ -226,6 +226,7 @@ impl Sessions {
     }
 
     /// Reserves copies into `session` (Charon §3.1 `reserve`).
+    #[allow(clippy::too_many_arguments)]
     pub async fn reserve<S: Store>(
         &self,
         limiter: &Limiter<S>,
@@ -280,7 +281,9 @@ impl Sessions {
         copies: u64,
     ) -> Result<Released, ServiceError> {
         let pool = PoolKey::new(namespace, resource);
-        let taken = take(limiter, session, &pool, namespace, resource, domain, groups, copies)?;
+        let taken = take(
+            limiter, session, &pool, namespace, resource, domain, groups, copies,
+        )?;
         for (i, (key, n)) in taken.iter().enumerate() {
             if let Err(e) = limiter
                 .release_pool(&key.pool, &key.domain, &key.groups, *n)
@@ -315,7 +318,9 @@ impl Sessions {
         now: Nanos,
     ) -> Result<TransferId, ServiceError> {
         let pool = PoolKey::new(namespace, resource);
-        let taken = take(limiter, session, &pool, namespace, resource, domain, groups, copies)?;
+        let taken = take(
+            limiter, session, &pool, namespace, resource, domain, groups, copies,
+        )?;
         // A transfer stages one group set; copies held under several are
         // staged as one only when they share it.
         let [(key, n)] = taken.as_slice() else {
@@ -441,6 +446,7 @@ fn take<S: Store>(
     groups: Option<&[String]>,
     copies: u64,
 ) -> Result<Vec<(HoldKey, u64)>, ServiceError> {
+    crate::limiter::check_names(namespace, resource)?;
     if copies == 0 {
         return Err(ServiceError::Store(StoreError::Copy(CopyError::ZeroCopies)));
     }

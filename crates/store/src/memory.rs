@@ -110,6 +110,7 @@ const KEYS_GAUGE: &str = "tollgate_store_keys";
 const UNTRACKED_COUNTER: &str = "tollgate_store_untracked_decisions_total";
 const REJECTED_COUNTER: &str = "tollgate_store_rejected_at_capacity_total";
 const SWEPT_COUNTER: &str = "tollgate_store_swept_keys_total";
+const TRANSFERS_GAUGE: &str = "tollgate_store_transfers_pending";
 
 /// The most shards a store will allocate; more buys nothing but memory.
 const MAX_SHARDS: usize = 1 << 16;
@@ -331,6 +332,10 @@ impl MemoryStore {
             REJECTED_COUNTER,
             "Decisions refused because the memory store was at capacity."
         );
+        metrics::describe_gauge!(
+            TRANSFERS_GAUGE,
+            "Transfers staged and not yet seized or expired (as of the last sweep)."
+        );
         metrics::describe_counter!(
             SWEPT_COUNTER,
             "Idle limit states dropped by memory store sweeps."
@@ -484,7 +489,7 @@ impl MemoryStore {
             swept = inner.sweep(now, &self.hasher).saturating_add(swept);
             shard.len.store(inner.table.len(), Ordering::Relaxed);
         }
-        {
+        let pending = {
             let mut guard = self.pools.lock();
             let Pools { pools, transfers } = &mut *guard;
             pools.retain(|_, p| {
@@ -493,7 +498,9 @@ impl MemoryStore {
                 }
                 !p.is_empty()
             });
-        }
+            transfers.len()
+        };
+        metrics::gauge!(TRANSFERS_GAUGE).set(pending as f64);
         if swept > 0 {
             self.swept.fetch_add(swept, Ordering::Relaxed);
             metrics::counter!(SWEPT_COUNTER).increment(swept);

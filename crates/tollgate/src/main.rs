@@ -26,12 +26,18 @@ enum Command {
     Replay(cmd::replay::ReplayArgs),
     /// Run the limiting server (gRPC, Envoy RLS, HTTP).
     Serve(cmd::serve::ServeArgs),
+    /// Drive a running server with load; print throughput and latency.
+    Bench(cmd::bench::BenchArgs),
+    /// A gRPC server that answers without deciding: `bench`'s ceiling.
+    BenchEcho(cmd::echo::EchoArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::CheckConfig(args) => exit(cmd::check_config::run(&args)),
+        Command::Bench(args) => edge(cmd::bench::run(args)),
+        Command::BenchEcho(args) => edge(cmd::echo::run(args)),
         Command::Serve(args) => match cmd::serve::run(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -57,6 +63,17 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+/// Reports an error at the binary's edge.
+fn edge(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -9,6 +9,9 @@
 //! choice; `hits` and `min_hits` default to 1; `mode` is `try` or `acquire`.
 //! As an extension, `descriptors` (a list of `{key, value}` entries, or a
 //! list of such lists) replays envoyproxy/ratelimit traffic.
+//! The server's decision log (`tollgate serve --decision-log`) writes this
+//! format with two more fields, `surface` and `decision` (what was
+//! answered), which a replay ignores: it decides every line afresh.
 //!
 //! Times are milliseconds, integral or fractional; they are kept to the
 //! microsecond.
@@ -50,6 +53,11 @@ struct Raw {
     min_hits: Option<u64>,
     mode: Option<String>,
     descriptors: Option<Descriptors>,
+    // What a decision-log line also records; a replay decides afresh.
+    #[allow(dead_code)]
+    surface: Option<serde::de::IgnoredAny>,
+    #[allow(dead_code)]
+    decision: Option<serde::de::IgnoredAny>,
 }
 
 /// A string or a number (thesis traces carry numeric user ids).

@@ -83,7 +83,9 @@ impl TestServer {
     }
 
     pub async fn rls(&self) -> RateLimitServiceClient<tonic::transport::Channel> {
-        RateLimitServiceClient::connect(self.grpc_url()).await.unwrap()
+        RateLimitServiceClient::connect(self.grpc_url())
+            .await
+            .unwrap()
     }
 
     /// Stops the server gracefully and waits until it has.
@@ -115,4 +117,26 @@ pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("never happened: {what}");
+}
+
+/// Copies of `namespace/resource` held by `domain` and by everyone, asked
+/// of the store directly (a reserve of nothing reports the context).
+pub async fn holds(
+    app: &App<MemoryStore>,
+    namespace: &str,
+    resource: &str,
+    domain: &str,
+) -> (u64, u64) {
+    let r = app
+        .limiter
+        .reserve(
+            namespace,
+            resource,
+            domain,
+            tollgate_core::Request::between(0, 0),
+            tollgate_server::clock::now(),
+        )
+        .await
+        .unwrap();
+    (r.context.domain_holds, r.context.global_holds)
 }

@@ -1,5 +1,7 @@
 //! One module per subcommand.
 
+pub mod bench;
 pub mod check_config;
+pub mod echo;
 pub mod replay;
 pub mod serve;

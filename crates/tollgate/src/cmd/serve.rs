@@ -49,7 +49,11 @@ pub struct ServeArgs {
     pub max_sessions: usize,
     /// Concurrent streams (sessions and in-flight requests) per gRPC
     /// connection.
-    #[arg(long, env = "TOLLGATE_MAX_STREAMS_PER_CONNECTION", default_value_t = 1024)]
+    #[arg(
+        long,
+        env = "TOLLGATE_MAX_STREAMS_PER_CONNECTION",
+        default_value_t = 1024
+    )]
     pub max_streams_per_connection: u32,
     /// Largest request message or HTTP body, in bytes.
     #[arg(long, env = "TOLLGATE_MAX_MESSAGE_BYTES", default_value_t = 64 * 1024)]
@@ -58,6 +62,26 @@ pub struct ServeArgs {
     /// it is decided untracked).
     #[arg(long, env = "TOLLGATE_MAX_KEYS", default_value_t = 10_000_000)]
     pub max_keys: usize,
+    /// Record decisions as JSON lines `tollgate replay` reads back: a file
+    /// (appended to), or `-` for standard output.
+    #[arg(long, env = "TOLLGATE_DECISION_LOG")]
+    pub decision_log: Option<tollgate_server::decision_log::Target>,
+    /// PEM certificate chain: serve TLS on both ports (with --tls-key).
+    #[arg(long, env = "TOLLGATE_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert (read from the file; never logged).
+    #[arg(long, env = "TOLLGATE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA certificates: require client certificates signed by them
+    /// (mutual TLS) on both ports.
+    #[arg(long, env = "TOLLGATE_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Add RateLimit-Limit/Remaining/Reset headers to Envoy RLS answers.
+    #[arg(long, env = "TOLLGATE_RLS_RESPONSE_HEADERS")]
+    pub rls_response_headers: bool,
+    /// Fraction of decisions recorded in the decision log, in (0, 1].
+    #[arg(long, env = "TOLLGATE_DECISION_LOG_SAMPLE", default_value_t = 1.0)]
+    pub decision_log_sample: f64,
 }
 
 /// Runs the server until SIGTERM or SIGINT.
@@ -115,12 +139,35 @@ async fn serve(args: ServeArgs) -> Result<()> {
             max_sessions: args.max_sessions,
         },
     );
+    if let Some(target) = &args.decision_log {
+        app.decision_log = Some(
+            tollgate_server::decision_log::DecisionLog::open(target, args.decision_log_sample)
+                .context("cannot open the decision log")?,
+        );
+    }
     match tollgate_server::metrics::install() {
         Ok(handle) => app.metrics = Some(handle),
         Err(e) => tracing::warn!(error = %e, "metrics disabled"),
     }
     let app = Arc::new(app);
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(tollgate_server::tls::Tls::load(
+            &tollgate_server::tls::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: args.tls_client_ca.clone(),
+            },
+        )?),
+        _ => None,
+    };
+    let scheme = match &tls {
+        Some(t) if t.is_mutual() => "mutual TLS",
+        Some(_) => "TLS",
+        None => "plain text",
+    };
     let options = ServerOptions {
+        tls,
+        rls_headers: args.rls_response_headers,
         grpc: args.grpc,
         http: args.http,
         max_message_bytes: args.max_message_bytes,
@@ -130,7 +177,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let server = Server::bind(Arc::clone(&app), options).await?;
     let grpc = server.grpc_addr()?;
     let http = server.http_addr()?;
-    tracing::info!(%grpc, %http, store = "memory", config = %args.config.as_ref().map_or("bundled example".into(), |p| p.display().to_string()), "tollgate listening");
+    tracing::info!(%grpc, %http, transport = scheme, store = "memory", config = %args.config.as_ref().map_or("bundled example".into(), |p| p.display().to_string()), "tollgate listening");
 
     let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut hup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;

@@ -1,0 +1,198 @@
+//! JSON bodies in, JSON errors out.
+//!
+//! axum's own `Json` extractor answers a bad body in plain text, with 415
+//! or 422; clients of this API parse one error shape, so bodies are read by
+//! [`JsonBody`] and every failure becomes an [`ApiError`].
+
+use std::error::Error as _;
+
+use axum::body::Bytes;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, Request, State};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use http::header::CONTENT_TYPE;
+use http::StatusCode;
+use serde::de::DeserializeOwned;
+use tollgate_proto::v1;
+use tollgate_service::ServiceError;
+use tollgate_store::Store;
+use tonic::Code;
+
+use super::Http;
+use crate::errors::{grpc_code, http_status, malformed};
+use crate::metrics as m;
+
+/// An error answer: `{"error": {"code", "reason", "message"}}`.
+#[derive(Debug)]
+pub(super) struct ApiError {
+    status: StatusCode,
+    error: v1::Error,
+}
+
+impl ApiError {
+    pub(super) fn new(status: StatusCode, code: Code, reason: &str, message: String) -> ApiError {
+        ApiError {
+            status,
+            error: v1::Error {
+                code: code as i32,
+                reason: reason.to_owned(),
+                message,
+            },
+        }
+    }
+
+    /// `e`, without recording it: for errors the service already counted.
+    pub(super) fn service(e: &ServiceError) -> ApiError {
+        ApiError::new(http_status(e), grpc_code(e), e.reason(), e.to_string())
+    }
+}
+
+/// `e` counted as an HTTP error, then as an answer. Every error a handler
+/// returns goes through here, except those of `native::rate`, which counts
+/// its own.
+pub(super) fn fail(e: ServiceError) -> ApiError {
+    m::error("http", e.reason());
+    ApiError::service(&e)
+}
+
+#[derive(serde::Serialize)]
+struct Envelope<'a> {
+    error: &'a v1::Error,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(Envelope { error: &self.error })).into_response()
+    }
+}
+
+/// The HTTP answer to a service error: its status and the JSON error shape
+/// the whole HTTP API uses.
+pub fn error_response(e: &ServiceError) -> Response {
+    ApiError::service(e).into_response()
+}
+
+/// A JSON body of type `T`: anything else is `400 malformed_request`, and a
+/// body over the limit `413 body_too_large`. The content type is not
+/// checked: the body is what it is, and `curl -d` sends form-encoded.
+pub(super) struct JsonBody<T>(pub T);
+
+/// Like [`JsonBody`], but an empty body is `None`.
+pub(super) struct OptionalJsonBody<T>(pub Option<T>);
+
+impl<S: Store, T: DeserializeOwned> FromRequest<Http<S>> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &Http<S>) -> Result<JsonBody<T>, ApiError> {
+        let bytes = read(req, state).await?;
+        parse(&bytes).map(JsonBody)
+    }
+}
+
+impl<S: Store, T: DeserializeOwned> FromRequest<Http<S>> for OptionalJsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &Http<S>) -> Result<OptionalJsonBody<T>, ApiError> {
+        let bytes = read(req, state).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(OptionalJsonBody(None));
+        }
+        parse(&bytes).map(|v| OptionalJsonBody(Some(v)))
+    }
+}
+
+/// The whole body, within the router's `DefaultBodyLimit`.
+async fn read<S: Store>(req: Request, state: &Http<S>) -> Result<Bytes, ApiError> {
+    Bytes::from_request(req, state).await.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            m::error("http", "body_too_large");
+            too_large(state.max_body)
+        } else {
+            fail(malformed(format!(
+                "cannot read the request body: {}",
+                rejection.body_text()
+            )))
+        }
+    })
+}
+
+/// `OUT_OF_RANGE` is what the gRPC surface answers for a message over the
+/// same limit (tonic's code), and `code` is the unary form's code.
+fn too_large(max_body: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        Code::OutOfRange,
+        "body_too_large",
+        format!("the request body is larger than the server accepts ({max_body} bytes)"),
+    )
+}
+
+/// Gives a 413 from a handler that reads its body with axum's own
+/// extractors (`/json`) the API's error shape, so a too-large body is
+/// answered alike on every route.
+pub(super) async fn too_large_as_json<S>(
+    State(http): State<Http<S>>,
+    response: Response,
+) -> Response {
+    let is_json = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if response.status() == StatusCode::PAYLOAD_TOO_LARGE && !is_json {
+        return too_large(http.max_body).into_response();
+    }
+    response
+}
+
+fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    // serde_json would report bad UTF-8 inside a string as a bad escape or
+    // code point; say what it is.
+    if let Err(e) = std::str::from_utf8(bytes) {
+        return Err(fail(malformed(format!(
+            "the request body is not UTF-8: {e}"
+        ))));
+    }
+    Json::<T>::from_bytes(bytes)
+        .map(|Json(v)| v)
+        .map_err(|rejection| fail(malformed(describe::<T>(&rejection))))
+}
+
+/// What is wrong with a body, naming the field when serde knows it
+/// (`hits: invalid type: string "2", expected u64 at line 1 column 12`).
+fn describe<T>(rejection: &JsonRejection) -> String {
+    let detail = rejection
+        .source()
+        .map_or_else(|| rejection.body_text(), ToString::to_string);
+    match rejection {
+        JsonRejection::JsonDataError(_) => {
+            let full = std::any::type_name::<T>();
+            let name = full.rsplit("::").next().unwrap_or(full);
+            format!("the request body is not a valid {name}: {detail}")
+        }
+        JsonRejection::JsonSyntaxError(_) => {
+            format!("the request body is not valid JSON: {detail}")
+        }
+        _ => detail,
+    }
+}
+
+/// Unknown paths: the JSON error shape rather than an empty 404.
+pub(super) async fn not_found(uri: http::Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        Code::NotFound,
+        "not_found",
+        format!("no endpoint at `{}`", uri.path()),
+    )
+}
+
+/// Known paths, wrong method; axum adds the `Allow` header.
+pub(super) async fn method_not_allowed(method: http::Method, uri: http::Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        Code::Unimplemented,
+        "method_not_allowed",
+        format!("`{}` does not answer {method}", uri.path()),
+    )
+}

@@ -1,0 +1,88 @@
+//! The HTTP/JSON API, envoyproxy/ratelimit's `POST /json`, and the admin
+//! endpoints (`/status`, `/healthz`, `/readyz`, `/metrics`, `/v1/config`).
+//! `docs/http-api.md` is the reference, with examples.
+//!
+//! Bodies are the `tollgate.v1` messages as JSON. Every error, whatever
+//! produced it (the service, a body that is not JSON, an unknown path),
+//! answers the same shape: `{"error": {"code", "reason", "message"}}`.
+//!
+//! HTTP has no session, so every reserve and seize opens a session of its
+//! own with a lease: a *hold*, named by its id. A client that vanishes
+//! leaks nothing, because the server's housekeeping releases holds whose
+//! lease lapsed; a client that needs longer renews.
+
+mod admin;
+mod api;
+mod body;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{DefaultBodyLimit, FromRef};
+use axum::middleware::map_response_with_state;
+use axum::routing::{delete, get, post};
+use tollgate_store::Store;
+
+use crate::app::App;
+
+pub use body::error_response;
+
+/// What every handler shares.
+struct Http<S> {
+    app: Arc<App<S>>,
+    /// For `/status`'s uptime: the router is built when the server starts
+    /// serving.
+    started: Instant,
+    /// To name the limit when refusing a body.
+    max_body: usize,
+}
+
+// Derived `Clone` would require `S: Clone`; only the `Arc` is cloned.
+impl<S> Clone for Http<S> {
+    fn clone(&self) -> Http<S> {
+        Http {
+            app: Arc::clone(&self.app),
+            started: self.started,
+            max_body: self.max_body,
+        }
+    }
+}
+
+/// Lets handlers written against the app alone (`/json`) share the router.
+impl<S> FromRef<Http<S>> for Arc<App<S>> {
+    fn from_ref(http: &Http<S>) -> Arc<App<S>> {
+        Arc::clone(&http.app)
+    }
+}
+
+/// The HTTP router over `app`; bodies larger than `max_body` are refused.
+pub fn router<S: Store>(app: Arc<App<S>>, max_body: usize) -> axum::Router {
+    let state = Http {
+        app,
+        started: Instant::now(),
+        max_body,
+    };
+    axum::Router::new()
+        .route("/v1/request", post(api::request::<S>))
+        .route("/v1/reserve", post(api::reserve::<S>))
+        .route("/v1/release", post(api::release::<S>))
+        .route("/v1/transfer", post(api::transfer::<S>))
+        .route("/v1/seize", post(api::seize::<S>))
+        .route("/v1/holds/{id}/renew", post(api::renew::<S>))
+        .route("/v1/holds/{id}", delete(api::drop_hold::<S>))
+        .route("/json", post(crate::rls_json::json::<S>))
+        .route("/v1/config", get(admin::config::<S>))
+        .route("/status", get(admin::status::<S>))
+        .route("/healthz", get(admin::healthz))
+        .route("/readyz", get(admin::readyz::<S>))
+        .route("/metrics", get(admin::metrics::<S>))
+        .fallback(body::not_found)
+        // Applies to the routes above only, so it must come after them.
+        .method_not_allowed_fallback(body::method_not_allowed)
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(map_response_with_state(
+            state.clone(),
+            body::too_large_as_json::<S>,
+        ))
+        .with_state(state)
+}

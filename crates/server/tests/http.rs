@@ -1,0 +1,625 @@
+//! The HTTP/JSON API and admin endpoints through real sockets: decisions
+//! with their context and status codes, holds with leases (lapse, renew,
+//! delete), transfer and seize, the JSON error shape for every kind of bad
+//! request, and the admin endpoints.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::future::Future;
+use std::time::Duration;
+
+use common::{eventually, TestServer};
+use reqwest::header::{HeaderMap, ALLOW, CONTENT_TYPE, RETRY_AFTER};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use tollgate_server::{clock, App, ServerOptions};
+use tollgate_service::SessionLimits;
+use tollgate_store::MemoryStore;
+
+const CONFIG: &str = r#"
+namespaces:
+  - name: app
+    resources:
+      - { name: api, algorithm: token_bucket, capacity: 3, rate: 1/min }
+      - name: login
+        algorithm: burst_tiers
+        hard_limit: 2
+        global_limit: 3
+        tiers:
+          - { limit: 10, window: 1s, active: 60s, cooldown: 0s }
+      - name: sandbox
+        kind: concurrency
+        domain_limit: 3
+        global_limit: 5
+  - name: open
+    allow_unconfigured: true
+    resources: []
+"#;
+
+/// An answer: status, headers, JSON body (`Null` when the body is not JSON).
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Value,
+    text: String,
+}
+
+impl Answer {
+    async fn from(response: reqwest::Response) -> Answer {
+        let status = response.status();
+        let headers = response.headers().clone();
+        let text = response.text().await.unwrap();
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Answer {
+            status,
+            headers,
+            body,
+            text,
+        }
+    }
+
+    /// Asserts the JSON error shape and returns the reason.
+    #[track_caller]
+    fn error(&self, status: StatusCode, code: i64, reason: &str) -> &str {
+        assert_eq!(self.status, status, "{}", self.text);
+        let e = &self.body["error"];
+        assert_eq!(e["code"], code, "{}", self.text);
+        assert_eq!(e["reason"], reason, "{}", self.text);
+        let message = e["message"].as_str().expect("an error message");
+        assert!(!message.is_empty());
+        message
+    }
+}
+
+async fn post(s: &TestServer, path: &str, body: Value) -> Answer {
+    post_raw(s, path, serde_json::to_vec(&body).unwrap()).await
+}
+
+async fn post_raw(s: &TestServer, path: &str, body: impl Into<reqwest::Body>) -> Answer {
+    let r = reqwest::Client::new()
+        .post(s.http_url(path))
+        .header(CONTENT_TYPE, "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    Answer::from(r).await
+}
+
+async fn get(s: &TestServer, path: &str) -> Answer {
+    Answer::from(reqwest::get(s.http_url(path)).await.unwrap()).await
+}
+
+async fn delete(s: &TestServer, path: &str) -> Answer {
+    let r = reqwest::Client::new()
+        .delete(s.http_url(path))
+        .send()
+        .await
+        .unwrap();
+    Answer::from(r).await
+}
+
+fn rate(resource: &str, domain: &str, hits: u64) -> Value {
+    json!({ "namespace": "app", "resource": resource, "domain": domain, "hits": hits, "min_hits": hits, "mode": "try" })
+}
+
+fn reserve(domain: &str, copies: u64) -> Value {
+    json!({ "namespace": "app", "resource": "sandbox", "domain": domain, "copies": copies, "min_copies": copies })
+}
+
+fn hold_body(hold_id: &str, domain: &str, copies: u64) -> Value {
+    json!({ "namespace": "app", "resource": "sandbox", "domain": domain, "copies": copies, "hold_id": hold_id })
+}
+
+/// Copies held in the sandbox pool by `domain` and by all, asked of the
+async fn holds(app: &App<MemoryStore>, domain: &str) -> (u64, u64) {
+    common::holds(app, "app", "sandbox", domain).await
+}
+
+/// Polls an async `check` until it holds (up to 10 s).
+async fn eventually_async<F: Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
+    for _ in 0..1000 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("never happened: {what}");
+}
+
+#[tokio::test]
+async fn a_request_is_granted_while_it_fits_then_429_with_retry_after_and_context() {
+    let s = TestServer::start(CONFIG).await;
+    for left in [2, 1, 0] {
+        let a = post(&s, "/v1/request", rate("api", "acme", 1)).await;
+        assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+        assert_eq!(a.body["allowed"], true);
+        assert_eq!(a.body["granted"], 1);
+        assert_eq!(a.body["remaining"], left);
+        assert_eq!(a.body["algorithm"], "token_bucket");
+        assert!(a.headers.get(RETRY_AFTER).is_none());
+    }
+    let a = post(&s, "/v1/request", rate("api", "acme", 1)).await;
+    assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS, "{}", a.text);
+    assert_eq!(a.body["allowed"], false);
+    assert_eq!(a.body["granted"], 0);
+    assert_eq!(a.body["limit"], 3);
+    assert_eq!(a.body["remaining"], 0);
+    assert_eq!(a.body["limited_by"], "limit");
+    // One token a minute: the next one is under a minute away, and the
+    // header is that, in whole seconds rounded up.
+    let retry_ns = a.body["retry_after_ns"].as_u64().expect("retry_after_ns");
+    assert!(retry_ns > 0 && retry_ns <= 60_000_000_000, "{retry_ns}");
+    let header: u64 = a.headers[RETRY_AFTER].to_str().unwrap().parse().unwrap();
+    assert_eq!(header, retry_ns.div_ceil(1_000_000_000));
+    // Another domain has its own bucket.
+    let a = post(&s, "/v1/request", rate("api", "globex", 1)).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(a.body["remaining"], 2);
+    // `min_hits` below `hits`: the largest grant that fits.
+    let a = post(
+        &s,
+        "/v1/request",
+        json!({ "namespace": "app", "resource": "api", "domain": "globex", "hits": 5, "min_hits": 1 }),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(a.body["granted"], 2);
+    // `min_hits` absent means all or nothing: rejected, with when to retry.
+    let a = post(
+        &s,
+        "/v1/request",
+        json!({ "namespace": "app", "resource": "api", "domain": "globex", "hits": 1 }),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS, "{}", a.text);
+    assert_eq!(a.body["allowed"], false);
+    assert_eq!(a.body["granted"], 0);
+    assert!(a.headers.get(RETRY_AFTER).is_some());
+    // `min_hits: 0` accepts nothing: allowed, and the status follows.
+    let a = post(
+        &s,
+        "/v1/request",
+        json!({ "namespace": "app", "resource": "api", "domain": "globex", "hits": 1, "min_hits": 0 }),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(a.body["allowed"], true);
+    assert_eq!(a.body["granted"], 0);
+    // A request for no hits asks nothing of the limit: answered as is.
+    let a = post(
+        &s,
+        "/v1/request",
+        json!({ "namespace": "app", "resource": "api", "domain": "globex", "hits": 0 }),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(a.body["remaining"], 0);
+}
+
+#[tokio::test]
+async fn hard_and_global_limits_report_their_context() {
+    let s = TestServer::start(CONFIG).await;
+    for _ in 0..2 {
+        let a = post(&s, "/v1/request", rate("login", "acme", 1)).await;
+        assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+        assert_eq!(a.body["hard_limit"], 2);
+        assert_eq!(a.body["global_limit"], 3);
+        assert_eq!(a.body["algorithm"], "burst_tiers");
+        assert_eq!(a.body["tier"]["limit"], 10);
+    }
+    let a = post(&s, "/v1/request", rate("login", "acme", 1)).await;
+    assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS, "{}", a.text);
+    assert_eq!(a.body["limited_by"], "hard");
+    assert_eq!(a.body["hard_limit"], 2);
+    assert_eq!(a.body["domain_hits_last_second"], 2);
+    assert!(a.headers.contains_key(RETRY_AFTER));
+
+    let a = post(&s, "/v1/request", rate("login", "globex", 1)).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    let a = post(&s, "/v1/request", rate("login", "initech", 1)).await;
+    assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS, "{}", a.text);
+    assert_eq!(a.body["limited_by"], "global");
+    assert_eq!(a.body["global_limit"], 3);
+    assert_eq!(a.body["global_hits_last_second"], 3);
+}
+
+#[tokio::test]
+async fn reserve_release_transfer_and_seize_move_holds() {
+    let s = TestServer::start(CONFIG).await;
+    let a = post(&s, "/v1/reserve", reserve("acme", 2)).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(a.body["granted"], 2);
+    assert_eq!(a.body["domain_limit"], 3);
+    let first = a.body["hold_id"].as_str().unwrap().to_owned();
+    assert_eq!(first.len(), 32);
+    assert!(first.bytes().all(|b| b.is_ascii_hexdigit()));
+
+    // A later reserve sees the first hold's copies.
+    let a = post(&s, "/v1/reserve", reserve("acme", 1)).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(a.body["domain_holds"], 3);
+    assert_eq!(a.body["global_holds"], 3);
+    let second = a.body["hold_id"].as_str().unwrap().to_owned();
+    assert_ne!(first, second);
+    assert_eq!(s.app.sessions.len(), 2);
+
+    let a = post(&s, "/v1/release", hold_body(&first, "acme", 1)).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(a.body["released"], 1);
+    assert_eq!(a.body["still_held"], 1);
+    assert_eq!(holds(&s.app, "acme").await, (2, 2));
+
+    let mut t = hold_body(&first, "acme", 1);
+    t["ttl_ms"] = json!(60_000);
+    let a = post(&s, "/v1/transfer", t).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    let transfer_id = a.body["transfer_id"].as_str().unwrap().to_owned();
+    // The first hold gave away its last copy: it is over.
+    let a = post(&s, "/v1/release", hold_body(&first, "acme", 1)).await;
+    a.error(StatusCode::NOT_FOUND, 5, "unknown_hold");
+    assert_eq!(s.app.sessions.len(), 1);
+    // Staged copies still count until seized or expired.
+    assert_eq!(holds(&s.app, "acme").await, (2, 2));
+
+    let a = post(&s, "/v1/seize", json!({ "transfer_id": transfer_id })).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(a.body["namespace"], "app");
+    assert_eq!(a.body["resource"], "sandbox");
+    assert_eq!(a.body["domain"], "acme");
+    assert_eq!(a.body["copies"], 1);
+    let third = a.body["hold_id"].as_str().unwrap().to_owned();
+    assert!(third != first && third != second);
+    assert_eq!(s.app.sessions.len(), 2);
+    // A transfer is seized once.
+    let a = post(&s, "/v1/seize", json!({ "transfer_id": transfer_id })).await;
+    a.error(StatusCode::NOT_FOUND, 5, "unknown_transfer");
+    assert_eq!(s.app.sessions.len(), 2, "a failed seize leaves no hold");
+
+    let a = post(&s, "/v1/release", hold_body(&third, "acme", 1)).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(a.body["still_held"], 0);
+    assert_eq!(holds(&s.app, "acme").await, (1, 1));
+    assert_eq!(s.app.sessions.len(), 1, "an emptied hold is closed");
+
+    let a = delete(&s, &format!("/v1/holds/{second}")).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(a.body, json!({ "released": 1 }));
+    assert_eq!(holds(&s.app, "acme").await, (0, 0));
+    assert!(s.app.sessions.is_empty());
+}
+
+#[tokio::test]
+async fn a_reserve_that_gets_nothing_is_429_and_leaves_no_hold() {
+    let s = TestServer::start(CONFIG).await;
+    let a = post(&s, "/v1/reserve", reserve("acme", 3)).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    let a = post(&s, "/v1/reserve", reserve("acme", 1)).await;
+    assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS, "{}", a.text);
+    assert_eq!(a.body["granted"], 0);
+    assert_eq!(a.body["hold_id"], "");
+    assert_eq!(a.body["domain_holds"], 3);
+    assert_eq!(s.app.sessions.len(), 1);
+    // Asking for nothing can only get nothing: refused outright.
+    let a = post(&s, "/v1/reserve", reserve("acme", 0)).await;
+    a.error(StatusCode::BAD_REQUEST, 3, "malformed_request");
+    assert_eq!(s.app.sessions.len(), 1);
+}
+
+#[tokio::test]
+async fn a_hold_whose_lease_lapses_is_released() {
+    let s = TestServer::start(CONFIG).await;
+    let mut r = reserve("acme", 2);
+    r["lease_ms"] = json!(50);
+    let a = post(&s, "/v1/reserve", r).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    let id = a.body["hold_id"].as_str().unwrap().to_owned();
+    eventually_async("the lapsed hold's copies are released", || async {
+        holds(&s.app, "acme").await == (0, 0)
+    })
+    .await;
+    eventually("the lapsed hold is gone", || s.app.sessions.is_empty()).await;
+    // A later reserve sees none of it, and the id is dead.
+    let a = post(&s, "/v1/reserve", reserve("acme", 3)).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(a.body["domain_holds"], 3);
+    let a = post(&s, &format!("/v1/holds/{id}/renew"), json!({})).await;
+    a.error(StatusCode::NOT_FOUND, 5, "unknown_hold");
+}
+
+#[tokio::test]
+async fn renewing_keeps_a_hold_past_its_first_lease() {
+    let s = TestServer::start(CONFIG).await;
+    let mut r = reserve("acme", 1);
+    r["lease_ms"] = json!(500);
+    let kept = post(&s, "/v1/reserve", r.clone()).await;
+    assert_eq!(kept.status, StatusCode::OK, "{}", kept.text);
+    let kept = kept.body["hold_id"].as_str().unwrap().to_owned();
+    let first_expiry = s
+        .app
+        .sessions
+        .get(kept.parse().unwrap())
+        .unwrap()
+        .expires_at()
+        .unwrap();
+    // A control with the same lease, not renewed.
+    let control = post(&s, "/v1/reserve", r).await;
+    assert_eq!(control.status, StatusCode::OK, "{}", control.text);
+
+    let a = post(
+        &s,
+        &format!("/v1/holds/{kept}/renew"),
+        json!({ "lease_ms": 600_000 }),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(a.body["hold_id"], kept.as_str());
+    let expires_at_ms = a.body["expires_at_ms"].as_u64().unwrap();
+    assert!(expires_at_ms > first_expiry.as_u64() / 1_000_000 + 500_000);
+
+    // The control lapsing shows housekeeping ran after the first lease
+    // would have ended; the renewed hold survived it.
+    eventually_async("the control's lease lapses and is reaped", || async {
+        holds(&s.app, "acme").await == (1, 1)
+    })
+    .await;
+    assert!(clock::now() > first_expiry);
+    assert_eq!(s.app.sessions.len(), 1);
+
+    // No body: renewed by its own (now long) lease.
+    let r = reqwest::Client::new()
+        .post(s.http_url(&format!("/v1/holds/{kept}/renew")))
+        .send()
+        .await
+        .unwrap();
+    let a = Answer::from(r).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert!(a.body["expires_at_ms"].as_u64().unwrap() >= expires_at_ms);
+
+    let a = post(&s, "/v1/release", hold_body(&kept, "acme", 1)).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(holds(&s.app, "acme").await, (0, 0));
+}
+
+#[tokio::test]
+async fn deleting_a_hold_releases_everything_in_it() {
+    let s = TestServer::start(CONFIG).await;
+    let a = post(&s, "/v1/reserve", reserve("acme", 3)).await;
+    let id = a.body["hold_id"].as_str().unwrap().to_owned();
+    assert_eq!(holds(&s.app, "acme").await, (3, 3));
+    let a = delete(&s, &format!("/v1/holds/{id}")).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(a.body["released"], 3);
+    assert_eq!(holds(&s.app, "acme").await, (0, 0));
+    assert!(s.app.sessions.is_empty());
+    let a = delete(&s, &format!("/v1/holds/{id}")).await;
+    a.error(StatusCode::NOT_FOUND, 5, "unknown_hold");
+}
+
+#[tokio::test]
+async fn unknown_holds_are_404_and_a_missing_id_is_400() {
+    let s = TestServer::start(CONFIG).await;
+    let unknown = "0123456789abcdef0123456789abcdef";
+    let a = post(&s, "/v1/release", hold_body(unknown, "acme", 1)).await;
+    a.error(StatusCode::NOT_FOUND, 5, "unknown_hold");
+    let a = post(&s, "/v1/release", hold_body("not-an-id", "acme", 1)).await;
+    a.error(StatusCode::NOT_FOUND, 5, "unknown_hold");
+    let mut t = hold_body(unknown, "acme", 1);
+    t["ttl_ms"] = json!(1000);
+    let a = post(&s, "/v1/transfer", t).await;
+    a.error(StatusCode::NOT_FOUND, 5, "unknown_hold");
+    let a = post(&s, &format!("/v1/holds/{unknown}/renew"), json!({})).await;
+    a.error(StatusCode::NOT_FOUND, 5, "unknown_hold");
+    let a = delete(&s, &format!("/v1/holds/{unknown}")).await;
+    a.error(StatusCode::NOT_FOUND, 5, "unknown_hold");
+    let a = post(&s, "/v1/release", hold_body("", "acme", 1)).await;
+    let message = a.error(StatusCode::BAD_REQUEST, 3, "malformed_request");
+    assert!(message.contains("hold_id"), "{message}");
+}
+
+#[tokio::test]
+async fn service_errors_have_their_status_and_reason() {
+    let s = TestServer::start(CONFIG).await;
+    let mut r = rate("api", "acme", 1);
+    r["namespace"] = json!("nope");
+    let a = post(&s, "/v1/request", r).await;
+    let message = a.error(StatusCode::NOT_FOUND, 5, "unknown_namespace");
+    assert!(message.contains("nope"), "{message}");
+    let a = post(&s, "/v1/request", rate("nope", "acme", 1)).await;
+    a.error(StatusCode::NOT_FOUND, 5, "unknown_resource");
+    let a = post(&s, "/v1/request", rate("sandbox", "acme", 1)).await;
+    a.error(StatusCode::CONFLICT, 9, "wrong_resource_kind");
+    let mut r = reserve("acme", 1);
+    r["resource"] = json!("api");
+    let a = post(&s, "/v1/reserve", r).await;
+    a.error(StatusCode::CONFLICT, 9, "wrong_resource_kind");
+    assert!(s.app.sessions.is_empty(), "a failed reserve leaves no hold");
+    let a = post(
+        &s,
+        "/v1/request",
+        json!({ "namespace": "app", "resource": "api", "domain": "acme", "hits": 1, "min_hits": 2 }),
+    )
+    .await;
+    let message = a.error(StatusCode::BAD_REQUEST, 3, "malformed_request");
+    assert!(message.contains("min_hits"), "{message}");
+
+    // Releasing more than the hold holds: refused, and the hold keeps all.
+    let a = post(&s, "/v1/reserve", reserve("acme", 1)).await;
+    let id = a.body["hold_id"].as_str().unwrap().to_owned();
+    let a = post(&s, "/v1/release", hold_body(&id, "acme", 2)).await;
+    a.error(StatusCode::CONFLICT, 9, "not_held");
+    let a = post(&s, "/v1/release", hold_body(&id, "globex", 1)).await;
+    a.error(StatusCode::CONFLICT, 9, "not_held");
+    assert_eq!(holds(&s.app, "acme").await, (1, 1));
+    assert_eq!(s.app.sessions.len(), 1);
+}
+
+#[tokio::test]
+async fn bad_bodies_are_400_malformed_request_naming_the_problem() {
+    let s = TestServer::start(CONFIG).await;
+    let cases: [(&str, Vec<u8>, &str); 6] = [
+        ("syntax", b"{\"namespace\": ".to_vec(), "not valid JSON"),
+        (
+            "unknown field",
+            br#"{"namespace":"app","resource":"api","hitz":1}"#.to_vec(),
+            "hitz",
+        ),
+        (
+            "wrong type",
+            br#"{"namespace":"app","resource":"api","hits":"one"}"#.to_vec(),
+            "hits",
+        ),
+        (
+            "unknown mode",
+            br#"{"namespace":"app","resource":"api","hits":1,"mode":"later"}"#.to_vec(),
+            "later",
+        ),
+        (
+            "not UTF-8",
+            b"{\"namespace\":\"\xff\xfe\"}".to_vec(),
+            "UTF-8",
+        ),
+        ("empty", Vec::new(), "JSON"),
+    ];
+    for (what, body, named) in cases {
+        let a = post_raw(&s, "/v1/request", body).await;
+        let message = a.error(StatusCode::BAD_REQUEST, 3, "malformed_request");
+        assert!(message.contains(named), "{what}: {message}");
+    }
+    // The open namespace would grant a resource named ""; a missing name is
+    // a client's mistake, said so.
+    let a = post(
+        &s,
+        "/v1/request",
+        json!({ "namespace": "open", "domain": "acme", "hits": 1 }),
+    )
+    .await;
+    let message = a.error(StatusCode::BAD_REQUEST, 3, "malformed_request");
+    assert!(message.contains("resource"), "{message}");
+    let a = post(
+        &s,
+        "/v1/reserve",
+        json!({ "resource": "sandbox", "copies": 1 }),
+    )
+    .await;
+    let message = a.error(StatusCode::BAD_REQUEST, 3, "malformed_request");
+    assert!(message.contains("namespace"), "{message}");
+    // Leases: at least 1 ms, at most a day.
+    for lease in [0, 24 * 3_600_000 + 1] {
+        let mut r = reserve("acme", 1);
+        r["lease_ms"] = json!(lease);
+        let a = post(&s, "/v1/reserve", r).await;
+        let message = a.error(StatusCode::BAD_REQUEST, 3, "malformed_request");
+        assert!(message.contains("lease_ms"), "{message}");
+    }
+    let a = post(
+        &s,
+        "/v1/seize",
+        json!({ "transfer_id": "x", "lease_ms": 0 }),
+    )
+    .await;
+    a.error(StatusCode::BAD_REQUEST, 3, "malformed_request");
+    assert!(s.app.sessions.is_empty());
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_is_413() {
+    let options = ServerOptions {
+        max_message_bytes: 1024,
+        ..ServerOptions::default()
+    };
+    let s = TestServer::start_with(CONFIG, SessionLimits::default(), options).await;
+    let mut big = rate("api", "acme", 1);
+    big["domain"] = json!("x".repeat(2000));
+    let a = post(&s, "/v1/request", big).await;
+    let message = a.error(StatusCode::PAYLOAD_TOO_LARGE, 11, "body_too_large");
+    assert!(message.contains("1024"), "{message}");
+    // `/json` reads its body its own way; the answer is the same.
+    let a = post(
+        &s,
+        "/json",
+        json!({ "domain": "x".repeat(2000), "descriptors": [] }),
+    )
+    .await;
+    a.error(StatusCode::PAYLOAD_TOO_LARGE, 11, "body_too_large");
+    // Under the limit, the same request is answered.
+    let a = post(&s, "/v1/request", rate("api", "acme", 1)).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+}
+
+#[tokio::test]
+async fn status_config_and_probes() {
+    let s = TestServer::start(CONFIG).await;
+    let a = post(&s, "/v1/reserve", reserve("acme", 1)).await;
+    assert_eq!(a.status, StatusCode::OK);
+
+    let a = get(&s, "/status").await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(a.body["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(a.body["store"], "memory");
+    assert_eq!(a.body["config"]["revision"], 1);
+    assert!(a.body["config"]["loaded_at_ms"].as_u64().unwrap() > 0);
+    assert!(a.body["config"]["last_error"].is_null());
+    assert_eq!(a.body["sessions"]["open"], 1);
+    assert!(a.body["uptime_ms"].is_u64());
+
+    let a = get(&s, "/v1/config").await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(a.headers[CONTENT_TYPE], "application/yaml");
+    // It reads back into the same limits: emitted again, it is the same
+    // text (`Config` equality would compare source positions too).
+    let back = tollgate_config::load_str("served.yaml", &a.text).unwrap();
+    assert_eq!(tollgate_config::emit::to_yaml(&back.config), a.text);
+    assert_eq!(back.config.namespaces.len(), 2);
+    assert!(a.text.contains("hard_limit: 2"), "{}", a.text);
+
+    let a = get(&s, "/healthz").await;
+    assert_eq!((a.status, a.text.as_str()), (StatusCode::OK, "ok"));
+    let a = get(&s, "/readyz").await;
+    assert_eq!(a.status, StatusCode::OK);
+    // Once shutdown begins, not ready (while still answering).
+    s.app.begin_stopping();
+    let a = get(&s, "/readyz").await;
+    assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE);
+}
+
+#[tokio::test]
+async fn metrics_without_a_recorder_is_404() {
+    // Tests share one process, so none installs the global recorder.
+    let s = TestServer::start(CONFIG).await;
+    let a = get(&s, "/metrics").await;
+    a.error(StatusCode::NOT_FOUND, 5, "metrics_disabled");
+}
+
+#[tokio::test]
+async fn wrong_methods_are_405_and_unknown_paths_404() {
+    let s = TestServer::start(CONFIG).await;
+    let a = get(&s, "/v1/request").await;
+    a.error(StatusCode::METHOD_NOT_ALLOWED, 12, "method_not_allowed");
+    assert_eq!(a.headers[ALLOW], "POST");
+    let a = post(&s, "/status", json!({})).await;
+    assert_eq!(a.status, StatusCode::METHOD_NOT_ALLOWED);
+    let a = get(&s, "/v2/request").await;
+    a.error(StatusCode::NOT_FOUND, 5, "not_found");
+}
+
+#[tokio::test]
+async fn envoy_json_is_mounted_with_the_same_error_shape() {
+    // Its semantics are `rls_json`'s tests; here: it is routed, and it
+    // answers (upstream: a domain with no config is OK).
+    let s = TestServer::start(CONFIG).await;
+    let a = post(
+        &s,
+        "/json",
+        json!({ "domain": "unconfigured", "descriptors": [{ "entries": [{ "key": "k", "value": "v" }] }] }),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert!(a.body.is_object(), "{}", a.text);
+    let a = post_raw(&s, "/json", b"{".to_vec()).await;
+    a.error(StatusCode::BAD_REQUEST, 3, "malformed_request");
+    let a = get(&s, "/json").await;
+    assert_eq!(a.status, StatusCode::METHOD_NOT_ALLOWED);
+}

@@ -1,0 +1,236 @@
+//! TLS on both ports, and mutual TLS refusing clients without a
+//! certificate from the configured CA. Certificates are made fresh by each
+//! test (rcgen); the only network is loopback.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use common::TestServer;
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tollgate_proto::v1::{self, tollgate_client::TollgateClient};
+use tollgate_server::tls::{Tls, TlsFiles};
+use tollgate_server::ServerOptions;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+
+const CONFIG: &str = "namespaces:\n  - name: app\n    resources:\n      - { name: api, algorithm: gcra, rate: 10/s, burst: 5 }\n";
+
+struct Ca {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+}
+
+impl Ca {
+    fn new(name: &str) -> Ca {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        Ca {
+            issuer: CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap(),
+        }
+    }
+
+    fn pem(&self) -> String {
+        self.issuer.pem()
+    }
+
+    /// A leaf certificate for `localhost`: (cert PEM, key PEM).
+    fn leaf(&self, name: &str) -> (String, String) {
+        let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+async fn start(dir: &Path, server_ca: &Ca, client_ca: Option<&Ca>) -> TestServer {
+    let (cert, key) = server_ca.leaf("tollgate");
+    let files = TlsFiles {
+        cert: write(dir, "server.pem", &cert),
+        key: write(dir, "server.key", &key),
+        client_ca: client_ca.map(|ca| write(dir, "client-ca.pem", &ca.pem())),
+    };
+    let options = ServerOptions {
+        tls: Some(Tls::load(&files).unwrap()),
+        ..ServerOptions::default()
+    };
+    TestServer::start_with(CONFIG, Default::default(), options).await
+}
+
+async fn grpc(
+    server: &TestServer,
+    ca: &Ca,
+    identity: Option<(String, String)>,
+) -> Result<TollgateClient<Channel>, tonic::transport::Error> {
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca.pem()))
+        .domain_name("localhost");
+    if let Some((cert, key)) = identity {
+        tls = tls.identity(Identity::from_pem(cert, key));
+    }
+    let channel = Channel::from_shared(format!("https://{}", server.grpc))
+        .unwrap()
+        .tls_config(tls)?
+        .connect()
+        .await?;
+    Ok(TollgateClient::new(channel))
+}
+
+fn request() -> v1::RateRequest {
+    v1::RateRequest {
+        namespace: "app".into(),
+        resource: "api".into(),
+        domain: "d".into(),
+        hits: 1,
+        min_hits: None,
+        mode: 0,
+    }
+}
+
+/// `GET /healthz` over TLS by hand (tokio-rustls): the status line, or
+/// the error that ended the exchange.
+async fn https_healthz(
+    server: &TestServer,
+    ca: &Ca,
+    identity: Option<(String, String)>,
+) -> Result<String, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pki_types::CertificateDer::pem_slice_iter(ca.pem().as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+    let config = match identity {
+        Some((cert, key)) => {
+            use rustls_pki_types::pem::PemObject;
+            let chain = rustls_pki_types::CertificateDer::pem_slice_iter(cert.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap();
+            let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+            builder.with_client_auth_cert(chain, key).unwrap()
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(server.http).await.unwrap();
+    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+    let mut tls = connector
+        .connect(name, tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut out = String::new();
+    tls.read_to_string(&mut out)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(out.lines().next().unwrap_or_default().to_owned())
+}
+
+use rustls_pki_types::pem::PemObject;
+
+#[tokio::test]
+async fn both_ports_serve_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("test CA");
+    let server = start(dir.path(), &ca, None).await;
+    let mut client = grpc(&server, &ca, None).await.unwrap();
+    assert!(
+        client
+            .request(request())
+            .await
+            .unwrap()
+            .into_inner()
+            .allowed
+    );
+    assert_eq!(
+        https_healthz(&server, &ca, None).await.unwrap(),
+        "HTTP/1.1 200 OK"
+    );
+    // Plain text is not served on a TLS port.
+    let mut plain = TollgateClient::connect(server.grpc_url()).await.unwrap();
+    assert!(plain.request(request()).await.is_err());
+}
+
+#[tokio::test]
+async fn mutual_tls_refuses_strangers_on_both_ports() {
+    let dir = tempfile::tempdir().unwrap();
+    let server_ca = Ca::new("server CA");
+    let client_ca = Ca::new("client CA");
+    let stranger_ca = Ca::new("stranger CA");
+    let server = start(dir.path(), &server_ca, Some(&client_ca)).await;
+
+    // A known client.
+    let mut client = grpc(&server, &server_ca, Some(client_ca.leaf("app")))
+        .await
+        .unwrap();
+    assert!(
+        client
+            .request(request())
+            .await
+            .unwrap()
+            .into_inner()
+            .allowed
+    );
+    assert_eq!(
+        https_healthz(&server, &server_ca, Some(client_ca.leaf("ops")))
+            .await
+            .unwrap(),
+        "HTTP/1.1 200 OK"
+    );
+
+    // No certificate, or one from another CA: refused.
+    for identity in [None, Some(stranger_ca.leaf("mallory"))] {
+        let refused = match grpc(&server, &server_ca, identity.clone()).await {
+            Err(_) => true,
+            Ok(mut c) => c.request(request()).await.is_err(),
+        };
+        assert!(refused, "a gRPC client without a valid certificate got in");
+        assert!(
+            https_healthz(&server, &server_ca, identity).await.is_err(),
+            "an HTTP client without a valid certificate got in"
+        );
+    }
+}
+
+#[test]
+fn bad_tls_files_are_named_without_their_content() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("ca");
+    let (cert, key) = ca.leaf("x");
+    let (_, other_key) = ca.leaf("y");
+    let files = |cert: &str, key: &str| TlsFiles {
+        cert: write(dir.path(), "c.pem", cert),
+        key: write(dir.path(), "k.pem", key),
+        client_ca: None,
+    };
+    let e = Tls::load(&files("not pem", &key)).unwrap_err().to_string();
+    assert!(e.contains("c.pem") && e.contains("CERTIFICATE"), "{e}");
+    let e = Tls::load(&files(&cert, "garbage")).unwrap_err().to_string();
+    assert!(e.contains("k.pem") && e.contains("PRIVATE KEY"), "{e}");
+    let e = Tls::load(&files(&cert, &other_key))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("certificate and key"), "{e}");
+    assert!(!e.contains("BEGIN"), "no key material in errors: {e}");
+    let missing = TlsFiles {
+        cert: dir.path().join("nope.pem"),
+        key: dir.path().join("k.pem"),
+        client_ca: None,
+    };
+    let e = Tls::load(&missing).unwrap_err().to_string();
+    assert!(e.contains("nope.pem"), "{e}");
+    // And the Debug form shows no key.
+    let ok = Tls::load(&files(&cert, &key)).unwrap();
+    assert!(!format!("{ok:?}").contains("BEGIN"));
+}
