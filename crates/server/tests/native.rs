@@ -38,6 +38,11 @@ namespaces:
   - name: open
     allow_unconfigured: true
     resources: []
+  - name: quiet
+    ignore_configured: true
+    resources:
+      - { name: api, algorithm: gcra, rate: 1/min, burst: 1 }
+      - { name: pool, kind: concurrency, domain_limit: 1 }
 "#;
 
 fn rate(resource: &str, domain: &str, hits: u64) -> v1::RateRequest {
@@ -660,5 +665,38 @@ async fn bad_input_gets_client_errors_and_changes_nothing() {
             .request(rate("api", &format!("flood-{i}"), 1))
             .await
             .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn an_ignoring_namespace_grants_and_says_what_it_would_have_done() {
+    // Charon §4.3's switch for a whole namespace: limiting off, use still
+    // counted, answers marked.
+    let server = TestServer::start(CONFIG).await;
+    let mut client = server.native().await;
+    let quiet = |hits| v1::RateRequest {
+        namespace: "quiet".into(),
+        ..rate("api", "u", hits)
+    };
+    let first = ask(&mut client, quiet(1)).await;
+    assert!(first.allowed && !first.ignored);
+    let second = ask(&mut client, quiet(1)).await;
+    assert!(second.allowed, "limiting is off");
+    assert!(second.ignored, "but the answer says the limit would have rejected");
+    assert_eq!(second.granted, 1);
+    // Holds too: more than the domain limit of 1.
+    let mut s = Session::open(&mut client).await;
+    let r = s
+        .call(Op::Reserve(v1::ReserveRequest {
+            namespace: "quiet".into(),
+            resource: "pool".into(),
+            domain: "u".into(),
+            copies: 3,
+            ..Default::default()
+        }))
+        .await;
+    match r {
+        Answer::Reserve(r) => assert_eq!((r.allowed, r.granted), (true, 3)),
+        other => panic!("{other:?}"),
     }
 }
