@@ -682,7 +682,10 @@ async fn an_ignoring_namespace_grants_and_says_what_it_would_have_done() {
     assert!(first.allowed && !first.ignored);
     let second = ask(&mut client, quiet(1)).await;
     assert!(second.allowed, "limiting is off");
-    assert!(second.ignored, "but the answer says the limit would have rejected");
+    assert!(
+        second.ignored,
+        "but the answer says the limit would have rejected"
+    );
     assert_eq!(second.granted, 1);
     // Holds too: more than the domain limit of 1.
     let mut s = Session::open(&mut client).await;

@@ -248,21 +248,7 @@ impl Sessions {
             domain: domain.to_owned(),
             groups: reservation.groups.clone(),
         };
-        let closed = {
-            let mut state = session.lock();
-            if !state.closed {
-                *state.holds.entry(key.clone()).or_default() += reservation.granted;
-            }
-            state.closed
-        };
-        if closed {
-            // The session ended while the store was answering: nobody will
-            // ever release these, so give them back now.
-            limiter
-                .release_pool(&key.pool, &key.domain, &key.groups, reservation.granted)
-                .await?;
-            return Err(ServiceError::SessionClosed);
-        }
+        record(limiter, session, key, reservation.granted).await?;
         Ok(reservation)
     }
 
@@ -356,19 +342,7 @@ impl Sessions {
             domain: seized.staged.domain.clone(),
             groups: seized.staged.groups.clone(),
         };
-        let closed = {
-            let mut state = session.lock();
-            if !state.closed {
-                *state.holds.entry(key.clone()).or_default() += seized.staged.copies;
-            }
-            state.closed
-        };
-        if closed {
-            limiter
-                .release_pool(&key.pool, &key.domain, &key.groups, seized.staged.copies)
-                .await?;
-            return Err(ServiceError::SessionClosed);
-        }
+        record(limiter, session, key, seized.staged.copies).await?;
         Ok(seized)
     }
 
@@ -423,6 +397,31 @@ impl Sessions {
         }
         released
     }
+}
+
+/// Records `copies` just granted into `session`'s hold set; if the session
+/// ended while the store was answering, nobody would ever release them, so
+/// they are given back at once and the caller is told.
+async fn record<S: Store>(
+    limiter: &Limiter<S>,
+    session: &Session,
+    key: HoldKey,
+    copies: u64,
+) -> Result<(), ServiceError> {
+    let closed = {
+        let mut state = session.lock();
+        if !state.closed {
+            *state.holds.entry(key.clone()).or_default() += copies;
+        }
+        state.closed
+    };
+    if closed {
+        limiter
+            .release_pool(&key.pool, &key.domain, &key.groups, copies)
+            .await?;
+        return Err(ServiceError::SessionClosed);
+    }
+    Ok(())
 }
 
 fn held_of(state: &State, pool: &PoolKey, domain: &str) -> u64 {
