@@ -125,6 +125,26 @@ pub struct CopyContext {
     pub groups: Vec<GroupContext>,
 }
 
+impl CopyContext {
+    /// The same holds against `limits` (for `domain`): what an ignored
+    /// limit would have said.
+    pub fn against(mut self, limits: &CopyLimits, domain: &str) -> CopyContext {
+        self.domain_limit = limits.domain_limit_for(domain);
+        self.global_limit = limits.global_limit;
+        for g in &mut self.groups {
+            g.limit = limits.group_limit(&g.name).unwrap_or(u64::MAX);
+        }
+        self
+    }
+
+    /// Whether some hold count is above its limit.
+    pub fn over_limit(&self) -> bool {
+        self.domain_holds > self.domain_limit
+            || self.global_limit.is_some_and(|g| self.global_holds > g)
+            || self.groups.iter().any(|g| g.holds > g.limit)
+    }
+}
+
 /// The answer to a reserve.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reservation {
@@ -245,6 +265,26 @@ impl CopyLimits {
             .collect();
         g.sort();
         g
+    }
+
+    /// The same groups and members with every limit lifted: what a
+    /// namespace that ignores its limits reserves against, so that holds are
+    /// still counted in the groups a later, enforcing config will release
+    /// them from.
+    pub fn lifted(&self) -> CopyLimits {
+        CopyLimits {
+            domain_limit: u64::MAX,
+            global_limit: None,
+            groups: self
+                .groups
+                .iter()
+                .map(|g| GroupLimit {
+                    limit: u64::MAX,
+                    ..g.clone()
+                })
+                .collect(),
+            overrides: HashMap::new(),
+        }
     }
 
     fn group_limit(&self, name: &str) -> Option<u64> {

@@ -1,10 +1,9 @@
 //! Service outcomes as wire messages: one place, shared by the gRPC and
 //! HTTP surfaces (the HTTP API's JSON bodies are the same messages).
 
-use tollgate_core::copies::Reservation;
 use tollgate_core::{Mode, Nanos};
 use tollgate_proto::v1;
-use tollgate_service::{LimitedBy, RateOutcome, RateRequest};
+use tollgate_service::{LimitedBy, RateOutcome, RateRequest, ReserveOutcome};
 use tollgate_store::Seized;
 
 /// The service's view of a wire rate request.
@@ -64,7 +63,8 @@ pub fn rate_response(o: &RateOutcome) -> v1::RateResponse {
 }
 
 /// A reservation with its domain, global and group context.
-pub fn reserve_response(r: &Reservation) -> v1::ReserveResponse {
+pub fn reserve_response(o: &ReserveOutcome) -> v1::ReserveResponse {
+    let r = &o.reservation;
     let c = &r.context;
     v1::ReserveResponse {
         allowed: r.allowed,
@@ -84,6 +84,8 @@ pub fn reserve_response(r: &Reservation) -> v1::ReserveResponse {
             })
             .collect(),
         hold_id: String::new(),
+        shadowed: o.shadowed,
+        ignored: o.ignored,
     }
 }
 

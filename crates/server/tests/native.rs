@@ -699,7 +699,12 @@ async fn an_ignoring_namespace_grants_and_says_what_it_would_have_done() {
         }))
         .await;
     match r {
-        Answer::Reserve(r) => assert_eq!((r.allowed, r.granted), (true, 3)),
+        Answer::Reserve(r) => {
+            assert_eq!((r.allowed, r.granted), (true, 3));
+            // Reported against the configured limit, which it exceeds.
+            assert_eq!((r.domain_limit, r.domain_holds), (1, 3));
+            assert!(r.ignored && !r.shadowed);
+        }
         other => panic!("{other:?}"),
     }
 }

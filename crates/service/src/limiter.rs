@@ -147,7 +147,17 @@ pub struct DescriptorOutcome {
 }
 
 /// The answer to a reserve (Charon §3.1).
-pub type ReserveOutcome = Reservation;
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReserveOutcome {
+    /// What the store granted, with the context against the configured
+    /// limits (also when they were ignored).
+    pub reservation: Reservation,
+    /// Granted only because the resource is in shadow mode: the configured
+    /// limits would have refused some of it.
+    pub shadowed: bool,
+    /// Granted only because the namespace ignores its limits.
+    pub ignored: bool,
+}
 
 /// Answers limiting requests against a config view and a store.
 pub struct Limiter<S> {
@@ -364,15 +374,30 @@ impl<S: Store> Limiter<S> {
     ) -> Result<ReserveOutcome, ServiceError> {
         check_request(request.hits, request.min_hits)?;
         let (pool, limits, ignore) = self.copy_resource(namespace, resource, "reserve")?;
-        let limits = if ignore {
-            Arc::new(CopyLimits::new(u64::MAX, None))
-        } else {
-            limits
-        };
-        Ok(self
+        if !ignore.any() {
+            let reservation = self
+                .store
+                .reserve(&pool, &limits, domain, request, now)
+                .await?;
+            return Ok(ReserveOutcome {
+                reservation,
+                shadowed: false,
+                ignored: false,
+            });
+        }
+        // Counted in the same groups, decided without limits, reported
+        // against the real ones.
+        let mut reservation = self
             .store
-            .reserve(&pool, &limits, domain, request, now)
-            .await?)
+            .reserve(&pool, &limits.lifted(), domain, request, now)
+            .await?;
+        reservation.context = reservation.context.against(&limits, domain);
+        let over = reservation.granted > 0 && reservation.context.over_limit();
+        Ok(ReserveOutcome {
+            reservation,
+            shadowed: over && ignore.shadow,
+            ignored: over && ignore.namespace,
+        })
     }
 
     /// Releases copies (Charon §3.1 `release`).
@@ -459,7 +484,7 @@ impl<S: Store> Limiter<S> {
         namespace: &str,
         resource: &str,
         operation: &'static str,
-    ) -> Result<(PoolKey, Arc<CopyLimits>, bool), ServiceError> {
+    ) -> Result<(PoolKey, Arc<CopyLimits>, Ignore), ServiceError> {
         let view = self.view.load();
         let ns = self::namespace(&view, namespace)?;
         check_names(namespace, resource)?;
@@ -471,7 +496,10 @@ impl<S: Store> Limiter<S> {
             }) => Ok((
                 pool.clone(),
                 limits.clone(),
-                *shadow || ns.ignore_configured,
+                Ignore {
+                    shadow: *shadow,
+                    namespace: ns.ignore_configured,
+                },
             )),
             Some(_) => Err(wrong_kind(
                 namespace,
@@ -483,13 +511,26 @@ impl<S: Store> Limiter<S> {
             None if ns.allow_unconfigured => Ok((
                 PoolKey::new(namespace, resource),
                 Arc::new(CopyLimits::new(u64::MAX, None)),
-                false,
+                Ignore::default(),
             )),
             None => Err(ServiceError::UnknownResource {
                 namespace: namespace.to_owned(),
                 resource: resource.to_owned(),
             }),
         }
+    }
+}
+
+/// Why a copy resource's limits are not enforced, if they are not.
+#[derive(Copy, Clone, Debug, Default)]
+struct Ignore {
+    shadow: bool,
+    namespace: bool,
+}
+
+impl Ignore {
+    fn any(self) -> bool {
+        self.shadow || self.namespace
     }
 }
 

@@ -17,12 +17,12 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use tollgate_core::copies::{normalize_groups, CopyError, Groups, Reservation, TransferId};
+use tollgate_core::copies::{normalize_groups, CopyError, Groups, TransferId};
 use tollgate_core::{Nanos, Request};
 use tollgate_store::{PoolKey, Seized, Store, StoreError};
 
 use crate::error::ServiceError;
-use crate::limiter::Limiter;
+use crate::limiter::{Limiter, ReserveOutcome};
 
 /// A session's id: random, so that knowing one's own tells nothing about
 /// another's (an HTTP hold id is a capability).
@@ -236,12 +236,13 @@ impl Sessions {
         domain: &str,
         request: Request,
         now: Nanos,
-    ) -> Result<Reservation, ServiceError> {
-        let reservation = limiter
+    ) -> Result<ReserveOutcome, ServiceError> {
+        let outcome = limiter
             .reserve(namespace, resource, domain, request, now)
             .await?;
+        let reservation = &outcome.reservation;
         if reservation.granted == 0 {
-            return Ok(reservation);
+            return Ok(outcome);
         }
         let key = HoldKey {
             pool: PoolKey::new(namespace, resource),
@@ -249,7 +250,7 @@ impl Sessions {
             groups: reservation.groups.clone(),
         };
         record(limiter, session, key, reservation.granted).await?;
-        Ok(reservation)
+        Ok(outcome)
     }
 
     /// Releases `copies` the session holds of `resource` for `domain`;

@@ -389,7 +389,8 @@ async fn ignore_configured_never_rejects_but_still_records_use() {
     let r = l
         .reserve("ns", "pool", "acme", Request::exactly(5), Nanos::ZERO)
         .await
-        .unwrap();
+        .unwrap()
+        .reservation;
     assert!(r.allowed);
     assert_eq!(r.granted, 5);
 
@@ -408,7 +409,8 @@ async fn ignore_configured_never_rejects_but_still_records_use() {
     let r = l
         .reserve("ns", "pool", "acme", Request::exactly(1), Nanos::ZERO)
         .await
-        .unwrap();
+        .unwrap()
+        .reservation;
     assert!(!r.allowed);
     assert_eq!(r.context.domain_holds, 5);
     l.release("ns", "pool", "acme", &r.groups, 5).await.unwrap();
@@ -422,7 +424,8 @@ async fn a_shadowed_copy_limited_resource_grants_beyond_its_limits_and_counts() 
     let r = l
         .reserve("ns", "pool", "acme", Request::exactly(3), Nanos::ZERO)
         .await
-        .unwrap();
+        .unwrap()
+        .reservation;
     assert!(r.allowed);
     assert_eq!(r.granted, 3);
     assert_eq!(r.context.domain_holds, 3);
@@ -487,7 +490,8 @@ async fn allow_unconfigured_grants_unknown_resources_of_either_kind() {
             Nanos::ZERO,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .reservation;
     assert!(r.allowed);
     assert_eq!(r.granted, 1_000);
     assert_eq!(r.context.domain_holds, 1_000);
@@ -610,7 +614,8 @@ async fn min_hits_above_hits_is_malformed_and_changes_nothing() {
     let r = l
         .reserve("ns", "pool", "acme", Request::exactly(2), Nanos::ZERO)
         .await
-        .unwrap();
+        .unwrap()
+        .reservation;
     assert_eq!(r.granted, 2);
 }
 
@@ -731,7 +736,8 @@ async fn reserve_respects_domain_group_and_global_limits() {
     let r = l
         .reserve("ns", "sandbox", "acme", Request::exactly(2), Nanos::ZERO)
         .await
-        .unwrap();
+        .unwrap()
+        .reservation;
     assert!(r.allowed);
     assert_eq!(r.granted, 2);
     assert_eq!(r.groups, ["big"]);
@@ -747,7 +753,8 @@ async fn reserve_respects_domain_group_and_global_limits() {
     let r = l
         .reserve("ns", "sandbox", "acme", Request::exactly(1), Nanos::ZERO)
         .await
-        .unwrap();
+        .unwrap()
+        .reservation;
     assert!(!r.allowed);
     assert_eq!(r.granted, 0);
     // globex may hold 2, but group `big` has one copy left: partial grant.
@@ -760,14 +767,16 @@ async fn reserve_respects_domain_group_and_global_limits() {
             Nanos::ZERO,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .reservation;
     assert_eq!((r.granted, r.allowed), (1, true));
     assert_eq!(r.context.groups[0].holds, 3);
     // initech (limit 4, no group) meets the global limit: 4 - 3 = 1 left.
     let r = l
         .reserve("ns", "sandbox", "initech", Request::exactly(2), Nanos::ZERO)
         .await
-        .unwrap();
+        .unwrap()
+        .reservation;
     assert!(!r.allowed);
     assert_eq!(r.context.domain_limit, 4);
     assert!(r.groups.is_empty());
@@ -780,7 +789,8 @@ async fn reserve_respects_domain_group_and_global_limits() {
             Nanos::ZERO,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .reservation;
     assert_eq!(r.granted, 1);
     assert_eq!(r.context.global_holds, 4);
 }
@@ -790,7 +800,8 @@ async fn holds(l: &Limiter<MemoryStore>, domain: &str) -> (u64, u64) {
     let r = l
         .reserve("ns", "sandbox", domain, Request::between(0, 0), Nanos::ZERO)
         .await
-        .unwrap();
+        .unwrap()
+        .reservation;
     assert_eq!(r.granted, 0);
     (r.context.domain_holds, r.context.global_holds)
 }
@@ -801,7 +812,8 @@ async fn release_of_what_is_not_held_is_refused_and_changes_nothing() {
     let r = l
         .reserve("ns", "sandbox", "acme", Request::exactly(2), Nanos::ZERO)
         .await
-        .unwrap();
+        .unwrap()
+        .reservation;
     let big = r.groups.clone();
     assert_eq!(holds(&l, "acme").await, (2, 2));
 
@@ -871,7 +883,8 @@ async fn transfer_stages_copies_and_seize_claims_them() {
     let r = l
         .reserve("ns", "sandbox", "acme", Request::exactly(2), Nanos::ZERO)
         .await
-        .unwrap();
+        .unwrap()
+        .reservation;
     let big = r.groups.clone();
     let id = l
         .transfer("ns", "sandbox", "acme", &big, 1, Nanos::from_secs(10), t)
@@ -906,7 +919,8 @@ async fn transfer_stages_copies_and_seize_claims_them() {
     let r = l
         .reserve("ns", "sandbox", "globex", Request::exactly(2), Nanos::ZERO)
         .await
-        .unwrap();
+        .unwrap()
+        .reservation;
     let id = l
         .transfer("ns", "sandbox", "globex", &r.groups, 2, Nanos::SECOND, t)
         .await
@@ -1216,7 +1230,8 @@ async fn set_view_keeps_unchanged_limits_and_starts_changed_ones_fresh() {
     let r = l
         .reserve("ns", "pool", "acme", Request::exactly(2), Nanos::ZERO)
         .await
-        .unwrap();
+        .unwrap()
+        .reservation;
 
     l.set_view(view(AFTER));
     // Same parameters (resources reordered): the state carries over.
@@ -1235,7 +1250,8 @@ async fn set_view_keeps_unchanged_limits_and_starts_changed_ones_fresh() {
     let more = l
         .reserve("ns", "pool", "acme", Request::exactly(1), Nanos::ZERO)
         .await
-        .unwrap();
+        .unwrap()
+        .reservation;
     assert!(more.allowed);
     assert_eq!(more.context.domain_holds, 3);
     l.release("ns", "pool", "acme", &r.groups, 2).await.unwrap();

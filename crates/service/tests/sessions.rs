@@ -18,6 +18,7 @@ async fn held(l: &Limiter<MemoryStore>) -> u64 {
     l.reserve("app", "pool", "d", Request::between(0, 0), Nanos::ZERO)
         .await
         .unwrap()
+        .reservation
         .context
         .domain_holds
 }
@@ -95,4 +96,27 @@ async fn leases_lapse_unless_renewed_and_the_limit_on_sessions_holds() {
     assert_eq!(sessions.reap(&l, sec(25)).await, 1);
     assert_eq!(held(&l).await, 0);
     assert!(sessions.is_empty());
+}
+
+#[tokio::test]
+async fn a_shadow_pool_grants_counts_in_its_groups_and_says_it_would_have_refused() {
+    let yaml = "namespaces:\n  - name: app\n    resources:\n      - { name: pool, kind: concurrency, shadow_mode: true, domain_limit: 1, global_limit: 5, groups: [ { name: big, members: [d], limit: 2 } ] }\n";
+    let loaded = tollgate_config::load_str("t.yaml", yaml).unwrap();
+    let l = Limiter::new(MemoryStore::new(), View::new(&loaded.config, Nanos::ZERO));
+    let first = l
+        .reserve("app", "pool", "d", Request::exactly(1), Nanos::ZERO)
+        .await
+        .unwrap();
+    assert!(!first.shadowed, "within every limit");
+    let second = l
+        .reserve("app", "pool", "d", Request::exactly(2), Nanos::ZERO)
+        .await
+        .unwrap();
+    assert!(second.reservation.allowed && second.shadowed && !second.ignored);
+    let c = &second.reservation.context;
+    assert_eq!((c.domain_limit, c.domain_holds), (1, 3));
+    assert_eq!(c.global_limit, Some(5));
+    // Counted in the group, so an enforcing config releases them from it.
+    assert_eq!(second.reservation.groups, vec!["big".to_owned()]);
+    assert_eq!((c.groups[0].limit, c.groups[0].holds), (2, 3));
 }

@@ -138,5 +138,6 @@ pub async fn holds(
         )
         .await
         .unwrap();
-    (r.context.domain_holds, r.context.global_holds)
+    let c = r.reservation.context;
+    (c.domain_holds, c.global_holds)
 }
