@@ -146,7 +146,11 @@ impl DecisionLog {
                 loop {
                     match rx.recv_timeout(Duration::from_millis(200)) {
                         Ok(line) => {
-                            if writeln!(out, "{line}").is_err() {
+                            if let Err(e) = writeln!(out, "{line}") {
+                                // Said once; every line from now on is
+                                // counted as dropped.
+                                tracing::error!(error = %e, "the decision log cannot be written; its lines are dropped from now on");
+                                metrics::counter!(DROPPED).increment(1);
                                 return;
                             }
                             metrics::counter!(WRITTEN).increment(1);
@@ -188,8 +192,9 @@ impl DecisionLog {
         if let Some(tx) = tx {
             match tx.try_send(text) {
                 Ok(()) => {}
-                Err(TrySendError::Full(_)) => metrics::counter!(DROPPED).increment(1),
-                Err(TrySendError::Disconnected(_)) => {}
+                Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                    metrics::counter!(DROPPED).increment(1);
+                }
             }
         }
     }

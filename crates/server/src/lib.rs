@@ -88,6 +88,10 @@ pub struct ServerOptions {
     /// TLS on both ports (mutual when it has a client CA); `None` serves
     /// plain text.
     pub tls: Option<tls::Tls>,
+    /// How long a shutdown waits for connections to finish before it
+    /// closes them anyway (a client that stopped reading would otherwise
+    /// hold it up forever).
+    pub shutdown_grace: Duration,
     /// Add `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset`
     /// to Envoy RLS answers (envoyproxy/ratelimit's
     /// `LIMIT_RESPONSE_HEADERS_ENABLED`).
@@ -106,6 +110,7 @@ impl Default for ServerOptions {
             keepalive_timeout: Duration::from_secs(10),
             tls: None,
             rls_headers: false,
+            shutdown_grace: Duration::from_secs(10),
         }
     }
 }
@@ -225,7 +230,24 @@ impl<S: Store> Server<S> {
             tracing::info!("shutting down: ending sessions, finishing in-flight requests");
             let _ = stop_tx.send(true);
         };
-        let (grpc_result, http_result, ()) = tokio::join!(grpc_server, http_server, signal);
+        let grace = options.shutdown_grace;
+        let servers = async {
+            let mut stopping = stop_rx.clone();
+            let both = async { tokio::join!(grpc_server, http_server) };
+            tokio::pin!(both);
+            tokio::select! {
+                r = &mut both => r,
+                // Once stopping, the connections get `grace` to finish.
+                () = async {
+                    let _ = stopping.wait_for(|s| *s).await;
+                    tokio::time::sleep(grace).await;
+                } => {
+                    tracing::warn!(?grace, "connections still open after the shutdown grace period; closing them");
+                    (Ok(()), Ok(()))
+                }
+            }
+        };
+        let ((grpc_result, http_result), ()) = tokio::join!(servers, signal);
         let _ = housekeeping.await;
         // Sessions end with their streams; anything left (HTTP holds) is
         // released here.
@@ -248,6 +270,7 @@ async fn housekeeping<S: Store>(
 ) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut reported = std::collections::HashSet::new();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -265,8 +288,37 @@ async fn housekeeping<S: Store>(
             handle.run_upkeep();
         }
         ::metrics::gauge!(metrics::SESSIONS).set(app.sessions.len() as f64);
-        for (pool, held) in app.sessions.holds_by_pool() {
-            ::metrics::gauge!(metrics::HOLDS, "pool" => pool.0.to_string()).set(held as f64);
-        }
+        reported = report_holds(&app, reported);
     }
+}
+
+/// Sets `tollgate_holds` per pool: configured pools by name, the rest
+/// together as `_unconfigured` (made-up names must not grow the label
+/// set), and 0 for pools reported last time that hold nothing now.
+fn report_holds<S: Store>(
+    app: &App<S>,
+    before: std::collections::HashSet<String>,
+) -> std::collections::HashSet<String> {
+    let view = app.limiter.view();
+    let mut now: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+    for (pool, held) in app.sessions.holds_by_pool() {
+        let (ns, resource) = pool.0.split_once('/').unwrap_or((&pool.0, ""));
+        let known = view
+            .namespace(ns)
+            .and_then(|n| n.resource(resource))
+            .is_some();
+        let label = if known {
+            pool.0.to_string()
+        } else {
+            "_unconfigured".to_owned()
+        };
+        *now.entry(label).or_default() += held;
+    }
+    for gone in before.iter().filter(|p| !now.contains_key(*p)) {
+        ::metrics::gauge!(metrics::HOLDS, "pool" => gone.clone()).set(0.0);
+    }
+    for (pool, held) in &now {
+        ::metrics::gauge!(metrics::HOLDS, "pool" => pool.clone()).set(*held as f64);
+    }
+    now.into_keys().collect()
 }

@@ -150,6 +150,11 @@ async fn run_session<S: Store>(
         let Some(Ok(message)) = message else {
             if let Some(Err(e)) = message {
                 tracing::debug!(session = %id, error = %e, "session stream broke");
+                // The stream ends with the error (an oversized or undecodable
+                // message), not with OK: the client must know its session,
+                // and so its holds, are gone. Never waits: a client that
+                // stopped reading does not get it.
+                let _ = tx.try_send(Err(e));
             }
             break;
         };
@@ -164,7 +169,13 @@ async fn run_session<S: Store>(
             id: message.id,
             result: reply,
         };
-        if tx.send(Ok(response)).await.is_err() || closing {
+        // A client that stopped reading fills the channel; the send must
+        // not outlast a shutdown.
+        let sent = tokio::select! {
+            r = tx.send(Ok(response)) => r.is_ok(),
+            _ = shutdown.wait_for(|stop| *stop) => false,
+        };
+        if !sent || closing {
             break;
         }
     }

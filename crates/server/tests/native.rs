@@ -708,3 +708,69 @@ async fn an_ignoring_namespace_grants_and_says_what_it_would_have_done() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_broken_session_stream_ends_with_the_error_and_releases_holds() {
+    let server = TestServer::start(CONFIG).await;
+    let mut client = server.native().await;
+    let mut s = Session::open(&mut client).await;
+    assert_eq!(s.reserve("acme", 2, 2).await.granted, 2);
+    // Over the 64 KiB message limit: the stream cannot go on.
+    s.tx.send(v1::SessionRequest {
+        id: 99,
+        op: Some(Op::Request(rate("api", &"x".repeat(100_000), 1))),
+    })
+    .await
+    .unwrap();
+    let end = s.rx.next().await.unwrap().unwrap_err();
+    assert_eq!(end.code(), tonic::Code::OutOfRange, "{end:?}");
+    eventually("the broken session released", || {
+        server.app.sessions.is_empty()
+    })
+    .await;
+    assert_eq!(holds(&server.app, "acme").await, (0, 0));
+}
+
+#[tokio::test]
+async fn shutdown_finishes_even_when_a_session_client_stops_reading() {
+    let options = tollgate_server::ServerOptions {
+        shutdown_grace: Duration::from_millis(300),
+        ..tollgate_server::ServerOptions::default()
+    };
+    let server = TestServer::start_with(CONFIG, Default::default(), options).await;
+    let mut client = server.native().await;
+    let (tx, rx) = mpsc::channel(1024);
+    // Never read: answers back up into the server's session task.
+    let _unread = client.session(ReceiverStream::new(rx)).await.unwrap();
+    let request = |id| v1::SessionRequest {
+        id,
+        op: Some(Op::Request(v1::RateRequest {
+            namespace: "open".into(),
+            ..rate("x", &"d".repeat(200), 1)
+        })),
+    };
+    let flood = tokio::spawn(async move {
+        for id in 0..300_000 {
+            if tx.send(request(id)).await.is_err() {
+                break;
+            }
+        }
+        tx
+    });
+    // Until the server stops taking requests (its task is stuck sending)
+    // or everything was sent.
+    for _ in 0..500 {
+        if flood.is_finished() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let app = std::sync::Arc::clone(&server.app);
+    let stopped = tokio::time::timeout(Duration::from_secs(60), server.stop()).await;
+    assert!(
+        stopped.is_ok(),
+        "shutdown hung on a client that stopped reading"
+    );
+    assert!(app.sessions.is_empty());
+    flood.abort();
+}

@@ -278,7 +278,7 @@ impl Sessions {
             {
                 // The store did not release: the session still holds these
                 // and the ones not yet tried.
-                give_back(session, &taken[i..]);
+                give_back(limiter, session, &taken[i..]).await;
                 return Err(e);
             }
         }
@@ -311,7 +311,7 @@ impl Sessions {
         // A transfer stages one group set; copies held under several are
         // staged as one only when they share it.
         let [(key, n)] = taken.as_slice() else {
-            give_back(session, &taken);
+            give_back(limiter, session, &taken).await;
             return Err(ServiceError::Malformed(format!(
                 "the {copies} copies of `{resource}` held for `{domain}` were reserved in \
                  different groups; transfer them per group (name `groups`)"
@@ -323,7 +323,7 @@ impl Sessions {
         {
             Ok(id) => Ok(id),
             Err(e) => {
-                give_back(session, &taken);
+                give_back(limiter, session, &taken).await;
                 Err(e)
             }
         }
@@ -358,18 +358,8 @@ impl Sessions {
         };
         let mut released = 0;
         for (key, n) in holds {
-            match limiter
-                .release_pool(&key.pool, &key.domain, &key.groups, n)
-                .await
-            {
-                Ok(()) => released += n,
-                // Nothing else can release them: say so loudly. (The memory
-                // store cannot fail here; a remote store's own crash
-                // recovery takes over, issue 4.)
-                Err(e) => {
-                    metrics::counter!("tollgate_session_release_failures_total").increment(1);
-                    tracing::error!(session = %session.id, pool = %key.pool, domain = %key.domain, copies = n, error = %e, "releasing a closed session's holds failed");
-                }
+            if release_or_report(limiter, session.id, &key, n).await {
+                released += n;
             }
         }
         released
@@ -452,6 +442,11 @@ fn take<S: Store>(
     }
     let wanted = groups.map(normalize_groups);
     let mut state = session.lock();
+    if state.closed {
+        // Its lease lapsed (or it was closed) while this ran: what it held
+        // is already released.
+        return Err(ServiceError::SessionClosed);
+    }
     let mut candidates: Vec<(HoldKey, u64)> = state
         .holds
         .iter()
@@ -497,9 +492,42 @@ fn take<S: Store>(
 
 /// Puts copies back into the session's record after the store refused to
 /// release or stage them.
-fn give_back(session: &Session, taken: &[(HoldKey, u64)]) {
-    let mut state = session.lock();
-    for (key, n) in taken {
-        *state.holds.entry(key.clone()).or_default() += n;
+async fn give_back<S: Store>(limiter: &Limiter<S>, session: &Session, taken: &[(HoldKey, u64)]) {
+    let closed = {
+        let mut state = session.lock();
+        if !state.closed {
+            for (key, n) in taken {
+                *state.holds.entry(key.clone()).or_default() += n;
+            }
+        }
+        state.closed
+    };
+    if closed {
+        // The session ended meanwhile and released what it held; these were
+        // out of its record then, so they are released here or nowhere.
+        for (key, n) in taken {
+            release_or_report(limiter, session.id, key, *n).await;
+        }
+    }
+}
+
+/// Releases copies nothing else will release; a failure is logged and
+/// counted, as there is no one left to tell.
+async fn release_or_report<S: Store>(
+    limiter: &Limiter<S>,
+    id: SessionId,
+    key: &HoldKey,
+    n: u64,
+) -> bool {
+    match limiter
+        .release_pool(&key.pool, &key.domain, &key.groups, n)
+        .await
+    {
+        Ok(()) => true,
+        Err(e) => {
+            metrics::counter!("tollgate_session_release_failures_total").increment(1);
+            tracing::error!(session = %id, pool = %key.pool, domain = %key.domain, copies = n, error = %e, "releasing a closed session's holds failed");
+            false
+        }
     }
 }

@@ -76,6 +76,10 @@ pub struct ServeArgs {
     /// (mutual TLS) on both ports.
     #[arg(long, env = "TOLLGATE_TLS_CLIENT_CA", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// How long a shutdown waits for open connections before closing them
+    /// (milliseconds).
+    #[arg(long, env = "TOLLGATE_SHUTDOWN_GRACE_MS", default_value_t = 10_000)]
+    pub shutdown_grace_ms: u64,
     /// Add RateLimit-Limit/Remaining/Reset headers to Envoy RLS answers.
     #[arg(long, env = "TOLLGATE_RLS_RESPONSE_HEADERS")]
     pub rls_response_headers: bool,
@@ -168,6 +172,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let options = ServerOptions {
         tls,
         rls_headers: args.rls_response_headers,
+        shutdown_grace: Duration::from_millis(args.shutdown_grace_ms),
         grpc: args.grpc,
         http: args.http,
         max_message_bytes: args.max_message_bytes,
