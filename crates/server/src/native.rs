@@ -118,13 +118,21 @@ impl<S: Store> v1::tollgate_server::Tollgate for Native<S> {
         let (tx, rx) = mpsc::channel(16);
         let app = Arc::clone(&self.app);
         let shutdown = self.shutdown.clone();
-        tokio::spawn(run_session(
-            app,
-            session,
+        let task = tokio::spawn(run_session(
+            Arc::clone(&app),
+            Arc::clone(&session),
             request.into_inner(),
             tx,
             shutdown,
         ));
+        // Should the task ever panic, its session must still end: a gRPC
+        // session has no lease that would release its holds otherwise.
+        tokio::spawn(async move {
+            if task.await.is_err() {
+                tracing::error!(session = %session.id(), "a session task failed; releasing its holds");
+                app.sessions.close(&app.limiter, &session).await;
+            }
+        });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
