@@ -47,6 +47,10 @@ use tollgate_core::{
 };
 use tollgate_store::{Key, LimitId, MemoryStore, Plan};
 
+#[path = "common/tsc.rs"]
+mod tsc;
+use tsc::TscClock;
+
 /// A plausible Unix-epoch time (November 2023) to start synthetic time at.
 const T0: u64 = 1_700_000_000_000_000_000;
 /// Synthetic time between two decisions: a hot key offered 10 million
@@ -220,31 +224,6 @@ fn bench_algorithms(c: &mut Criterion) {
 /// position `j` of its visit order, reading its clock.
 trait Check: Sync {
     fn check(&self, j: usize) -> bool;
-}
-
-/// Unix-epoch nanoseconds from the TSC, through the same `quanta` calls as
-/// governor's default `QuantaClock::now` (`raw`, then `delta_as_nanos`).
-struct TscClock {
-    clock: quanta::Clock,
-    base: u64,
-}
-
-impl TscClock {
-    fn new() -> TscClock {
-        let clock = quanta::Clock::new();
-        let since = clock.delta_as_nanos(0, clock.raw());
-        let unix = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-        let unix = u64::try_from(unix.as_nanos()).unwrap();
-        TscClock {
-            clock,
-            base: unix - since,
-        }
-    }
-
-    #[inline]
-    fn now(&self) -> Nanos {
-        Nanos::new(self.base + self.clock.delta_as_nanos(0, self.clock.raw()))
-    }
 }
 
 /// tollgate's memory store deciding one GCRA limit per key through its

@@ -26,40 +26,18 @@
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Barrier};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use tollgate_core::{Gcra, Limit, Mode, Nanos, Rate, Request};
 use tollgate_store::{Key, LimitId, MemoryStore, Plan};
 
+#[path = "common/tsc.rs"]
+mod tsc;
+use tsc::TscClock;
+
 const CHUNK: usize = 200_000;
 const MANY: usize = 1_000_000;
-
-/// Unix-epoch nanoseconds from the TSC through the calls governor makes.
-struct Tsc {
-    clock: quanta::Clock,
-    base: u64,
-}
-
-impl Tsc {
-    fn new() -> Tsc {
-        let clock = quanta::Clock::new();
-        let since = clock.delta_as_nanos(0, clock.raw());
-        let unix = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64;
-        Tsc {
-            clock,
-            base: unix - since,
-        }
-    }
-
-    #[inline]
-    fn now(&self) -> Nanos {
-        Nanos::new(self.base + self.clock.delta_as_nanos(0, self.clock.raw()))
-    }
-}
 
 /// A fixed pseudo-random permutation of `0..n` (xorshift64* Fisher–Yates).
 fn shuffled(n: usize) -> Vec<usize> {
@@ -185,7 +163,7 @@ fn main() {
             ));
             let quota = Quota::per_second(NonZeroU32::new(per_sec).unwrap())
                 .allow_burst(NonZeroU32::new(burst).unwrap());
-            let clock = Tsc::new();
+            let clock = TscClock::new();
             let names: Vec<String> = (0..keys).map(|i| format!("user-{i}")).collect();
             let tkeys: Vec<Key> = names.iter().map(|s| Key::new(LimitId(1), s)).collect();
             let plans: Vec<Plan> = tkeys
