@@ -409,8 +409,8 @@ impl<S: Store> Limiter<S> {
         groups: &Groups,
         copies: u64,
     ) -> Result<(), ServiceError> {
-        let (pool, _, _) = self.copy_resource(namespace, resource, "release")?;
-        Ok(self.store.release(&pool, domain, groups, copies).await?)
+        let pool = self.copy_pool(namespace, resource, "release")?;
+        self.release_pool(&pool, domain, groups, copies).await
     }
 
     /// Stages copies for another client (Charon §3.1 `transfer`).
@@ -425,11 +425,9 @@ impl<S: Store> Limiter<S> {
         ttl: Nanos,
         now: Nanos,
     ) -> Result<TransferId, ServiceError> {
-        let (pool, _, _) = self.copy_resource(namespace, resource, "transfer")?;
-        Ok(self
-            .store
-            .transfer(&pool, domain, groups, copies, ttl, now)
-            .await?)
+        let pool = self.copy_pool(namespace, resource, "transfer")?;
+        self.transfer_pool(&pool, domain, groups, copies, ttl, now)
+            .await
     }
 
     /// Claims staged copies (Charon §3.1 `seize`).
