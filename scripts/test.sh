@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of tollgate: formatting, lints, unit, property and
-# end-to-end tests. Installs what the tests need when it is missing (later
-# issues add redis-server and PostgreSQL here), so it works on a fresh Debian
-# machine with only the Rust toolchain.
+# end-to-end tests. Installs what the tests need when it is missing
+# (redis-server, from Debian's packages), so it works on a fresh Debian
+# machine with only the Rust toolchain. The tests start their own servers on
+# free loopback ports; nothing here starts a service.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +15,20 @@ need_component() {
 }
 need_component fmt rustfmt
 need_component clippy clippy
+
+need_package() {
+    # $1: a command the tests run; $2: the Debian package that has it.
+    if ! command -v "$1" >/dev/null 2>&1; then
+        echo "== installing $2 (for $1)"
+        local sudo=""
+        if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+        $sudo apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$2" >/dev/null
+    fi
+}
+# The Redis store's tests run real redis-server processes.
+need_package redis-server redis-server
+
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

@@ -93,6 +93,7 @@ impl ServiceError {
             ServiceError::Store(StoreError::Plan(_)) => "cannot_schedule",
             ServiceError::Store(StoreError::DuplicateKey(_)) => "duplicate_key",
             ServiceError::Store(StoreError::AtCapacity(_)) => "store_at_capacity",
+            ServiceError::Store(StoreError::Unsupported(_)) => "unsupported_by_store",
             ServiceError::Store(_) => "store_unavailable",
         }
     }

@@ -231,6 +231,7 @@ impl<S: Store> Limiter<S> {
         let limits = rate.for_domain(req.domain);
         let shadow = entry.shadow || ns.ignore_configured;
         let (plan, roles) = rate_plan(rate, limits, req.domain, shadow);
+        let plan = plan.with_affinity(ns.affinity);
         let request = Request::between(req.min_hits, req.hits);
         if matches!(limits.main, Main::Deny) && !shadow {
             return Ok(denied(limits, rate));
@@ -292,7 +293,7 @@ impl<S: Store> Limiter<S> {
             .flat_map(|e| e.replaces.iter().map(String::as_str))
             .collect();
         let mut statuses = Vec::with_capacity(matches.len());
-        let mut plan = Plan::default();
+        let mut plan = Plan::default().with_affinity(ns.affinity);
         // The plan item deciding each descriptor, if any.
         let mut item_of: Vec<Option<usize>> = Vec::with_capacity(matches.len());
         let mut denied = false;

@@ -110,6 +110,9 @@ pub struct NamespaceView {
     by_name: HashMap<String, usize>,
     /// The descriptor tree of an envoyproxy/ratelimit namespace.
     pub descriptors: Option<DescriptorTree>,
+    /// Every plan of this namespace carries it ([`tollgate_store::Plan::affinity`]),
+    /// so a partitioned store keeps the namespace's keys together.
+    pub affinity: u64,
 }
 
 impl NamespaceView {
@@ -151,6 +154,7 @@ impl View {
                     resources,
                     by_name,
                     descriptors: ns.descriptors.clone(),
+                    affinity: crate::fingerprint::limit_id(&["namespace", &ns.name]).0,
                 };
                 (ns.name.clone(), view)
             })

@@ -23,7 +23,12 @@ pub enum StoreError {
     /// reject requests for new ones.
     #[error("the store is at its key capacity ({0} keys)")]
     AtCapacity(usize),
-    /// The backing service cannot be reached (not used by the memory store).
+    /// The backing service cannot be reached or failed to answer in time
+    /// (not used by the memory store).
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The request is valid but this store cannot represent it exactly
+    /// (the Redis store's scripts count in doubles, exact below 2^52).
+    #[error("not supported by this store: {0}")]
+    Unsupported(String),
 }

@@ -24,6 +24,11 @@ pub struct PlanItem {
 pub struct Plan {
     /// The items, in the order their decisions are reported.
     pub items: SmallVec<[PlanItem; 3]>,
+    /// Which keys must live together: a store that partitions its keys
+    /// (Redis Cluster) places every key of a plan by this one number, so a
+    /// plan is always decided in one place. The service sets it per
+    /// namespace; the memory store ignores it.
+    pub affinity: u64,
 }
 
 impl Plan {
@@ -35,12 +40,19 @@ impl Plan {
             limit,
             shadow: false,
         });
-        Plan { items }
+        Plan { items, affinity: 0 }
     }
 
     /// Adds a limit.
     pub fn push(&mut self, key: Key, limit: Arc<Limit>, shadow: bool) {
         self.items.push(PlanItem { key, limit, shadow });
+    }
+
+    /// The plan with `affinity` (see [`Plan::affinity`]).
+    #[must_use]
+    pub fn with_affinity(mut self, affinity: u64) -> Plan {
+        self.affinity = affinity;
+        self
     }
 
     /// Whether the plan checks nothing (an unlimited request).

@@ -63,6 +63,16 @@ impl FixedWindow {
         })
     }
 
+    /// The window's length.
+    pub fn window(&self) -> Nanos {
+        self.window
+    }
+
+    /// Where windows start.
+    pub fn align(&self) -> Align {
+        self.align
+    }
+
     /// Hits per window.
     pub fn limit(&self) -> u64 {
         self.limit

@@ -66,6 +66,12 @@ impl Gcra {
         self.interval
     }
 
+    /// `interval × burst`: how far the theoretical arrival time may run
+    /// ahead of now.
+    pub fn tolerance(&self) -> Nanos {
+        self.tolerance
+    }
+
     /// Hits admitted at once.
     pub fn burst(&self) -> u64 {
         self.burst

@@ -45,6 +45,11 @@ impl LeakyBucket {
             })
     }
 
+    /// The GCRA meter this bucket is decided by (interval and tolerance).
+    pub fn meter(&self) -> &Gcra {
+        &self.meter
+    }
+
     /// The bucket size.
     pub fn queue_size(&self) -> u64 {
         self.meter.burst()

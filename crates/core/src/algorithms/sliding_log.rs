@@ -71,6 +71,16 @@ impl SlidingLog {
         self
     }
 
+    /// The least time between two granted requests (zero: none).
+    pub fn min_gap(&self) -> Nanos {
+        self.min_gap
+    }
+
+    /// Whether rejected attempts are logged too.
+    pub fn counts_rejected(&self) -> bool {
+        self.count_rejected
+    }
+
     /// Hits per window.
     pub fn limit(&self) -> u64 {
         self.limit

@@ -91,6 +91,11 @@ impl SlidingWindow {
         })
     }
 
+    /// Number of counters kept (sub-windows plus one).
+    pub fn buckets(&self) -> u32 {
+        self.buckets
+    }
+
     /// Hits per window.
     pub fn limit(&self) -> u64 {
         self.limit

@@ -149,6 +149,27 @@ impl Smooth {
         self.permits_per_second
     }
 
+    /// Guava's `stableIntervalMicros`.
+    pub fn stable_interval_micros(&self) -> f64 {
+        self.stable_interval_micros
+    }
+
+    /// Guava's `thresholdPermits` (warming up only; 0 when bursty).
+    pub fn threshold_permits(&self) -> f64 {
+        self.threshold_permits
+    }
+
+    /// Guava's `slope` (warming up only; 0 when bursty).
+    pub fn slope(&self) -> f64 {
+        self.slope
+    }
+
+    /// When a fresh state's first permit is free, in microseconds since
+    /// the Unix epoch (see [`Smooth::created_at`]).
+    pub fn created_at_micros(&self) -> i64 {
+        self.created_at_micros
+    }
+
     /// The most permits idle time can store.
     pub fn max_permits(&self) -> f64 {
         self.max_permits

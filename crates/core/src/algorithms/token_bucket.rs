@@ -86,6 +86,21 @@ impl TokenBucket {
         })
     }
 
+    /// Nanoseconds per token, rounded down (see [`Rate`]).
+    pub fn interval(&self) -> Nanos {
+        self.interval
+    }
+
+    /// `interval × capacity`: the token time of a full bucket.
+    pub fn full_time(&self) -> Nanos {
+        Nanos::new(self.full as u64)
+    }
+
+    /// `interval × initial_tokens`: the token time of a fresh bucket.
+    pub fn initial_time(&self) -> Nanos {
+        Nanos::new(self.initial_time as u64)
+    }
+
     /// Tokens a full bucket holds.
     pub fn capacity(&self) -> u64 {
         self.capacity

@@ -1,0 +1,1 @@
+-- burst_tiers: not ported yet.

@@ -1,0 +1,1 @@
+-- fixed_window: not ported yet.

@@ -1,0 +1,1 @@
+-- sliding_window: not ported yet.

@@ -1,0 +1,1 @@
+-- smooth: not ported yet.

@@ -1,0 +1,1 @@
+-- The hit log shared by sliding_log.lua and burst_tiers.lua: not ported yet.

@@ -1,0 +1,49 @@
+//! tollgate's Redis store: Redis as authoritative shared memory for a
+//! fleet of limiting servers (Charon §4.2).
+//!
+//! # What it is for
+//!
+//! Any number of `tollgate serve --store redis://...` processes behind a
+//! load balancer enforce one set of limits exactly: no server keeps limit
+//! state of its own; every decision is made atomically inside Redis.
+//!
+//! # How a decision runs
+//!
+//! Every algorithm of the core is ported to Lua (`lua/algorithms/*.lua`,
+//! one file per algorithm, each a line-by-line port of its Rust module).
+//! A whole plan — every limit one request must pass — is one `EVALSHA` of
+//! the `decide` script: it reads every key of the plan, decides all or
+//! nothing with the core's partial-grant rule, writes the states back and
+//! answers, in one round trip and with no read-then-write from the server
+//! (seed 002, "race conditions"). Redis runs one script at a time, which is
+//! the atomicity a shard lock gives the memory store.
+//!
+//! - **Clock**: the script reads Redis's `TIME`, so servers with skewed
+//!   clocks agree ([`Clock::Redis`]). Tests pass their own ([`Clock::Caller`]).
+//! - **Exactness**: Lua numbers are doubles; the scripts keep times relative
+//!   to their own now and refuse limits whose spans or counts reach 2^52
+//!   ([`params::check_limit`]), so they compute what the core computes. A
+//!   conformance suite (`tests/conformance*.rs`) runs the same timed
+//!   scenarios through both stores and requires identical decisions.
+//! - **Memory**: a state that becomes idle is deleted; any other is written
+//!   with a TTL past the time it must have become idle, so Redis memory
+//!   stays bounded without a sweeper.
+//! - **Keys**: `<prefix>{<affinity>}:l:<limit id>:<domain>`. The hash tag is
+//!   the plan's affinity (one per namespace), so every key of a plan lands
+//!   in one Redis Cluster slot.
+//! - **Connections**: see [`conn`]: a few multiplexed connections pipeline
+//!   every concurrent decision; timeouts are short (50 ms by default), and
+//!   a broken connection reconnects by itself with backoff while decisions
+//!   fail fast with [`tollgate_store::StoreError::Unavailable`].
+
+#![deny(missing_docs)]
+
+pub mod conn;
+pub mod params;
+mod reply;
+mod script;
+mod store;
+
+pub use conn::{ConnectError, ConnectOptions, Target};
+pub use params::{check_limit, MAX_EXACT};
+pub use store::{Clock, RedisOptions, RedisStore};

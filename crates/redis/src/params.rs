@@ -1,0 +1,256 @@
+//! How a [`Limit`] travels to the Lua scripts: an algorithm code and a
+//! flat list of numbers, and the bounds that keep the scripts exact.
+//!
+//! Lua 5.1 (what Redis runs) has only doubles, exact for integers up to
+//! 2^53. The scripts work in nanoseconds relative to their own `now`
+//! (`lua/prelude.lua`), so absolute times never appear, and every span or
+//! count a limit keeps must stay below [`MAX_EXACT`] (2^52, which leaves a
+//! bit of headroom for sums): about 52 days for a span. [`check_limit`]
+//! refuses the others when the config is loaded, with the parameter named.
+//! Floating-point parameters (Guava's smooth limiters) are sent in Rust's
+//! shortest round-trip notation, which Lua's `tonumber` reads back to the
+//! same double, so the scripts compute the same Guava numbers.
+//!
+//! The codes and the order of each algorithm's numbers are the contract
+//! with `lua/algorithms/*.lua`; each file's header repeats its layout.
+
+use std::fmt::Write as _;
+
+use smallvec::SmallVec;
+use tollgate_core::{Align, Limit, Nanos, SmoothKind};
+
+/// The largest span (in nanoseconds) or count a limit may keep in the
+/// Redis store: 2^52, about 52 days.
+pub const MAX_EXACT: u64 = 1 << 52;
+
+/// Algorithm codes, shared with the Lua files.
+pub(crate) mod code {
+    pub const TOKEN_BUCKET: u8 = 1;
+    pub const GCRA: u8 = 2;
+    pub const LEAKY_BUCKET: u8 = 3;
+    pub const FIXED_WINDOW: u8 = 4;
+    pub const SLIDING_WINDOW: u8 = 5;
+    pub const SLIDING_LOG: u8 = 6;
+    pub const SMOOTH: u8 = 7;
+    pub const BURST_TIERS: u8 = 8;
+}
+
+/// A limit as the scripts read it: its code and its numbers, formatted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Encoded {
+    pub code: u8,
+    pub params: SmallVec<[String; 8]>,
+}
+
+impl Encoded {
+    fn new(code: u8) -> Encoded {
+        Encoded {
+            code,
+            params: SmallVec::new(),
+        }
+    }
+
+    fn int(mut self, n: u64) -> Encoded {
+        self.params.push(n.to_string());
+        self
+    }
+
+    fn signed(mut self, n: i64) -> Encoded {
+        self.params.push(n.to_string());
+        self
+    }
+
+    fn nanos(self, n: Nanos) -> Encoded {
+        self.int(n.as_u64())
+    }
+
+    fn flag(self, b: bool) -> Encoded {
+        self.int(u64::from(b))
+    }
+
+    fn float(mut self, f: f64) -> Encoded {
+        let mut s = String::new();
+        // `{:?}` is Rust's shortest representation that reads back to the
+        // same double (with an exponent for very large or small values,
+        // which Lua's tonumber reads too).
+        let _ = write!(s, "{f:?}");
+        self.params.push(s);
+        self
+    }
+}
+
+/// Encodes `limit` for the scripts.
+pub(crate) fn encode(limit: &Limit) -> Encoded {
+    match limit {
+        // capacity, initial, interval, full time, initial time
+        Limit::TokenBucket(a) => Encoded::new(code::TOKEN_BUCKET)
+            .int(a.capacity())
+            .int(a.initial_tokens())
+            .nanos(a.interval())
+            .nanos(a.full_time())
+            .nanos(a.initial_time()),
+        // interval, burst, tolerance
+        Limit::Gcra(a) => Encoded::new(code::GCRA)
+            .nanos(a.interval())
+            .int(a.burst())
+            .nanos(a.tolerance()),
+        // interval, queue size, tolerance
+        Limit::LeakyBucket(a) => Encoded::new(code::LEAKY_BUCKET)
+            .nanos(a.meter().interval())
+            .int(a.queue_size())
+            .nanos(a.meter().tolerance()),
+        // limit, window, align (0 epoch, 1 first hit)
+        Limit::FixedWindow(a) => Encoded::new(code::FIXED_WINDOW)
+            .int(a.limit())
+            .nanos(a.window())
+            .flag(a.align() == Align::FirstHit),
+        // limit, buckets, sub-window
+        Limit::SlidingWindow(a) => Encoded::new(code::SLIDING_WINDOW)
+            .int(a.limit())
+            .int(u64::from(a.buckets()))
+            .nanos(a.sub_window()),
+        // limit, window, min gap, count rejected
+        Limit::SlidingLog(a) => Encoded::new(code::SLIDING_LOG)
+            .int(a.limit())
+            .nanos(a.window())
+            .nanos(a.min_gap())
+            .flag(a.counts_rejected()),
+        // kind (0 bursty, 1 warming up), permits per second, stable
+        // interval (µs), max permits, threshold permits, slope, created at
+        // (µs since the epoch), warm-up (µs; 0 when bursty)
+        Limit::Smooth(a) => {
+            let (kind, warmup) = match a.kind() {
+                SmoothKind::Bursty { .. } => (0, 0),
+                SmoothKind::WarmingUp { warmup_micros, .. } => (1, warmup_micros),
+            };
+            Encoded::new(code::SMOOTH)
+                .int(kind)
+                .float(a.permits_per_second())
+                .float(a.stable_interval_micros())
+                .float(a.max_permits())
+                .float(a.threshold_permits())
+                .float(a.slope())
+                .signed(a.created_at_micros())
+                .signed(warmup)
+        }
+        // tier count, then per tier: limit, window, active, cooldown,
+        // skippable
+        Limit::BurstTiers(a) => {
+            let mut e = Encoded::new(code::BURST_TIERS).int(a.tiers().len() as u64);
+            for t in a.tiers() {
+                e = e
+                    .int(t.limit)
+                    .nanos(t.window)
+                    .nanos(t.active)
+                    .nanos(t.cooldown)
+                    .flag(t.skippable);
+            }
+            e
+        }
+    }
+}
+
+/// Why a limit cannot run in the Redis store: the parameter and the bound.
+pub fn check_limit(limit: &Limit) -> Result<(), String> {
+    let count = |name: &str, n: u64| {
+        if n >= MAX_EXACT {
+            Err(format!(
+                "{name} {n} is too large for the Redis store (at most {})",
+                MAX_EXACT - 1
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    let span = |name: &str, n: Nanos| {
+        if n.as_u64() >= MAX_EXACT {
+            Err(format!(
+                "{name} {n} is too long for the Redis store (at most {}, about 52 days)",
+                Nanos::new(MAX_EXACT - 1)
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    match limit {
+        Limit::TokenBucket(a) => {
+            count("capacity", a.capacity())?;
+            count("initial_tokens", a.initial_tokens())?;
+            span("the time to refill the bucket", a.full_time())?;
+            span("the time to refill the initial tokens", a.initial_time())
+        }
+        Limit::Gcra(a) => {
+            count("burst", a.burst())?;
+            span("burst × interval", a.tolerance())
+        }
+        Limit::LeakyBucket(a) => {
+            count("queue_size", a.queue_size())?;
+            span("queue_size × interval", a.meter().tolerance())
+        }
+        Limit::FixedWindow(a) => {
+            count("limit", a.limit())?;
+            span("window", a.window())
+        }
+        Limit::SlidingWindow(a) => {
+            count("limit", a.limit())?;
+            span(
+                "window",
+                a.sub_window()
+                    .saturating_mul(u64::from(a.buckets()).saturating_sub(1)),
+            )
+        }
+        Limit::SlidingLog(a) => {
+            count("limit", a.limit())?;
+            span("window", a.window())?;
+            span("min_gap", a.min_gap())
+        }
+        Limit::Smooth(a) => {
+            if let SmoothKind::WarmingUp { warmup_micros, .. } = a.kind() {
+                span(
+                    "warmup",
+                    Nanos::from_micros(u64::try_from(warmup_micros).unwrap_or(u64::MAX)),
+                )?;
+            }
+            Ok(())
+        }
+        Limit::BurstTiers(a) => {
+            for t in a.tiers() {
+                count("a tier's limit", t.limit)?;
+                span("a tier's window", t.window)?;
+                span(
+                    "a tier's active + cooldown",
+                    t.active.saturating_add(t.cooldown),
+                )?;
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate_core::{Gcra, Rate, SlidingLog};
+
+    #[test]
+    fn gcra_encodes_interval_burst_tolerance() {
+        let rate = Rate::per_second(10).unwrap_or_else(|e| panic!("{e}"));
+        let g = Gcra::new(rate, 5).unwrap_or_else(|e| panic!("{e}"));
+        let e = encode(&Limit::Gcra(g));
+        assert_eq!(e.code, code::GCRA);
+        assert_eq!(e.params.as_slice(), ["100000000", "5", "500000000"]);
+    }
+
+    #[test]
+    fn spans_past_two_to_the_52_are_refused_with_the_parameter_named() {
+        let fine = SlidingLog::new(10, Nanos::from_secs(86_400)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(check_limit(&Limit::SlidingLog(fine)), Ok(()));
+        let long =
+            SlidingLog::new(10, Nanos::from_secs(60 * 86_400)).unwrap_or_else(|e| panic!("{e}"));
+        let err = check_limit(&Limit::SlidingLog(long)).expect_err("60 days is too long");
+        assert!(err.contains("window"), "{err}");
+        let big = SlidingLog::new(MAX_EXACT, Nanos::SECOND).unwrap_or_else(|e| panic!("{e}"));
+        let err = check_limit(&Limit::SlidingLog(big)).expect_err("limit too large");
+        assert!(err.contains("limit"), "{err}");
+    }
+}

@@ -1,0 +1,80 @@
+//! GCRA and the leaky bucket: the Redis store answers what the memory store
+//! answers, step for step.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::strategies::step;
+use common::{caller_clock_store, conform, runtime, Item, RedisServer, Step, T0};
+use proptest::prelude::*;
+use tollgate_core::{Gcra, LeakyBucket, Limit, Mode, Nanos, Rate, Request};
+
+fn gcra(count: u64, period: Nanos, burst: u64) -> Limit {
+    Limit::Gcra(Gcra::new(Rate::new(count, period).unwrap(), burst).unwrap())
+}
+
+fn leaky(count: u64, period: Nanos, queue: u64) -> Limit {
+    Limit::LeakyBucket(LeakyBucket::new(Rate::new(count, period).unwrap(), queue).unwrap())
+}
+
+#[tokio::test]
+async fn gcra_fixed_vectors_match() {
+    let server = RedisServer::start();
+    let redis = caller_clock_store(&server).await;
+    let items = [
+        Item::new(gcra(10, Nanos::SECOND, 5), 1, "acme"),
+        Item::new(leaky(3, Nanos::SECOND, 4), 2, "acme"),
+    ];
+    let ms = Nanos::from_millis;
+    let steps = [
+        Step::exactly(Nanos::ZERO, 3, 1),
+        Step::exactly(ms(1), 3, 1),
+        Step::exactly(ms(50), 1, 1),
+        Step::exactly(ms(100), 1, 2),
+        Step::exactly(ms(0), 2, 2),
+        Step {
+            advance: ms(10),
+            request: Request::between(1, 9),
+            mode: Mode::Try,
+            items: vec![1, 0],
+        },
+        Step {
+            advance: ms(10),
+            request: Request::exactly(2),
+            mode: Mode::Acquire,
+            items: vec![0, 1],
+        },
+        Step::exactly(Nanos::from_secs(30), 6, 1),
+    ];
+    conform(&redis, &items, T0, &steps).await;
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn gcra_and_leaky_bucket_match_the_memory_store(
+        a in (1u64..50, 1u64..3000, 1u64..8),
+        b in (1u64..50, 1u64..3000, 1u64..8),
+        shadow in any::<bool>(),
+        steps in proptest::collection::vec(step(3, 400_000_000, 10, 8), 1..40),
+    ) {
+        let rt = runtime();
+        rt.block_on(async {
+            let server = RedisServer::start();
+            let redis = caller_clock_store(&server).await;
+            let ms = Nanos::from_millis;
+            let mut second = Item::new(leaky(b.0, ms(b.1), b.2), 2, "acme");
+            if shadow {
+                second = second.shadow();
+            }
+            let items = [
+                Item::new(gcra(a.0, ms(a.1), a.2), 1, "acme"),
+                second,
+                Item::new(gcra(b.0, ms(a.1), a.2), 3, ""),
+            ];
+            conform(&redis, &items, T0, &steps).await;
+        });
+    }
+}
