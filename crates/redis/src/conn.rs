@@ -251,6 +251,19 @@ impl Conn {
         }
     }
 
+    /// Runs a command on the next connection (a cluster routes it by its
+    /// first key, or to a random node when it has none).
+    pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> RedisResult<T> {
+        match self {
+            Conn::Single { managers, next } => {
+                let i = next.fetch_add(1, Ordering::Relaxed) % managers.len();
+                let mut c = managers[i].clone();
+                cmd.query_async(&mut c).await
+            }
+            Conn::Cluster(c) => cmd.query_async(&mut c.clone()).await,
+        }
+    }
+
     /// Whether this is a cluster.
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Conn::Cluster(_))

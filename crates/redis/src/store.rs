@@ -1,11 +1,13 @@
 //! [`RedisStore`]: limit state in Redis, decided by Lua scripts.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, Script};
 use tollgate_core::copies::{CopyLimits, Groups, Reservation, TransferId};
-use tollgate_core::{plan, Mode, Nanos, PlanDecision, Request};
+use tollgate_core::{plan, Limit, Mode, Nanos, PlanDecision, Request};
 use tollgate_store::{Plan, PoolKey, Seized, Store, StoreError};
 
 use crate::conn::{redact, Conn, ConnectError, ConnectOptions, Target};
@@ -53,7 +55,8 @@ impl RedisOptions {
 
 /// The Redis [`Store`]: every decision is one Lua script call that reads,
 /// decides and writes all of a plan's keys atomically inside Redis. See
-/// the [crate docs](crate).
+/// the [crate docs](crate). Clones share the connections and the health.
+#[derive(Clone)]
 pub struct RedisStore {
     conn: Conn,
     prefix: String,
@@ -61,7 +64,14 @@ pub struct RedisStore {
     url: String,
     timeout: Duration,
     decide: Script,
+    /// Whether the last command reached Redis; `/readyz` reads it.
+    up: Arc<AtomicBool>,
 }
+
+/// Gauge: 1 while Redis answers, 0 while it does not.
+const UP_GAUGE: &str = "tollgate_store_up";
+/// Counter: commands that failed to reach Redis or timed out.
+const ERRORS_COUNTER: &str = "tollgate_store_errors_total";
 
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -94,7 +104,57 @@ impl RedisStore {
             url: redact(&options.url),
             timeout: options.connect.response_timeout,
             decide: Script::new(script::DECIDE),
+            up: Arc::new(AtomicBool::new(true)),
         })
+    }
+
+    /// Registers descriptions of the store's metrics with the installed
+    /// `metrics` recorder.
+    pub fn describe_metrics() {
+        metrics::describe_gauge!(
+            UP_GAUGE,
+            "1 while the Redis store answers, 0 while it does not."
+        );
+        metrics::describe_counter!(
+            ERRORS_COUNTER,
+            "Redis store commands that failed to reach Redis or timed out."
+        );
+    }
+
+    /// Pings Redis every `interval` until the returned future is dropped,
+    /// so readiness comes back when Redis does even with no traffic (a
+    /// server that is not ready gets none).
+    pub async fn monitor(&self, interval: Duration) {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let cmd = redis::cmd("PING");
+        loop {
+            tick.tick().await;
+            let ping = self.conn.query::<String>(&cmd);
+            match tokio::time::timeout(self.timeout.max(Duration::from_millis(200)), ping).await {
+                Ok(Ok(_)) => self.mark(true),
+                Ok(Err(e)) => {
+                    if self.up.load(Ordering::Relaxed) {
+                        tracing::warn!(url = %self.url, error = %e, "Redis is unreachable");
+                    }
+                    self.mark(false);
+                }
+                Err(_) => self.mark(false),
+            }
+        }
+    }
+
+    fn mark(&self, up: bool) {
+        let was = self.up.swap(up, Ordering::Relaxed);
+        if was != up {
+            metrics::gauge!(UP_GAUGE).set(if up { 1.0 } else { 0.0 });
+            if up {
+                tracing::info!(url = %self.url, "Redis answers again");
+            }
+        }
+        if !up {
+            metrics::counter!(ERRORS_COUNTER).increment(1);
+        }
     }
 
     /// The URL, without its password.
@@ -180,12 +240,14 @@ impl RedisStore {
             Ok(Ok(reply)) => reply,
             Ok(Err(e)) => return Err(self.error(e, plan, request.hits)),
             Err(_) => {
+                self.mark(false);
                 return Err(StoreError::Unavailable(format!(
                     "Redis did not answer within {:?}",
                     self.timeout
-                )))
+                )));
             }
         };
+        self.mark(true);
         reply::plan_decision(&reply, plan.items.len())
     }
 
@@ -199,6 +261,13 @@ impl RedisStore {
             ErrorKind::Io => "cannot reach Redis",
             _ => "Redis failed",
         };
+        if e.is_io_error()
+            || e.is_timeout()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+        {
+            self.mark(false);
+        }
         StoreError::Unavailable(format!("{what} ({}): {e}", self.url))
     }
 }
@@ -274,5 +343,13 @@ impl Store for RedisStore {
 
     async fn sweep(&self, _now: Nanos) {
         // Redis expires idle keys by itself (every write sets a TTL).
+    }
+
+    fn check_limit(&self, limit: &Limit) -> Result<(), String> {
+        params::check_limit(limit)
+    }
+
+    fn is_ready(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
     }
 }

@@ -113,6 +113,20 @@ impl<S: Store> App<S> {
         guard.1.revision
     }
 
+    /// Puts `config` in force if the store can decide every limit in it
+    /// ([`Limiter::check_view`]); otherwise changes nothing and says why.
+    pub fn try_install(&self, config: Config, warnings: Vec<String>) -> Result<u64, String> {
+        let view = View::new(&config, clock::now());
+        self.limiter.check_view(&view)?;
+        Ok(self.install(config, warnings))
+    }
+
+    /// Whether the server should receive traffic: not stopping, and its
+    /// store can decide.
+    pub fn is_ready(&self) -> bool {
+        !self.is_stopping() && self.limiter.store().is_ready()
+    }
+
     /// Records a refused reload: the old config keeps serving.
     pub fn refuse(&self, error: String) {
         metrics::counter!(crate::metrics::RELOADS, "outcome" => "error").increment(1);

@@ -193,6 +193,17 @@ impl<S: Store> Limiter<S> {
         self.view.store(Arc::new(view));
     }
 
+    /// Checks that the store can decide every limit of `view`; the error
+    /// names the namespace, the resource and why.
+    pub fn check_view(&self, view: &View) -> Result<(), String> {
+        for (namespace, resource, c) in view.limits() {
+            self.store.check_limit(&c.limit).map_err(|reason| {
+                format!("namespace `{namespace}`, resource `{resource}`: {reason}")
+            })?;
+        }
+        Ok(())
+    }
+
     /// The store.
     pub fn store(&self) -> &S {
         &self.store

@@ -174,6 +174,27 @@ impl View {
     pub fn namespaces(&self) -> impl Iterator<Item = &NamespaceView> {
         self.namespaces.values()
     }
+
+    /// Every limit with state, with the namespace and resource it belongs
+    /// to: main and hard limits of every domain, and global limits.
+    pub fn limits(&self) -> impl Iterator<Item = (&str, &str, &Compiled)> {
+        self.namespaces.values().flat_map(|ns| {
+            ns.resources.iter().flat_map(move |r| {
+                let mut out: Vec<&Compiled> = Vec::new();
+                if let ResourceView::Rate(rate) = &r.view {
+                    for d in std::iter::once(&rate.default).chain(rate.domains.values()) {
+                        if let Main::Limited(c) = &d.main {
+                            out.push(c);
+                        }
+                        out.extend(d.hard.as_ref());
+                    }
+                    out.extend(rate.global.as_ref());
+                }
+                out.into_iter()
+                    .map(move |c| (ns.name.as_str(), r.name.as_str(), c))
+            })
+        })
+    }
 }
 
 fn compile_resource(namespace: &str, r: &Resource, created_at: Nanos) -> ResourceEntry {

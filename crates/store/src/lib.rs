@@ -27,7 +27,7 @@ pub use memory::{AtCapacity, MemoryStore, MemoryStoreOptions, StoreStats};
 pub use plan::{Plan, PlanItem};
 
 use tollgate_core::copies::{CopyLimits, Groups, Reservation, Staged, TransferId};
-use tollgate_core::{Mode, Nanos, PlanDecision, Request};
+use tollgate_core::{Limit, Mode, Nanos, PlanDecision, Request};
 
 /// Copies claimed by [`Store::seize`], and the resource they belong to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,4 +96,18 @@ pub trait Store: Send + Sync + 'static {
     /// Drops idle state and releases expired transfers. Stores call it on a
     /// timer; it is cheap to call often.
     fn sweep(&self, now: Nanos) -> impl Future<Output = ()> + Send;
+
+    /// Why `limit` cannot be decided by this store, if it cannot (the Redis
+    /// store's scripts are exact only below 2^52). Checked when a config is
+    /// loaded, so such a config is refused rather than served wrongly.
+    fn check_limit(&self, limit: &Limit) -> Result<(), String> {
+        let _ = limit;
+        Ok(())
+    }
+
+    /// Whether the store can decide right now (a remote store whose backend
+    /// is unreachable is not ready; `/readyz` reports it).
+    fn is_ready(&self) -> bool {
+        true
+    }
 }

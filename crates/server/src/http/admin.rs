@@ -61,10 +61,13 @@ pub(super) async fn healthz() -> &'static str {
 /// `GET /readyz`: the server answers requests. It is ready as soon as its
 /// ports are bound (the config is loaded before that, and the memory store
 /// needs no warm-up), and 503 from the moment shutdown begins, so a load
-/// balancer stops sending before the listeners close.
+/// balancer stops sending before the listeners close, and while its store
+/// cannot decide (Redis unreachable), so traffic goes to servers that can.
 pub(super) async fn readyz<S: Store>(State(http): State<Http<S>>) -> Response {
     if http.app.is_stopping() {
         (StatusCode::SERVICE_UNAVAILABLE, "stopping").into_response()
+    } else if !http.app.limiter.store().is_ready() {
+        (StatusCode::SERVICE_UNAVAILABLE, "store unavailable").into_response()
     } else {
         "ready".into_response()
     }

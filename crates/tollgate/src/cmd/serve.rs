@@ -9,9 +9,10 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, watch};
+use tollgate_redis::{ConnectOptions, RedisOptions, RedisStore};
 use tollgate_server::{App, Server, ServerOptions};
 use tollgate_service::SessionLimits;
-use tollgate_store::MemoryStore;
+use tollgate_store::{MemoryStore, Store};
 
 /// The config served when none is given: the bundled example.
 const BUNDLED: &str = include_str!("../../../../examples/tollgate.yaml");
@@ -86,6 +87,69 @@ pub struct ServeArgs {
     /// Fraction of decisions recorded in the decision log, in (0, 1].
     #[arg(long, env = "TOLLGATE_DECISION_LOG_SAMPLE", default_value_t = 1.0)]
     pub decision_log_sample: f64,
+    /// Where limit state lives: `memory` (embedded, the default), or Redis
+    /// shared by a fleet of servers: `redis://HOST:PORT/DB`, `rediss://`
+    /// (TLS), `redis-cluster://SEED,SEED,...` or `rediss-cluster://`.
+    #[arg(long, env = "TOLLGATE_STORE", default_value = "memory")]
+    pub store: String,
+    /// Prefix of every Redis key, so one Redis can serve several
+    /// deployments.
+    #[arg(long, env = "TOLLGATE_STORE_PREFIX", default_value = "tollgate:")]
+    pub store_prefix: String,
+    /// File holding the Redis password (overrides one in the URL). The
+    /// password can also come from TOLLGATE_REDIS_PASSWORD; it is never
+    /// logged.
+    #[arg(long, env = "TOLLGATE_REDIS_PASSWORD_FILE")]
+    pub redis_password_file: Option<PathBuf>,
+    /// Multiplexed connections to a single Redis server; every concurrent
+    /// decision is pipelined over them.
+    #[arg(long, env = "TOLLGATE_REDIS_CONNECTIONS", default_value_t = 2)]
+    pub redis_connections: usize,
+    /// How long one Redis decision may take before it fails (milliseconds).
+    #[arg(long, env = "TOLLGATE_REDIS_TIMEOUT_MS", default_value_t = 50)]
+    pub redis_timeout_ms: u64,
+    /// How long one connection attempt to Redis may take (milliseconds).
+    #[arg(
+        long,
+        env = "TOLLGATE_REDIS_CONNECT_TIMEOUT_MS",
+        default_value_t = 1000
+    )]
+    pub redis_connect_timeout_ms: u64,
+    /// Longest pause between reconnection attempts (milliseconds).
+    #[arg(
+        long,
+        env = "TOLLGATE_REDIS_MAX_RECONNECT_DELAY_MS",
+        default_value_t = 2000
+    )]
+    pub redis_max_reconnect_delay_ms: u64,
+}
+
+impl ServeArgs {
+    /// The Redis store's options, with the password read from its file or
+    /// the environment.
+    fn redis_options(&self) -> Result<RedisOptions> {
+        let password = match &self.redis_password_file {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .with_context(|| {
+                        format!("cannot read the Redis password file {}", path.display())
+                    })?
+                    .trim_end_matches(['\n', '\r'])
+                    .to_owned(),
+            ),
+            None => std::env::var("TOLLGATE_REDIS_PASSWORD").ok(),
+        };
+        let mut o = RedisOptions::new(self.store.clone());
+        o.prefix = self.store_prefix.clone();
+        o.connect = ConnectOptions {
+            password,
+            connections: self.redis_connections.max(1),
+            response_timeout: Duration::from_millis(self.redis_timeout_ms.max(1)),
+            connect_timeout: Duration::from_millis(self.redis_connect_timeout_ms.max(1)),
+            max_reconnect_delay: Duration::from_millis(self.redis_max_reconnect_delay_ms.max(1)),
+        };
+        Ok(o)
+    }
 }
 
 /// Runs the server until SIGTERM or SIGINT.
@@ -129,13 +193,38 @@ async fn serve(args: ServeArgs) -> Result<()> {
     for w in &warnings {
         tracing::warn!(warning = %w, "config warning");
     }
-    let store = MemoryStore::with_options(tollgate_store::MemoryStoreOptions {
-        max_keys: args.max_keys,
-        ..Default::default()
+    if args.store == "memory" {
+        let store = MemoryStore::with_options(tollgate_store::MemoryStoreOptions {
+            max_keys: args.max_keys,
+            ..Default::default()
+        });
+        return serve_with(args, store, "memory", config, warnings).await;
+    }
+    let options = args.redis_options()?;
+    let store = RedisStore::connect(options).await.with_context(|| {
+        format!(
+            "cannot use --store {}",
+            tollgate_redis::conn::redact(&args.store)
+        )
+    })?;
+    tokio::spawn({
+        let store = store.clone();
+        async move { store.monitor(Duration::from_millis(500)).await }
     });
+    serve_with(args, store, "redis", config, warnings).await
+}
+
+/// Serves `config` over `store` until SIGTERM or SIGINT.
+async fn serve_with<S: Store>(
+    args: ServeArgs,
+    store: S,
+    store_name: &'static str,
+    config: tollgate_config::Config,
+    warnings: Vec<String>,
+) -> Result<()> {
     let mut app = App::new(
         store,
-        "memory",
+        store_name,
         config,
         args.config.clone(),
         warnings,
@@ -149,8 +238,14 @@ async fn serve(args: ServeArgs) -> Result<()> {
                 .context("cannot open the decision log")?,
         );
     }
+    app.limiter
+        .check_view(&app.limiter.view())
+        .map_err(|e| anyhow::anyhow!("the config cannot run on the {store_name} store: {e}"))?;
     match tollgate_server::metrics::install() {
-        Ok(handle) => app.metrics = Some(handle),
+        Ok(handle) => {
+            app.metrics = Some(handle);
+            RedisStore::describe_metrics();
+        }
         Err(e) => tracing::warn!(error = %e, "metrics disabled"),
     }
     let app = Arc::new(app);
@@ -182,7 +277,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let server = Server::bind(Arc::clone(&app), options).await?;
     let grpc = server.grpc_addr()?;
     let http = server.http_addr()?;
-    tracing::info!(%grpc, %http, transport = scheme, store = "memory", config = %args.config.as_ref().map_or("bundled example".into(), |p| p.display().to_string()), "tollgate listening");
+    tracing::info!(%grpc, %http, transport = scheme, store = store_name, config = %args.config.as_ref().map_or("bundled example".into(), |p| p.display().to_string()), "tollgate listening");
 
     let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut hup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
