@@ -39,11 +39,13 @@
 #![deny(missing_docs)]
 
 pub mod conn;
+mod copylog;
 pub mod params;
 mod reply;
 mod script;
 mod store;
 
 pub use conn::{ConnectError, ConnectOptions, Target};
+pub use copylog::Resignation;
 pub use params::{check_limit, MAX_EXACT};
 pub use store::{Clock, RedisOptions, RedisStore};

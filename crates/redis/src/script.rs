@@ -37,3 +37,14 @@ pub(crate) const DECIDE: &str = concat!(
     algorithms!(),
     include_str!("../lua/decide.lua"),
 );
+
+/// `copies`: the copy log's operations (`lua/copies.lua`).
+pub(crate) const COPIES: &str = concat!(
+    include_str!("../lua/prelude.lua"),
+    "\n",
+    include_str!("../lua/copies.lua"),
+);
+
+/// `servers`: heartbeats, registration and cleanup leases
+/// (`lua/servers.lua`).
+pub(crate) const SERVERS: &str = include_str!("../lua/servers.lua");

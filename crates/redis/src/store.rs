@@ -5,8 +5,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use redis::Value;
 use redis::{ErrorKind, RedisError, Script};
-use tollgate_core::copies::{CopyLimits, Groups, Reservation, TransferId};
+use tollgate_core::copies::{
+    normalize_groups, CopyContext, CopyError, CopyLimits, GroupContext, Groups, Reservation,
+    Staged, TransferId,
+};
+
+use crate::copylog::{self, CopyLog, Resignation};
 use tollgate_core::{plan, Limit, Mode, Nanos, PlanDecision, Request};
 use tollgate_store::{Plan, PoolKey, Seized, Store, StoreError};
 
@@ -37,6 +43,10 @@ pub struct RedisOptions {
     pub prefix: String,
     /// Connections, timeouts and reconnection.
     pub connect: ConnectOptions,
+    /// How long a server's heartbeat lasts: when it lapses, another server
+    /// releases the holds of the dead one's clients. Heartbeats are sent
+    /// every third of it.
+    pub heartbeat_ttl: Duration,
     /// Whose clock decides.
     pub clock: Clock,
 }
@@ -48,6 +58,7 @@ impl RedisOptions {
             url: url.into(),
             prefix: "tollgate:".into(),
             connect: ConnectOptions::default(),
+            heartbeat_ttl: Duration::from_secs(5),
             clock: Clock::Redis,
         }
     }
@@ -66,6 +77,8 @@ pub struct RedisStore {
     decide: Script,
     /// Whether the last command reached Redis; `/readyz` reads it.
     up: Arc<AtomicBool>,
+    /// This server's place in the copy log.
+    pub(crate) log: Arc<CopyLog>,
 }
 
 /// Gauge: 1 while Redis answers, 0 while it does not.
@@ -97,7 +110,17 @@ impl RedisStore {
         }
         let target = Target::parse(&options.url)?;
         let conn = Conn::open(&target, &options.connect).await?;
+        let log = Arc::new(CopyLog::new(&options.prefix, options.heartbeat_ttl));
+        let released = log
+            .join(&conn)
+            .await
+            .map_err(|source| ConnectError::Connect {
+                url: redact(&options.url),
+                source,
+            })?;
+        tracing::info!(server = %log.id, released, "joined the copy log");
         Ok(RedisStore {
+            log,
             conn,
             prefix: options.prefix,
             clock: options.clock,
@@ -155,6 +178,19 @@ impl RedisStore {
         if !up {
             metrics::counter!(ERRORS_COUNTER).increment(1);
         }
+    }
+
+    /// This server's id in the copy log.
+    pub fn server_id(&self) -> &str {
+        &self.log.id
+    }
+
+    /// Sends heartbeats and cleans up after dead servers until this server
+    /// resigns (declared dead by another, or no heartbeat for a whole TTL);
+    /// from then on it refuses to hold copies. The caller decides whether
+    /// to exit.
+    pub async fn heartbeat(&self) -> Resignation {
+        self.log.run(&self.conn).await
     }
 
     /// The URL, without its password.
@@ -287,12 +323,6 @@ fn check_distinct(plan: &Plan, keys: &[String]) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn not_yet(what: &str) -> StoreError {
-    StoreError::Unsupported(format!(
-        "{what} of copy-limited resources is not available in the Redis store yet"
-    ))
-}
-
 impl Store for RedisStore {
     async fn decide(
         &self,
@@ -306,43 +336,47 @@ impl Store for RedisStore {
 
     async fn reserve(
         &self,
-        _pool: &PoolKey,
-        _limits: &CopyLimits,
-        _domain: &str,
-        _request: Request,
-        _now: Nanos,
+        pool: &PoolKey,
+        limits: &CopyLimits,
+        domain: &str,
+        request: Request,
+        now: Nanos,
     ) -> Result<Reservation, StoreError> {
-        Err(not_yet("reserve"))
+        self.reserve_copies(pool, limits, domain, request, now)
+            .await
     }
 
     async fn release(
         &self,
-        _pool: &PoolKey,
-        _domain: &str,
-        _groups: &Groups,
-        _copies: u64,
+        pool: &PoolKey,
+        domain: &str,
+        groups: &Groups,
+        copies: u64,
     ) -> Result<(), StoreError> {
-        Err(not_yet("release"))
+        self.release_copies(pool, domain, groups, copies).await
     }
 
     async fn transfer(
         &self,
-        _pool: &PoolKey,
-        _domain: &str,
-        _groups: &Groups,
-        _copies: u64,
-        _ttl: Nanos,
-        _now: Nanos,
+        pool: &PoolKey,
+        domain: &str,
+        groups: &Groups,
+        copies: u64,
+        ttl: Nanos,
+        now: Nanos,
     ) -> Result<TransferId, StoreError> {
-        Err(not_yet("transfer"))
+        self.transfer_copies(pool, domain, groups, copies, ttl, now)
+            .await
     }
 
-    async fn seize(&self, _id: TransferId, _now: Nanos) -> Result<Seized, StoreError> {
-        Err(not_yet("seize"))
+    async fn seize(&self, id: TransferId, now: Nanos) -> Result<Seized, StoreError> {
+        self.seize_copies(id, now).await
     }
 
-    async fn sweep(&self, _now: Nanos) {
-        // Redis expires idle keys by itself (every write sets a TTL).
+    /// Limit states need no sweep (every write sets a TTL); staged
+    /// transfers of the pools this server uses are released when due.
+    async fn sweep(&self, now: Nanos) {
+        self.expire_transfers(now).await;
     }
 
     fn check_limit(&self, limit: &Limit) -> Result<(), String> {
@@ -351,5 +385,259 @@ impl Store for RedisStore {
 
     fn is_ready(&self) -> bool {
         self.up.load(Ordering::Relaxed)
+    }
+}
+
+/// A limit as the copies script reads it: `inf` for none (or one too large
+/// to count exactly).
+fn limit_arg(limit: u64) -> String {
+    if limit >= MAX_EXACT {
+        "inf".to_owned()
+    } else {
+        limit.to_string()
+    }
+}
+
+fn int(v: Option<&Value>) -> u64 {
+    match v {
+        Some(Value::Int(n)) => u64::try_from(*n).unwrap_or(0),
+        Some(Value::BulkString(b)) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
+fn text(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+        Some(Value::SimpleString(s)) => s.clone(),
+        Some(Value::Int(n)) => n.to_string(),
+        _ => String::new(),
+    }
+}
+
+impl RedisStore {
+    fn check_alive(&self) -> Result<(), StoreError> {
+        if self.log.is_resigned() {
+            return Err(StoreError::Unavailable(
+                "this server resigned from the copy log (its heartbeat lapsed); it holds no copies"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Runs copies-script `op` on the pool with affinity `a`.
+    async fn copies<T: redis::FromRedisValue>(
+        &self,
+        a: u64,
+        pool: &str,
+        now: Nanos,
+        op: &str,
+        args: &[String],
+    ) -> Result<T, RedisError> {
+        let (secs, nanos) = self.clock_args(now);
+        let mut inv = self.log.copies.prepare_invoke();
+        for k in self.log.pool_keys(a) {
+            inv.key(k);
+        }
+        inv.arg(op).arg(secs).arg(nanos).arg(&self.log.id).arg(pool);
+        for x in args {
+            inv.arg(x.as_str());
+        }
+        match tokio::time::timeout(self.timeout, self.conn.invoke::<T>(&inv)).await {
+            Ok(r) => r,
+            Err(_) => Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("Redis did not answer within {:?}", self.timeout),
+            ))),
+        }
+    }
+
+    /// Maps a copies-script error; `Ok` carries errors that are answers.
+    fn copy_error(&self, e: RedisError, domain: &str, groups: &Groups, copies: u64) -> StoreError {
+        if e.code() == Some("TOLLGATE") {
+            let detail = e.detail().unwrap_or_default();
+            let mut words = detail.split_whitespace();
+            match words.next() {
+                Some("not_held") => {
+                    return StoreError::Copy(CopyError::NotHeld {
+                        domain: domain.to_owned(),
+                        groups: groups.clone(),
+                        held: words.next().and_then(|n| n.parse().ok()).unwrap_or(0),
+                        requested: copies,
+                    })
+                }
+                Some("unknown_transfer") => return StoreError::Copy(CopyError::UnknownTransfer),
+                Some("resigned") => {
+                    return StoreError::Unavailable(
+                        "this server was declared dead and resigned from the copy log".into(),
+                    )
+                }
+                _ => {}
+            }
+        }
+        if e.is_io_error()
+            || e.is_timeout()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+        {
+            self.mark(false);
+        }
+        StoreError::Unavailable(format!("Redis failed ({}): {e}", self.url))
+    }
+
+    async fn reserve_copies(
+        &self,
+        pool: &PoolKey,
+        limits: &CopyLimits,
+        domain: &str,
+        request: Request,
+        now: Nanos,
+    ) -> Result<Reservation, StoreError> {
+        self.check_alive()?;
+        if request.hits >= MAX_EXACT {
+            return Err(StoreError::Unsupported(format!(
+                "{} copies: the Redis store counts exactly below 2^52",
+                request.hits
+            )));
+        }
+        let a = copylog::affinity(&pool.0);
+        let groups = limits.groups_of(domain);
+        let group_limit = |name: &str| {
+            limits
+                .groups()
+                .iter()
+                .find(|g| g.name == name)
+                .map_or(u64::MAX, |g| g.limit)
+        };
+        let mut args = vec![
+            domain.to_owned(),
+            request.hits.to_string(),
+            request.min_hits.to_string(),
+            limit_arg(limits.domain_limit_for(domain)),
+            limits.global_limit().map_or(String::new(), limit_arg),
+        ];
+        for g in &groups {
+            args.push(g.clone());
+            args.push(limit_arg(group_limit(g)));
+        }
+        let reply: Result<Vec<i64>, RedisError> = async {
+            self.log.register(&self.conn, a).await?;
+            self.copies(a, &pool.0, now, "reserve", &args).await
+        }
+        .await;
+        let reply = reply.map_err(|e| self.copy_error(e, domain, &groups, request.hits))?;
+        self.mark(true);
+        let at = |i: usize| reply.get(i).map_or(0, |&n| u64::try_from(n).unwrap_or(0));
+        let context = CopyContext {
+            domain_limit: limits.domain_limit_for(domain),
+            global_limit: limits.global_limit(),
+            domain_holds: at(2),
+            global_holds: at(3),
+            groups: groups
+                .iter()
+                .enumerate()
+                .map(|(i, name)| GroupContext {
+                    name: name.clone(),
+                    limit: group_limit(name),
+                    holds: at(4 + i),
+                })
+                .collect(),
+        };
+        Ok(Reservation {
+            granted: at(0),
+            allowed: at(1) != 0,
+            groups,
+            context,
+        })
+    }
+
+    async fn release_copies(
+        &self,
+        pool: &PoolKey,
+        domain: &str,
+        groups: &Groups,
+        copies: u64,
+    ) -> Result<(), StoreError> {
+        if copies == 0 {
+            return Err(CopyError::ZeroCopies.into());
+        }
+        let groups = normalize_groups(groups);
+        let a = copylog::affinity(&pool.0);
+        let mut args = vec![domain.to_owned(), copies.to_string()];
+        args.extend(groups.iter().cloned());
+        self.copies::<i64>(a, &pool.0, Nanos::ZERO, "release", &args)
+            .await
+            .map_err(|e| self.copy_error(e, domain, &groups, copies))?;
+        self.mark(true);
+        Ok(())
+    }
+
+    async fn transfer_copies(
+        &self,
+        pool: &PoolKey,
+        domain: &str,
+        groups: &Groups,
+        copies: u64,
+        ttl: Nanos,
+        now: Nanos,
+    ) -> Result<TransferId, StoreError> {
+        if copies == 0 {
+            return Err(CopyError::ZeroCopies.into());
+        }
+        let ttl = ttl.min(Nanos::new(MAX_EXACT - 1));
+        let groups = normalize_groups(groups);
+        let a = copylog::affinity(&pool.0);
+        // The high half names the pool's keys, so a seize by id alone finds
+        // them (in Redis Cluster, their slot).
+        let id =
+            TransferId((u128::from(a) << 64) | u128::from(uuid::Uuid::new_v4().as_u64_pair().1));
+        let mut args = vec![
+            domain.to_owned(),
+            copies.to_string(),
+            ttl.as_u64().to_string(),
+            id.to_string(),
+        ];
+        args.extend(groups.iter().cloned());
+        self.copies::<i64>(a, &pool.0, now, "transfer", &args)
+            .await
+            .map_err(|e| self.copy_error(e, domain, &groups, copies))?;
+        self.mark(true);
+        Ok(id)
+    }
+
+    async fn seize_copies(&self, id: TransferId, now: Nanos) -> Result<Seized, StoreError> {
+        self.check_alive()?;
+        let a = (id.0 >> 64) as u64;
+        let reply: Result<Vec<Value>, RedisError> = async {
+            self.log.register(&self.conn, a).await?;
+            self.copies(a, "", now, "seize", &[id.to_string()]).await
+        }
+        .await;
+        let reply = reply.map_err(|e| self.copy_error(e, "", &Vec::new(), 0))?;
+        self.mark(true);
+        let secs = int(reply.get(3));
+        let nanos = int(reply.get(4));
+        Ok(Seized {
+            pool: PoolKey(text(reply.first()).into()),
+            staged: Staged {
+                domain: text(reply.get(1)),
+                groups: reply.iter().skip(5).map(|v| text(Some(v))).collect(),
+                copies: int(reply.get(2)),
+                expires_at: Nanos::new(secs.saturating_mul(1_000_000_000).saturating_add(nanos)),
+            },
+        })
+    }
+
+    /// Releases due transfers of every pool this server registered.
+    async fn expire_transfers(&self, now: Nanos) {
+        for a in self.log.registered() {
+            if let Err(e) = self.copies::<i64>(a, "", now, "expire", &[]).await {
+                tracing::debug!(error = %e, "expiring transfers failed; retrying at the next sweep");
+            }
+        }
     }
 }

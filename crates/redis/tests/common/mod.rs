@@ -303,3 +303,23 @@ pub mod strategies {
             })
     }
 }
+
+/// Waits until `check` holds, polling; panics after `limit` (a bound on a
+/// hung test, not a timing assertion: the behaviour is that it happens).
+pub async fn eventually<F, Fut>(limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "condition not reached within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -122,6 +122,14 @@ pub struct ServeArgs {
         default_value_t = 2000
     )]
     pub redis_max_reconnect_delay_ms: u64,
+    /// How long this server's heartbeat in Redis lasts (milliseconds): when
+    /// it lapses, another server releases the holds of this one's clients.
+    #[arg(long, env = "TOLLGATE_HEARTBEAT_TTL_MS", default_value_t = 5000)]
+    pub heartbeat_ttl_ms: u64,
+    /// After resigning from the copy log (heartbeat lapsed), keep serving
+    /// rate limits instead of exiting; holds are refused.
+    #[arg(long, env = "TOLLGATE_KEEP_SERVING_AFTER_RESIGN")]
+    pub keep_serving_after_resign: bool,
 }
 
 impl ServeArgs {
@@ -141,6 +149,7 @@ impl ServeArgs {
         };
         let mut o = RedisOptions::new(self.store.clone());
         o.prefix = self.store_prefix.clone();
+        o.heartbeat_ttl = Duration::from_millis(self.heartbeat_ttl_ms.max(30));
         o.connect = ConnectOptions {
             password,
             connections: self.redis_connections.max(1),
@@ -198,7 +207,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
             max_keys: args.max_keys,
             ..Default::default()
         });
-        return serve_with(args, store, "memory", config, warnings).await;
+        return serve_with(args, store, "memory", config, warnings, None).await;
     }
     let options = args.redis_options()?;
     let store = RedisStore::connect(options).await.with_context(|| {
@@ -207,11 +216,20 @@ async fn serve(args: ServeArgs) -> Result<()> {
             tollgate_redis::conn::redact(&args.store)
         )
     })?;
+    tracing::info!(server = store.server_id(), "connected to Redis");
     tokio::spawn({
         let store = store.clone();
         async move { store.monitor(Duration::from_millis(500)).await }
     });
-    serve_with(args, store, "redis", config, warnings).await
+    let (resign_tx, resign_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn({
+        let store = store.clone();
+        async move {
+            let _ = resign_tx.send(store.heartbeat().await);
+        }
+    });
+    let resign = (!args.keep_serving_after_resign).then_some(resign_rx);
+    serve_with(args, store, "redis", config, warnings, resign).await
 }
 
 /// Serves `config` over `store` until SIGTERM or SIGINT.
@@ -221,6 +239,7 @@ async fn serve_with<S: Store>(
     store_name: &'static str,
     config: tollgate_config::Config,
     warnings: Vec<String>,
+    resign: Option<tokio::sync::oneshot::Receiver<tollgate_redis::Resignation>>,
 ) -> Result<()> {
     let mut app = App::new(
         store,
@@ -299,13 +318,37 @@ async fn serve_with<S: Store>(
             let _ = hup_tx.try_send(());
         }
     });
-    let shutdown = async move {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
-            _ = term.recv() => tracing::info!("SIGTERM received"),
+    // Resigning from the copy log ends the server (Charon §4.3.2): its
+    // sessions' holds were released by another server, so it must not keep
+    // them. A supervisor restarts it with a new id.
+    let resigned = Arc::new(std::sync::Mutex::new(None));
+    let shutdown = {
+        let resigned = Arc::clone(&resigned);
+        async move {
+            let resign = async {
+                match resign {
+                    Some(rx) => rx.await.ok(),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+                _ = term.recv() => tracing::info!("SIGTERM received"),
+                Some(r) = resign => {
+                    tracing::error!(reason = %r.0, "resigned from the copy log: shutting down");
+                    *resigned.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(r);
+                }
+            }
+            let _ = stop_tx.send(true);
         }
-        let _ = stop_tx.send(true);
     };
     server.run(shutdown).await?;
+    if let Some(r) = resigned
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take()
+    {
+        anyhow::bail!("resigned from the copy log: {}", r.0);
+    }
     Ok(())
 }

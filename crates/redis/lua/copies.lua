@@ -1,0 +1,282 @@
+-- The copy log (Charon §4.2, §4.3.2): copy-limited resources' hold counts,
+-- with every server's own contribution beside them, so the holds of a
+-- server that dies can be released by a survivor.
+--
+-- One pool (a copy-limited resource) lives in three keys that share the
+-- hash tag of the pool's affinity A (a 64-bit hash of its name), so one
+-- script call sees all of them, in Redis Cluster too:
+--   KEYS[1] <prefix>{c:A}:pool  hash: n = pool name, g = global holds,
+--           d:<domain> = a domain's holds, G:<group> = a group's holds,
+--           s:<server>:<hold key> = what one server's sessions hold under
+--           one (domain, groups) pair (the hold key is cmsgpack of
+--           {domain, group, ...}), x:<server> = tombstone of a dead server
+--           whose contributions were released here (its value: when).
+--   KEYS[2] <prefix>{c:A}:xfer  hash: transfer id -> staged copies
+--           (cmsgpack {domain, copies, expires stored, base second, groups...})
+--   KEYS[3] <prefix>{c:A}:xexp  sorted set: transfer id by expiry (µs)
+-- Counts are the sum of the servers' contributions plus the staged copies;
+-- a count that reaches zero is deleted, so an idle pool leaves no key.
+--
+-- ARGV: 1 op, 2-3 now (seconds, nanoseconds; '' for TIME), 4 this server's
+-- id, 5 the pool's name, then the op's own arguments. Errors (nothing
+-- changed) are 'TOLLGATE <what> ...'.
+
+if ARGV[2] == '' then
+  local t = redis.call('TIME')
+  T.init(tonumber(t[1]), tonumber(t[2]) * 1000)
+else
+  T.init(tonumber(ARGV[2]), tonumber(ARGV[3]))
+end
+
+local op = ARGV[1]
+local sid = ARGV[4]
+local pool_name = ARGV[5]
+local P, XFER, XEXP = KEYS[1], KEYS[2], KEYS[3]
+
+-- Seize knows only the transfer id, whose high half is the affinity: it
+-- passes no name and learns it here.
+local name = redis.call('HGET', P, 'n')
+if pool_name == '' then
+  pool_name = name or ''
+elseif name and name ~= pool_name then
+  return redis.error_reply('TOLLGATE affinity_collision ' .. name)
+end
+
+local function count(field)
+  return tonumber(redis.call('HGET', P, field) or '0')
+end
+
+-- Adds n (may be negative) to a count, deleting it at zero; never below 0.
+local function add(field, n)
+  local v = count(field) + n
+  if v <= 0 then
+    redis.call('HDEL', P, field)
+  else
+    redis.call('HSET', P, field, v)
+  end
+end
+
+local function add_all(domain, groups, n)
+  add('g', n)
+  add('d:' .. domain, n)
+  for _, g in ipairs(groups) do add('G:' .. g, n) end
+end
+
+local function hold_key(domain, groups)
+  local v = { domain }
+  for _, g in ipairs(groups) do v[#v + 1] = g end
+  return cmsgpack.pack(v)
+end
+
+-- After add_all, the name field is all that is left of an idle pool.
+local function tidy()
+  if redis.call('HLEN', P) == 1 and redis.call('HEXISTS', P, 'n') == 1 then
+    redis.call('DEL', P)
+  elseif redis.call('HLEN', P) > 0 then
+    redis.call('HSET', P, 'n', pool_name)
+  end
+end
+
+local function resigned()
+  return redis.call('HEXISTS', P, 'x:' .. sid) == 1
+end
+
+-- Releases every staged transfer whose time has come (expires <= now).
+local function expire()
+  local due = redis.call('ZRANGEBYSCORE', XEXP, '-inf', T.US)
+  for _, id in ipairs(due) do
+    local raw = redis.call('HGET', XFER, id)
+    if raw then
+      local v = cmsgpack.unpack(raw)
+      if T.get(v[3], v[4]) <= 0 then
+        local groups = {}
+        for i = 5, #v do groups[#groups + 1] = v[i] end
+        add_all(v[1], groups, -v[2])
+        redis.call('HDEL', XFER, id)
+        redis.call('ZREM', XEXP, id)
+      end
+    else
+      redis.call('ZREM', XEXP, id)
+    end
+  end
+end
+
+-- The groups listed from ARGV[from] on.
+local function groups_from(from)
+  local groups = {}
+  for i = from, #ARGV do groups[#groups + 1] = ARGV[i] end
+  return groups
+end
+
+if op == 'reserve' then
+  -- 6 domain, 7 hits, 8 min_hits, 9 domain limit, 10 global limit ('' for
+  -- none), then group name and limit pairs.
+  if resigned() then return redis.error_reply('TOLLGATE resigned') end
+  expire()
+  local domain = ARGV[6]
+  local hits, min_hits = tonumber(ARGV[7]), tonumber(ARGV[8])
+  local room = tonumber(ARGV[9]) - count('d:' .. domain)
+  if ARGV[10] ~= '' then room = min(room, tonumber(ARGV[10]) - count('g')) end
+  local groups = {}
+  local i = 11
+  while i < #ARGV do
+    groups[#groups + 1] = ARGV[i]
+    room = min(room, tonumber(ARGV[i + 1]) - count('G:' .. ARGV[i]))
+    i = i + 2
+  end
+  if room < 0 then room = 0 end
+  local grant = grant_from_room({ hits = hits, min_hits = min_hits }, room)
+  if grant.granted > 0 then
+    add_all(domain, groups, grant.granted)
+    add('s:' .. sid .. ':' .. hold_key(domain, groups), grant.granted)
+    tidy()
+  end
+  local allowed = 0
+  if grant.allowed then allowed = 1 end
+  local reply = { grant.granted, allowed, count('d:' .. domain), count('g') }
+  for _, g in ipairs(groups) do reply[#reply + 1] = count('G:' .. g) end
+  return reply
+end
+
+-- Takes `copies` out of this server's holds under (domain, groups), or
+-- answers how many it holds.
+local function take_own(domain, groups, copies)
+  local field = 's:' .. sid .. ':' .. hold_key(domain, groups)
+  local held = count(field)
+  if held < copies then return held end
+  add(field, -copies)
+  return nil
+end
+
+if op == 'release' then
+  -- 6 domain, 7 copies, then groups.
+  local domain, copies = ARGV[6], tonumber(ARGV[7])
+  local groups = groups_from(8)
+  local held = take_own(domain, groups, copies)
+  if held then return redis.error_reply('TOLLGATE not_held ' .. held) end
+  add_all(domain, groups, -copies)
+  tidy()
+  return 0
+end
+
+if op == 'transfer' then
+  -- 6 domain, 7 copies, 8 ttl (ns), 9 transfer id, then groups.
+  local domain, copies, ttl, id = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]
+  local groups = groups_from(10)
+  if redis.call('HEXISTS', XFER, id) == 1 then
+    return redis.error_reply('TOLLGATE duplicate_transfer')
+  end
+  local held = take_own(domain, groups, copies)
+  if held then return redis.error_reply('TOLLGATE not_held ' .. held) end
+  local v = { domain, copies, T.put(ttl), T.S }
+  for _, g in ipairs(groups) do v[#v + 1] = g end
+  redis.call('HSET', XFER, id, cmsgpack.pack(v))
+  -- Scored by the microsecond the copies are due, rounded down: expire()
+  -- then checks the exact nanosecond.
+  redis.call('ZADD', XEXP, T.US + floor((T.NS % 1000 + ttl) / 1000), id)
+  tidy()
+  return 0
+end
+
+if op == 'seize' then
+  -- 6 transfer id. Replies the pool's name, domain, copies, expires
+  -- (seconds, nanoseconds), then the groups.
+  local id = ARGV[6]
+  if resigned() then return redis.error_reply('TOLLGATE resigned') end
+  expire()
+  local raw = redis.call('HGET', XFER, id)
+  if not raw then return redis.error_reply('TOLLGATE unknown_transfer') end
+  local v = cmsgpack.unpack(raw)
+  redis.call('HDEL', XFER, id)
+  redis.call('ZREM', XEXP, id)
+  local groups = {}
+  for i = 5, #v do groups[#groups + 1] = v[i] end
+  add('s:' .. sid .. ':' .. hold_key(v[1], groups), v[2])
+  tidy()
+  -- The absolute expiry, split so it stays exact: stored ns after base.
+  local secs = v[4] + floor(v[3] / 1000000000)
+  local reply = { pool_name, v[1], v[2], secs, v[3] - floor(v[3] / 1000000000) * 1000000000 }
+  for _, g in ipairs(groups) do reply[#reply + 1] = g end
+  return reply
+end
+
+if op == 'expire' then
+  expire()
+  tidy()
+  return 0
+end
+
+if op == 'cleanup' then
+  -- 6 the dead server's id. Releases everything it held here and leaves a
+  -- tombstone, so a server that comes back from the dead cannot reserve
+  -- here again (it must resign). Tombstones older than a day are dropped.
+  local dead = ARGV[6]
+  local prefix = 's:' .. dead .. ':'
+  local released = 0
+  local fields = redis.call('HGETALL', P)
+  for i = 1, #fields, 2 do
+    local f = fields[i]
+    if string.sub(f, 1, #prefix) == prefix then
+      local n = tonumber(fields[i + 1])
+      local v = cmsgpack.unpack(string.sub(f, #prefix + 1))
+      local groups = {}
+      for j = 2, #v do groups[#groups + 1] = v[j] end
+      add_all(v[1], groups, -n)
+      redis.call('HDEL', P, f)
+      released = released + n
+    elseif string.sub(f, 1, 2) == 'x:' and tonumber(fields[i + 1]) < T.S - 86400 then
+      redis.call('HDEL', P, f)
+    end
+  end
+  redis.call('HSET', P, 'x:' .. dead, T.S)
+  expire()
+  return released
+end
+
+if op == 'orphans' then
+  -- KEYS[4] the live set ({srv}:alive; single Redis only, where any key
+  -- may be read). Releases what servers not in it hold here: for a server
+  -- starting alone against an old copy log (§4.3.2). Reading the live set
+  -- here, not before the call, means a server that joined meanwhile keeps
+  -- its holds.
+  local live = {}
+  local all = redis.call('ZRANGE', KEYS[4], 0, -1)
+  for _, s in ipairs(all) do live[s] = true end
+  local released = 0
+  local fields = redis.call('HGETALL', P)
+  for i = 1, #fields, 2 do
+    local f = fields[i]
+    if string.sub(f, 1, 2) == 's:' then
+      local rest = string.sub(f, 3)
+      local colon = string.find(rest, ':', 1, true)
+      local owner = string.sub(rest, 1, colon - 1)
+      if not live[owner] then
+        local n = tonumber(fields[i + 1])
+        local v = cmsgpack.unpack(string.sub(rest, colon + 1))
+        local groups = {}
+        for j = 2, #v do groups[#groups + 1] = v[j] end
+        add_all(v[1], groups, -n)
+        redis.call('HDEL', P, f)
+        released = released + n
+      end
+    end
+  end
+  expire()
+  tidy()
+  return released
+end
+
+if op == 'counts' then
+  -- For tests and /status: global, then domain and count pairs.
+  local reply = { count('g') }
+  local fields = redis.call('HGETALL', P)
+  for i = 1, #fields, 2 do
+    if string.sub(fields[i], 1, 2) == 'd:' then
+      reply[#reply + 1] = string.sub(fields[i], 3)
+      reply[#reply + 1] = fields[i + 1]
+    end
+  end
+  return reply
+end
+
+return redis.error_reply('TOLLGATE unknown_op ' .. op)
