@@ -44,6 +44,8 @@ pub mod params;
 mod reply;
 mod script;
 mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use conn::{ConnectError, ConnectOptions, Target};
 pub use copylog::Resignation;

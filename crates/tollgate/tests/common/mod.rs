@@ -5,6 +5,8 @@
 // Each test file uses a different subset of these helpers.
 #![allow(dead_code)]
 
+pub mod serving;
+
 use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,158 @@
+//! A running `tollgate serve` process for end-to-end tests: free ports,
+//! JSON logs captured, HTTP exchanges over a raw socket.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::Sandbox;
+
+/// A running `tollgate serve`, killed on drop.
+pub struct Serving {
+    pub child: Child,
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    pub logs: Arc<Mutex<Vec<Value>>>,
+}
+
+impl Serving {
+    /// Starts `tollgate serve --log-format json args...` on free ports and
+    /// waits for its "listening" line.
+    pub fn start(dir: &Sandbox, args: &[&str], env: &[(&str, &str)]) -> Serving {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+        cmd.arg("serve")
+            .args(["--log-format", "json"])
+            .args(args)
+            .current_dir(&dir.dir)
+            .env_remove("TOLLGATE_CONFIG")
+            .env_remove("TOLLGATE_GRPC")
+            .env_remove("TOLLGATE_HTTP")
+            .env("TOLLGATE_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = Arc::clone(&logs);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let Ok(v) = serde_json::from_str::<Value>(&line) else {
+                    panic!("a log line that is not JSON: {line}");
+                };
+                if v["fields"]["message"] == "tollgate listening" {
+                    let _ = tx.send(v.clone());
+                }
+                sink.lock().unwrap().push(v);
+            }
+        });
+        let listening = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("no listening line; logs: {:?}", logs.lock().unwrap()));
+        let addr = |k: &str| listening["fields"][k].as_str().unwrap().parse().unwrap();
+        Serving {
+            grpc: addr("grpc"),
+            http: addr("http"),
+            child,
+            logs,
+        }
+    }
+
+    pub fn signal(&self, name: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{name}");
+    }
+
+    /// Sends SIGTERM and returns the exit code.
+    pub fn terminate(mut self) -> (Option<i32>, Vec<Value>) {
+        self.signal("TERM");
+        let status = self.child.wait().unwrap();
+        // The reader thread ends with the pipe; give it a moment to push
+        // the last lines.
+        for _ in 0..100 {
+            let done = self
+                .logs
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|l| l["fields"]["message"] == "stopped");
+            if done {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let logs = self.logs.lock().unwrap().clone();
+        (status.code(), logs)
+    }
+
+    /// One HTTP/1.1 exchange: (status, body).
+    pub fn http(&self, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+        let mut s = TcpStream::connect(self.http).unwrap();
+        let body = body.unwrap_or("");
+        write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        let status = out
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = out.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+        // Chunked bodies: keep the JSON or text between the size lines.
+        let body = if out
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
+            body.lines()
+                .filter(|l| usize::from_str_radix(l.trim(), 16).is_err())
+                .collect::<Vec<_>>()
+                .join("\n")
+        } else {
+            body.to_owned()
+        };
+        (status, body)
+    }
+
+    pub fn json(&self, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
+        let (status, text) = self.http(method, path, body);
+        let v =
+            serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+        (status, v)
+    }
+
+    pub fn poll(&self, what: &str, mut check: impl FnMut(&Serving) -> bool) {
+        for _ in 0..1000 {
+            if check(self) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("never happened: {what}");
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

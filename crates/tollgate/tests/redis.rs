@@ -1,0 +1,177 @@
+//! `tollgate serve --store redis://...` as real processes sharing a real
+//! redis-server: one limit enforced exactly by two servers, the holds of a
+//! server killed with SIGKILL released by the survivor, Redis restarting
+//! under a running server, and bad Redis URLs refused at startup.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::serving::Serving;
+use common::Sandbox;
+use tollgate_redis::testing::RedisServer;
+
+const CONFIG: &str = r#"
+namespaces:
+  - name: shop
+    resources:
+      - { name: checkout, algorithm: fixed_window, limit: 50, window: 1h, align: first_hit }
+      - { name: db, kind: concurrency, domain_limit: 10 }
+"#;
+
+fn serve(dir: &Sandbox, redis: &RedisServer, extra: &[&str]) -> Serving {
+    let config = dir.path("tollgate.yaml");
+    let url = redis.url();
+    let mut args = vec![
+        "--config",
+        config.to_str().unwrap(),
+        "--grpc",
+        "127.0.0.1:0",
+        "--http",
+        "127.0.0.1:0",
+        "--store",
+        url.as_str(),
+        "--redis-timeout-ms",
+        "2000",
+    ];
+    args.extend_from_slice(extra);
+    Serving::start(dir, &args, &[])
+}
+
+fn checkout(s: &Serving) -> bool {
+    let (status, v) = s.json(
+        "POST",
+        "/v1/request",
+        Some(r#"{"namespace":"shop","resource":"checkout","domain":"acme","hits":1}"#),
+    );
+    assert!(status == 200 || status == 429, "{status} {v}");
+    v["allowed"].as_bool().unwrap()
+}
+
+#[test]
+fn two_servers_sharing_redis_enforce_one_limit_exactly() {
+    let dir = Sandbox::new("redis-two");
+    dir.write("tollgate.yaml", CONFIG);
+    let redis = RedisServer::start();
+    let a = serve(&dir, &redis, &[]);
+    let b = serve(&dir, &redis, &[]);
+    // 120 requests from 8 threads, alternating servers: exactly the
+    // window's 50 are granted, whichever server answers.
+    let granted = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..8)
+            .map(|t| {
+                let (a, b) = (&a, &b);
+                scope.spawn(move || {
+                    (0..15)
+                        .filter(|i| checkout(if (t + i) % 2 == 0 { a } else { b }))
+                        .count()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap())
+            .sum::<usize>()
+    });
+    assert_eq!(granted, 50);
+    assert!(!checkout(&a));
+    assert!(!checkout(&b));
+}
+
+fn reserve(s: &Serving, copies: u64, min_copies: u64) -> serde_json::Value {
+    let (status, v) = s.json(
+        "POST",
+        "/v1/reserve",
+        Some(&format!(
+            r#"{{"namespace":"shop","resource":"db","domain":"acme","copies":{copies},"min_copies":{min_copies},"lease_ms":600000}}"#
+        )),
+    );
+    assert!(status == 200 || status == 429, "{status} {v}");
+    v
+}
+
+#[test]
+fn the_holds_of_a_server_killed_with_sigkill_are_released_by_the_survivor() {
+    let dir = Sandbox::new("redis-kill");
+    dir.write("tollgate.yaml", CONFIG);
+    let redis = RedisServer::start();
+    let ttl = ["--heartbeat-ttl-ms", "1000"];
+    let victim = serve(&dir, &redis, &ttl);
+    let survivor = serve(&dir, &redis, &ttl);
+    assert_eq!(reserve(&victim, 6, 6)["granted"], 6);
+    assert_eq!(reserve(&survivor, 3, 3)["granted"], 3);
+    // Nine of ten are held.
+    assert_eq!(reserve(&survivor, 5, 0)["granted"], 1);
+    let mut victim = victim;
+    victim.child.kill().unwrap();
+    victim.child.wait().unwrap();
+    // Within the heartbeat TTL (plus a beat) the survivor releases the
+    // victim's six, and only those: then six fit again, and no more.
+    survivor.poll("the victim's holds are released", |s| {
+        reserve(s, 6, 6)["granted"] == 6
+    });
+    let v = reserve(&survivor, 1, 1);
+    assert_eq!(v["granted"], 0, "{v}");
+}
+
+#[test]
+fn a_server_serves_again_after_redis_restarts() {
+    let dir = Sandbox::new("redis-restart");
+    dir.write("tollgate.yaml", CONFIG);
+    let mut redis = RedisServer::start();
+    let s = serve(&dir, &redis, &["--keep-serving-after-resign"]);
+    assert!(checkout(&s));
+    redis.kill();
+    let (status, v) = s.json(
+        "POST",
+        "/v1/request",
+        Some(r#"{"namespace":"shop","resource":"checkout","domain":"acme","hits":1}"#),
+    );
+    assert_eq!(status, 503, "{v}");
+    assert_eq!(v["error"]["reason"], "store_unavailable");
+    s.poll("not ready while Redis is down", |s| {
+        s.http("GET", "/readyz", None).0 == 503
+    });
+    redis.restart();
+    s.poll("ready again", |s| s.http("GET", "/readyz", None).0 == 200);
+    // Redis came back empty: the window starts over.
+    assert!(checkout(&s));
+}
+
+#[test]
+fn a_bad_or_unreachable_redis_url_is_a_clear_startup_error() {
+    let dir = Sandbox::new("redis-bad");
+    dir.write("tollgate.yaml", CONFIG);
+    let port = tollgate_redis::testing::free_port();
+    let unreachable = format!("redis://127.0.0.1:{port}/");
+    for (url, expect) in [
+        ("memcached://x", "unknown scheme"),
+        ("redis-cluster://", "no seed nodes"),
+        (unreachable.as_str(), "cannot connect to Redis"),
+    ] {
+        let run = dir.run(&[
+            "serve",
+            "--config",
+            "tollgate.yaml",
+            "--grpc",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--store",
+            url,
+            "--redis-connect-timeout-ms",
+            "500",
+        ]);
+        assert_ne!(run.code, Some(0), "{run}");
+        assert!(run.stderr.contains(expect), "{url}: {run}");
+    }
+    // The password never shows in the error.
+    let run = dir.run(&[
+        "serve",
+        "--store",
+        &format!("redis://:hunter2@127.0.0.1:{port}/"),
+        "--redis-connect-timeout-ms",
+        "200",
+    ]);
+    assert!(!run.stderr.contains("hunter2"), "{run}");
+}
