@@ -21,7 +21,7 @@ pub fn grpc_code(e: &ServiceError) -> Code {
         | "no_descriptors"
         | "cannot_schedule"
         | "session_closed" => Code::FailedPrecondition,
-        "exceeds_limit" => Code::OutOfRange,
+        "exceeds_limit" | "unsupported_by_store" => Code::OutOfRange,
         "duplicate_key" => Code::Internal,
         _ => Code::Unavailable,
     }
