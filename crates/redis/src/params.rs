@@ -211,6 +211,26 @@ pub fn check_limit(limit: &Limit) -> Result<(), String> {
                     Nanos::from_micros(u64::try_from(warmup_micros).unwrap_or(u64::MAX)),
                 )?;
             }
+            // The stored permits and the time to refill them (at the
+            // cool-down interval) must stay exact too.
+            let max_permits = a.max_permits();
+            if max_permits.is_nan() || max_permits >= MAX_EXACT as f64 {
+                return Err(format!(
+                    "max permits {max_permits} are too many for the Redis store (at most {})",
+                    MAX_EXACT - 1
+                ));
+            }
+            let cool_down_micros = match a.kind() {
+                SmoothKind::Bursty { .. } => a.stable_interval_micros(),
+                SmoothKind::WarmingUp { warmup_micros, .. } => warmup_micros as f64 / max_permits,
+            };
+            let refill_ns = max_permits * cool_down_micros * 1000.0;
+            if refill_ns.is_nan() || refill_ns >= MAX_EXACT as f64 {
+                return Err(format!(
+                    "refilling {max_permits} permits takes too long for the Redis store (at most {}, about 52 days)",
+                    Nanos::new(MAX_EXACT - 1)
+                ));
+            }
             Ok(())
         }
         Limit::BurstTiers(a) => {

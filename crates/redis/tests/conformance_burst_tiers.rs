@@ -1,0 +1,594 @@
+//! Charon's burst tiers: the Redis store answers what the memory store
+//! answers, step for step, on the paper's examples (§2.1 Figures 2–3, the
+//! §2.3 cookbook) and on random tiers.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::strategies::step;
+use common::{caller_clock_store, conform, runtime, Item, RedisServer, Step, T0};
+use proptest::prelude::*;
+use tollgate_core::{BurstTiers, Gcra, Limit, Mode, Nanos, Rate, Request, Tier};
+use tollgate_redis::{Clock, RedisOptions, RedisStore};
+use tollgate_store::{Plan, Store};
+
+const NS: Nanos = Nanos::NANOSECOND;
+const ZERO: Nanos = Nanos::ZERO;
+
+fn secs(n: u64) -> Nanos {
+    Nanos::from_secs(n)
+}
+
+fn ms(n: u64) -> Nanos {
+    Nanos::from_millis(n)
+}
+
+/// `a + b`.
+fn at(a: Nanos, b: Nanos) -> Nanos {
+    a.saturating_add(b)
+}
+
+fn tier(limit: u64, window: Nanos, active: Nanos, cooldown: Nanos, skippable: bool) -> Tier {
+    Tier {
+        limit,
+        window,
+        active,
+        cooldown,
+        skippable,
+    }
+}
+
+fn tiers(t: Vec<Tier>) -> Limit {
+    Limit::BurstTiers(BurstTiers::new(t).unwrap())
+}
+
+fn gcra(count: u64, period: Nanos, burst: u64) -> Limit {
+    Limit::Gcra(Gcra::new(Rate::new(count, period).unwrap(), burst).unwrap())
+}
+
+fn one() -> Request {
+    Request::exactly(1)
+}
+
+/// Try steps at the given offsets from the start (non-decreasing), each
+/// against `items`.
+fn timeline(points: &[(Nanos, Request)], items: &[usize]) -> Vec<Step> {
+    let mut prev = ZERO;
+    points
+        .iter()
+        .map(|&(t, request)| {
+            let advance = t.saturating_sub(prev);
+            prev = t;
+            Step {
+                advance,
+                request,
+                mode: Mode::Try,
+                items: items.to_vec(),
+            }
+        })
+        .collect()
+}
+
+/// Decides `steps` on a Redis store of its own and checks after each that
+/// every key of the plan lives at least as long as its decision's
+/// `reset_after` (the time until the state is idle), and that an idle state
+/// is gone. `conform` cannot see a key that expires too soon: the store
+/// expires keys in real time, which a test's steps barely spend.
+async fn check_ttls(server: &RedisServer, items: &[Item], steps: &[Step]) {
+    let prefix = common::unique_prefix();
+    let mut o = RedisOptions::new(server.url());
+    o.prefix = prefix.clone();
+    o.clock = Clock::Caller;
+    o.connect.response_timeout = Duration::from_secs(5);
+    let redis = RedisStore::connect(o).await.unwrap();
+    let mut now = T0;
+    for (n, step) in steps.iter().enumerate() {
+        now = now.saturating_add(step.advance);
+        let mut plan = Plan::default().with_affinity(7);
+        for &i in &step.items {
+            let it = &items[i];
+            plan.push(it.key.clone(), Arc::clone(&it.limit), it.shadow);
+        }
+        let Ok(d) = redis.decide(&plan, now, step.request, step.mode).await else {
+            continue;
+        };
+        for (k, &i) in step.items.iter().enumerate() {
+            let key = &items[i].key;
+            // RedisStore's key layout: prefix, {affinity}, limit id, scope.
+            let name = format!("{prefix}{{{:016x}}}:l:{}:{}", 7, key.limit, key.scope());
+            let pttl: i64 = server
+                .command(&format!("PTTL {name}"))
+                .trim_start_matches(':')
+                .parse()
+                .unwrap();
+            let reset = d.decisions[k].reset_after;
+            if reset.is_zero() {
+                assert_eq!(pttl, -2, "step {n}: {name} is idle, yet kept");
+            } else {
+                let ttl = u64::try_from(pttl).unwrap_or(0).saturating_mul(1_000_000);
+                assert!(
+                    ttl >= reset.as_u64(),
+                    "step {n}: {name} expires in {pttl} ms, before its reset_after {reset:?}"
+                );
+            }
+        }
+    }
+}
+
+/// Runs `steps` on a store of its own, so scenarios never share keys.
+async fn run(server: &RedisServer, items: &[Item], steps: &[Step]) {
+    let redis = caller_clock_store(server).await;
+    conform(&redis, items, T0, steps).await;
+}
+
+/// Figure 2's tiers: tier 1 is `L=10` per 1 s, active 60 s, no cooldown;
+/// tier 2 is `L=50` per 10 s, active 30 s, cooldown 300 s.
+fn figure_2() -> Limit {
+    tiers(vec![
+        tier(10, secs(1), secs(60), ZERO, false),
+        tier(50, secs(10), secs(30), secs(300), false),
+    ])
+}
+
+#[tokio::test]
+async fn successful_burst_figure_2() {
+    let server = RedisServer::start();
+    let items = [Item::new(figure_2(), 1, "acme")];
+    let mut points = vec![(ZERO, one())];
+    for k in 2..=10 {
+        points.push((ms(10 * (k - 1)), one()));
+    }
+    let t11 = ms(100);
+    points.extend([
+        // Tier 1 is full: a burst into tier 2.
+        (t11, one()),
+        (ms(200), one()),
+        (ms(300), Request::between(1, 100)),
+        (ms(400), one()),
+        // The oldest hit of tier 2 leaves its window at t11 + 10 s + 1ns.
+        (at(t11, secs(10)), one()),
+        (at(at(t11, secs(10)), NS), one()),
+        (
+            at(t11, secs(30)).saturating_sub(NS),
+            Request::between(0, 60),
+        ),
+        // Tier 2 cools down; tier 1 is current again.
+        (at(t11, secs(30)), Request::between(1, 60)),
+        (secs(60), one()),
+        (at(t11, secs(330)).saturating_sub(NS), Request::exactly(11)),
+        (at(t11, secs(330)), Request::exactly(11)),
+        (secs(400), Request::exactly(70)),
+    ]);
+    run(&server, &items, &timeline(&points, &[0])).await;
+}
+
+#[tokio::test]
+async fn burst_blocked_by_cooldown_figure_3() {
+    let server = RedisServer::start();
+    let items = [Item::new(figure_2(), 1, "acme")];
+    let t2 = ms(100);
+    let active_end = at(t2, secs(30));
+    let fill = secs(32);
+    let t = secs(60).saturating_sub(ms(200));
+    let end = at(t2, secs(330));
+    let points = [
+        (ZERO, Request::exactly(10)),
+        (t2, one()),
+        (active_end.saturating_sub(NS), one()),
+        // Fallback to tier 1; tier 2 cools down and blocks any burst.
+        (active_end, one()),
+        (fill, Request::between(1, 100)),
+        (at(fill, ms(500)), one()),
+        (t, Request::exactly(10)),
+        // Re-entered at the end of tier 1's period, its old hits still count.
+        (at(t, ms(100)), one()),
+        (secs(60), one()),
+        (at(t, secs(1)), one()),
+        (at(at(t, secs(1)), NS), one()),
+        (end.saturating_sub(ms(100)), Request::exactly(10)),
+        (end.saturating_sub(ms(100)), one()),
+        (end.saturating_sub(NS), one()),
+        (end, one()),
+        (end, Request::between(1, 100)),
+    ];
+    run(&server, &items, &timeline(&points, &[0])).await;
+}
+
+fn skip_tiers(skippable: bool) -> Limit {
+    tiers(vec![
+        tier(2, secs(1), secs(60), ZERO, false),
+        tier(3, secs(1), secs(5), secs(100), skippable),
+        tier(5, secs(1), secs(60), ZERO, false),
+    ])
+}
+
+#[tokio::test]
+async fn skippable_and_blocking_tiers_in_cooldown() {
+    let server = RedisServer::start();
+    let points = [
+        (ZERO, Request::exactly(5)),
+        (secs(6), Request::exactly(2)),
+        // Skipped when skippable; otherwise the burst is blocked.
+        (secs(6), one()),
+        (secs(6), Request::between(1, 10)),
+        (secs(7), Request::between(2, 10)),
+        (at(secs(7), NS), Request::between(3, 4)),
+        (secs(105).saturating_sub(NS), Request::between(1, 100)),
+        (secs(105), Request::between(1, 100)),
+        (secs(110), Request::between(6, 100)),
+    ];
+    for skippable in [true, false] {
+        let items = [
+            Item::new(skip_tiers(skippable), 1, "acme"),
+            Item::new(skip_tiers(!skippable), 2, "acme"),
+        ];
+        run(&server, &items, &timeline(&points, &[0])).await;
+        // Both side by side: the plan grants what the tighter one admits.
+        run(&server, &items, &timeline(&points, &[1, 0])).await;
+    }
+}
+
+#[tokio::test]
+async fn fallback_drops_several_levels_at_once() {
+    let server = RedisServer::start();
+    let items = [Item::new(
+        tiers(vec![
+            tier(1, secs(1), secs(100), ZERO, false),
+            tier(1, secs(10), secs(10), secs(50), false),
+            tier(1, secs(10), secs(10), secs(50), false),
+        ]),
+        1,
+        "acme",
+    )];
+    let points = [
+        (ZERO, Request::exactly(3)),
+        (secs(10).saturating_sub(NS), one()),
+        (secs(10), one()),
+        (secs(10), one()),
+        (secs(60), Request::between(1, 5)),
+        (secs(61), Request::between(1, 5)),
+    ];
+    run(&server, &items, &timeline(&points, &[0])).await;
+}
+
+#[tokio::test]
+async fn hits_outlive_the_tier_period() {
+    let server = RedisServer::start();
+    // A window longer than the active period (the core does not normalize
+    // it away): once the period ends, the tier is inactive but its hits
+    // still count, so the state is not idle and must be kept.
+    let items = [Item::new(
+        tiers(vec![
+            tier(2, secs(10), secs(1), ZERO, false),
+            tier(3, secs(2), secs(1), secs(1), true),
+        ]),
+        1,
+        "acme",
+    )];
+    let points = [
+        (ZERO, one()),
+        (secs(2), Request::exactly(6)),
+        (secs(3), Request::exactly(2)),
+        (secs(3), Request::between(1, 6)),
+        (secs(5), Request::exactly(5)),
+        (secs(10), Request::exactly(2)),
+        (at(secs(10), NS), Request::exactly(2)),
+        (secs(20), Request::between(0, 9)),
+    ];
+    run(&server, &items, &timeline(&points, &[0])).await;
+}
+
+#[tokio::test]
+async fn min_hits_spanning_tiers() {
+    let server = RedisServer::start();
+    let items = [
+        Item::new(
+            tiers(vec![
+                tier(2, secs(1), secs(60), ZERO, false),
+                tier(3, secs(1), secs(60), ZERO, false),
+                tier(5, secs(1), secs(60), ZERO, false),
+            ]),
+            1,
+            "acme",
+        ),
+        Item::new(gcra(10, secs(1), 20), 2, "acme"),
+    ];
+    let partial = [
+        (ZERO, one()),
+        // 1 left in tier 1, 3 in tier 2, 5 in tier 3.
+        (ms(1), Request::between(3, 20)),
+        (ms(2), one()),
+        (at(secs(1), NS), Request::between(9, 9)),
+    ];
+    run(&server, &items, &timeline(&partial, &[0])).await;
+    let spanning = [
+        (ZERO, one()),
+        // 10 does not fit the walk now (1 + 3 + 5), once tier 1 empties it
+        // does (2 + 3 + 5).
+        (ZERO, Request::between(10, 20)),
+        (secs(1), Request::between(10, 20)),
+        (at(secs(1), NS), Request::between(10, 20)),
+        (secs(2), Request::between(4, 4)),
+    ];
+    run(&server, &items, &timeline(&spanning, &[0])).await;
+    run(&server, &items, &timeline(&spanning, &[1, 0])).await;
+    // More than every tier together never fits; a huge request takes all.
+    let never = [
+        (ZERO, Request::exactly(11)),
+        (ZERO, Request::between(1, 1 << 40)),
+        (ms(5), Request::between(0, 1 << 40)),
+    ];
+    run(&server, &items, &timeline(&never, &[0])).await;
+}
+
+#[tokio::test]
+async fn fake_tier_zero_and_no_tiers() {
+    let server = RedisServer::start();
+    let items = [
+        Item::new(figure_2(), 1, "acme"),
+        Item::new(tiers(Vec::new()), 2, "acme"),
+    ];
+    let points = [
+        (ZERO, Request::exactly(61)),
+        (ZERO, one()),
+        (secs(60).saturating_sub(NS), Request::exactly(61)),
+        // Tier 1's period (no cooldown) is over: idle, the fake tier again.
+        (secs(60), Request::exactly(61)),
+        (secs(60), Request::between(0, 3)),
+    ];
+    run(&server, &items, &timeline(&points, &[0])).await;
+    let none = [
+        (ZERO, one()),
+        (ZERO, Request::between(1, 10)),
+        (ZERO, Request::between(0, 10)),
+        (ms(1), Request::exactly(1000)),
+    ];
+    run(&server, &items, &timeline(&none, &[1])).await;
+    run(&server, &items, &timeline(&points, &[0, 1])).await;
+}
+
+/// §2.3 Penalties: higher tiers give more, briefly, and cool down longer.
+#[tokio::test]
+async fn penalties_pattern() {
+    let server = RedisServer::start();
+    let items = [Item::new(
+        tiers(vec![
+            tier(10, secs(1), secs(60), ZERO, false),
+            tier(20, secs(1), secs(5), secs(60), false),
+            tier(40, secs(1), secs(5), secs(120), false),
+        ]),
+        1,
+        "acme",
+    )];
+    let all = Request::between(1, 1000);
+    let mut points = vec![(ZERO, all), (at(secs(1), NS), all)];
+    let mut now = secs(5);
+    while now < secs(59) {
+        points.push((now, all));
+        points.push((now, one()));
+        now = at(now, at(secs(1), NS));
+    }
+    points.extend([
+        (secs(60), all),
+        (secs(65), all),
+        (secs(125), all),
+        (secs(125), one()),
+        (secs(130), all),
+    ]);
+    run(&server, &items, &timeline(&points, &[0])).await;
+}
+
+/// §2.3 Punishment: a buffer tier, then a prison tier of limit 1 and a
+/// long active period.
+#[tokio::test]
+async fn punishment_prison_tier() {
+    let server = RedisServer::start();
+    let hour = secs(3600);
+    let items = [Item::new(
+        tiers(vec![
+            tier(5, secs(1), secs(60), ZERO, false),
+            tier(1, hour, hour, ZERO, false),
+        ]),
+        1,
+        "acme",
+    )];
+    let caught = ms(1);
+    let free = at(caught, hour);
+    let points = [
+        (ZERO, Request::exactly(5)),
+        (caught, one()),
+        (at(caught, NS), Request::between(1, 100)),
+        (secs(2), one()),
+        (secs(61), one()),
+        (at(caught, secs(1800)), one()),
+        (free.saturating_sub(NS), one()),
+        (free, one()),
+        (free, Request::between(1, 100)),
+    ];
+    run(&server, &items, &timeline(&points, &[0])).await;
+}
+
+/// §2.3 Batch processing: `L=5000, Tw=300, Ta=300, Tc=86100`.
+#[tokio::test]
+async fn batch_processing_pattern() {
+    let server = RedisServer::start();
+    let items = [Item::new(
+        tiers(vec![tier(5000, secs(300), secs(300), secs(86_100), false)]),
+        1,
+        "acme",
+    )];
+    let mut points: Vec<(Nanos, Request)> = (0..100)
+        .map(|k| (secs(3 * k), Request::exactly(50)))
+        .collect();
+    let day = secs(86_400);
+    points.extend([
+        (secs(299), one()),
+        (secs(300).saturating_sub(NS), one()),
+        (secs(300), one()),
+        (secs(301), one()),
+        (secs(40_000), one()),
+        (day.saturating_sub(NS), one()),
+        (day, Request::between(1, 10_000)),
+        (at(day, secs(1)), one()),
+    ]);
+    run(&server, &items, &timeline(&points, &[0])).await;
+}
+
+#[tokio::test]
+async fn acquire_cannot_schedule_and_changes_nothing() {
+    let server = RedisServer::start();
+    let items = [
+        Item::new(gcra(10, secs(1), 5), 1, "acme"),
+        Item::new(figure_2(), 2, "acme"),
+    ];
+    let acquire = |items: Vec<usize>| Step {
+        advance: ms(1),
+        request: Request::exactly(2),
+        mode: Mode::Acquire,
+        items,
+    };
+    let steps = [
+        Step::exactly(ZERO, 3, 2),
+        acquire(vec![0, 1]),
+        acquire(vec![1, 0]),
+        acquire(vec![1]),
+        Step::exactly(ms(1), 3, 2),
+    ];
+    run(&server, &items, &steps).await;
+}
+
+#[tokio::test]
+async fn reshaped_tiers_under_a_key_start_fresh() {
+    let server = RedisServer::start();
+    // One key, its tiers changed by a config reload (and once replaced by
+    // another algorithm): a state of another shape is read as fresh.
+    let items = [
+        Item::new(figure_2(), 1, "acme"),
+        Item::new(skip_tiers(true), 1, "acme"),
+        Item::new(gcra(10, secs(1), 5), 1, "acme"),
+    ];
+    let step = |advance: Nanos, hits: u64, item: usize| Step {
+        advance,
+        request: Request::between(1, hits),
+        mode: Mode::Try,
+        items: vec![item],
+    };
+    let steps = [
+        step(ZERO, 12, 0),
+        step(ms(1), 4, 1),
+        step(ms(1), 12, 0),
+        step(ms(1), 3, 2),
+        step(ms(1), 12, 0),
+        step(ms(1), 12, 0),
+    ];
+    run(&server, &items, &steps).await;
+}
+
+#[tokio::test]
+async fn keys_live_until_the_tiers_are_idle() {
+    let server = RedisServer::start();
+    let items = [
+        Item::new(figure_2(), 1, "acme"),
+        Item::new(
+            tiers(vec![
+                tier(2, secs(10), secs(1), ZERO, false),
+                tier(3, secs(2), secs(1), secs(40), true),
+            ]),
+            2,
+            "acme",
+        ),
+    ];
+    let points = [
+        (ZERO, Request::exactly(11)),
+        (ms(1), one()),
+        (secs(2), Request::exactly(6)),
+        (secs(5), one()),
+        (secs(40), one()),
+        (secs(400), Request::between(0, 4)),
+        (secs(800), Request::exactly(0)),
+    ];
+    check_ttls(&server, &items, &timeline(&points, &[0, 1])).await;
+    check_ttls(&server, &items, &timeline(&points, &[1])).await;
+}
+
+/// A span: whole milliseconds (so steps land on edges) or any nanoseconds.
+fn span(max_ms: u64) -> impl Strategy<Value = Nanos> {
+    prop_oneof![
+        (1..max_ms).prop_map(Nanos::from_millis),
+        (1..max_ms * 1_000_000).prop_map(Nanos::new),
+    ]
+}
+
+fn random_tiers() -> impl Strategy<Value = Limit> {
+    proptest::collection::vec(
+        (
+            1u64..6,
+            span(1500),
+            span(4000),
+            prop_oneof![Just(ZERO), span(4000)],
+            any::<bool>(),
+        ),
+        0..=3,
+    )
+    .prop_map(|t| {
+        tiers(
+            t.into_iter()
+                .map(|(l, w, a, c, s)| tier(l, w, a, c, s))
+                .collect(),
+        )
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn burst_tiers_match_the_memory_store(
+        a in random_tiers(),
+        b in random_tiers(),
+        c in random_tiers(),
+        g in (1u64..50, 1u64..3000, 1u64..8),
+        three in any::<bool>(),
+        shadow in any::<bool>(),
+        coarse in any::<bool>(),
+        steps in proptest::collection::vec(step(4, 300_000_000, 12, 10), 1..60),
+    ) {
+        let mut second = Item::new(b, 2, "acme");
+        if shadow {
+            second = second.shadow();
+        }
+        let items = [
+            Item::new(a, 1, "acme"),
+            second,
+            Item::new(gcra(g.0, ms(g.1), g.2), 3, "acme"),
+            Item::new(c, 4, ""),
+        ];
+        let steps: Vec<Step> = steps
+            .into_iter()
+            .map(|mut s| {
+                if !three {
+                    s.items.retain(|&i| i != 3);
+                    if s.items.is_empty() {
+                        s.items.push(0);
+                    }
+                }
+                // Whole milliseconds now and then, so steps land exactly on
+                // window and phase edges.
+                if coarse {
+                    s.advance = ms(s.advance.as_u64() / 1_000_000);
+                }
+                s
+            })
+            .collect();
+        let rt = runtime();
+        rt.block_on(async {
+            let server = RedisServer::start();
+            let redis = caller_clock_store(&server).await;
+            conform(&redis, &items, T0, &steps).await;
+        });
+    }
+}
