@@ -9,8 +9,9 @@
 --        then per item: granted, allowed, limit, remaining, reset_after,
 --        retry_after (-1: never), wait, tier index (-1: no tier), tier
 --        limit, tier hits, tier burst, room.
--- Errors (nothing changed): 'TOLLGATE cannot_schedule I' and
--- 'TOLLGATE never_admits I' for item I (0-based) in acquire mode.
+-- Errors (nothing changed): 'TOLLGATE cannot_schedule I',
+-- 'TOLLGATE never_admits I' and 'TOLLGATE too_long I' (a wait of 2^52 ns
+-- or more) for item I (0-based) in acquire mode.
 
 if ARGV[1] == '' then
   local t = redis.call('TIME')
@@ -61,6 +62,11 @@ if mode == 1 then
     local w = it.m.acquire_wait(it.p, it.st, now, req.hits)
     if not w then
       return redis.error_reply('TOLLGATE never_admits ' .. (i - 1))
+    end
+    -- A debt of 2^52 ns (52 days) or more could not be counted exactly;
+    -- refused before anything changes.
+    if w >= TWO52 then
+      return redis.error_reply('TOLLGATE too_long ' .. (i - 1))
     end
     if not it.shadow then wait = max(wait, w) end
   end

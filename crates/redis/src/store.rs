@@ -289,8 +289,14 @@ impl RedisStore {
 
     fn error(&self, e: RedisError, plan: &Plan, hits: u64) -> StoreError {
         if e.code() == Some("TOLLGATE") {
-            if let Some(pe) = e.detail().and_then(|d| reply::plan_error(d, plan, hits)) {
+            let detail = e.detail().unwrap_or_default();
+            if let Some(pe) = reply::plan_error(detail, plan, hits) {
                 return StoreError::Plan(pe);
+            }
+            if detail.starts_with("too_long") {
+                return StoreError::Unsupported(format!(
+                    "acquiring {hits} hits would wait 52 days or more, which the Redis store cannot count exactly"
+                ));
             }
         }
         let what = match e.kind() {
