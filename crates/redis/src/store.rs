@@ -271,18 +271,10 @@ impl RedisStore {
                 inv.arg(p.as_str());
             }
         }
-        let call = self.conn.invoke::<Vec<i64>>(&inv);
-        let reply = match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(reply)) => reply,
-            Ok(Err(e)) => return Err(self.error(e, plan, request.hits)),
-            Err(_) => {
-                self.mark(false);
-                return Err(StoreError::Unavailable(format!(
-                    "Redis did not answer within {:?}",
-                    self.timeout
-                )));
-            }
-        };
+        let reply = self
+            .invoke::<Vec<i64>>(&inv)
+            .await
+            .map_err(|e| self.error(e, plan, request.hits))?;
         self.mark(true);
         reply::plan_decision(&reply, plan.items.len())
     }
@@ -299,6 +291,27 @@ impl RedisStore {
                 ));
             }
         }
+        self.unavailable(e)
+    }
+
+    /// Runs a script invocation, failing with a timeout error after the
+    /// configured response timeout.
+    async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        inv: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, RedisError> {
+        match tokio::time::timeout(self.timeout, self.conn.invoke::<T>(inv)).await {
+            Ok(r) => r,
+            Err(_) => Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("Redis did not answer within {:?}", self.timeout),
+            ))),
+        }
+    }
+
+    /// A failure that is not an answer: Redis is unreachable, too slow, or
+    /// failed. Marks the store down when Redis could not be reached.
+    fn unavailable(&self, e: RedisError) -> StoreError {
         let what = match e.kind() {
             ErrorKind::Io => "cannot reach Redis",
             _ => "Redis failed",
@@ -453,13 +466,7 @@ impl RedisStore {
         for x in args {
             inv.arg(x.as_str());
         }
-        match tokio::time::timeout(self.timeout, self.conn.invoke::<T>(&inv)).await {
-            Ok(r) => r,
-            Err(_) => Err(RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("Redis did not answer within {:?}", self.timeout),
-            ))),
-        }
+        self.invoke(&inv).await
     }
 
     /// Maps a copies-script error; `Ok` carries errors that are answers.
@@ -485,14 +492,7 @@ impl RedisStore {
                 _ => {}
             }
         }
-        if e.is_io_error()
-            || e.is_timeout()
-            || e.is_connection_dropped()
-            || e.is_connection_refusal()
-        {
-            self.mark(false);
-        }
-        StoreError::Unavailable(format!("Redis failed ({}): {e}", self.url))
+        self.unavailable(e)
     }
 
     async fn reserve_copies(
