@@ -6,16 +6,12 @@
 mod common;
 
 use common::strategies::step;
-use common::{caller_clock_store, conform, runtime, Item, RedisServer, Step, T0};
+use common::{caller_clock_store, conform, gcra, pttl, runtime, Item, RedisServer, Step, T0};
 use proptest::prelude::*;
-use tollgate_core::{Align, FixedWindow, Gcra, Limit, Mode, Nanos, Rate, Request};
+use tollgate_core::{Align, FixedWindow, Limit, Mode, Nanos, Request};
 
 fn window(limit: u64, window: Nanos, align: Align) -> Limit {
     Limit::FixedWindow(FixedWindow::new(limit, window, align).unwrap())
-}
-
-fn gcra(count: u64, period: Nanos, burst: u64) -> Limit {
-    Limit::Gcra(Gcra::new(Rate::new(count, period).unwrap(), burst).unwrap())
 }
 
 /// A `Try` request for between `min` and `hits` against `items`.
@@ -175,16 +171,6 @@ async fn shadow_windows_and_mixed_plans() {
         ask(ZERO, 1, 9, &[0, 1, 2, 3]),
     ];
     conform(&redis, &items, T0, &steps).await;
-}
-
-/// The milliseconds left before the state key of limit `id` expires, if
-/// the key exists.
-fn pttl(con: &mut redis::Connection, id: u64) -> Option<i64> {
-    let pattern = format!("*:l:{id:016x}:*");
-    let keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query(con).unwrap();
-    assert!(keys.len() <= 1, "{keys:?}");
-    keys.first()
-        .map(|k| redis::cmd("PTTL").arg(k).query(con).unwrap())
 }
 
 /// A key expires when its window ends (plus the entry script's margin,

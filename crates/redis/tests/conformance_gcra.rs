@@ -6,13 +6,9 @@
 mod common;
 
 use common::strategies::step;
-use common::{caller_clock_store, conform, runtime, Item, RedisServer, Step, T0};
+use common::{caller_clock_store, conform, gcra, runtime, Item, RedisServer, Step, T0};
 use proptest::prelude::*;
-use tollgate_core::{Gcra, LeakyBucket, Limit, Mode, Nanos, Rate, Request};
-
-fn gcra(count: u64, period: Nanos, burst: u64) -> Limit {
-    Limit::Gcra(Gcra::new(Rate::new(count, period).unwrap(), burst).unwrap())
-}
+use tollgate_core::{LeakyBucket, Limit, Mode, Nanos, Rate, Request};
 
 fn leaky(count: u64, period: Nanos, queue: u64) -> Limit {
     Limit::LeakyBucket(LeakyBucket::new(Rate::new(count, period).unwrap(), queue).unwrap())

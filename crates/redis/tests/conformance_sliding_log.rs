@@ -6,15 +6,12 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use common::strategies::step;
-use common::{caller_clock_store, conform, runtime, Item, RedisServer, Step, T0};
+use common::{
+    caller_clock_store, check_ttls, conform, gcra, run, runtime, Item, RedisServer, Step, T0,
+};
 use proptest::prelude::*;
-use tollgate_core::{Gcra, Limit, Mode, Nanos, Rate, Request, SlidingLog};
-use tollgate_redis::{Clock, RedisOptions, RedisStore};
-use tollgate_store::{Plan, Store};
+use tollgate_core::{Limit, Mode, Nanos, Request, SlidingLog};
 
 const NS: Nanos = Nanos::NANOSECOND;
 
@@ -31,10 +28,6 @@ fn log(limit: u64, window: Nanos, min_gap: Nanos, count_rejected: bool) -> Limit
     )
 }
 
-fn gcra(count: u64, period: Nanos, burst: u64) -> Limit {
-    Limit::Gcra(Gcra::new(Rate::new(count, period).unwrap(), burst).unwrap())
-}
-
 fn step_at(advance: Nanos, request: Request, mode: Mode, items: &[usize]) -> Step {
     Step {
         advance,
@@ -42,58 +35,6 @@ fn step_at(advance: Nanos, request: Request, mode: Mode, items: &[usize]) -> Ste
         mode,
         items: items.to_vec(),
     }
-}
-
-/// Decides `steps` on a Redis store of its own and checks after each that
-/// every key of the plan lives at least as long as its decision's
-/// `reset_after` (the time until the state is idle), and that an idle state
-/// is gone. `conform` cannot see a key that expires too soon: the store
-/// expires keys in real time, which a test's steps barely spend.
-async fn check_ttls(server: &RedisServer, items: &[Item], steps: &[Step]) {
-    let prefix = common::unique_prefix();
-    let mut o = RedisOptions::new(server.url());
-    o.prefix = prefix.clone();
-    o.clock = Clock::Caller;
-    o.connect.response_timeout = Duration::from_secs(5);
-    let redis = RedisStore::connect(o).await.unwrap();
-    let mut now = T0;
-    for (n, step) in steps.iter().enumerate() {
-        now = now.saturating_add(step.advance);
-        let mut plan = Plan::default().with_affinity(7);
-        for &i in &step.items {
-            let it = &items[i];
-            plan.push(it.key.clone(), Arc::clone(&it.limit), it.shadow);
-        }
-        let Ok(d) = redis.decide(&plan, now, step.request, step.mode).await else {
-            continue;
-        };
-        for (k, &i) in step.items.iter().enumerate() {
-            let key = &items[i].key;
-            // RedisStore's key layout: prefix, {affinity}, limit id, scope.
-            let name = format!("{prefix}{{{:016x}}}:l:{}:{}", 7, key.limit, key.scope());
-            let pttl: i64 = server
-                .command(&format!("PTTL {name}"))
-                .trim_start_matches(':')
-                .parse()
-                .unwrap();
-            let reset = d.decisions[k].reset_after;
-            if reset.is_zero() {
-                assert_eq!(pttl, -2, "step {n}: {name} is idle, yet kept");
-            } else {
-                let ttl = u64::try_from(pttl).unwrap_or(0).saturating_mul(1_000_000);
-                assert!(
-                    ttl >= reset.as_u64(),
-                    "step {n}: {name} expires in {pttl} ms, before its reset_after {reset:?}"
-                );
-            }
-        }
-    }
-}
-
-/// Runs `steps` on a store of its own, so scenarios never share keys.
-async fn run(server: &RedisServer, items: &[Item], steps: &[Step]) {
-    let redis = caller_clock_store(server).await;
-    conform(&redis, items, T0, steps).await;
 }
 
 #[tokio::test]

@@ -10,9 +10,9 @@ mod common;
 use std::sync::Arc;
 
 use common::strategies::step;
-use common::{caller_clock_store, conform, runtime, Item, RedisServer, Step, T0};
+use common::{caller_clock_store, conform, gcra, runtime, Item, RedisServer, Step, T0};
 use proptest::prelude::*;
-use tollgate_core::{Gcra, Limit, Mode, Nanos, PlanError, Rate, Request, SlidingWindow};
+use tollgate_core::{Limit, Mode, Nanos, PlanError, Request, SlidingWindow};
 use tollgate_redis::RedisStore;
 use tollgate_store::{MemoryStore, Plan, Store, StoreError};
 
@@ -22,10 +22,6 @@ const TOP: u64 = (1 << 52) - 1;
 
 fn sw(limit: u64, window: Nanos, buckets: u32) -> Limit {
     Limit::SlidingWindow(SlidingWindow::new(limit, window, buckets).unwrap())
-}
-
-fn gcra(count: u64, period: Nanos, burst: u64) -> Limit {
-    Limit::Gcra(Gcra::new(Rate::new(count, period).unwrap(), burst).unwrap())
 }
 
 /// The first sub-window boundary (a multiple of `sub` since the epoch)

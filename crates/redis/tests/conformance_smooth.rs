@@ -19,9 +19,9 @@ mod common;
 use std::sync::Arc;
 
 use common::strategies::step;
-use common::{caller_clock_store, conform, runtime, Item, RedisServer, Step, T0};
+use common::{caller_clock_store, conform, gcra, runtime, Item, RedisServer, Step, T0};
 use proptest::prelude::*;
-use tollgate_core::{Algorithm, Gcra, Limit, Mode, Nanos, PlanDecision, Rate, Request, Smooth};
+use tollgate_core::{Algorithm, Limit, Mode, Nanos, PlanDecision, Rate, Request, Smooth};
 use tollgate_store::{Plan, Store};
 
 fn per_second(n: u64) -> Rate {
@@ -53,10 +53,6 @@ fn bursty(rate: Rate) -> Limit {
 /// on a stopwatch starting at T0.
 fn warming_up(rate: Rate, warmup_millis: u64, cold_factor: f64) -> Limit {
     warming_up_at(rate, Nanos::from_millis(warmup_millis), cold_factor, T0)
-}
-
-fn gcra(count: u64, period: Nanos, burst: u64) -> Limit {
-    Limit::Gcra(Gcra::new(Rate::new(count, period).unwrap(), burst).unwrap())
 }
 
 /// One `acquire(permits)` of a Guava script: the user's sleep before it,

@@ -6,11 +6,11 @@
 mod common;
 
 use common::strategies::step;
-use common::{caller_clock_store, conform, runtime, Item, RedisServer, Step, T0};
+use common::{caller_clock_store, conform, gcra, pttl, runtime, Item, RedisServer, Step, T0};
 use proptest::prelude::*;
 use std::sync::Arc;
 
-use tollgate_core::{Gcra, Limit, Mode, Nanos, Rate, Request, TokenBucket};
+use tollgate_core::{Limit, Mode, Nanos, Rate, Request, TokenBucket};
 use tollgate_store::{Key, LimitId, Plan, Store, StoreError};
 
 fn bucket(capacity: u64, count: u64, period: Nanos) -> Limit {
@@ -21,10 +21,6 @@ fn bucket_with(capacity: u64, count: u64, period: Nanos, initial: u64) -> Limit 
     Limit::TokenBucket(
         TokenBucket::with_initial(capacity, Rate::new(count, period).unwrap(), initial).unwrap(),
     )
-}
-
-fn gcra(count: u64, period: Nanos, burst: u64) -> Limit {
-    Limit::Gcra(Gcra::new(Rate::new(count, period).unwrap(), burst).unwrap())
 }
 
 /// A `Try` request for between `min` and `hits` against `items`.
@@ -247,16 +243,6 @@ async fn large_spans_stay_exact() {
         ask(NS, 1, 1, &[0]),
     ];
     conform(&redis, &items, T0, &steps).await;
-}
-
-/// The milliseconds left before the state key of limit `id` expires, if
-/// the key exists.
-fn pttl(con: &mut redis::Connection, id: u64) -> Option<i64> {
-    let pattern = format!("*:l:{id:016x}:*");
-    let keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query(con).unwrap();
-    assert!(keys.len() <= 1, "{keys:?}");
-    keys.first()
-        .map(|k| redis::cmd("PTTL").arg(k).query(con).unwrap())
 }
 
 /// A key expires once its state must have been forgotten (plus the entry

@@ -186,3 +186,73 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A GCRA limit of `count` per `period` with `burst`: the second limit of
+/// many conformance plans.
+pub fn gcra(count: u64, period: Nanos, burst: u64) -> Limit {
+    Limit::Gcra(
+        tollgate_core::Gcra::new(tollgate_core::Rate::new(count, period).unwrap(), burst).unwrap(),
+    )
+}
+
+/// Runs `steps` on a store of its own, so scenarios never share keys.
+pub async fn run(server: &RedisServer, items: &[Item], steps: &[Step]) {
+    let redis = caller_clock_store(server).await;
+    conform(&redis, items, T0, steps).await;
+}
+
+/// Decides `steps` on a Redis store of its own and checks after each that
+/// every key of the plan lives at least as long as its decision's
+/// `reset_after` (the time until the state is idle), and that an idle state
+/// is gone. `conform` cannot see a key that expires too soon: the store
+/// expires keys in real time, which a test's steps barely spend.
+pub async fn check_ttls(server: &RedisServer, items: &[Item], steps: &[Step]) {
+    let prefix = unique_prefix();
+    let mut o = RedisOptions::new(server.url());
+    o.prefix = prefix.clone();
+    o.clock = Clock::Caller;
+    o.connect.response_timeout = Duration::from_secs(5);
+    let redis = RedisStore::connect(o).await.unwrap();
+    let mut now = T0;
+    for (n, step) in steps.iter().enumerate() {
+        now = now.saturating_add(step.advance);
+        let mut plan = Plan::default().with_affinity(7);
+        for &i in &step.items {
+            let it = &items[i];
+            plan.push(it.key.clone(), Arc::clone(&it.limit), it.shadow);
+        }
+        let Ok(d) = redis.decide(&plan, now, step.request, step.mode).await else {
+            continue;
+        };
+        for (k, &i) in step.items.iter().enumerate() {
+            let key = &items[i].key;
+            // RedisStore's key layout: prefix, {affinity}, limit id, scope.
+            let name = format!("{prefix}{{{:016x}}}:l:{}:{}", 7, key.limit, key.scope());
+            let pttl: i64 = server
+                .command(&format!("PTTL {name}"))
+                .trim_start_matches(':')
+                .parse()
+                .unwrap();
+            let reset = d.decisions[k].reset_after;
+            if reset.is_zero() {
+                assert_eq!(pttl, -2, "step {n}: {name} is idle, yet kept");
+            } else {
+                let ttl = u64::try_from(pttl).unwrap_or(0).saturating_mul(1_000_000);
+                assert!(
+                    ttl >= reset.as_u64(),
+                    "step {n}: {name} expires in {pttl} ms, before its reset_after {reset:?}"
+                );
+            }
+        }
+    }
+}
+
+/// The milliseconds left before the state key of limit `id` expires, if
+/// the key exists.
+pub fn pttl(con: &mut redis::Connection, id: u64) -> Option<i64> {
+    let pattern = format!("*:l:{id:016x}:*");
+    let keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query(con).unwrap();
+    assert!(keys.len() <= 1, "{keys:?}");
+    keys.first()
+        .map(|k| redis::cmd("PTTL").arg(k).query(con).unwrap())
+}
