@@ -212,7 +212,7 @@ impl CopyLog {
                     continue;
                 };
                 released += self
-                    .pool_op::<u64>(conn, a, "cleanup", &[d.as_str()])
+                    .pool_op::<u64>(conn, a, "cleanup", None, &[d.as_str()])
                     .await?;
             }
             self.servers_op(conn, "finish", d, d).await?;
@@ -221,16 +221,21 @@ impl CopyLog {
         Ok(released)
     }
 
-    /// Runs a copies-script op on pool `a` with no pool name check.
+    /// Runs a copies-script op on pool `a` with no pool name check;
+    /// `extra_key` follows the pool's keys (the live set, for `orphans`).
     async fn pool_op<T: redis::FromRedisValue>(
         &self,
         conn: &Conn,
         a: u64,
         op: &str,
+        extra_key: Option<&str>,
         args: &[&str],
     ) -> Result<T, RedisError> {
         let mut inv = self.copies.prepare_invoke();
         for k in self.pool_keys(a) {
+            inv.key(k);
+        }
+        if let Some(k) = extra_key {
             inv.key(k);
         }
         inv.arg(op).arg("").arg("").arg(&self.id).arg("");
@@ -265,13 +270,9 @@ impl CopyLog {
                 else {
                     continue;
                 };
-                let mut inv = self.copies.prepare_invoke();
-                for k in self.pool_keys(a) {
-                    inv.key(k);
-                }
-                inv.key(&alive);
-                inv.arg("orphans").arg("").arg("").arg(&self.id).arg("");
-                released += conn.invoke::<u64>(&inv).await?;
+                released += self
+                    .pool_op::<u64>(conn, a, "orphans", Some(&alive), &[])
+                    .await?;
             }
             if next == 0 {
                 break;
