@@ -118,11 +118,119 @@ impl RedisServer {
     pub fn command(&self, cmd: &str) -> String {
         raw(self.port, cmd)
     }
+
+    /// A plain (synchronous, non-cluster) connection to this server.
+    pub fn connection(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    }
+
+    /// Every key of this server that starts with `prefix`.
+    pub fn keys(&self, prefix: &str) -> Vec<String> {
+        let mut con = self.connection();
+        let mut keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}*"))
+            .query(&mut con)
+            .unwrap();
+        keys.sort();
+        keys
+    }
 }
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A Redis Cluster of three masters (no replicas) started by the test,
+/// each a [`RedisServer`] of its own, slots split evenly. Dropping it
+/// kills them all.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts three cluster-enabled servers, gives each a third of the
+    /// 16384 slots, introduces them to each other and waits until every
+    /// node reports the cluster healthy and complete.
+    pub fn start() -> RedisCluster {
+        const SLOTS: u16 = 16384;
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                ])
+            })
+            .collect();
+        let n = nodes.len() as u16;
+        for (i, node) in nodes.iter().enumerate() {
+            let i = i as u16;
+            let (lo, hi) = (SLOTS * i / n, SLOTS * (i + 1) / n);
+            let mut addslots = redis::cmd("CLUSTER");
+            addslots.arg("ADDSLOTS");
+            for slot in lo..hi {
+                addslots.arg(slot);
+            }
+            let _: () = addslots.query(&mut node.connection()).unwrap();
+            // Distinct epochs from the start, so no collision has to be
+            // resolved before the cluster settles.
+            let _: () = redis::cmd("CLUSTER")
+                .arg("SET-CONFIG-EPOCH")
+                .arg(i + 1)
+                .query(&mut node.connection())
+                .unwrap();
+        }
+        for other in &nodes[1..] {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("MEET")
+                .arg("127.0.0.1")
+                .arg(other.port)
+                .query(&mut nodes[0].connection())
+                .unwrap();
+        }
+        let cluster = RedisCluster { nodes };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !cluster.settled() {
+            assert!(Instant::now() < deadline, "the test cluster did not settle");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cluster
+    }
+
+    fn settled(&self) -> bool {
+        self.nodes.iter().all(|node| {
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query(&mut node.connection())
+                .unwrap_or_default();
+            info.contains("cluster_state:ok")
+                && info.contains("cluster_known_nodes:3")
+                && info.contains("cluster_slots_ok:16384")
+        })
+    }
+
+    /// `redis-cluster://127.0.0.1:A,127.0.0.1:B,127.0.0.1:C`: every
+    /// master as a seed.
+    pub fn url(&self) -> String {
+        let seeds: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        format!("redis-cluster://{}", seeds.join(","))
+    }
+
+    /// The keys of each master that start with `prefix`, by node.
+    pub fn keys_by_node(&self, prefix: &str) -> Vec<Vec<String>> {
+        self.nodes.iter().map(|n| n.keys(prefix)).collect()
     }
 }
 

@@ -7,10 +7,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{caller_clock_store, unique_prefix, RedisServer, T0};
+use common::{caller_clock_store, holds, store, unique_prefix, RedisServer, T0};
 use tollgate_core::copies::{CopyError, CopyLimits};
 use tollgate_core::{Nanos, Request};
-use tollgate_redis::{RedisOptions, RedisStore};
 use tollgate_store::{MemoryStore, PoolKey, Store, StoreError};
 
 fn limits() -> CopyLimits {
@@ -100,36 +99,14 @@ async fn reserve_release_transfer_and_seize_answer_what_the_memory_store_answers
     assert_eq!(got, want, "the expired transfer's copy is free again");
 }
 
-async fn store(server: &RedisServer, prefix: &str, ttl_ms: u64) -> RedisStore {
-    let mut o = RedisOptions::new(server.url());
-    o.prefix = prefix.to_owned();
-    o.heartbeat_ttl = Duration::from_millis(ttl_ms);
-    o.connect.response_timeout = Duration::from_secs(5);
-    RedisStore::connect(o).await.unwrap()
-}
-
-async fn holds(store: &RedisStore, pool: &PoolKey, domain: &str) -> (u64, u64) {
-    let r = store
-        .reserve(
-            pool,
-            &CopyLimits::new(1000, Some(1000)),
-            domain,
-            Request::between(0, 0),
-            Nanos::ZERO,
-        )
-        .await
-        .unwrap();
-    (r.context.domain_holds, r.context.global_holds)
-}
-
 #[tokio::test]
 async fn a_survivor_releases_the_holds_of_a_server_whose_heartbeat_lapsed() {
     let server = RedisServer::start();
     let prefix = unique_prefix();
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(10, Some(10));
-    let dead = store(&server, &prefix, 600).await;
-    let alive = store(&server, &prefix, 600).await;
+    let dead = store(&server.url(), &prefix, 600).await;
+    let alive = store(&server.url(), &prefix, 600).await;
     assert_ne!(dead.server_id(), alive.server_id());
     dead.reserve(&pool, &l, "acme", Request::exactly(4), Nanos::ZERO)
         .await
@@ -173,8 +150,8 @@ async fn a_survivor_releases_the_holds_of_a_server_whose_heartbeat_lapsed() {
 async fn a_server_that_was_declared_dead_resigns() {
     let server = RedisServer::start();
     let prefix = unique_prefix();
-    let zombie = store(&server, &prefix, 400).await;
-    let other = store(&server, &prefix, 400).await;
+    let zombie = store(&server.url(), &prefix, 400).await;
+    let other = store(&server.url(), &prefix, 400).await;
     let pool = PoolKey::new("ns", "db");
     zombie
         .reserve(
@@ -208,7 +185,7 @@ async fn a_server_starting_alone_clears_holds_left_by_a_previous_generation() {
     let prefix = unique_prefix();
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(10, None);
-    let old = store(&server, &prefix, 300).await;
+    let old = store(&server.url(), &prefix, 300).await;
     old.reserve(&pool, &l, "acme", Request::exactly(6), Nanos::ZERO)
         .await
         .unwrap();
@@ -216,6 +193,6 @@ async fn a_server_starting_alone_clears_holds_left_by_a_previous_generation() {
     // it) while its holds stay: only the orphan sweep can find them.
     assert_eq!(server.command(&format!("DEL {prefix}{{srv}}:alive")), ":1");
     drop(old);
-    let fresh = store(&server, &prefix, 300).await;
+    let fresh = store(&server.url(), &prefix, 300).await;
     assert_eq!(holds(&fresh, &pool, "acme").await, (0, 0));
 }

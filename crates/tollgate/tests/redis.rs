@@ -1,7 +1,8 @@
 //! `tollgate serve --store redis://...` as real processes sharing a real
-//! redis-server: one limit enforced exactly by two servers, the holds of a
-//! server killed with SIGKILL released by the survivor, Redis restarting
-//! under a running server, and bad Redis URLs refused at startup.
+//! redis-server (or a real three-master Redis Cluster): one limit enforced
+//! exactly by two servers, the holds of a server killed with SIGKILL
+//! released by the survivor, Redis restarting under a running server, and
+//! bad Redis URLs refused at startup.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -9,7 +10,7 @@ mod common;
 
 use common::serving::Serving;
 use common::Sandbox;
-use tollgate_redis::testing::RedisServer;
+use tollgate_redis::testing::{RedisCluster, RedisServer};
 
 const CONFIG: &str = r#"
 namespaces:
@@ -19,9 +20,8 @@ namespaces:
       - { name: db, kind: concurrency, domain_limit: 10 }
 "#;
 
-fn serve(dir: &Sandbox, redis: &RedisServer, extra: &[&str]) -> Serving {
+fn serve(dir: &Sandbox, url: &str, extra: &[&str]) -> Serving {
     let config = dir.path("tollgate.yaml");
-    let url = redis.url();
     let mut args = vec![
         "--config",
         config.to_str().unwrap(),
@@ -30,7 +30,7 @@ fn serve(dir: &Sandbox, redis: &RedisServer, extra: &[&str]) -> Serving {
         "--http",
         "127.0.0.1:0",
         "--store",
-        url.as_str(),
+        url,
         "--redis-timeout-ms",
         "2000",
     ];
@@ -48,19 +48,13 @@ fn checkout(s: &Serving) -> bool {
     v["allowed"].as_bool().unwrap()
 }
 
-#[test]
-fn two_servers_sharing_redis_enforce_one_limit_exactly() {
-    let dir = Sandbox::new("redis-two");
-    dir.write("tollgate.yaml", CONFIG);
-    let redis = RedisServer::start();
-    let a = serve(&dir, &redis, &[]);
-    let b = serve(&dir, &redis, &[]);
-    // 120 requests from 8 threads, alternating servers: exactly the
-    // window's 50 are granted, whichever server answers.
+/// Sends 120 requests from 8 threads, alternating between `a` and `b`,
+/// and checks that exactly the window's 50 are granted, whichever server
+/// answers, and no more afterwards.
+fn exactly_fifty_granted(a: &Serving, b: &Serving) {
     let granted = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..8)
             .map(|t| {
-                let (a, b) = (&a, &b);
                 scope.spawn(move || {
                     (0..15)
                         .filter(|i| checkout(if (t + i) % 2 == 0 { a } else { b }))
@@ -74,8 +68,32 @@ fn two_servers_sharing_redis_enforce_one_limit_exactly() {
             .sum::<usize>()
     });
     assert_eq!(granted, 50);
-    assert!(!checkout(&a));
-    assert!(!checkout(&b));
+    assert!(!checkout(a));
+    assert!(!checkout(b));
+}
+
+#[test]
+fn two_servers_sharing_redis_enforce_one_limit_exactly() {
+    let dir = Sandbox::new("redis-two");
+    dir.write("tollgate.yaml", CONFIG);
+    let redis = RedisServer::start();
+    let a = serve(&dir, &redis.url(), &[]);
+    let b = serve(&dir, &redis.url(), &[]);
+    exactly_fifty_granted(&a, &b);
+}
+
+#[test]
+fn two_servers_on_a_three_master_redis_cluster_share_limits_and_holds() {
+    let dir = Sandbox::new("redis-cluster");
+    dir.write("tollgate.yaml", CONFIG);
+    let cluster = RedisCluster::start();
+    let a = serve(&dir, &cluster.url(), &[]);
+    let b = serve(&dir, &cluster.url(), &[]);
+    exactly_fifty_granted(&a, &b);
+    // Holds taken on either server count against one domain limit.
+    assert_eq!(reserve(&a, 6, 6)["granted"], 6);
+    assert_eq!(reserve(&b, 6, 0)["granted"], 4);
+    assert_eq!(reserve(&a, 1, 0)["granted"], 0);
 }
 
 fn reserve(s: &Serving, copies: u64, min_copies: u64) -> serde_json::Value {
@@ -96,8 +114,8 @@ fn the_holds_of_a_server_killed_with_sigkill_are_released_by_the_survivor() {
     dir.write("tollgate.yaml", CONFIG);
     let redis = RedisServer::start();
     let ttl = ["--heartbeat-ttl-ms", "1000"];
-    let victim = serve(&dir, &redis, &ttl);
-    let survivor = serve(&dir, &redis, &ttl);
+    let victim = serve(&dir, &redis.url(), &ttl);
+    let survivor = serve(&dir, &redis.url(), &ttl);
     assert_eq!(reserve(&victim, 6, 6)["granted"], 6);
     assert_eq!(reserve(&survivor, 3, 3)["granted"], 3);
     // Nine of ten are held.
@@ -119,7 +137,7 @@ fn a_server_serves_again_after_redis_restarts() {
     let dir = Sandbox::new("redis-restart");
     dir.write("tollgate.yaml", CONFIG);
     let mut redis = RedisServer::start();
-    let s = serve(&dir, &redis, &["--keep-serving-after-resign"]);
+    let s = serve(&dir, &redis.url(), &["--keep-serving-after-resign"]);
     assert!(checkout(&s));
     redis.kill();
     let (status, v) = s.json(

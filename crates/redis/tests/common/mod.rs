@@ -8,10 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tollgate_core::copies::CopyLimits;
 use tollgate_core::{Limit, Mode, Nanos, Request};
 pub use tollgate_redis::testing::RedisServer;
 use tollgate_redis::{Clock, RedisOptions, RedisStore};
-use tollgate_store::{Key, LimitId, MemoryStore, Plan, Store};
+use tollgate_store::{Key, LimitId, MemoryStore, Plan, PoolKey, Store};
 
 /// A time in 2026, so the scripts see realistic absolute times (the core's
 /// saturation at zero never comes into play).
@@ -32,6 +33,33 @@ pub async fn caller_clock_store(server: &RedisServer) -> RedisStore {
     o.clock = Clock::Caller;
     o.connect.response_timeout = Duration::from_secs(5);
     RedisStore::connect(o).await.unwrap()
+}
+
+/// A Redis store on `url` with Redis's clock, `prefix` and a heartbeat TTL
+/// of `ttl_ms`: one limiting server of a copy-log test (several share a
+/// prefix).
+pub async fn store(url: &str, prefix: &str, ttl_ms: u64) -> RedisStore {
+    let mut o = RedisOptions::new(url);
+    o.prefix = prefix.to_owned();
+    o.heartbeat_ttl = Duration::from_millis(ttl_ms);
+    o.connect.response_timeout = Duration::from_secs(5);
+    RedisStore::connect(o).await.unwrap()
+}
+
+/// What `domain` and everyone hold in `pool`, as `store` reads it (a
+/// reservation of zero copies that changes nothing).
+pub async fn holds(store: &RedisStore, pool: &PoolKey, domain: &str) -> (u64, u64) {
+    let r = store
+        .reserve(
+            pool,
+            &CopyLimits::new(1000, Some(1000)),
+            domain,
+            Request::between(0, 0),
+            Nanos::ZERO,
+        )
+        .await
+        .unwrap();
+    (r.context.domain_holds, r.context.global_holds)
 }
 
 /// One limit of a scenario: its algorithm, the key it is kept under and
