@@ -15,7 +15,8 @@
 --           (cmsgpack {domain, copies, expires stored, base second, groups...})
 --   KEYS[3] <prefix>{c:A}:xexp  sorted set: transfer id by expiry (µs)
 -- Counts are the sum of the servers' contributions plus the staged copies;
--- a count that reaches zero is deleted, so an idle pool leaves no key.
+-- a count that reaches zero is deleted, so an idle pool leaves no key (or,
+-- with tombstones, one that expires a day later).
 --
 -- ARGV: 1 op, 2-3 now (seconds, nanoseconds; '' for TIME), 4 this server's
 -- id, 5 the pool's name, then the op's own arguments. Errors (nothing
@@ -68,12 +69,20 @@ local function hold_key(domain, groups)
   return cmsgpack.pack(v)
 end
 
--- After add_all, the name field is all that is left of an idle pool.
+-- After the counts changed. A pool with a count ('g' is set whenever
+-- anything is held or staged) keeps its name and never expires. Without
+-- one, what is left is the name, deleted, or tombstones besides it: then
+-- the key expires when the tombstones would be dropped, a day on.
+local TOMBSTONE_S = 86400
 local function tidy()
-  if redis.call('HLEN', P) == 1 and redis.call('HEXISTS', P, 'n') == 1 then
+  if redis.call('HEXISTS', P, 'g') == 1 then
+    redis.call('HSET', P, 'n', pool_name)
+    redis.call('PERSIST', P)
+  elseif redis.call('HLEN', P) == 1 and redis.call('HEXISTS', P, 'n') == 1 then
     redis.call('DEL', P)
   elseif redis.call('HLEN', P) > 0 then
     redis.call('HSET', P, 'n', pool_name)
+    redis.call('PEXPIRE', P, TOMBSTONE_S * 1000)
   end
 end
 
@@ -224,12 +233,13 @@ if op == 'cleanup' then
       add_all(v[1], groups, -n)
       redis.call('HDEL', P, f)
       released = released + n
-    elseif string.sub(f, 1, 2) == 'x:' and tonumber(fields[i + 1]) < T.S - 86400 then
+    elseif string.sub(f, 1, 2) == 'x:' and tonumber(fields[i + 1]) < T.S - TOMBSTONE_S then
       redis.call('HDEL', P, f)
     end
   end
   redis.call('HSET', P, 'x:' .. dead, T.S)
   expire()
+  tidy()
   return released
 end
 

@@ -129,19 +129,62 @@ impl RedisServer {
 
     /// Every key of this server that starts with `prefix`.
     pub fn keys(&self, prefix: &str) -> Vec<String> {
-        let mut con = self.connection();
-        let mut keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{prefix}*"))
-            .query(&mut con)
-            .unwrap();
-        keys.sort();
-        keys
+        self.client().scan(&format!("{prefix}*"))
+    }
+
+    /// A client for reading what the store wrote, for tests that cannot
+    /// name the `redis` crate's types.
+    pub fn client(&self) -> Client {
+        Client(self.connection())
     }
 }
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A synchronous connection to one redis-server, with the reads the
+/// tests make.
+pub struct Client(redis::Connection);
+
+impl Client {
+    /// Every key matching `pattern` (SCAN), sorted.
+    pub fn scan(&mut self, pattern: &str) -> Vec<String> {
+        let mut keys: Vec<String> = redis::cmd("SCAN")
+            .cursor_arg(0)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .clone()
+            .iter(&mut self.0)
+            .unwrap()
+            .map(|k| k.unwrap())
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
+    /// A hash's fields and values, read in one command.
+    pub fn hgetall(&mut self, key: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+        redis::cmd("HGETALL").arg(key).query(&mut self.0).unwrap()
+    }
+
+    /// Whether `key` exists.
+    pub fn exists(&mut self, key: &str) -> bool {
+        redis::cmd("EXISTS").arg(key).query(&mut self.0).unwrap()
+    }
+
+    /// Any command whose answer is a list of strings (ZRANGE, SMEMBERS...).
+    pub fn strings(&mut self, args: &[&str]) -> Vec<String> {
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query(&mut self.0).unwrap()
     }
 }
 

@@ -143,6 +143,24 @@ async fn a_survivor_releases_the_holds_of_a_server_whose_heartbeat_lapsed() {
         .await
         .unwrap();
     assert_eq!(holds(&alive, &pool, "acme").await, (0, 0));
+    // What is left of the pool is its name and the dead server's
+    // tombstone, in a key that expires when the tombstone would be
+    // dropped, a day on.
+    let keys = server.keys(&prefix);
+    let pool_keys: Vec<&String> = keys.iter().filter(|k| k.ends_with(":pool")).collect();
+    assert_eq!(pool_keys.len(), 1, "{keys:?}");
+    let pttl: i64 = server
+        .command(&format!("PTTL {}", pool_keys[0]))
+        .trim_start_matches(':')
+        .parse()
+        .unwrap();
+    assert!(pttl > 86_000_000 && pttl <= 86_400_000, "PTTL {pttl}");
+    // A new hold makes the pool persistent again.
+    alive
+        .reserve(&pool, &l, "acme", Request::exactly(1), Nanos::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(server.command(&format!("PTTL {}", pool_keys[0])), ":-1");
     beating.abort();
 }
 

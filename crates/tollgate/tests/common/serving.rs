@@ -101,35 +101,7 @@ impl Serving {
 
     /// One HTTP/1.1 exchange: (status, body).
     pub fn http(&self, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
-        let mut s = TcpStream::connect(self.http).unwrap();
-        let body = body.unwrap_or("");
-        write!(
-            s,
-            "{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        let status = out
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        let body = out.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-        // Chunked bodies: keep the JSON or text between the size lines.
-        let body = if out
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked")
-        {
-            body.lines()
-                .filter(|l| usize::from_str_radix(l.trim(), 16).is_err())
-                .collect::<Vec<_>>()
-                .join("\n")
-        } else {
-            body.to_owned()
-        };
-        (status, body)
+        exchange(self.http, method, path, body).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
     }
 
     pub fn json(&self, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
@@ -155,4 +127,48 @@ impl Drop for Serving {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// One HTTP/1.1 exchange with `addr`: (status, body), or `Err` when the
+/// connection fails or the answer is cut short (a server that died).
+pub fn exchange(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> Result<(u16, String), String> {
+    let mut s = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(60)))
+        .map_err(|e| format!("set_read_timeout: {e}"))?;
+    let body = body.unwrap_or("");
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .map_err(|e| format!("write: {e}"))?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)
+        .map_err(|e| format!("read: {e}"))?;
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no status line in {out:?}"))?;
+    let (head, body) = out
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no end of headers in {out:?}"))?;
+    // Chunked bodies: keep the JSON or text between the size lines.
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        body.lines()
+            .filter(|l| usize::from_str_radix(l.trim(), 16).is_err())
+            .collect::<Vec<_>>()
+            .join("\n")
+    } else {
+        body.to_owned()
+    };
+    Ok((status, body))
 }
