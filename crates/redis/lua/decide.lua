@@ -29,7 +29,7 @@ local items = {}
 local at = 7
 for i = 1, n do
   local code = tonumber(ARGV[at])
-  local m = ALG[code]
+  local m = algorithm(code)
   local shadow = ARGV[at + 1] == '1'
   local count = tonumber(ARGV[at + 2])
   local p = {}

@@ -109,7 +109,13 @@ impl RedisStore {
             });
         }
         let target = Target::parse(&options.url)?;
-        let conn = Conn::open(&target, &options.connect).await?;
+        // Decisions are bounded by `response_timeout` here, in `invoke`;
+        // the connections themselves wait up to a heartbeat TTL, so a beat
+        // or a cleanup that Redis answers slowly under load still counts
+        // (a server resigns only when Redis gave no answer for a TTL).
+        let mut connect = options.connect.clone();
+        connect.response_timeout = connect.response_timeout.max(options.heartbeat_ttl);
+        let conn = Conn::open(&target, &connect).await?;
         let log = Arc::new(CopyLog::new(&options.prefix, options.heartbeat_ttl));
         let released = log
             .join(&conn)

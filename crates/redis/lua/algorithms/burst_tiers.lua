@@ -9,8 +9,10 @@
 -- decides such a state as fresh, and burst tiers never schedule, so no
 -- path sees it otherwise. Relative times need none of the core's
 -- saturation (a real now is decades past any span).
--- Wrapped in a block so its locals do not count against the chunk's 200.
-do
+-- Wrapped in a loader, run on first use (see LOADERS in prelude.lua); its
+-- locals do not count against the chunk's 200.
+LOADERS[8] = function()
+  hit_log_load()
 
   local INACTIVE, ACTIVE, COOLDOWN = 0, 1, 2
   -- The core walks u64::MAX hits for `remaining`; a walk only ever takes

@@ -4,8 +4,9 @@
 -- nothing (its start, the epoch, is long ago).
 -- Parameters: p[1] limit, p[2] window, p[3] align (0 epoch, 1 first hit).
 -- Stored: v[3] start (T.put), v[4] count.
--- Wrapped in a block so its locals do not count against the chunk's 200.
-do
+-- Wrapped in a loader, run on first use (see LOADERS in prelude.lua); its
+-- locals do not count against the chunk's 200.
+LOADERS[4] = function()
 
   -- Whether the stored window still covers `now`. A time before the window
   -- (a clock going backwards) keeps it: forgetting hits because time went

@@ -2,8 +2,9 @@
 -- crates/core/src/algorithms/gcra.rs and leaky_bucket.rs. Both keep one
 -- theoretical arrival time (tat); a fresh state's tat is long ago.
 -- Parameters: p[1] interval, p[2] burst (queue size), p[3] tolerance.
--- Wrapped in a block so its locals do not count against the chunk's 200.
-do
+-- Wrapped in a loader, run on first use (see LOADERS in prelude.lua); its
+-- locals do not count against the chunk's 200.
+LOADERS[2] = function()
 
   local function gcra_room_at(p, tat, now)
     local free = sat_sub(now + p[3], max(tat, now))
@@ -101,3 +102,4 @@ do
     end,
   }
 end
+LOADERS[3] = LOADERS[2]

@@ -5,8 +5,10 @@
 -- Stored: the log, in HitLog's layout (pairs of time and hits from v[3]).
 -- The core subtracts the window from an absolute now with saturation;
 -- relative times need none (a real now is decades past any window).
--- Wrapped in a block so its locals do not count against the chunk's 200.
-do
+-- Wrapped in a loader, run on first use (see LOADERS in prelude.lua); its
+-- locals do not count against the chunk's 200.
+LOADERS[6] = function()
+  hit_log_load()
 
   local function sl_count(p, log, now)
     return HitLog.count_since(log, now - p[2])

@@ -11,7 +11,7 @@
 -- and the first grant moves the start to now's sub-window either way.
 -- Products such as oldest × (S − e) pass 2^53 for long windows and large
 -- counts (10^9 over 30 days), so they only ever go through muldiv.
-do
+LOADERS[5] = function()
 
   -- Rust's `view`: the start of the sub-window holding `now`, how much of
   -- it has elapsed and how many sub-windows the counters are shifted by.

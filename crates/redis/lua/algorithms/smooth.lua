@@ -11,8 +11,9 @@
 -- relative to T.US (now's microsecond), so the integer differences the
 -- core forms are formed exactly from small numbers, and converted to
 -- doubles where the core converts them, giving the same doubles.
--- Wrapped in a block so its locals do not count against the chunk's 200.
-do
+-- Wrapped in a loader, run on first use (see LOADERS in prelude.lua); its
+-- locals do not count against the chunk's 200.
+LOADERS[7] = function()
 
   -- The core's micros(now) for a relative `now` in ns, relative to T.US.
   local function smooth_now_us(now)

@@ -6,8 +6,9 @@
 -- Parameters: p[1] capacity, p[2] initial tokens, p[3] interval, p[4] full
 -- time (capacity × interval), p[5] initial time (initial × interval).
 -- Stored: v[3] token-time, v[4] last (T.put; absent for never).
--- Wrapped in a block so its locals do not count against the chunk's 200.
-do
+-- Wrapped in a loader, run on first use (see LOADERS in prelude.lua); its
+-- locals do not count against the chunk's 200.
+LOADERS[1] = function()
 
   -- The core's MAX_SPAN (2^62), which caps a refill.
   local TB_MAX_SPAN = 4611686018427387904
