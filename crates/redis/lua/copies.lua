@@ -168,6 +168,19 @@ if op == 'release' then
   return 0
 end
 
+if op == 'restore' then
+  -- 6 domain, 7 copies, then groups. Counts again copies a release took
+  -- after its caller was told it failed (their session still holds
+  -- them), whatever the limits say now: see crates/redis/src/settle.rs.
+  if resigned() then return redis.error_reply('TOLLGATE resigned') end
+  local domain, copies = ARGV[6], tonumber(ARGV[7])
+  local groups = groups_from(8)
+  add_all(domain, groups, copies)
+  add('s:' .. sid .. ':' .. hold_key(domain, groups), copies)
+  tidy()
+  return 0
+end
+
 if op == 'transfer' then
   -- 6 domain, 7 copies, 8 ttl (ns), 9 transfer id, then groups.
   local domain, copies, ttl, id = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]

@@ -60,6 +60,7 @@ pub(crate) struct CopyLog {
     servers: Script,
     registered: Mutex<HashSet<u64>>,
     resigned: AtomicBool,
+    reason: Mutex<Option<String>>,
     last_beat: Mutex<Instant>,
 }
 
@@ -73,6 +74,7 @@ impl CopyLog {
             servers: Script::new(script::SERVERS),
             registered: Mutex::new(HashSet::new()),
             resigned: AtomicBool::new(false),
+            reason: Mutex::new(None),
             last_beat: Mutex::new(Instant::now()),
         }
     }
@@ -101,11 +103,15 @@ impl CopyLog {
         self.resigned.load(Ordering::Relaxed)
     }
 
-    fn resign(&self, why: &str) -> Resignation {
+    /// Stops holding copies from now on, for `why`; the heartbeat loop
+    /// ([`CopyLog::run`]) then ends with the first reason given.
+    pub(crate) fn resign(&self, why: &str) -> Resignation {
+        let mut reason = self.reason.lock();
         if !self.resigned.swap(true, Ordering::Relaxed) {
             tracing::error!(server = %self.id, reason = why, "resigned from the copy log: holds are refused from now on");
+            *reason = Some(why.to_owned());
         }
-        Resignation(why.to_owned())
+        Resignation(reason.clone().unwrap_or_else(|| why.to_owned()))
     }
 
     async fn servers_op(
@@ -192,6 +198,9 @@ impl CopyLog {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
+            if self.is_resigned() {
+                return self.resign("resigned");
+            }
             if let Err(r) = self.beat(conn).await {
                 return r;
             }

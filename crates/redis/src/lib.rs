@@ -43,6 +43,7 @@ mod copylog;
 pub mod params;
 mod reply;
 mod script;
+mod settle;
 mod store;
 #[cfg(feature = "testing")]
 pub mod testing;

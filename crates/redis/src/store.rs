@@ -20,6 +20,7 @@ use crate::conn::{redact, Conn, ConnectError, ConnectOptions, Target};
 use crate::params::{self, MAX_EXACT};
 use crate::reply;
 use crate::script;
+use crate::settle::{Pending, Undo};
 
 /// Whose clock decides.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -423,7 +424,7 @@ fn limit_arg(limit: u64) -> String {
     }
 }
 
-fn int(v: Option<&Value>) -> u64 {
+pub(crate) fn int(v: Option<&Value>) -> u64 {
     match v {
         Some(Value::Int(n)) => u64::try_from(*n).unwrap_or(0),
         Some(Value::BulkString(b)) => std::str::from_utf8(b)
@@ -434,7 +435,7 @@ fn int(v: Option<&Value>) -> u64 {
     }
 }
 
-fn text(v: Option<&Value>) -> String {
+pub(crate) fn text(v: Option<&Value>) -> String {
     match v {
         Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
         Some(Value::SimpleString(s)) => s.clone(),
@@ -454,15 +455,39 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Runs copies-script `op` on the pool with affinity `a`.
+    /// Runs copies-script `op` on the pool with affinity `a`, waiting at
+    /// most the response timeout. A call that times out, or whose caller
+    /// goes away, runs on and is taken back by `undo` if Redis applies it
+    /// after all (see [`crate::settle`]).
     async fn copies<T: redis::FromRedisValue>(
+        &self,
+        a: u64,
+        pool: &str,
+        now: Nanos,
+        op: &'static str,
+        args: Vec<String>,
+        undo: Undo,
+    ) -> Result<T, RedisError> {
+        let call = Pending::start(self, a, pool, now, op, args, undo);
+        match call.wait(self.timeout).await {
+            Some(r) => Ok(redis::from_redis_value(r?)?),
+            None => Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("Redis did not answer within {:?}", self.timeout),
+            ))),
+        }
+    }
+
+    /// One copies-script call, bounded only by the connections' own
+    /// timeout.
+    pub(crate) async fn copies_call(
         &self,
         a: u64,
         pool: &str,
         now: Nanos,
         op: &str,
         args: &[String],
-    ) -> Result<T, RedisError> {
+    ) -> Result<Value, RedisError> {
         let (secs, nanos) = self.clock_args(now);
         let mut inv = self.log.copies.prepare_invoke();
         for k in self.log.pool_keys(a) {
@@ -472,7 +497,7 @@ impl RedisStore {
         for x in args {
             inv.arg(x.as_str());
         }
-        self.invoke(&inv).await
+        self.conn.invoke(&inv).await
     }
 
     /// Maps a copies-script error; `Ok` carries errors that are answers.
@@ -538,7 +563,11 @@ impl RedisStore {
         }
         let reply: Result<Vec<i64>, RedisError> = async {
             self.log.register(&self.conn, a).await?;
-            self.copies(a, &pool.0, now, "reserve", &args).await
+            let undo = Undo::Reserve {
+                domain: domain.to_owned(),
+                groups: groups.clone(),
+            };
+            self.copies(a, &pool.0, now, "reserve", args, undo).await
         }
         .await;
         let reply = reply.map_err(|e| self.copy_error(e, domain, &groups, request.hits))?;
@@ -581,7 +610,12 @@ impl RedisStore {
         let a = copylog::affinity(&pool.0);
         let mut args = vec![domain.to_owned(), copies.to_string()];
         args.extend(groups.iter().cloned());
-        self.copies::<i64>(a, &pool.0, Nanos::ZERO, "release", &args)
+        let undo = Undo::Release {
+            domain: domain.to_owned(),
+            groups: groups.clone(),
+            copies,
+        };
+        self.copies::<i64>(a, &pool.0, Nanos::ZERO, "release", args, undo)
             .await
             .map_err(|e| self.copy_error(e, domain, &groups, copies))?;
         self.mark(true);
@@ -614,7 +648,7 @@ impl RedisStore {
             id.to_string(),
         ];
         args.extend(groups.iter().cloned());
-        self.copies::<i64>(a, &pool.0, now, "transfer", &args)
+        self.copies::<i64>(a, &pool.0, now, "transfer", args, Undo::Transfer { id })
             .await
             .map_err(|e| self.copy_error(e, domain, &groups, copies))?;
         self.mark(true);
@@ -626,7 +660,8 @@ impl RedisStore {
         let a = (id.0 >> 64) as u64;
         let reply: Result<Vec<Value>, RedisError> = async {
             self.log.register(&self.conn, a).await?;
-            self.copies(a, "", now, "seize", &[id.to_string()]).await
+            self.copies(a, "", now, "seize", vec![id.to_string()], Undo::Seize)
+                .await
         }
         .await;
         let reply = reply.map_err(|e| self.copy_error(e, "", &Vec::new(), 0))?;
@@ -647,7 +682,10 @@ impl RedisStore {
     /// Releases due transfers of every pool this server registered.
     async fn expire_transfers(&self, now: Nanos) {
         for a in self.log.registered() {
-            if let Err(e) = self.copies::<i64>(a, "", now, "expire", &[]).await {
+            if let Err(e) = self
+                .copies::<i64>(a, "", now, "expire", Vec::new(), Undo::Nothing)
+                .await
+            {
                 tracing::debug!(error = %e, "expiring transfers failed; retrying at the next sweep");
             }
         }

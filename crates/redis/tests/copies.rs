@@ -10,6 +10,7 @@ use std::time::Duration;
 use common::{caller_clock_store, holds, store, unique_prefix, RedisServer, T0};
 use tollgate_core::copies::{CopyError, CopyLimits};
 use tollgate_core::{Nanos, Request};
+use tollgate_redis::{RedisOptions, RedisStore};
 use tollgate_store::{MemoryStore, PoolKey, Store, StoreError};
 
 fn limits() -> CopyLimits {
@@ -213,4 +214,75 @@ async fn a_server_starting_alone_clears_holds_left_by_a_previous_generation() {
     drop(old);
     let fresh = store(&server.url(), &prefix, 300).await;
     assert_eq!(holds(&fresh, &pool, "acme").await, (0, 0));
+}
+
+#[tokio::test]
+async fn a_server_keeps_its_holds_while_redis_is_only_slow() {
+    let server = RedisServer::start_with(&["--enable-debug-command", "yes"]);
+    let mut o = RedisOptions::new(server.url());
+    o.prefix = unique_prefix();
+    o.heartbeat_ttl = Duration::from_millis(900);
+    // The default decision timeout, 50 ms: shorter than Redis's stalls.
+    assert_eq!(o.connect.response_timeout, Duration::from_millis(50));
+    let s = RedisStore::connect(o).await.unwrap();
+    let pool = PoolKey::new("ns", "db");
+    let l = CopyLimits::new(10, None);
+    s.reserve(&pool, &l, "acme", Request::exactly(2), Nanos::ZERO)
+        .await
+        .unwrap();
+    let beating = tokio::spawn({
+        let s = s.clone();
+        async move { s.heartbeat().await }
+    });
+    // Redis stalls for 300 ms at a time, ten times in a row: every
+    // heartbeat waits behind a stall, longer than a decision may wait but
+    // well within the heartbeat TTL.
+    let stalls = std::thread::spawn({
+        let port = server.port;
+        move || {
+            let url = format!("redis://127.0.0.1:{port}/");
+            let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+            for _ in 0..10 {
+                let _: () = redis::cmd("DEBUG")
+                    .arg("SLEEP")
+                    .arg("0.3")
+                    .query(&mut con)
+                    .unwrap();
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Copy operations during a stall fail fast instead of waiting; Redis
+    // applies each after the stall all the same, and the store takes it
+    // back, so that "failed" means nothing changed.
+    let none = Vec::new();
+    let failed = [
+        s.reserve(&pool, &l, "acme", Request::exactly(1), Nanos::ZERO)
+            .await
+            .map(|_| ()),
+        s.release(&pool, "acme", &none, 1).await,
+        s.transfer(&pool, "acme", &none, 1, Nanos::from_secs(600), Nanos::ZERO)
+            .await
+            .map(|_| ()),
+    ];
+    for r in failed {
+        assert!(matches!(r, Err(StoreError::Unavailable(_))), "{r:?}");
+    }
+    tokio::task::spawn_blocking(move || stalls.join().unwrap())
+        .await
+        .unwrap();
+    common::eventually(Duration::from_secs(10), || async {
+        holds(&s, &pool, "acme").await == (2, 2)
+    })
+    .await;
+    // The server never resigned: its heartbeats got through, and its holds
+    // are exactly its own two.
+    assert!(!beating.is_finished(), "resigned: {:?}", beating.await);
+    assert!(matches!(
+        s.release(&pool, "acme", &none, 3).await,
+        Err(StoreError::Copy(CopyError::NotHeld { held: 2, .. }))
+    ));
+    s.release(&pool, "acme", &none, 2).await.unwrap();
+    assert_eq!(holds(&s, &pool, "acme").await, (0, 0));
+    beating.abort();
 }
