@@ -1,154 +1,185 @@
--- The `decide` entry point: one plan of limits, decided all or nothing in
--- one call, as crates/core/src/plan.rs decides it.
+-- The `decide` entry point: a batch of plans, each decided all or nothing
+-- as crates/core/src/plan.rs decides it, one after the other in one call
+-- (concurrent decisions share a round trip and the script's fixed cost).
 --
--- KEYS: the state key of every plan item, in plan order.
--- ARGV: 1 seconds and 2 nanoseconds of now ('' and '': Redis's TIME),
---       3 mode (0 try, 1 acquire), 4 hits, 5 min_hits, 6 item count, then
---       per item: algorithm code, shadow (0/1), parameter count, parameters.
--- Reply: granted, allowed, wait, limited_by (-1: none), shadow_limited,
---        then per item: granted, allowed, limit, remaining, reset_after,
---        retry_after (-1: never), wait, tier index (-1: no tier), tier
---        limit, tier hits, tier burst, room.
--- Errors (nothing changed): 'TOLLGATE cannot_schedule I',
--- 'TOLLGATE never_admits I' and 'TOLLGATE too_long I' (a wait of 2^52 ns
--- or more) for item I (0-based) in acquire mode.
+-- KEYS: the state key of every item of every plan, plan after plan.
+-- ARGV: 1 plan count, then per plan: seconds and nanoseconds of now (''
+--       and '': Redis's TIME, read once per call), mode (0 try, 1
+--       acquire), hits, min_hits, item count, then per item: algorithm
+--       code, shadow (0/1), parameter count, parameters.
+-- Reply: per plan, a status, then
+--        - 0 (decided): granted, allowed, wait, limited_by (-1: none),
+--          shadow_limited, then per item: granted, allowed, limit,
+--          remaining, reset_after, retry_after (-1: never), wait, tier
+--          index (-1: no tier), tier limit, tier hits, tier burst, room;
+--        - 1 cannot_schedule, 2 never_admits or 3 too_long (a wait of
+--          2^52 ns or more), in acquire mode, then the item's index
+--          (0-based): the plan changed nothing.
 
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  T.init(tonumber(t[1]), tonumber(t[2]) * 1000)
-else
-  T.init(tonumber(ARGV[1]), tonumber(ARGV[2]))
-end
-
-local mode = tonumber(ARGV[3])
-local req = { hits = tonumber(ARGV[4]), min_hits = tonumber(ARGV[5]) }
-local n = tonumber(ARGV[6])
-local now = 0
-
-local items = {}
-local at = 7
-for i = 1, n do
-  local code = tonumber(ARGV[at])
-  local m = algorithm(code)
-  local shadow = ARGV[at + 1] == '1'
-  local count = tonumber(ARGV[at + 2])
-  local p = {}
-  for j = 1, count do p[j] = tonumber(ARGV[at + 2 + j]) end
-  at = at + 3 + count
-  local raw = redis.call('GET', KEYS[i])
-  local st
-  if raw then
-    local v = cmsgpack.unpack(raw)
-    if type(v) == 'table' and v[1] == code then
-      st = m.decode(p, v, v[2])
-    end
-  end
-  if not st then st = m.fresh(p, now) end
-  items[i] = { m = m, p = p, st = st, shadow = shadow, code = code }
-end
-
-local decisions = {}
-local rooms = {}
-local out_granted, out_allowed, out_wait, limited_by, shadow_limited
-
-if mode == 1 then
-  -- Acquire: every limit must be able to schedule; the wait is the longest
-  -- of the non-shadow limits' own waits.
-  local wait = 0
-  for i, it in ipairs(items) do
-    if not it.m.acquire_wait then
-      return redis.error_reply('TOLLGATE cannot_schedule ' .. (i - 1))
-    end
-    local w = it.m.acquire_wait(it.p, it.st, now, req.hits)
-    if not w then
-      return redis.error_reply('TOLLGATE never_admits ' .. (i - 1))
-    end
-    -- A debt of 2^52 ns (52 days) or more could not be counted exactly;
-    -- refused before anything changes.
-    if w >= TWO52 then
-      return redis.error_reply('TOLLGATE too_long ' .. (i - 1))
-    end
-    if not it.shadow then wait = max(wait, w) end
-  end
-  for i, it in ipairs(items) do
-    rooms[i] = req.hits
-    decisions[i] = it.m.acquire_at(it.p, it.st, now, req.hits, wait)
-  end
-  out_granted, out_allowed, out_wait = req.hits, true, wait
-  limited_by, shadow_limited = -1, false
-else
-  local room = 0
-  if req.min_hits <= req.hits then room = req.hits end
-  limited_by = -1
-  for i, it in ipairs(items) do
-    local r = it.m.room(it.p, it.st, now, req.hits)
-    rooms[i] = r
-    if not it.shadow and r < room then
-      room = r
-      limited_by = i - 1
-    end
-  end
-  local grant = grant_from_room(req, room)
-  shadow_limited = false
-  local wait = 0
-  for i, it in ipairs(items) do
-    local own = grant
-    if it.shadow then
-      own = grant_from_room(req, min(rooms[i], room))
-      if own.granted < grant.granted then shadow_limited = true end
-    end
-    local d = it.m.commit(it.p, it.st, now, req, own)
-    if not it.shadow then wait = max(wait, d.wait) end
-    decisions[i] = d
-  end
-  out_granted, out_allowed, out_wait = grant.granted, grant.allowed, wait
-  if grant.granted >= req.hits then limited_by = -1 end
-end
-
--- Write back: an idle state is deleted (a missing key is a fresh state);
--- any other expires once it must have become idle, plus a margin. Redis
--- expires keys by its own wall clock; with the caller's clock (tests,
--- replays) the caller's time may run far slower than the wall clock, so
--- the margin is an hour there rather than a second.
-local margin_ms = 1000
-if ARGV[1] ~= '' then margin_ms = 3600000 end
-for i, it in ipairs(items) do
-  if it.m.is_idle(it.p, it.st, now) then
-    redis.call('DEL', KEYS[i])
-  else
-    local v = it.m.encode(it.p, it.st)
-    table.insert(v, 1, T.S)
-    table.insert(v, 1, it.code)
-    local ttl_ms = floor(it.m.ttl(it.p, it.st, now) / 1000000) + margin_ms
-    redis.call('SET', KEYS[i], cmsgpack.pack(v), 'PX', ttl_ms)
-  end
-end
+local ERR_CANNOT_SCHEDULE, ERR_NEVER_ADMITS, ERR_TOO_LONG = 1, 2, 3
 
 local function flag(b)
   if b then return 1 end
   return 0
 end
 
-local reply = { out_granted, flag(out_allowed), out_wait, limited_by, flag(shadow_limited) }
-for i, d in ipairs(decisions) do
-  reply[#reply + 1] = d.granted
-  reply[#reply + 1] = flag(d.allowed)
-  reply[#reply + 1] = d.limit
-  reply[#reply + 1] = d.remaining
-  reply[#reply + 1] = d.reset_after
-  reply[#reply + 1] = d.retry_after or -1
-  reply[#reply + 1] = d.wait
-  if d.tier then
-    reply[#reply + 1] = d.tier.index
-    reply[#reply + 1] = d.tier.limit
-    reply[#reply + 1] = d.tier.hits
-    reply[#reply + 1] = flag(d.tier.burst)
+local redis_time
+
+-- Decides the plan whose arguments start at ARGV[a] and whose keys start
+-- at KEYS[k + 1]; appends its answer to `reply`. Returns the index of the
+-- next plan's arguments and the number of keys it used.
+local function decide_plan(a, k, reply)
+  if ARGV[a] == '' then
+    if not redis_time then redis_time = redis.call('TIME') end
+    T.init(tonumber(redis_time[1]), tonumber(redis_time[2]) * 1000)
   else
-    reply[#reply + 1] = -1
-    reply[#reply + 1] = 0
-    reply[#reply + 1] = 0
-    reply[#reply + 1] = 0
+    T.init(tonumber(ARGV[a]), tonumber(ARGV[a + 1]))
   end
-  reply[#reply + 1] = rooms[i]
+  local caller_clock = ARGV[a] ~= ''
+  local mode = tonumber(ARGV[a + 2])
+  local req = { hits = tonumber(ARGV[a + 3]), min_hits = tonumber(ARGV[a + 4]) }
+  local n = tonumber(ARGV[a + 5])
+  local now = 0
+
+  local items = {}
+  local at = a + 6
+  for i = 1, n do
+    local code = tonumber(ARGV[at])
+    local m = algorithm(code)
+    local shadow = ARGV[at + 1] == '1'
+    local count = tonumber(ARGV[at + 2])
+    local p = {}
+    for j = 1, count do p[j] = tonumber(ARGV[at + 2 + j]) end
+    at = at + 3 + count
+    local raw = redis.call('GET', KEYS[k + i])
+    local st
+    if raw then
+      local v = cmsgpack.unpack(raw)
+      if type(v) == 'table' and v[1] == code then
+        st = m.decode(p, v, v[2])
+      end
+    end
+    if not st then st = m.fresh(p, now) end
+    items[i] = { m = m, p = p, st = st, shadow = shadow, code = code }
+  end
+
+  local decisions = {}
+  local rooms = {}
+  local out_granted, out_allowed, out_wait, limited_by, shadow_limited
+
+  if mode == 1 then
+    -- Acquire: every limit must be able to schedule; the wait is the
+    -- longest of the non-shadow limits' own waits.
+    local wait = 0
+    for i, it in ipairs(items) do
+      if not it.m.acquire_wait then
+        reply[#reply + 1] = ERR_CANNOT_SCHEDULE
+        reply[#reply + 1] = i - 1
+        return at, n
+      end
+      local w = it.m.acquire_wait(it.p, it.st, now, req.hits)
+      if not w then
+        reply[#reply + 1] = ERR_NEVER_ADMITS
+        reply[#reply + 1] = i - 1
+        return at, n
+      end
+      -- A debt of 2^52 ns (52 days) or more could not be counted exactly;
+      -- refused before anything changes.
+      if w >= TWO52 then
+        reply[#reply + 1] = ERR_TOO_LONG
+        reply[#reply + 1] = i - 1
+        return at, n
+      end
+      if not it.shadow then wait = max(wait, w) end
+    end
+    for i, it in ipairs(items) do
+      rooms[i] = req.hits
+      decisions[i] = it.m.acquire_at(it.p, it.st, now, req.hits, wait)
+    end
+    out_granted, out_allowed, out_wait = req.hits, true, wait
+    limited_by, shadow_limited = -1, false
+  else
+    local room = 0
+    if req.min_hits <= req.hits then room = req.hits end
+    limited_by = -1
+    for i, it in ipairs(items) do
+      local r = it.m.room(it.p, it.st, now, req.hits)
+      rooms[i] = r
+      if not it.shadow and r < room then
+        room = r
+        limited_by = i - 1
+      end
+    end
+    local grant = grant_from_room(req, room)
+    shadow_limited = false
+    local wait = 0
+    for i, it in ipairs(items) do
+      local own = grant
+      if it.shadow then
+        own = grant_from_room(req, min(rooms[i], room))
+        if own.granted < grant.granted then shadow_limited = true end
+      end
+      local d = it.m.commit(it.p, it.st, now, req, own)
+      if not it.shadow then wait = max(wait, d.wait) end
+      decisions[i] = d
+    end
+    out_granted, out_allowed, out_wait = grant.granted, grant.allowed, wait
+    if grant.granted >= req.hits then limited_by = -1 end
+  end
+
+  -- Write back: an idle state is deleted (a missing key is a fresh
+  -- state); any other expires once it must have become idle, plus a
+  -- margin. Redis expires keys by its own wall clock; with the caller's
+  -- clock (tests, replays) the caller's time may run far slower than the
+  -- wall clock, so the margin is an hour there rather than a second.
+  local margin_ms = 1000
+  if caller_clock then margin_ms = 3600000 end
+  for i, it in ipairs(items) do
+    if it.m.is_idle(it.p, it.st, now) then
+      redis.call('DEL', KEYS[k + i])
+    else
+      local v = it.m.encode(it.p, it.st)
+      table.insert(v, 1, T.S)
+      table.insert(v, 1, it.code)
+      local ttl_ms = floor(it.m.ttl(it.p, it.st, now) / 1000000) + margin_ms
+      redis.call('SET', KEYS[k + i], cmsgpack.pack(v), 'PX', ttl_ms)
+    end
+  end
+
+  reply[#reply + 1] = 0
+  reply[#reply + 1] = out_granted
+  reply[#reply + 1] = flag(out_allowed)
+  reply[#reply + 1] = out_wait
+  reply[#reply + 1] = limited_by
+  reply[#reply + 1] = flag(shadow_limited)
+  for i, d in ipairs(decisions) do
+    reply[#reply + 1] = d.granted
+    reply[#reply + 1] = flag(d.allowed)
+    reply[#reply + 1] = d.limit
+    reply[#reply + 1] = d.remaining
+    reply[#reply + 1] = d.reset_after
+    reply[#reply + 1] = d.retry_after or -1
+    reply[#reply + 1] = d.wait
+    if d.tier then
+      reply[#reply + 1] = d.tier.index
+      reply[#reply + 1] = d.tier.limit
+      reply[#reply + 1] = d.tier.hits
+      reply[#reply + 1] = flag(d.tier.burst)
+    else
+      reply[#reply + 1] = -1
+      reply[#reply + 1] = 0
+      reply[#reply + 1] = 0
+      reply[#reply + 1] = 0
+    end
+    reply[#reply + 1] = rooms[i]
+  end
+  return at, n
+end
+
+local reply = {}
+local a, k = 2, 0
+for _ = 1, tonumber(ARGV[1]) do
+  local next_a, used = decide_plan(a, k, reply)
+  a, k = next_a, k + used
 end
 return reply

@@ -11,8 +11,9 @@
 //!
 //! Every algorithm of the core is ported to Lua (`lua/algorithms/*.lua`,
 //! one file per algorithm, each a line-by-line port of its Rust module).
-//! A whole plan — every limit one request must pass — is one `EVALSHA` of
-//! the `decide` script: it reads every key of the plan, decides all or
+//! A whole plan — every limit one request must pass — is decided in one
+//! `EVALSHA` of the `decide` script (with other plans sent at the same
+//! time): it reads every key of the plan, decides all or
 //! nothing with the core's partial-grant rule, writes the states back and
 //! answers, in one round trip and with no read-then-write from the server
 //! (seed 002, "race conditions"). Redis runs one script at a time, which is
@@ -31,13 +32,15 @@
 //! - **Keys**: `<prefix>{<affinity>}:l:<limit id>:<domain>`. The hash tag is
 //!   the plan's affinity (one per namespace), so every key of a plan lands
 //!   in one Redis Cluster slot.
-//! - **Connections**: see [`conn`]: a few multiplexed connections pipeline
-//!   every concurrent decision; timeouts are short (50 ms by default), and
+//! - **Connections**: see [`conn`]: a few multiplexed connections carry
+//!   every concurrent decision, batched into shared calls (`batch.rs`:
+//!   whatever queued up while the previous call was in flight); timeouts are short (50 ms by default), and
 //!   a broken connection reconnects by itself with backoff while decisions
 //!   fail fast with [`tollgate_store::StoreError::Unavailable`].
 
 #![deny(missing_docs)]
 
+mod batch;
 pub mod conn;
 mod copylog;
 pub mod params;

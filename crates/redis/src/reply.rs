@@ -5,9 +5,9 @@ use tollgate_core::{Decision, Nanos, PlanDecision, PlanError, TierInfo};
 use tollgate_store::{Plan, StoreError};
 
 /// Numbers per item in a `decide` reply (see `lua/decide.lua`).
-const PER_ITEM: usize = 12;
+pub(crate) const PER_ITEM: usize = 12;
 /// Numbers before the items.
-const HEADER: usize = 5;
+pub(crate) const HEADER: usize = 5;
 
 fn nonneg(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
@@ -54,20 +54,35 @@ pub(crate) fn plan_decision(reply: &[i64], items: usize) -> Result<PlanDecision,
     })
 }
 
-/// The plan error a script reported as `TOLLGATE <what> <index>`, if the
-/// error is one.
-pub(crate) fn plan_error(detail: &str, plan: &Plan, hits: u64) -> Option<PlanError> {
-    let mut words = detail.split_whitespace();
-    let what = words.next()?;
-    let index: usize = words.next()?.parse().ok()?;
-    let item = plan.items.get(index)?;
-    match what {
-        "cannot_schedule" => Some(PlanError::CannotSchedule {
-            index,
-            algorithm: item.limit.algorithm_name(),
-        }),
-        "never_admits" => Some(PlanError::NeverAdmits { index, hits }),
-        _ => None,
+/// One plan's part of a `decide` reply (status first): its decision, or
+/// the error the script found before changing anything.
+pub(crate) fn plan_outcome(
+    part: &[i64],
+    plan: &Plan,
+    hits: u64,
+) -> Result<PlanDecision, StoreError> {
+    let items = plan.items.len();
+    match part {
+        [0, rest @ ..] => plan_decision(rest, items),
+        [status, index] => {
+            let index = usize::try_from(*index).map_err(|_| bad("a negative item index"))?;
+            let item = plan
+                .items
+                .get(index)
+                .ok_or_else(|| bad(&format!("item {index} of {items}")))?;
+            Err(match status {
+                1 => StoreError::Plan(PlanError::CannotSchedule {
+                    index,
+                    algorithm: item.limit.algorithm_name(),
+                }),
+                2 => StoreError::Plan(PlanError::NeverAdmits { index, hits }),
+                3 => StoreError::Unsupported(format!(
+                    "acquiring {hits} hits would wait 52 days or more, which the Redis store cannot count exactly"
+                )),
+                other => return Err(bad(&format!("status {other}"))),
+            })
+        }
+        _ => Err(bad(&format!("{} numbers for {items} items", part.len()))),
     }
 }
 

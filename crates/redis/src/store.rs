@@ -16,6 +16,7 @@ use crate::copylog::{self, CopyLog, Resignation};
 use tollgate_core::{plan, Limit, Mode, Nanos, PlanDecision, Request};
 use tollgate_store::{Plan, PoolKey, Seized, Store, StoreError};
 
+use crate::batch::{self, Batcher, PlanCall};
 use crate::conn::{redact, Conn, ConnectError, ConnectOptions, Target};
 use crate::params::{self, MAX_EXACT};
 use crate::reply;
@@ -76,6 +77,8 @@ pub struct RedisStore {
     url: String,
     timeout: Duration,
     decide: Script,
+    /// Batches concurrent decisions into shared calls (single Redis only).
+    batcher: Option<Batcher>,
     /// Whether the last command reached Redis; `/readyz` reads it.
     up: Arc<AtomicBool>,
     /// This server's place in the copy log.
@@ -126,6 +129,9 @@ impl RedisStore {
                 source,
             })?;
         tracing::info!(server = %log.id, released, "joined the copy log");
+        let decide = Script::new(script::DECIDE);
+        let batcher = (!conn.is_cluster())
+            .then(|| Batcher::start(&conn, &decide, options.connect.connections));
         Ok(RedisStore {
             log,
             conn,
@@ -133,7 +139,8 @@ impl RedisStore {
             clock: options.clock,
             url: redact(&options.url),
             timeout: options.connect.response_timeout,
-            decide: Script::new(script::DECIDE),
+            batcher,
+            decide,
             up: Arc::new(AtomicBool::new(true)),
         })
     }
@@ -259,61 +266,36 @@ impl RedisStore {
             .collect();
         check_distinct(plan, &keys)?;
         let (secs, nanos) = self.clock_args(now);
-        let mut inv = self.decide.prepare_invoke();
-        for k in &keys {
-            inv.key(k);
-        }
-        inv.arg(secs)
-            .arg(nanos)
-            .arg(u8::from(mode == Mode::Acquire))
-            .arg(request.hits)
-            .arg(request.min_hits)
-            .arg(plan.items.len());
+        let mut args = Vec::with_capacity(6 + plan.items.len() * 12);
+        args.extend([
+            secs,
+            nanos,
+            u8::from(mode == Mode::Acquire).to_string(),
+            request.hits.to_string(),
+            request.min_hits.to_string(),
+            plan.items.len().to_string(),
+        ]);
         for item in &plan.items {
             let e = params::encode(&item.limit);
-            inv.arg(e.code)
-                .arg(u8::from(item.shadow))
-                .arg(e.params.len());
-            for p in &e.params {
-                inv.arg(p.as_str());
-            }
+            args.push(e.code.to_string());
+            args.push(u8::from(item.shadow).to_string());
+            args.push(e.params.len().to_string());
+            args.extend(e.params);
         }
-        let reply = self
-            .invoke::<Vec<i64>>(&inv)
-            .await
-            .map_err(|e| self.error(e, plan, request.hits))?;
+        let call = PlanCall { keys, args };
+        let items = plan.items.len();
+        let answer = async {
+            match &self.batcher {
+                Some(b) => b.decide(call, items).await,
+                None => batch::invoke(&self.conn, &self.decide, std::iter::once(&call)).await,
+            }
+        };
+        let part = match tokio::time::timeout(self.timeout, answer).await {
+            Ok(r) => r.map_err(|e| self.unavailable(e))?,
+            Err(_) => return Err(self.unavailable(timed_out(self.timeout))),
+        };
         self.mark(true);
-        reply::plan_decision(&reply, plan.items.len())
-    }
-
-    fn error(&self, e: RedisError, plan: &Plan, hits: u64) -> StoreError {
-        if e.code() == Some("TOLLGATE") {
-            let detail = e.detail().unwrap_or_default();
-            if let Some(pe) = reply::plan_error(detail, plan, hits) {
-                return StoreError::Plan(pe);
-            }
-            if detail.starts_with("too_long") {
-                return StoreError::Unsupported(format!(
-                    "acquiring {hits} hits would wait 52 days or more, which the Redis store cannot count exactly"
-                ));
-            }
-        }
-        self.unavailable(e)
-    }
-
-    /// Runs a script invocation, failing with a timeout error after the
-    /// configured response timeout.
-    async fn invoke<T: redis::FromRedisValue>(
-        &self,
-        inv: &redis::ScriptInvocation<'_>,
-    ) -> Result<T, RedisError> {
-        match tokio::time::timeout(self.timeout, self.conn.invoke::<T>(inv)).await {
-            Ok(r) => r,
-            Err(_) => Err(RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("Redis did not answer within {:?}", self.timeout),
-            ))),
-        }
+        reply::plan_outcome(&part, plan, request.hits)
     }
 
     /// A failure that is not an answer: Redis is unreachable, too slow, or
@@ -332,6 +314,14 @@ impl RedisStore {
         }
         StoreError::Unavailable(format!("{what} ({}): {e}", self.url))
     }
+}
+
+/// The error of a call Redis did not answer within `limit`.
+fn timed_out(limit: Duration) -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("Redis did not answer within {limit:?}"),
+    ))
 }
 
 /// Fails with [`StoreError::DuplicateKey`] if two items share a key.
@@ -471,10 +461,7 @@ impl RedisStore {
         let call = Pending::start(self, a, pool, now, op, args, undo);
         match call.wait(self.timeout).await {
             Some(r) => Ok(redis::from_redis_value(r?)?),
-            None => Err(RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("Redis did not answer within {:?}", self.timeout),
-            ))),
+            None => Err(timed_out(self.timeout)),
         }
     }
 

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The Redis store's throughput next to the ceiling Redis itself sets, in
+# the same run (docs/benchmarks.md, "The Redis store").
+#
+# Starts a redis-server of its own on a free loopback port and `tollgate
+# serve --store redis://` on it, captures the exact EVALSHA the server
+# sends for one native request (with MONITOR), then interleaves, ROUNDS
+# times:
+#   - redis-benchmark running that EVALSHA over the same keyspace (one key
+#     per user, like the server), two ways: CLIENTS connections one request
+#     each, and 8 connections pipelining 16 (the better is the ceiling);
+#   - `tollgate bench --api native` against the server.
+# Prints one line per run and the ratio per round.
+#
+# Usage: scripts/bench-redis.sh [ROUNDS] [SECONDS]
+# Environment: TOLLGATE (the binary; default: built here in release),
+# KEYS (distinct users, default 100000), CLIENTS (in flight, default 128),
+# SERVE_ARGS (more `tollgate serve` flags, e.g. --redis-connections 4).
+set -euo pipefail
+
+ROUNDS=${1:-3}
+SECONDS_PER_RUN=${2:-5}
+KEYS=${KEYS:-100000}
+CLIENTS=${CLIENTS:-128}
+cd "$(dirname "$0")/.."
+
+if [[ -z "${TOLLGATE:-}" ]]; then
+    cargo build --release --locked -p tollgate >&2
+    TOLLGATE="${CARGO_TARGET_DIR:-target}/release/tollgate"
+fi
+for tool in redis-server redis-cli redis-benchmark; do
+    command -v "$tool" >/dev/null || { echo "$tool is missing (apt-get install redis-server)" >&2; exit 2; }
+done
+
+work=$(mktemp -d)
+cleanup() {
+    [[ -n "${SERVE:-}" ]] && kill "$SERVE" 2>/dev/null || true
+    [[ -n "${PORT:-}" ]] && redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$work" --daemonize yes --logfile "$work/redis.log"
+until redis-cli -p "$PORT" ping >/dev/null 2>&1; do sleep 0.1; done
+
+"$TOLLGATE" serve --grpc 127.0.0.1:0 --http 127.0.0.1:0 --config examples/ \
+    --store "redis://127.0.0.1:$PORT/" ${SERVE_ARGS:-} 2>"$work/serve.log" &
+SERVE=$!
+until grep -qs 'grpc=' "$work/serve.log"; do sleep 0.1; done
+GRPC=$(grep -o 'grpc=[0-9.:]*' "$work/serve.log" | cut -d= -f2)
+
+# The EVALSHA one native request becomes.
+redis-cli -p "$PORT" monitor >"$work/monitor.txt" &
+MON=$!
+sleep 0.3
+"$TOLLGATE" bench --target "$GRPC" --api native --concurrency 1 --keys 1 \
+    --warmup 0s --duration 200ms >/dev/null 2>&1
+sleep 0.3
+kill "$MON"
+line=$(awk '/"EVALSHA"/ && !/\{srv\}/ { print; exit }' "$work/monitor.txt")
+[[ -n "$line" ]] || { echo "no decision EVALSHA seen" >&2; exit 1; }
+# The quoted words after the timestamp and client, the user made random.
+mapfile -t CMD < <(python3 - "$line" <<'EOF'
+import shlex, sys
+words = shlex.split(sys.argv[1].split("] ", 1)[1])
+for w in words:
+    print(w.replace("user-0", "user-__rand_int__"))
+EOF
+)
+echo "decision: ${CMD[*]}" >&2
+
+REDIS_PID=$(redis-cli -p "$PORT" info server | tr -d '\r' | awk -F: '/^process_id/ { print $2 }')
+ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+HZ=$(getconf CLK_TCK)
+# CPU µs Redis spent per request between two tick readings.
+redis_us() { python3 -c "print(round(($2 - $1) * 1e6 / $HZ / $3, 1))"; }
+
+rb() { # clients pipeline -> requests per second
+    local n=$(( SECONDS_PER_RUN * 40000 ))
+    redis-benchmark -p "$PORT" -c "$1" -P "$2" -n "$n" -r "$KEYS" -q "${CMD[@]}" |
+        tr '\r' '\n' | grep -o '[0-9.]* requests per second' | tail -1 | cut -d' ' -f1
+}
+tb() {
+    "$TOLLGATE" bench --target "$GRPC" --api native --concurrency "$CLIENTS" \
+        --keys "$KEYS" --warmup 1s --duration "${SECONDS_PER_RUN}s" --server-pid "$SERVE" --json
+}
+
+printf '%-6s %12s %12s %12s %8s %10s %10s %10s %10s\n' round 'rb c'"$CLIENTS" 'rb c8 P16' tollgate ratio 'server µs' 'client µs' 'redis µs' 'rb redis'
+for r in $(seq 1 "$ROUNDS"); do
+    sleep 2
+    a=$(rb "$CLIENTS" 1)
+    sleep 2
+    t0=$(ticks "$REDIS_PID")
+    b=$(rb 8 16)
+    t1=$(ticks "$REDIS_PID")
+    rbr=$(redis_us "$t0" "$t1" $(( SECONDS_PER_RUN * 40000 )))
+    sleep 2
+    t0=$(ticks "$REDIS_PID")
+    json=$(tb)
+    t1=$(ticks "$REDIS_PID")
+    read -r t s c < <(python3 -c '
+import json, sys
+j = json.loads(sys.argv[1])
+cpu = lambda k: (j.get(k) or {}).get("us_per_request", 0)
+assert j["errors"] == 0, f"{j['errors']} errors: {j['error_kinds']}"
+print(round(j["throughput"]), cpu("server_cpu"), cpu("client_cpu"))
+' "$json")
+    n=$(python3 -c "import json, sys; j = json.loads(sys.argv[1]); print(j['requests'])" "$json")
+    # The bench's warm-up also reached Redis: count it at the measured rate.
+    tr=$(redis_us "$t0" "$t1" "$(python3 -c "print(int($n * ($SECONDS_PER_RUN + 1) / $SECONDS_PER_RUN))")")
+    ceil=$(python3 -c "print(max($a, $b))")
+    printf '%-6s %12.0f %12.0f %12s %8.2f %10s %10s %10s %10s\n' "$r" "$a" "$b" "$t" "$(python3 -c "print($t / $ceil)")" "$s" "$c" "$tr" "$rbr"
+done
