@@ -147,9 +147,13 @@ async fn drive(conn: Conn, script: Script, mut rx: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        // A caller that stopped waiting (timed out) still has its plan
-        // decided, as it would without batching: it was told only that
-        // the outcome is unknown.
+        // Callers that stopped waiting (timed out while Redis was slow, or
+        // went away) were told nothing was decided: do not spend their
+        // hits now.
+        jobs.retain(|j| !j.answer.is_closed());
+        if jobs.is_empty() {
+            continue;
+        }
         let result = invoke(&conn, &script, jobs.iter().map(|j| &j.call)).await;
         match result {
             Ok(reply) => match split(&reply, jobs.iter().map(|j| j.items)) {
