@@ -10,7 +10,16 @@
 //! "multiple round trips"). A cluster is reached through the cluster
 //! client's own multiplexed connection per node, which routes each script
 //! call by its first key's slot.
+//!
+//! TLS (`rediss://`, `rediss-cluster://`) trusts the system's roots unless
+//! [`ConnectOptions::tls_ca`] names the CA certificates to trust instead,
+//! and presents [`ConnectOptions::tls_client`] when Redis requires client
+//! certificates (mutual TLS). The material is checked before the first
+//! connection, so a bad file is a startup error naming it rather than a
+//! handshake that fails later, and it is refused with a URL that does not
+//! use TLS. Key material never appears in logs, errors or `Debug` output.
 
+use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,9 +27,13 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
+use redis::AsyncConnectionConfig;
 use redis::{
-    Client, FromRedisValue, IntoConnectionInfo, RedisError, RedisResult, ScriptInvocation,
+    Client, ClientTlsConfig, FromRedisValue, IntoConnectionInfo, RedisError, RedisResult,
+    ScriptInvocation, TlsCertificates,
 };
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use thiserror::Error;
 
 /// Where the store's Redis is, as given on the command line.
@@ -48,14 +61,56 @@ pub enum ConnectError {
         /// What is wrong with it.
         reason: String,
     },
+    /// TLS material was given for a URL that does not use TLS.
+    #[error(
+        "TLS certificates were given for `{url}`, which does not use TLS: \
+         use rediss:// (or rediss-cluster://), or give no TLS material"
+    )]
+    TlsOnPlainUrl {
+        /// The URL, with any password removed.
+        url: String,
+    },
+    /// Some TLS material cannot be used.
+    #[error("bad TLS {part} for Redis at {url}: {reason}")]
+    BadTls {
+        /// The URL, with any password removed.
+        url: String,
+        /// Which material.
+        part: TlsPart,
+        /// What is wrong with it (never any key material).
+        reason: String,
+    },
     /// Redis did not answer.
-    #[error("cannot connect to Redis at {url}: {source}")]
+    #[error("cannot connect to Redis at {url}: {cause}")]
     Connect {
         /// The URL, with any password removed.
         url: String,
-        /// The client's error.
-        source: RedisError,
+        /// The client's error: shown in the message, so not a `source`
+        /// (which would print it twice in an error chain).
+        cause: RedisError,
     },
+}
+
+/// A part of the TLS material, as [`ConnectError::BadTls`] names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TlsPart {
+    /// [`ConnectOptions::tls_ca`].
+    Ca,
+    /// [`ClientCert::cert_pem`].
+    ClientCert,
+    /// [`ClientCert::key_pem`].
+    ClientKey,
+}
+
+impl fmt::Display for TlsPart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TlsPart::Ca => "CA certificates",
+            TlsPart::ClientCert => "client certificate",
+            TlsPart::ClientKey => "client key",
+        })
+    }
 }
 
 /// `url` with the password (if any) replaced, for logs and errors.
@@ -72,6 +127,14 @@ pub fn redact(url: &str) -> String {
 }
 
 impl Target {
+    /// Whether its connections use TLS (`rediss://`, `rediss-cluster://`).
+    pub fn is_tls(&self) -> bool {
+        match self {
+            Target::Single(url) => url.starts_with("rediss://"),
+            Target::Cluster { seeds } => seeds.iter().all(|s| s.starts_with("rediss://")),
+        }
+    }
+
     /// Parses `--store`'s URL.
     pub fn parse(url: &str) -> Result<Target, ConnectError> {
         let bad = |reason: &str| ConnectError::BadUrl {
@@ -119,11 +182,41 @@ impl Target {
     }
 }
 
+/// A client certificate and its private key, presented to a Redis that
+/// requires client certificates (mutual TLS). `Debug` shows neither.
+#[derive(Clone)]
+pub struct ClientCert {
+    /// The certificate chain, PEM, the client's own certificate first.
+    pub cert_pem: Vec<u8>,
+    /// Its private key, PEM (PKCS#8, PKCS#1 or SEC1).
+    pub key_pem: Vec<u8>,
+}
+
+impl fmt::Debug for ClientCert {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Destructured so that a new field cannot be printed by accident.
+        let ClientCert {
+            cert_pem,
+            key_pem: _,
+        } = self;
+        f.debug_struct("ClientCert")
+            .field("cert_pem", &format_args!("<{} bytes>", cert_pem.len()))
+            .field("key_pem", &format_args!("<redacted>"))
+            .finish()
+    }
+}
+
 /// How to connect.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ConnectOptions {
     /// A password that overrides the URL's (`TOLLGATE_REDIS_PASSWORD`).
     pub password: Option<String>,
+    /// PEM CA certificates that a TLS Redis's certificate must chain to,
+    /// instead of the system's roots. Only with a TLS URL.
+    pub tls_ca: Option<Vec<u8>>,
+    /// The certificate and key to present to Redis (mutual TLS). Only with
+    /// a TLS URL.
+    pub tls_client: Option<ClientCert>,
     /// Multiplexed connections to a single server.
     pub connections: usize,
     /// How long one command may take before it fails.
@@ -138,11 +231,101 @@ impl Default for ConnectOptions {
     fn default() -> ConnectOptions {
         ConnectOptions {
             password: None,
+            tls_ca: None,
+            tls_client: None,
             connections: 2,
             response_timeout: Duration::from_millis(50),
             connect_timeout: Duration::from_secs(1),
             max_reconnect_delay: Duration::from_secs(2),
         }
+    }
+}
+
+impl fmt::Debug for ConnectOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Destructured so that a new field cannot be printed by accident.
+        let ConnectOptions {
+            password,
+            tls_ca,
+            tls_client,
+            connections,
+            response_timeout,
+            connect_timeout,
+            max_reconnect_delay,
+        } = self;
+        f.debug_struct("ConnectOptions")
+            .field("password", &password.as_ref().map(|_| "***"))
+            .field(
+                "tls_ca",
+                &tls_ca
+                    .as_ref()
+                    .map(|pem| format!("<{} bytes of PEM>", pem.len())),
+            )
+            .field("tls_client", tls_client)
+            .field("connections", connections)
+            .field("response_timeout", response_timeout)
+            .field("connect_timeout", connect_timeout)
+            .field("max_reconnect_delay", max_reconnect_delay)
+            .finish()
+    }
+}
+
+impl ConnectOptions {
+    /// The TLS material for redis-rs, checked; `None` when there is none
+    /// (TLS, if the URL asks for it, then trusts the system's roots).
+    ///
+    /// The check builds the rustls configuration redis-rs builds for each
+    /// connection, so whatever it would refuse at the first handshake (no
+    /// certificate in a file, a key that is not PEM or does not match the
+    /// certificate) is refused here, naming the part.
+    fn tls_certificates(&self) -> Result<Option<TlsCertificates>, (TlsPart, String)> {
+        if self.tls_ca.is_none() && self.tls_client.is_none() {
+            return Ok(None);
+        }
+        let mut roots = rustls::RootCertStore::empty();
+        if let Some(pem) = &self.tls_ca {
+            let certs = CertificateDer::pem_slice_iter(pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| (TlsPart::Ca, format!("not PEM certificates: {e}")))?;
+            if certs.is_empty() {
+                return Err((TlsPart::Ca, "no PEM certificate in it".to_owned()));
+            }
+            for cert in certs {
+                roots.add(cert).map_err(|e| {
+                    (
+                        TlsPart::Ca,
+                        format!("a certificate that cannot be trusted: {e}"),
+                    )
+                })?;
+            }
+        }
+        if let Some(client) = &self.tls_client {
+            let chain = CertificateDer::pem_slice_iter(&client.cert_pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| (TlsPart::ClientCert, format!("not PEM certificates: {e}")))?;
+            if chain.is_empty() {
+                return Err((TlsPart::ClientCert, "no PEM certificate in it".to_owned()));
+            }
+            // The parse error names the PEM section, never the key's bytes.
+            let key = PrivateKeyDer::from_pem_slice(&client.key_pem)
+                .map_err(|e| (TlsPart::ClientKey, format!("no PEM private key: {e}")))?;
+            rustls::ClientConfig::builder()
+                .with_root_certificates(roots)
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| {
+                    (
+                        TlsPart::ClientKey,
+                        format!("unusable with the certificate: {e}"),
+                    )
+                })?;
+        }
+        Ok(Some(TlsCertificates {
+            client_tls: self.tls_client.as_ref().map(|c| ClientTlsConfig {
+                client_cert: c.cert_pem.clone(),
+                client_key: c.key_pem.clone(),
+            }),
+            root_cert: self.tls_ca.clone(),
+        }))
     }
 }
 
@@ -163,18 +346,42 @@ impl Conn {
         target: &Target,
         options: &ConnectOptions,
     ) -> Result<Conn, ConnectError> {
+        let shown = match target {
+            Target::Single(url) => redact(url),
+            Target::Cluster { seeds } => seeds
+                .iter()
+                .map(|s| redact(s))
+                .collect::<Vec<_>>()
+                .join(","),
+        };
+        // redis-rs refuses certificates for a plain URL with a vague error
+        // (one server) or silently switches the seeds to TLS (a cluster).
+        if (options.tls_ca.is_some() || options.tls_client.is_some()) && !target.is_tls() {
+            return Err(ConnectError::TlsOnPlainUrl { url: shown });
+        }
+        let tls = options
+            .tls_certificates()
+            .map_err(|(part, reason)| ConnectError::BadTls {
+                url: shown.clone(),
+                part,
+                reason,
+            })?;
         match target {
             Target::Single(url) => {
-                let connect_err = |source| ConnectError::Connect {
+                let connect_err = |cause| ConnectError::Connect {
                     url: redact(url),
-                    source,
+                    cause,
                 };
                 let mut info = url.as_str().into_connection_info().map_err(connect_err)?;
                 if let Some(pw) = &options.password {
                     let settings = info.redis_settings().clone().set_password(pw);
                     info = info.set_redis_settings(settings);
                 }
-                let client = Client::open(info).map_err(connect_err)?;
+                let client = match tls {
+                    Some(certs) => Client::build_with_tls(info, certs),
+                    None => Client::open(info),
+                }
+                .map_err(connect_err)?;
                 let config = ConnectionManagerConfig::new()
                     .set_response_timeout(Some(options.response_timeout))
                     .set_connection_timeout(Some(options.connect_timeout))
@@ -187,15 +394,15 @@ impl Conn {
                         options.connect_timeout,
                         client.get_connection_manager_with_config(config.clone()),
                     )
-                    .await
-                    .map_err(|_| {
-                        connect_err(RedisError::from(std::io::Error::new(
-                            std::io::ErrorKind::TimedOut,
-                            "connection timed out",
-                        )))
-                    })?
-                    .map_err(connect_err)?;
-                    managers.push(m);
+                    .await;
+                    match m {
+                        Ok(m) => managers.push(m.map_err(connect_err)?),
+                        Err(_) => {
+                            return Err(connect_err(
+                                why_not(&client, options.connect_timeout).await,
+                            ))
+                        }
+                    }
                 }
                 Ok(Conn::Single {
                     managers: managers.into(),
@@ -203,20 +410,18 @@ impl Conn {
                 })
             }
             Target::Cluster { seeds } => {
-                let shown = seeds
-                    .iter()
-                    .map(|s| redact(s))
-                    .collect::<Vec<_>>()
-                    .join(",");
-                let connect_err = |source| ConnectError::Connect {
+                let connect_err = |cause| ConnectError::Connect {
                     url: shown.clone(),
-                    source,
+                    cause,
                 };
                 let mut builder = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
                     .connection_timeout(options.connect_timeout)
                     .response_timeout(options.response_timeout);
                 if let Some(pw) = &options.password {
                     builder = builder.password(pw.clone());
+                }
+                if let Some(certs) = tls {
+                    builder = builder.certs(certs);
                 }
                 let client = builder.build().map_err(connect_err)?;
                 let conn = tokio::time::timeout(
@@ -270,6 +475,34 @@ impl Conn {
     }
 }
 
+/// Why `client` cannot reach its server: the error of one attempt to
+/// connect and PING. A connection manager retries whatever fails until
+/// its caller's timeout, which hides the cause (a refused connection, a
+/// server certificate not signed by a trusted CA, a server that wants a
+/// client certificate); a single attempt shows it.
+async fn why_not(client: &Client, timeout: Duration) -> RedisError {
+    let timed_out = || {
+        RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "connection timed out",
+        ))
+    };
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout));
+    let attempt = async {
+        let mut c = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        redis::cmd("PING").query_async::<()>(&mut c).await
+    };
+    match tokio::time::timeout(timeout, attempt).await {
+        Ok(Err(e)) => e,
+        // It answers now, or is still silent: the timeout it was.
+        Ok(Ok(())) | Err(_) => timed_out(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,5 +529,36 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("expected redis://"), "{err}");
+    }
+
+    #[test]
+    fn only_rediss_urls_use_tls() {
+        let tls = |url: &str| {
+            Target::parse(url)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .is_tls()
+        };
+        assert!(tls("rediss://h:1/0"));
+        assert!(tls("rediss-cluster://a:1,b:2"));
+        assert!(!tls("redis://h:1/0"));
+        assert!(!tls("redis-cluster://a:1,b:2"));
+    }
+
+    #[test]
+    fn debug_shows_no_key_and_no_password() {
+        let o = ConnectOptions {
+            password: Some("hunter2".into()),
+            tls_ca: Some(b"CA-PEM".to_vec()),
+            tls_client: Some(ClientCert {
+                cert_pem: b"CERT-PEM".to_vec(),
+                key_pem: b"KEY-PEM".to_vec(),
+            }),
+            ..ConnectOptions::default()
+        };
+        let shown = format!("{o:?}");
+        for secret in ["hunter2", "KEY-PEM", "75, 69, 89"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        assert!(shown.contains("<redacted>"), "{shown}");
     }
 }

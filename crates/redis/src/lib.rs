@@ -51,7 +51,7 @@ mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use conn::{ConnectError, ConnectOptions, Target};
+pub use conn::{ClientCert, ConnectError, ConnectOptions, Target, TlsPart};
 pub use copylog::Resignation;
 pub use params::{check_limit, MAX_EXACT};
 pub use store::{Clock, RedisOptions, RedisStore};

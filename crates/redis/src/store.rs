@@ -124,9 +124,9 @@ impl RedisStore {
         let released = log
             .join(&conn)
             .await
-            .map_err(|source| ConnectError::Connect {
+            .map_err(|cause| ConnectError::Connect {
                 url: redact(&options.url),
-                source,
+                cause,
             })?;
         tracing::info!(server = %log.id, released, "joined the copy log");
         let decide = Script::new(script::DECIDE);

@@ -1,6 +1,7 @@
 //! Test support (feature `testing`): real redis-server processes of a
-//! test's own, on free loopback ports. Used by this crate's tests and by
-//! the `tollgate` binary's end-to-end tests.
+//! test's own, on free loopback ports, plain or TLS-only with certificates
+//! made fresh for the test. Used by this crate's tests and by the
+//! `tollgate` binary's end-to-end tests.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -36,12 +37,75 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Certificates for a TLS test server and its clients, made fresh by
+/// [`TestCerts::generate`] (rcgen), as PEM text: a CA, a server
+/// certificate for `127.0.0.1` and `localhost` and a client certificate,
+/// both signed by the CA.
+#[derive(Clone)]
+pub struct TestCerts {
+    /// The CA's certificate: what clients trust, and what the server
+    /// checks client certificates against.
+    pub ca: String,
+    pub server_cert: String,
+    pub server_key: String,
+    pub client_cert: String,
+    pub client_key: String,
+}
+
+impl TestCerts {
+    /// A new CA and the certificates it signs (ECDSA P-256).
+    pub fn generate() -> TestCerts {
+        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "tollgate test CA");
+        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+        // rcgen makes names that parse as addresses IP SANs, which is what
+        // a client connecting to rediss://127.0.0.1 checks.
+        let leaf = |name: &str, sans: &[&str]| {
+            let sans: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
+            let mut params = CertificateParams::new(sans).unwrap();
+            params.distinguished_name.push(DnType::CommonName, name);
+            let key = KeyPair::generate().unwrap();
+            let cert = params.signed_by(&key, &ca).unwrap();
+            (cert.pem(), key.serialize_pem())
+        };
+        let (server_cert, server_key) = leaf("redis", &["127.0.0.1", "localhost"]);
+        let (client_cert, client_key) = leaf("tollgate", &["tollgate"]);
+        TestCerts {
+            ca: ca.pem(),
+            server_cert,
+            server_key,
+            client_cert,
+            client_key,
+        }
+    }
+
+    /// The client certificate and key, as the store takes them.
+    pub fn client(&self) -> crate::conn::ClientCert {
+        crate::conn::ClientCert {
+            cert_pem: self.client_cert.clone().into_bytes(),
+            key_pem: self.client_key.clone().into_bytes(),
+        }
+    }
+}
+
+/// How a TLS server was started, to start it again the same way.
+struct Tls {
+    certs: TestCerts,
+    require_client_cert: bool,
+}
+
 /// A redis-server process of the test's own, killed when dropped.
 pub struct RedisServer {
     child: Option<Child>,
+    /// The port it listens on: plain TCP, or TLS only for a TLS server.
     pub port: u16,
     dir: tempfile::TempDir,
     extra: Vec<String>,
+    tls: Option<Tls>,
 }
 
 impl RedisServer {
@@ -52,24 +116,72 @@ impl RedisServer {
 
     /// Starts one with extra arguments (`--cluster-enabled yes`, ...).
     pub fn start_with(extra: &[&str]) -> RedisServer {
+        RedisServer::start_inner(extra, None)
+    }
+
+    /// Starts one that speaks TLS only (`--port 0 --tls-port PORT`), with
+    /// certificates made for it: clients must trust the returned CA, and
+    /// with `require_client_cert` present a certificate it signed
+    /// (`--tls-auth-clients yes`).
+    pub fn start_tls(require_client_cert: bool) -> (RedisServer, TestCerts) {
+        let certs = TestCerts::generate();
+        let tls = Tls {
+            certs: certs.clone(),
+            require_client_cert,
+        };
+        (RedisServer::start_inner(&[], Some(tls)), certs)
+    }
+
+    fn start_inner(extra: &[&str], tls: Option<Tls>) -> RedisServer {
         let dir = tempfile::tempdir().unwrap();
+        if let Some(tls) = &tls {
+            let c = &tls.certs;
+            for (file, pem) in [
+                ("ca.pem", &c.ca),
+                ("server.pem", &c.server_cert),
+                ("server.key", &c.server_key),
+            ] {
+                std::fs::write(dir.path().join(file), pem).unwrap();
+            }
+        }
         let mut s = RedisServer {
             child: None,
             port: free_port(),
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            tls,
         };
         s.spawn();
         s
     }
 
     fn spawn(&mut self) {
-        let child = Command::new(redis_server_binary())
-            .arg("--port")
-            .arg(self.port.to_string())
+        let mut cmd = Command::new(redis_server_binary());
+        let dir = self.dir.path();
+        match &self.tls {
+            None => {
+                cmd.arg("--port").arg(self.port.to_string());
+            }
+            Some(tls) => {
+                // No plain port at all, so nothing reaches it without TLS.
+                cmd.args(["--port", "0", "--tls-port"])
+                    .arg(self.port.to_string())
+                    .arg("--tls-cert-file")
+                    .arg(dir.join("server.pem"))
+                    .arg("--tls-key-file")
+                    .arg(dir.join("server.key"))
+                    .arg("--tls-ca-cert-file")
+                    .arg(dir.join("ca.pem"))
+                    .arg("--tls-auth-clients")
+                    .arg(if tls.require_client_cert { "yes" } else { "no" });
+            }
+        }
+        let child = cmd
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
-            .arg(self.dir.path())
+            .arg(dir)
+            .arg("--logfile")
+            .arg(dir.join("redis.log"))
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -79,24 +191,72 @@ impl RedisServer {
         self.wait_ready();
     }
 
-    fn wait_ready(&self) {
+    fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if ping(self.port) {
+            if self.ping() {
                 return;
             }
-            assert!(
-                Instant::now() < deadline,
-                "redis-server on port {} did not start",
-                self.port
-            );
+            let exited = self
+                .child
+                .as_mut()
+                .is_some_and(|c| c.try_wait().ok().flatten().is_some());
+            if exited || Instant::now() >= deadline {
+                let log =
+                    std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
+                panic!(
+                    "redis-server on port {} did not start ({}); its log:\n{log}",
+                    self.port,
+                    if exited { "it exited" } else { "no answer" }
+                );
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
 
-    /// `redis://127.0.0.1:PORT/`.
+    /// Whether it answers PING.
+    fn ping(&self) -> bool {
+        if self.tls.is_none() {
+            return ping(self.port);
+        }
+        let Ok(mut con) = self
+            .redis_client()
+            .get_connection_with_timeout(Duration::from_secs(1))
+        else {
+            return false;
+        };
+        redis::cmd("PING")
+            .query::<String>(&mut con)
+            .is_ok_and(|pong| pong == "PONG")
+    }
+
+    /// `redis://127.0.0.1:PORT/`, or `rediss://` for a TLS server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}/", self.port)
+    }
+
+    /// A redis-rs client for this server; for a TLS one, trusting its CA
+    /// and presenting the client certificate.
+    fn redis_client(&self) -> redis::Client {
+        match &self.tls {
+            None => redis::Client::open(self.url()).unwrap(),
+            Some(tls) => redis::Client::build_with_tls(
+                self.url(),
+                redis::TlsCertificates {
+                    client_tls: Some(redis::ClientTlsConfig {
+                        client_cert: tls.certs.client_cert.clone().into_bytes(),
+                        client_key: tls.certs.client_key.clone().into_bytes(),
+                    }),
+                    root_cert: Some(tls.certs.ca.clone().into_bytes()),
+                },
+            )
+            .unwrap(),
+        }
     }
 
     /// Kills the server (SIGKILL): everything in it is lost.
@@ -114,17 +274,20 @@ impl RedisServer {
     }
 
     /// Runs redis-cli-like raw commands: sends `cmd` inline and returns the
-    /// first reply line.
+    /// first reply line. Plain servers only: use [`RedisServer::client`]
+    /// or [`RedisServer::connection`] on a TLS one.
     pub fn command(&self, cmd: &str) -> String {
+        assert!(
+            self.tls.is_none(),
+            "command() speaks plain TCP; use connection() on a TLS server"
+        );
         raw(self.port, cmd)
     }
 
-    /// A plain (synchronous, non-cluster) connection to this server.
+    /// A synchronous, non-cluster connection to this server (over TLS with
+    /// the client certificate, for a TLS server).
     pub fn connection(&self) -> redis::Connection {
-        redis::Client::open(self.url())
-            .unwrap()
-            .get_connection()
-            .unwrap()
+        self.redis_client().get_connection().unwrap()
     }
 
     /// Every key of this server that starts with `prefix`.
@@ -200,17 +363,37 @@ impl RedisCluster {
     /// 16384 slots, introduces them to each other and waits until every
     /// node reports the cluster healthy and complete.
     pub fn start() -> RedisCluster {
+        RedisCluster::start_inner(None)
+    }
+
+    /// The same, TLS only (the cluster bus too), every node with the
+    /// returned certificates and requiring client certificates.
+    pub fn start_tls() -> (RedisCluster, TestCerts) {
+        let certs = TestCerts::generate();
+        (RedisCluster::start_inner(Some(&certs)), certs)
+    }
+
+    fn start_inner(certs: Option<&TestCerts>) -> RedisCluster {
         const SLOTS: u16 = 16384;
+        let mut args = vec![
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000",
+        ];
+        if certs.is_some() {
+            // Nodes meet over TLS, and CLUSTER SLOTS names TLS ports.
+            args.extend(["--tls-cluster", "yes"]);
+        }
         let nodes: Vec<RedisServer> = (0..3)
             .map(|_| {
-                RedisServer::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "2000",
-                ])
+                let tls = certs.map(|c| Tls {
+                    certs: c.clone(),
+                    require_client_cert: true,
+                });
+                RedisServer::start_inner(&args, tls)
             })
             .collect();
         let n = nodes.len() as u16;
@@ -261,14 +444,16 @@ impl RedisCluster {
     }
 
     /// `redis-cluster://127.0.0.1:A,127.0.0.1:B,127.0.0.1:C`: every
-    /// master as a seed.
+    /// master as a seed (`rediss-cluster://` for a TLS cluster).
     pub fn url(&self) -> String {
         let seeds: Vec<String> = self
             .nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        format!("redis-cluster://{}", seeds.join(","))
+        let tls = self.nodes.iter().any(|n| n.tls.is_some());
+        let scheme = if tls { "rediss" } else { "redis" };
+        format!("{scheme}-cluster://{}", seeds.join(","))
     }
 
     /// The keys of each master that start with `prefix`, by node.

@@ -1,7 +1,7 @@
 //! `tollgate serve`: the limiting server.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, watch};
-use tollgate_redis::{ConnectOptions, RedisOptions, RedisStore};
+use tollgate_redis::{ClientCert, ConnectError, ConnectOptions, RedisOptions, RedisStore, TlsPart};
 use tollgate_server::{App, Server, ServerOptions};
 use tollgate_service::SessionLimits;
 use tollgate_store::{MemoryStore, Store};
@@ -101,6 +101,18 @@ pub struct ServeArgs {
     /// logged.
     #[arg(long, env = "TOLLGATE_REDIS_PASSWORD_FILE")]
     pub redis_password_file: Option<PathBuf>,
+    /// PEM CA certificates that Redis's TLS certificate must chain to,
+    /// instead of the system's roots (`rediss://` only).
+    #[arg(long, env = "TOLLGATE_REDIS_CA_FILE")]
+    pub redis_ca_file: Option<PathBuf>,
+    /// PEM client certificate presented to Redis, for mutual TLS (with
+    /// --redis-key-file; `rediss://` only).
+    #[arg(long, env = "TOLLGATE_REDIS_CERT_FILE")]
+    pub redis_cert_file: Option<PathBuf>,
+    /// PEM private key of --redis-cert-file (read from the file; never
+    /// logged).
+    #[arg(long, env = "TOLLGATE_REDIS_KEY_FILE")]
+    pub redis_key_file: Option<PathBuf>,
     /// Multiplexed connections to a single Redis server; every concurrent
     /// decision is pipelined over them.
     #[arg(long, env = "TOLLGATE_REDIS_CONNECTIONS", default_value_t = 2)]
@@ -132,9 +144,68 @@ pub struct ServeArgs {
     pub keep_serving_after_resign: bool,
 }
 
+/// The bytes of the file `flag` names.
+fn read_flag_file(flag: &str, path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("cannot read {flag} {}", path.display()))
+}
+
 impl ServeArgs {
+    /// The TLS material for Redis, read from the files the flags name: the
+    /// CA certificates, and the client certificate with its key (both or
+    /// neither).
+    fn redis_tls(&self) -> Result<(Option<Vec<u8>>, Option<ClientCert>)> {
+        let ca = match &self.redis_ca_file {
+            Some(path) => Some(read_flag_file("--redis-ca-file", path)?),
+            None => None,
+        };
+        let client = match (&self.redis_cert_file, &self.redis_key_file) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some(ClientCert {
+                cert_pem: read_flag_file("--redis-cert-file", cert)?,
+                key_pem: read_flag_file("--redis-key-file", key)?,
+            }),
+            (Some(cert), None) => anyhow::bail!(
+                "--redis-cert-file {} needs --redis-key-file, the certificate's private key",
+                cert.display()
+            ),
+            (None, Some(key)) => anyhow::bail!(
+                "--redis-key-file {} needs --redis-cert-file, the certificate it belongs to",
+                key.display()
+            ),
+        };
+        Ok((ca, client))
+    }
+
+    /// The TLS flag (and its file) that `err` is about, if any: the library
+    /// names the part of the material, the user knows the flag.
+    fn redis_tls_culprit(&self, err: &ConnectError) -> Option<String> {
+        let shown = |flag: &str, path: &Option<PathBuf>| {
+            path.as_ref().map(|p| format!("{flag} {}", p.display()))
+        };
+        match err {
+            ConnectError::BadTls { part, .. } => match part {
+                TlsPart::Ca => shown("--redis-ca-file", &self.redis_ca_file),
+                TlsPart::ClientCert => shown("--redis-cert-file", &self.redis_cert_file),
+                TlsPart::ClientKey => shown("--redis-key-file", &self.redis_key_file),
+                _ => None,
+            },
+            ConnectError::TlsOnPlainUrl { .. } => {
+                let given: Vec<String> = [
+                    shown("--redis-ca-file", &self.redis_ca_file),
+                    shown("--redis-cert-file", &self.redis_cert_file),
+                    shown("--redis-key-file", &self.redis_key_file),
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
+                Some(given.join(", "))
+            }
+            _ => None,
+        }
+    }
+
     /// The Redis store's options, with the password read from its file or
-    /// the environment.
+    /// the environment and the TLS material from its files.
     fn redis_options(&self) -> Result<RedisOptions> {
         let password = match &self.redis_password_file {
             Some(path) => Some(
@@ -147,11 +218,14 @@ impl ServeArgs {
             ),
             None => std::env::var("TOLLGATE_REDIS_PASSWORD").ok(),
         };
+        let (tls_ca, tls_client) = self.redis_tls()?;
         let mut o = RedisOptions::new(self.store.clone());
         o.prefix = self.store_prefix.clone();
         o.heartbeat_ttl = Duration::from_millis(self.heartbeat_ttl_ms.max(30));
         o.connect = ConnectOptions {
             password,
+            tls_ca,
+            tls_client,
             connections: self.redis_connections.max(1),
             response_timeout: Duration::from_millis(self.redis_timeout_ms.max(1)),
             connect_timeout: Duration::from_millis(self.redis_connect_timeout_ms.max(1)),
@@ -210,11 +284,13 @@ async fn serve(args: ServeArgs) -> Result<()> {
         return serve_with(args, store, "memory", config, warnings, None).await;
     }
     let options = args.redis_options()?;
-    let store = RedisStore::connect(options).await.with_context(|| {
-        format!(
-            "cannot use --store {}",
-            tollgate_redis::conn::redact(&args.store)
-        )
+    let store = RedisStore::connect(options).await.map_err(|e| {
+        let store = tollgate_redis::conn::redact(&args.store);
+        let context = match args.redis_tls_culprit(&e) {
+            Some(flags) => format!("cannot use --store {store} with {flags}"),
+            None => format!("cannot use --store {store}"),
+        };
+        anyhow::Error::new(e).context(context)
     })?;
     tracing::info!(server = store.server_id(), "connected to Redis");
     tokio::spawn({
