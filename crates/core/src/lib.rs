@@ -14,6 +14,8 @@
 //! - [`Limit`] / [`LimitState`]: any of them behind one type.
 //! - [`copies`]: Charon's copy-limited resources (counting semaphores with
 //!   domain, group and global limits, transfer and seize).
+//! - [`replicated`]: limit states a gossip cluster replicates (CRDTs and
+//!   their merges).
 //!
 //! What is not here: keys, storage, concurrency, configuration parsing.
 //! Arithmetic saturates; no input makes this crate panic.
@@ -28,6 +30,7 @@ pub mod error;
 pub mod limit;
 pub mod plan;
 pub mod rate;
+pub mod replicated;
 pub mod time;
 
 pub use algorithm::{Algorithm, Alone, Schedule};

@@ -14,6 +14,9 @@
 
 use std::collections::HashMap;
 
+mod common;
+
+use common::{cases, delta, start, UNIT};
 use proptest::prelude::*;
 use tollgate_core::algorithm::Schedule;
 use tollgate_core::copies::{CopyError, CopyLimits, CopyPool, TransferId};
@@ -23,38 +26,9 @@ use tollgate_core::{
     Mode, Nanos, Rate, Request, SlidingLog, SlidingWindow, Smooth, Tier, TokenBucket,
 };
 
-/// The unit of generated windows and periods.
-const UNIT: u64 = 25_000_000;
-
-/// `cases` per property, unless `PROPTEST_CASES` asks for a deeper run.
-fn cases(cases: u32) -> ProptestConfig {
-    match std::env::var("PROPTEST_CASES") {
-        Ok(_) => ProptestConfig::default(),
-        Err(_) => ProptestConfig::with_cases(cases),
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Generators
 // ---------------------------------------------------------------------------
-
-fn start() -> impl Strategy<Value = u64> {
-    prop_oneof![
-        Just(0u64),
-        (0u64..1_000_000).prop_map(|k| k * UNIT),
-        0u64..4_000_000_000_000_000_000,
-    ]
-}
-
-fn delta() -> impl Strategy<Value = u64> {
-    prop_oneof![
-        3 => Just(0u64),
-        2 => 0u64..4,
-        3 => (0u64..40).prop_map(|k| k * UNIT),
-        3 => (1u64..80, 0u64..3).prop_map(|(k, j)| k * UNIT + j - 1),
-        1 => 0u64..20_000_000_000,
-    ]
-}
 
 /// Mostly well-formed requests; sometimes `min_hits > hits`.
 fn request() -> impl Strategy<Value = Request> {

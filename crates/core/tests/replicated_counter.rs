@@ -1,0 +1,372 @@
+//! Property tests of the thesis's counter-based token bucket
+//! (`replicated::counter`, seed 000 §3.1): its merge is a join (commutative,
+//! associative, idempotent, with the empty state as identity), local
+//! decisions only move a state up, replicas converge whatever the order of
+//! gossip and lose no grant, one node alone decides exactly like the core's
+//! `TokenBucket`, and nodes that merge after every step grant exactly what
+//! one centralized bucket grants.
+//!
+//! Times follow `properties.rs`: steps biased towards repeats, nanosecond
+//! jitter and multiples of 25 ms (the unit of every generated period) ± 1 ns,
+//! so whole tokens are hit exactly.
+
+// Test code, where a panic is how a check fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{cases, delta, start, UNIT};
+use proptest::prelude::*;
+use tollgate_core::replicated::counter::{CounterBucket, CounterBucketState};
+use tollgate_core::replicated::NodeId;
+use tollgate_core::{Algorithm, Decision, Nanos, Rate, Request, TokenBucket};
+
+// ---------------------------------------------------------------------------
+// Generators
+// ---------------------------------------------------------------------------
+
+/// A step in time that sometimes goes backwards (a clock or trace out of
+/// order).
+fn jump() -> impl Strategy<Value = i64> {
+    prop_oneof![
+        6 => delta().prop_map(|d| d as i64),
+        1 => delta().prop_map(|d| -(d as i64)),
+    ]
+}
+
+fn moved(t: u64, by: i64) -> u64 {
+    if by >= 0 {
+        t.saturating_add(by as u64)
+    } else {
+        t.saturating_sub(by.unsigned_abs())
+    }
+}
+
+/// Mostly well-formed requests; sometimes `min_hits > hits`.
+fn request() -> impl Strategy<Value = Request> {
+    prop_oneof![
+        4 => (0u64..4).prop_map(Request::exactly),
+        2 => (0u64..4, 0u64..10).prop_map(|(min, extra)| Request::between(min, min + extra)),
+        1 => (0u64..12).prop_map(Request::exactly),
+        1 => (1u64..6, 0u64..6).prop_map(|(min, hits)| Request::between(min, hits)),
+    ]
+}
+
+/// Capacity and rate, in the shapes the config accepts.
+fn params() -> impl Strategy<Value = (u64, Rate)> {
+    (1u64..8, 1u64..5, 1u64..40).prop_map(|(capacity, count, k)| {
+        (capacity, Rate::new(count, Nanos::new(k * UNIT)).unwrap())
+    })
+}
+
+fn bucket((capacity, rate): (u64, Rate)) -> CounterBucket {
+    CounterBucket::new(capacity, rate).unwrap()
+}
+
+/// Any state at all, reachable or not, with small values so that equal
+/// limits, equal timestamps and shared nodes are common.
+fn any_state() -> impl Strategy<Value = CounterBucketState> {
+    let count = prop_oneof![4 => 0u64..6, 1 => any::<u64>()];
+    let limit = prop_oneof![4 => 0u64..12, 1 => any::<u64>()];
+    let at = prop_oneof![4 => (0u64..4).prop_map(Nanos::from_secs), 1 => any::<u64>().prop_map(Nanos::new)];
+    (
+        prop::collection::vec((0u64..4, count), 0..6),
+        limit,
+        prop::option::of(at),
+    )
+        .prop_map(|(entries, limit, at)| {
+            CounterBucketState::from_parts(
+                entries.into_iter().map(|(n, c)| (NodeId(n), c)),
+                limit,
+                at,
+            )
+        })
+}
+
+/// One step of a cluster run: a request at a node, or one node's state
+/// gossiped to another.
+#[derive(Clone, Debug)]
+enum Step {
+    Request {
+        node: usize,
+        dt: u64,
+        request: Request,
+    },
+    Gossip {
+        from: usize,
+        to: usize,
+    },
+}
+
+fn steps(nodes: usize) -> impl Strategy<Value = Vec<Step>> {
+    let step = prop_oneof![
+        3 => (0..nodes, delta(), request())
+            .prop_map(|(node, dt, request)| Step::Request { node, dt, request }),
+        2 => (0..nodes, 0..nodes).prop_map(|(from, to)| Step::Gossip { from, to }),
+    ];
+    prop::collection::vec(step, 0..60)
+}
+
+fn merged(a: &CounterBucketState, b: &CounterBucketState) -> CounterBucketState {
+    let mut m = a.clone();
+    m.merge(b);
+    m
+}
+
+// ---------------------------------------------------------------------------
+// The merge is a join
+// ---------------------------------------------------------------------------
+
+proptest! {
+    #![proptest_config(cases(2000))]
+
+    #[test]
+    fn merge_is_commutative_associative_and_idempotent(
+        a in any_state(),
+        b in any_state(),
+        c in any_state(),
+    ) {
+        prop_assert_eq!(merged(&a, &b), merged(&b, &a));
+        prop_assert_eq!(merged(&merged(&a, &b), &c), merged(&a, &merged(&b, &c)));
+        prop_assert_eq!(merged(&a, &a), a.clone());
+        prop_assert_eq!(merged(&a, &CounterBucketState::default()), a.clone());
+        prop_assert_eq!(merged(&CounterBucketState::default(), &a), a.clone());
+    }
+
+    #[test]
+    fn merge_is_the_least_upper_bound_and_reports_change(
+        a in any_state(),
+        b in any_state(),
+        x in any_state(),
+    ) {
+        let mut m = a.clone();
+        let changed = m.merge(&b);
+        prop_assert_eq!(changed, m != a);
+        prop_assert!(m.includes(&a) && m.includes(&b));
+        prop_assert_eq!(a.includes(&b), merged(&a, &b) == a);
+        // Least: anything above both is above the merge.
+        if x.includes(&a) && x.includes(&b) {
+            prop_assert!(x.includes(&m));
+        }
+    }
+
+    #[test]
+    fn local_decisions_only_move_a_state_up(
+        p in params(),
+        s in any_state(),
+        node in 0u64..4,
+        now in any::<u64>(),
+        request in request(),
+    ) {
+        let b = bucket(p);
+        let mut after = s.clone();
+        let d = b.decide(&mut after, NodeId(node), Nanos::new(now), request);
+        prop_assert!(after.includes(&s));
+        if d.granted == 0 {
+            prop_assert_eq!(&after, &s);
+        } else {
+            prop_assert_eq!(after.consumed_by(NodeId(node)), s.consumed_by(NodeId(node)).saturating_add(d.granted));
+        }
+    }
+
+    #[test]
+    fn no_input_panics(
+        p in params(),
+        a in any_state(),
+        b in any_state(),
+        now in any::<u64>(),
+        hits in any::<u64>(),
+        min_hits in any::<u64>(),
+    ) {
+        let bk = bucket(p);
+        let mut s = merged(&a, &b);
+        let now = Nanos::new(now);
+        let _ = bk.decide(&mut s, NodeId(0), now, Request::between(min_hits, hits));
+        let _ = bk.is_idle(&s, now);
+        let _ = bk.full_at(&s);
+        let _ = s.footprint();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// One node alone
+// ---------------------------------------------------------------------------
+
+proptest! {
+    #![proptest_config(cases(1000))]
+
+    /// With the fraction of a token kept (module docs), one node that never
+    /// merges is the core's token bucket, decision for decision.
+    #[test]
+    fn one_node_decides_like_the_core_token_bucket(
+        p in params(),
+        t0 in start(),
+        script in prop::collection::vec((delta(), request()), 1..80),
+    ) {
+        let b = bucket(p);
+        let core = TokenBucket::new(p.0, p.1).unwrap();
+        let mut s = CounterBucketState::default();
+        let mut c = core.fresh();
+        let mut t = t0;
+        for (i, (dt, request)) in script.into_iter().enumerate() {
+            t = t.saturating_add(dt);
+            let now = Nanos::new(t);
+            let ours = b.decide(&mut s, NodeId(7), now, request);
+            let theirs: Decision = core.decide(&mut c, now, request);
+            prop_assert_eq!(ours, theirs, "step {} at {:?}: {:?}", i, now, request);
+            prop_assert!(s.limit() <= s.consumed().saturating_add(p.0));
+        }
+    }
+
+    /// When time goes backwards the two still grant alike. Their timings
+    /// part: before the last refill the core counts `reset_after` and
+    /// `retry_after` as if refilling resumed now, this bucket from the
+    /// refill timestamp, when it really resumes.
+    #[test]
+    fn one_node_grants_like_the_core_token_bucket_when_time_goes_back(
+        p in params(),
+        t0 in start(),
+        script in prop::collection::vec((jump(), request()), 1..80),
+    ) {
+        let b = bucket(p);
+        let core = TokenBucket::new(p.0, p.1).unwrap();
+        let mut s = CounterBucketState::default();
+        let mut c = core.fresh();
+        let mut t = t0;
+        for (i, (by, request)) in script.into_iter().enumerate() {
+            t = moved(t, by);
+            let now = Nanos::new(t);
+            let ours = b.decide(&mut s, NodeId(7), now, request);
+            let theirs = core.decide(&mut c, now, request);
+            prop_assert_eq!(
+                (ours.granted, ours.allowed, ours.remaining),
+                (theirs.granted, theirs.allowed, theirs.remaining),
+                "step {} at {:?}: {:?}", i, now, request
+            );
+        }
+    }
+
+    /// `is_idle` means what a store relies on: from then on, the state and
+    /// an empty one decide alike.
+    #[test]
+    fn an_idle_state_decides_like_an_empty_one(
+        p in params(),
+        t0 in start(),
+        script in prop::collection::vec((delta(), request()), 1..60),
+    ) {
+        let b = bucket(p);
+        let mut s = CounterBucketState::default();
+        let mut t = t0;
+        let mut dropped: Option<CounterBucketState> = None;
+        for (dt, request) in script {
+            t = t.saturating_add(dt);
+            let now = Nanos::new(t);
+            if dropped.is_none() && !s.is_empty() && b.is_idle(&s, now) {
+                dropped = Some(CounterBucketState::default());
+            }
+            let ours = b.decide(&mut s, NodeId(1), now, request);
+            if let Some(fresh) = dropped.as_mut() {
+                let theirs = b.decide(fresh, NodeId(1), now, request);
+                prop_assert_eq!(ours, theirs);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A cluster
+// ---------------------------------------------------------------------------
+
+proptest! {
+    #![proptest_config(cases(500))]
+
+    /// Whatever gossip happened, merging every replica's state in any order
+    /// gives the same state, and that state counts every grant exactly once.
+    #[test]
+    fn replicas_converge_in_any_order_and_lose_no_grant(
+        p in params(),
+        t0 in start(),
+        (nodes, script, order) in (2usize..6).prop_flat_map(|n| {
+            (Just(n), steps(n), Just((0..n).collect::<Vec<_>>()).prop_shuffle())
+        }),
+    ) {
+        let b = bucket(p);
+        let mut states = vec![CounterBucketState::default(); nodes];
+        let mut t = t0;
+        let mut granted = 0u64;
+        for step in script {
+            match step {
+                Step::Request { node, dt, request } => {
+                    t = t.saturating_add(dt);
+                    granted += b
+                        .decide(&mut states[node], NodeId(node as u64), Nanos::new(t), request)
+                        .granted;
+                }
+                Step::Gossip { from, to } => {
+                    let sent = states[from].clone();
+                    states[to].merge(&sent);
+                }
+            }
+            for s in &states {
+                // A limit never runs ahead of the consumption it was
+                // computed from by more than a bucket.
+                prop_assert!(s.limit() <= s.consumed().saturating_add(p.0));
+            }
+        }
+        let mut forwards = CounterBucketState::default();
+        for s in &states {
+            forwards.merge(s);
+        }
+        let mut shuffled = CounterBucketState::default();
+        for &i in &order {
+            shuffled.merge(&states[i]);
+        }
+        // Pairwise gossip around a ring, twice, as a cluster would.
+        let mut ring = states.clone();
+        for _ in 0..2 {
+            for i in 0..nodes {
+                let sent = ring[i].clone();
+                ring[(i + 1) % nodes].merge(&sent);
+            }
+        }
+        prop_assert_eq!(&forwards, &shuffled);
+        for s in &ring {
+            prop_assert_eq!(s, &forwards);
+        }
+        prop_assert_eq!(forwards.consumed(), granted);
+    }
+
+    /// Nodes that merge after every step share one state, so together they
+    /// grant exactly what one centralized bucket grants for the same
+    /// requests: never more.
+    #[test]
+    fn fully_synchronized_nodes_grant_what_one_bucket_grants(
+        p in params(),
+        t0 in start(),
+        (nodes, script) in (2usize..6).prop_flat_map(|n| {
+            (Just(n), prop::collection::vec((0..n, delta(), request()), 0..60))
+        }),
+    ) {
+        let b = bucket(p);
+        let central = TokenBucket::new(p.0, p.1).unwrap();
+        let mut c = central.fresh();
+        let mut states = vec![CounterBucketState::default(); nodes];
+        let mut t = t0;
+        let (mut ours, mut theirs) = (0u64, 0u64);
+        for (node, dt, request) in script {
+            t = t.saturating_add(dt);
+            let now = Nanos::new(t);
+            let d = b.decide(&mut states[node], NodeId(node as u64), now, request);
+            let e = central.decide(&mut c, now, request);
+            prop_assert_eq!(d.granted, e.granted);
+            ours += d.granted;
+            theirs += e.granted;
+            let sent = states[node].clone();
+            for s in states.iter_mut() {
+                s.merge(&sent);
+            }
+        }
+        prop_assert!(ours <= theirs);
+        prop_assert_eq!(ours, theirs);
+    }
+}
