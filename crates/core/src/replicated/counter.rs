@@ -106,12 +106,11 @@
 
 use smallvec::SmallVec;
 
-use crate::algorithm::Algorithm;
 use crate::algorithms::gcra::MAX_SPAN;
 use crate::decision::{Decision, Grant, Request};
 use crate::error::ParamError;
 use crate::rate::Rate;
-use crate::replicated::NodeId;
+use crate::replicated::{raise_entry, NodeId, OnNode, Replicated};
 use crate::time::Nanos;
 
 /// Parameters of a counter-based token bucket: a capacity and a refill rate
@@ -172,8 +171,8 @@ impl CounterBucket {
     /// This bucket as node `node` decides with it: an [`Algorithm`] whose
     /// grants are counted in `node`'s entry, so it fits wherever the core's
     /// algorithms do (plans, `decide_alone`).
-    pub fn on(self, node: NodeId) -> OnNode {
-        OnNode { bucket: self, node }
+    pub fn on(self, node: NodeId) -> OnNode<Self> {
+        OnNode { limit: self, node }
     }
 
     /// Listing 3.1's `refill()` at `now`, without changing the state: the
@@ -355,39 +354,26 @@ struct Refill {
     at: Nanos,
 }
 
-/// A [`CounterBucket`] as one node decides with it ([`CounterBucket::on`]):
-/// the core's [`Algorithm`], with grants counted in `node`'s entry.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub struct OnNode {
-    /// The bucket's parameters.
-    pub bucket: CounterBucket,
-    /// The node deciding, whose counter entry grants increment.
-    pub node: NodeId,
-}
-
-impl Algorithm for OnNode {
+impl Replicated for CounterBucket {
     type State = CounterBucketState;
 
-    fn fresh(&self) -> CounterBucketState {
-        CounterBucketState::default()
+    fn room_on(&self, state: &CounterBucketState, _node: NodeId, now: Nanos, hits: u64) -> u64 {
+        self.room(state, now, hits)
     }
 
-    fn room(&self, state: &CounterBucketState, now: Nanos, hits: u64) -> u64 {
-        self.bucket.room(state, now, hits)
-    }
-
-    fn commit(
+    fn commit_on(
         &self,
         state: &mut CounterBucketState,
+        node: NodeId,
         now: Nanos,
         request: Request,
         grant: Grant,
     ) -> Decision {
-        self.bucket.commit(state, self.node, now, request, grant)
+        self.commit(state, node, now, request, grant)
     }
 
-    fn is_idle(&self, state: &CounterBucketState, now: Nanos) -> bool {
-        self.bucket.is_idle(state, now)
+    fn idle(&self, state: &CounterBucketState, now: Nanos) -> bool {
+        self.is_idle(state, now)
     }
 }
 
@@ -517,30 +503,14 @@ impl CounterBucketState {
 
     /// Raises `node`'s entry to at least `count`; whether it changed.
     fn raise(&mut self, node: NodeId, count: u64) -> bool {
-        if count == 0 {
-            return false;
-        }
-        match self.token_counter.binary_search_by_key(&node, |e| e.0) {
-            Ok(i) => {
-                let entry = &mut self.token_counter[i].1;
-                if count > *entry {
-                    *entry = count;
-                    true
-                } else {
-                    false
-                }
-            }
-            Err(i) => {
-                self.token_counter.insert(i, (node, count));
-                true
-            }
-        }
+        raise_entry(&mut self.token_counter, node, count)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::Algorithm;
 
     const A: NodeId = NodeId(1);
     const B: NodeId = NodeId(2);

@@ -16,12 +16,99 @@
 //!   3.1–3.4).
 //! - [`queue`]: the thesis's token-bucket queue of (time of birth, time of
 //!   death) elements and its merge (§4.1.2, §4.2, Listings 4.1–4.4).
+//! - [`epoch`]: the gossiping interval limiter's bucket, corrected at each
+//!   epoch boundary by its peers' traffic and allowed to go negative
+//!   (seed 001).
 
 pub mod counter;
+pub mod epoch;
 pub mod queue;
+
+use crate::{Algorithm, Decision, Grant, Nanos, Request};
 
 /// A node of a replicated cluster, as the states know it: a number every
 /// node derives the same way from the node's configured id, so states
 /// merged on different nodes agree on whose entry is whose.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct NodeId(pub u64);
+
+/// Raises `node`'s entry of `entries` (sorted by node, no zeros) to at
+/// least `count`: the per-node maximum every G-counter-like merge takes.
+/// Answers whether it changed.
+pub(crate) fn raise_entry<A>(entries: &mut smallvec::SmallVec<A>, node: NodeId, count: u64) -> bool
+where
+    A: smallvec::Array<Item = (NodeId, u64)>,
+{
+    if count == 0 {
+        return false;
+    }
+    match entries.binary_search_by_key(&node, |e| e.0) {
+        Ok(i) => {
+            let entry = &mut entries[i].1;
+            if count > *entry {
+                *entry = count;
+                true
+            } else {
+                false
+            }
+        }
+        Err(i) => {
+            entries.insert(i, (node, count));
+            true
+        }
+    }
+}
+
+/// A replicated limit's parameters: they decide for one key's state on
+/// behalf of a node, whose share of the state records the grants.
+pub trait Replicated: Copy {
+    /// One key's replicated state; the default is a key never seen.
+    type State: Default + Clone + std::fmt::Debug;
+
+    /// How many of `hits` `node` may grant now (the core's `room`).
+    fn room_on(&self, state: &Self::State, node: NodeId, now: Nanos, hits: u64) -> u64;
+
+    /// Records `grant` as `node`'s and describes the state after it (the
+    /// core's `commit`).
+    fn commit_on(
+        &self,
+        state: &mut Self::State,
+        node: NodeId,
+        now: Nanos,
+        request: Request,
+        grant: Grant,
+    ) -> Decision;
+
+    /// Whether the state is equivalent to a fresh one at `now`.
+    fn idle(&self, state: &Self::State, now: Nanos) -> bool;
+}
+
+/// A replicated limit deciding on behalf of one node: the core's
+/// [`Algorithm`], so plans and stores run it like any other limit.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct OnNode<L> {
+    /// The limit's parameters.
+    pub limit: L,
+    /// The node deciding, whose share of the state records its grants.
+    pub node: NodeId,
+}
+
+impl<L: Replicated> Algorithm for OnNode<L> {
+    type State = L::State;
+
+    fn fresh(&self) -> L::State {
+        L::State::default()
+    }
+
+    fn room(&self, state: &L::State, now: Nanos, hits: u64) -> u64 {
+        self.limit.room_on(state, self.node, now, hits)
+    }
+
+    fn commit(&self, state: &mut L::State, now: Nanos, request: Request, grant: Grant) -> Decision {
+        self.limit.commit_on(state, self.node, now, request, grant)
+    }
+
+    fn is_idle(&self, state: &L::State, now: Nanos) -> bool {
+        self.limit.idle(state, now)
+    }
+}

@@ -112,7 +112,7 @@ use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::VecDeque;
 
-use super::NodeId;
+use super::{NodeId, OnNode, Replicated};
 use crate::algorithm::Algorithm;
 use crate::algorithms::gcra::MAX_SPAN;
 use crate::decision::{Decision, Grant, Request};
@@ -170,16 +170,6 @@ pub struct QueueState {
     interval: Nanos,
     /// Sorted by id, unique ids, deaths at least `interval` apart.
     elements: VecDeque<Element>,
-}
-
-/// A [`TokenQueue`] deciding on behalf of one node: the [`Algorithm`] a
-/// store runs, so plans combine the queue with any other limit.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub struct OnNode {
-    /// The parameters.
-    pub queue: TokenQueue,
-    /// The node whose grants this records.
-    pub node: NodeId,
 }
 
 impl TokenQueue {
@@ -255,8 +245,8 @@ impl TokenQueue {
     }
 
     /// This queue deciding on behalf of `node`.
-    pub fn on(&self, node: NodeId) -> OnNode {
-        OnNode { queue: *self, node }
+    pub fn on(&self, node: NodeId) -> OnNode<Self> {
+        OnNode { limit: *self, node }
     }
 
     /// Elements alive at `now`: the tokens consumed and not yet refilled
@@ -416,29 +406,26 @@ impl TokenQueue {
     }
 }
 
-impl Algorithm for OnNode {
+impl Replicated for TokenQueue {
     type State = QueueState;
 
-    fn fresh(&self) -> QueueState {
-        QueueState::default()
+    fn room_on(&self, state: &QueueState, node: NodeId, now: Nanos, hits: u64) -> u64 {
+        self.room(state, node, now, hits)
     }
 
-    fn room(&self, state: &QueueState, now: Nanos, hits: u64) -> u64 {
-        self.queue.room(state, self.node, now, hits)
-    }
-
-    fn commit(
+    fn commit_on(
         &self,
         state: &mut QueueState,
+        node: NodeId,
         now: Nanos,
         request: Request,
         grant: Grant,
     ) -> Decision {
-        self.queue.commit(state, self.node, now, request, grant)
+        self.commit(state, node, now, request, grant)
     }
 
-    fn is_idle(&self, state: &QueueState, now: Nanos) -> bool {
-        self.queue.is_idle(state, now)
+    fn idle(&self, state: &QueueState, now: Nanos) -> bool {
+        self.is_idle(state, now)
     }
 }
 
