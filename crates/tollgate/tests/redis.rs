@@ -21,21 +21,7 @@ namespaces:
 "#;
 
 fn serve(dir: &Sandbox, url: &str, extra: &[&str]) -> Serving {
-    let config = dir.path("tollgate.yaml");
-    let mut args = vec![
-        "--config",
-        config.to_str().unwrap(),
-        "--grpc",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
-        "--store",
-        url,
-        "--redis-timeout-ms",
-        "2000",
-    ];
-    args.extend_from_slice(extra);
-    Serving::start(dir, &args, &[])
+    Serving::start_redis(dir, url, extra, &[])
 }
 
 fn checkout(s: &Serving) -> bool {

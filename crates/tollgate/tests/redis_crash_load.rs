@@ -116,26 +116,7 @@ const OPS_AFTER_CLEANUP: u64 = 300;
 const DEADLINE: Duration = Duration::from_secs(60);
 
 fn serve(dir: &Sandbox, redis: &RedisServer) -> Serving {
-    let config = dir.path("tollgate.yaml");
-    let url = redis.url();
-    Serving::start(
-        dir,
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--store",
-            url.as_str(),
-            "--redis-timeout-ms",
-            "2000",
-            "--heartbeat-ttl-ms",
-            "1000",
-        ],
-        &[],
-    )
+    Serving::start_redis(dir, &redis.url(), &["--heartbeat-ttl-ms", "1000"], &[])
 }
 
 /// The server's id in the copy log, from its "joined the copy log" line.

@@ -36,19 +36,10 @@ fn serve_uses_a_mutual_tls_redis_with_the_ca_certificate_and_key_files() {
     let cert = dir.write("client.pem", &certs.client_cert);
     let key = dir.write("client.key", &certs.client_key);
     let url = redis.url();
-    let s = Serving::start(
+    let s = Serving::start_redis(
         &dir,
+        &url,
         &[
-            "--config",
-            "tollgate.yaml",
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--store",
-            &url,
-            "--redis-timeout-ms",
-            "2000",
             "--redis-cert-file",
             cert.to_str().unwrap(),
             "--redis-key-file",

@@ -99,6 +99,27 @@ impl Serving {
         (status.code(), logs)
     }
 
+    /// Starts `tollgate serve` with the sandbox's `tollgate.yaml`, on free
+    /// ports, storing in the Redis at `url` (a decision may wait 2 s, for a
+    /// loaded test machine), plus `extra` flags and `env`.
+    pub fn start_redis(dir: &Sandbox, url: &str, extra: &[&str], env: &[(&str, &str)]) -> Serving {
+        let config = dir.path("tollgate.yaml");
+        let mut args = vec![
+            "--config",
+            config.to_str().unwrap(),
+            "--grpc",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--store",
+            url,
+            "--redis-timeout-ms",
+            "2000",
+        ];
+        args.extend_from_slice(extra);
+        Serving::start(dir, &args, env)
+    }
+
     /// One HTTP/1.1 exchange: (status, body).
     pub fn http(&self, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
         exchange(self.http, method, path, body).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
