@@ -180,8 +180,7 @@ async fn shadow_windows_and_mixed_plans() {
 async fn keys_expire_when_the_window_ends() {
     let server = RedisServer::start();
     let redis = caller_clock_store(&server).await;
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut con = client.get_connection().unwrap();
+    let mut con = server.connection();
     let items = [
         Item::new(window(3, secs(60), Align::FirstHit), 1, "acme"),
         Item::new(window(3, secs(60), Align::Epoch), 2, "acme"),

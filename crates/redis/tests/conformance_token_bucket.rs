@@ -252,8 +252,7 @@ async fn large_spans_stay_exact() {
 async fn keys_expire_once_forgotten_and_idle_ones_are_deleted() {
     let server = RedisServer::start();
     let redis = caller_clock_store(&server).await;
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut con = client.get_connection().unwrap();
+    let mut con = server.connection();
     // Ten tokens, one a second: full ten seconds after the last take.
     let tb = || bucket(10, 1, Nanos::SECOND);
     let items = [

@@ -238,10 +238,8 @@ async fn a_server_keeps_its_holds_while_redis_is_only_slow() {
     // heartbeat waits behind a stall, longer than a decision may wait but
     // well within the heartbeat TTL.
     let stalls = std::thread::spawn({
-        let port = server.port;
+        let mut con = server.connection();
         move || {
-            let url = format!("redis://127.0.0.1:{port}/");
-            let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
             for _ in 0..10 {
                 let _: () = redis::cmd("DEBUG")
                     .arg("SLEEP")
