@@ -16,6 +16,7 @@ use crate::algorithms::sliding_window::{SlidingWindow, SlidingWindowState};
 use crate::algorithms::smooth::{Smooth, SmoothKind, SmoothState};
 use crate::algorithms::token_bucket::{TokenBucket, TokenBucketState};
 use crate::decision::{Decision, Grant, Request};
+use crate::replicated::strategy::{ReplicatedLimit, ReplicatedState};
 use crate::time::Nanos;
 
 /// Any algorithm, with its parameters.
@@ -37,6 +38,9 @@ pub enum Limit {
     Smooth(Smooth),
     /// [`BurstTiers`].
     BurstTiers(BurstTiers),
+    /// A token bucket replicated over a gossip cluster, as one node runs
+    /// it ([`ReplicatedLimit`]).
+    Replicated(ReplicatedLimit),
 }
 
 /// The state of any algorithm for one key.
@@ -56,6 +60,9 @@ pub enum LimitState {
     Smooth(SmoothState),
     /// Burst tiers.
     BurstTiers(BurstTiersState),
+    /// A replicated state, boxed: it is larger than the others, and every
+    /// stored state of every algorithm pays the enum's inline size.
+    Replicated(Box<ReplicatedState>),
 }
 
 /// Runs `$body` with the algorithm and its matching state, or `$other`
@@ -72,6 +79,7 @@ macro_rules! with_state {
             (Limit::SlidingLog($alg), LimitState::SlidingLog($st)) => $body,
             (Limit::Smooth($alg), LimitState::Smooth($st)) => $body,
             (Limit::BurstTiers($alg), LimitState::BurstTiers($st)) => $body,
+            (Limit::Replicated($alg), LimitState::Replicated($st)) if $alg.owns($st) => $body,
             _ => $other,
         }
     };
@@ -92,6 +100,11 @@ impl Limit {
                 SmoothKind::WarmingUp { .. } => "smooth_warming_up",
             },
             Limit::BurstTiers(_) => "burst_tiers",
+            Limit::Replicated(r) => match r.kind() {
+                crate::replicated::strategy::StrategyKind::Counter => "replicated_counter",
+                crate::replicated::strategy::StrategyKind::Queue => "replicated_queue",
+                crate::replicated::strategy::StrategyKind::Epoch => "replicated_epoch",
+            },
         }
     }
 
@@ -118,7 +131,7 @@ impl Limit {
                 | (Limit::SlidingLog(_), LimitState::SlidingLog(_))
                 | (Limit::Smooth(_), LimitState::Smooth(_))
                 | (Limit::BurstTiers(_), LimitState::BurstTiers(_))
-        )
+        ) || matches!((self, state), (Limit::Replicated(r), LimitState::Replicated(s)) if r.owns(s))
     }
 
     /// [`Mode::Acquire`](crate::Mode::Acquire): grants `hits` and returns
@@ -190,6 +203,9 @@ impl Algorithm for Limit {
             (Limit::SlidingLog(a), LimitState::SlidingLog(s)) => a.decide_alone(s, now, request),
             (Limit::Smooth(a), LimitState::Smooth(s)) => a.decide_alone(s, now, request),
             (Limit::BurstTiers(a), LimitState::BurstTiers(s)) => a.decide_alone(s, now, request),
+            (Limit::Replicated(a), LimitState::Replicated(s)) if a.owns(s) => {
+                a.decide_alone(s, now, request)
+            }
             // Another algorithm's state (parameters changed under a key):
             // decide on a fresh one, which always matches.
             _ => {
@@ -209,6 +225,7 @@ impl Algorithm for Limit {
             Limit::SlidingLog(a) => LimitState::SlidingLog(a.fresh()),
             Limit::Smooth(a) => LimitState::Smooth(a.fresh()),
             Limit::BurstTiers(a) => LimitState::BurstTiers(a.fresh()),
+            Limit::Replicated(a) => LimitState::Replicated(Box::new(a.fresh())),
         }
     }
 
@@ -250,6 +267,7 @@ impl LimitState {
                 .iter()
                 .map(|t| std::mem::size_of_val(t) + t.log.heap_bytes())
                 .sum(),
+            LimitState::Replicated(r) => r.footprint() + std::mem::size_of::<ReplicatedState>(),
             _ => 0,
         };
         std::mem::size_of::<LimitState>() + heap

@@ -135,6 +135,13 @@ pub(crate) fn encode(limit: &Limit) -> Encoded {
         }
         // tier count, then per tier: limit, window, active, cooldown,
         // skippable
+        // Refused by `check_limit` before any plan holds one; should one
+        // arrive anyway, a fixed window of nothing rejects (fail closed)
+        // rather than deciding it as something it is not.
+        Limit::Replicated(_) => Encoded::new(code::FIXED_WINDOW)
+            .int(0)
+            .nanos(Nanos::SECOND)
+            .flag(false),
         Limit::BurstTiers(a) => {
             let mut e = Encoded::new(code::BURST_TIERS).int(a.tiers().len() as u64);
             for t in a.tiers() {
@@ -204,6 +211,9 @@ pub fn check_limit(limit: &Limit) -> Result<(), String> {
             span("window", a.window())?;
             span("min_gap", a.min_gap())
         }
+        Limit::Replicated(_) => Err(
+            "a replicated limit belongs to a gossip cluster (serve --cluster), not to Redis".into(),
+        ),
         Limit::Smooth(a) => {
             if let SmoothKind::WarmingUp { warmup_micros, .. } = a.kind() {
                 span(

@@ -169,6 +169,9 @@ fn state_sizes() {
             LimitState::SlidingLog(_) => size_of::<HitLog>(),
             LimitState::Smooth(_) => size_of::<SmoothState>(),
             LimitState::BurstTiers(_) => size_of::<TierState>(),
+            LimitState::Replicated(_) => {
+                size_of::<tollgate_core::replicated::strategy::ReplicatedState>()
+            }
         };
         println!("| {name} | {own} | {} |", state.footprint());
     }

@@ -19,10 +19,13 @@
 //! - [`epoch`]: the gossiping interval limiter's bucket, corrected at each
 //!   epoch boundary by its peers' traffic and allowed to go negative
 //!   (seed 001).
+//! - [`strategy`]: the three behind one type, [`strategy::ReplicatedLimit`],
+//!   with what gossip carries for a key ([`strategy::Payload`]).
 
 pub mod counter;
 pub mod epoch;
 pub mod queue;
+pub mod strategy;
 
 use crate::{Algorithm, Decision, Grant, Nanos, Request};
 

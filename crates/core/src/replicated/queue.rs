@@ -458,7 +458,7 @@ impl QueueState {
 
     /// The elements, oldest identity first; their deaths strictly rise
     /// (for any positive interval).
-    pub fn elements(&self) -> impl ExactSizeIterator<Item = &Element> + '_ {
+    pub fn elements(&self) -> impl DoubleEndedIterator<Item = &Element> + ExactSizeIterator + '_ {
         self.elements.iter()
     }
 
