@@ -6,6 +6,7 @@
 
 use std::fmt::Write;
 
+use tollgate_core::replicated::strategy::{Eager, Replication, StrategyKind};
 use tollgate_core::Align;
 
 use crate::envoy::{DescriptorNode, ValueMatch};
@@ -59,6 +60,9 @@ fn resource(out: &mut String, r: &Resource) {
             if let Some(g) = rate.global_limit {
                 let _ = writeln!(out, "        global_limit: {g}");
             }
+            if let Some(rep) = &r.replication {
+                let _ = writeln!(out, "        replication: {}", replication(rep));
+            }
             if !rate.domains.is_empty() {
                 out.push_str("        domains:\n");
                 for (d, spec) in &rate.domains {
@@ -97,6 +101,53 @@ fn resource(out: &mut String, r: &Resource) {
             }
         }
     }
+}
+
+/// `replication:`'s value: the strategy's name when everything else is
+/// the default, else a flow mapping of `strategy` and the fields that
+/// differ. Fields the strategy does not take are left out: the loader
+/// refuses them, and the strategy ignores them.
+fn replication(r: &Replication) -> String {
+    let defaults = Replication::new(r.strategy);
+    let mut parts = Vec::new();
+    if r.gossip_interval != defaults.gossip_interval {
+        parts.push(format!("gossip_interval: {}", r.gossip_interval));
+    }
+    match r.strategy {
+        StrategyKind::Queue => {
+            match r.eager {
+                None => parts.push("eager: false".into()),
+                Some(Eager { window, threshold }) => {
+                    if let Some(w) = window {
+                        parts.push(format!("window: {w}"));
+                    }
+                    if threshold != Eager::DEFAULT_THRESHOLD {
+                        parts.push(format!("frequency_threshold: {threshold}"));
+                    }
+                }
+            }
+            if r.least_informed {
+                parts.push("least_informed: true".into());
+            }
+            if let Some(t) = r.retention {
+                parts.push(format!("retention: {t}"));
+            }
+        }
+        StrategyKind::Epoch => {
+            if r.epoch != defaults.epoch {
+                parts.push(format!("epoch: {}", r.epoch));
+            }
+        }
+        StrategyKind::Counter => {}
+    }
+    if parts.is_empty() {
+        return r.strategy.as_str().to_owned();
+    }
+    format!(
+        "{{ strategy: {}, {} }}",
+        r.strategy.as_str(),
+        parts.join(", ")
+    )
 }
 
 fn envoy_namespace(out: &mut String, ns: &Namespace) {

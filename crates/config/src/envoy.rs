@@ -379,6 +379,7 @@ impl Reader<'_> {
                 global_limit: None,
             }),
             shadow,
+            replication: None,
             envoy: Some(EnvoyMeta {
                 name,
                 replaces,

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use tollgate_core::copies::CopyLimits;
+use tollgate_core::replicated::strategy::Replication;
 use tollgate_core::{
     Align, BurstTiers, FixedWindow, Gcra, LeakyBucket, Limit, Nanos, ParamError, Rate, SlidingLog,
     SlidingWindow, Smooth, Tier, TokenBucket,
@@ -65,6 +66,10 @@ pub struct Resource {
     /// Decided and recorded, but never rejects (envoyproxy/ratelimit's
     /// `shadow_mode`).
     pub shadow: bool,
+    /// How the resource is replicated in a gossip cluster (`replication:`);
+    /// `None`: the cluster's default strategy. Ignored by the memory and
+    /// Redis stores. Only rate-limited resources have one.
+    pub replication: Option<Replication>,
     /// envoyproxy/ratelimit details, for resources loaded from its format.
     pub envoy: Option<EnvoyMeta>,
     /// Where it was defined.

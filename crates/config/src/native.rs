@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use tollgate_core::copies::CopyLimits;
+use tollgate_core::replicated::strategy::{Eager, Replication, StrategyKind};
 use tollgate_core::{Align, Nanos, Tier};
 
 use crate::diag::{Diagnostic, Diagnostics, Pos};
@@ -31,9 +32,17 @@ const RATE_COMMON: &[&str] = &[
     "domains",
     "global_limit",
     "hard_limit",
+    "replication",
 ];
 /// Fields of a resource that a domain override may not set.
-const NOT_PER_DOMAIN: &[&str] = &["name", "kind", "shadow_mode", "domains", "global_limit"];
+const NOT_PER_DOMAIN: &[&str] = &[
+    "name",
+    "kind",
+    "shadow_mode",
+    "domains",
+    "global_limit",
+    "replication",
+];
 const CONCURRENCY_FIELDS: &[&str] = &[
     "name",
     "kind",
@@ -45,6 +54,31 @@ const CONCURRENCY_FIELDS: &[&str] = &[
 ];
 const GROUP_FIELDS: &[&str] = &["name", "members", "limit"];
 const TIER_FIELDS: &[&str] = &["limit", "window", "active", "cooldown", "skippable"];
+/// Fields of `replication:` in its mapping form.
+const REPLICATION_FIELDS: &[&str] = &[
+    "strategy",
+    "gossip_interval",
+    "eager",
+    "window",
+    "frequency_threshold",
+    "least_informed",
+    "epoch",
+    "retention",
+];
+/// The replication strategies, in documentation order.
+const STRATEGIES: &[&str] = &["counter", "queue", "epoch"];
+/// Replication fields that only one strategy takes, and which.
+const STRATEGY_FIELDS: &[(&str, StrategyKind)] = &[
+    ("eager", StrategyKind::Queue),
+    ("window", StrategyKind::Queue),
+    ("frequency_threshold", StrategyKind::Queue),
+    ("least_informed", StrategyKind::Queue),
+    ("retention", StrategyKind::Queue),
+    ("epoch", StrategyKind::Epoch),
+];
+/// The longest span the replicated states take (2^62 ns, about 146
+/// years), as for the algorithms' windows and periods.
+const MAX_SPAN: Nanos = Nanos::new(1 << 62);
 
 /// The parameters each algorithm accepts.
 pub(crate) fn algorithm_params(name: &str) -> &'static [&'static str] {
@@ -145,9 +179,22 @@ fn read_resource(node: &Node, diags: &mut Diagnostics) -> Option<Resource> {
         Some(k) => diags.take(k.as_str("kind"))?.to_owned(),
     };
     let shadow = flag(&f, "shadow_mode", diags);
-    let kind = match kind.as_str() {
-        "rate" => ResourceKind::Rate(read_rate_resource(&f, &context, diags)?),
-        "concurrency" => ResourceKind::Concurrency(read_concurrency(&f, &context, diags)?),
+    let (kind, replication) = match kind.as_str() {
+        "rate" => {
+            // Both are read before either can give up, so that one run
+            // reports the problems of each.
+            let before = diags.errors.len();
+            let replication = read_replication(&f, &context, diags);
+            let rate = read_rate_resource(&f, &context, diags);
+            if diags.errors.len() > before {
+                return None;
+            }
+            (ResourceKind::Rate(rate?), replication)
+        }
+        "concurrency" => (
+            ResourceKind::Concurrency(read_concurrency(&f, &context, diags)?),
+            None,
+        ),
         other => {
             let hint = did_you_mean(other, &["rate", "concurrency"])
                 .map(|s| format!(", did you mean `{s}`?"))
@@ -165,9 +212,134 @@ fn read_resource(node: &Node, diags: &mut Diagnostics) -> Option<Resource> {
         name,
         kind,
         shadow,
+        replication,
         envoy: None,
         pos: node.pos.clone(),
     })
+}
+
+/// Reads a rate resource's `replication:`: a strategy name, which takes
+/// the thesis's defaults ([`Replication::new`]), or a mapping with
+/// `strategy` and the parameters that differ. `None` when absent, or
+/// invalid (with errors).
+fn read_replication(f: &Fields<'_>, context: &str, diags: &mut Diagnostics) -> Option<Replication> {
+    let node = f.get("replication")?;
+    match &node.kind {
+        Kind::Str(name) => strategy_kind(node, name, context, diags).map(Replication::new),
+        Kind::Map(_) => read_replication_map(node, context, diags),
+        _ => {
+            diags.error(
+                &node.pos,
+                format!(
+                    "{context}: `replication` must be a strategy name ({}) or a mapping with `strategy`, found {}",
+                    STRATEGIES.join(", "),
+                    node.type_name()
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// The strategy named `name` (written at `node`).
+fn strategy_kind(
+    node: &Node,
+    name: &str,
+    context: &str,
+    diags: &mut Diagnostics,
+) -> Option<StrategyKind> {
+    let kind = StrategyKind::parse(name);
+    if kind.is_none() {
+        let hint = did_you_mean(name, STRATEGIES)
+            .map(|s| format!(", did you mean `{s}`?"))
+            .unwrap_or_default();
+        diags.error(
+            &node.pos,
+            format!(
+                "{context}: unknown replication strategy `{name}` (expected `counter`, `queue` or `epoch`){hint}"
+            ),
+        );
+    }
+    kind
+}
+
+fn read_replication_map(
+    node: &Node,
+    context: &str,
+    diags: &mut Diagnostics,
+) -> Option<Replication> {
+    let f = diags.take(node.as_map("replication"))?;
+    let context = format!("{context}, replication");
+    let before = diags.errors.len();
+    diags.errors.extend(f.unknown(REPLICATION_FIELDS, &context));
+    let p = Params {
+        f: &f,
+        context: &context,
+    };
+    let Some(s) = f.get("strategy") else {
+        p.missing("strategy", diags);
+        return None;
+    };
+    let name = diags.take(s.as_str("strategy").map_err(|d| in_context(d, &context)))?;
+    let kind = strategy_kind(s, name, &context, diags)?;
+    let mut r = Replication::new(kind);
+    // A field of another strategy is refused rather than ignored: it says
+    // the writer expects a behaviour this strategy does not have. (The
+    // arms below read only their own strategy's fields.)
+    for (field, owner) in STRATEGY_FIELDS {
+        if f.has(field) && *owner != kind {
+            diags.error(
+                f.pos_of(field),
+                format!(
+                    "{context}: `{field}` only applies to `strategy: {}`, not `strategy: {}`",
+                    owner.as_str(),
+                    kind.as_str()
+                ),
+            );
+        }
+    }
+    if let Some(g) = p.opt_span("gossip_interval", diags) {
+        r.gossip_interval = g;
+    }
+    match kind {
+        StrategyKind::Queue => {
+            let eager = f.get("eager").and_then(|n| diags.take(n.as_bool("eager")));
+            let window = p.opt_positive_count("window", diags);
+            let threshold = p.opt_span("frequency_threshold", diags);
+            let tuning: Vec<&str> = ["window", "frequency_threshold"]
+                .into_iter()
+                .filter(|n| f.has(n))
+                .collect();
+            if eager == Some(false) && !tuning.is_empty() {
+                let fields = tuning
+                    .iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(" and ");
+                diags.error(
+                    f.pos_of("eager"),
+                    format!(
+                        "{context}: `eager: false` contradicts {fields} (with eager propagation off there is nothing to tune); remove one or the other"
+                    ),
+                );
+            }
+            // Tuning the frequency analysis turns it on; it is on by
+            // default anyway, so only `eager: false` turns it off.
+            r.eager = (eager != Some(false)).then(|| Eager {
+                window,
+                threshold: threshold.unwrap_or(Eager::DEFAULT_THRESHOLD),
+            });
+            r.least_informed = flag(&f, "least_informed", diags);
+            r.retention = p.opt_span("retention", diags);
+        }
+        StrategyKind::Epoch => {
+            if let Some(e) = p.opt_span("epoch", diags) {
+                r.epoch = e;
+            }
+        }
+        StrategyKind::Counter => {}
+    }
+    (diags.errors.len() == before).then_some(r)
 }
 
 fn read_rate_resource(
@@ -378,6 +550,20 @@ impl Params<'_, '_> {
         self.f.get(name).and_then(|n| diags.take(n.as_u64(name)))
     }
 
+    /// An optional count that must be at least 1.
+    fn opt_positive_count(&self, name: &str, diags: &mut Diagnostics) -> Option<u64> {
+        let n = self.f.get(name)?;
+        let v = diags.take(n.as_u64(name).map_err(|d| in_context(d, self.context)))?;
+        if v == 0 {
+            diags.error(
+                &n.pos,
+                format!("{}: `{name}` must be at least 1", self.context),
+            );
+            return None;
+        }
+        Some(v)
+    }
+
     fn opt_f64(&self, name: &str, diags: &mut Diagnostics) -> Option<f64> {
         self.f.get(name).and_then(|n| diags.take(n.as_f64(name)))
     }
@@ -410,6 +596,22 @@ impl Params<'_, '_> {
         self.f
             .get(name)
             .and_then(|n| diags.take(duration(n, name).map_err(|d| in_context(d, self.context))))
+    }
+
+    /// An optional duration that must be greater than zero and at most
+    /// [`MAX_SPAN`].
+    fn opt_span(&self, name: &str, diags: &mut Diagnostics) -> Option<Nanos> {
+        let n = self.f.get(name)?;
+        let d = self.opt_duration(name, diags)?;
+        let problem = if d.is_zero() {
+            "must be greater than zero"
+        } else if d > MAX_SPAN {
+            "must be at most 146 years (2^62 ns)"
+        } else {
+            return Some(d);
+        };
+        diags.error(&n.pos, format!("{}: `{name}` {problem}", self.context));
+        None
     }
 
     fn align(&self, diags: &mut Diagnostics) -> Align {
@@ -578,7 +780,16 @@ pub(crate) fn normalize_tier(
 
 fn read_concurrency(f: &Fields<'_>, context: &str, diags: &mut Diagnostics) -> Option<CopyLimits> {
     let before = diags.errors.len();
-    diags.errors.extend(f.unknown(CONCURRENCY_FIELDS, context));
+    if f.has("replication") {
+        diags.error(
+            f.pos_of("replication"),
+            format!("{context}: `replication` applies to rate-limited resources; concurrency resources need the Redis store in a cluster"),
+        );
+    }
+    diags.errors.extend(
+        f.without(&["replication"])
+            .unknown(CONCURRENCY_FIELDS, context),
+    );
     let p = Params { f, context };
     let global = p.opt_count("global_limit", diags);
     let cap = |value: u64, what: String, pos: &Pos, diags: &mut Diagnostics| -> u64 {
