@@ -43,7 +43,9 @@ pub struct App<S> {
 }
 
 impl<S: Store> App<S> {
-    /// An app over `store` with `config`, loaded from `source`.
+    /// An app over `store` with `config`, loaded from `source`; an error
+    /// says why the store cannot serve the config
+    /// ([`Limiter::compile`]).
     pub fn new(
         store: S,
         store_name: &'static str,
@@ -51,11 +53,12 @@ impl<S: Store> App<S> {
         source: Option<PathBuf>,
         warnings: Vec<String>,
         session_limits: SessionLimits,
-    ) -> App<S> {
+    ) -> Result<App<S>, String> {
         let now = clock::now();
-        let view = View::new(&config, now);
-        App {
-            limiter: Limiter::new(store, view),
+        let limiter = Limiter::new(store, View::default());
+        limiter.set_view(limiter.compile(&config, now)?);
+        Ok(App {
+            limiter,
             sessions: Sessions::new(session_limits),
             config: Mutex::new((
                 Arc::new(config),
@@ -71,7 +74,7 @@ impl<S: Store> App<S> {
             store_name,
             decision_log: None,
             stopping: std::sync::atomic::AtomicBool::new(false),
-        }
+        })
     }
 
     /// Whether shutdown has begun (`/readyz` then answers 503).
@@ -95,11 +98,11 @@ impl<S: Store> App<S> {
         self.lock().1.clone()
     }
 
-    /// Puts `config` in force: limits whose parameters did not change keep
-    /// their state (their ids are fingerprints of their parameters).
-    pub fn install(&self, config: Config, warnings: Vec<String>) -> u64 {
+    /// Puts `config`, compiled into `view`, in force: limits whose
+    /// parameters did not change keep their state (their ids are
+    /// fingerprints of their parameters).
+    fn install(&self, config: Config, view: View, warnings: Vec<String>) -> u64 {
         let now = clock::now();
-        let view = View::new(&config, now);
         let mut guard = self.lock();
         self.limiter.set_view(view);
         guard.0 = Arc::new(config);
@@ -113,12 +116,12 @@ impl<S: Store> App<S> {
         guard.1.revision
     }
 
-    /// Puts `config` in force if the store can decide every limit in it
-    /// ([`Limiter::check_view`]); otherwise changes nothing and says why.
+    /// Puts `config` in force if the store can serve it
+    /// ([`Limiter::compile`]): limits whose parameters did not change keep
+    /// their state. Otherwise changes nothing and says why.
     pub fn try_install(&self, config: Config, warnings: Vec<String>) -> Result<u64, String> {
-        let view = View::new(&config, clock::now());
-        self.limiter.check_view(&view)?;
-        Ok(self.install(config, warnings))
+        let view = self.limiter.compile(&config, clock::now())?;
+        Ok(self.install(config, view, warnings))
     }
 
     /// Whether the server should receive traffic: not stopping, and its

@@ -127,14 +127,17 @@ fn reset_secs(s: &DescriptorStatus) -> f64 {
 /// An app over `yaml`, for servers this file builds itself.
 fn app(yaml: &str) -> Arc<App<MemoryStore>> {
     let loaded = tollgate_config::load_str("test.yaml", yaml).unwrap();
-    Arc::new(App::new(
-        MemoryStore::new(),
-        "memory",
-        loaded.config,
-        None,
-        vec![],
-        SessionLimits::default(),
-    ))
+    Arc::new(
+        App::new(
+            MemoryStore::new(),
+            "memory",
+            loaded.config,
+            None,
+            vec![],
+            SessionLimits::default(),
+        )
+        .unwrap(),
+    )
 }
 
 /// Serves only the RLS service, with response headers on, on a free

@@ -9,8 +9,9 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use smallvec::SmallVec;
+use tollgate_config::{Config, ResourceKind};
 use tollgate_core::copies::{CopyLimits, Groups, Reservation, TransferId};
-use tollgate_core::{Decision, Mode, Nanos, PlanDecision, Request, TierInfo};
+use tollgate_core::{Decision, Limit, Mode, Nanos, PlanDecision, Request, TierInfo};
 use tollgate_store::{Key, Plan, PoolKey, Seized, Store};
 
 use crate::error::ServiceError;
@@ -191,6 +192,35 @@ impl<S: Store> Limiter<S> {
     /// with the view they started with.
     pub fn set_view(&self, view: View) {
         self.view.store(Arc::new(view));
+    }
+
+    /// Compiles `config` into a view this limiter's store can serve: every
+    /// limit goes through [`Store::prepare`] (a replicated store makes it
+    /// its cluster's CRDT), copy-limited resources are refused by a store
+    /// that keeps no copy pools, and [`Limiter::check_view`] must pass.
+    /// The error names the namespace, the resource and why.
+    pub fn compile(&self, config: &Config, created_at: Nanos) -> Result<View, String> {
+        if !self.store.holds_copies() {
+            for ns in &config.namespaces {
+                for r in &ns.resources {
+                    if matches!(r.kind, ResourceKind::Concurrency(_)) {
+                        return Err(format!(
+                            "namespace `{}`, resource `{}`: copy-limited (concurrency) resources \
+                             need one owner of truth, which a replicated cluster does not have; \
+                             serve them from the Redis store (--store redis://...)",
+                            ns.name, r.name
+                        ));
+                    }
+                }
+            }
+        }
+        let mut view = View::new(config, created_at);
+        view.adapt(config, |c, replication| {
+            self.store
+                .prepare(c.id, Limit::clone(&c.limit), replication)
+        })?;
+        self.check_view(&view)?;
+        Ok(view)
     }
 
     /// Checks that the store can decide every limit of `view`; the error

@@ -11,6 +11,7 @@ use tollgate_config::{
     AlgorithmSpec, Config, DescriptorTree, EnvoyMeta, RateSpec, Resource, ResourceKind,
 };
 use tollgate_core::copies::CopyLimits;
+use tollgate_core::replicated::strategy::Replication;
 use tollgate_core::{Limit, Nanos};
 use tollgate_store::{LimitId, PoolKey};
 
@@ -173,6 +174,50 @@ impl View {
     /// Every namespace.
     pub fn namespaces(&self) -> impl Iterator<Item = &NamespaceView> {
         self.namespaces.values()
+    }
+
+    /// Rebuilds every limit with `prepare`, which sees the limit and how
+    /// its resource asks to be replicated (`config` is the config the view
+    /// was compiled from) and answers the limit to decide with, or why it
+    /// cannot run. A replicated limit's id also covers its replication, so
+    /// changing a resource's strategy starts its state fresh. The error
+    /// names the namespace and resource.
+    pub fn adapt(
+        &mut self,
+        config: &Config,
+        mut prepare: impl FnMut(&Compiled, Option<&Replication>) -> Result<Limit, String>,
+    ) -> Result<(), String> {
+        for ns in self.namespaces.values_mut() {
+            let Some(configured) = config.namespace(&ns.name) else {
+                continue;
+            };
+            for r in &mut ns.resources {
+                let replication = configured
+                    .resource(&r.name)
+                    .and_then(|c| c.replication.as_ref());
+                let ResourceView::Rate(rate) = &mut r.view else {
+                    continue;
+                };
+                let mut compiled: Vec<&mut Compiled> = Vec::new();
+                for d in std::iter::once(&mut rate.default).chain(rate.domains.values_mut()) {
+                    if let Main::Limited(c) = &mut d.main {
+                        compiled.push(c);
+                    }
+                    compiled.extend(d.hard.as_mut());
+                }
+                compiled.extend(rate.global.as_mut());
+                for c in compiled {
+                    if let Some(how) = replication {
+                        c.id = limit_id(&[&c.id.to_string(), "replication", &format!("{how:?}")]);
+                    }
+                    let limit = prepare(c, replication).map_err(|reason| {
+                        format!("namespace `{}`, resource `{}`: {reason}", ns.name, r.name)
+                    })?;
+                    c.limit = Arc::new(limit);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Every limit with state, with the namespace and resource it belongs

@@ -27,6 +27,7 @@ pub use memory::{AtCapacity, MemoryStore, MemoryStoreOptions, StoreStats};
 pub use plan::{Plan, PlanItem};
 
 use tollgate_core::copies::{CopyLimits, Groups, Reservation, Staged, TransferId};
+use tollgate_core::replicated::strategy::Replication;
 use tollgate_core::{Limit, Mode, Nanos, PlanDecision, Request};
 
 /// Copies claimed by [`Store::seize`], and the resource they belong to.
@@ -103,6 +104,27 @@ pub trait Store: Send + Sync + 'static {
     fn check_limit(&self, limit: &Limit) -> Result<(), String> {
         let _ = limit;
         Ok(())
+    }
+
+    /// Turns a configured limit into the one this store decides, given how
+    /// its resource asks to be replicated; called for every limit of a
+    /// config before it is served. The replicated store makes a token
+    /// bucket a CRDT of its cluster's node; the others keep the limit and
+    /// ignore `replication`. An error says why the store cannot run it.
+    fn prepare(
+        &self,
+        id: LimitId,
+        limit: Limit,
+        replication: Option<&Replication>,
+    ) -> Result<Limit, String> {
+        let _ = (id, replication);
+        Ok(limit)
+    }
+
+    /// Whether the store keeps copy pools (copy-limited resources need one
+    /// owner of truth, which a replicated cluster is not).
+    fn holds_copies(&self) -> bool {
+        true
     }
 
     /// Whether the store can decide right now (a remote store whose backend

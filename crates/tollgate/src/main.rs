@@ -25,7 +25,7 @@ enum Command {
     /// Feed a recorded trace through a config and show what it would do.
     Replay(cmd::replay::ReplayArgs),
     /// Run the limiting server (gRPC, Envoy RLS, HTTP).
-    Serve(cmd::serve::ServeArgs),
+    Serve(Box<cmd::serve::ServeArgs>),
     /// Drive a running server with load; print throughput and latency.
     Bench(cmd::bench::BenchArgs),
     /// A gRPC server that answers without deciding: `bench`'s ceiling.
@@ -38,7 +38,7 @@ fn main() -> ExitCode {
         Command::CheckConfig(args) => exit(cmd::check_config::run(&args)),
         Command::Bench(args) => edge(cmd::bench::run(args)),
         Command::BenchEcho(args) => edge(cmd::echo::run(args)),
-        Command::Serve(args) => match cmd::serve::run(args) {
+        Command::Serve(args) => match cmd::serve::run(*args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e:#}");

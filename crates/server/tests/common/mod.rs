@@ -38,14 +38,17 @@ impl TestServer {
         mut options: ServerOptions,
     ) -> TestServer {
         let loaded = tollgate_config::load_str("test.yaml", yaml).unwrap();
-        let app = Arc::new(App::new(
-            MemoryStore::new(),
-            "memory",
-            loaded.config,
-            None,
-            vec![],
-            limits,
-        ));
+        let app = Arc::new(
+            App::new(
+                MemoryStore::new(),
+                "memory",
+                loaded.config,
+                None,
+                vec![],
+                limits,
+            )
+            .unwrap(),
+        );
         options.grpc = "127.0.0.1:0".parse().unwrap();
         options.http = "127.0.0.1:0".parse().unwrap();
         options.housekeeping_interval = Duration::from_millis(20);

@@ -9,7 +9,11 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, watch};
+use tollgate_core::replicated::strategy::{Replication, StrategyKind};
+use tollgate_core::replicated::NodeId;
 use tollgate_redis::{ClientCert, ConnectError, ConnectOptions, RedisOptions, RedisStore, TlsPart};
+use tollgate_replica::wire::ClusterKey;
+use tollgate_replica::{Node, NodeConfig, Replica, ReplicaOptions, ReplicaStore};
 use tollgate_server::{App, Server, ServerOptions};
 use tollgate_service::SessionLimits;
 use tollgate_store::{MemoryStore, Store};
@@ -142,6 +146,54 @@ pub struct ServeArgs {
     /// rate limits instead of exiting; holds are refused.
     #[arg(long, env = "TOLLGATE_KEEP_SERVING_AFTER_RESIGN")]
     pub keep_serving_after_resign: bool,
+    /// Join the replicated gossip cluster NAME instead of using a store:
+    /// every server decides locally and gossips its state to its peers
+    /// (docs/replicated.md). Servers of another cluster are ignored.
+    #[arg(long, env = "TOLLGATE_CLUSTER", conflicts_with = "store")]
+    pub cluster: Option<String>,
+    /// This server's id in the cluster: any name, unique in the cluster
+    /// and kept across restarts (its grants are counted under it).
+    #[arg(long, env = "TOLLGATE_NODE_ID", requires = "cluster")]
+    pub node_id: Option<String>,
+    /// UDP address the cluster's gossip listens on (port 0 picks one).
+    #[arg(long, env = "TOLLGATE_GOSSIP", default_value = "127.0.0.1:7946")]
+    pub gossip: SocketAddr,
+    /// The gossip address peers reach this server at, when it differs
+    /// from --gossip (an unspecified --gossip such as 0.0.0.0 needs it).
+    #[arg(long, env = "TOLLGATE_GOSSIP_ADVERTISE")]
+    pub gossip_advertise: Option<SocketAddr>,
+    /// Seed peers' gossip addresses, comma-separated; others are learned.
+    #[arg(long, env = "TOLLGATE_PEERS", value_delimiter = ',')]
+    pub peers: Vec<SocketAddr>,
+    /// File holding the cluster's shared secret, which authenticates every
+    /// gossip datagram (or TOLLGATE_CLUSTER_SECRET; never logged).
+    #[arg(long, env = "TOLLGATE_CLUSTER_SECRET_FILE")]
+    pub cluster_secret_file: Option<PathBuf>,
+    /// How resources without `replication:` are replicated: `counter`,
+    /// `queue` or `epoch`.
+    #[arg(long, env = "TOLLGATE_REPLICATION", default_value = "queue")]
+    pub replication: String,
+    /// Largest clock offset to a peer before the server reports itself
+    /// unhealthy (/readyz 503); it keeps limiting (milliseconds).
+    #[arg(long, env = "TOLLGATE_MAX_CLOCK_SKEW_MS", default_value_t = 250)]
+    pub max_clock_skew_ms: u64,
+    /// How long a joining server waits for a peer's full state before it
+    /// decides alone (milliseconds).
+    #[arg(long, env = "TOLLGATE_JOIN_TIMEOUT_MS", default_value_t = 3000)]
+    pub join_timeout_ms: u64,
+    /// Test hook: a file listing gossip addresses to cut off (one per
+    /// line), re-read every 100 ms, to inject partitions.
+    #[arg(long, env = "TOLLGATE_GOSSIP_FAULT_FILE", hide = true)]
+    pub gossip_fault_file: Option<PathBuf>,
+    /// Test hook: shift the clock this server gossips with (milliseconds,
+    /// may be negative), to show the skew check.
+    #[arg(
+        long,
+        env = "TOLLGATE_GOSSIP_CLOCK_OFFSET_MS",
+        hide = true,
+        allow_hyphen_values = true
+    )]
+    pub gossip_clock_offset_ms: Option<i64>,
 }
 
 /// The bytes of the file `flag` names.
@@ -276,12 +328,15 @@ async fn serve(args: ServeArgs) -> Result<()> {
     for w in &warnings {
         tracing::warn!(warning = %w, "config warning");
     }
+    if let Some(cluster) = args.cluster.clone() {
+        return serve_cluster(args, cluster, config, warnings).await;
+    }
     if args.store == "memory" {
         let store = MemoryStore::with_options(tollgate_store::MemoryStoreOptions {
             max_keys: args.max_keys,
             ..Default::default()
         });
-        return serve_with(args, store, "memory", config, warnings, None).await;
+        return serve_with(args, store, "memory", config, warnings, None, None).await;
     }
     let options = args.redis_options()?;
     let store = RedisStore::connect(options).await.map_err(|e| {
@@ -305,7 +360,112 @@ async fn serve(args: ServeArgs) -> Result<()> {
         }
     });
     let resign = (!args.keep_serving_after_resign).then_some(resign_rx);
-    serve_with(args, store, "redis", config, warnings, resign).await
+    serve_with(args, store, "redis", config, warnings, resign, None).await
+}
+
+/// Serves `config` as a node of the replicated cluster `cluster`.
+async fn serve_cluster(
+    args: ServeArgs,
+    cluster: String,
+    config: tollgate_config::Config,
+    warnings: Vec<String>,
+) -> Result<()> {
+    let secret = match &args.cluster_secret_file {
+        Some(path) => read_flag_file("--cluster-secret-file", path)?,
+        None => std::env::var("TOLLGATE_CLUSTER_SECRET")
+            .map(String::into_bytes)
+            .map_err(|_| {
+                anyhow::anyhow!(
+                    "--cluster {cluster} needs the cluster's secret: --cluster-secret-file or \
+                     TOLLGATE_CLUSTER_SECRET (gossip from anyone without it is refused)"
+                )
+            })?,
+    };
+    let secret: Vec<u8> = secret
+        .strip_suffix(b"\n")
+        .map(<[u8]>::to_vec)
+        .unwrap_or(secret);
+    if secret.len() < 16 {
+        anyhow::bail!(
+            "the cluster secret is {} bytes; use at least 16",
+            secret.len()
+        );
+    }
+    let Some(node_name) = args.node_id.clone() else {
+        anyhow::bail!("--cluster {cluster} needs --node-id: a name unique in the cluster, kept across restarts");
+    };
+    let strategy = StrategyKind::parse(&args.replication).ok_or_else(|| {
+        anyhow::anyhow!(
+            "--replication {}: expected `counter`, `queue` or `epoch`",
+            args.replication
+        )
+    })?;
+    let node = NodeId(tollgate_replica::wire::cluster_tag(&node_name));
+    let replica = Arc::new(Replica::new(ReplicaOptions {
+        node,
+        default: Replication::new(strategy),
+        max_keys: args.max_keys,
+        ..ReplicaOptions::default()
+    }));
+    let socket = tokio::net::UdpSocket::bind(args.gossip)
+        .await
+        .with_context(|| format!("cannot listen for gossip on {}", args.gossip))?;
+    let bound = socket
+        .local_addr()
+        .context("the gossip socket has no address")?;
+    let addr = args.gossip_advertise.unwrap_or(bound);
+    if addr.ip().is_unspecified() {
+        anyhow::bail!(
+            "--gossip {bound} is not an address peers can reach; give --gossip-advertise"
+        );
+    }
+    let offset = args.gossip_clock_offset_ms.unwrap_or(0);
+    let clock: tollgate_replica::runtime::Clock = Arc::new(move || {
+        let now = tollgate_server::clock::now().as_u64();
+        let shifted = i128::from(now) + i128::from(offset) * 1_000_000;
+        tollgate_core::Nanos::new(u64::try_from(shifted.max(0)).unwrap_or(u64::MAX))
+    });
+    let node_config = NodeConfig {
+        cluster: cluster.clone(),
+        node,
+        addr,
+        seeds: args.peers.clone(),
+        key: ClusterKey::new(&secret, &cluster),
+        incarnation: clock().as_u64(),
+        max_clock_skew: tollgate_server::clock::ms(args.max_clock_skew_ms),
+        join_timeout: tollgate_server::clock::ms(args.join_timeout_ms),
+        probe_interval: tollgate_server::clock::ms(1000),
+        expected_size: u32::try_from(args.peers.len() + 1).unwrap_or(u32::MAX),
+    };
+    let store = ReplicaStore::new(Arc::clone(&replica));
+    let gossip = Gossip {
+        node: Node::new(node_config, replica, rand::random()),
+        socket,
+        clock,
+        faults: args.gossip_fault_file.clone(),
+        addr,
+    };
+    tracing::info!(cluster = %cluster, node = %node_name, gossip = %addr, peers = ?args.peers, "joining the cluster");
+    serve_with(
+        args,
+        store,
+        "replicated",
+        config,
+        warnings,
+        None,
+        Some(gossip),
+    )
+    .await
+}
+
+/// The gossip node of a replicated server, started once the config is
+/// compiled (so the limits of keys peers send are known).
+struct Gossip {
+    node: Node,
+    socket: tokio::net::UdpSocket,
+    clock: tollgate_replica::runtime::Clock,
+    faults: Option<PathBuf>,
+    addr: SocketAddr,
 }
 
 /// Serves `config` over `store` until SIGTERM or SIGINT.
@@ -316,6 +476,7 @@ async fn serve_with<S: Store>(
     config: tollgate_config::Config,
     warnings: Vec<String>,
     resign: Option<tokio::sync::oneshot::Receiver<tollgate_redis::Resignation>>,
+    gossip: Option<Gossip>,
 ) -> Result<()> {
     let mut app = App::new(
         store,
@@ -326,20 +487,19 @@ async fn serve_with<S: Store>(
         SessionLimits {
             max_sessions: args.max_sessions,
         },
-    );
+    )
+    .map_err(|e| anyhow::anyhow!("the config cannot run on the {store_name} store: {e}"))?;
     if let Some(target) = &args.decision_log {
         app.decision_log = Some(
             tollgate_server::decision_log::DecisionLog::open(target, args.decision_log_sample)
                 .context("cannot open the decision log")?,
         );
     }
-    app.limiter
-        .check_view(&app.limiter.view())
-        .map_err(|e| anyhow::anyhow!("the config cannot run on the {store_name} store: {e}"))?;
     match tollgate_server::metrics::install() {
         Ok(handle) => {
             app.metrics = Some(handle);
             RedisStore::describe_metrics();
+            tollgate_replica::metrics::describe();
         }
         Err(e) => tracing::warn!(error = %e, "metrics disabled"),
     }
@@ -370,9 +530,20 @@ async fn serve_with<S: Store>(
         ..ServerOptions::default()
     };
     let server = Server::bind(Arc::clone(&app), options).await?;
+    let (gossip_stop, gossip_stopped) = watch::channel(false);
+    let gossip_addr = gossip.as_ref().map(|g| g.addr);
+    let gossip_task = gossip.map(|g| {
+        tokio::spawn(tollgate_replica::runtime::run(
+            g.node,
+            g.socket,
+            g.clock,
+            gossip_stopped,
+            g.faults,
+        ))
+    });
     let grpc = server.grpc_addr()?;
     let http = server.http_addr()?;
-    tracing::info!(%grpc, %http, transport = scheme, store = store_name, config = %args.config.as_ref().map_or("bundled example".into(), |p| p.display().to_string()), "tollgate listening");
+    tracing::info!(%grpc, %http, gossip = ?gossip_addr, transport = scheme, store = store_name, config = %args.config.as_ref().map_or("bundled example".into(), |p| p.display().to_string()), "tollgate listening");
 
     let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut hup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
@@ -419,6 +590,11 @@ async fn serve_with<S: Store>(
         }
     };
     server.run(shutdown).await?;
+    // Leave the cluster after the last request: peers stop probing us.
+    let _ = gossip_stop.send(true);
+    if let Some(task) = gossip_task {
+        let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+    }
     if let Some(r) = resigned
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -1,0 +1,24 @@
+//! tollgate's replicated mode: a gossip cluster of servers that limits
+//! without a store (seed 000, the thesis; seed 001, the gossiping interval
+//! limiter). See `docs/replicated.md`.
+//!
+//! - [`replica`]: one node's replicated state and the [`ReplicaStore`]
+//!   that decides on it;
+//! - [`wire`]: the datagrams nodes exchange, encrypted and authenticated
+//!   with the cluster's secret;
+//! - [`node`]: the sans-IO node (membership with foca, gossip rounds,
+//!   full-state transfer, clock checks) that a runtime drives;
+//! - [`runtime`]: the node on a tokio UDP socket;
+//! - [`sim`]: the node on a simulated network and simulated time.
+
+#![deny(missing_docs)]
+
+pub mod metrics;
+pub mod node;
+pub mod replica;
+pub mod runtime;
+pub mod sim;
+pub mod wire;
+
+pub use node::{Node, NodeConfig, Output, Peer, Timer};
+pub use replica::{Class, Replica, ReplicaOptions, ReplicaStore, Round};

@@ -1,0 +1,988 @@
+//! [`Replica`]: one node's replicated state, shared by the request path
+//! (which decides locally, as a [`Store`]) and the gossip node (which
+//! merges what peers send and ships what they lack).
+//!
+//! # What it holds
+//!
+//! - **Keys**: sharded maps from [`Key`] to the limit and its
+//!   [`ReplicatedState`], decided under the shard locks exactly as the
+//!   memory store decides (all or nothing over a plan, locks taken in
+//!   ascending shard order).
+//! - **Per-neighbour deltas** (thesis §3.1, §4.2.1): for each live peer, the
+//!   payloads it has not been sent yet, merged as they accumulate. A local
+//!   grant adds its change to every peer's delta; a change learnt from peer
+//!   P is added to every other peer's delta, never P's ("never echoed").
+//!   Each gossip round takes one neighbour's delta for one gossip class (a
+//!   gossip interval and a neighbour-choice rule).
+//! - **Eager pushes** (§4.2.3): after a local grant of a queue with
+//!   frequency analysis, a peer whose pending delta for the key holds
+//!   `window` elements at an average gap of at most the threshold gets it
+//!   at once; the node is woken to send it.
+//! - **Epoch reports** (seed 001): epoch keys that granted are remembered,
+//!   and each gossip round of their class adds their report to every
+//!   peer's delta when it changed.
+//!
+//! # Why one lock for the deltas
+//!
+//! Deltas change on every grant; one mutex keeps the bookkeeping simple
+//! and is held for a few map operations per peer. The cluster is for
+//! tens of nodes, not thousands (the thesis evaluates 30).
+
+use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasher;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard, RwLock};
+use rand::Rng;
+use smallvec::SmallVec;
+use tollgate_core::copies::{CopyLimits, Groups, Reservation, TransferId};
+use tollgate_core::plan::{self, PlanEntry};
+use tollgate_core::replicated::strategy::{
+    Mark, Payload, ReplicatedLimit, ReplicatedState, Replication, StrategyKind,
+};
+use tollgate_core::replicated::NodeId;
+use tollgate_core::{Algorithm, Limit, LimitState, Mode, Nanos, PlanDecision, Rate, Request};
+use tollgate_store::{Key, LimitId, Plan, PoolKey, Seized, Store, StoreError};
+
+use crate::metrics as m;
+
+/// A peer, as the deltas know it: its gossip address.
+pub type PeerAddr = SocketAddr;
+
+/// A gossip class: keys gossiped at the same interval with the same rule
+/// for choosing a neighbour. Each class has its own gossip timer.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Class {
+    /// How often a round runs.
+    pub interval: Nanos,
+    /// Least-informed neighbour first (§4.2.4) rather than uniformly random.
+    pub least_informed: bool,
+    /// Every neighbour each round (epoch reports, seed 001: a report must
+    /// reach every node within its epoch, or its traffic is never
+    /// subtracted there; reports are small and change once an epoch).
+    pub everyone: bool,
+}
+
+impl Class {
+    fn of(r: &Replication) -> Class {
+        Class {
+            interval: r.gossip_interval,
+            least_informed: r.least_informed && r.strategy == StrategyKind::Queue,
+            everyone: r.strategy == StrategyKind::Epoch,
+        }
+    }
+}
+
+/// Options of a [`Replica`].
+#[derive(Clone, Debug)]
+pub struct ReplicaOptions {
+    /// This node.
+    pub node: NodeId,
+    /// How resources without `replication:` are replicated.
+    pub default: Replication,
+    /// Most keys kept; new keys beyond it are decided on a fresh state
+    /// that is not kept, and received ones are dropped (counted).
+    pub max_keys: usize,
+    /// Most keys pending in one peer's delta; beyond it the delta is
+    /// cleared and the peer gets a full state instead.
+    pub max_delta_keys: usize,
+}
+
+impl Default for ReplicaOptions {
+    fn default() -> ReplicaOptions {
+        ReplicaOptions {
+            node: NodeId(0),
+            default: Replication::new(StrategyKind::Queue),
+            max_keys: 10_000_000,
+            max_delta_keys: 100_000,
+        }
+    }
+}
+
+struct Entry {
+    limit: Arc<Limit>,
+    state: LimitState,
+    /// The last epoch report added to the deltas (epoch keys only).
+    reported: Option<Payload>,
+}
+
+/// One key's payload waiting for a peer.
+struct Pending {
+    payload: Payload,
+    class: Class,
+    /// When it first waited: the convergence lag's start.
+    since: Nanos,
+}
+
+/// What one peer has not been sent yet.
+#[derive(Default)]
+struct PeerDelta {
+    items: HashMap<Key, Pending>,
+    /// Updates queued (§4.2.4's priority).
+    priority: u64,
+    /// The delta overflowed: send a full state instead.
+    resync: bool,
+}
+
+#[derive(Default)]
+struct Gossip {
+    peers: HashMap<PeerAddr, PeerDelta>,
+    /// Payloads to send now (eager pushes, pull answers), by peer.
+    urgent: Vec<(PeerAddr, Key, Payload)>,
+    /// Epoch keys with traffic whose reports are still to gossip.
+    epoch_keys: HashSet<Key>,
+}
+
+/// Counters of what the replica did, for metrics and tests.
+#[derive(Default, Debug)]
+pub struct ReplicaStats {
+    /// Payloads merged into the local state (changed something).
+    pub merges: AtomicU64,
+    /// Received payloads of limits this node does not know.
+    pub unknown_limits: AtomicU64,
+    /// Eager pushes (§4.2.3).
+    pub eager_pushes: AtomicU64,
+    /// Keys decided on a state not kept, or received and dropped, because
+    /// the replica was at `max_keys`.
+    pub at_capacity: AtomicU64,
+    /// Deltas that overflowed and became full-state resyncs.
+    pub resyncs: AtomicU64,
+}
+
+/// One node's replicated state; see the [module docs](self).
+pub struct Replica {
+    options: ReplicaOptions,
+    shards: Box<[Mutex<HashMap<Key, Entry>>]>,
+    hasher: std::collections::hash_map::RandomState,
+    limits: RwLock<HashMap<LimitId, Arc<Limit>>>,
+    gossip: Mutex<Gossip>,
+    synced: AtomicBool,
+    healthy: AtomicBool,
+    keys: AtomicU64,
+    /// Counters.
+    pub stats: ReplicaStats,
+    /// Woken when urgent payloads wait ([`Replica::take_urgent`]).
+    pub wake: tokio::sync::Notify,
+}
+
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica")
+            .field("node", &self.options.node)
+            .field("keys", &self.keys.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+const SHARDS: usize = 64;
+
+impl Replica {
+    /// An empty replica. It decides nothing until [`Replica::set_synced`]
+    /// (the node calls it once a full state arrived, or nobody answered).
+    pub fn new(options: ReplicaOptions) -> Replica {
+        Replica {
+            options,
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: std::collections::hash_map::RandomState::new(),
+            limits: RwLock::new(HashMap::new()),
+            gossip: Mutex::new(Gossip::default()),
+            synced: AtomicBool::new(false),
+            healthy: AtomicBool::new(true),
+            keys: AtomicU64::new(0),
+            stats: ReplicaStats::default(),
+            wake: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// This node.
+    pub fn node(&self) -> NodeId {
+        self.options.node
+    }
+
+    /// Whether the replica decides: it has its full state (or found no
+    /// peer to give it one).
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Relaxed)
+    }
+
+    /// Starts or stops deciding (§5.5: not before a full state arrived).
+    pub fn set_synced(&self, synced: bool) {
+        self.synced.store(synced, Ordering::Relaxed);
+    }
+
+    /// Whether the node is healthy: its clock is within the configured
+    /// skew of its peers'.
+    pub fn is_healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Records the clock check's verdict.
+    pub fn set_healthy(&self, healthy: bool) {
+        self.healthy.store(healthy, Ordering::Relaxed);
+    }
+
+    /// Keys held.
+    pub fn keys(&self) -> u64 {
+        self.keys.load(Ordering::Relaxed)
+    }
+
+    /// The gossip classes of every replicated limit known: each needs a
+    /// gossip timer.
+    pub fn classes(&self) -> Vec<Class> {
+        let mut classes: Vec<Class> = self
+            .limits
+            .read()
+            .values()
+            .filter_map(|l| match &**l {
+                Limit::Replicated(r) => Some(Class::of(&r.replication)),
+                _ => None,
+            })
+            .collect();
+        classes.sort_unstable();
+        classes.dedup();
+        classes
+    }
+
+    /// Builds the replicated limit of a configured one (see
+    /// [`Store::prepare`]): token buckets, GCRA and per-second limits
+    /// become the resource's strategy on this node.
+    pub fn prepare_limit(
+        &self,
+        id: LimitId,
+        limit: Limit,
+        replication: Option<&Replication>,
+    ) -> Result<Limit, String> {
+        let how = replication.copied().unwrap_or(self.options.default);
+        let (capacity, rate) = match &limit {
+            Limit::TokenBucket(tb) => {
+                if tb.initial_tokens() != tb.capacity() {
+                    return Err(
+                        "`initial_tokens` cannot be replicated: every node starts a key full"
+                            .into(),
+                    );
+                }
+                (tb.capacity(), Rate::new(1, tb.interval()))
+            }
+            Limit::Gcra(g) => (g.burst(), Rate::new(1, g.interval())),
+            Limit::SlidingLog(l)
+                if l.window() == Nanos::SECOND && l.min_gap().is_zero() && !l.counts_rejected() =>
+            {
+                // Hard and global limits (N per second) are replicated as
+                // a token bucket of N refilled at N per second.
+                (l.limit(), Rate::per_second(l.limit()))
+            }
+            Limit::Replicated(_) => return Ok(limit),
+            other => {
+                return Err(format!(
+                    "`{}` cannot be replicated in a gossip cluster; use `token_bucket` or `gcra` \
+                     (replicated as {}), or serve it from the Redis store",
+                    other.algorithm_name(),
+                    how.strategy.as_str()
+                ))
+            }
+        };
+        let rate = rate.map_err(|e| e.to_string())?;
+        let replicated = how
+            .build(capacity, rate, self.options.node)
+            .map_err(|e| e.to_string())?;
+        let limit = Limit::Replicated(replicated);
+        self.register(id, Arc::new(limit.clone()));
+        Ok(limit)
+    }
+
+    /// Makes `limit` known under `id`, so keys of it received from peers
+    /// can be merged.
+    pub fn register(&self, id: LimitId, limit: Arc<Limit>) {
+        if matches!(*limit, Limit::Replicated(_)) {
+            self.limits.write().insert(id, limit);
+        }
+    }
+
+    fn shard(&self, key: &Key) -> usize {
+        (self.hasher.hash_one(key) as usize) % SHARDS
+    }
+
+    /// Decides `plan` locally, all or nothing (see [`Store::decide`]), and
+    /// queues what the grant changed for every neighbour.
+    pub fn decide_now(
+        &self,
+        plan: &Plan,
+        now: Nanos,
+        request: Request,
+        mode: Mode,
+    ) -> Result<PlanDecision, StoreError> {
+        if !self.is_synced() {
+            return Err(StoreError::Unavailable(
+                "joining the cluster: waiting for a full state from a peer".into(),
+            ));
+        }
+        let items = &plan.items;
+        let shard_ids: SmallVec<[usize; 4]> = items.iter().map(|i| self.shard(&i.key)).collect();
+        for (i, a) in items.iter().enumerate() {
+            if items[..i].iter().any(|b| b.key == a.key) {
+                return Err(StoreError::DuplicateKey(a.key.to_string()));
+            }
+        }
+        let mut order = shard_ids.clone();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: SmallVec<[MutexGuard<'_, HashMap<Key, Entry>>; 4]> =
+            order.iter().map(|&s| self.shards[s].lock()).collect();
+        let pos: SmallVec<[usize; 4]> = shard_ids
+            .iter()
+            .map(|s| order.partition_point(|o| o < s))
+            .collect();
+
+        let mut states: SmallVec<[(LimitState, bool); 4]> = SmallVec::new();
+        let mut marks: SmallVec<[Mark; 4]> = SmallVec::new();
+        for (i, item) in items.iter().enumerate() {
+            let (state, stored) = match guards[pos[i]].remove(&item.key) {
+                Some(e) => (e.state, true),
+                None => (item.limit.fresh(), false),
+            };
+            marks.push(match (&*item.limit, &state) {
+                (Limit::Replicated(r), LimitState::Replicated(s)) => r.mark(s),
+                _ => Mark::default(),
+            });
+            states.push((state, stored));
+        }
+        let result = {
+            let mut entries: SmallVec<[PlanEntry<'_>; 4]> = items
+                .iter()
+                .zip(states.iter_mut())
+                .map(|(item, (state, _))| PlanEntry {
+                    limit: &item.limit,
+                    state,
+                    shadow: item.shadow,
+                })
+                .collect();
+            plan::decide(&mut entries, now, request, mode)
+        };
+        let mut changes: SmallVec<[(usize, Payload); 4]> = SmallVec::new();
+        if result.is_ok() {
+            for (i, item) in items.iter().enumerate() {
+                if let (Limit::Replicated(r), LimitState::Replicated(s)) =
+                    (&*item.limit, &states[i].0)
+                {
+                    if let Some(p) = r.local_changes(s, marks[i]) {
+                        changes.push((i, p));
+                    }
+                }
+            }
+        }
+        let mut epoch_keys: SmallVec<[usize; 4]> = SmallVec::new();
+        for (i, (state, stored)) in states.into_iter().enumerate() {
+            let item = &items[i];
+            let fresh = !stored && item.limit.is_idle(&state, now);
+            if fresh {
+                continue;
+            }
+            if !stored && self.keys() >= self.options.max_keys as u64 {
+                self.stats.at_capacity.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            if let (Limit::Replicated(r), true) = (&*item.limit, result.is_ok()) {
+                if r.kind() == StrategyKind::Epoch && !item.limit.is_idle(&state, now) {
+                    epoch_keys.push(i);
+                }
+            }
+            if !stored {
+                self.keys.fetch_add(1, Ordering::Relaxed);
+            }
+            guards[pos[i]].insert(
+                item.key.clone(),
+                Entry {
+                    limit: Arc::clone(&item.limit),
+                    state,
+                    reported: None,
+                },
+            );
+        }
+        drop(guards);
+        let decision = result?;
+        if !changes.is_empty() || !epoch_keys.is_empty() {
+            let mut gossip = self.gossip.lock();
+            for &i in &epoch_keys {
+                gossip.epoch_keys.insert(items[i].key.clone());
+            }
+            let mut woke = false;
+            for (i, payload) in changes {
+                let Limit::Replicated(r) = &*items[i].limit else {
+                    continue;
+                };
+                woke |= self.queue_local(&mut gossip, &items[i].key, r, payload, now);
+            }
+            drop(gossip);
+            if woke {
+                self.wake.notify_one();
+            }
+        }
+        Ok(decision)
+    }
+
+    /// Adds a local change to every peer's delta, pushing it at once to
+    /// peers for whom the key is frequent (§4.2.3, Listing 4.5). Returns
+    /// whether anything became urgent.
+    fn queue_local(
+        &self,
+        gossip: &mut Gossip,
+        key: &Key,
+        limit: &ReplicatedLimit,
+        payload: Payload,
+        now: Nanos,
+    ) -> bool {
+        let class = Class::of(&limit.replication);
+        let nodes = gossip.peers.len() as u64 + 1;
+        let eager = limit.replication.eager.map(|e| {
+            let window = e
+                .window
+                .unwrap_or_else(|| (limit.capacity() / nodes).max(1));
+            (window, e.threshold)
+        });
+        let mut urgent = false;
+        let Gossip {
+            peers, urgent: out, ..
+        } = gossip;
+        for (addr, delta) in peers.iter_mut() {
+            let frequent = add(
+                delta,
+                key,
+                &payload,
+                class,
+                now,
+                self.options.max_delta_keys,
+                &self.stats,
+            )
+            .is_some_and(|pending| {
+                eager.is_some_and(|(window, threshold)| pending.is_frequent(window, threshold))
+            });
+            if frequent {
+                if let Some(Pending { payload: p, .. }) = delta.items.remove(key) {
+                    delta.priority = delta.priority.saturating_sub(p.updates() as u64);
+                    out.push((*addr, key.clone(), p));
+                    self.stats.eager_pushes.fetch_add(1, Ordering::Relaxed);
+                    metrics::counter!(m::EAGER_PUSHES).increment(1);
+                    urgent = true;
+                }
+            }
+        }
+        urgent
+    }
+
+    /// Merges what peer `from` sent (§4.2.1): each payload into its key's
+    /// state, each change into every other peer's delta, and, for an epoch
+    /// report that misses what this node knows, this node's report back
+    /// to `from` (seed 001's pull). Keys of unknown limits are skipped and
+    /// counted. Returns how many payloads changed the local state.
+    pub fn absorb(&self, from: PeerAddr, items: Vec<(Key, Payload)>, now: Nanos) -> usize {
+        let mut forwards: Vec<(Key, Payload, Class)> = Vec::new();
+        let mut answers: Vec<(Key, Payload)> = Vec::new();
+        for (key, payload) in items {
+            let Some(limit) = self.limits.read().get(&key.limit).cloned() else {
+                self.stats.unknown_limits.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!(m::DROPPED, "reason" => "unknown_limit").increment(1);
+                continue;
+            };
+            let Limit::Replicated(r) = &*limit else {
+                continue;
+            };
+            let mut shard = self.shards[self.shard(&key)].lock();
+            let present = shard.contains_key(&key);
+            if !present && self.keys() >= self.options.max_keys as u64 {
+                self.stats.at_capacity.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let entry = shard.entry(key.clone()).or_insert_with(|| Entry {
+                limit: Arc::clone(&limit),
+                state: limit.fresh(),
+                reported: None,
+            });
+            if !Arc::ptr_eq(&entry.limit, &limit) {
+                entry.limit = Arc::clone(&limit);
+            }
+            let LimitState::Replicated(state) = &mut entry.state else {
+                entry.state = limit.fresh();
+                continue;
+            };
+            let changed = r.absorb(state, now, &payload);
+            if r.should_answer(state, &payload) {
+                if let Some(mine) = r.report(state, now) {
+                    answers.push((key.clone(), mine));
+                }
+            }
+            let keep = !matches!(&**state, ReplicatedState::Queue(q) if q.is_empty());
+            if !keep {
+                if present {
+                    shard.remove(&key);
+                    self.keys.fetch_sub(1, Ordering::Relaxed);
+                } else {
+                    shard.remove(&key);
+                }
+            } else if !present {
+                self.keys.fetch_add(1, Ordering::Relaxed);
+            }
+            drop(shard);
+            if let Some(change) = changed {
+                forwards.push((key, change, Class::of(&r.replication)));
+            }
+        }
+        let merged = forwards.len();
+        self.stats
+            .merges
+            .fetch_add(merged as u64, Ordering::Relaxed);
+        metrics::counter!(m::MERGES).increment(merged as u64);
+        if forwards.is_empty() && answers.is_empty() {
+            return merged;
+        }
+        let mut gossip = self.gossip.lock();
+        for (addr, delta) in gossip.peers.iter_mut() {
+            if *addr == from {
+                continue;
+            }
+            for (key, change, class) in &forwards {
+                add(
+                    delta,
+                    key,
+                    change,
+                    *class,
+                    now,
+                    self.options.max_delta_keys,
+                    &self.stats,
+                );
+            }
+        }
+        let woke = !answers.is_empty();
+        for (key, payload) in answers {
+            gossip.urgent.push((from, key, payload));
+        }
+        drop(gossip);
+        if woke {
+            self.wake.notify_one();
+        }
+        merged
+    }
+
+    /// Every key's whole state, for a joining peer (§5.5).
+    pub fn full_state(&self, now: Nanos) -> Vec<(Key, Payload)> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock();
+            for (key, entry) in shard.iter_mut() {
+                if let (Limit::Replicated(r), LimitState::Replicated(s)) =
+                    (&*entry.limit, &mut entry.state)
+                {
+                    if let Some(p) = r.full(s, now) {
+                        out.push((key.clone(), p));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// A peer came up: it gets a delta of its own from now on.
+    pub fn add_peer(&self, peer: PeerAddr) {
+        self.gossip.lock().peers.entry(peer).or_default();
+        metrics::gauge!(m::PEERS_ALIVE).set(self.peer_count() as f64);
+    }
+
+    /// A peer went down or left: its delta is dropped (it receives a full
+    /// state when it rejoins).
+    pub fn remove_peer(&self, peer: PeerAddr) {
+        let mut gossip = self.gossip.lock();
+        gossip.peers.remove(&peer);
+        gossip.urgent.retain(|(p, _, _)| *p != peer);
+        drop(gossip);
+        metrics::gauge!(m::PEERS_ALIVE).set(self.peer_count() as f64);
+    }
+
+    /// Live peers.
+    pub fn peers(&self) -> Vec<PeerAddr> {
+        self.gossip.lock().peers.keys().copied().collect()
+    }
+
+    /// How many live peers.
+    pub fn peer_count(&self) -> usize {
+        self.gossip.lock().peers.len()
+    }
+
+    /// Payloads to send at once (eager pushes and pull answers), grouped by
+    /// peer.
+    pub fn take_urgent(&self) -> Vec<(PeerAddr, Vec<(Key, Payload)>)> {
+        let urgent = std::mem::take(&mut self.gossip.lock().urgent);
+        group(urgent)
+    }
+
+    /// One gossip round of `class` (Listing 3.3 / §4.2.4): refreshes the
+    /// class's epoch reports, picks a neighbour (uniformly at random, or
+    /// the least informed one, ties broken at random) and takes the
+    /// class's part of its delta. `None` when there is no peer or nothing
+    /// to send. A peer whose delta overflowed gets `Resync` instead.
+    pub fn take_round(&self, class: Class, now: Nanos, rng: &mut impl Rng) -> Vec<Round> {
+        self.refresh_reports(class, now);
+        let mut gossip = self.gossip.lock();
+        let mut addrs: Vec<PeerAddr> = gossip.peers.keys().copied().collect();
+        addrs.sort_unstable();
+        if class.everyone {
+            return addrs
+                .into_iter()
+                .filter_map(|peer| take_for(&mut gossip, peer, class))
+                .collect();
+        }
+        if addrs.is_empty() {
+            return Vec::new();
+        }
+        let peer = if class.least_informed {
+            let best = addrs
+                .iter()
+                .map(|a| gossip.peers.get(a).map_or(0, |d| d.priority))
+                .max()
+                .unwrap_or(0);
+            let top: Vec<PeerAddr> = addrs
+                .into_iter()
+                .filter(|a| gossip.peers.get(a).map_or(0, |d| d.priority) == best)
+                .collect();
+            top[rng.random_range(0..top.len())]
+        } else {
+            addrs[rng.random_range(0..addrs.len())]
+        };
+        take_for(&mut gossip, peer, class).into_iter().collect()
+    }
+
+    /// Adds the changed reports of `class`'s epoch keys to every peer's
+    /// delta; forgets keys that went idle.
+    fn refresh_reports(&self, class: Class, now: Nanos) {
+        let keys: Vec<Key> = self.gossip.lock().epoch_keys.iter().cloned().collect();
+        if keys.is_empty() {
+            return;
+        }
+        let mut reports = Vec::new();
+        let mut done = Vec::new();
+        for key in keys {
+            let mut shard = self.shards[self.shard(&key)].lock();
+            let Some(entry) = shard.get_mut(&key) else {
+                done.push(key);
+                continue;
+            };
+            let (Limit::Replicated(r), LimitState::Replicated(s)) =
+                (&*entry.limit, &mut entry.state)
+            else {
+                done.push(key);
+                continue;
+            };
+            if Class::of(&r.replication) != class {
+                continue;
+            }
+            if let Some(report) = r.report(s, now) {
+                if entry.reported.as_ref() != Some(&report) {
+                    entry.reported = Some(report.clone());
+                    reports.push((key.clone(), report));
+                }
+            }
+            if entry.limit.is_idle(&entry.state, now) {
+                done.push(key);
+            }
+        }
+        let mut gossip = self.gossip.lock();
+        for key in done {
+            gossip.epoch_keys.remove(&key);
+        }
+        for delta in gossip.peers.values_mut() {
+            for (key, report) in &reports {
+                add(
+                    delta,
+                    key,
+                    report,
+                    class,
+                    now,
+                    self.options.max_delta_keys,
+                    &self.stats,
+                );
+            }
+        }
+    }
+
+    /// Drops keys idle for longer than their retention margin, so replicas
+    /// that converged drop a key together (a node that dropped it early
+    /// would hide new grants under its peers' old counts).
+    pub fn sweep_now(&self, now: Nanos) -> u64 {
+        let mut dropped = 0u64;
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock();
+            let before = shard.len();
+            shard.retain(|_, e| match &*e.limit {
+                Limit::Replicated(r) => {
+                    let grace = r.replication.retention_margin();
+                    !e.limit.is_idle(&e.state, now.saturating_sub(grace))
+                        || !e.limit.is_idle(&e.state, now)
+                }
+                _ => false,
+            });
+            dropped += (before - shard.len()) as u64;
+        }
+        self.keys.fetch_sub(dropped, Ordering::Relaxed);
+        metrics::gauge!(m::STATE_KEYS).set(self.keys() as f64);
+        let (pending, elements) = self.delta_sizes();
+        metrics::gauge!(m::DELTA_KEYS).set(pending as f64);
+        metrics::gauge!(m::DELTA_UPDATES).set(elements as f64);
+        dropped
+    }
+
+    /// How long the oldest payload still waiting for a peer has waited:
+    /// how far behind the slowest replica may be (zero when nothing waits).
+    pub fn convergence_lag(&self, now: Nanos) -> Nanos {
+        let gossip = self.gossip.lock();
+        let oldest = gossip
+            .peers
+            .values()
+            .flat_map(|d| d.items.values())
+            .map(|p| p.since)
+            .min();
+        oldest.map_or(Nanos::ZERO, |since| now.saturating_sub(since))
+    }
+
+    /// Keys pending over every peer's delta, and the updates they carry.
+    pub fn delta_sizes(&self) -> (usize, usize) {
+        let gossip = self.gossip.lock();
+        let keys = gossip.peers.values().map(|d| d.items.len()).sum();
+        let updates = gossip
+            .peers
+            .values()
+            .flat_map(|d| d.items.values())
+            .map(|p| p.payload.updates())
+            .sum();
+        (keys, updates)
+    }
+
+    /// The state of `key`, for tests and the status page.
+    pub fn state_of(&self, key: &Key) -> Option<ReplicatedState> {
+        match &self.shards[self.shard(key)].lock().get(key)?.state {
+            LimitState::Replicated(s) => Some(ReplicatedState::clone(s)),
+            _ => None,
+        }
+    }
+
+    /// Elements or entries held over every key.
+    pub fn state_size(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                s.lock()
+                    .values()
+                    .map(|e| match &e.state {
+                        LimitState::Replicated(r) => ReplicatedLimit::size(r),
+                        _ => 0,
+                    })
+                    .sum::<usize>()
+            })
+            .sum()
+    }
+}
+
+/// Takes `class`'s part of `peer`'s delta (or its resync).
+fn take_for(gossip: &mut Gossip, peer: PeerAddr, class: Class) -> Option<Round> {
+    let delta = gossip.peers.get_mut(&peer)?;
+    if delta.resync {
+        delta.resync = false;
+        delta.items.clear();
+        delta.priority = 0;
+        return Some(Round::Resync(peer));
+    }
+    let keys: Vec<Key> = delta
+        .items
+        .iter()
+        .filter(|(_, p)| p.class == class)
+        .map(|(k, _)| k.clone())
+        .collect();
+    if keys.is_empty() {
+        return None;
+    }
+    let mut items = Vec::with_capacity(keys.len());
+    let mut sent = 0u64;
+    for k in keys {
+        if let Some(Pending { payload: p, .. }) = delta.items.remove(&k) {
+            sent = sent.saturating_add(p.updates() as u64);
+            items.push((k, p));
+        }
+    }
+    delta.priority = if class.least_informed {
+        0
+    } else {
+        delta.priority.saturating_sub(sent)
+    };
+    Some(Round::Delta(peer, items))
+}
+
+/// What one gossip round sends.
+#[derive(Debug)]
+pub enum Round {
+    /// These payloads, to this peer.
+    Delta(PeerAddr, Vec<(Key, Payload)>),
+    /// This peer's delta overflowed: send it a full state.
+    Resync(PeerAddr),
+}
+
+/// Merges `payload` into `delta`'s entry for `key`; returns the pending
+/// payload after the merge (`None` when the delta overflowed and became a
+/// resync).
+fn add<'d>(
+    delta: &'d mut PeerDelta,
+    key: &Key,
+    payload: &Payload,
+    class: Class,
+    now: Nanos,
+    max_keys: usize,
+    stats: &ReplicaStats,
+) -> Option<&'d Payload> {
+    if delta.resync {
+        return None;
+    }
+    let updates = payload.updates() as u64;
+    if !delta.items.contains_key(key) && delta.items.len() >= max_keys {
+        delta.items.clear();
+        delta.priority = 0;
+        delta.resync = true;
+        stats.resyncs.fetch_add(1, Ordering::Relaxed);
+        return None;
+    }
+    delta.priority = delta.priority.saturating_add(updates);
+    let slot = delta
+        .items
+        .entry(key.clone())
+        .and_modify(|p| {
+            if p.payload.kind() == payload.kind() {
+                p.payload.merge(payload);
+            } else {
+                p.payload = payload.clone();
+            }
+            p.class = class;
+        })
+        .or_insert_with(|| Pending {
+            payload: payload.clone(),
+            class,
+            since: now,
+        });
+    Some(&slot.payload)
+}
+
+fn group(items: Vec<(PeerAddr, Key, Payload)>) -> Vec<(PeerAddr, Vec<(Key, Payload)>)> {
+    let mut by: HashMap<PeerAddr, Vec<(Key, Payload)>> = HashMap::new();
+    for (peer, key, payload) in items {
+        let list = by.entry(peer).or_default();
+        match list.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, p)) => {
+                p.merge(&payload);
+            }
+            None => list.push((key, payload)),
+        }
+    }
+    by.into_iter().collect()
+}
+
+/// The replicated store: a [`Store`] over a shared [`Replica`].
+#[derive(Clone, Debug)]
+pub struct ReplicaStore {
+    replica: Arc<Replica>,
+}
+
+impl ReplicaStore {
+    /// A store deciding on `replica`.
+    pub fn new(replica: Arc<Replica>) -> ReplicaStore {
+        ReplicaStore { replica }
+    }
+
+    /// The replica.
+    pub fn replica(&self) -> &Arc<Replica> {
+        &self.replica
+    }
+}
+
+fn no_copies() -> StoreError {
+    StoreError::Unsupported(
+        "copy-limited resources need the Redis store; a replicated cluster has no single owner \
+         of truth"
+            .into(),
+    )
+}
+
+impl Store for ReplicaStore {
+    async fn decide(
+        &self,
+        plan: &Plan,
+        now: Nanos,
+        request: Request,
+        mode: Mode,
+    ) -> Result<PlanDecision, StoreError> {
+        self.replica.decide_now(plan, now, request, mode)
+    }
+
+    async fn reserve(
+        &self,
+        _pool: &PoolKey,
+        _limits: &CopyLimits,
+        _domain: &str,
+        _request: Request,
+        _now: Nanos,
+    ) -> Result<Reservation, StoreError> {
+        Err(no_copies())
+    }
+
+    async fn release(
+        &self,
+        _pool: &PoolKey,
+        _domain: &str,
+        _groups: &Groups,
+        _copies: u64,
+    ) -> Result<(), StoreError> {
+        Err(no_copies())
+    }
+
+    async fn transfer(
+        &self,
+        _pool: &PoolKey,
+        _domain: &str,
+        _groups: &Groups,
+        _copies: u64,
+        _ttl: Nanos,
+        _now: Nanos,
+    ) -> Result<TransferId, StoreError> {
+        Err(no_copies())
+    }
+
+    async fn seize(&self, _id: TransferId, _now: Nanos) -> Result<Seized, StoreError> {
+        Err(no_copies())
+    }
+
+    async fn sweep(&self, now: Nanos) {
+        self.replica.sweep_now(now);
+    }
+
+    fn prepare(
+        &self,
+        id: LimitId,
+        limit: Limit,
+        replication: Option<&Replication>,
+    ) -> Result<Limit, String> {
+        self.replica.prepare_limit(id, limit, replication)
+    }
+
+    fn check_limit(&self, limit: &Limit) -> Result<(), String> {
+        match limit {
+            Limit::Replicated(_) => Ok(()),
+            other => Err(format!(
+                "`{}` is not replicated; a cluster decides only replicated limits",
+                other.algorithm_name()
+            )),
+        }
+    }
+
+    fn holds_copies(&self) -> bool {
+        false
+    }
+
+    fn is_ready(&self) -> bool {
+        self.replica.is_synced() && self.replica.is_healthy()
+    }
+}

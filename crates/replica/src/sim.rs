@@ -1,0 +1,248 @@
+//! A deterministic, in-memory network of [`Node`]s on simulated time: the
+//! same node code the real cluster runs, with datagrams delivered after a
+//! fixed latency, links that can be cut, and every random choice seeded.
+//! Tests use it to check the protocol without sockets or wall-clock time;
+//! the simulator (`tollgate sim`) builds on it.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use tollgate_core::replicated::NodeId;
+use tollgate_core::Nanos;
+
+use crate::node::{Node, NodeConfig, Output, Timer};
+use crate::replica::{Replica, ReplicaOptions};
+use crate::wire::ClusterKey;
+
+enum Event {
+    Datagram {
+        to: usize,
+        from: SocketAddr,
+        bytes: Vec<u8>,
+    },
+    Timer {
+        node: usize,
+        timer: Timer,
+    },
+    Wake {
+        node: usize,
+    },
+}
+
+/// A simulated cluster; see the [module docs](self).
+pub struct SimNet {
+    nodes: Vec<Option<Node>>,
+    replicas: Vec<Arc<Replica>>,
+    addrs: Vec<SocketAddr>,
+    queue: BinaryHeap<Reverse<(Nanos, u64)>>,
+    events: HashMap<u64, Event>,
+    next: u64,
+    now: Nanos,
+    latency: Nanos,
+    cut: HashSet<(usize, usize)>,
+    /// Datagrams delivered.
+    pub delivered: u64,
+    /// Bytes delivered.
+    pub bytes: u64,
+}
+
+/// The address of simulated node `i`.
+pub fn addr_of(i: usize) -> SocketAddr {
+    SocketAddr::from((
+        Ipv4Addr::LOCALHOST,
+        10_000 + u16::try_from(i).unwrap_or(u16::MAX),
+    ))
+}
+
+impl SimNet {
+    /// `n` nodes of cluster `sim`, every one seeded with every other, time
+    /// starting at `start`, datagrams taking `latency`. `options` builds
+    /// each node's replica options from its id.
+    pub fn new(
+        n: usize,
+        start: Nanos,
+        latency: Nanos,
+        seed: u64,
+        options: impl Fn(NodeId) -> ReplicaOptions,
+    ) -> SimNet {
+        let addrs: Vec<SocketAddr> = (0..n).map(addr_of).collect();
+        let mut net = SimNet {
+            nodes: Vec::new(),
+            replicas: Vec::new(),
+            addrs: addrs.clone(),
+            queue: BinaryHeap::new(),
+            events: HashMap::new(),
+            next: 0,
+            now: start,
+            latency,
+            cut: HashSet::new(),
+            delivered: 0,
+            bytes: 0,
+        };
+        for i in 0..n {
+            let replica = Arc::new(Replica::new(options(NodeId(i as u64 + 1))));
+            net.replicas.push(replica);
+            net.nodes.push(None);
+            net.boot(i, seed.wrapping_add(i as u64));
+        }
+        net
+    }
+
+    fn config(&self, i: usize) -> NodeConfig {
+        NodeConfig {
+            cluster: "sim".into(),
+            node: NodeId(i as u64 + 1),
+            addr: self.addrs[i],
+            seeds: self.addrs.clone(),
+            key: ClusterKey::new(b"simulated cluster secret", "sim"),
+            incarnation: self.now.as_u64(),
+            max_clock_skew: Nanos::from_millis(250),
+            join_timeout: Nanos::from_secs(3),
+            probe_interval: Nanos::from_secs(1),
+            expected_size: u32::try_from(self.addrs.len()).unwrap_or(u32::MAX),
+        }
+    }
+
+    fn boot(&mut self, i: usize, seed: u64) {
+        let mut node = Node::new(self.config(i), Arc::clone(&self.replicas[i]), seed);
+        let out = node.start(self.now);
+        self.nodes[i] = Some(node);
+        self.apply(i, out);
+    }
+
+    /// Node `i`'s replica.
+    pub fn replica(&self, i: usize) -> &Arc<Replica> {
+        &self.replicas[i]
+    }
+
+    /// Node `i`, if running.
+    pub fn node(&self, i: usize) -> Option<&Node> {
+        self.nodes[i].as_ref()
+    }
+
+    /// Simulated now.
+    pub fn now(&self) -> Nanos {
+        self.now
+    }
+
+    /// Stops node `i` at once, as a crash would: nothing more is sent or
+    /// received, its state is lost.
+    pub fn crash(&mut self, i: usize) {
+        self.nodes[i] = None;
+    }
+
+    /// Restarts a crashed node `i` with an empty replica (`options` for its
+    /// replica) and a new incarnation.
+    pub fn restart(&mut self, i: usize, options: ReplicaOptions, seed: u64) {
+        self.replicas[i] = Arc::new(Replica::new(options));
+        self.boot(i, seed);
+    }
+
+    /// Cuts (or heals, `cut == false`) the link between `a` and `b`, both
+    /// ways.
+    pub fn set_cut(&mut self, a: usize, b: usize, cut: bool) {
+        for pair in [(a, b), (b, a)] {
+            if cut {
+                self.cut.insert(pair);
+            } else {
+                self.cut.remove(&pair);
+            }
+        }
+    }
+
+    fn schedule(&mut self, at: Nanos, event: Event) {
+        let id = self.next;
+        self.next += 1;
+        self.queue.push(Reverse((at, id)));
+        self.events.insert(id, event);
+    }
+
+    fn apply(&mut self, i: usize, out: Output) {
+        for (after, timer) in out.timers {
+            let at = self.now.saturating_add(Nanos::new(
+                u64::try_from(after.as_nanos()).unwrap_or(u64::MAX),
+            ));
+            self.schedule(at, Event::Timer { node: i, timer });
+        }
+        for (to, bytes) in out.sends {
+            let Some(j) = self.addrs.iter().position(|a| *a == to) else {
+                continue;
+            };
+            if self.cut.contains(&(i, j)) {
+                continue;
+            }
+            let at = self.now.saturating_add(self.latency);
+            let from = self.addrs[i];
+            self.schedule(at, Event::Datagram { to: j, from, bytes });
+        }
+    }
+
+    /// Asks node `i` to send what its replica queued urgently (the real
+    /// runtime does it when the replica wakes it).
+    pub fn wake(&mut self, i: usize) {
+        let now = self.now;
+        self.schedule(now, Event::Wake { node: i });
+    }
+
+    /// Decides `plan` on node `i` now, as a request would, and lets the
+    /// node send what became urgent (eager pushes).
+    pub fn decide(
+        &mut self,
+        i: usize,
+        plan: &tollgate_store::Plan,
+        request: tollgate_core::Request,
+    ) -> Result<tollgate_core::PlanDecision, tollgate_store::StoreError> {
+        let d = self.replicas[i].decide_now(plan, self.now, request, tollgate_core::Mode::Try);
+        self.wake(i);
+        d
+    }
+
+    /// Runs every event up to `until` (inclusive), then sets the time to it.
+    pub fn run_until(&mut self, until: Nanos) {
+        while let Some(Reverse((at, id))) = self.queue.peek().copied() {
+            if at > until {
+                break;
+            }
+            self.queue.pop();
+            self.now = at;
+            let Some(event) = self.events.remove(&id) else {
+                continue;
+            };
+            match event {
+                Event::Datagram { to, from, bytes } => {
+                    let sender = self.addrs.iter().position(|a| *a == from);
+                    if sender.is_some_and(|s| self.cut.contains(&(s, to))) {
+                        continue;
+                    }
+                    self.delivered += 1;
+                    self.bytes += bytes.len() as u64;
+                    if let Some(node) = self.nodes[to].as_mut() {
+                        let out = node.handle_datagram(from, &bytes, at);
+                        self.apply(to, out);
+                    }
+                }
+                Event::Timer { node, timer } => {
+                    if let Some(n) = self.nodes[node].as_mut() {
+                        let out = n.handle_timer(timer, at);
+                        self.apply(node, out);
+                    }
+                }
+                Event::Wake { node } => {
+                    if let Some(n) = self.nodes[node].as_mut() {
+                        let out = n.flush_urgent(at);
+                        self.apply(node, out);
+                    }
+                }
+            }
+        }
+        self.now = until;
+    }
+
+    /// Runs for `span` of simulated time.
+    pub fn run_for(&mut self, span: Nanos) {
+        let until = self.now.saturating_add(span);
+        self.run_until(until);
+    }
+}
