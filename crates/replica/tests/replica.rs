@@ -1,0 +1,273 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The replicated store's bookkeeping, without a network: what goes into
+//! which neighbour's delta (thesis §3.1, §4.2), eager pushes (§4.2.3),
+//! least-informed-neighbour-first (§4.2.4), overflow, the epoch pull, and
+//! dropping idle keys only after the retention margin.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use tollgate_core::replicated::strategy::{Eager, Payload, Replication, StrategyKind};
+use tollgate_core::replicated::NodeId;
+use tollgate_core::{Limit, Mode, Nanos, Rate, Request, TokenBucket};
+use tollgate_replica::{Class, Replica, ReplicaOptions, Round};
+use tollgate_store::{Key, LimitId, Plan};
+
+const T0: Nanos = Nanos::from_secs(1_800_000_000);
+const LIMIT: LimitId = LimitId(11);
+
+fn peer(n: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], n))
+}
+
+fn replica(node: u64, max_delta_keys: usize) -> Replica {
+    let r = Replica::new(ReplicaOptions {
+        node: NodeId(node),
+        max_delta_keys,
+        ..ReplicaOptions::default()
+    });
+    r.set_synced(true);
+    r
+}
+
+fn plan(r: &Replica, how: &Replication, capacity: u64, domain: &str) -> Plan {
+    let tb = TokenBucket::new(capacity, Rate::new(1, Nanos::from_secs(1)).unwrap()).unwrap();
+    let limit = r
+        .prepare_limit(LIMIT, Limit::TokenBucket(tb), Some(how))
+        .unwrap();
+    Plan::single(Key::new(LIMIT, domain), Arc::new(limit))
+}
+
+fn class(how: &Replication) -> Class {
+    Class {
+        interval: how.gossip_interval,
+        least_informed: how.least_informed,
+        everyone: how.strategy == StrategyKind::Epoch,
+    }
+}
+
+/// Every round of `class` until nothing is left, by peer.
+fn drain(r: &Replica, class: Class, now: Nanos) -> Vec<(SocketAddr, Vec<(Key, Payload)>)> {
+    let mut rng = SmallRng::seed_from_u64(1);
+    let mut out = Vec::new();
+    for _ in 0..64 {
+        for round in r.take_round(class, now, &mut rng) {
+            match round {
+                Round::Delta(p, items) => out.push((p, items)),
+                Round::Resync(p) => out.push((p, Vec::new())),
+            }
+        }
+    }
+    out
+}
+
+fn plain_queue() -> Replication {
+    Replication {
+        eager: None,
+        ..Replication::new(StrategyKind::Queue)
+    }
+}
+
+#[test]
+fn a_local_grant_goes_to_every_neighbour_and_a_merged_change_never_back_to_its_sender() {
+    let how = plain_queue();
+    let sender = replica(2, 1000);
+    let p = plan(&sender, &how, 10, "u");
+    sender.set_synced(true);
+    sender
+        .decide_now(&p, T0, Request::exactly(3), Mode::Try)
+        .unwrap();
+    // What node 2 would send: the full state of its key.
+    let items = sender.full_state(T0);
+    assert_eq!(items.len(), 1);
+
+    let r = replica(1, 1000);
+    plan(&r, &how, 10, "u");
+    for n in [1, 2, 3] {
+        r.add_peer(peer(n));
+    }
+    assert_eq!(r.absorb(peer(2), items.clone(), T0), 1);
+    let sent = drain(&r, class(&how), T0);
+    let to: Vec<SocketAddr> = sent.iter().map(|(p, _)| *p).collect();
+    assert!(to.contains(&peer(1)) && to.contains(&peer(3)), "{to:?}");
+    assert!(!to.contains(&peer(2)), "echoed to its sender: {to:?}");
+    // Receiving it again changes nothing and forwards nothing.
+    assert_eq!(r.absorb(peer(2), items, T0), 0);
+    assert!(drain(&r, class(&how), T0).is_empty());
+
+    // A local grant goes to all three.
+    let p = plan(&r, &how, 10, "u");
+    r.decide_now(&p, T0, Request::exactly(1), Mode::Try)
+        .unwrap();
+    let mut to: Vec<SocketAddr> = drain(&r, class(&how), T0).iter().map(|(p, _)| *p).collect();
+    to.sort();
+    assert_eq!(to, vec![peer(1), peer(2), peer(3)]);
+}
+
+#[test]
+fn a_frequent_key_is_pushed_at_once_when_its_window_fills() {
+    let how = Replication {
+        eager: Some(Eager {
+            window: Some(3),
+            threshold: Nanos::from_millis(100),
+        }),
+        ..Replication::new(StrategyKind::Queue)
+    };
+    let r = replica(1, 1000);
+    r.add_peer(peer(2));
+    let p = plan(&r, &how, 10, "hot");
+    // Two grants 50 ms apart: below the window, nothing urgent.
+    for i in 0..2 {
+        let at = T0.saturating_add(Nanos::from_millis(50 * i));
+        r.decide_now(&p, at, Request::exactly(1), Mode::Try)
+            .unwrap();
+    }
+    assert!(r.take_urgent().is_empty());
+    // The third fills the window at an average gap under 100 ms.
+    r.decide_now(
+        &p,
+        T0.saturating_add(Nanos::from_millis(100)),
+        Request::exactly(1),
+        Mode::Try,
+    )
+    .unwrap();
+    let urgent = r.take_urgent();
+    assert_eq!(urgent.len(), 1);
+    let (to, items) = &urgent[0];
+    assert_eq!(*to, peer(2));
+    assert_eq!(items[0].1.updates(), 3, "the whole window goes");
+    assert_eq!(
+        r.stats
+            .eager_pushes
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    // ... and it left the delta: the next round has nothing.
+    assert!(drain(&r, class(&how), T0).is_empty());
+
+    // Slow grants (a second apart) never trigger it.
+    let slow = replica(1, 1000);
+    slow.add_peer(peer(2));
+    let p = plan(&slow, &how, 10, "slow");
+    for i in 0..5 {
+        let at = T0.saturating_add(Nanos::from_secs(i));
+        slow.decide_now(&p, at, Request::exactly(1), Mode::Try)
+            .unwrap();
+    }
+    assert!(slow.take_urgent().is_empty());
+}
+
+#[test]
+fn least_informed_first_picks_the_neighbour_with_most_updates_queued() {
+    let how = Replication {
+        eager: None,
+        least_informed: true,
+        ..Replication::new(StrategyKind::Queue)
+    };
+    // Node 2 sent four elements: peers 1 and 3 get them, not 2. Then one
+    // local grant goes to all three: 1 and 3 have 5 queued, 2 has 1.
+    let sender = replica(2, 1000);
+    let p = plan(&sender, &how, 10, "u");
+    sender
+        .decide_now(&p, T0, Request::exactly(4), Mode::Try)
+        .unwrap();
+    let r = replica(1, 1000);
+    plan(&r, &how, 10, "u");
+    for n in [1, 2, 3] {
+        r.add_peer(peer(n));
+    }
+    r.absorb(peer(2), sender.full_state(T0), T0);
+    let p = plan(&r, &how, 10, "u");
+    r.decide_now(&p, T0, Request::exactly(1), Mode::Try)
+        .unwrap();
+    let mut rng = SmallRng::seed_from_u64(7);
+    let first = r.take_round(class(&how), T0, &mut rng);
+    let second = r.take_round(class(&how), T0, &mut rng);
+    let third = r.take_round(class(&how), T0, &mut rng);
+    let peer_of = |rounds: &[Round]| match &rounds[0] {
+        Round::Delta(p, _) | Round::Resync(p) => *p,
+    };
+    let mut best_two = [peer_of(&first), peer_of(&second)];
+    best_two.sort();
+    assert_eq!(best_two, [peer(1), peer(3)], "the two least informed first");
+    assert_eq!(peer_of(&third), peer(2));
+}
+
+#[test]
+fn an_overflowing_delta_becomes_a_full_state_resync() {
+    let how = plain_queue();
+    let r = replica(1, 2);
+    r.add_peer(peer(2));
+    for d in ["a", "b", "c"] {
+        let p = plan(&r, &how, 10, d);
+        r.decide_now(&p, T0, Request::exactly(1), Mode::Try)
+            .unwrap();
+    }
+    let mut rng = SmallRng::seed_from_u64(1);
+    let rounds = r.take_round(class(&how), T0, &mut rng);
+    assert!(
+        matches!(rounds.as_slice(), [Round::Resync(p)] if *p == peer(2)),
+        "{rounds:?}"
+    );
+    assert_eq!(
+        r.stats.resyncs.load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    assert_eq!(r.full_state(T0).len(), 3, "the full state has every key");
+}
+
+#[test]
+fn an_epoch_report_missing_what_this_node_knows_is_answered() {
+    let how = Replication::new(StrategyKind::Epoch);
+    let a = replica(1, 1000);
+    let b = replica(2, 1000);
+    a.add_peer(peer(2));
+    b.add_peer(peer(1));
+    let pa = plan(&a, &how, 10, "e");
+    let pb = plan(&b, &how, 10, "e");
+    a.decide_now(&pa, T0, Request::exactly(2), Mode::Try)
+        .unwrap();
+    b.decide_now(&pb, T0, Request::exactly(3), Mode::Try)
+        .unwrap();
+    // The next epoch: both commit and report.
+    let t1 = T0.saturating_add(Nanos::from_secs(1));
+    let from_a = drain(&a, class(&how), t1);
+    assert_eq!(from_a.len(), 1);
+    let (to, items) = from_a.into_iter().next().unwrap();
+    assert_eq!(to, peer(2));
+    // b merges a's report and, since a's lacks b's own entry, answers.
+    b.absorb(peer(1), items, t1);
+    let answer = b.take_urgent();
+    assert_eq!(answer.len(), 1, "{answer:?}");
+    assert_eq!(answer[0].0, peer(1));
+    a.absorb(peer(2), answer[0].1.clone(), t1);
+    // Each subtracted the other's traffic, and a second refilled one
+    // token: 10 − 2 − 3 + 1 = 6 on both.
+    for (r, p) in [(&a, &pa), (&b, &pb)] {
+        let left = r
+            .decide_now(p, t1, Request::exactly(0), Mode::Try)
+            .unwrap()
+            .decisions[0]
+            .remaining;
+        assert_eq!(left, 6);
+    }
+}
+
+#[test]
+fn an_idle_key_is_dropped_only_after_the_retention_margin() {
+    let how = Replication::new(StrategyKind::Counter);
+    let r = replica(1, 1000);
+    let p = plan(&r, &how, 2, "idle");
+    r.decide_now(&p, T0, Request::exactly(2), Mode::Try)
+        .unwrap();
+    assert_eq!(r.keys(), 1);
+    // Full again 2 s later (1 token a second); the margin is 3 s (ten
+    // gossip intervals of 300 ms).
+    let full = T0.saturating_add(Nanos::from_secs(2));
+    r.sweep_now(full.saturating_add(Nanos::from_secs(1)));
+    assert_eq!(r.keys(), 1, "dropped before the margin");
+    r.sweep_now(full.saturating_add(how.retention_margin()));
+    assert_eq!(r.keys(), 0);
+}
