@@ -155,6 +155,7 @@ pub struct Node {
     streams: HashMap<(SocketAddr, u64), u32>,
     next_stream: u64,
     classes: HashSet<Class>,
+    leaving: bool,
 }
 
 impl std::fmt::Debug for Node {
@@ -211,6 +212,7 @@ impl Node {
             streams: HashMap::new(),
             next_stream: 0,
             classes: HashSet::new(),
+            leaving: false,
         }
     }
 
@@ -228,27 +230,8 @@ impl Node {
     /// node without seeds is the first of its cluster and decides at once.
     pub fn start(&mut self, now: Nanos) -> Output {
         let mut out = Output::default();
-        let seeds: Vec<SocketAddr> = self
-            .config
-            .seeds
-            .iter()
-            .copied()
-            .filter(|s| *s != self.config.addr)
-            .collect();
-        if seeds.is_empty() {
+        if self.announce_to_seeds() == 0 {
             self.replica.set_synced(true);
-        }
-        for seed in seeds {
-            // The seed's id is unknown: announce to a placeholder with its
-            // address, which loses to the real identity when it answers.
-            let placeholder = Peer {
-                addr: seed,
-                node: 0,
-                bump: 0,
-            };
-            if let Err(e) = self.foca.announce(placeholder, &mut self.runtime) {
-                tracing::warn!(%seed, error = %e, "cannot announce to a seed");
-            }
         }
         self.drain_membership(now, &mut out);
         out.timers
@@ -259,9 +242,38 @@ impl Node {
         out
     }
 
+    /// Announces this node to every seed that is not a live member, and
+    /// answers how many there were. Called at start and every second
+    /// after: an announce lost because a seed was not up yet, or the
+    /// network was cut, is sent again, so a node that started alone joins
+    /// its cluster as soon as a seed answers.
+    fn announce_to_seeds(&mut self) -> usize {
+        let seeds: Vec<SocketAddr> = self
+            .config
+            .seeds
+            .iter()
+            .copied()
+            .filter(|s| *s != self.config.addr && !self.members.contains_key(s))
+            .collect();
+        for &seed in &seeds {
+            // The seed's id is unknown: announce to a placeholder with its
+            // address, which loses to the real identity when it answers.
+            let placeholder = Peer {
+                addr: seed,
+                node: 0,
+                bump: 0,
+            };
+            if let Err(e) = self.foca.announce(placeholder, &mut self.runtime) {
+                tracing::debug!(%seed, error = %e, "cannot announce to a seed");
+            }
+        }
+        seeds.len()
+    }
+
     /// Leaves the cluster gracefully (peers stop waiting for this node).
     pub fn leave(&mut self, now: Nanos) -> Output {
         let mut out = Output::default();
+        self.leaving = true;
         let _ = self.foca.leave_cluster(&mut self.runtime);
         self.drain_membership(now, &mut out);
         out
@@ -380,6 +392,8 @@ impl Node {
                 }
             }
             Timer::Housekeeping => {
+                self.announce_to_seeds();
+                self.drain_membership(now, &mut out);
                 for class in self.replica.classes() {
                     if self.classes.insert(class) {
                         out.timers
@@ -460,7 +474,7 @@ impl Node {
                     self.replica.remove_peer(before.addr);
                     self.member_up(after, now, out);
                 }
-                OwnedNotification::Defunct => {
+                OwnedNotification::Defunct if !self.leaving => {
                     tracing::warn!("declared down by the cluster: rejoining");
                     let _ = self.foca.reuse_down_identity();
                 }
@@ -486,8 +500,16 @@ impl Node {
             metrics::counter!(m::DROPPED, "reason" => "conflicting_node_id").increment(1);
         }
         tracing::info!(peer = %peer.addr, node = peer.node, "member up");
-        self.replica.add_peer(peer.addr);
-        self.members.insert(peer.addr, peer);
+        let addr = peer.addr;
+        self.replica.add_peer(addr);
+        self.members.insert(addr, peer);
+        if self.replica.is_synced() {
+            // A member that was away (a partition, a restart, a node that
+            // started alone) missed what was granted meanwhile, and its
+            // delta starts empty: it gets everything. Both sides of a
+            // healed partition do this, so each merges the other's grants.
+            self.send_full(addr, now, out);
+        }
         self.ask_full(now, out);
     }
 

@@ -158,6 +158,70 @@ fn each_side_of_a_partition_keeps_limiting_and_heals() {
     }
 }
 
+/// After a partition heals, each side gets what the other granted
+/// meanwhile, with no request to stir it: a member that comes back is sent
+/// a full state.
+#[test]
+fn a_healed_partition_exchanges_what_each_side_granted() {
+    for how in [
+        Replication::new(StrategyKind::Counter),
+        Replication::new(StrategyKind::Queue),
+    ] {
+        let mut net = net(3, 5);
+        // Every node has the config's limit.
+        for i in 0..3 {
+            plan(net.replica(i), &how, 10, "h");
+        }
+        net.set_cut(0, 2, true);
+        net.set_cut(1, 2, true);
+        // Long enough for both sides to declare the other down.
+        net.run_for(Nanos::from_secs(8));
+        assert_eq!(net.node(2).unwrap().members().count(), 0);
+        for _ in 0..3 {
+            hit(&mut net, 0, &how, 10, "h");
+        }
+        for _ in 0..2 {
+            hit(&mut net, 2, &how, 10, "h");
+        }
+        net.run_for(Nanos::from_secs(2));
+        net.set_cut(0, 2, false);
+        net.set_cut(1, 2, false);
+        net.run_for(Nanos::from_secs(10));
+        let key = Key::new(LIMIT, "h");
+        let states: Vec<_> = (0..3).map(|i| net.replica(i).state_of(&key)).collect();
+        assert!(states[0].is_some());
+        assert!(
+            states.iter().all(|s| *s == states[0]),
+            "{how:?}: states differ after healing: {states:?}"
+        );
+        assert_eq!(remaining(&mut net, 1, &how, 10, "h"), 5, "{how:?}");
+    }
+}
+
+/// A node that found none of its seeds at start decides alone, and joins
+/// (both ways merging what was granted) once a seed answers.
+#[test]
+fn a_node_that_started_alone_joins_when_its_seeds_appear() {
+    let how = Replication::new(StrategyKind::Counter);
+    let mut net = SimNet::new(2, START, Nanos::from_millis(1), 6, options);
+    for i in 0..2 {
+        plan(net.replica(i), &how, 10, "s");
+    }
+    net.set_cut(0, 1, true);
+    net.run_for(Nanos::from_secs(5));
+    assert!(net.replica(0).is_synced() && net.replica(1).is_synced());
+    assert_eq!(net.node(0).unwrap().members().count(), 0);
+    hit(&mut net, 0, &how, 10, "s");
+    hit(&mut net, 1, &how, 10, "s");
+    net.set_cut(0, 1, false);
+    net.run_for(Nanos::from_secs(5));
+    assert_eq!(net.node(0).unwrap().members().count(), 1);
+    assert_eq!(net.node(1).unwrap().members().count(), 1);
+    let key = Key::new(LIMIT, "s");
+    assert_eq!(net.replica(0).state_of(&key), net.replica(1).state_of(&key));
+    assert_eq!(remaining(&mut net, 0, &how, 10, "s"), 8);
+}
+
 /// The precision bound, per strategy: one client sends a request every
 /// 10 ms, round-robin over three nodes, to a bucket of 30 that does not
 /// refill during the test. A grant is visible to every node once gossip
