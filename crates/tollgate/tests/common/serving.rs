@@ -132,6 +132,56 @@ impl Serving {
         (status, v)
     }
 
+    /// The gossip address of a `--cluster` server, from its "listening"
+    /// line (logged as `Some(ADDR)`).
+    pub fn gossip(&self) -> SocketAddr {
+        // `start` returns when the reader thread has seen the line, which
+        // it stores just after: give it a moment.
+        let mut line = None;
+        for _ in 0..500 {
+            line = self.logged("tollgate listening").into_iter().next();
+            if line.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let line = line
+            .unwrap_or_else(|| panic!("no listening line; logs: {:?}", self.logs.lock().unwrap()));
+        let field = line["fields"]["gossip"].as_str().unwrap_or("");
+        field
+            .strip_prefix("Some(")
+            .and_then(|s| s.strip_suffix(')'))
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no gossip address in {line}"))
+    }
+
+    /// The value of one series of `/metrics`, written as Prometheus writes
+    /// it (`name` or `name{label="value"}`); `None` when it is absent.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        let (status, text) = self.http("GET", "/metrics", None);
+        assert_eq!(status, 200, "GET /metrics: {text}");
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.rsplit_once(' '))
+            .find(|(name, _)| *name == series)
+            .map(|(_, v)| {
+                v.trim()
+                    .parse()
+                    .unwrap_or_else(|e| panic!("{series}: {v:?} is not a number ({e})"))
+            })
+    }
+
+    /// The log lines whose message is `message`.
+    pub fn logged(&self, message: &str) -> Vec<Value> {
+        self.logs
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l["fields"]["message"] == message)
+            .cloned()
+            .collect()
+    }
+
     pub fn poll(&self, what: &str, mut check: impl FnMut(&Serving) -> bool) {
         for _ in 0..1000 {
             if check(self) {
