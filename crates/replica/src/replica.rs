@@ -44,7 +44,7 @@ use tollgate_core::replicated::strategy::{
 };
 use tollgate_core::replicated::NodeId;
 use tollgate_core::{Algorithm, Limit, LimitState, Mode, Nanos, PlanDecision, Rate, Request};
-use tollgate_store::{Key, LimitId, Plan, PoolKey, Seized, Store, StoreError};
+use tollgate_store::{Key, LimitId, Plan, PlanItem, PoolKey, Seized, Store, StoreError};
 
 use crate::metrics as m;
 
@@ -161,6 +161,7 @@ pub struct Replica {
     synced: AtomicBool,
     healthy: AtomicBool,
     keys: AtomicU64,
+    last_sweep: AtomicU64,
     /// Counters.
     pub stats: ReplicaStats,
     /// Woken when urgent payloads wait ([`Replica::take_urgent`]).
@@ -178,6 +179,9 @@ impl std::fmt::Debug for Replica {
 
 const SHARDS: usize = 64;
 
+/// Least time between two sweeps through [`Store::sweep`].
+const SWEEP_EVERY: Nanos = Nanos::SECOND;
+
 impl Replica {
     /// An empty replica. It decides nothing until [`Replica::set_synced`]
     /// (the node calls it once a full state arrived, or nobody answered).
@@ -191,6 +195,7 @@ impl Replica {
             synced: AtomicBool::new(false),
             healthy: AtomicBool::new(true),
             keys: AtomicU64::new(0),
+            last_sweep: AtomicU64::new(0),
             stats: ReplicaStats::default(),
             wake: tokio::sync::Notify::new(),
         }
@@ -319,6 +324,9 @@ impl Replica {
             ));
         }
         let items = &plan.items;
+        if let [item] = items.as_slice() {
+            return self.decide_one(item, now, request, mode);
+        }
         let shard_ids: SmallVec<[usize; 4]> = items.iter().map(|i| self.shard(&i.key)).collect();
         for (i, a) in items.iter().enumerate() {
             if items[..i].iter().any(|b| b.key == a.key) {
@@ -328,6 +336,8 @@ impl Replica {
         let mut order = shard_ids.clone();
         order.sort_unstable();
         order.dedup();
+        // Ascending shard order is one global lock order (as in the
+        // memory store): two plans never wait on each other in a cycle.
         let mut guards: SmallVec<[MutexGuard<'_, HashMap<Key, Entry>>; 4]> =
             order.iter().map(|&s| self.shards[s].lock()).collect();
         let pos: SmallVec<[usize; 4]> = shard_ids
@@ -335,23 +345,22 @@ impl Replica {
             .map(|s| order.partition_point(|o| o < s))
             .collect();
 
-        let mut states: SmallVec<[(LimitState, bool); 4]> = SmallVec::new();
+        // Each state taken out of its table (or fresh), with what it was
+        // last reported as.
+        let mut taken: SmallVec<[(LimitState, Option<Option<Payload>>); 4]> = SmallVec::new();
         let mut marks: SmallVec<[Mark; 4]> = SmallVec::new();
         for (i, item) in items.iter().enumerate() {
-            let (state, stored) = match guards[pos[i]].remove(&item.key) {
-                Some(e) => (e.state, true),
-                None => (item.limit.fresh(), false),
+            let (state, reported) = match guards[pos[i]].remove(&item.key) {
+                Some(e) => (e.state, Some(e.reported)),
+                None => (item.limit.fresh(), None),
             };
-            marks.push(match (&*item.limit, &state) {
-                (Limit::Replicated(r), LimitState::Replicated(s)) => r.mark(s),
-                _ => Mark::default(),
-            });
-            states.push((state, stored));
+            marks.push(mark_of(&item.limit, &state));
+            taken.push((state, reported));
         }
         let result = {
             let mut entries: SmallVec<[PlanEntry<'_>; 4]> = items
                 .iter()
-                .zip(states.iter_mut())
+                .zip(taken.iter_mut())
                 .map(|(item, (state, _))| PlanEntry {
                     limit: &item.limit,
                     state,
@@ -360,66 +369,124 @@ impl Replica {
                 .collect();
             plan::decide(&mut entries, now, request, mode)
         };
-        let mut changes: SmallVec<[(usize, Payload); 4]> = SmallVec::new();
-        if result.is_ok() {
-            for (i, item) in items.iter().enumerate() {
-                if let (Limit::Replicated(r), LimitState::Replicated(s)) =
-                    (&*item.limit, &states[i].0)
-                {
-                    if let Some(p) = r.local_changes(s, marks[i]) {
-                        changes.push((i, p));
-                    }
-                }
-            }
-        }
-        let mut epoch_keys: SmallVec<[usize; 4]> = SmallVec::new();
-        for (i, (state, stored)) in states.into_iter().enumerate() {
+        let mut news: SmallVec<[News; 4]> = SmallVec::new();
+        for (i, (state, reported)) in taken.into_iter().enumerate() {
             let item = &items[i];
-            let fresh = !stored && item.limit.is_idle(&state, now);
-            if fresh {
+            if result.is_ok() {
+                news.push(news_of(item, &state, marks[i], now));
+            }
+            let stored = reported.is_some();
+            if !stored && !self.room_for_new(&item.limit, &state, now) {
                 continue;
-            }
-            if !stored && self.keys() >= self.options.max_keys as u64 {
-                self.stats.at_capacity.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            if let (Limit::Replicated(r), true) = (&*item.limit, result.is_ok()) {
-                if r.kind() == StrategyKind::Epoch && !item.limit.is_idle(&state, now) {
-                    epoch_keys.push(i);
-                }
-            }
-            if !stored {
-                self.keys.fetch_add(1, Ordering::Relaxed);
             }
             guards[pos[i]].insert(
                 item.key.clone(),
                 Entry {
                     limit: Arc::clone(&item.limit),
                     state,
-                    reported: None,
+                    reported: reported.flatten(),
                 },
             );
         }
         drop(guards);
         let decision = result?;
-        if !changes.is_empty() || !epoch_keys.is_empty() {
-            let mut gossip = self.gossip.lock();
-            for &i in &epoch_keys {
-                gossip.epoch_keys.insert(items[i].key.clone());
+        self.publish(items, news, now);
+        Ok(decision)
+    }
+
+    /// A one-limit plan, the common case: decided in place under one lock.
+    fn decide_one(
+        &self,
+        item: &PlanItem,
+        now: Nanos,
+        request: Request,
+        mode: Mode,
+    ) -> Result<PlanDecision, StoreError> {
+        let mut shard = self.shards[self.shard(&item.key)].lock();
+        let decide = |state: &mut LimitState| {
+            let mark = mark_of(&item.limit, state);
+            let mut entries = [PlanEntry {
+                limit: &item.limit,
+                state,
+                shadow: item.shadow,
+            }];
+            let result = plan::decide(&mut entries, now, request, mode);
+            let news = result
+                .as_ref()
+                .ok()
+                .map(|_| news_of(item, entries[0].state, mark, now));
+            (result, news)
+        };
+        let (result, news) = match shard.get_mut(&item.key) {
+            Some(entry) => {
+                if !Arc::ptr_eq(&entry.limit, &item.limit) {
+                    entry.limit = Arc::clone(&item.limit);
+                }
+                decide(&mut entry.state)
             }
-            let mut woke = false;
-            for (i, payload) in changes {
-                let Limit::Replicated(r) = &*items[i].limit else {
-                    continue;
-                };
-                woke |= self.queue_local(&mut gossip, &items[i].key, r, payload, now);
+            None => {
+                let mut state = item.limit.fresh();
+                let out = decide(&mut state);
+                if self.room_for_new(&item.limit, &state, now) {
+                    shard.insert(
+                        item.key.clone(),
+                        Entry {
+                            limit: Arc::clone(&item.limit),
+                            state,
+                            reported: None,
+                        },
+                    );
+                }
+                out
             }
-            drop(gossip);
-            if woke {
-                self.wake.notify_one();
-            }
+        };
+        drop(shard);
+        let decision = result?;
+        if let Some(news) = news {
+            self.publish(
+                std::slice::from_ref(item),
+                [news].into_iter().collect(),
+                now,
+            );
         }
         Ok(decision)
+    }
+
+    /// Whether a new key's state is to be kept: not when it is still
+    /// fresh (nothing granted), nor when the replica is full (counted).
+    /// Counts it when kept.
+    fn room_for_new(&self, limit: &Limit, state: &LimitState, now: Nanos) -> bool {
+        if limit.is_idle(state, now) {
+            return false;
+        }
+        if self.keys() >= self.options.max_keys as u64 {
+            self.stats.at_capacity.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        self.keys.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Queues what decisions changed for the neighbours, and remembers
+    /// epoch keys whose reports are to be gossiped.
+    fn publish(&self, items: &[PlanItem], news: SmallVec<[News; 4]>, now: Nanos) {
+        if news.iter().all(|n| n.change.is_none() && !n.epoch) {
+            return;
+        }
+        let mut gossip = self.gossip.lock();
+        let mut woke = false;
+        for (item, n) in items.iter().zip(news) {
+            if n.epoch {
+                gossip.epoch_keys.insert(item.key.clone());
+            }
+            if let (Some(payload), Limit::Replicated(r)) = (n.change, &*item.limit) {
+                woke |= self.queue_local(&mut gossip, &item.key, r, payload, now);
+            }
+        }
+        drop(gossip);
+        if woke {
+            self.wake.notify_one();
+        }
     }
 
     /// Adds a local change to every peer's delta, pushing it at once to
@@ -815,6 +882,34 @@ fn take_for(gossip: &mut Gossip, peer: PeerAddr, class: Class) -> Option<Round> 
     Some(Round::Delta(peer, items))
 }
 
+/// What a decision changed for the neighbours.
+struct News {
+    /// The payload to add to every neighbour's delta.
+    change: Option<Payload>,
+    /// An epoch key with traffic: its report is to be gossiped.
+    epoch: bool,
+}
+
+fn mark_of(limit: &Limit, state: &LimitState) -> Mark {
+    match (limit, state) {
+        (Limit::Replicated(r), LimitState::Replicated(s)) => r.mark(s),
+        _ => Mark::default(),
+    }
+}
+
+fn news_of(item: &PlanItem, state: &LimitState, mark: Mark, now: Nanos) -> News {
+    match (&*item.limit, state) {
+        (Limit::Replicated(r), LimitState::Replicated(s)) => News {
+            change: r.local_changes(s, mark),
+            epoch: r.kind() == StrategyKind::Epoch && !item.limit.is_idle(state, now),
+        },
+        _ => News {
+            change: None,
+            epoch: false,
+        },
+    }
+}
+
 /// What one gossip round sends.
 #[derive(Debug)]
 pub enum Round {
@@ -956,7 +1051,16 @@ impl Store for ReplicaStore {
     }
 
     async fn sweep(&self, now: Nanos) {
-        self.replica.sweep_now(now);
+        // The server calls this every 250 ms; a key is dropped only after
+        // seconds of idleness anyway, so a pass over every key once a
+        // second is plenty.
+        let last = self.replica.last_sweep.load(Ordering::Relaxed);
+        if now.as_u64().saturating_sub(last) >= SWEEP_EVERY.as_u64() {
+            self.replica
+                .last_sweep
+                .store(now.as_u64(), Ordering::Relaxed);
+            self.replica.sweep_now(now);
+        }
     }
 
     fn prepare(

@@ -271,3 +271,55 @@ fn an_idle_key_is_dropped_only_after_the_retention_margin() {
     r.sweep_now(full.saturating_add(how.retention_margin()));
     assert_eq!(r.keys(), 0);
 }
+
+#[test]
+fn a_peek_or_a_rejection_gossips_nothing() {
+    for how in [Replication::new(StrategyKind::Counter), plain_queue()] {
+        let r = replica(1, 1000);
+        r.add_peer(peer(2));
+        let p = plan(&r, &how, 1, "u");
+        r.decide_now(&p, T0, Request::exactly(1), Mode::Try)
+            .unwrap();
+        assert_eq!(drain(&r, class(&how), T0).len(), 1, "{how:?}: the grant");
+        let peek = r
+            .decide_now(&p, T0, Request::exactly(0), Mode::Try)
+            .unwrap();
+        assert_eq!(peek.granted, 0);
+        let rejected = r
+            .decide_now(&p, T0, Request::exactly(1), Mode::Try)
+            .unwrap();
+        assert!(!rejected.allowed);
+        assert!(drain(&r, class(&how), T0).is_empty(), "{how:?}");
+    }
+}
+
+#[test]
+fn a_plan_of_several_keys_is_all_or_nothing_and_gossips_only_what_it_granted() {
+    let how = Replication::new(StrategyKind::Counter);
+    let r = replica(1, 1000);
+    r.add_peer(peer(2));
+    let one = plan(&r, &how, 1, "a");
+    let ten = plan(&r, &how, 10, "b");
+    let mut both = Plan::default();
+    for p in [&one, &ten] {
+        let item = &p.items[0];
+        both.push(item.key.clone(), Arc::clone(&item.limit), false);
+    }
+    let first = r
+        .decide_now(&both, T0, Request::exactly(1), Mode::Try)
+        .unwrap();
+    assert!(first.allowed);
+    let sent = drain(&r, class(&how), T0);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].1.len(), 2, "both keys changed");
+    // "a" is spent: the plan is refused, and "b" keeps its 9.
+    let second = r
+        .decide_now(&both, T0, Request::exactly(1), Mode::Try)
+        .unwrap();
+    assert!(!second.allowed);
+    assert!(drain(&r, class(&how), T0).is_empty());
+    let b = r
+        .decide_now(&ten, T0, Request::exactly(0), Mode::Try)
+        .unwrap();
+    assert_eq!(b.decisions[0].remaining, 9);
+}

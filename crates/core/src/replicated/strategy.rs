@@ -201,7 +201,12 @@ pub enum Payload {
 /// Where a key's state stood before a local decision, to tell afterwards
 /// what the decision added ([`ReplicatedLimit::mark`]).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
-pub struct Mark(Option<ElementId>);
+pub struct Mark {
+    /// A queue's newest element.
+    tail: Option<ElementId>,
+    /// A counter's tokens consumed by the deciding node.
+    consumed: u64,
+}
 
 impl Payload {
     /// The strategy this payload belongs to.
@@ -297,21 +302,31 @@ impl ReplicatedLimit {
     /// Where `state` stands, before a local decision.
     pub fn mark(&self, state: &ReplicatedState) -> Mark {
         match state {
-            ReplicatedState::Queue(q) => Mark(q.tail_id()),
-            _ => Mark(None),
+            ReplicatedState::Queue(q) => Mark {
+                tail: q.tail_id(),
+                consumed: 0,
+            },
+            ReplicatedState::Counter(s) => Mark {
+                tail: None,
+                consumed: s.consumed_by(self.node),
+            },
+            ReplicatedState::Epoch(_) => Mark::default(),
         }
     }
 
     /// What a local decision since `mark` changed, to add to every
-    /// neighbour's delta: a counter's whole (small) state, a queue's new
-    /// elements. `None` when nothing changed, and for an epoch bucket,
-    /// whose grants are gossiped as reports when the epoch closes
+    /// neighbour's delta: a counter's whole (small) state once this node
+    /// consumed more, a queue's new elements. `None` when nothing was
+    /// granted (a rejection or a peek gossips nothing), and for an epoch
+    /// bucket, whose grants are gossiped as reports when the epoch closes
     /// ([`ReplicatedLimit::report`]).
     pub fn local_changes(&self, state: &ReplicatedState, mark: Mark) -> Option<Payload> {
         match state {
-            ReplicatedState::Counter(s) if !s.is_empty() => Some(Payload::Counter(s.clone())),
+            ReplicatedState::Counter(s) if s.consumed_by(self.node) > mark.consumed => {
+                Some(Payload::Counter(s.clone()))
+            }
             ReplicatedState::Queue(q) => {
-                let new = q.elements_after(mark.0);
+                let new = q.elements_after(mark.tail);
                 (!new.is_empty()).then_some(Payload::Queue(new))
             }
             _ => None,
