@@ -255,7 +255,6 @@ impl Replica {
     /// become the resource's strategy on this node.
     pub fn prepare_limit(
         &self,
-        id: LimitId,
         limit: Limit,
         replication: Option<&Replication>,
     ) -> Result<Limit, String> {
@@ -292,9 +291,7 @@ impl Replica {
         let replicated = how
             .build(capacity, rate, self.options.node)
             .map_err(|e| e.to_string())?;
-        let limit = Limit::Replicated(replicated);
-        self.register(id, Arc::new(limit.clone()));
-        Ok(limit)
+        Ok(Limit::Replicated(replicated))
     }
 
     /// Makes `limit` known under `id`, so keys of it received from peers
@@ -303,6 +300,17 @@ impl Replica {
         if matches!(*limit, Limit::Replicated(_)) {
             self.limits.write().insert(id, limit);
         }
+    }
+
+    /// Makes exactly `limits` known (a config put in force): keys of
+    /// limits no longer served are not merged any more, and gossip classes
+    /// no longer used stop.
+    pub fn serve_limits(&self, limits: Vec<(LimitId, Arc<Limit>)>) {
+        let limits = limits
+            .into_iter()
+            .filter(|(_, l)| matches!(**l, Limit::Replicated(_)))
+            .collect();
+        *self.limits.write() = limits;
     }
 
     fn shard(&self, key: &Key) -> usize {
@@ -748,9 +756,9 @@ impl Replica {
                     reports.push((key.clone(), report));
                 }
             }
-            if entry.limit.is_idle(&entry.state, now) {
-                done.push(key);
-            }
+            // An idle key stays listed until the sweep drops its entry:
+            // forgetting it here could race with a grant that just
+            // listed it again.
         }
         let mut gossip = self.gossip.lock();
         for key in done {
@@ -1063,13 +1071,12 @@ impl Store for ReplicaStore {
         }
     }
 
-    fn prepare(
-        &self,
-        id: LimitId,
-        limit: Limit,
-        replication: Option<&Replication>,
-    ) -> Result<Limit, String> {
-        self.replica.prepare_limit(id, limit, replication)
+    fn prepare(&self, limit: Limit, replication: Option<&Replication>) -> Result<Limit, String> {
+        self.replica.prepare_limit(limit, replication)
+    }
+
+    fn serve_limits(&self, limits: Vec<(LimitId, Arc<Limit>)>) {
+        self.replica.serve_limits(limits);
     }
 
     fn check_limit(&self, limit: &Limit) -> Result<(), String> {

@@ -110,6 +110,28 @@ impl Replication {
         }
     }
 
+    /// A stable text naming every parameter, for limit ids: nodes of one
+    /// cluster must agree on it, across versions too (not `Debug`).
+    pub fn fingerprint(&self) -> String {
+        let eager = match self.eager {
+            None => "off".to_owned(),
+            Some(e) => format!(
+                "window={},threshold={}",
+                e.window
+                    .map_or_else(|| "auto".to_owned(), |w| w.to_string()),
+                e.threshold.as_u64()
+            ),
+        };
+        format!(
+            "strategy={};gossip={};eager={eager};least_informed={};epoch={};retention={}",
+            self.strategy.as_str(),
+            self.gossip_interval.as_u64(),
+            self.least_informed,
+            self.epoch.as_u64(),
+            self.retention_margin().as_u64(),
+        )
+    }
+
     /// The retention margin a queue uses (see [`Replication::retention`]).
     pub fn retention_margin(&self) -> Nanos {
         self.retention.unwrap_or_else(|| {
@@ -379,8 +401,13 @@ impl ReplicatedLimit {
                 s.merge(p).then(|| Payload::Counter(s.clone()))
             }
             (Strategy::Queue(q), ReplicatedState::Queue(s), Payload::Queue(p)) => {
-                let changes = s.merge_changes(p);
+                let mut changes = s.merge_changes(p);
                 q.prune(s, now);
+                // An element past its retention margin is pruned here at
+                // once; passing it on would make every node that already
+                // pruned it take it back, forward it and prune it again,
+                // for as long as late deltas keep it going round.
+                q.prune(&mut changes, now);
                 (!changes.is_empty()).then_some(Payload::Queue(changes))
             }
             (Strategy::Epoch(e), ReplicatedState::Epoch(s), Payload::Epoch(p)) => e
