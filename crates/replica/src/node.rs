@@ -39,7 +39,7 @@ use std::time::Duration;
 
 use foca::{AccumulatingRuntime, Foca, NoCustomBroadcast, OwnedNotification, PostcardCodec};
 use rand::rngs::SmallRng;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use tollgate_core::replicated::strategy::Payload;
 use tollgate_core::replicated::NodeId;
@@ -106,6 +106,9 @@ pub struct NodeConfig {
     pub probe_interval: Nanos,
     /// Expected members, for foca's suspicion and dissemination settings.
     pub expected_size: u32,
+    /// How often a full state goes to one random member, to repair what
+    /// lost datagrams dropped; zero turns it off.
+    pub anti_entropy: Nanos,
 }
 
 /// Timers a node asks for.
@@ -121,6 +124,8 @@ pub enum Timer {
     Join,
     /// Periodic duties: new gossip classes, metrics.
     Housekeeping,
+    /// A full state to a random member.
+    AntiEntropy,
 }
 
 /// What a node asks its runtime to do.
@@ -137,6 +142,16 @@ const FOCA_PACKET: usize = wire::MAX_MEMBERSHIP;
 
 /// How often periodic duties run.
 const HOUSEKEEPING: Duration = Duration::from_secs(1);
+
+/// Join timeouts a node waits through, asking a member each time, before
+/// it decides alone.
+const JOIN_ATTEMPTS: u32 = 2;
+
+/// Full-state transfers tracked at once while joining.
+const MAX_STREAMS: usize = 16;
+
+/// Least time between two full states sent to one member on request.
+const FULL_REQUEST_EVERY: Nanos = Nanos::from_secs(2);
 
 /// The node; see the [module docs](self).
 pub struct Node {
@@ -156,6 +171,12 @@ pub struct Node {
     next_stream: u64,
     classes: HashSet<Class>,
     leaving: bool,
+    join_attempts: u32,
+    last_asked: Option<SocketAddr>,
+    /// The last ping's time sent to each member.
+    pings: HashMap<SocketAddr, Nanos>,
+    /// When each member was last sent a full state on request.
+    answered: HashMap<SocketAddr, Nanos>,
 }
 
 impl std::fmt::Debug for Node {
@@ -213,6 +234,10 @@ impl Node {
             next_stream: 0,
             classes: HashSet::new(),
             leaving: false,
+            join_attempts: 0,
+            last_asked: None,
+            pings: HashMap::new(),
+            answered: HashMap::new(),
         }
     }
 
@@ -239,6 +264,10 @@ impl Node {
         out.timers
             .push((nanos(self.config.probe_interval), Timer::Probe));
         out.timers.push((Duration::ZERO, Timer::Housekeeping));
+        if !self.config.anti_entropy.is_zero() {
+            out.timers
+                .push((nanos(self.config.anti_entropy), Timer::AntiEntropy));
+        }
         out
     }
 
@@ -313,9 +342,7 @@ impl Node {
             Body::Delta { items } => {
                 self.replica.absorb(from, items, now);
             }
-            Body::FullRequest => {
-                self.send_full(from, now, &mut out);
-            }
+            Body::FullRequest => self.answer_full_request(from, now, &mut out),
             Body::Full {
                 stream,
                 index,
@@ -323,32 +350,50 @@ impl Node {
                 items,
             } => {
                 self.replica.absorb(from, items, now);
+                if self.replica.is_synced() {
+                    // A member sent its state after a partition, or as
+                    // anti-entropy: merged, nothing to count.
+                    return out;
+                }
+                if self.streams.len() >= MAX_STREAMS && !self.streams.contains_key(&(from, stream))
+                {
+                    self.streams.clear();
+                }
                 let seen = self.streams.entry((from, stream)).or_insert(0);
                 *seen = seen.saturating_add(1);
                 if last {
                     let complete = *seen == index.saturating_add(1);
                     self.streams.remove(&(from, stream));
                     metrics::counter!(m::FULL_STATES, "direction" => "received").increment(1);
-                    if complete && !self.replica.is_synced() {
+                    if complete {
                         tracing::info!(peer = %from, "full state received: deciding");
                         self.replica.set_synced(true);
-                    } else if !complete && !self.replica.is_synced() {
-                        // A chunk was lost: ask again (another peer if one
-                        // comes up first).
-                        self.asked = None;
-                        self.ask_full(now, &mut out);
+                        self.streams.clear();
                     }
+                    // Otherwise a chunk was lost: the join timer asks
+                    // again.
                 }
             }
-            Body::Ping { t1 } => {
+            // Only members are answered: a datagram replayed with a
+            // forged source gets nothing sent to a stranger.
+            Body::Ping { t1 } if self.members.contains_key(&from) => {
                 let t = now;
                 self.send(from, Body::Pong { t1, t2: t, t3: t }, now, &mut out);
             }
-            Body::Pong { t1, t2, t3 } => {
+            Body::Ping { .. } => {
+                metrics::counter!(m::DROPPED, "reason" => "not_a_member").increment(1);
+            }
+            // Only the answer to the last ping sent to that member counts,
+            // so a replayed pong cannot fake an offset.
+            Body::Pong { t1, t2, t3 } if self.pings.get(&from) == Some(&t1) => {
+                self.pings.remove(&from);
                 let t = |n: Nanos| i128::from(n.as_u64());
                 let offset = ((t(t2) - t(t1)) + (t(t3) - t(now))) / 2;
                 self.offsets.insert(from, offset);
                 self.check_clocks();
+            }
+            Body::Pong { .. } => {
+                metrics::counter!(m::DROPPED, "reason" => "unexpected_pong").increment(1);
             }
         }
         out
@@ -376,20 +421,53 @@ impl Node {
             Timer::Probe => {
                 let members: Vec<SocketAddr> = self.members.keys().copied().collect();
                 for peer in members {
+                    self.pings.insert(peer, now);
                     self.send(peer, Body::Ping { t1: now }, now, &mut out);
                 }
                 self.offsets.retain(|a, _| self.members.contains_key(a));
+                self.pings.retain(|a, _| self.members.contains_key(a));
                 self.check_clocks();
                 out.timers
                     .push((nanos(self.config.probe_interval), Timer::Probe));
             }
             Timer::Join => {
-                if !self.replica.is_synced() {
+                if self.replica.is_synced() {
+                    return out;
+                }
+                self.join_attempts = self.join_attempts.saturating_add(1);
+                if !self.members.is_empty() && self.join_attempts < JOIN_ATTEMPTS {
+                    // A member is there but no full state came (a lost
+                    // datagram, or it was joining too): ask the next one.
+                    tracing::info!(
+                        attempt = self.join_attempts,
+                        "no full state yet: asking again"
+                    );
+                    self.asked = None;
+                    self.ask_full(now, &mut out);
+                    out.timers
+                        .push((nanos(self.config.join_timeout), Timer::Join));
+                } else {
                     tracing::warn!(
-                        "no peer sent a full state within the join timeout: deciding alone"
+                        members = self.members.len(),
+                        "no member sent a full state: deciding alone (the first of the cluster, \
+                         or every member is joining too)"
                     );
                     self.replica.set_synced(true);
+                    self.streams.clear();
                 }
+            }
+            Timer::AntiEntropy => {
+                // Deltas are sent once; a datagram lost on a link no other
+                // node forwards over would be lost for good. A full state
+                // to one member now and then repairs any such gap.
+                if self.replica.is_synced() && !self.members.is_empty() {
+                    let mut members: Vec<SocketAddr> = self.members.keys().copied().collect();
+                    members.sort_unstable();
+                    let peer = members[self.rng.random_range(0..members.len())];
+                    self.send_full(peer, now, &mut out);
+                }
+                out.timers
+                    .push((nanos(self.config.anti_entropy), Timer::AntiEntropy));
             }
             Timer::Housekeeping => {
                 self.announce_to_seeds();
@@ -441,13 +519,50 @@ impl Node {
         self.send_items(peer, items, Some(stream), now, out);
     }
 
+    /// A member asks for this node's whole state. Answered only when this
+    /// node is synced (a joining node's state would let the asker start
+    /// from nothing), only to members (a replayed request with a forged
+    /// source gets nothing sent to a stranger), and at most once per
+    /// member every two seconds (a full state is large).
+    fn answer_full_request(&mut self, from: SocketAddr, now: Nanos, out: &mut Output) {
+        let reason = if !self.replica.is_synced() {
+            Some("not_synced")
+        } else if !self.members.contains_key(&from) {
+            Some("not_a_member")
+        } else if self
+            .answered
+            .get(&from)
+            .is_some_and(|at| now.saturating_sub(*at) < FULL_REQUEST_EVERY)
+        {
+            Some("full_request_throttled")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            metrics::counter!(m::DROPPED, "reason" => reason).increment(1);
+            return;
+        }
+        self.answered.insert(from, now);
+        self.answered.retain(|a, _| self.members.contains_key(a));
+        self.send_full(from, now, out);
+    }
+
     fn ask_full(&mut self, now: Nanos, out: &mut Output) {
         if self.replica.is_synced() || self.asked.is_some() {
             return;
         }
-        let Some(peer) = self.members.keys().min().copied() else {
+        // The member after the one asked last, in address order, so a
+        // second attempt asks someone else.
+        let mut members: Vec<SocketAddr> = self.members.keys().copied().collect();
+        members.sort_unstable();
+        let Some(&first) = members.first() else {
             return;
         };
+        let peer = self
+            .last_asked
+            .and_then(|last| members.iter().copied().find(|m| *m > last))
+            .unwrap_or(first);
+        self.last_asked = Some(peer);
         self.asked = Some(peer);
         tracing::info!(%peer, "asking a peer for a full state");
         self.send(peer, Body::FullRequest, now, out);
@@ -513,10 +628,19 @@ impl Node {
         self.ask_full(now, out);
     }
 
+    /// Unhealthy when the clocks of most members are beyond the bound
+    /// from this node's: then this node's clock is the odd one out. (Of
+    /// two nodes, neither can tell whose clock is wrong: both report it.)
     fn check_clocks(&mut self) {
         let worst = self.worst_skew().as_u64();
         metrics::gauge!(m::SKEW).set(worst as f64 / 1e9);
-        let healthy = worst <= self.config.max_clock_skew.as_u64();
+        let bound = u128::from(self.config.max_clock_skew.as_u64());
+        let off = self
+            .offsets
+            .values()
+            .filter(|o| o.unsigned_abs() > bound)
+            .count();
+        let healthy = off * 2 <= self.offsets.len();
         if healthy != self.replica.is_healthy() {
             if healthy {
                 tracing::info!("clock back within the allowed skew of the peers");

@@ -42,6 +42,8 @@ pub struct SimNet {
     now: Nanos,
     latency: Nanos,
     cut: HashSet<(usize, usize)>,
+    /// Each node's clock offset from simulated time, in nanoseconds.
+    offsets: Vec<i64>,
     /// Datagrams delivered.
     pub delivered: u64,
     /// Bytes delivered.
@@ -78,6 +80,7 @@ impl SimNet {
             now: start,
             latency,
             cut: HashSet::new(),
+            offsets: vec![0; n],
             delivered: 0,
             bytes: 0,
         };
@@ -102,12 +105,24 @@ impl SimNet {
             join_timeout: Nanos::from_secs(3),
             probe_interval: Nanos::from_secs(1),
             expected_size: u32::try_from(self.addrs.len()).unwrap_or(u32::MAX),
+            anti_entropy: Nanos::from_secs(30),
         }
+    }
+
+    /// Node `i`'s clock: simulated time plus its offset.
+    pub fn clock(&self, i: usize) -> Nanos {
+        let t = i128::from(self.now.as_u64()) + i128::from(self.offsets[i]);
+        Nanos::new(u64::try_from(t.max(0)).unwrap_or(u64::MAX))
+    }
+
+    /// Sets node `i`'s clock offset (a node whose clock is wrong).
+    pub fn set_clock_offset(&mut self, i: usize, offset_ns: i64) {
+        self.offsets[i] = offset_ns;
     }
 
     fn boot(&mut self, i: usize, seed: u64) {
         let mut node = Node::new(self.config(i), Arc::clone(&self.replicas[i]), seed);
-        let out = node.start(self.now);
+        let out = node.start(self.clock(i));
         self.nodes[i] = Some(node);
         self.apply(i, out);
     }
@@ -194,7 +209,7 @@ impl SimNet {
         plan: &tollgate_store::Plan,
         request: tollgate_core::Request,
     ) -> Result<tollgate_core::PlanDecision, tollgate_store::StoreError> {
-        let d = self.replicas[i].decide_now(plan, self.now, request, tollgate_core::Mode::Try);
+        let d = self.replicas[i].decide_now(plan, self.clock(i), request, tollgate_core::Mode::Try);
         self.wake(i);
         d
     }
@@ -218,20 +233,23 @@ impl SimNet {
                     }
                     self.delivered += 1;
                     self.bytes += bytes.len() as u64;
+                    let clock = self.clock(to);
                     if let Some(node) = self.nodes[to].as_mut() {
-                        let out = node.handle_datagram(from, &bytes, at);
+                        let out = node.handle_datagram(from, &bytes, clock);
                         self.apply(to, out);
                     }
                 }
                 Event::Timer { node, timer } => {
+                    let clock = self.clock(node);
                     if let Some(n) = self.nodes[node].as_mut() {
-                        let out = n.handle_timer(timer, at);
+                        let out = n.handle_timer(timer, clock);
                         self.apply(node, out);
                     }
                 }
                 Event::Wake { node } => {
+                    let clock = self.clock(node);
                     if let Some(n) = self.nodes[node].as_mut() {
-                        let out = n.flush_urgent(at);
+                        let out = n.flush_urgent(clock);
                         self.apply(node, out);
                     }
                 }

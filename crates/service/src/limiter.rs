@@ -198,6 +198,8 @@ impl<S: Store> Limiter<S> {
     /// limit goes through [`Store::prepare`] (a replicated store makes it
     /// its cluster's CRDT), copy-limited resources are refused by a store
     /// that keeps no copy pools, and [`Limiter::check_view`] must pass.
+    /// The store then learns the limits it is about to serve
+    /// ([`Store::serve_limits`]): call this only to put the view in force.
     /// The error names the namespace, the resource and why.
     pub fn compile(&self, config: &Config, created_at: Nanos) -> Result<View, String> {
         if !self.store.holds_copies() {
@@ -216,10 +218,14 @@ impl<S: Store> Limiter<S> {
         }
         let mut view = View::new(config, created_at);
         view.adapt(config, |c, replication| {
-            self.store
-                .prepare(c.id, Limit::clone(&c.limit), replication)
+            self.store.prepare(Limit::clone(&c.limit), replication)
         })?;
         self.check_view(&view)?;
+        self.store.serve_limits(
+            view.limits()
+                .map(|(_, _, c)| (c.id, Arc::clone(&c.limit)))
+                .collect(),
+        );
         Ok(view)
     }
 

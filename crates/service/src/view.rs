@@ -179,9 +179,10 @@ impl View {
     /// Rebuilds every limit with `prepare`, which sees the limit and how
     /// its resource asks to be replicated (`config` is the config the view
     /// was compiled from) and answers the limit to decide with, or why it
-    /// cannot run. A replicated limit's id also covers its replication, so
-    /// changing a resource's strategy starts its state fresh. The error
-    /// names the namespace and resource.
+    /// cannot run. A replicated limit's id also covers its replication
+    /// (strategy and gossip parameters), so changing them starts its state
+    /// fresh and nodes that disagree never mix states. The error names the
+    /// namespace and resource.
     pub fn adapt(
         &mut self,
         config: &Config,
@@ -207,12 +208,19 @@ impl View {
                 }
                 compiled.extend(rate.global.as_mut());
                 for c in compiled {
-                    if let Some(how) = replication {
-                        c.id = limit_id(&[&c.id.to_string(), "replication", &format!("{how:?}")]);
-                    }
                     let limit = prepare(c, replication).map_err(|reason| {
                         format!("namespace `{}`, resource `{}`: {reason}", ns.name, r.name)
                     })?;
+                    if let Limit::Replicated(how) = &limit {
+                        // Whatever chose the replication (the resource or
+                        // the cluster's default), nodes that replicate a
+                        // limit differently never mix their states.
+                        c.id = limit_id(&[
+                            &c.id.to_string(),
+                            "replication",
+                            &how.replication.fingerprint(),
+                        ]);
+                    }
                     c.limit = Arc::new(limit);
                 }
             }

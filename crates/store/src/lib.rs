@@ -111,14 +111,16 @@ pub trait Store: Send + Sync + 'static {
     /// config before it is served. The replicated store makes a token
     /// bucket a CRDT of its cluster's node; the others keep the limit and
     /// ignore `replication`. An error says why the store cannot run it.
-    fn prepare(
-        &self,
-        id: LimitId,
-        limit: Limit,
-        replication: Option<&Replication>,
-    ) -> Result<Limit, String> {
-        let _ = (id, replication);
+    fn prepare(&self, limit: Limit, replication: Option<&Replication>) -> Result<Limit, String> {
+        let _ = replication;
         Ok(limit)
+    }
+
+    /// The limits of the config about to be served, by id (called once a
+    /// config passed every check, just before it is put in force). The
+    /// replicated store merges peers' keys only of these limits.
+    fn serve_limits(&self, limits: Vec<(LimitId, std::sync::Arc<Limit>)>) {
+        let _ = limits;
     }
 
     /// Whether the store keeps copy pools (copy-limited resources need one

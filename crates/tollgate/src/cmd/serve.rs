@@ -181,6 +181,10 @@ pub struct ServeArgs {
     /// decides alone (milliseconds).
     #[arg(long, env = "TOLLGATE_JOIN_TIMEOUT_MS", default_value_t = 3000)]
     pub join_timeout_ms: u64,
+    /// How often a full state goes to one random peer, repairing what lost
+    /// datagrams dropped (milliseconds; 0 turns it off).
+    #[arg(long, env = "TOLLGATE_ANTI_ENTROPY_MS", default_value_t = 30_000)]
+    pub anti_entropy_ms: u64,
     /// Test hook: a file listing gossip addresses to cut off (one per
     /// line), re-read every 100 ms, to inject partitions.
     #[arg(long, env = "TOLLGATE_GOSSIP_FAULT_FILE", hide = true)]
@@ -436,6 +440,7 @@ async fn serve_cluster(
         join_timeout: tollgate_server::clock::ms(args.join_timeout_ms),
         probe_interval: tollgate_server::clock::ms(1000),
         expected_size: u32::try_from(args.peers.len() + 1).unwrap_or(u32::MAX),
+        anti_entropy: tollgate_server::clock::ms(args.anti_entropy_ms),
     };
     let store = ReplicaStore::new(Arc::clone(&replica));
     let gossip = Gossip {
