@@ -34,10 +34,11 @@ fn replica(node: u64, max_delta_keys: usize) -> Replica {
 
 fn plan(r: &Replica, how: &Replication, capacity: u64, domain: &str) -> Plan {
     let tb = TokenBucket::new(capacity, Rate::new(1, Nanos::from_secs(1)).unwrap()).unwrap();
-    let limit = r
-        .prepare_limit(LIMIT, Limit::TokenBucket(tb), Some(how))
-        .unwrap();
-    Plan::single(Key::new(LIMIT, domain), Arc::new(limit))
+    let limit = r.prepare_limit(Limit::TokenBucket(tb), Some(how)).unwrap();
+    let limit = Arc::new(limit);
+    // As a config put in force does (`Store::serve_limits`).
+    r.register(LIMIT, Arc::clone(&limit));
+    Plan::single(Key::new(LIMIT, domain), limit)
 }
 
 fn class(how: &Replication) -> Class {
@@ -322,4 +323,28 @@ fn a_plan_of_several_keys_is_all_or_nothing_and_gossips_only_what_it_granted() {
         .decide_now(&ten, T0, Request::exactly(0), Mode::Try)
         .unwrap();
     assert_eq!(b.decisions[0].remaining, 9);
+}
+
+/// A late delta carrying an element dead for longer than the retention
+/// margin is merged away at once and not passed on: otherwise it would go
+/// round the cluster for ever, every node taking it back and pruning it.
+#[test]
+fn an_element_past_its_margin_is_not_passed_on() {
+    let how = plain_queue();
+    let sender = replica(2, 1000);
+    let p = plan(&sender, &how, 10, "old");
+    sender
+        .decide_now(&p, T0, Request::exactly(1), Mode::Try)
+        .unwrap();
+    let items = sender.full_state(T0);
+    let r = replica(1, 1000);
+    plan(&r, &how, 10, "old");
+    r.add_peer(peer(1));
+    r.add_peer(peer(3));
+    let late = T0.saturating_add(Nanos::from_secs(3600));
+    assert_eq!(r.absorb(peer(2), items.clone(), late), 0);
+    assert!(drain(&r, class(&how), late).is_empty());
+    assert_eq!(r.keys(), 0);
+    // While it is still within the margin, it is news.
+    assert_eq!(r.absorb(peer(2), items, T0), 1);
 }

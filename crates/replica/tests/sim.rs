@@ -28,15 +28,20 @@ fn options(node: NodeId) -> ReplicaOptions {
 fn plan(replica: &Replica, how: &Replication, capacity: u64, domain: &str) -> Plan {
     let bucket = TokenBucket::new(capacity, Rate::new(1, Nanos::from_secs(3600)).unwrap()).unwrap();
     let limit = replica
-        .prepare_limit(LIMIT, Limit::TokenBucket(bucket), Some(how))
+        .prepare_limit(Limit::TokenBucket(bucket), Some(how))
         .unwrap();
-    Plan::single(Key::new(LIMIT, domain), Arc::new(limit))
+    let limit = Arc::new(limit);
+    // As a config put in force does (`Store::serve_limits`).
+    replica.register(LIMIT, Arc::clone(&limit));
+    Plan::single(Key::new(LIMIT, domain), limit)
 }
 
 fn net(n: usize, seed: u64) -> SimNet {
     let mut net = SimNet::new(n, START, Nanos::from_millis(1), seed, options);
-    // Membership and joining settle.
-    net.run_for(Nanos::from_secs(5));
+    // Membership and joining settle: every node starts at once, so none
+    // has a state to give, and each decides alone after two join
+    // timeouts (3 s each).
+    net.run_for(Nanos::from_secs(7));
     for i in 0..n {
         assert!(net.replica(i).is_synced(), "node {i} never synced");
         assert_eq!(
@@ -308,7 +313,7 @@ fn only_token_buckets_and_their_kin_can_be_replicated() {
         tollgate_core::FixedWindow::new(5, Nanos::from_secs(1), tollgate_core::Align::Epoch)
             .unwrap();
     let err = replica
-        .prepare_limit(LIMIT, Limit::FixedWindow(window), Some(&how))
+        .prepare_limit(Limit::FixedWindow(window), Some(&how))
         .unwrap_err();
     assert!(
         err.contains("fixed_window") && err.contains("Redis"),
@@ -316,13 +321,11 @@ fn only_token_buckets_and_their_kin_can_be_replicated() {
     );
     let tb = TokenBucket::with_initial(5, Rate::per_second(1).unwrap(), 2).unwrap();
     let err = replica
-        .prepare_limit(LIMIT, Limit::TokenBucket(tb), Some(&how))
+        .prepare_limit(Limit::TokenBucket(tb), Some(&how))
         .unwrap_err();
     assert!(err.contains("initial_tokens"), "{err}");
     let gcra = tollgate_core::Gcra::new(Rate::per_second(10).unwrap(), 4).unwrap();
-    let limit = replica
-        .prepare_limit(LIMIT, Limit::Gcra(gcra), None)
-        .unwrap();
+    let limit = replica.prepare_limit(Limit::Gcra(gcra), None).unwrap();
     let Limit::Replicated(r) = limit else {
         panic!("not replicated: {limit:?}");
     };
@@ -331,7 +334,6 @@ fn only_token_buckets_and_their_kin_can_be_replicated() {
     let per_second = tollgate_core::per_second_limit(50).unwrap();
     let Limit::Replicated(r) = replica
         .prepare_limit(
-            LIMIT,
             Limit::SlidingLog(per_second),
             Some(&Replication::new(StrategyKind::Counter)),
         )
@@ -340,4 +342,93 @@ fn only_token_buckets_and_their_kin_can_be_replicated() {
         panic!("a per-second limit is replicated");
     };
     assert_eq!((r.capacity(), r.kind()), (50, StrategyKind::Counter));
+}
+
+/// Of three nodes, only the one whose clock is wrong reports itself
+/// unhealthy; the others see one bad peer out of two and stay healthy.
+#[test]
+fn only_the_node_with_a_wrong_clock_is_unhealthy() {
+    let mut net = net(3, 8);
+    net.set_clock_offset(2, 2_000_000_000);
+    net.run_for(Nanos::from_secs(3));
+    assert!(net.replica(0).is_healthy() && net.replica(1).is_healthy());
+    assert!(!net.replica(2).is_healthy());
+    assert!(net.node(0).unwrap().worst_skew() >= Nanos::from_millis(1900));
+    net.set_clock_offset(2, 0);
+    net.run_for(Nanos::from_secs(3));
+    assert!(net.replica(2).is_healthy());
+}
+
+/// Nodes that start together have nothing to give each other: none is
+/// synced by another's empty answer; each waits its join timeouts, then
+/// decides alone.
+#[test]
+fn joining_nodes_do_not_sync_each_other() {
+    let mut net = SimNet::new(3, START, Nanos::from_millis(1), 9, options);
+    net.run_for(Nanos::from_secs(4));
+    for i in 0..3 {
+        assert!(
+            !net.replica(i).is_synced(),
+            "node {i} synced by a joining peer"
+        );
+    }
+    net.run_for(Nanos::from_secs(3));
+    for i in 0..3 {
+        assert!(net.replica(i).is_synced(), "node {i}");
+    }
+}
+
+/// A restarted node that cannot reach one member gets its full state from
+/// another, and starts with the cluster's counts.
+#[test]
+fn a_joining_node_gets_its_state_from_a_member_it_can_reach() {
+    let how = Replication::new(StrategyKind::Counter);
+    let mut net = net(3, 10);
+    for i in 0..3 {
+        plan(net.replica(i), &how, 30, "r");
+    }
+    for _ in 0..4 {
+        hit(&mut net, 0, &how, 30, "r");
+    }
+    net.run_for(Nanos::from_secs(2));
+    net.crash(1);
+    net.run_for(Nanos::from_secs(6));
+    net.set_cut(0, 1, true);
+    net.restart(1, options(NodeId(2)), 77);
+    plan(net.replica(1), &how, 30, "r");
+    net.run_for(Nanos::from_secs(8));
+    assert!(net.replica(1).is_synced());
+    assert_eq!(remaining(&mut net, 1, &how, 30, "r"), 26);
+}
+
+/// Deltas are sent once: one lost on the only link between two nodes is
+/// repaired by anti-entropy (a full state to a random member every 30 s).
+#[test]
+fn anti_entropy_repairs_a_lost_delta() {
+    let how = Replication {
+        eager: None,
+        ..Replication::new(StrategyKind::Queue)
+    };
+    let mut net = net(2, 11);
+    for i in 0..2 {
+        plan(net.replica(i), &how, 10, "lost");
+    }
+    // The limit's gossip class gets its timer.
+    net.run_for(Nanos::from_secs(2));
+    net.set_cut(0, 1, true);
+    for _ in 0..3 {
+        hit(&mut net, 0, &how, 10, "lost");
+    }
+    // Short enough that membership does not notice.
+    net.run_for(Nanos::from_millis(600));
+    net.set_cut(0, 1, false);
+    net.run_for(Nanos::from_secs(2));
+    let key = Key::new(LIMIT, "lost");
+    assert_eq!(
+        net.replica(1).state_of(&key),
+        None,
+        "the delta was not lost"
+    );
+    net.run_for(Nanos::from_secs(35));
+    assert_eq!(net.replica(1).state_of(&key), net.replica(0).state_of(&key));
 }

@@ -370,9 +370,12 @@ fn the_queue_strategy_over_admits_by_a_bounded_amount() {
 /// over [0, T], at most T/I + N·C + (N − 1)·(E/I + 1) grants, which for
 /// N = 3 nodes, C = 30, one token an hour (I = 1 h) and epochs of E = 1 s
 /// over a run of well under an hour is 0 + 90 + 2 · (1 + 1/3600), so at
-/// most 92. Requests spread one at a time do much better in practice
-/// (measured: 33 to 44 over about 25 runs), but only the documented bound
-/// is asserted.
+/// most 92: a burst can take every node's bucket. Requests spread one at a
+/// time, 50 ms apart, are corrected at each epoch boundary: what the
+/// cluster grants beyond the capacity is at most the traffic of one epoch
+/// plus one gossip interval (1.3 s at 20 requests a second: 26), so at
+/// most 56 are asserted (measured: 33 to 44 over about 25 runs), where a
+/// cluster whose gossip does not work grants 90.
 #[test]
 fn the_epoch_strategy_stays_within_its_documented_bound() {
     let dir = sandbox("cluster-precision-e");
@@ -380,7 +383,14 @@ fn the_epoch_strategy_stays_within_its_documented_bound() {
     let granted = spend_round_robin(&nodes, "e", "p");
     eprintln!("e: {granted} granted for a capacity of {CAPACITY}");
     assert!(granted >= CAPACITY, "only {granted} granted");
-    assert!(granted <= 3 * CAPACITY + 2, "{granted} granted");
+    assert!(
+        granted <= 3 * CAPACITY + 2,
+        "{granted} granted: over the documented bound"
+    );
+    assert!(
+        granted <= CAPACITY + 26,
+        "{granted} granted: over one epoch of traffic"
+    );
     for i in 0..30 {
         assert!(
             !hit(&nodes[i % nodes.len()], "e", "p"),
@@ -529,7 +539,10 @@ fn a_node_started_before_its_seed_joins_the_cluster_once_the_seed_is_up() {
     });
     assert_eq!(
         early
-            .logged("no peer sent a full state within the join timeout: deciding alone")
+            .logged(
+                "no member sent a full state: deciding alone (the first of the cluster, or \
+                 every member is joining too)"
+            )
             .len(),
         1
     );
@@ -654,23 +667,19 @@ fn strangers_datagrams_are_dropped_and_counted_and_the_node_keeps_serving() {
     let secret = SECRET.trim_end().as_bytes();
     let ping = Body::Ping { t1: Nanos::new(42) };
 
-    // A datagram of the cluster, under its secret, is answered: the
-    // refusals below are about what is wrong with them, nothing else.
+    // An authentic datagram of the cluster, but from an address that is
+    // not a member (as a recorded datagram replayed with a forged source
+    // would be): accepted past the checks below, counted, never answered.
     let good = wire::encode(&ClusterKey::new(secret, "t"), &header("t", 1), &ping).unwrap();
     socket.send_to(&good, to).unwrap();
-    let mut buf = [0u8; 2048];
-    let (n, from) = socket.recv_from(&mut buf).expect("a pong");
-    assert_eq!(from, to);
-    let pong = wire::decode(
-        &ClusterKey::new(secret, "t"),
-        wire::cluster_tag("t"),
-        &buf[..n],
-    )
-    .unwrap();
-    assert!(
-        matches!(pong.body, Body::Pong { t1, .. } if t1 == Nanos::new(42)),
-        "{pong:?}"
+    eventually(
+        "the authentic ping from a non-member is counted",
+        || match dropped(&node, "not_a_member") {
+            1.0 => Ok(()),
+            n => Err(format!("not_a_member: {n}")),
+        },
     );
+    let mut buf = [0u8; 2048];
 
     let sent: Vec<(&str, Vec<u8>)> = vec![
         ("bad_magic", b"GET / HTTP/1.1\r\n\r\n".to_vec()),
@@ -722,7 +731,7 @@ fn strangers_datagrams_are_dropped_and_counted_and_the_node_keeps_serving() {
             Err(format!("{counts:?}"))
         }
     });
-    // None of them was answered (the replay is not pinged back).
+    // None of them was answered, the authentic ping included.
     socket
         .set_read_timeout(Some(Duration::from_millis(500)))
         .unwrap();
