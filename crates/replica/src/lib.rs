@@ -20,5 +20,5 @@ pub mod runtime;
 pub mod sim;
 pub mod wire;
 
-pub use node::{Node, NodeConfig, Output, Peer, Timer};
+pub use node::{Node, NodeConfig, Output, Peer, Sent, Timer};
 pub use replica::{Class, Replica, ReplicaOptions, ReplicaStore, Round};

@@ -128,6 +128,20 @@ pub enum Timer {
     AntiEntropy,
 }
 
+/// What a node has sent, by kind, for the simulator's bandwidth measure.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sent {
+    /// Datagrams of gossip (deltas, full states, pull answers, eager
+    /// pushes).
+    pub gossip_datagrams: u64,
+    /// Their bytes.
+    pub gossip_bytes: u64,
+    /// Datagrams of membership and clock probes.
+    pub other_datagrams: u64,
+    /// Their bytes.
+    pub other_bytes: u64,
+}
+
 /// What a node asks its runtime to do.
 #[derive(Debug, Default)]
 pub struct Output {
@@ -177,6 +191,7 @@ pub struct Node {
     pings: HashMap<SocketAddr, Nanos>,
     /// When each member was last sent a full state on request.
     answered: HashMap<SocketAddr, Nanos>,
+    sent: Sent,
 }
 
 impl std::fmt::Debug for Node {
@@ -238,12 +253,18 @@ impl Node {
             last_asked: None,
             pings: HashMap::new(),
             answered: HashMap::new(),
+            sent: Sent::default(),
         }
     }
 
     /// The replica this node gossips.
     pub fn replica(&self) -> &Arc<Replica> {
         &self.replica
+    }
+
+    /// What this node has sent so far, by kind.
+    pub fn sent(&self) -> Sent {
+        self.sent
     }
 
     /// Live members (other than this node).
@@ -685,6 +706,8 @@ impl Node {
             Ok(bytes) => {
                 metrics::counter!(m::MESSAGES_SENT, "kind" => kind).increment(1);
                 metrics::counter!(m::BYTES_SENT).increment(bytes.len() as u64);
+                self.sent.other_datagrams += 1;
+                self.sent.other_bytes += bytes.len() as u64;
                 out.sends.push((to, bytes));
             }
             Err(e) => {
@@ -723,6 +746,8 @@ impl Node {
         for bytes in packed.datagrams {
             metrics::counter!(m::MESSAGES_SENT, "kind" => kind).increment(1);
             metrics::counter!(m::BYTES_SENT).increment(bytes.len() as u64);
+            self.sent.gossip_datagrams += 1;
+            self.sent.gossip_bytes += bytes.len() as u64;
             out.sends.push((to, bytes));
         }
     }

@@ -839,6 +839,64 @@ impl Replica {
         }
     }
 
+    /// Bytes the replica's state takes: every key (its name and state)
+    /// and every payload waiting in a neighbour's delta, with the
+    /// least-informed priorities. Map overhead is left out; it is the
+    /// simulator's memory measure (the thesis's "memory per node").
+    pub fn memory_bytes(&self) -> usize {
+        let keys: usize = self
+            .shards
+            .iter()
+            .map(|s| {
+                s.lock()
+                    .iter()
+                    .map(|(k, e)| std::mem::size_of_val(k) + k.scope().len() + e.state.footprint())
+                    .sum::<usize>()
+            })
+            .sum();
+        let gossip = self.gossip.lock();
+        let deltas: usize = gossip
+            .peers
+            .values()
+            .map(|d| {
+                std::mem::size_of::<PeerDelta>()
+                    + d.items
+                        .iter()
+                        .map(|(k, p)| {
+                            std::mem::size_of_val(k) + k.scope().len() + p.payload.footprint()
+                        })
+                        .sum::<usize>()
+            })
+            .sum();
+        keys + deltas
+    }
+
+    /// What `key` amounts to at `now`, comparable across nodes: a
+    /// counter's state, a queue's state pruned as it would be at `now`, an
+    /// epoch bucket's report (its level is each node's own). Two nodes
+    /// have converged on a key when these are equal.
+    pub fn view_of(&self, key: &Key, now: Nanos) -> Option<Payload> {
+        let (limit, mut state) = {
+            let shard = self.shards[self.shard(key)].lock();
+            let entry = shard.get(key)?;
+            let LimitState::Replicated(s) = &entry.state else {
+                return None;
+            };
+            (Arc::clone(&entry.limit), ReplicatedState::clone(s))
+        };
+        let Limit::Replicated(r) = &*limit else {
+            return None;
+        };
+        if let (
+            tollgate_core::replicated::strategy::Strategy::Queue(q),
+            ReplicatedState::Queue(s),
+        ) = (&r.strategy, &mut state)
+        {
+            q.prune(s, now);
+        }
+        r.full(&mut state, now)
+    }
+
     /// Elements or entries held over every key.
     pub fn state_size(&self) -> usize {
         self.shards

@@ -41,6 +41,12 @@ pub struct SimNet {
     next: u64,
     now: Nanos,
     latency: Nanos,
+    /// Largest latency: each datagram takes a uniform draw in
+    /// `[latency, latency_max]`.
+    latency_max: Nanos,
+    /// Probability that a datagram is lost.
+    loss: f64,
+    rng: rand::rngs::SmallRng,
     cut: HashSet<(usize, usize)>,
     /// Each node's clock offset from simulated time, in nanoseconds.
     offsets: Vec<i64>,
@@ -79,6 +85,9 @@ impl SimNet {
             next: 0,
             now: start,
             latency,
+            latency_max: latency,
+            loss: 0.0,
+            rng: rand::SeedableRng::seed_from_u64(seed ^ 0x5151_5151),
             cut: HashSet::new(),
             offsets: vec![0; n],
             delivered: 0,
@@ -125,6 +134,24 @@ impl SimNet {
         let out = node.start(self.clock(i));
         self.nodes[i] = Some(node);
         self.apply(i, out);
+    }
+
+    /// Sets the network: each datagram takes a latency drawn uniformly in
+    /// `[min, max]` and is lost with probability `loss` (seeded).
+    pub fn set_network(&mut self, min: Nanos, max: Nanos, loss: f64) {
+        self.latency = min;
+        self.latency_max = max.max(min);
+        self.loss = loss.clamp(0.0, 1.0);
+    }
+
+    /// How many nodes the network has.
+    pub fn len(&self) -> usize {
+        self.addrs.len()
+    }
+
+    /// Whether the network has no node.
+    pub fn is_empty(&self) -> bool {
+        self.addrs.is_empty()
     }
 
     /// Node `i`'s replica.
@@ -188,7 +215,18 @@ impl SimNet {
             if self.cut.contains(&(i, j)) {
                 continue;
             }
-            let at = self.now.saturating_add(self.latency);
+            if self.loss > 0.0 && rand::Rng::random_bool(&mut self.rng, self.loss.min(1.0)) {
+                continue;
+            }
+            let latency = if self.latency_max > self.latency {
+                Nanos::new(rand::Rng::random_range(
+                    &mut self.rng,
+                    self.latency.as_u64()..=self.latency_max.as_u64(),
+                ))
+            } else {
+                self.latency
+            };
+            let at = self.now.saturating_add(latency);
             let from = self.addrs[i];
             self.schedule(at, Event::Datagram { to: j, from, bytes });
         }

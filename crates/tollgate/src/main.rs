@@ -26,6 +26,9 @@ enum Command {
     Replay(cmd::replay::ReplayArgs),
     /// Run the limiting server (gRPC, Envoy RLS, HTTP).
     Serve(Box<cmd::serve::ServeArgs>),
+    /// Simulate a gossip cluster on a data set or trace: precision, memory,
+    /// bandwidth and convergence of each replication strategy.
+    Sim(cmd::sim::SimArgs),
     /// Drive a running server with load; print throughput and latency.
     Bench(cmd::bench::BenchArgs),
     /// A gRPC server that answers without deciding: `bench`'s ceiling.
@@ -37,6 +40,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::CheckConfig(args) => exit(cmd::check_config::run(&args)),
         Command::Bench(args) => edge(cmd::bench::run(args)),
+        Command::Sim(args) => edge(cmd::sim::run(&args)),
         Command::BenchEcho(args) => edge(cmd::echo::run(args)),
         Command::Serve(args) => match cmd::serve::run(*args) {
             Ok(()) => ExitCode::SUCCESS,

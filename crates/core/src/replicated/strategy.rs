@@ -262,6 +262,17 @@ impl Payload {
         }
     }
 
+    /// Bytes it occupies, inline and on the heap.
+    pub fn footprint(&self) -> usize {
+        match self {
+            Payload::Counter(s) => s.footprint(),
+            Payload::Queue(q) => q.footprint(),
+            Payload::Epoch(r) => {
+                std::mem::size_of::<EpochReport>() + std::mem::size_of_val(r.traffic())
+            }
+        }
+    }
+
     /// Whether it carries nothing a neighbour could learn from.
     pub fn is_empty(&self) -> bool {
         match self {

@@ -5,3 +5,5 @@ pub mod check_config;
 pub mod echo;
 pub mod replay;
 pub mod serve;
+pub mod sim;
+pub mod sim_windows;

@@ -1,0 +1,429 @@
+//! One simulation: a data set replayed into a simulated cluster that runs
+//! tollgate's real replication code, and into a centralized limiter (the
+//! ground truth), compared request by request.
+//!
+//! # How it runs
+//!
+//! The cluster is [`SimNet`]: `nodes` real [`tollgate_replica::Node`]s
+//! (foca membership, gossip rounds, encrypted datagrams) on simulated time
+//! and a simulated network (latency drawn per datagram, loss, cuts), every
+//! random choice seeded. It first forms (membership settles, every node
+//! knows the limit); then each arrival, at its time, goes to one node
+//! ([`Assign`]), which decides it locally; the same arrival goes through
+//! the core's token bucket, one per user, which sees everything. After the
+//! last arrival the simulation runs on until the cluster has converged:
+//! no payload waits in any delta and every node holds the same state for
+//! every user, as of now (a queue as pruned now; an epoch bucket's report,
+//! its level being each node's own) — the thesis: "when all delta states
+//! and message input queues are empty".
+//!
+//! # What it measures
+//!
+//! - **precision**: the cluster's rejections as a percentage of the
+//!   centralized ones (the thesis, §5.1.1: "all points ... summed and then
+//!   divided by the same value of the centralized run"); one number can
+//!   hide errors that cancel, so also
+//! - **over-admissions** (the cluster granted what the ground truth
+//!   rejected) and **false rejections** (the reverse), request by request;
+//! - **memory** per node ([`tollgate_replica::Replica::memory_bytes`]:
+//!   states and pending deltas), peak and mean over time;
+//! - **bandwidth**: gossip datagrams and bytes sent (membership and clock
+//!   probes counted apart);
+//! - **convergence time** after the last arrival;
+//! - a time series of all of it, every `sample`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use tollgate_core::replicated::strategy::{Eager, Replication, StrategyKind};
+use tollgate_core::replicated::NodeId;
+use tollgate_core::{Algorithm, Limit, Nanos, Request, TokenBucket};
+use tollgate_replica::sim::SimNet;
+use tollgate_replica::ReplicaOptions;
+use tollgate_store::{Key, LimitId, Plan};
+
+use crate::dataset::DataSet;
+use crate::Arrival;
+
+/// Simulated time of the data set's start (an arbitrary Unix time).
+const START: Nanos = Nanos::from_secs(1_700_000_000);
+
+/// The limit's id on every node.
+const LIMIT: LimitId = LimitId(0x7011_9a7e);
+
+/// Formation: membership settles and every node knows the limit (a
+/// cluster started all at once waits two join timeouts of 3 s).
+const FORMATION: Nanos = Nanos::from_secs(10);
+
+/// The longest the simulation waits for convergence after the last
+/// arrival.
+const MAX_CONVERGENCE: Nanos = Nanos::from_secs(600);
+
+/// How a request is routed to a node.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Assign {
+    /// The thesis's injector (§4.3.1): a hash of the request's time (ms)
+    /// multiplied by the user id, so requests spread over all nodes but
+    /// one user's requests of one millisecond go to one node.
+    ConsistentHash,
+    /// Request `i` to node `i mod N`.
+    RoundRobin,
+    /// Every request of a user to one node (a hash of the user).
+    Sticky,
+    /// A node drawn at random (seeded).
+    Random,
+}
+
+impl Assign {
+    /// The name used on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Assign::ConsistentHash => "consistent-hash",
+            Assign::RoundRobin => "round-robin",
+            Assign::Sticky => "sticky",
+            Assign::Random => "random",
+        }
+    }
+
+    /// Parses a command-line name.
+    pub fn parse(name: &str) -> Option<Assign> {
+        [
+            Assign::ConsistentHash,
+            Assign::RoundRobin,
+            Assign::Sticky,
+            Assign::Random,
+        ]
+        .into_iter()
+        .find(|a| a.as_str() == name)
+    }
+}
+
+/// A strategy as the simulator names it: the replication and its two
+/// queue extensions.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Strategy {
+    /// `counter`, `queue`, `queue+freq`, `queue+linf`, `queue+freq+linf`
+    /// or `epoch`.
+    pub name: String,
+    #[serde(skip)]
+    replication: Replication,
+}
+
+impl Strategy {
+    /// Every strategy name, in the order the thesis presents them.
+    pub const ALL: [&'static str; 6] = [
+        "counter",
+        "queue",
+        "queue+freq",
+        "queue+linf",
+        "queue+freq+linf",
+        "epoch",
+    ];
+
+    /// The strategy `name` gossiping every `interval`.
+    pub fn parse(name: &str, interval: Nanos) -> Option<Strategy> {
+        let mut r = match name {
+            "counter" => Replication::new(StrategyKind::Counter),
+            "epoch" => Replication::new(StrategyKind::Epoch),
+            "queue" | "queue+freq" | "queue+linf" | "queue+freq+linf" => {
+                let mut r = Replication::new(StrategyKind::Queue);
+                r.eager = name.contains("freq").then_some(Eager {
+                    window: None,
+                    threshold: Eager::DEFAULT_THRESHOLD,
+                });
+                r.least_informed = name.contains("linf");
+                r
+            }
+            _ => return None,
+        };
+        r.gossip_interval = interval;
+        Some(Strategy {
+            name: name.to_owned(),
+            replication: r,
+        })
+    }
+
+    /// The replication it runs.
+    pub fn replication(&self) -> &Replication {
+        &self.replication
+    }
+}
+
+/// How the simulated cluster is set up.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Nodes in the cluster (the thesis: 30, full mesh).
+    pub nodes: usize,
+    /// How requests are routed.
+    pub assign: Assign,
+    /// Least one-way latency of a datagram.
+    pub latency_min: Nanos,
+    /// Largest one-way latency (uniform in between).
+    pub latency_max: Nanos,
+    /// Probability that a datagram is lost.
+    pub loss: f64,
+    /// Seed of every random choice.
+    pub seed: u64,
+    /// Time between two samples of the time series.
+    pub sample: Nanos,
+}
+
+impl Default for SimConfig {
+    fn default() -> SimConfig {
+        SimConfig {
+            nodes: 30,
+            assign: Assign::ConsistentHash,
+            latency_min: Nanos::from_millis(1),
+            latency_max: Nanos::from_millis(1),
+            loss: 0.0,
+            seed: 1,
+            sample: Nanos::SECOND,
+        }
+    }
+}
+
+/// One sample of the time series.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Sample {
+    /// Seconds from the data set's start.
+    pub t: f64,
+    /// Arrivals so far.
+    pub requests: u64,
+    /// Cluster rejections so far.
+    pub rejections: u64,
+    /// Centralized rejections so far.
+    pub central_rejections: u64,
+    /// Mean memory per node, bytes.
+    pub memory: f64,
+    /// Gossip bytes sent so far, all nodes.
+    pub gossip_bytes: u64,
+}
+
+/// What one simulation measured.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Outcome {
+    /// The strategy.
+    pub strategy: String,
+    /// Requests replayed.
+    pub requests: u64,
+    /// Cluster rejections.
+    pub rejections: u64,
+    /// Centralized rejections (the ground truth).
+    pub central_rejections: u64,
+    /// `rejections / central_rejections × 100`, or `None` when the ground
+    /// truth rejects nothing.
+    pub precision: Option<f64>,
+    /// Granted by the cluster, rejected by the ground truth.
+    pub over_admissions: u64,
+    /// Rejected by the cluster, granted by the ground truth.
+    pub false_rejections: u64,
+    /// Largest mean memory per node over time, bytes.
+    pub peak_memory: f64,
+    /// Mean memory per node over the run, bytes.
+    pub mean_memory: f64,
+    /// Gossip datagrams sent, all nodes.
+    pub gossip_datagrams: u64,
+    /// Gossip bytes sent, all nodes.
+    pub gossip_bytes: u64,
+    /// Membership and clock-probe bytes sent, all nodes.
+    pub membership_bytes: u64,
+    /// Seconds from the last arrival until the cluster converged, or
+    /// `None` if it had not after ten minutes.
+    pub convergence: Option<f64>,
+    /// The time series.
+    pub series: Vec<Sample>,
+}
+
+/// A node for `arrival` (the `i`-th of the data set) among `nodes`.
+pub fn route(
+    assign: Assign,
+    arrival: &Arrival,
+    i: usize,
+    nodes: usize,
+    rng: &mut SmallRng,
+) -> usize {
+    let n = nodes.max(1) as u64;
+    let pick = match assign {
+        Assign::ConsistentHash => {
+            let ms = u128::from(arrival.at.as_u64() / 1_000_000);
+            let user = user_number(&arrival.user);
+            mix(ms.wrapping_mul(user) as u64 ^ (ms.wrapping_mul(user) >> 64) as u64)
+        }
+        Assign::RoundRobin => i as u64,
+        Assign::Sticky => mix(user_number(&arrival.user) as u64),
+        Assign::Random => rng.random::<u64>(),
+    };
+    (pick % n) as usize
+}
+
+/// A user id as a number: its hex value when it is hex (the thesis's ids),
+/// otherwise a hash of it.
+fn user_number(user: &str) -> u128 {
+    if !user.is_empty() && user.len() <= 32 {
+        if let Ok(v) = u128::from_str_radix(user, 16) {
+            return v;
+        }
+    }
+    u128::from(tollgate_replica::wire::cluster_tag(user))
+}
+
+/// SplitMix64's finalizer: a stable, well-spread hash of a number.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Runs `set` through a cluster running `strategy` and through the
+/// centralized limiter. `progress` is told how many arrivals are done.
+pub fn run(
+    set: &DataSet,
+    strategy: &Strategy,
+    config: &SimConfig,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Outcome, String> {
+    let bucket = TokenBucket::new(set.capacity, set.rate).map_err(|e| e.to_string())?;
+    let nodes = config.nodes.max(1);
+    let mut net = SimNet::new(
+        nodes,
+        START,
+        config.latency_min,
+        config.seed,
+        |node: NodeId| ReplicaOptions {
+            node,
+            ..ReplicaOptions::default()
+        },
+    );
+    net.set_network(config.latency_min, config.latency_max, config.loss);
+    let limits: Vec<Arc<Limit>> = (0..nodes)
+        .map(|i| {
+            let limit = net
+                .replica(i)
+                .prepare_limit(
+                    Limit::TokenBucket(bucket.clone()),
+                    Some(strategy.replication()),
+                )
+                .map(Arc::new)?;
+            net.replica(i).register(LIMIT, Arc::clone(&limit));
+            Ok(limit)
+        })
+        .collect::<Result<_, String>>()?;
+    net.run_for(FORMATION);
+    let base = net.now();
+
+    let mut central: HashMap<&str, tollgate_core::algorithms::token_bucket::TokenBucketState> =
+        HashMap::new();
+    let mut rng = SmallRng::seed_from_u64(config.seed ^ 0xa55a);
+    let mut out = Outcome {
+        strategy: strategy.name.clone(),
+        ..Outcome::default()
+    };
+    let mut next_sample = base;
+    let mut memory_sum = 0.0;
+    let mut samples = 0u64;
+    let take_sample = |net: &SimNet, out: &mut Outcome| {
+        let memory = (0..nodes)
+            .map(|i| net.replica(i).memory_bytes() as f64)
+            .sum::<f64>()
+            / nodes as f64;
+        let sent = gossip_sent(net);
+        out.series.push(Sample {
+            t: net.now().saturating_sub(base).as_secs_f64(),
+            requests: out.requests,
+            rejections: out.rejections,
+            central_rejections: out.central_rejections,
+            memory,
+            gossip_bytes: sent.0,
+        });
+        out.peak_memory = out.peak_memory.max(memory);
+        memory
+    };
+    for (i, arrival) in set.arrivals.iter().enumerate() {
+        let at = base.saturating_add(arrival.at);
+        while next_sample <= at {
+            net.run_until(next_sample);
+            memory_sum += take_sample(&net, &mut out);
+            samples += 1;
+            next_sample = next_sample.saturating_add(config.sample);
+        }
+        net.run_until(at);
+        let node = route(config.assign, arrival, i, nodes, &mut rng);
+        let plan = Plan::single(Key::new(LIMIT, &arrival.user), Arc::clone(&limits[node]));
+        let granted = net
+            .decide(node, &plan, Request::exactly(1))
+            .map_err(|e| format!("node {node} at {}: {e}", arrival.at))?
+            .allowed;
+        let state = central
+            .entry(arrival.user.as_str())
+            .or_insert_with(|| bucket.fresh());
+        let truth = bucket.decide(state, at, Request::exactly(1)).granted > 0;
+        out.requests += 1;
+        out.rejections += u64::from(!granted);
+        out.central_rejections += u64::from(!truth);
+        out.over_admissions += u64::from(granted && !truth);
+        out.false_rejections += u64::from(!granted && truth);
+        if i % 1024 == 0 {
+            progress(i as u64);
+        }
+    }
+    progress(set.arrivals.len() as u64);
+    // Converge: every delta empty and every node holding the same state.
+    let last = net.now();
+    let users: Vec<&str> = central.keys().copied().collect();
+    let mut converged = None;
+    while net.now().saturating_sub(last) <= MAX_CONVERGENCE {
+        let step = net.now().saturating_add(Nanos::from_millis(100));
+        while next_sample <= step {
+            net.run_until(next_sample);
+            memory_sum += take_sample(&net, &mut out);
+            samples += 1;
+            next_sample = next_sample.saturating_add(config.sample);
+        }
+        net.run_until(step);
+        if is_converged(&net, &users) {
+            converged = Some(net.now().saturating_sub(last).as_secs_f64());
+            break;
+        }
+    }
+    memory_sum += take_sample(&net, &mut out);
+    samples += 1;
+    out.convergence = converged;
+    out.mean_memory = memory_sum / samples.max(1) as f64;
+    let (bytes, datagrams, other) = gossip_sent(&net);
+    out.gossip_bytes = bytes;
+    out.gossip_datagrams = datagrams;
+    out.membership_bytes = other;
+    out.precision = (out.central_rejections > 0)
+        .then(|| out.rejections as f64 * 100.0 / out.central_rejections as f64);
+    Ok(out)
+}
+
+/// Gossip bytes, gossip datagrams and other bytes sent by every node.
+fn gossip_sent(net: &SimNet) -> (u64, u64, u64) {
+    (0..net.len())
+        .filter_map(|i| net.node(i))
+        .map(|n| n.sent())
+        .fold((0, 0, 0), |(b, d, o), s| {
+            (
+                b + s.gossip_bytes,
+                d + s.gossip_datagrams,
+                o + s.other_bytes,
+            )
+        })
+}
+
+fn is_converged(net: &SimNet, users: &[&str]) -> bool {
+    if (0..net.len()).any(|i| net.replica(i).delta_sizes() != (0, 0)) {
+        return false;
+    }
+    let now = net.now();
+    users.iter().all(|user| {
+        let key = Key::new(LIMIT, user);
+        let first = net.replica(0).view_of(&key, now);
+        (1..net.len()).all(|i| net.replica(i).view_of(&key, now) == first)
+    })
+}

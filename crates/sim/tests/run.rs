@@ -1,0 +1,140 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The simulator's own guarantees: the same seed gives the same numbers;
+//! a one-node cluster is the ground truth; a cluster whose gossip has time
+//! to spread between requests decides like the ground truth; and the
+//! thesis's data set D gives its hand-checked numbers.
+
+use tollgate_core::{Nanos, Rate};
+use tollgate_sim::dataset::{self, DataSet, Kind, Params};
+use tollgate_sim::run::{self, Assign, Outcome, SimConfig, Strategy};
+use tollgate_sim::Arrival;
+
+fn config(nodes: usize, seed: u64) -> SimConfig {
+    SimConfig {
+        nodes,
+        seed,
+        ..SimConfig::default()
+    }
+}
+
+fn simulate(set: &DataSet, strategy: &str, config: &SimConfig) -> Outcome {
+    let strategy = Strategy::parse(strategy, Nanos::from_millis(300)).unwrap();
+    run::run(set, &strategy, config, &mut |_| {}).unwrap()
+}
+
+fn small_barely(seed: u64) -> DataSet {
+    dataset::generate(
+        Kind::BBarely,
+        &Params {
+            capacity: 40,
+            seed,
+            users: None,
+        },
+    )
+}
+
+#[test]
+fn the_same_seed_gives_the_same_numbers() {
+    let set = small_barely(3);
+    for strategy in ["counter", "queue+freq"] {
+        let a = simulate(&set, strategy, &config(4, 7));
+        let b = simulate(&set, strategy, &config(4, 7));
+        assert_eq!(a, b, "{strategy}");
+    }
+    let other = simulate(&set, "counter", &config(4, 8));
+    let first = simulate(&set, "counter", &config(4, 7));
+    assert_ne!(
+        (first.gossip_bytes, &first.series),
+        (other.gossip_bytes, &other.series),
+        "another seed changes something"
+    );
+}
+
+#[test]
+fn a_one_node_cluster_is_the_ground_truth() {
+    let set = dataset::generate(
+        Kind::BExtreme,
+        &Params {
+            capacity: 20,
+            seed: 1,
+            users: None,
+        },
+    );
+    for strategy in Strategy::ALL {
+        let o = simulate(&set, strategy, &config(1, 1));
+        assert_eq!(o.over_admissions, 0, "{strategy}");
+        assert_eq!(o.false_rejections, 0, "{strategy}");
+        assert_eq!(o.rejections, o.central_rejections, "{strategy}");
+        assert_eq!(o.precision, Some(100.0), "{strategy}");
+        assert_eq!(o.gossip_bytes, 0, "{strategy}: nobody to gossip to");
+    }
+}
+
+/// Requests 3 s apart, round-robin over five nodes with no latency: every
+/// grant has reached every node (ten rounds of 300 ms) before the next
+/// request, so the cluster decides exactly as the centralized limiter.
+#[test]
+fn a_cluster_with_time_to_converge_decides_like_the_ground_truth() {
+    let arrivals: Vec<Arrival> = (0..40)
+        .map(|i| Arrival {
+            at: Nanos::from_secs(3 * i),
+            user: "0123456789abcdef0123456789abcdef".into(),
+        })
+        .collect();
+    let set = DataSet {
+        name: "spaced".into(),
+        capacity: 5,
+        // One token a minute: the bucket empties after five, then refills
+        // one every 20 requests.
+        rate: Rate::new(1, Nanos::from_secs(60)).unwrap(),
+        duration: Nanos::from_secs(120),
+        arrivals,
+        description: "one request every 3 s".into(),
+    };
+    let cfg = SimConfig {
+        nodes: 5,
+        assign: Assign::RoundRobin,
+        latency_min: Nanos::ZERO,
+        latency_max: Nanos::ZERO,
+        ..SimConfig::default()
+    };
+    for strategy in ["counter", "queue", "queue+freq", "queue+linf"] {
+        let o = simulate(&set, strategy, &cfg);
+        assert!(o.central_rejections > 0);
+        assert_eq!(
+            (o.over_admissions, o.false_rejections),
+            (0, 0),
+            "{strategy}: {o:?}"
+        );
+        assert!(o.convergence.is_some(), "{strategy}");
+    }
+}
+
+/// The thesis's data set D (capacity 5, refill 1/s, a request every
+/// 0.9 s for 100 s): 112 requests, 8 rejected by the centralized limiter
+/// (hand-checked: the first at 36.9 s, then every 9 s).
+#[test]
+fn data_set_d_gives_its_hand_checked_ground_truth() {
+    let set = dataset::generate(Kind::D, &Params::default());
+    let o = simulate(&set, "counter", &config(3, 1));
+    assert_eq!(o.requests, 112);
+    assert_eq!(o.central_rejections, 8);
+    let first = o.series.iter().find(|s| s.central_rejections > 0).unwrap();
+    assert!(
+        (36.0..=38.0).contains(&first.t),
+        "first rejection sampled at {}",
+        first.t
+    );
+}
+
+#[test]
+fn bad_parameters_are_refused_by_name() {
+    assert!(Strategy::parse("queue+magic", Nanos::from_millis(300)).is_none());
+    assert!(Assign::parse("nearest").is_none());
+    for name in Strategy::ALL {
+        assert_eq!(
+            Strategy::parse(name, Nanos::from_millis(300)).unwrap().name,
+            name
+        );
+    }
+}
