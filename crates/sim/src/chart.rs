@@ -145,6 +145,59 @@ pub fn line_chart(
     Ok(())
 }
 
+/// Writes `series` as an SVG line chart to `path` and as a PNG next to it
+/// (the same name, `.png`): the PNG is the SVG rasterized in pure Rust
+/// (resvg), with the system's fonts if it has any (without them the text
+/// is left out, the lines are drawn). Returns both paths.
+pub fn line_chart_svg_png(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+) -> Result<[std::path::PathBuf; 2], ChartError> {
+    let svg = line_chart_svg(title, x_label, y_label, series)?;
+    std::fs::write(path, &svg)?;
+    let png = path.with_extension("png");
+    std::fs::write(&png, svg_to_png(&svg)?)?;
+    Ok([path.to_path_buf(), png])
+}
+
+/// Rasterizes an SVG document to PNG bytes at its own size.
+pub fn svg_to_png(svg: &str) -> Result<Vec<u8>, ChartError> {
+    let mut options = resvg::usvg::Options {
+        font_family: "DejaVu Sans".to_owned(),
+        ..resvg::usvg::Options::default()
+    };
+    let fonts = options.fontdb_mut();
+    fonts.load_system_fonts();
+    // The charts ask for `sans-serif`; map it to a font this system has
+    // (DejaVu Sans on Debian), whatever fontdb's default guess is.
+    let families: Vec<String> = fonts
+        .faces()
+        .filter_map(|f| f.families.first().map(|(name, _)| name.clone()))
+        .collect();
+    if let Some(family) = families
+        .iter()
+        .find(|f| f.as_str() == "DejaVu Sans")
+        .or_else(|| families.iter().find(|f| f.contains("Sans")))
+        .or_else(|| families.first())
+    {
+        fonts.set_sans_serif_family(family.clone());
+    }
+    let tree = resvg::usvg::Tree::from_str(svg, &options).map_err(draw_error)?;
+    let size = tree.size().to_int_size();
+    let mut pixmap = resvg::tiny_skia::Pixmap::new(size.width(), size.height())
+        .ok_or_else(|| ChartError::Draw(format!("no pixmap of {size:?}")))?;
+    pixmap.fill(resvg::tiny_skia::Color::WHITE);
+    resvg::render(
+        &tree,
+        resvg::tiny_skia::Transform::default(),
+        &mut pixmap.as_mut(),
+    );
+    pixmap.encode_png().map_err(draw_error)
+}
+
 /// An SVG line chart of `series` on shared axes, with a legend of their
 /// names. The x axis spans the data; the y axis starts at zero (or below,
 /// for negative data) and leaves 10 % headroom above the largest value.

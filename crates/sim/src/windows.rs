@@ -1058,7 +1058,8 @@ impl StudyResult {
     }
 
     /// Writes `windows-stats.csv`, `windows-series.csv`, `windows-table.txt`
-    /// and the SVG charts into `dir` (created if missing): one chart per
+    /// and the charts (SVG, and PNG beside each) into `dir` (created if
+    /// missing): one chart per
     /// contender against the perfect window (`windows-<key>.svg`, as the
     /// post's figures), all of them together (`windows-all.svg`) and the
     /// hits granted in the window at the limit (`windows-granted.svg`).
@@ -1080,27 +1081,33 @@ impl StudyResult {
         for c in Contender::ALL {
             let path = dir.join(format!("windows-{}.svg", c.key()));
             let title = format!("{} vs perfect sliding window", c.label(&self.params));
-            chart::line_chart(&path, &title, "time (s)", &y, &self.estimate_series(&[c]))?;
-            written.push(path);
+            let paths = chart::line_chart_svg_png(
+                &path,
+                &title,
+                "time (s)",
+                &y,
+                &self.estimate_series(&[c]),
+            )?;
+            written.extend(paths);
         }
         let path = dir.join("windows-all.svg");
-        chart::line_chart(
+        let paths = chart::line_chart_svg_png(
             &path,
             "window algorithms vs perfect sliding window (all arrivals counted)",
             "time (s)",
             &y,
             &self.estimate_series(&Contender::ALL),
         )?;
-        written.push(path);
+        written.extend(paths);
         let path = dir.join("windows-granted.svg");
-        chart::line_chart(
+        let paths = chart::line_chart_svg_png(
             &path,
             &format!("hits granted in the last {w} at the limit"),
             "time (s)",
             &format!("granted in the last {w}"),
             &self.granted_series(),
         )?;
-        written.push(path);
+        written.extend(paths);
         Ok(written)
     }
 }
