@@ -336,12 +336,15 @@ fn study_writes_tables_series_and_charts() {
     let r = run(&p).unwrap();
     let dir = scratch("outputs");
     let written = r.write_outputs(&dir).unwrap();
-    assert_eq!(written.len(), 9);
+    // Three text files, six charts, each as SVG and PNG.
+    assert_eq!(written.len(), 15);
     for path in &written {
-        let text = std::fs::read_to_string(path).unwrap();
         if path.extension().is_some_and(|e| e == "svg") {
+            let text = std::fs::read_to_string(path).unwrap();
             assert_well_formed_svg(&text);
             assert!(text.contains("perfect sliding window"));
+            let png = std::fs::read(path.with_extension("png")).unwrap();
+            assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{}", path.display());
         }
     }
     let fixed_svg = std::fs::read_to_string(dir.join("windows-fixed_window.svg")).unwrap();
