@@ -1,0 +1,170 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! `tollgate sim` as a user runs it: a data set or a trace through a small
+//! simulated cluster, its table, JSON and files; the windows study; and
+//! bad arguments refused by name.
+
+mod common;
+
+use common::Sandbox;
+use serde_json::Value;
+
+#[test]
+fn a_data_set_runs_through_each_strategy_and_writes_its_results() {
+    let dir = Sandbox::new("sim-run");
+    let out = dir.path("out");
+    let run = dir.run(&[
+        "sim",
+        "--dataset",
+        "B-barely",
+        "--capacity",
+        "30",
+        "--nodes",
+        "3",
+        "--strategies",
+        "counter,queue+freq",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(run.success(), "{run}");
+    let v: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(v["dataset"], "B-barely");
+    assert_eq!(v["requests"], 33, "round(1.1 × 30)");
+    let results = v["results"].as_array().unwrap();
+    let names: Vec<&str> = results
+        .iter()
+        .map(|r| r["strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["counter", "queue+freq"]);
+    for r in results {
+        assert_eq!(r["requests"], 33);
+        let central = r["central_rejections"].as_u64().unwrap();
+        assert!(central > 0, "{r}");
+        let rejected = r["rejections"].as_u64().unwrap();
+        let over = r["over_admissions"].as_u64().unwrap();
+        let false_rej = r["false_rejections"].as_u64().unwrap();
+        assert_eq!(rejected + over, central + false_rej, "{r}");
+    }
+    for file in [
+        "results.csv",
+        "results.json",
+        "series-counter.csv",
+        "series-queue-freq.csv",
+        "rejections.svg",
+        "rejections.png",
+        "memory.svg",
+        "memory.png",
+        "bandwidth.svg",
+        "bandwidth.png",
+    ] {
+        assert!(out.join(file).exists(), "{file} missing");
+    }
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 3);
+    assert!(std::fs::read_to_string(out.join("rejections.svg"))
+        .unwrap()
+        .contains("centralized"));
+}
+
+#[test]
+fn the_table_names_every_strategy() {
+    let dir = Sandbox::new("sim-table");
+    let run = dir.run(&[
+        "sim",
+        "--dataset",
+        "D",
+        "--nodes",
+        "2",
+        "--strategies",
+        "counter,epoch",
+    ]);
+    assert!(run.success(), "{run}");
+    assert!(run.stdout.contains("precision"), "{run}");
+    for name in ["counter", "epoch"] {
+        assert!(
+            run.stdout.lines().any(|l| l.starts_with(name)),
+            "{name}: {run}"
+        );
+    }
+    assert!(run.stderr.contains("D: 112 requests"), "{run}");
+}
+
+#[test]
+fn traces_replay_in_both_formats() {
+    let dir = Sandbox::new("sim-trace");
+    let user = "0123456789abcdef0123456789abcdef";
+    let thesis: Vec<String> = (0..20)
+        .map(|i| {
+            format!(
+                r#"{{"user_id":"{user}","time":{}}}"#,
+                1_600_000_000_000u64 + i * 10
+            )
+        })
+        .collect();
+    dir.write("thesis.json", format!("[{}]", thesis.join(",")));
+    let lines: Vec<String> = (0..20)
+        .map(|i| format!(r#"{{"time_ms":{},"domain":"{user}"}}"#, i * 10))
+        .collect();
+    dir.write("trace.jsonl", lines.join("\n"));
+    for file in ["thesis.json", "trace.jsonl"] {
+        let run = dir.run(&[
+            "sim",
+            "--trace",
+            file,
+            "--capacity",
+            "5",
+            "--nodes",
+            "2",
+            "--strategies",
+            "counter",
+            "--json",
+        ]);
+        assert!(run.success(), "{file}: {run}");
+        let v: Value = serde_json::from_str(&run.stdout).unwrap();
+        assert_eq!(v["requests"], 20, "{file}");
+        assert_eq!(
+            v["results"][0]["central_rejections"], 15,
+            "{file}: a bucket of 5"
+        );
+    }
+}
+
+#[test]
+fn the_windows_study_prints_its_table_and_writes_its_charts() {
+    let dir = Sandbox::new("sim-windows");
+    let out = dir.path("w");
+    let run = dir.run(&[
+        "sim",
+        "windows",
+        "--minutes",
+        "5",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(run.success(), "{run}");
+    for name in ["fixed window", "2-window", "sliding log"] {
+        assert!(run.stdout.contains(name), "{name}: {run}");
+    }
+    for file in ["windows-stats.csv", "windows-all.svg", "windows-all.png"] {
+        assert!(out.join(file).exists(), "{file}");
+    }
+}
+
+#[test]
+fn bad_arguments_are_refused_by_name() {
+    let dir = Sandbox::new("sim-bad");
+    for (args, named) in [
+        (vec!["--dataset", "Z"], "Z"),
+        (vec!["--strategies", "counter,psychic"], "psychic"),
+        (vec!["--assign", "nearest"], "nearest"),
+        (vec!["--loss", "2"], "--loss"),
+        (vec!["--capacity", "0"], "--capacity"),
+        (vec!["--trace", "missing.jsonl"], "missing.jsonl"),
+    ] {
+        let mut all = vec!["sim", "--nodes", "2"];
+        all.extend(args.iter());
+        let run = dir.run(&all);
+        assert!(!run.success(), "{args:?}: {run}");
+        assert!(run.stderr.contains(named), "{args:?}: {run}");
+    }
+}
