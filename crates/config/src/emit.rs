@@ -129,6 +129,9 @@ fn replication(r: &Replication) -> String {
             if r.least_informed {
                 parts.push("least_informed: true".into());
             }
+            if r.near_limit != defaults.near_limit {
+                parts.push(format!("near_limit: {}", r.near_limit));
+            }
             if let Some(t) = r.retention {
                 parts.push(format!("retention: {t}"));
             }

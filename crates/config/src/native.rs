@@ -62,6 +62,7 @@ const REPLICATION_FIELDS: &[&str] = &[
     "window",
     "frequency_threshold",
     "least_informed",
+    "near_limit",
     "epoch",
     "retention",
 ];
@@ -73,6 +74,7 @@ const STRATEGY_FIELDS: &[(&str, StrategyKind)] = &[
     ("window", StrategyKind::Queue),
     ("frequency_threshold", StrategyKind::Queue),
     ("least_informed", StrategyKind::Queue),
+    ("near_limit", StrategyKind::Queue),
     ("retention", StrategyKind::Queue),
     ("epoch", StrategyKind::Epoch),
 ];
@@ -330,6 +332,12 @@ fn read_replication_map(
                 threshold: threshold.unwrap_or(Eager::DEFAULT_THRESHOLD),
             });
             r.least_informed = flag(&f, "least_informed", diags);
+            if let Some(near) = f
+                .get("near_limit")
+                .and_then(|n| diags.take(n.as_bool("near_limit")))
+            {
+                r.near_limit = near;
+            }
             r.retention = p.opt_span("retention", diags);
         }
         StrategyKind::Epoch => {

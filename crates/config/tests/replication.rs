@@ -97,7 +97,7 @@ fn a_mapping_with_only_the_strategy_is_the_short_form() {
 #[test]
 fn a_queue_takes_every_parameter() {
     let r = replication(
-        "{ strategy: queue, gossip_interval: 100ms, window: 10, frequency_threshold: 1.5s, least_informed: true, retention: 5s }",
+        "{ strategy: queue, gossip_interval: 100ms, window: 10, frequency_threshold: 1.5s, least_informed: true, near_limit: false, retention: 5s }",
     )
     .unwrap();
     assert_eq!(
@@ -110,6 +110,7 @@ fn a_queue_takes_every_parameter() {
                 threshold: Nanos::from_millis(1500),
             }),
             least_informed: true,
+            near_limit: false,
             epoch: Nanos::SECOND,
             retention: Some(Nanos::from_secs(5)),
         }
@@ -245,7 +246,7 @@ fn unknown_fields_are_errors_like_elsewhere() {
     let e = replication_error("{ strategy: queue, fanout: 3 }");
     assert!(e.starts_with("t.yaml:8:41: "), "{e}");
     assert!(
-        e.contains("unknown field `fanout` in resource `a`, replication (expected one of: strategy, gossip_interval, eager, window, frequency_threshold, least_informed, epoch, retention)"),
+        e.contains("unknown field `fanout` in resource `a`, replication (expected one of: strategy, gossip_interval, eager, window, frequency_threshold, least_informed, near_limit, epoch, retention)"),
         "{e}"
     );
     let e = replication_error("{ strategy: queue, gossip_intervall: 1s }");
@@ -506,4 +507,25 @@ fn values_built_in_code_print_only_their_strategys_fields() {
         back.namespaces[0].resources[0].replication,
         Some(Replication::new(StrategyKind::Counter))
     );
+}
+
+#[test]
+fn near_limit_propagation_is_on_for_queues_and_can_be_turned_off() {
+    let on = tollgate_core::replicated::strategy::Replication::new(
+        tollgate_core::replicated::strategy::StrategyKind::Queue,
+    );
+    assert!(on.near_limit);
+    let yaml = "namespaces:\n  - name: n\n    resources:\n      - { name: r, algorithm: token_bucket, capacity: 5, rate: 1/s, replication: { strategy: queue, near_limit: false } }\n";
+    let loaded = tollgate_config::load_str("t.yaml", yaml).unwrap();
+    let r = loaded.config.namespaces[0].resources[0]
+        .replication
+        .unwrap();
+    assert!(!r.near_limit);
+    let emitted = tollgate_config::emit::to_yaml(&loaded.config);
+    assert!(emitted.contains("near_limit: false"), "{emitted}");
+    let counter = "namespaces:\n  - name: n\n    resources:\n      - { name: r, algorithm: token_bucket, capacity: 5, rate: 1/s, replication: { strategy: counter, near_limit: true } }\n";
+    let err = tollgate_config::load_str("t.yaml", counter)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("near_limit"), "{err}");
 }

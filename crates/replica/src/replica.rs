@@ -488,7 +488,7 @@ impl Replica {
                 gossip.epoch_keys.insert(item.key.clone());
             }
             if let (Some(payload), Limit::Replicated(r)) = (n.change, &*item.limit) {
-                woke |= self.queue_local(&mut gossip, &item.key, r, payload, now);
+                woke |= self.queue_local(&mut gossip, &item.key, r, payload, n.available, now);
             }
         }
         drop(gossip);
@@ -506,16 +506,22 @@ impl Replica {
         key: &Key,
         limit: &ReplicatedLimit,
         payload: Payload,
+        available: u64,
         now: Nanos,
     ) -> bool {
         let class = Class::of(&limit.replication);
         let nodes = gossip.peers.len() as u64 + 1;
-        let eager = limit.replication.eager.map(|e| {
-            let window = e
-                .window
-                .unwrap_or_else(|| (limit.capacity() / nodes).max(1));
-            (window, e.threshold)
-        });
+        let window = limit
+            .replication
+            .eager
+            .and_then(|e| e.window)
+            .unwrap_or_else(|| (limit.capacity() / nodes).max(1));
+        let eager = limit.replication.eager.map(|e| (window, e.threshold));
+        // Near the limit, a late update is what lets a request through:
+        // every neighbour gets the key's updates now.
+        let near = limit.replication.near_limit
+            && limit.kind() == StrategyKind::Queue
+            && available <= window;
         let mut urgent = false;
         let Gossip {
             peers, urgent: out, ..
@@ -531,7 +537,8 @@ impl Replica {
                 &self.stats,
             )
             .is_some_and(|pending| {
-                eager.is_some_and(|(window, threshold)| pending.is_frequent(window, threshold))
+                near || eager
+                    .is_some_and(|(window, threshold)| pending.is_frequent(window, threshold))
             });
             if frequent {
                 if let Some(Pending { payload: p, .. }) = delta.items.remove(key) {
@@ -952,6 +959,8 @@ fn take_for(gossip: &mut Gossip, peer: PeerAddr, class: Class) -> Option<Round> 
 struct News {
     /// The payload to add to every neighbour's delta.
     change: Option<Payload>,
+    /// Tokens the bucket holds after the decision.
+    available: u64,
     /// An epoch key with traffic: its report is to be gossiped.
     epoch: bool,
 }
@@ -967,10 +976,12 @@ fn news_of(item: &PlanItem, state: &LimitState, mark: Mark, now: Nanos) -> News 
     match (&*item.limit, state) {
         (Limit::Replicated(r), LimitState::Replicated(s)) => News {
             change: r.local_changes(s, mark),
+            available: r.available(s, now),
             epoch: r.kind() == StrategyKind::Epoch && !item.limit.is_idle(state, now),
         },
         _ => News {
             change: None,
+            available: u64::MAX,
             epoch: false,
         },
     }

@@ -64,9 +64,11 @@ fn drain(r: &Replica, class: Class, now: Nanos) -> Vec<(SocketAddr, Vec<(Key, Pa
     out
 }
 
+/// The thesis's queue: no frequency analysis, no near-limit push.
 fn plain_queue() -> Replication {
     Replication {
         eager: None,
+        near_limit: false,
         ..Replication::new(StrategyKind::Queue)
     }
 }
@@ -165,6 +167,7 @@ fn least_informed_first_picks_the_neighbour_with_most_updates_queued() {
     let how = Replication {
         eager: None,
         least_informed: true,
+        near_limit: false,
         ..Replication::new(StrategyKind::Queue)
     };
     // Node 2 sent four elements: peers 1 and 3 get them, not 2. Then one

@@ -238,6 +238,12 @@ fn a_node_that_started_alone_joins_when_its_seeds_appear() {
 /// bound is twice the capacity (these seeds give 50). Frequency analysis
 /// pushes a key's updates to a neighbour as soon as `capacity / nodes` of
 /// them came fast, which cuts the excess (these seeds give 40; bound 45).
+/// With near-limit propagation (tollgate's default queue), every grant
+/// made within one node's share of the capacity of the limit reaches every
+/// neighbour at once: these seeds grant exactly the capacity; the bound
+/// leaves room for grants made within one network latency.
+const NEAR_BOUND: u64 = 33;
+
 #[test]
 fn over_admission_stays_within_what_gossip_delay_allows() {
     let cases = [
@@ -245,6 +251,7 @@ fn over_admission_stays_within_what_gossip_delay_allows() {
         (
             Replication {
                 eager: None,
+                near_limit: false,
                 ..Replication::new(StrategyKind::Queue)
             },
             60,
@@ -255,10 +262,14 @@ fn over_admission_stays_within_what_gossip_delay_allows() {
                     window: None,
                     threshold: Eager::DEFAULT_THRESHOLD,
                 }),
+                near_limit: false,
                 ..Replication::new(StrategyKind::Queue)
             },
             45,
         ),
+        // tollgate's default queue: frequency analysis and near-limit
+        // propagation.
+        (Replication::new(StrategyKind::Queue), NEAR_BOUND),
     ];
     for (how, bound) in cases {
         let mut net = net(3, 4);
@@ -407,6 +418,7 @@ fn a_joining_node_gets_its_state_from_a_member_it_can_reach() {
 fn anti_entropy_repairs_a_lost_delta() {
     let how = Replication {
         eager: None,
+        near_limit: false,
         ..Replication::new(StrategyKind::Queue)
     };
     let mut net = net(2, 11);

@@ -106,22 +106,26 @@ impl Assign {
 /// queue extensions.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Strategy {
-    /// `counter`, `queue`, `queue+freq`, `queue+linf`, `queue+freq+linf`
-    /// or `epoch`.
+    /// `counter`, `queue`, `queue+freq`, `queue+linf`, `queue+freq+linf`,
+    /// `epoch` (the thesis's), `queue+near` or `queue+freq+near`
+    /// (tollgate's near-limit propagation).
     pub name: String,
     #[serde(skip)]
     replication: Replication,
 }
 
 impl Strategy {
-    /// Every strategy name, in the order the thesis presents them.
-    pub const ALL: [&'static str; 6] = [
+    /// Every strategy name: the thesis's, in the order it presents them,
+    /// then tollgate's near-limit propagation on top of the queue.
+    pub const ALL: [&'static str; 8] = [
         "counter",
         "queue",
         "queue+freq",
         "queue+linf",
         "queue+freq+linf",
         "epoch",
+        "queue+near",
+        "queue+freq+near",
     ];
 
     /// The strategy `name` gossiping every `interval`.
@@ -129,13 +133,15 @@ impl Strategy {
         let mut r = match name {
             "counter" => Replication::new(StrategyKind::Counter),
             "epoch" => Replication::new(StrategyKind::Epoch),
-            "queue" | "queue+freq" | "queue+linf" | "queue+freq+linf" => {
+            "queue" | "queue+freq" | "queue+linf" | "queue+freq+linf" | "queue+near"
+            | "queue+freq+near" => {
                 let mut r = Replication::new(StrategyKind::Queue);
                 r.eager = name.contains("freq").then_some(Eager {
                     window: None,
                     threshold: Eager::DEFAULT_THRESHOLD,
                 });
                 r.least_informed = name.contains("linf");
+                r.near_limit = name.contains("near");
                 r
             }
             _ => return None,

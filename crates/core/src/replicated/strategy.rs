@@ -81,6 +81,13 @@ pub struct Replication {
     pub eager: Option<Eager>,
     /// Least-informed-neighbour-first gossip (queue only, §4.2.4).
     pub least_informed: bool,
+    /// Near-limit propagation (queue only; tollgate's extension of
+    /// §4.2.3, after the thesis's §5.4–5.5): when a local grant leaves the
+    /// bucket with at most one node's share of the capacity (the eager
+    /// window, `capacity / nodes` by default), the key's pending updates
+    /// go to every neighbour at once. Near the limit is where a late
+    /// update lets a request through; far from it, nothing is rushed.
+    pub near_limit: bool,
     /// The epoch length (epoch only).
     pub epoch: Nanos,
     /// How long a queue keeps a dead element (§5.4's margin); `None`:
@@ -105,6 +112,7 @@ impl Replication {
                 threshold: Eager::DEFAULT_THRESHOLD,
             }),
             least_informed: false,
+            near_limit: strategy == StrategyKind::Queue,
             epoch: EpochBucket::DEFAULT_EPOCH,
             retention: None,
         }
@@ -123,10 +131,11 @@ impl Replication {
             ),
         };
         format!(
-            "strategy={};gossip={};eager={eager};least_informed={};epoch={};retention={}",
+            "strategy={};gossip={};eager={eager};least_informed={};near_limit={};epoch={};retention={}",
             self.strategy.as_str(),
             self.gossip_interval.as_u64(),
             self.least_informed,
+            self.near_limit,
             self.epoch.as_u64(),
             self.retention_margin().as_u64(),
         )
@@ -320,6 +329,11 @@ impl ReplicatedLimit {
             Strategy::Queue(q) => q.capacity(),
             Strategy::Epoch(e) => e.capacity(),
         }
+    }
+
+    /// Tokens the bucket holds for a grant at `now`.
+    pub fn available(&self, state: &ReplicatedState, now: Nanos) -> u64 {
+        self.room(state, now, self.capacity())
     }
 
     /// Whether `state` belongs to this strategy.

@@ -55,12 +55,13 @@ pub struct RunArgs {
     /// Users of data set C.
     #[arg(long)]
     pub users: Option<usize>,
-    /// Strategies to run, comma-separated: counter, queue, queue+freq,
-    /// queue+linf, queue+freq+linf, epoch.
+    /// Strategies to run, comma-separated: the thesis's counter, queue,
+    /// queue+freq, queue+linf, queue+freq+linf and epoch, and tollgate's
+    /// queue+near and queue+freq+near (near-limit propagation).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "counter,queue,queue+freq,queue+linf,queue+freq+linf,epoch"
+        default_value = "counter,queue,queue+freq,queue+linf,queue+freq+linf,epoch,queue+near,queue+freq+near"
     )]
     pub strategies: Vec<String>,
     /// Nodes in the simulated cluster (full mesh).
