@@ -176,6 +176,139 @@ pub struct SimConfig {
     pub seed: u64,
     /// Time between two samples of the time series.
     pub sample: Nanos,
+    /// Which nodes can talk to which.
+    pub topology: Topology,
+    /// Partitions at given times.
+    pub partitions: Vec<Partition>,
+}
+
+/// Which nodes of the simulated cluster have a link between them.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Topology {
+    /// Every node with every other (the thesis's).
+    #[default]
+    FullMesh,
+    /// Node `i` with `i − 1` and `i + 1` only (mod N): news travels hop by
+    /// hop, and membership reaches farther nodes only indirectly.
+    Ring,
+}
+
+impl Topology {
+    /// Parses a command-line name.
+    pub fn parse(name: &str) -> Option<Topology> {
+        match name {
+            "full-mesh" => Some(Topology::FullMesh),
+            "ring" => Some(Topology::Ring),
+            _ => None,
+        }
+    }
+
+    fn linked(self, a: usize, b: usize, n: usize) -> bool {
+        match self {
+            Topology::FullMesh => true,
+            Topology::Ring => (a + 1) % n == b || (b + 1) % n == a,
+        }
+    }
+}
+
+/// Nodes cut off from all others for a span of the data set's time; the
+/// links heal at its end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Partition {
+    /// When the cut starts, from the data set's start.
+    pub from: Nanos,
+    /// When it heals.
+    pub until: Nanos,
+    /// The nodes on one side (the others are the other side).
+    pub side: Vec<usize>,
+}
+
+impl Partition {
+    /// Parses `FROM..UNTIL@NODES`: seconds from the data set's start, and
+    /// nodes as a list of numbers and ranges (`0-14`, `0,3,5-7`).
+    pub fn parse(text: &str, nodes: usize) -> Result<Partition, String> {
+        let bad = |why: &str| {
+            format!("partition `{text}`: {why} (expected FROM..UNTIL@NODES, e.g. 10..30@0-14)")
+        };
+        let (span, side) = text.split_once('@').ok_or_else(|| bad("no `@`"))?;
+        let (from, until) = span.split_once("..").ok_or_else(|| bad("no `..`"))?;
+        let secs = |v: &str| -> Result<Nanos, String> {
+            let s: f64 = v
+                .trim()
+                .parse()
+                .map_err(|_| bad(&format!("`{v}` is not seconds")))?;
+            if !(s.is_finite() && s >= 0.0) {
+                return Err(bad(&format!("`{v}` is not seconds")));
+            }
+            Ok(Nanos::new((s * 1e9) as u64))
+        };
+        let (from, until) = (secs(from)?, secs(until)?);
+        if until <= from {
+            return Err(bad("it must end after it starts"));
+        }
+        let mut members = Vec::new();
+        for part in side.split(',') {
+            let (a, b) = part.split_once('-').unwrap_or((part, part));
+            let a: usize = a
+                .trim()
+                .parse()
+                .map_err(|_| bad(&format!("`{part}` is not a node")))?;
+            let b: usize = b
+                .trim()
+                .parse()
+                .map_err(|_| bad(&format!("`{part}` is not a node")))?;
+            if a > b || b >= nodes {
+                return Err(bad(&format!("nodes `{part}` are not within 0..{nodes}")));
+            }
+            members.extend(a..=b);
+        }
+        members.sort_unstable();
+        members.dedup();
+        Ok(Partition {
+            from,
+            until,
+            side: members,
+        })
+    }
+}
+
+/// Cuts and heals, in time order, applied as the simulation reaches them.
+struct Faults {
+    events: Vec<(Nanos, bool, usize)>,
+    next: usize,
+}
+
+impl Faults {
+    fn new(config: &SimConfig, base: Nanos) -> Faults {
+        let mut events: Vec<(Nanos, bool, usize)> = Vec::new();
+        for (k, p) in config.partitions.iter().enumerate() {
+            events.push((base.saturating_add(p.from), true, k));
+            events.push((base.saturating_add(p.until), false, k));
+        }
+        events.sort_by_key(|e| e.0);
+        Faults { events, next: 0 }
+    }
+
+    /// Runs `net` until `to`, cutting and healing on the way.
+    fn advance(&mut self, net: &mut SimNet, config: &SimConfig, to: Nanos) {
+        while let Some(&(at, cut, k)) = self.events.get(self.next) {
+            if at > to {
+                break;
+            }
+            net.run_until(at);
+            let n = net.len();
+            let side = &config.partitions[k].side;
+            for a in side.iter().copied().filter(|&a| a < n) {
+                for b in (0..n).filter(|b| !side.contains(b)) {
+                    // Healing restores only links the topology has.
+                    net.set_cut(a, b, cut || !config.topology.linked(a, b, n));
+                }
+            }
+            self.next += 1;
+        }
+        net.run_until(to);
+    }
 }
 
 impl Default for SimConfig {
@@ -188,6 +321,8 @@ impl Default for SimConfig {
             loss: 0.0,
             seed: 1,
             sample: Nanos::SECOND,
+            topology: Topology::FullMesh,
+            partitions: Vec::new(),
         }
     }
 }
@@ -305,6 +440,13 @@ pub fn run(
         },
     );
     net.set_network(config.latency_min, config.latency_max, config.loss);
+    for a in 0..nodes {
+        for b in (a + 1)..nodes {
+            if !config.topology.linked(a, b, nodes) {
+                net.set_cut(a, b, true);
+            }
+        }
+    }
     let limits: Vec<Arc<Limit>> = (0..nodes)
         .map(|i| {
             let limit = net
@@ -320,6 +462,7 @@ pub fn run(
         .collect::<Result<_, String>>()?;
     net.run_for(FORMATION);
     let base = net.now();
+    let mut faults = Faults::new(config, base);
 
     let mut central: HashMap<&str, tollgate_core::algorithms::token_bucket::TokenBucketState> =
         HashMap::new();
@@ -351,12 +494,12 @@ pub fn run(
     for (i, arrival) in set.arrivals.iter().enumerate() {
         let at = base.saturating_add(arrival.at);
         while next_sample <= at {
-            net.run_until(next_sample);
+            faults.advance(&mut net, config, next_sample);
             memory_sum += take_sample(&net, &mut out);
             samples += 1;
             next_sample = next_sample.saturating_add(config.sample);
         }
-        net.run_until(at);
+        faults.advance(&mut net, config, at);
         let node = route(config.assign, arrival, i, nodes, &mut rng);
         let plan = Plan::single(Key::new(LIMIT, &arrival.user), Arc::clone(&limits[node]));
         let granted = net
@@ -384,12 +527,12 @@ pub fn run(
     while net.now().saturating_sub(last) <= MAX_CONVERGENCE {
         let step = net.now().saturating_add(Nanos::from_millis(100));
         while next_sample <= step {
-            net.run_until(next_sample);
+            faults.advance(&mut net, config, next_sample);
             memory_sum += take_sample(&net, &mut out);
             samples += 1;
             next_sample = next_sample.saturating_add(config.sample);
         }
-        net.run_until(step);
+        faults.advance(&mut net, config, step);
         if is_converged(&net, &users) {
             converged = Some(net.now().saturating_sub(last).as_secs_f64());
             break;

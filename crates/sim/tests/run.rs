@@ -138,3 +138,52 @@ fn bad_parameters_are_refused_by_name() {
         );
     }
 }
+
+/// A partition for the first half of the minute splits the cluster in
+/// two sides that each grant from the whole bucket: the cluster admits
+/// more than without it, and still converges once it heals.
+#[test]
+fn a_partition_costs_precision_and_heals() {
+    let set = dataset::generate(
+        Kind::BSubstantial,
+        &Params {
+            capacity: 30,
+            seed: 2,
+            users: None,
+        },
+    );
+    let whole = simulate(&set, "counter", &config(4, 5));
+    let mut cut = config(4, 5);
+    cut.partitions = vec![tollgate_sim::run::Partition::parse("0..40@0-1", 4).unwrap()];
+    let split = simulate(&set, "counter", &cut);
+    assert!(
+        split.over_admissions > whole.over_admissions,
+        "{} over-admitted with the partition, {} without",
+        split.over_admissions,
+        whole.over_admissions
+    );
+    assert!(split.convergence.is_some(), "it heals");
+}
+
+#[test]
+fn a_ring_spreads_news_hop_by_hop_and_converges() {
+    let set = small_barely(4);
+    let mut ring = config(6, 3);
+    ring.topology = tollgate_sim::run::Topology::Ring;
+    let o = simulate(&set, "queue+freq", &ring);
+    assert!(o.convergence.is_some());
+    assert!(o.central_rejections > 0);
+}
+
+#[test]
+fn partitions_are_parsed_and_bad_ones_named() {
+    use tollgate_sim::run::Partition;
+    let p = Partition::parse("1.5..3@0,2-3", 5).unwrap();
+    assert_eq!(p.from, Nanos::from_millis(1500));
+    assert_eq!(p.until, Nanos::from_secs(3));
+    assert_eq!(p.side, vec![0, 2, 3]);
+    for bad in ["3..1@0", "1..2@9", "1..2", "a..2@0", "1-2@0"] {
+        let e = Partition::parse(bad, 5).unwrap_err();
+        assert!(e.contains(bad), "{e}");
+    }
+}

@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tollgate_core::{Nanos, Rate};
 use tollgate_sim::chart::{self, LineStyle, Series};
 use tollgate_sim::dataset::{self, DataSet, Kind, Params};
-use tollgate_sim::run::{self, Assign, Outcome, SimConfig, Strategy};
+use tollgate_sim::run::{self, Assign, Outcome, Partition, SimConfig, Strategy, Topology};
 use tollgate_sim::Arrival;
 
 /// Arguments of `tollgate sim`.
@@ -86,6 +86,14 @@ pub struct RunArgs {
     /// round-robin, sticky or random.
     #[arg(long, default_value = "consistent-hash")]
     pub assign: String,
+    /// Which nodes have links: full-mesh (the thesis's) or ring.
+    #[arg(long, default_value = "full-mesh")]
+    pub topology: String,
+    /// Cut some nodes off from the others for a while:
+    /// `FROM..UNTIL@NODES`, seconds from the data set's start and nodes as
+    /// numbers and ranges (e.g. `10..30@0-14`). Repeatable.
+    #[arg(long)]
+    pub partition: Vec<String>,
     /// Seconds between two samples of the time series.
     #[arg(long, default_value_t = 1.0)]
     pub sample_s: f64,
@@ -219,6 +227,15 @@ fn simulate(args: &RunArgs) -> Result<()> {
         loss: args.loss,
         seed: args.seed,
         sample: ms(args.sample_s * 1000.0, "--sample-s")?.max(Nanos::from_millis(10)),
+        topology: Topology::parse(&args.topology).ok_or_else(|| {
+            anyhow::anyhow!("--topology {}: expected full-mesh or ring", args.topology)
+        })?,
+        partitions: args
+            .partition
+            .iter()
+            .map(|p| Partition::parse(p, args.nodes.max(1)))
+            .collect::<Result<_, String>>()
+            .map_err(|e| anyhow::anyhow!("--partition: {e}"))?,
     };
     eprintln!(
         "{}: {} requests from {} users over {:.0} s; capacity {}, refill one token every {}; {} nodes, gossip every {} ms, {}",
