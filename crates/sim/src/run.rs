@@ -375,6 +375,12 @@ pub struct Outcome {
     /// Seconds from the last arrival until the cluster converged, or
     /// `None` if it had not after ten minutes.
     pub convergence: Option<f64>,
+    /// Runs averaged into this outcome (1 for a single run).
+    pub runs: u64,
+    /// The lowest precision over the runs.
+    pub precision_min: Option<f64>,
+    /// The highest precision over the runs.
+    pub precision_max: Option<f64>,
     /// The time series.
     pub series: Vec<Sample>,
 }
@@ -548,7 +554,71 @@ pub fn run(
     out.membership_bytes = other;
     out.precision = (out.central_rejections > 0)
         .then(|| out.rejections as f64 * 100.0 / out.central_rejections as f64);
+    out.precision_min = out.precision;
+    out.precision_max = out.precision;
+    out.runs = 1;
     Ok(out)
+}
+
+/// Runs `set` `runs` times, seeds `config.seed`, `config.seed + 1`, ...
+/// (the network's and the gossip's randomness; the data set stays), and
+/// averages them ([`average`]), as the thesis averaged ten runs.
+pub fn run_many(
+    set: &DataSet,
+    strategy: &Strategy,
+    config: &SimConfig,
+    runs: u64,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Outcome, String> {
+    let mut outcomes = Vec::new();
+    for r in 0..runs.max(1) {
+        let config = SimConfig {
+            seed: config.seed.wrapping_add(r),
+            ..config.clone()
+        };
+        let done = r * set.arrivals.len() as u64;
+        outcomes.push(run(set, strategy, &config, &mut |n| progress(done + n))?);
+    }
+    Ok(average(&outcomes))
+}
+
+/// The mean of several runs of one strategy: counts and memory averaged
+/// (counts rounded), precision averaged with its range, convergence the
+/// mean of the runs that converged (`None` if one did not), and the first
+/// run's time series.
+pub fn average(outcomes: &[Outcome]) -> Outcome {
+    let Some(first) = outcomes.first() else {
+        return Outcome::default();
+    };
+    let n = outcomes.len() as f64;
+    let mean = |f: &dyn Fn(&Outcome) -> f64| outcomes.iter().map(f).sum::<f64>() / n;
+    let count = |f: &dyn Fn(&Outcome) -> u64| mean(&|o| f(o) as f64).round() as u64;
+    let precisions: Vec<f64> = outcomes.iter().filter_map(|o| o.precision).collect();
+    let convergence = outcomes
+        .iter()
+        .map(|o| o.convergence)
+        .collect::<Option<Vec<f64>>>()
+        .map(|c| c.iter().sum::<f64>() / n);
+    Outcome {
+        strategy: first.strategy.clone(),
+        requests: first.requests,
+        rejections: count(&|o| o.rejections),
+        central_rejections: first.central_rejections,
+        precision: (!precisions.is_empty())
+            .then(|| precisions.iter().sum::<f64>() / precisions.len() as f64),
+        precision_min: precisions.iter().copied().reduce(f64::min),
+        precision_max: precisions.iter().copied().reduce(f64::max),
+        over_admissions: count(&|o| o.over_admissions),
+        false_rejections: count(&|o| o.false_rejections),
+        peak_memory: mean(&|o| o.peak_memory),
+        mean_memory: mean(&|o| o.mean_memory),
+        gossip_datagrams: count(&|o| o.gossip_datagrams),
+        gossip_bytes: count(&|o| o.gossip_bytes),
+        membership_bytes: count(&|o| o.membership_bytes),
+        convergence,
+        runs: outcomes.len() as u64,
+        series: first.series.clone(),
+    }
 }
 
 /// Gossip bytes, gossip datagrams and other bytes sent by every node.

@@ -187,3 +187,29 @@ fn partitions_are_parsed_and_bad_ones_named() {
         assert!(e.contains(bad), "{e}");
     }
 }
+
+#[test]
+fn several_runs_are_averaged_with_their_range() {
+    let set = small_barely(5);
+    let strategy = Strategy::parse("counter", Nanos::from_millis(300)).unwrap();
+    let cfg = config(4, 11);
+    let many = run::run_many(&set, &strategy, &cfg, 3, &mut |_| {}).unwrap();
+    assert_eq!(many.runs, 3);
+    let singles: Vec<Outcome> = (0..3)
+        .map(|r| {
+            let c = SimConfig {
+                seed: 11 + r,
+                ..cfg.clone()
+            };
+            run::run(&set, &strategy, &c, &mut |_| {}).unwrap()
+        })
+        .collect();
+    let precisions: Vec<f64> = singles.iter().filter_map(|o| o.precision).collect();
+    let mean = precisions.iter().sum::<f64>() / precisions.len() as f64;
+    assert!((many.precision.unwrap() - mean).abs() < 1e-9);
+    assert_eq!(
+        many.precision_min,
+        precisions.iter().copied().reduce(f64::min)
+    );
+    assert_eq!(many.series, singles[0].series, "the first run's series");
+}
