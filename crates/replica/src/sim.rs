@@ -50,6 +50,7 @@ pub struct SimNet {
     cut: HashSet<(usize, usize)>,
     /// Each node's clock offset from simulated time, in nanoseconds.
     offsets: Vec<i64>,
+    anti_entropy: Nanos,
     /// Datagrams delivered.
     pub delivered: u64,
     /// Bytes delivered.
@@ -75,6 +76,20 @@ impl SimNet {
         seed: u64,
         options: impl Fn(NodeId) -> ReplicaOptions,
     ) -> SimNet {
+        SimNet::with_anti_entropy(n, start, latency, seed, Nanos::from_secs(30), options)
+    }
+
+    /// As [`SimNet::new`], with nodes sending a full state to a random
+    /// member every `anti_entropy` (zero: never; the server's default is
+    /// 30 s).
+    pub fn with_anti_entropy(
+        n: usize,
+        start: Nanos,
+        latency: Nanos,
+        seed: u64,
+        anti_entropy: Nanos,
+        options: impl Fn(NodeId) -> ReplicaOptions,
+    ) -> SimNet {
         let addrs: Vec<SocketAddr> = (0..n).map(addr_of).collect();
         let mut net = SimNet {
             nodes: Vec::new(),
@@ -90,6 +105,7 @@ impl SimNet {
             rng: rand::SeedableRng::seed_from_u64(seed ^ 0x5151_5151),
             cut: HashSet::new(),
             offsets: vec![0; n],
+            anti_entropy,
             delivered: 0,
             bytes: 0,
         };
@@ -114,7 +130,7 @@ impl SimNet {
             join_timeout: Nanos::from_secs(3),
             probe_interval: Nanos::from_secs(1),
             expected_size: u32::try_from(self.addrs.len()).unwrap_or(u32::MAX),
-            anti_entropy: Nanos::from_secs(30),
+            anti_entropy: self.anti_entropy,
         }
     }
 

@@ -91,6 +91,11 @@ pub struct RunArgs {
     /// round-robin, sticky or random.
     #[arg(long, default_value = "consistent-hash")]
     pub assign: String,
+    /// Seconds between two full states a node sends a random member
+    /// (anti-entropy; the server's default is 30; 0 turns it off, as in
+    /// the thesis's simulation).
+    #[arg(long, default_value_t = 30.0)]
+    pub anti_entropy_s: f64,
     /// Which nodes have links: full-mesh (the thesis's) or ring.
     #[arg(long, default_value = "full-mesh")]
     pub topology: String,
@@ -232,6 +237,7 @@ fn simulate(args: &RunArgs) -> Result<()> {
         loss: args.loss,
         seed: args.seed,
         sample: ms(args.sample_s * 1000.0, "--sample-s")?.max(Nanos::from_millis(10)),
+        anti_entropy: ms(args.anti_entropy_s * 1000.0, "--anti-entropy-s")?,
         topology: Topology::parse(&args.topology).ok_or_else(|| {
             anyhow::anyhow!("--topology {}: expected full-mesh or ring", args.topology)
         })?,
