@@ -341,17 +341,11 @@ impl Replica {
                 return Err(StoreError::DuplicateKey(a.key.to_string()));
             }
         }
-        let mut order = shard_ids.clone();
-        order.sort_unstable();
-        order.dedup();
-        // Ascending shard order is one global lock order (as in the
-        // memory store): two plans never wait on each other in a cycle.
+        // The memory store's lock order; each item's guard is
+        // `guards[pos[i]]`.
+        let (order, pos) = tollgate_store::lock_order(&shard_ids);
         let mut guards: SmallVec<[MutexGuard<'_, HashMap<Key, Entry>>; 4]> =
             order.iter().map(|&s| self.shards[s].lock()).collect();
-        let pos: SmallVec<[usize; 4]> = shard_ids
-            .iter()
-            .map(|s| order.partition_point(|o| o < s))
-            .collect();
 
         // Each state taken out of its table (or fresh), with what it was
         // last reported as.

@@ -24,7 +24,7 @@ use std::future::Future;
 pub use error::StoreError;
 pub use key::{Key, LimitId, PoolKey};
 pub use memory::{AtCapacity, MemoryStore, MemoryStoreOptions, StoreStats};
-pub use plan::{Plan, PlanItem};
+pub use plan::{lock_order, Plan, PlanItem};
 
 use tollgate_core::copies::{CopyLimits, Groups, Reservation, Staged, TransferId};
 use tollgate_core::replicated::strategy::Replication;

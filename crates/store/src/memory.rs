@@ -731,19 +731,11 @@ impl MemoryStore {
         let hashes: SmallVec<[u64; 4]> = items.iter().map(|i| self.hash(&i.key)).collect();
         check_distinct(items, &hashes)?;
         let shard_ids: SmallVec<[usize; 4]> = hashes.iter().map(|&h| self.shard_of(h)).collect();
-        let mut order = shard_ids.clone();
-        order.sort_unstable();
-        order.dedup();
-        // Ascending shard order is one global lock order: two plans can
-        // never each hold a lock the other waits for. Nothing awaits while
-        // these are held.
+        // Each item's guard is `guards[pos[i]]`. Nothing awaits while these
+        // are held.
+        let (order, pos) = crate::plan::lock_order(&shard_ids);
         let mut guards: SmallVec<[MutexGuard<'_, ShardInner>; 4]> =
             order.iter().map(|&s| self.shards[s].inner.lock()).collect();
-        // Each item's guard, by position in `order`.
-        let pos: SmallVec<[usize; 4]> = shard_ids
-            .iter()
-            .map(|s| order.partition_point(|o| o < s))
-            .collect();
 
         // Take each state out of its table (or start fresh on a miss),
         // remembering the stored key and limit of those that were present.

@@ -60,3 +60,19 @@ impl Plan {
         self.items.is_empty()
     }
 }
+
+/// The shards to lock for a plan whose items live in `shards` (one shard
+/// index per item), in the one global lock order (ascending, each once),
+/// and each item's position in that order. Every sharded store locks a
+/// plan's shards this way, so two plans can never each hold a lock the
+/// other waits for.
+pub fn lock_order(shards: &[usize]) -> (SmallVec<[usize; 4]>, SmallVec<[usize; 4]>) {
+    let mut order: SmallVec<[usize; 4]> = shards.iter().copied().collect();
+    order.sort_unstable();
+    order.dedup();
+    let pos = shards
+        .iter()
+        .map(|s| order.partition_point(|o| o < s))
+        .collect();
+    (order, pos)
+}
