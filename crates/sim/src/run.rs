@@ -483,40 +483,16 @@ pub fn run(
         strategy: strategy.name.clone(),
         ..Outcome::default()
     };
-    let mut next_sample = base;
-    let mut memory_sum = 0.0;
-    let mut samples = 0u64;
-    let take_sample = |net: &SimNet, out: &mut Outcome| {
-        // As the server's housekeeping does: idle keys are dropped once
-        // past their retention margin.
-        for i in 0..nodes {
-            net.replica(i).sweep_now(net.now());
-        }
-        let memory = (0..nodes)
-            .map(|i| net.replica(i).memory_bytes() as f64)
-            .sum::<f64>()
-            / nodes as f64;
-        let sent = gossip_sent(net);
-        out.series.push(Sample {
-            t: net.now().saturating_sub(base).as_secs_f64(),
-            requests: out.requests,
-            rejections: out.rejections,
-            central_rejections: out.central_rejections,
-            memory,
-            gossip_bytes: sent.0,
-        });
-        out.peak_memory = out.peak_memory.max(memory);
-        memory
+    let mut sampler = Sampler {
+        next: base,
+        every: config.sample,
+        base,
+        memory_sum: 0.0,
+        samples: 0,
     };
     for (i, arrival) in set.arrivals.iter().enumerate() {
         let at = base.saturating_add(arrival.at);
-        while next_sample <= at {
-            faults.advance(&mut net, config, next_sample);
-            memory_sum += take_sample(&net, &mut out);
-            samples += 1;
-            next_sample = next_sample.saturating_add(config.sample);
-        }
-        faults.advance(&mut net, config, at);
+        sampler.run_to(&mut net, &mut faults, config, &mut out, at);
         let node = route(config.assign, arrival, i, nodes, &mut rng);
         let plan = Plan::single(Key::new(LIMIT, &arrival.user), Arc::clone(&limits[node]));
         let granted = net
@@ -543,22 +519,15 @@ pub fn run(
     let mut converged = None;
     while net.now().saturating_sub(last) <= MAX_CONVERGENCE {
         let step = net.now().saturating_add(Nanos::from_millis(100));
-        while next_sample <= step {
-            faults.advance(&mut net, config, next_sample);
-            memory_sum += take_sample(&net, &mut out);
-            samples += 1;
-            next_sample = next_sample.saturating_add(config.sample);
-        }
-        faults.advance(&mut net, config, step);
+        sampler.run_to(&mut net, &mut faults, config, &mut out, step);
         if is_converged(&net, &users) {
             converged = Some(net.now().saturating_sub(last).as_secs_f64());
             break;
         }
     }
-    memory_sum += take_sample(&net, &mut out);
-    samples += 1;
+    sampler.take(&net, &mut out);
     out.convergence = converged;
-    out.mean_memory = memory_sum / samples.max(1) as f64;
+    out.mean_memory = sampler.memory_sum / sampler.samples.max(1) as f64;
     let (bytes, datagrams, other) = gossip_sent(&net);
     out.gossip_bytes = bytes;
     out.gossip_datagrams = datagrams;
@@ -629,6 +598,60 @@ pub fn average(outcomes: &[Outcome]) -> Outcome {
         convergence,
         runs: outcomes.len() as u64,
         series: first.series.clone(),
+    }
+}
+
+/// The time series' sampling: a sample every `every` of simulated time.
+struct Sampler {
+    next: Nanos,
+    every: Nanos,
+    base: Nanos,
+    memory_sum: f64,
+    samples: u64,
+}
+
+impl Sampler {
+    /// Runs `net` to `to` (cutting and healing on the way), taking every
+    /// sample due before it.
+    fn run_to(
+        &mut self,
+        net: &mut SimNet,
+        faults: &mut Faults,
+        config: &SimConfig,
+        out: &mut Outcome,
+        to: Nanos,
+    ) {
+        while self.next <= to {
+            faults.advance(net, config, self.next);
+            self.take(net, out);
+            self.next = self.next.saturating_add(self.every);
+        }
+        faults.advance(net, config, to);
+    }
+
+    /// One sample now.
+    fn take(&mut self, net: &SimNet, out: &mut Outcome) {
+        let nodes = net.len();
+        // As the server's housekeeping does: idle keys are dropped once
+        // past their retention margin.
+        for i in 0..nodes {
+            net.replica(i).sweep_now(net.now());
+        }
+        let memory = (0..nodes)
+            .map(|i| net.replica(i).memory_bytes() as f64)
+            .sum::<f64>()
+            / nodes.max(1) as f64;
+        out.series.push(Sample {
+            t: net.now().saturating_sub(self.base).as_secs_f64(),
+            requests: out.requests,
+            rejections: out.rejections,
+            central_rejections: out.central_rejections,
+            memory,
+            gossip_bytes: gossip_sent(net).0,
+        });
+        out.peak_memory = out.peak_memory.max(memory);
+        self.memory_sum += memory;
+        self.samples += 1;
     }
 }
 
