@@ -536,7 +536,11 @@ impl Replica {
             });
             if frequent {
                 if let Some(Pending { payload: p, .. }) = delta.items.remove(key) {
-                    delta.priority = delta.priority.saturating_sub(p.updates() as u64);
+                    delta.priority = if delta.items.is_empty() {
+                        0
+                    } else {
+                        delta.priority.saturating_sub(p.updates() as u64)
+                    };
                     out.push((*addr, key.clone(), p));
                     self.stats.eager_pushes.fetch_add(1, Ordering::Relaxed);
                     metrics::counter!(m::EAGER_PUSHES).increment(1);
@@ -583,6 +587,18 @@ impl Replica {
                 continue;
             };
             let changed = r.absorb(state, now, &payload);
+            // A key this node swept (or never held) whose news is already
+            // past its retention margin stays forgotten: adopting it would
+            // restart its gossip to every neighbour, and they too would
+            // adopt it after sweeping it, round after round. The receiver
+            // ends as the sender soon will: without the key.
+            if !present && is_expired(&entry.limit, &entry.state, now) {
+                shard.remove(&key);
+                continue;
+            }
+            let LimitState::Replicated(state) = &mut entry.state else {
+                continue;
+            };
             if r.should_answer(state, &payload) {
                 if let Some(mine) = r.report(state, now) {
                     answers.push((key.clone(), mine));
@@ -711,14 +727,24 @@ impl Replica {
             return Vec::new();
         }
         let peer = if class.least_informed {
-            let best = addrs
-                .iter()
-                .map(|a| gossip.peers.get(a).map_or(0, |d| d.priority))
-                .max()
-                .unwrap_or(0);
+            // Only among peers with something to send: a peer whose
+            // updates all left by eager pushes can keep a priority (merged
+            // updates count less than their parts), and picking it every
+            // round would starve the others for good.
+            let priority = |a: &PeerAddr| {
+                gossip
+                    .peers
+                    .get(a)
+                    .filter(|d| d.resync || d.items.values().any(|p| p.class == class))
+                    .map(|d| d.priority)
+            };
+            let Some(best) = addrs.iter().filter_map(priority).max() else {
+                return Vec::new();
+            };
             let top: Vec<PeerAddr> = addrs
-                .into_iter()
-                .filter(|a| gossip.peers.get(a).map_or(0, |d| d.priority) == best)
+                .iter()
+                .copied()
+                .filter(|a| priority(a) == Some(best))
                 .collect();
             top[rng.random_range(0..top.len())]
         } else {
@@ -788,14 +814,7 @@ impl Replica {
         for shard in self.shards.iter() {
             let mut shard = shard.lock();
             let before = shard.len();
-            shard.retain(|_, e| match &*e.limit {
-                Limit::Replicated(r) => {
-                    let grace = r.replication.retention_margin();
-                    !e.limit.is_idle(&e.state, now.saturating_sub(grace))
-                        || !e.limit.is_idle(&e.state, now)
-                }
-                _ => false,
-            });
+            shard.retain(|_, e| !is_expired(&e.limit, &e.state, now));
             dropped += (before - shard.len()) as u64;
         }
         self.keys.fetch_sub(dropped, Ordering::Relaxed);
@@ -912,6 +931,18 @@ impl Replica {
                     .sum::<usize>()
             })
             .sum()
+    }
+}
+
+/// Whether a key has been idle for longer than its retention margin, so
+/// every replica may forget it.
+fn is_expired(limit: &Limit, state: &LimitState, now: Nanos) -> bool {
+    match limit {
+        Limit::Replicated(r) => {
+            let grace = r.replication.retention_margin();
+            limit.is_idle(state, now.saturating_sub(grace)) && limit.is_idle(state, now)
+        }
+        _ => true,
     }
 }
 

@@ -200,6 +200,61 @@ fn least_informed_first_picks_the_neighbour_with_most_updates_queued() {
 }
 
 #[test]
+fn least_informed_first_never_picks_a_neighbour_it_has_nothing_for() {
+    // Two limits gossiped in two classes (300 ms and 500 ms rounds). In
+    // the 500 ms rounds, peer 1 looks the least informed (four 300 ms
+    // updates queued) but has nothing of this class waiting: picking it
+    // would send nothing, round after round, and peer 3 would never hear
+    // of the 500 ms update.
+    let fast = Replication {
+        eager: None,
+        least_informed: true,
+        near_limit: false,
+        ..Replication::new(StrategyKind::Queue)
+    };
+    let slow = Replication {
+        gossip_interval: Nanos::from_millis(500),
+        ..fast.clone()
+    };
+    let tb = TokenBucket::new(10, Rate::new(1, Nanos::from_secs(1)).unwrap()).unwrap();
+    let register = |r: &Replica, id: LimitId, how: &Replication| {
+        let limit = Arc::new(
+            r.prepare_limit(Limit::TokenBucket(tb.clone()), Some(how))
+                .unwrap(),
+        );
+        r.register(id, Arc::clone(&limit));
+        Plan::single(Key::new(id, "u"), limit)
+    };
+    let state_of = |id: LimitId, how: &Replication, hits: u64| {
+        let s = replica(9, 1000);
+        let p = register(&s, id, how);
+        s.decide_now(&p, T0, Request::exactly(hits), Mode::Try)
+            .unwrap();
+        s.full_state(T0)
+    };
+    let slow_limit = LimitId(12);
+    let r = replica(1, 1000);
+    register(&r, LIMIT, &fast);
+    register(&r, slow_limit, &slow);
+    for n in [1, 2, 3] {
+        r.add_peer(peer(n));
+    }
+    // From peer 3, four fast elements: queued for peers 1 and 2. From
+    // peer 1, one slow element: queued for peers 2 and 3.
+    r.absorb(peer(3), state_of(LIMIT, &fast, 4), T0);
+    r.absorb(peer(1), state_of(slow_limit, &slow, 1), T0);
+    let sent = drain(&r, class(&slow), T0);
+    let mut to: Vec<SocketAddr> = sent.iter().map(|(p, _)| *p).collect();
+    to.sort();
+    assert_eq!(to, vec![peer(2), peer(3)]);
+    assert!(sent
+        .iter()
+        .all(|(_, items)| items.iter().all(|(k, _)| k.limit == slow_limit)));
+    // The fast updates still wait for their own rounds.
+    assert_eq!(r.delta_sizes(), (2, 8));
+}
+
+#[test]
 fn an_overflowing_delta_becomes_a_full_state_resync() {
     let how = plain_queue();
     let r = replica(1, 2);
@@ -274,6 +329,41 @@ fn an_idle_key_is_dropped_only_after_the_retention_margin() {
     assert_eq!(r.keys(), 1, "dropped before the margin");
     r.sweep_now(full.saturating_add(how.retention_margin()));
     assert_eq!(r.keys(), 0);
+}
+
+#[test]
+fn a_swept_key_is_not_brought_back_by_late_news_past_its_margin() {
+    // A node's late delta carries a state every replica is about to
+    // forget. A node that already forgot it must not adopt it and send it
+    // on: in a large cluster, where a delta waits many rounds for its
+    // neighbour, that restarted the key's gossip over and over.
+    let how = Replication::new(StrategyKind::Counter);
+    let sender = replica(2, 1000);
+    let p = plan(&sender, &how, 2, "late");
+    sender
+        .decide_now(&p, T0, Request::exactly(2), Mode::Try)
+        .unwrap();
+    let news = sender.full_state(T0);
+    let full = T0.saturating_add(Nanos::from_secs(2));
+    let expired = full.saturating_add(how.retention_margin());
+
+    let r = replica(1, 1000);
+    plan(&r, &how, 2, "other");
+    r.add_peer(peer(2));
+    r.add_peer(peer(3));
+    assert_eq!(r.absorb(peer(2), news.clone(), expired), 0);
+    assert_eq!(r.keys(), 0);
+    assert!(drain(&r, class(&how), expired).is_empty());
+    // Before the margin has passed, the same news is adopted and passed
+    // on.
+    let within = full.saturating_add(Nanos::from_secs(1));
+    assert_eq!(r.absorb(peer(2), news, within), 1);
+    assert_eq!(r.keys(), 1);
+    let to: Vec<SocketAddr> = drain(&r, class(&how), within)
+        .iter()
+        .map(|(p, _)| *p)
+        .collect();
+    assert_eq!(to, vec![peer(3)]);
 }
 
 #[test]
