@@ -214,7 +214,7 @@ fn least_informed_first_never_picks_a_neighbour_it_has_nothing_for() {
     };
     let slow = Replication {
         gossip_interval: Nanos::from_millis(500),
-        ..fast.clone()
+        ..fast
     };
     let tb = TokenBucket::new(10, Rate::new(1, Nanos::from_secs(1)).unwrap()).unwrap();
     let register = |r: &Replica, id: LimitId, how: &Replication| {
