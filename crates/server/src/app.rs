@@ -39,6 +39,8 @@ pub struct App<S> {
     pub store_name: &'static str,
     /// Where sampled decisions are recorded, if anywhere.
     pub decision_log: Option<crate::decision_log::DecisionLog>,
+    /// When the app was built, for `/status`'s uptime.
+    pub started: std::time::Instant,
     stopping: std::sync::atomic::AtomicBool,
 }
 
@@ -73,6 +75,7 @@ impl<S: Store> App<S> {
             metrics: None,
             store_name,
             decision_log: None,
+            started: std::time::Instant::now(),
             stopping: std::sync::atomic::AtomicBool::new(false),
         })
     }

@@ -103,6 +103,30 @@ impl<S: Store> v1::tollgate_server::Tollgate for Native<S> {
             .map_err(|e| status(&e))
     }
 
+    async fn status(
+        &self,
+        _request: Request<v1::StatusRequest>,
+    ) -> Result<Response<v1::StatusResponse>, Status> {
+        let app = &self.app;
+        let config = app.config_status();
+        Ok(Response::new(v1::StatusResponse {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            store: app.store_name.to_owned(),
+            uptime_ms: u64::try_from(app.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            ready: app.is_ready(),
+            config_source: config
+                .source
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            config_revision: config.revision,
+            config_loaded_at_ms: config.loaded_at_ms,
+            config_last_error: config.last_error,
+            config_warnings: config.warnings,
+            sessions_open: app.sessions.len() as u64,
+            sessions_opened: app.sessions.opened(),
+        }))
+    }
+
     type SessionStream = Pin<Box<dyn Stream<Item = Result<v1::SessionResponse, Status>> + Send>>;
 
     async fn session(

@@ -33,6 +33,18 @@ enum Command {
     Bench(cmd::bench::BenchArgs),
     /// A gRPC server that answers without deciding: `bench`'s ceiling.
     BenchEcho(cmd::echo::EchoArgs),
+    /// Ask a server for hits of a rate-limited resource (exit 0 granted,
+    /// 1 rejected, 2 error).
+    Request(cmd::client::RequestArgs),
+    /// Hold copies of a copy-limited resource for a while, then release.
+    Hold(cmd::client::HoldArgs),
+    /// Reserve copies and stage them for another client; prints the
+    /// transfer id.
+    Transfer(cmd::client::TransferArgs),
+    /// Take copies another client staged, hold them for a while, release.
+    Seize(cmd::client::SeizeArgs),
+    /// Show a server's version, store, readiness, config and sessions.
+    Status(cmd::client::StatusArgs),
 }
 
 fn main() -> ExitCode {
@@ -42,6 +54,11 @@ fn main() -> ExitCode {
         Command::Bench(args) => edge(cmd::bench::run(args)),
         Command::Sim(args) => edge(cmd::sim::run(&args)),
         Command::BenchEcho(args) => edge(cmd::echo::run(args)),
+        Command::Request(args) => cmd::client::request(args),
+        Command::Hold(args) => cmd::client::hold(args),
+        Command::Transfer(args) => cmd::client::transfer(args),
+        Command::Seize(args) => cmd::client::seize(args),
+        Command::Status(args) => cmd::client::status(args),
         Command::Serve(args) => match cmd::serve::run(*args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

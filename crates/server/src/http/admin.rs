@@ -44,7 +44,7 @@ pub(super) async fn status<S: Store>(State(http): State<Http<S>>) -> Json<Status
     Json(Status {
         version: env!("CARGO_PKG_VERSION"),
         store: app.store_name,
-        uptime_ms: u64::try_from(http.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        uptime_ms: u64::try_from(app.started.elapsed().as_millis()).unwrap_or(u64::MAX),
         config: app.config_status(),
         sessions: Sessions {
             open: app.sessions.len(),

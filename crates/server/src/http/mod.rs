@@ -16,7 +16,6 @@ mod api;
 mod body;
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::extract::{DefaultBodyLimit, FromRef};
 use axum::middleware::map_response_with_state;
@@ -30,9 +29,6 @@ pub use body::error_response;
 /// What every handler shares.
 struct Http<S> {
     app: Arc<App<S>>,
-    /// For `/status`'s uptime: the router is built when the server starts
-    /// serving.
-    started: Instant,
     /// To name the limit when refusing a body.
     max_body: usize,
 }
@@ -42,7 +38,6 @@ impl<S> Clone for Http<S> {
     fn clone(&self) -> Http<S> {
         Http {
             app: Arc::clone(&self.app),
-            started: self.started,
             max_body: self.max_body,
         }
     }
@@ -57,11 +52,7 @@ impl<S> FromRef<Http<S>> for Arc<App<S>> {
 
 /// The HTTP router over `app`; bodies larger than `max_body` are refused.
 pub fn router<S: Store>(app: Arc<App<S>>, max_body: usize) -> axum::Router {
-    let state = Http {
-        app,
-        started: Instant::now(),
-        max_body,
-    };
+    let state = Http { app, max_body };
     axum::Router::new()
         .route("/v1/request", post(api::request::<S>))
         .route("/v1/reserve", post(api::reserve::<S>))

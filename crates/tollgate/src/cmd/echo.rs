@@ -144,4 +144,16 @@ impl Tollgate for Echo {
             "bench-echo answers unary requests only",
         ))
     }
+
+    async fn status(
+        &self,
+        _request: Request<tollgate_proto::v1::StatusRequest>,
+    ) -> Result<Response<tollgate_proto::v1::StatusResponse>, Status> {
+        Ok(Response::new(tollgate_proto::v1::StatusResponse {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            store: "echo".to_owned(),
+            ready: true,
+            ..Default::default()
+        }))
+    }
 }

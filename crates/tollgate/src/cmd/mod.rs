@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod check_config;
+pub mod client;
 pub mod echo;
 pub mod replay;
 pub mod serve;

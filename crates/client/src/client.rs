@@ -1,0 +1,502 @@
+//! The client: rate requests and holds with retries, fail-open and the
+//! kill switch.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate_proto::v1::{self, session_request::Op, session_response::Result as Answer};
+
+use crate::backoff::RetryHint;
+use crate::config::ClientConfig;
+use crate::error::{Error, Rejected, Rejection};
+use crate::hold::Hold;
+use crate::metrics as m;
+use crate::session::{Failure, Server, Session};
+
+/// How a call was granted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// A server granted it.
+    Server,
+    /// No server answered (or one failed with a server error): granted the
+    /// minimum without a server (Charon §4.3's degraded mode).
+    Degraded,
+    /// A server rejected it and the kill switch turned the rejection into
+    /// a grant of the minimum.
+    KillSwitch,
+}
+
+/// A granted rate request.
+#[derive(Clone, Debug)]
+pub struct Grant {
+    /// Hits granted (`min_hits` when degraded or overridden).
+    pub granted: u64,
+    /// Who granted it.
+    pub via: Via,
+    /// The server's answer (`None` when degraded; the rejection when
+    /// overridden).
+    pub response: Option<v1::RateResponse>,
+    /// Requests sent, the first included.
+    pub attempts: u32,
+    /// Time spent, sleeps included.
+    pub waited: Duration,
+}
+
+impl Grant {
+    /// Granted without the server's say-so (degraded or kill switch).
+    pub fn is_degraded(&self) -> bool {
+        self.via == Via::Degraded
+    }
+}
+
+/// A client of one or several tollgate servers. Cheap to clone: clones
+/// share the sessions.
+#[derive(Clone, Debug)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: ClientConfig,
+    servers: Vec<Server>,
+    /// The server that answered last: tried first.
+    preferred: AtomicU64,
+    /// When the last "degraded" line was logged (clock ms + 1; 0: never).
+    logged: AtomicU64,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// At most one "degraded" log line per this long.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+impl Client {
+    /// A client of `config.endpoints`. Connects lazily: the first call
+    /// opens the session, so a client made while the servers are down
+    /// works (degraded) and recovers by itself.
+    pub fn new(config: ClientConfig) -> Result<Client, Error> {
+        if config.endpoints.is_empty() {
+            return Err(Error::Invalid("no server endpoints given".to_owned()));
+        }
+        let servers = config
+            .endpoints
+            .iter()
+            .map(|e| Server::new(e, &config))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(Error::Invalid)?;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                config,
+                servers,
+                preferred: AtomicU64::new(0),
+                logged: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// The settings the client was made with.
+    pub fn config(&self) -> &ClientConfig {
+        &self.inner.config
+    }
+
+    /// A rate request for `resource` on behalf of `domain`; set the hits
+    /// and the wait, then [`RequestBuilder::send`].
+    pub fn request(&self, namespace: &str, resource: &str, domain: &str) -> RequestBuilder {
+        RequestBuilder {
+            client: self.clone(),
+            request: v1::RateRequest {
+                namespace: namespace.to_owned(),
+                resource: resource.to_owned(),
+                domain: domain.to_owned(),
+                hits: 1,
+                min_hits: None,
+                mode: v1::Mode::Try as i32,
+            },
+            max_wait: Duration::ZERO,
+        }
+    }
+
+    /// A hold of copies of `resource` on behalf of `domain`; set the
+    /// copies and the wait, then [`HoldBuilder::send`].
+    pub fn hold(&self, namespace: &str, resource: &str, domain: &str) -> HoldBuilder {
+        HoldBuilder {
+            client: self.clone(),
+            request: v1::ReserveRequest {
+                namespace: namespace.to_owned(),
+                resource: resource.to_owned(),
+                domain: domain.to_owned(),
+                copies: 1,
+                min_copies: None,
+                lease_ms: None,
+            },
+            max_wait: Duration::ZERO,
+        }
+    }
+
+    /// Takes the copies another client staged with
+    /// [`Hold::transfer`](crate::Hold::transfer), into a hold on this
+    /// client's session. A transfer is known only to the servers that
+    /// share its store, so seizing is never failed open: an unreachable
+    /// server is an error.
+    pub async fn seize(&self, transfer_id: &str) -> Result<Hold, Error> {
+        let op = Op::Seize(v1::SeizeRequest {
+            transfer_id: transfer_id.to_owned(),
+            lease_ms: None,
+        });
+        match self.inner.call(op).await {
+            Ok((Answer::Seize(s), session)) => Ok(Hold::on_server(
+                session,
+                s.namespace,
+                s.resource,
+                s.domain,
+                s.copies,
+                s.groups,
+                None,
+            )),
+            Ok(_) => Err(Error::Unavailable("an answer of the wrong kind".to_owned())),
+            Err(Call::Refused(f)) => Err(refused(f)),
+            Err(Call::Unavailable(why)) => Err(Error::Unavailable(why)),
+        }
+    }
+
+    /// The first answering server's status (version, store, readiness,
+    /// config revision, sessions).
+    pub async fn status(&self) -> Result<(String, v1::StatusResponse), Error> {
+        let mut last = String::from("no server");
+        for server in &self.inner.servers {
+            match server.status(self.inner.config.request_timeout).await {
+                Ok(s) => return Ok((server.name.clone(), s)),
+                Err(f) if f.is_client_error() => return Err(refused(f)),
+                Err(f) => last = f.to_string(),
+            }
+        }
+        Err(Error::Unavailable(last))
+    }
+}
+
+/// Why a call did not reach an answer.
+pub(crate) enum Call {
+    /// The caller's mistake: not failed open.
+    Refused(Failure),
+    /// No server answered (or every one failed with a server error).
+    Unavailable(String),
+}
+
+pub(crate) fn refused(f: Failure) -> Error {
+    match f {
+        Failure::Status {
+            code,
+            reason,
+            message,
+        } => Error::Refused {
+            code,
+            reason,
+            message,
+        },
+        Failure::Unreachable(why) => Error::Unavailable(why),
+    }
+}
+
+impl Inner {
+    /// Sends `op` to the preferred server, then to the others in order,
+    /// until one answers.
+    pub(crate) async fn call(&self, op: Op) -> Result<(Answer, Arc<Session>), Call> {
+        let n = self.servers.len();
+        let first = self.preferred.load(Ordering::Relaxed) as usize % n.max(1);
+        let mut last = String::new();
+        for i in 0..n {
+            let index = (first + i) % n;
+            let server = &self.servers[index];
+            let session = match server.session().await {
+                Ok(s) => s,
+                Err(f) => {
+                    last = f.to_string();
+                    continue;
+                }
+            };
+            match session.call(op.clone(), self.config.request_timeout).await {
+                Ok(answer) => {
+                    self.preferred.store(index as u64, Ordering::Relaxed);
+                    metrics::gauge!(m::SERVING).set(1.0);
+                    return Ok((answer, session));
+                }
+                Err(f) if f.is_client_error() => return Err(Call::Refused(f)),
+                Err(f @ Failure::Unreachable(_)) => {
+                    server.failed();
+                    last = f.to_string();
+                }
+                // A server error: the session is fine, the server is not;
+                // another server may do better.
+                Err(f) => last = f.to_string(),
+            }
+        }
+        metrics::gauge!(m::SERVING).set(0.0);
+        Err(Call::Unavailable(last))
+    }
+
+    /// Logs that a call failed open, at most once per [`LOG_EVERY`].
+    fn degraded(&self, op: &'static str, why: &str) {
+        metrics::counter!(m::DEGRADED, "op" => op).increment(1);
+        let now = u64::try_from(self.config.clock.now().as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_add(1);
+        let last = self.logged.load(Ordering::Relaxed);
+        let due = last == 0 || now.saturating_sub(last) >= LOG_EVERY.as_millis() as u64;
+        if due
+            && self
+                .logged
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(op, reason = %why, "no tollgate server answered; granting the minimum (degraded)");
+        }
+    }
+}
+
+impl Server {
+    async fn status(&self, timeout: Duration) -> Result<v1::StatusResponse, Failure> {
+        let channel = self.channel().await?;
+        let mut grpc = v1::tollgate_client::TollgateClient::new(channel);
+        match tokio::time::timeout(timeout, grpc.status(v1::StatusRequest {})).await {
+            Ok(Ok(r)) => Ok(r.into_inner()),
+            Ok(Err(s)) => Err(Failure::Status {
+                code: s.code(),
+                reason: String::new(),
+                message: s.message().to_owned(),
+            }),
+            Err(_) => Err(Failure::Unreachable(format!(
+                "{} did not answer within {timeout:?}",
+                self.name
+            ))),
+        }
+    }
+}
+
+/// A rate request being built: see [`Client::request`].
+#[derive(Debug)]
+#[must_use = "a request does nothing until sent"]
+pub struct RequestBuilder {
+    client: Client,
+    request: v1::RateRequest,
+    max_wait: Duration,
+}
+
+impl RequestBuilder {
+    /// Hits wanted (default 1).
+    pub fn hits(mut self, hits: u64) -> Self {
+        self.request.hits = hits;
+        self
+    }
+
+    /// Fewest hits worth having (default: all of them).
+    pub fn min_hits(mut self, min: u64) -> Self {
+        self.request.min_hits = Some(min);
+        self
+    }
+
+    /// Longest time to keep retrying after rejections (default zero: one
+    /// attempt).
+    pub fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = max_wait;
+        self
+    }
+
+    /// Sends it, backing off after rejections until `max_wait` is spent.
+    pub async fn send(self) -> Result<Grant, Error> {
+        let RequestBuilder {
+            client,
+            request,
+            max_wait,
+        } = self;
+        let min = request.min_hits.unwrap_or(request.hits);
+        if min > request.hits {
+            return Err(Error::Invalid(format!(
+                "min_hits {min} is more than hits {}",
+                request.hits
+            )));
+        }
+        let inner = &client.inner;
+        let clock = Arc::clone(&inner.config.clock);
+        let start = clock.now();
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let response = match inner.call(Op::Request(request.clone())).await {
+                Ok((Answer::Request(r), _)) => r,
+                Ok(_) => return Err(Error::Unavailable("an answer of the wrong kind".to_owned())),
+                Err(Call::Refused(f)) => return Err(refused(f)),
+                Err(Call::Unavailable(why)) => {
+                    if !inner.config.fail_open {
+                        return Err(Error::Unavailable(why));
+                    }
+                    inner.degraded("request", &why);
+                    return Ok(Grant {
+                        granted: min,
+                        via: Via::Degraded,
+                        response: None,
+                        attempts,
+                        waited: clock.now().saturating_sub(start),
+                    });
+                }
+            };
+            let waited = clock.now().saturating_sub(start);
+            if response.allowed {
+                return Ok(Grant {
+                    granted: response.granted,
+                    via: Via::Server,
+                    response: Some(response),
+                    attempts,
+                    waited,
+                });
+            }
+            if inner.config.kill_switch {
+                metrics::counter!(m::OVERRIDDEN, "op" => "request").increment(1);
+                return Ok(Grant {
+                    granted: min,
+                    via: Via::KillSwitch,
+                    response: Some(response),
+                    attempts,
+                    waited,
+                });
+            }
+            let hint = match response.retry_after_ns {
+                Some(ns) => RetryHint::After(Duration::from_nanos(ns)),
+                None => RetryHint::Never,
+            };
+            let sleep =
+                inner
+                    .config
+                    .backoff
+                    .sleep(attempts - 1, waited, max_wait, hint, &mut rand::rng());
+            let Some(sleep) = sleep else {
+                return Err(Error::Rejected(Box::new(Rejection {
+                    attempts,
+                    waited,
+                    last: Rejected::Rate(response),
+                })));
+            };
+            metrics::counter!(m::RETRIES, "op" => "request").increment(1);
+            clock.sleep(sleep).await;
+        }
+    }
+}
+
+/// A hold being built: see [`Client::hold`].
+#[derive(Debug)]
+#[must_use = "a hold does nothing until sent"]
+pub struct HoldBuilder {
+    client: Client,
+    request: v1::ReserveRequest,
+    max_wait: Duration,
+}
+
+impl HoldBuilder {
+    /// Copies wanted (default 1).
+    pub fn copies(mut self, copies: u64) -> Self {
+        self.request.copies = copies;
+        self
+    }
+
+    /// Fewest copies worth having (default: all of them).
+    pub fn min_copies(mut self, min: u64) -> Self {
+        self.request.min_copies = Some(min);
+        self
+    }
+
+    /// Longest time to keep retrying after rejections (default zero: one
+    /// attempt).
+    pub fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = max_wait;
+        self
+    }
+
+    /// Reserves, backing off after rejections until `max_wait` is spent.
+    /// The hold releases what it still holds when dropped.
+    pub async fn send(self) -> Result<Hold, Error> {
+        let HoldBuilder {
+            client,
+            request,
+            max_wait,
+        } = self;
+        let min = request.min_copies.unwrap_or(request.copies);
+        if request.copies == 0 || min > request.copies {
+            return Err(Error::Invalid(format!(
+                "a hold needs 1 ≤ min_copies ≤ copies (got copies {}, min_copies {min})",
+                request.copies
+            )));
+        }
+        let inner = &client.inner;
+        let clock = Arc::clone(&inner.config.clock);
+        let start = clock.now();
+        let mut attempts = 0u32;
+        let local = |via: Via, attempts: u32, waited: Duration| {
+            Hold::local(
+                &request.namespace,
+                &request.resource,
+                &request.domain,
+                min,
+                via,
+                attempts,
+                waited,
+            )
+        };
+        loop {
+            attempts += 1;
+            let (response, session) = match inner.call(Op::Reserve(request.clone())).await {
+                Ok((Answer::Reserve(r), session)) => (r, session),
+                Ok(_) => return Err(Error::Unavailable("an answer of the wrong kind".to_owned())),
+                Err(Call::Refused(f)) => return Err(refused(f)),
+                Err(Call::Unavailable(why)) => {
+                    if !inner.config.fail_open {
+                        return Err(Error::Unavailable(why));
+                    }
+                    inner.degraded("reserve", &why);
+                    return Ok(local(
+                        Via::Degraded,
+                        attempts,
+                        clock.now().saturating_sub(start),
+                    ));
+                }
+            };
+            let waited = clock.now().saturating_sub(start);
+            if response.allowed {
+                return Ok(Hold::on_server(
+                    session,
+                    request.namespace,
+                    request.resource,
+                    request.domain,
+                    response.granted,
+                    response.groups.clone(),
+                    Some((response, attempts, waited)),
+                ));
+            }
+            if inner.config.kill_switch {
+                metrics::counter!(m::OVERRIDDEN, "op" => "reserve").increment(1);
+                return Ok(local(Via::KillSwitch, attempts, waited));
+            }
+            let sleep = inner.config.backoff.sleep(
+                attempts - 1,
+                waited,
+                max_wait,
+                RetryHint::None,
+                &mut rand::rng(),
+            );
+            let Some(sleep) = sleep else {
+                return Err(Error::Rejected(Box::new(Rejection {
+                    attempts,
+                    waited,
+                    last: Rejected::Hold(response),
+                })));
+            };
+            metrics::counter!(m::RETRIES, "op" => "reserve").increment(1);
+            clock.sleep(sleep).await;
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! What a client call can end in besides a grant.
+
+use std::time::Duration;
+
+use tollgate_proto::v1;
+
+/// A request or hold that did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The server rejected every attempt until `max_wait` was spent (or
+    /// said the request can never succeed); the last rejection is kept.
+    #[error("rejected after {} attempt(s) over {:?}", .0.attempts, .0.waited)]
+    Rejected(Box<Rejection>),
+    /// The server refused the request as the caller's mistake (unknown
+    /// resource, wrong kind, malformed, not held, unknown transfer, not
+    /// allowed): never failed open, since retrying cannot help.
+    #[error("refused by the server ({reason}): {message}")]
+    Refused {
+        /// The gRPC status code.
+        code: tonic::Code,
+        /// Machine-readable: `unknown_resource`, `not_held`, ...
+        reason: String,
+        /// For people.
+        message: String,
+    },
+    /// No server answered and fail-open is off.
+    #[error("no tollgate server answered: {0}")]
+    Unavailable(String),
+    /// The hold's session ended (its server went away): the server has
+    /// released what it held, so there is nothing left to release or
+    /// transfer.
+    #[error("the hold's session ended; its server released its copies")]
+    HoldLost,
+    /// A degraded or overridden hold holds nothing on any server: it cannot
+    /// be transferred.
+    #[error("a hold granted without a server (degraded or kill switch) cannot be transferred")]
+    NotOnServer,
+    /// The call itself is wrong (no endpoints, a bad URL, two rate-limited
+    /// resources in one acquisition, ...).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The last rejection of a call that gave up.
+#[derive(Clone, Debug)]
+pub struct Rejection {
+    /// Requests sent, the first included.
+    pub attempts: u32,
+    /// Time spent, sleeps included.
+    pub waited: Duration,
+    /// The server's last answer.
+    pub last: Rejected,
+}
+
+/// A rejecting answer of either kind.
+#[derive(Clone, Debug)]
+pub enum Rejected {
+    /// A rate request's answer (limit, remaining, retry_after, tier, ...).
+    Rate(v1::RateResponse),
+    /// A reserve's answer (domain, group and global limits and holds).
+    Hold(v1::ReserveResponse),
+}
+
+impl Error {
+    /// The rejection, if this is one.
+    pub fn rejection(&self) -> Option<&Rejection> {
+        match self {
+            Error::Rejected(r) => Some(r),
+            _ => None,
+        }
+    }
+}
