@@ -1,12 +1,13 @@
 //! When to try again after a rejection: Charon's exponential backoff
 //! (§3.2), and the clock it runs on.
 //!
-//! After the i-th failure the client sleeps
+//! After the i-th failure (i = 1 for the first) the client sleeps
 //! `min(max_wait − elapsed, jitter(2^i · base))`, where `jitter(v)` is
 //! uniform in `[v − v/4, v + v/4]`, and gives up once `max_wait − elapsed`
 //! is no longer positive. Charon's unit is the second; here it is
-//! [`Backoff::base`] (100 ms by default: limits of a few per second are
-//! common, and a first retry a whole second later would miss their refill).
+//! [`Backoff::base`] (50 ms by default, so the first retry comes after
+//! about 100 ms: limits of a few per second are common, and a first retry
+//! two seconds later would miss their refill).
 //! tollgate's server also says when a request can next succeed
 //! (`retry_after`): when that is sooner than the backoff, the client sleeps
 //! only that long, and when the server says never, it does not sleep at
@@ -23,14 +24,14 @@ use rand::Rng;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Backoff {
     /// The unit of the exponential sequence: the first retry comes after
-    /// about one `base`, the next after two, then four, ...
+    /// about two `base`s, the next after four, then eight, ...
     pub base: Duration,
 }
 
 impl Default for Backoff {
     fn default() -> Backoff {
         Backoff {
-            base: Duration::from_millis(100),
+            base: Duration::from_millis(50),
         }
     }
 }
@@ -54,7 +55,7 @@ impl Backoff {
         self.base.saturating_mul(factor)
     }
 
-    /// The sleep after the `failure`-th failure (0 for the first), with
+    /// The sleep after the `failure`-th failure (1 for the first), with
     /// `elapsed` of `max_wait` already spent: `None` to give up.
     pub fn sleep(
         &self,
@@ -140,7 +141,7 @@ mod tests {
         let b = Backoff { base: 100 * MS };
         let mut rng = SmallRng::seed_from_u64(1);
         let max = Duration::from_secs(10);
-        for i in 0..6 {
+        for i in 1..6 {
             let v = 100 * MS * (1 << i);
             for _ in 0..200 {
                 let s = b.sleep(i, Duration::ZERO, max, RetryHint::None, &mut rng);
@@ -150,6 +151,9 @@ mod tests {
         }
         // Never past max_wait; nothing once it is spent.
         let s = b.sleep(6, 9_900 * MS, max, RetryHint::None, &mut rng);
+        // The first failure sleeps 2 · base (Charon's 2^1), within a quarter.
+        let first = b.sleep(1, Duration::ZERO, max, RetryHint::None, &mut rng);
+        assert!(first.is_some_and(|f| f >= 150 * MS && f <= 250 * MS));
         assert_eq!(s, Some(100 * MS));
         assert_eq!(b.sleep(0, max, max, RetryHint::None, &mut rng), None);
         assert_eq!(b.sleep(0, max + MS, max, RetryHint::None, &mut rng), None);

@@ -12,7 +12,7 @@ use crate::config::ClientConfig;
 use crate::error::{Error, Rejected, Rejection};
 use crate::hold::Hold;
 use crate::metrics as m;
-use crate::session::{Failure, Server, Session};
+use crate::session::{Delivered, Failure, Server, Session};
 
 /// How a call was granted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,7 +150,7 @@ impl Client {
             transfer_id: transfer_id.to_owned(),
             lease_ms: None,
         });
-        match self.inner.call(op).await {
+        match self.inner.call(op).await.map(|(d, s)| (d.claim(), s)) {
             Ok((Answer::Seize(s), session)) => Ok(Hold::on_server(
                 session,
                 s.namespace,
@@ -207,7 +207,7 @@ pub(crate) fn refused(f: Failure) -> Error {
 impl Inner {
     /// Sends `op` to the preferred server, then to the others in order,
     /// until one answers.
-    pub(crate) async fn call(&self, op: Op) -> Result<(Answer, Arc<Session>), Call> {
+    pub(crate) async fn call(&self, op: Op) -> Result<(Delivered, Arc<Session>), Call> {
         let n = self.servers.len();
         let first = self.preferred.load(Ordering::Relaxed) as usize % n.max(1);
         let mut last = String::new();
@@ -221,7 +221,10 @@ impl Inner {
                     continue;
                 }
             };
-            match session.call(op.clone(), self.config.request_timeout).await {
+            match session
+                .call(op.clone(), None, self.config.request_timeout)
+                .await
+            {
                 Ok(answer) => {
                     self.preferred.store(index as u64, Ordering::Relaxed);
                     metrics::gauge!(m::SERVING).set(1.0);
@@ -229,12 +232,16 @@ impl Inner {
                 }
                 Err(f) if f.is_client_error() => return Err(Call::Refused(f)),
                 Err(f @ Failure::Unreachable(_)) => {
-                    server.failed();
+                    server.failed(&session);
                     last = f.to_string();
                 }
-                // A server error: the session is fine, the server is not;
-                // another server may do better.
-                Err(f) => last = f.to_string(),
+                // A server error: another server may do better.
+                Err(f) => {
+                    if !session.is_alive() {
+                        server.failed(&session);
+                    }
+                    last = f.to_string();
+                }
             }
         }
         metrics::gauge!(m::SERVING).set(0.0);
@@ -328,7 +335,8 @@ impl RequestBuilder {
         let mut attempts = 0u32;
         loop {
             attempts += 1;
-            let response = match inner.call(Op::Request(request.clone())).await {
+            let answer = inner.call(Op::Request(request.clone())).await;
+            let response = match answer.map(|(d, s)| (d.claim(), s)) {
                 Ok((Answer::Request(r), _)) => r,
                 Ok(_) => return Err(Error::Unavailable("an answer of the wrong kind".to_owned())),
                 Err(Call::Refused(f)) => return Err(refused(f)),
@@ -374,7 +382,7 @@ impl RequestBuilder {
                 inner
                     .config
                     .backoff
-                    .sleep(attempts - 1, waited, max_wait, hint, &mut rand::rng());
+                    .sleep(attempts, waited, max_wait, hint, &mut rand::rng());
             let Some(sleep) = sleep else {
                 return Err(Error::Rejected(Box::new(Rejection {
                     attempts,
@@ -449,7 +457,10 @@ impl HoldBuilder {
         };
         loop {
             attempts += 1;
-            let (response, session) = match inner.call(Op::Reserve(request.clone())).await {
+            // Claimed at once: from here to the hold nothing can be
+            // cancelled, and a rejection holds nothing.
+            let answer = inner.call(Op::Reserve(request.clone())).await;
+            let (response, session) = match answer.map(|(d, s)| (d.claim(), s)) {
                 Ok((Answer::Reserve(r), session)) => (r, session),
                 Ok(_) => return Err(Error::Unavailable("an answer of the wrong kind".to_owned())),
                 Err(Call::Refused(f)) => return Err(refused(f)),
@@ -482,7 +493,7 @@ impl HoldBuilder {
                 return Ok(local(Via::KillSwitch, attempts, waited));
             }
             let sleep = inner.config.backoff.sleep(
-                attempts - 1,
+                attempts,
                 waited,
                 max_wait,
                 RetryHint::None,

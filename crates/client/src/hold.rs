@@ -1,6 +1,7 @@
 //! A hold of copies: a guard that releases what it still holds when
 //! dropped (Charon §3.2's implicit release), also when a panic unwinds.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +24,9 @@ pub struct Hold {
     resource: String,
     domain: String,
     groups: Vec<String>,
-    held: u64,
+    /// Copies held, shared with the session task, which puts back what a
+    /// refused release or transfer took from it.
+    held: Arc<AtomicU64>,
     via: Via,
     /// The session holding the copies (`None` for degraded and overridden
     /// holds, which hold nothing on a server).
@@ -55,7 +58,7 @@ impl Hold {
             resource,
             domain,
             groups,
-            held,
+            held: Arc::new(AtomicU64::new(held)),
             via: Via::Server,
             session: Some(session),
             response,
@@ -78,7 +81,7 @@ impl Hold {
             resource: resource.to_owned(),
             domain: domain.to_owned(),
             groups: Vec::new(),
-            held,
+            held: Arc::new(AtomicU64::new(held)),
             via,
             session: None,
             response: None,
@@ -89,7 +92,7 @@ impl Hold {
 
     /// Copies still held.
     pub fn copies(&self) -> u64 {
-        self.held
+        self.held.load(Ordering::Acquire)
     }
 
     /// Who granted it: a server, degraded mode, or the kill switch.
@@ -144,23 +147,28 @@ impl Hold {
         self.session.as_ref().is_some_and(|s| !s.is_alive())
     }
 
-    fn check(&self, copies: u64, what: &str) -> Result<(), Error> {
-        if copies == 0 || copies > self.held {
+    /// Takes `copies` off the count before the operation is sent: a
+    /// release on drop meanwhile asks only for what is left. The session
+    /// task puts them back if the server refuses.
+    fn take(&self, copies: u64, what: &str) -> Result<(), Error> {
+        let held = self.copies();
+        if copies == 0 || copies > held {
             return Err(Error::Invalid(format!(
-                "cannot {what} {copies} of the {} copies held",
-                self.held
+                "cannot {what} {copies} of the {held} copies held"
             )));
         }
+        self.held.fetch_sub(copies, Ordering::AcqRel);
         Ok(())
     }
 
-    /// Sends `op` on the hold's session; a session that ended makes the
-    /// hold lost.
-    async fn call(&mut self, session: &Arc<Session>, op: Op) -> Result<Answer, Error> {
-        match session.call(op, CALL_TIMEOUT).await {
-            Ok(answer) => Ok(answer),
+    /// Sends `op`, which took `copies` off the count, on the hold's
+    /// session; a session that ended makes the hold lost.
+    async fn call(&mut self, session: &Arc<Session>, op: Op, copies: u64) -> Result<Answer, Error> {
+        let restore = Some((Arc::clone(&self.held), copies));
+        match session.call(op, restore, CALL_TIMEOUT).await {
+            Ok(delivered) => Ok(delivered.claim()),
             Err(Failure::Unreachable(_)) if !session.is_alive() => {
-                self.held = 0;
+                self.held.store(0, Ordering::Release);
                 Err(Error::HoldLost)
             }
             Err(f) => Err(crate::client::refused(f)),
@@ -169,25 +177,22 @@ impl Hold {
 
     /// Releases `copies` of those held; returns how many are still held.
     pub async fn release(&mut self, copies: u64) -> Result<u64, Error> {
-        self.check(copies, "release")?;
         let Some(session) = self.session.clone() else {
-            self.held -= copies;
-            return Ok(self.held);
+            self.take(copies, "release")?;
+            return Ok(self.copies());
         };
+        self.take(copies, "release")?;
         let op = Op::Release(self.release_request(copies));
-        match self.call(&session, op).await? {
-            Answer::Release(r) => {
-                self.held = r.still_held.min(self.held - copies);
-                Ok(self.held)
-            }
+        match self.call(&session, op, copies).await? {
+            Answer::Release(_) => Ok(self.copies()),
             _ => Err(Error::Unavailable("an answer of the wrong kind".to_owned())),
         }
     }
 
     /// Releases everything still held and waits for the server's answer.
     pub async fn release_all(mut self) -> Result<(), Error> {
-        if self.held > 0 {
-            let held = self.held;
+        let held = self.copies();
+        if held > 0 {
             self.release(held).await?;
         }
         Ok(())
@@ -197,10 +202,10 @@ impl Hold {
     /// [`Client::seize`](crate::Client::seize) and the returned id before
     /// `ttl` ends; otherwise the server releases them then (Charon §3.1).
     pub async fn transfer(&mut self, copies: u64, ttl: Duration) -> Result<String, Error> {
-        self.check(copies, "transfer")?;
         let Some(session) = self.session.clone() else {
             return Err(Error::NotOnServer);
         };
+        self.take(copies, "transfer")?;
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
         let op = Op::Transfer(v1::TransferRequest {
             namespace: self.namespace.clone(),
@@ -211,11 +216,8 @@ impl Hold {
             ttl_ms,
             hold_id: String::new(),
         });
-        match self.call(&session, op).await? {
-            Answer::Transfer(t) => {
-                self.held -= copies;
-                Ok(t.transfer_id)
-            }
+        match self.call(&session, op, copies).await? {
+            Answer::Transfer(t) => Ok(t.transfer_id),
             _ => Err(Error::Unavailable("an answer of the wrong kind".to_owned())),
         }
     }
@@ -234,12 +236,12 @@ impl Hold {
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        if self.held == 0 {
+        let held = self.held.swap(0, Ordering::AcqRel);
+        if held == 0 {
             return;
         }
         if let Some(session) = &self.session {
-            session.send(Op::Release(self.release_request(self.held)));
+            session.send(Op::Release(self.release_request(held)));
         }
-        self.held = 0;
     }
 }

@@ -1,9 +1,8 @@
 //! The client's metrics (through the `metrics` facade: the application
 //! installs the recorder it exports with).
 
-/// Calls granted without a server (fail-open), by `op`
-/// (`request`, `reserve`, `seize`) and `reason` (`unreachable`,
-/// `server_error`).
+/// Calls granted without a server (fail-open), by `op` (`request`,
+/// `reserve`).
 pub const DEGRADED: &str = "tollgate_client_degraded_total";
 /// Rejections turned into grants by the kill switch, by `op`.
 pub const OVERRIDDEN: &str = "tollgate_client_overridden_total";

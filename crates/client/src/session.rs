@@ -5,16 +5,21 @@
 //! so the server knows which holds belong to this client and releases them
 //! when the stream ends, whatever ended it (Charon §4.3.1). A task owns the
 //! stream; callers hand it operations and wait for the matching answer.
-//! A caller that stops waiting (its timeout passed) does not leak what the
-//! server granted late: the task releases copies nobody is waiting for.
+//! Copies the server granted are handed over inside a [`Delivered`] whose
+//! guard releases them if nobody takes them: a caller that stopped
+//! waiting (its timeout passed, its future was dropped) leaks nothing. A
+//! hold's release or transfer lowers its count before it is sent, and the
+//! task puts the copies back if the server refused, whether or not the
+//! caller still waits, so the count a guard releases on drop is never
+//! stale.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::wrappers::UnboundedReceiverStream;
 use tollgate_proto::v1::{self, session_request::Op, session_response::Result as Answer};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
@@ -43,6 +48,9 @@ impl Failure {
         use tonic::Code::*;
         match self {
             Failure::Unreachable(_) => false,
+            // The server ended the session under the caller: another
+            // session (or server) will do.
+            Failure::Status { reason, .. } if reason == "session_closed" => false,
             Failure::Status { code, .. } => matches!(
                 code,
                 InvalidArgument
@@ -74,12 +82,54 @@ impl std::fmt::Display for Failure {
     }
 }
 
-type Reply = oneshot::Sender<Result<Answer, Failure>>;
+/// An answer, with the release of what it granted should it be dropped
+/// unclaimed.
+pub(crate) struct Delivered {
+    /// The server's answer.
+    pub(crate) answer: Answer,
+    guard: Option<ReleaseGuard>,
+}
+
+impl Delivered {
+    /// Takes the copies the answer granted: from now on, whoever holds
+    /// them releases them.
+    pub(crate) fn claim(mut self) -> Answer {
+        if let Some(g) = self.guard.as_mut() {
+            g.release = None;
+        }
+        std::mem::replace(&mut self.answer, Answer::Closed(v1::Close {}))
+    }
+}
+
+/// Sends a release of granted copies when dropped, unless claimed.
+struct ReleaseGuard {
+    tx: mpsc::UnboundedSender<Outgoing>,
+    release: Option<Op>,
+}
+
+impl Drop for ReleaseGuard {
+    fn drop(&mut self) {
+        if let Some(op) = self.release.take() {
+            let _ = self.tx.send(Outgoing {
+                op,
+                reply: None,
+                restore: None,
+            });
+        }
+    }
+}
+
+type Reply = oneshot::Sender<Result<Delivered, Failure>>;
+
+/// Copies to give back to a hold's count if the server refuses the
+/// operation that took them from it.
+pub(crate) type Restore = (Arc<AtomicU64>, u64);
 
 struct Outgoing {
     op: Op,
     /// `None`: fire and forget (a guard's release on drop).
     reply: Option<Reply>,
+    restore: Option<Restore>,
 }
 
 /// An open session on one server.
@@ -105,25 +155,39 @@ impl Session {
         self.alive.load(Ordering::Acquire)
     }
 
-    /// Sends `op` and waits at most `timeout` for its answer.
-    pub(crate) async fn call(&self, op: Op, timeout: Duration) -> Result<Answer, Failure> {
-        let (reply, answer) = oneshot::channel();
+    /// Sends `op` and waits at most `timeout` for its answer. Copies the
+    /// answer grants are released unless the caller claims them
+    /// ([`Delivered::claim`]); `restore` goes back to its count if the
+    /// server refuses.
+    pub(crate) async fn call(
+        &self,
+        op: Op,
+        restore: Option<Restore>,
+        timeout: Duration,
+    ) -> Result<Delivered, Failure> {
+        let (reply, mut answer) = oneshot::channel();
         self.tx
             .send(Outgoing {
                 op,
                 reply: Some(reply),
+                restore,
             })
             .map_err(|_| Failure::Unreachable(format!("the session to {} ended", self.endpoint)))?;
-        match tokio::time::timeout(timeout, answer).await {
+        match tokio::time::timeout(timeout, &mut answer).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(Failure::Unreachable(format!(
                 "the session to {} ended",
                 self.endpoint
             ))),
-            Err(_) => Err(Failure::Unreachable(format!(
-                "{} did not answer within {timeout:?}",
-                self.endpoint
-            ))),
+            Err(_) => {
+                // An answer arriving from now on is dropped with the
+                // receiver, and its guard releases what it granted.
+                answer.close();
+                Err(Failure::Unreachable(format!(
+                    "{} did not answer within {timeout:?}",
+                    self.endpoint
+                )))
+            }
         }
     }
 
@@ -131,29 +195,51 @@ impl Session {
     /// cannot wait). Lost if the session has ended, which is fine: the
     /// server released everything of the session then.
     pub(crate) fn send(&self, op: Op) {
-        let _ = self.tx.send(Outgoing { op, reply: None });
+        let _ = self.tx.send(Outgoing {
+            op,
+            reply: None,
+            restore: None,
+        });
+    }
+}
+
+/// Marks the session dead however its task ends (also when the runtime
+/// drops it mid-await).
+struct AliveGuard(Arc<AtomicBool>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 
 /// Opens a session on `channel`.
 async fn open(channel: Channel, endpoint: String) -> Result<Arc<Session>, Failure> {
     let mut grpc = v1::tollgate_client::TollgateClient::new(channel);
-    let (requests, outbound) = mpsc::channel::<v1::SessionRequest>(64);
+    // Unbounded, so the task never stops reading answers while it waits to
+    // send (the server stops reading when its answers are not read).
+    let (requests, outbound) = mpsc::unbounded_channel::<v1::SessionRequest>();
     let response = grpc
-        .session(ReceiverStream::new(outbound))
+        .session(UnboundedReceiverStream::new(outbound))
         .await
         .map_err(|s| status_failure(&s))?;
     let mut inbound = response.into_inner();
     let (tx, mut rx) = mpsc::unbounded_channel::<Outgoing>();
     let alive = Arc::new(AtomicBool::new(true));
     let session = Arc::new(Session {
-        tx,
+        tx: tx.clone(),
         alive: Arc::clone(&alive),
         endpoint: endpoint.clone(),
     });
+    // The task's own sender would keep it alive forever: it sends guards'
+    // releases through a weak one.
+    let weak = tx.downgrade();
+    drop(tx);
     metrics::counter!(m::SESSIONS).increment(1);
     tokio::spawn(async move {
-        let mut pending: HashMap<u64, (Op, Option<Reply>)> = HashMap::new();
+        let _alive = AliveGuard(Arc::clone(&alive));
+        type Pending = (Op, Option<Reply>, Option<Restore>);
+        let mut pending: HashMap<u64, Pending> = HashMap::new();
         let mut next = 0u64;
         let why = loop {
             tokio::select! {
@@ -164,14 +250,16 @@ async fn open(channel: Channel, endpoint: String) -> Result<Arc<Session>, Failur
                     let Some(out) = out else { break String::from("closed") };
                     next += 1;
                     let request = v1::SessionRequest { id: next, op: Some(out.op.clone()) };
-                    pending.insert(next, (out.op, out.reply));
-                    if requests.send(request).await.is_err() {
+                    pending.insert(next, (out.op, out.reply, out.restore));
+                    if requests.send(request).is_err() {
                         break String::from("the request stream closed");
                     }
                 }
                 message = inbound.message() => match message {
                     Ok(Some(response)) => {
-                        let Some((op, reply)) = pending.remove(&response.id) else { continue };
+                        let Some((op, reply, restore)) = pending.remove(&response.id) else {
+                            continue;
+                        };
                         let result = match response.result {
                             Some(Answer::Error(e)) => Err(Failure::Status {
                                 code: tonic::Code::from_i32(e.code),
@@ -181,20 +269,19 @@ async fn open(channel: Channel, endpoint: String) -> Result<Arc<Session>, Failur
                             Some(answer) => Ok(answer),
                             None => Err(Failure::Unreachable("an empty answer".to_owned())),
                         };
-                        let unclaimed = match reply {
-                            Some(reply) => reply.send(result).err(),
-                            None => None,
-                        };
-                        // Whoever asked has given up: copies granted now
-                        // would be held by nobody until the session ends.
-                        if let Some(Ok(answer)) = unclaimed {
-                            if let Some(release) = release_unclaimed(&op, &answer) {
-                                next += 1;
-                                let request = v1::SessionRequest { id: next, op: Some(release) };
-                                if requests.send(request).await.is_err() {
-                                    break String::from("the request stream closed");
-                                }
-                            }
+                        if let (Err(_), Some((count, copies))) = (&result, &restore) {
+                            count.fetch_add(*copies, Ordering::AcqRel);
+                        }
+                        let delivered = result.map(|answer| {
+                            let guard = release_of(&op, &answer)
+                                .zip(weak.upgrade())
+                                .map(|(release, tx)| ReleaseGuard { tx, release: Some(release) });
+                            Delivered { answer, guard }
+                        });
+                        // Nobody waiting: the value (and its guard) is
+                        // dropped here, which releases what it granted.
+                        if let Some(reply) = reply {
+                            let _ = reply.send(delivered);
                         }
                     }
                     Ok(None) => break String::from("the server ended the session"),
@@ -204,7 +291,7 @@ async fn open(channel: Channel, endpoint: String) -> Result<Arc<Session>, Failur
         };
         alive.store(false, Ordering::Release);
         tracing::debug!(%endpoint, %why, "session ended");
-        for (_, (_, reply)) in pending {
+        for (_, (_, reply, _)) in pending {
             if let Some(reply) = reply {
                 let _ = reply.send(Err(Failure::Unreachable(format!(
                     "the session to {endpoint} ended: {why}"
@@ -216,7 +303,7 @@ async fn open(channel: Channel, endpoint: String) -> Result<Arc<Session>, Failur
 }
 
 /// The release of what `answer` granted to `op`, when it granted copies.
-fn release_unclaimed(op: &Op, answer: &Answer) -> Option<Op> {
+fn release_of(op: &Op, answer: &Answer) -> Option<Op> {
     match (op, answer) {
         (Op::Reserve(r), Answer::Reserve(a)) if a.granted > 0 => {
             Some(Op::Release(v1::ReleaseRequest {
@@ -261,6 +348,7 @@ pub(crate) struct Server {
     clock: Arc<dyn Clock>,
     reconnect_base: Duration,
     reconnect_max: Duration,
+    open_timeout: Duration,
 }
 
 #[derive(Default)]
@@ -284,7 +372,12 @@ impl Server {
         let mut endpoint = Endpoint::from_shared(full.clone())
             .map_err(|e| format!("bad server address {uri:?}: {e}"))?
             .connect_timeout(config.connect_timeout)
-            .tcp_nodelay(true);
+            .tcp_nodelay(true)
+            // A half-open connection (a server that vanished without a
+            // word) is noticed: the session ends, its holds read as lost.
+            .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_timeout(Duration::from_secs(5))
+            .keep_alive_while_idle(true);
         if full.starts_with("https://") {
             endpoint = endpoint
                 .tls_config(tls_config(config.tls.as_ref()))
@@ -297,6 +390,9 @@ impl Server {
             clock: Arc::clone(&config.clock),
             reconnect_base: config.reconnect_base,
             reconnect_max: config.reconnect_max,
+            open_timeout: config
+                .connect_timeout
+                .saturating_add(config.request_timeout),
         })
     }
 
@@ -322,14 +418,19 @@ impl Server {
                 }
             }
         }
-        let opened = match self.endpoint.connect().await {
-            Ok(channel) => open(channel, self.name.clone()).await,
-            Err(e) => Err(Failure::Unreachable(format!(
-                "cannot connect to {}: {}",
-                self.name,
-                error_chain(&e)
-            ))),
-        };
+        // The connect timeout covers only TCP: a server that accepts and
+        // then stalls (TLS, headers) must not hang callers past it.
+        let opened = tokio::time::timeout(self.open_timeout, async {
+            let channel = self.channel().await?;
+            open(channel, self.name.clone()).await
+        })
+        .await
+        .unwrap_or_else(|_| {
+            Err(Failure::Unreachable(format!(
+                "{} did not open a session within {:?}",
+                self.name, self.open_timeout
+            )))
+        });
         let mut state = self.state();
         match opened {
             Ok(session) => {
@@ -346,8 +447,13 @@ impl Server {
                 state.session = Some(Arc::clone(&session));
                 Ok(session)
             }
+            // Refused by the server (credentials, ...): its own fault is
+            // the caller's, not a reason to back off from a healthy server.
+            Err(f) if f.is_client_error() => Err(f),
             Err(f) => {
-                self.failed_locked(&mut state);
+                if state.session.as_ref().is_none_or(|s| !s.is_alive()) {
+                    self.failed_locked(&mut state);
+                }
                 Err(f)
             }
         }
@@ -356,19 +462,29 @@ impl Server {
     /// A connection for a unary call (`status`).
     pub(crate) async fn channel(&self) -> Result<Channel, Failure> {
         self.endpoint.connect().await.map_err(|e| {
-            Failure::Unreachable(format!(
-                "cannot connect to {}: {}",
-                self.name,
-                error_chain(&e)
-            ))
+            let why = error_chain(&e);
+            // A refused certificate looks like any failed connection and
+            // would fail open quietly: say it loudly.
+            let lower = why.to_ascii_lowercase();
+            if lower.contains("certificate") || lower.contains("handshake") || lower.contains("tls") {
+                tracing::error!(server = %self.name, error = %why, "TLS with the server failed; check the client's certificate and CA");
+            }
+            Failure::Unreachable(format!("cannot connect to {}: {why}", self.name))
         })
     }
 
-    /// Records that the server did not answer: its session is dropped
-    /// and it is not tried again before its reconnection backoff.
-    pub(crate) fn failed(&self) {
+    /// Records that `session` did not answer: it is dropped and the
+    /// server is not tried again before its reconnection backoff (unless a
+    /// newer session replaced it meanwhile).
+    pub(crate) fn failed(&self, session: &Arc<Session>) {
         let mut state = self.state();
-        self.failed_locked(&mut state);
+        let current = match &state.session {
+            None => true,
+            Some(s) => Arc::ptr_eq(s, session),
+        };
+        if current {
+            self.failed_locked(&mut state);
+        }
     }
 
     fn failed_locked(&self, state: &mut State) {
