@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of tollgate: formatting, lints, unit, property and
 # end-to-end tests. Installs what the tests need when it is missing
-# (redis-server, from Debian's packages), so it works on a fresh Debian
-# machine with only the Rust toolchain. The tests start their own servers on
-# free loopback ports; nothing here starts a service.
+# (redis-server and PostgreSQL, from Debian's packages), so it works on a
+# fresh Debian machine with only the Rust toolchain. The tests start their
+# own servers on free loopback ports; nothing here starts a service.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +28,18 @@ need_package() {
 }
 # The Redis store's tests run real redis-server processes.
 need_package redis-server redis-server
+# The configuration API's tests run real PostgreSQL servers (initdb and
+# postgres). Debian's postgresql package puts them in
+# /usr/lib/postgresql/VERSION/bin/, not on the PATH, so look there as well.
+have_postgres() {
+    command -v initdb >/dev/null 2>&1 && return 0
+    local bin
+    for bin in /usr/lib/postgresql/*/bin/initdb; do
+        if [ -x "$bin" ]; then return 0; fi
+    done
+    return 1
+}
+have_postgres || need_package initdb postgresql
 
 
 echo "== cargo fmt --check"

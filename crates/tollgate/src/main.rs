@@ -45,6 +45,9 @@ enum Command {
     Seize(cmd::client::SeizeArgs),
     /// Show a server's version, store, readiness, config and sessions.
     Status(cmd::client::StatusArgs),
+    /// Run the configuration API: limits over HTTP, stored in SQLite or
+    /// PostgreSQL.
+    ConfigApi(cmd::config_api::ConfigApiArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
         Command::Transfer(args) => cmd::client::transfer(args),
         Command::Seize(args) => cmd::client::seize(args),
         Command::Status(args) => cmd::client::status(args),
+        Command::ConfigApi(args) => edge(cmd::config_api::run(args)),
         Command::Serve(args) => match cmd::serve::run(*args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod check_config;
 pub mod client;
+pub mod config_api;
 pub mod echo;
 pub mod replay;
 pub mod serve;

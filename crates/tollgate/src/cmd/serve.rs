@@ -301,7 +301,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     runtime.block_on(serve(args))
 }
 
-fn init_logs(format: LogFormat) {
+pub(crate) fn init_logs(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TOLLGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()

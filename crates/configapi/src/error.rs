@@ -1,0 +1,69 @@
+//! The config API's errors: an HTTP status, a machine-readable reason and
+//! a message for people, as the server's HTTP API answers.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+/// An error answer.
+#[derive(Debug, thiserror::Error)]
+#[error("{reason}: {message}")]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// Machine-readable: `invalid_config`, `not_found`, `unauthorized`, ...
+    pub reason: &'static str,
+    /// For people.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error with `status`, `reason` and `message`.
+    pub fn new(status: StatusCode, reason: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    /// 404 `not_found`.
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    /// 400 `malformed_request`.
+    pub fn malformed(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "malformed_request", message)
+    }
+
+    /// 422 `invalid_config`: the change would make an invalid config.
+    pub fn invalid(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_config", message)
+    }
+
+    /// 503 `database_unavailable`.
+    pub fn database(e: &sqlx::Error) -> ApiError {
+        tracing::warn!(error = %e, "database error");
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "database_unavailable",
+            format!("the database failed: {e}"),
+        )
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(e: sqlx::Error) -> ApiError {
+        ApiError::database(&e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({
+            "error": { "reason": self.reason, "message": self.message }
+        });
+        (self.status, Json(body)).into_response()
+    }
+}

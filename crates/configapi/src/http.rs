@@ -1,0 +1,647 @@
+//! The HTTP API. Every route needs a bearer token (`Authorization: Bearer
+//! TOKEN`): reads any token, writes an `admin` one. Every caller is rate
+//! limited by tollgate's own token bucket.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Extension, Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+use tollgate_core::algorithms::token_bucket::TokenBucketState;
+use tollgate_core::{Algorithm, Request as Hits, TokenBucket};
+
+use crate::auth::{Caller, Role, Tokens};
+use crate::error::ApiError;
+use crate::normalize::{self, NamespaceFlags};
+use crate::store::{Change, Db};
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct Api {
+    db: Db,
+    tokens: Arc<Tokens>,
+    limiter: Arc<Limiter>,
+    revision: watch::Sender<i64>,
+}
+
+/// The API's own rate limit: one token bucket per caller (token name, or
+/// peer address for requests without a valid token).
+struct Limiter {
+    bucket: TokenBucket,
+    states: Mutex<HashMap<String, TokenBucketState>>,
+}
+
+impl Limiter {
+    fn allow(&self, who: &str) -> Option<Duration> {
+        let now = tollgate_server::clock::now();
+        let mut states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
+        if states.len() > 10_000 {
+            states.retain(|_, s| !self.bucket.is_idle(s, now));
+        }
+        let state = states
+            .entry(who.to_owned())
+            .or_insert_with(|| self.bucket.fresh());
+        let d = self.bucket.decide(state, now, Hits::exactly(1));
+        if d.allowed {
+            None
+        } else {
+            Some(Duration::from_nanos(
+                d.retry_after.map_or(1_000_000_000, |n| n.as_u64()),
+            ))
+        }
+    }
+}
+
+impl Api {
+    /// The API over `db`, with `tokens`, allowing each caller `burst`
+    /// requests at once and `per_second` after that.
+    pub async fn new(db: Db, tokens: Tokens, per_second: u64, burst: u64) -> Result<Api, String> {
+        let rate = tollgate_core::Rate::new(per_second.max(1), tollgate_core::Nanos::from_secs(1))
+            .map_err(|e| e.to_string())?;
+        let bucket = TokenBucket::new(burst.max(1), rate).map_err(|e| e.to_string())?;
+        let revision = db.revision().await.map_err(|e| e.to_string())?;
+        let (tx, _) = watch::channel(revision);
+        Ok(Api {
+            db,
+            tokens: Arc::new(tokens),
+            limiter: Arc::new(Limiter {
+                bucket,
+                states: Mutex::new(HashMap::new()),
+            }),
+            revision: tx,
+        })
+    }
+
+    /// Follows the database's revision (changes made through other
+    /// instances of the API sharing it), so long polls wake for them too.
+    pub fn watch_database(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let api = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                if let Ok(r) = api.db.revision().await {
+                    api.revision.send_if_modified(|cur| {
+                        let newer = r > *cur;
+                        if newer {
+                            *cur = r;
+                        }
+                        newer
+                    });
+                }
+            }
+        })
+    }
+
+    fn changed(&self, revision: i64) {
+        self.revision.send_if_modified(|cur| {
+            let newer = revision > *cur;
+            if newer {
+                *cur = revision;
+            }
+            newer
+        });
+    }
+
+    /// The router.
+    pub fn router(self) -> Router {
+        let v1 = Router::new()
+            .route("/v1/namespaces", get(list_namespaces))
+            .route(
+                "/v1/namespaces/{ns}",
+                get(get_namespace)
+                    .put(put_namespace)
+                    .delete(delete_namespace),
+            )
+            .route(
+                "/v1/namespaces/{ns}/resources/{r}",
+                get(get_resource).put(put_resource).delete(delete_resource),
+            )
+            .route(
+                "/v1/namespaces/{ns}/resources/{r}/domains/{d}",
+                axum::routing::put(put_domain).delete(delete_domain),
+            )
+            .route(
+                "/v1/namespaces/{ns}/resources/{r}/groups/{g}",
+                axum::routing::put(put_group).delete(delete_group),
+            )
+            .route(
+                "/v1/namespaces/{ns}/resources/{r}/groups/{g}/members/{m}",
+                axum::routing::put(put_member).delete(delete_member),
+            )
+            .route("/v1/config", get(delta))
+            .route("/v1/config/wait", get(wait))
+            .route("/v1/export", get(export))
+            .route("/v1/import", axum::routing::post(import))
+            .route("/v1/audit", get(audit))
+            .route_layer(middleware::from_fn_with_state(self.clone(), authenticate));
+        Router::new()
+            .merge(v1)
+            .route("/healthz", get(|| async { "ok" }))
+            .route("/readyz", get(readyz))
+            .with_state(self)
+    }
+}
+
+/// Checks the bearer token and the caller's rate; hands the caller on.
+async fn authenticate(
+    State(api): State<Api>,
+    mut request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let token = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let caller = token.and_then(|t| api.tokens.check(t));
+    let who = match &caller {
+        Some(c) => format!("token:{}", c.name),
+        None => "anonymous".to_owned(),
+    };
+    if let Some(wait) = api.limiter.allow(&who) {
+        let mut r = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            format!("too many requests; retry in {} ms", wait.as_millis().max(1)),
+        )
+        .into_response();
+        if let Ok(v) = header::HeaderValue::from_str(&wait.as_secs().max(1).to_string()) {
+            r.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        return Ok(r);
+    }
+    let Some(caller) = caller else {
+        let reason = if token.is_some() {
+            "the bearer token is not known"
+        } else {
+            "an `Authorization: Bearer TOKEN` header is required"
+        };
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            reason,
+        ));
+    };
+    let writes = !matches!(
+        *request.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD
+    );
+    if writes && caller.role != Role::Admin {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "token {:?} may only read; changes need an admin token",
+                caller.name
+            ),
+        ));
+    }
+    request.extensions_mut().insert(caller);
+    Ok(next.run(request).await)
+}
+
+async fn readyz(State(api): State<Api>) -> Response {
+    if api.db.ping().await {
+        "ready".into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "database unavailable").into_response()
+    }
+}
+
+/// A JSON body, with a 400 that says what is wrong instead of axum's.
+fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| ApiError::malformed(format!("the body: {e}")))
+}
+
+fn check_name(kind: &str, name: &str) -> Result<(), ApiError> {
+    let ok = !name.is_empty()
+        && name.len() <= 200
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':' | '@'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::malformed(format!(
+            "{kind} {name:?} must be 1 to 200 characters of letters, digits, `_-.:@`"
+        )))
+    }
+}
+
+async fn list_namespaces(State(api): State<Api>) -> Result<Json<Value>, ApiError> {
+    let namespaces = api.db.namespaces().await?;
+    let revision = api.db.revision().await?;
+    Ok(Json(
+        json!({ "revision": revision, "namespaces": namespaces }),
+    ))
+}
+
+async fn get_namespace(
+    State(api): State<Api>,
+    Path(ns): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let doc = api
+        .db
+        .namespace(&ns)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no namespace {ns:?}")))?;
+    Ok(Json(json!({
+        "name": doc.name,
+        "ignore_configured": doc.flags.ignore_configured,
+        "allow_unconfigured": doc.flags.allow_unconfigured,
+        "resources": doc.resources,
+    })))
+}
+
+async fn put_namespace(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(ns): Path<String>,
+    bytes: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    check_name("namespace", &ns)?;
+    let flags: NamespaceFlags = if bytes.is_empty() {
+        NamespaceFlags::default()
+    } else {
+        body(&bytes)?
+    };
+    let warnings = normalize::namespace(&ns, flags)?;
+    let change = Change {
+        actor: &caller.name,
+        action: "put_namespace",
+        target: ns.clone(),
+    };
+    let revision = api.db.put_namespace(&change, &ns, flags).await?;
+    api.changed(revision);
+    Ok(Json(
+        json!({ "revision": revision, "namespace": ns, "flags": flags, "warnings": warnings }),
+    ))
+}
+
+async fn delete_namespace(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(ns): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let change = Change {
+        actor: &caller.name,
+        action: "delete_namespace",
+        target: ns.clone(),
+    };
+    let revision = api.db.delete_namespace(&change, &ns).await?;
+    api.changed(revision);
+    Ok(Json(json!({ "revision": revision })))
+}
+
+async fn get_resource(
+    State(api): State<Api>,
+    Path((ns, r)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    api.db
+        .resource(&ns, &r)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("no resource {ns}/{r}")))
+}
+
+/// Applies `edit` to a resource (see [`Db::edit_resource`]), normalizing
+/// what it returns; answers with the revision, the body and the warnings.
+async fn edit(
+    api: &Api,
+    caller: &Caller,
+    action: &str,
+    target: String,
+    ns: &str,
+    name: &str,
+    edit: impl FnOnce(Option<&Value>) -> Result<Option<Value>, ApiError>,
+) -> Result<Json<Value>, ApiError> {
+    let change = Change {
+        actor: &caller.name,
+        action,
+        target,
+    };
+    let mut warnings = Vec::new();
+    let (revision, body) = api
+        .db
+        .edit_resource(&change, ns, name, |flags, current| match edit(current)? {
+            None => Ok(None),
+            Some(raw) => {
+                let (normalized, w) = normalize::resource(ns, flags, name, &raw)?;
+                warnings = w;
+                Ok(Some(normalized))
+            }
+        })
+        .await?;
+    api.changed(revision);
+    Ok(Json(
+        json!({ "revision": revision, "resource": body, "warnings": warnings }),
+    ))
+}
+
+async fn put_resource(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path((ns, r)): Path<(String, String)>,
+    bytes: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    check_name("resource", &r)?;
+    let raw: Value = body(&bytes)?;
+    edit(
+        &api,
+        &caller,
+        "put_resource",
+        format!("{ns}/{r}"),
+        &ns,
+        &r,
+        |_| Ok(Some(raw)),
+    )
+    .await
+}
+
+async fn delete_resource(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path((ns, r)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    edit(
+        &api,
+        &caller,
+        "delete_resource",
+        format!("{ns}/{r}"),
+        &ns,
+        &r,
+        |_| Ok(None),
+    )
+    .await
+}
+
+/// The resource being edited, which must exist.
+fn existing(
+    current: Option<&Value>,
+    ns: &str,
+    r: &str,
+) -> Result<serde_json::Map<String, Value>, ApiError> {
+    match current {
+        Some(Value::Object(m)) => Ok(m.clone()),
+        _ => Err(ApiError::not_found(format!("no resource {ns}/{r}"))),
+    }
+}
+
+async fn put_domain(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path((ns, r, d)): Path<(String, String, String)>,
+    bytes: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    check_name("domain", &d)?;
+    let over: Value = body(&bytes)?;
+    let target = format!("{ns}/{r}/domains/{d}");
+    edit(&api, &caller, "put_domain", target, &ns, &r, |current| {
+        let mut m = existing(current, &ns, &r)?;
+        let domains = m.entry("domains").or_insert_with(|| json!({}));
+        let Value::Object(domains) = domains else {
+            return Err(ApiError::invalid("the resource's domains are not a map"));
+        };
+        domains.insert(d.clone(), over);
+        Ok(Some(Value::Object(m)))
+    })
+    .await
+}
+
+async fn delete_domain(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path((ns, r, d)): Path<(String, String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let target = format!("{ns}/{r}/domains/{d}");
+    edit(&api, &caller, "delete_domain", target, &ns, &r, |current| {
+        let mut m = existing(current, &ns, &r)?;
+        let removed = m
+            .get_mut("domains")
+            .and_then(Value::as_object_mut)
+            .and_then(|domains| domains.remove(&d));
+        if removed.is_none() {
+            return Err(ApiError::not_found(format!(
+                "{ns}/{r} has no override for {d:?}"
+            )));
+        }
+        if m.get("domains")
+            .and_then(Value::as_object)
+            .is_some_and(|x| x.is_empty())
+        {
+            m.remove("domains");
+        }
+        Ok(Some(Value::Object(m)))
+    })
+    .await
+}
+
+/// A group's body: its limit and, optionally, its members.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GroupBody {
+    limit: u64,
+    #[serde(default)]
+    members: Option<Vec<String>>,
+}
+
+/// The resource's groups list and the index of group `g` in it.
+fn groups(m: &mut serde_json::Map<String, Value>) -> Result<&mut Vec<Value>, ApiError> {
+    match m.entry("groups").or_insert_with(|| json!([])) {
+        Value::Array(list) => Ok(list),
+        _ => Err(ApiError::invalid("the resource's groups are not a list")),
+    }
+}
+
+fn position(list: &[Value], g: &str) -> Option<usize> {
+    list.iter()
+        .position(|x| x.get("name").and_then(Value::as_str) == Some(g))
+}
+
+async fn put_group(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path((ns, r, g)): Path<(String, String, String)>,
+    bytes: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    check_name("group", &g)?;
+    let group: GroupBody = body(&bytes)?;
+    let target = format!("{ns}/{r}/groups/{g}");
+    edit(&api, &caller, "put_group", target, &ns, &r, |current| {
+        let mut m = existing(current, &ns, &r)?;
+        let list = groups(&mut m)?;
+        let members = match (&group.members, position(list, &g)) {
+            (Some(given), _) => json!(given),
+            (None, Some(i)) => list[i].get("members").cloned().unwrap_or_else(|| json!([])),
+            (None, None) => json!([]),
+        };
+        let value = json!({ "name": g, "limit": group.limit, "members": members });
+        match position(list, &g) {
+            Some(i) => list[i] = value,
+            None => list.push(value),
+        }
+        Ok(Some(Value::Object(m)))
+    })
+    .await
+}
+
+async fn delete_group(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path((ns, r, g)): Path<(String, String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let target = format!("{ns}/{r}/groups/{g}");
+    edit(&api, &caller, "delete_group", target, &ns, &r, |current| {
+        let mut m = existing(current, &ns, &r)?;
+        let list = groups(&mut m)?;
+        let Some(i) = position(list, &g) else {
+            return Err(ApiError::not_found(format!("{ns}/{r} has no group {g:?}")));
+        };
+        list.remove(i);
+        if list.is_empty() {
+            m.remove("groups");
+        }
+        Ok(Some(Value::Object(m)))
+    })
+    .await
+}
+
+/// Adds (`add`) or removes a member of a group.
+async fn member(
+    api: &Api,
+    caller: &Caller,
+    (ns, r, g, member): (String, String, String, String),
+    add: bool,
+) -> Result<Json<Value>, ApiError> {
+    check_name("member", &member)?;
+    let target = format!("{ns}/{r}/groups/{g}/members/{member}");
+    let action = if add { "put_member" } else { "delete_member" };
+    edit(api, caller, action, target, &ns, &r, |current| {
+        let mut m = existing(current, &ns, &r)?;
+        let list = groups(&mut m)?;
+        let Some(i) = position(list, &g) else {
+            return Err(ApiError::not_found(format!("{ns}/{r} has no group {g:?}")));
+        };
+        let members = list[i]
+            .as_object_mut()
+            .map(|o| o.entry("members").or_insert_with(|| json!([])));
+        let Some(Value::Array(members)) = members else {
+            return Err(ApiError::invalid("the group's members are not a list"));
+        };
+        let at = members
+            .iter()
+            .position(|x| x.as_str() == Some(member.as_str()));
+        match (add, at) {
+            (true, None) => members.push(json!(member)),
+            (true, Some(_)) => {}
+            (false, Some(j)) => {
+                members.remove(j);
+            }
+            (false, None) => {
+                return Err(ApiError::not_found(format!(
+                    "{member:?} is not in group {g:?}"
+                )))
+            }
+        }
+        Ok(Some(Value::Object(m)))
+    })
+    .await
+}
+
+async fn put_member(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(path): Path<(String, String, String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    member(&api, &caller, path, true).await
+}
+
+async fn delete_member(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(path): Path<(String, String, String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    member(&api, &caller, path, false).await
+}
+
+#[derive(Deserialize)]
+struct Since {
+    #[serde(default)]
+    since: i64,
+    #[serde(default)]
+    timeout_ms: Option<u64>,
+}
+
+async fn delta(State(api): State<Api>, Query(q): Query<Since>) -> Result<Json<Value>, ApiError> {
+    let d = api.db.delta(q.since).await?;
+    Ok(Json(serde_json::to_value(d).unwrap_or(Value::Null)))
+}
+
+/// A long poll: answers with the delta as soon as the revision passes
+/// `since`, or when `timeout_ms` (default 30 s, at most 5 minutes) ends.
+async fn wait(State(api): State<Api>, Query(q): Query<Since>) -> Result<Json<Value>, ApiError> {
+    let timeout = Duration::from_millis(q.timeout_ms.unwrap_or(30_000).min(300_000));
+    let mut rx = api.revision.subscribe();
+    let _ = tokio::time::timeout(timeout, rx.wait_for(|r| *r > q.since)).await;
+    delta(State(api), Query(q)).await
+}
+
+async fn export(State(api): State<Api>) -> Result<Response, ApiError> {
+    let all = api.db.all().await?;
+    let doc = normalize::document(&all);
+    let text = serde_json::to_string(&doc).map_err(|e| ApiError::malformed(e.to_string()))?;
+    let loaded = tollgate_config::load_str("export", &text)
+        .map_err(|e| ApiError::invalid(format!("the stored config does not load: {e}")))?;
+    let yaml = tollgate_config::emit::to_yaml(&loaded.config);
+    Ok(([(header::CONTENT_TYPE, "application/yaml")], yaml).into_response())
+}
+
+/// Replaces the whole config with a YAML (or JSON) one in tollgate's
+/// format: validated and normalized as a file is, all or nothing.
+async fn import(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    text: String,
+) -> Result<Json<Value>, ApiError> {
+    let (doc, warnings) = normalize::load_text("import", &text)?;
+    let namespaces = normalize::namespaces_of(&doc);
+    for ns in &namespaces {
+        check_name("namespace", &ns.name)?;
+    }
+    let change = Change {
+        actor: &caller.name,
+        action: "import",
+        target: "*".to_owned(),
+    };
+    let revision = api.db.import(&change, &namespaces).await?;
+    api.changed(revision);
+    Ok(Json(
+        json!({ "revision": revision, "namespaces": namespaces.len(), "warnings": warnings }),
+    ))
+}
+
+#[derive(Deserialize)]
+struct AuditQuery {
+    #[serde(default)]
+    since: i64,
+    #[serde(default)]
+    limit: Option<i64>,
+}
+
+async fn audit(
+    State(api): State<Api>,
+    Query(q): Query<AuditQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    let entries = api.db.audit(q.since, limit).await?;
+    Ok(Json(json!({ "entries": entries })))
+}

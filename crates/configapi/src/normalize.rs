@@ -1,0 +1,231 @@
+//! Validation and normalization on write (Charon §4.1), by the same loader
+//! `tollgate serve` and `tollgate check-config` use, so the API accepts
+//! exactly what a config file may say and stores what the file loader would
+//! make of it.
+//!
+//! JSON is YAML: a change is checked by loading a one-namespace document
+//! built from the JSON body, and the normalized resource is read back from
+//! the loader's own output (`tollgate_config::emit`).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use tollgate_config::yaml::{Kind, Node};
+
+use crate::error::ApiError;
+
+/// A namespace's flags (Charon §4.3).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamespaceFlags {
+    /// Limiting off for the namespace; usage still recorded.
+    #[serde(default)]
+    pub ignore_configured: bool,
+    /// Unknown resources get the most permissive limits.
+    #[serde(default)]
+    pub allow_unconfigured: bool,
+}
+
+/// A namespace and its resources, as the API stores them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NamespaceDoc {
+    /// The namespace's name.
+    pub name: String,
+    /// Its flags.
+    pub flags: NamespaceFlags,
+    /// Its resources' normalized bodies.
+    pub resources: Vec<Value>,
+}
+
+/// The whole config as one JSON document in the native format (which is
+/// YAML too): what `tollgate serve` loads.
+pub fn document(namespaces: &[NamespaceDoc]) -> Value {
+    let list: Vec<Value> = namespaces
+        .iter()
+        .map(|ns| {
+            json!({
+                "name": ns.name,
+                "ignore_configured": ns.flags.ignore_configured,
+                "allow_unconfigured": ns.flags.allow_unconfigured,
+                "resources": ns.resources,
+            })
+        })
+        .collect();
+    json!({ "namespaces": list })
+}
+
+/// Loads `doc` (named `what` in messages): the normalized document and
+/// the warnings.
+pub fn load(what: &str, doc: &Value) -> Result<(Value, Vec<String>), ApiError> {
+    let text = serde_json::to_string_pretty(doc)
+        .map_err(|e| ApiError::malformed(format!("cannot write the config: {e}")))?;
+    load_text(what, &text)
+}
+
+/// Loads a config text (YAML or JSON, tollgate's format): the normalized
+/// document (as JSON) and the warnings. envoyproxy/ratelimit documents are
+/// refused: the API stores tollgate's own format.
+pub fn load_text(what: &str, text: &str) -> Result<(Value, Vec<String>), ApiError> {
+    let loaded = tollgate_config::load_str(what, text).map_err(|e| {
+        let messages: Vec<String> = e.errors.iter().map(|d| d.message.clone()).collect();
+        ApiError::invalid(messages.join("; "))
+    })?;
+    if loaded
+        .config
+        .namespaces
+        .iter()
+        .any(|n| n.descriptors.is_some())
+    {
+        return Err(ApiError::invalid(
+            "envoyproxy/ratelimit documents (domain + descriptors) cannot be stored: \
+             the config API keeps tollgate's own format",
+        ));
+    }
+    let warnings = loaded.warnings.iter().map(|w| w.message.clone()).collect();
+    let emitted = tollgate_config::emit::to_yaml(&loaded.config);
+    let nodes = tollgate_config::yaml::parse("normalized", &emitted)
+        .map_err(|d| ApiError::invalid(format!("the normalized config does not parse: {d}")))?;
+    let normalized = nodes
+        .first()
+        .map(to_json)
+        .unwrap_or_else(|| json!({ "namespaces": [] }));
+    Ok((normalized, warnings))
+}
+
+/// The namespaces of a normalized document.
+pub fn namespaces_of(doc: &Value) -> Vec<NamespaceDoc> {
+    let list = doc.get("namespaces").and_then(Value::as_array);
+    list.map(|list| {
+        list.iter()
+            .map(|ns| {
+                let flag = |k: &str| ns.get(k).and_then(Value::as_bool).unwrap_or(false);
+                NamespaceDoc {
+                    name: ns
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    flags: NamespaceFlags {
+                        ignore_configured: flag("ignore_configured"),
+                        allow_unconfigured: flag("allow_unconfigured"),
+                    },
+                    resources: ns
+                        .get("resources")
+                        .and_then(Value::as_array)
+                        .cloned()
+                        .unwrap_or_default(),
+                }
+            })
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// Checks one resource of namespace `ns`: its normalized body and the
+/// warnings. `name` (from the path) wins over the body's; a different
+/// name in the body is refused.
+pub fn resource(
+    ns: &str,
+    flags: NamespaceFlags,
+    name: &str,
+    body: &Value,
+) -> Result<(Value, Vec<String>), ApiError> {
+    let Value::Object(fields) = body else {
+        return Err(ApiError::malformed("a resource is a JSON object"));
+    };
+    match fields.get("name") {
+        None => {}
+        Some(Value::String(n)) if n == name => {}
+        Some(other) => {
+            return Err(ApiError::malformed(format!(
+                "the body names resource {other}, the path {name:?}"
+            )))
+        }
+    }
+    let mut fields = fields.clone();
+    fields.insert("name".to_owned(), Value::String(name.to_owned()));
+    let doc = document(&[NamespaceDoc {
+        name: ns.to_owned(),
+        flags,
+        resources: vec![Value::Object(fields)],
+    }]);
+    let (normalized, warnings) = load(&format!("{ns}/{name}"), &doc)?;
+    let body = normalized
+        .pointer("/namespaces/0/resources/0")
+        .cloned()
+        .ok_or_else(|| ApiError::invalid("the resource vanished in normalization"))?;
+    Ok((body, warnings))
+}
+
+/// Checks a namespace's name and flags alone.
+pub fn namespace(ns: &str, flags: NamespaceFlags) -> Result<Vec<String>, ApiError> {
+    let doc = document(&[NamespaceDoc {
+        name: ns.to_owned(),
+        flags,
+        resources: Vec::new(),
+    }]);
+    load(ns, &doc).map(|(_, w)| w)
+}
+
+/// A YAML node as JSON (the loader's output read back).
+pub fn to_json(node: &Node) -> Value {
+    match &node.kind {
+        Kind::Null => Value::Null,
+        Kind::Bool(b) => Value::Bool(*b),
+        Kind::Int(i) => json!(i),
+        Kind::Float(f) => json!(f),
+        Kind::Str(s) => Value::String(s.clone()),
+        Kind::Seq(items) => Value::Array(items.iter().map(to_json).collect()),
+        Kind::Map(pairs) => {
+            let mut map = Map::new();
+            for (k, v) in pairs {
+                let key = match &k.kind {
+                    Kind::Str(s) => s.clone(),
+                    _ => match to_json(k) {
+                        Value::String(s) => s,
+                        other => other.to_string(),
+                    },
+                };
+                map.insert(key, to_json(v));
+            }
+            Value::Object(map)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resource_is_normalized_as_the_file_loader_does() {
+        let body = json!({"algorithm": "token_bucket", "capacity": 100, "rate": "10/s"});
+        let (n, w) = resource("shop", NamespaceFlags::default(), "api", &body).unwrap();
+        assert_eq!(n["name"], "api");
+        assert_eq!(n["rate"], "10/1s");
+        assert!(w.is_empty());
+        // Charon §4.1: a copy limit above the global limit is lowered, with
+        // a warning.
+        let body = json!({"kind": "concurrency", "domain_limit": 50, "global_limit": 10});
+        let (n, w) = resource("shop", NamespaceFlags::default(), "db", &body).unwrap();
+        assert_eq!(n["domain_limit"], 10);
+        assert_eq!(w.len(), 1, "{w:?}");
+    }
+
+    #[test]
+    fn invalid_resources_are_refused_with_the_loaders_message() {
+        let body = json!({"algorithm": "token_bucket", "capacity": 100, "rat": "10/s"});
+        let e = resource("shop", NamespaceFlags::default(), "api", &body).unwrap_err();
+        assert_eq!(e.reason, "invalid_config");
+        assert!(e.message.contains("rat"), "{}", e.message);
+        let e = resource(
+            "shop",
+            NamespaceFlags::default(),
+            "api",
+            &json!({"name": "x"}),
+        )
+        .unwrap_err();
+        assert_eq!(e.reason, "malformed_request");
+        let e = resource("shop", NamespaceFlags::default(), "api", &json!([1])).unwrap_err();
+        assert_eq!(e.reason, "malformed_request");
+    }
+}

@@ -1,0 +1,543 @@
+//! The database: namespaces, resources, tombstones and the audit trail in
+//! SQLite or PostgreSQL, through sqlx's `Any` driver so one set of portable
+//! queries serves both.
+//!
+//! Every change is one transaction that starts by bumping the revision
+//! (`UPDATE tg_meta ... RETURNING`): that first write takes the database's
+//! write lock (SQLite) or the row's lock (PostgreSQL), so concurrent
+//! writers are serialized and each change gets its own revision, and a
+//! change refused halfway (invalid config, missing namespace) rolls back
+//! with nothing written.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{Any, AnyPool, Row, Transaction};
+
+use crate::error::ApiError;
+use crate::normalize::{NamespaceDoc, NamespaceFlags};
+
+/// The database behind the API.
+#[derive(Clone, Debug)]
+pub struct Db {
+    pool: AnyPool,
+}
+
+/// The changes since a revision: what a limiting server applies to its view.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Delta {
+    /// The revision the delta brings the caller to.
+    pub revision: i64,
+    /// The revision it starts from.
+    pub since: i64,
+    /// Namespaces deleted since (with all their resources), and resources
+    /// deleted since: apply these first.
+    pub deleted: Vec<Deleted>,
+    /// Namespaces created or changed since (flags only).
+    pub namespaces: Vec<NamespaceEntry>,
+    /// Resources created or changed since, whole.
+    pub resources: Vec<ResourceEntry>,
+}
+
+/// A deletion.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Deleted {
+    /// The namespace.
+    pub namespace: String,
+    /// The resource, or `None` for the whole namespace.
+    pub resource: Option<String>,
+}
+
+/// A namespace's flags, as listed.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct NamespaceEntry {
+    /// Its name.
+    pub name: String,
+    /// Its flags.
+    #[serde(flatten)]
+    pub flags: NamespaceFlags,
+    /// The revision that last changed it.
+    pub revision: i64,
+}
+
+/// A resource, as listed.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ResourceEntry {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its normalized body.
+    pub body: Value,
+    /// The revision that last changed it.
+    pub revision: i64,
+}
+
+/// One change in the audit trail.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct AuditEntry {
+    /// The revision the change made.
+    pub revision: i64,
+    /// When (Unix ms).
+    pub at_ms: i64,
+    /// Who: the token's name.
+    pub actor: String,
+    /// What: `put_namespace`, `delete_resource`, `put_domain`, `import`, ...
+    pub action: String,
+    /// On what: `namespace` or `namespace/resource[/...]`.
+    pub target: String,
+    /// Before and after (JSON), when there was something.
+    pub before: Option<Value>,
+    /// After the change.
+    pub after: Option<Value>,
+}
+
+/// Who changes what, for the audit trail.
+#[derive(Clone, Debug)]
+pub struct Change<'a> {
+    /// The token's name.
+    pub actor: &'a str,
+    /// The action's name.
+    pub action: &'a str,
+    /// Its target.
+    pub target: String,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+fn flag(b: bool) -> i64 {
+    i64::from(b)
+}
+
+fn parse_body(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
+fn namespace_entry(row: &AnyRow) -> Result<NamespaceEntry, sqlx::Error> {
+    Ok(NamespaceEntry {
+        name: row.try_get(0)?,
+        flags: NamespaceFlags {
+            ignore_configured: row.try_get::<i64, _>(1)? != 0,
+            allow_unconfigured: row.try_get::<i64, _>(2)? != 0,
+        },
+        revision: row.try_get(3)?,
+    })
+}
+
+impl Db {
+    /// Connects to `url` (`sqlite://FILE`, created if missing, or
+    /// `postgres://...`) and brings its schema up to date.
+    pub async fn connect(url: &str) -> Result<Db, sqlx::Error> {
+        sqlx::any::install_default_drivers();
+        let url = if url.starts_with("sqlite:") && !url.contains("mode=") {
+            let sep = if url.contains('?') { '&' } else { '?' };
+            format!("{url}{sep}mode=rwc")
+        } else {
+            url.to_owned()
+        };
+        let pool = AnyPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(std::time::Duration::from_secs(5))
+            .connect(&url)
+            .await?;
+        sqlx::migrate!("./migrations").run(&pool).await?;
+        Ok(Db { pool })
+    }
+
+    /// Whether the database answers.
+    pub async fn ping(&self) -> bool {
+        sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
+    }
+
+    /// The current revision.
+    pub async fn revision(&self) -> Result<i64, sqlx::Error> {
+        sqlx::query("SELECT revision FROM tg_meta WHERE id = 1")
+            .fetch_one(&self.pool)
+            .await?
+            .try_get(0)
+    }
+
+    /// Every namespace, by name.
+    pub async fn namespaces(&self) -> Result<Vec<NamespaceEntry>, sqlx::Error> {
+        let rows = sqlx::query(
+            "SELECT name, ignore_configured, allow_unconfigured, revision \
+             FROM tg_namespaces ORDER BY name",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(namespace_entry).collect()
+    }
+
+    /// One namespace and its resources (by name), if it exists.
+    pub async fn namespace(&self, ns: &str) -> Result<Option<NamespaceDoc>, sqlx::Error> {
+        let Some(row) = sqlx::query(
+            "SELECT name, ignore_configured, allow_unconfigured, revision \
+             FROM tg_namespaces WHERE name = $1",
+        )
+        .bind(ns)
+        .fetch_optional(&self.pool)
+        .await?
+        else {
+            return Ok(None);
+        };
+        let entry = namespace_entry(&row)?;
+        let resources =
+            sqlx::query("SELECT body FROM tg_resources WHERE namespace = $1 ORDER BY name")
+                .bind(ns)
+                .fetch_all(&self.pool)
+                .await?
+                .iter()
+                .map(|r| r.try_get::<String, _>(0).map(|b| parse_body(&b)))
+                .collect::<Result<Vec<_>, _>>()?;
+        Ok(Some(NamespaceDoc {
+            name: entry.name,
+            flags: entry.flags,
+            resources,
+        }))
+    }
+
+    /// Every namespace with its resources: the whole config.
+    pub async fn all(&self) -> Result<Vec<NamespaceDoc>, sqlx::Error> {
+        let mut out = Vec::new();
+        for ns in self.namespaces().await? {
+            if let Some(doc) = self.namespace(&ns.name).await? {
+                out.push(doc);
+            }
+        }
+        Ok(out)
+    }
+
+    /// One resource's body, if it exists.
+    pub async fn resource(&self, ns: &str, name: &str) -> Result<Option<Value>, sqlx::Error> {
+        let row = sqlx::query("SELECT body FROM tg_resources WHERE namespace = $1 AND name = $2")
+            .bind(ns)
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| r.try_get::<String, _>(0).map(|b| parse_body(&b)))
+            .transpose()
+    }
+
+    /// Opens a change: a transaction holding the next revision.
+    async fn begin(&self) -> Result<(Transaction<'static, Any>, i64), sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        let revision: i64 = sqlx::query(
+            "UPDATE tg_meta SET revision = revision + 1 WHERE id = 1 RETURNING revision",
+        )
+        .fetch_one(&mut *tx)
+        .await?
+        .try_get(0)?;
+        Ok((tx, revision))
+    }
+
+    async fn audit_row(
+        tx: &mut Transaction<'static, Any>,
+        revision: i64,
+        change: &Change<'_>,
+        before: Option<&Value>,
+        after: Option<&Value>,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "INSERT INTO tg_audit (revision, at_ms, actor, action, target, before_json, after_json) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(revision)
+        .bind(now_ms())
+        .bind(change.actor)
+        .bind(change.action)
+        .bind(&change.target)
+        .bind(before.map(Value::to_string))
+        .bind(after.map(Value::to_string))
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+
+    async fn flags_in(
+        tx: &mut Transaction<'static, Any>,
+        ns: &str,
+    ) -> Result<Option<NamespaceFlags>, sqlx::Error> {
+        let row = sqlx::query(
+            "SELECT name, ignore_configured, allow_unconfigured, revision \
+             FROM tg_namespaces WHERE name = $1",
+        )
+        .bind(ns)
+        .fetch_optional(&mut **tx)
+        .await?;
+        row.map(|r| namespace_entry(&r).map(|e| e.flags))
+            .transpose()
+    }
+
+    /// Creates or changes a namespace's flags.
+    pub async fn put_namespace(
+        &self,
+        change: &Change<'_>,
+        ns: &str,
+        flags: NamespaceFlags,
+    ) -> Result<i64, ApiError> {
+        let (mut tx, revision) = self.begin().await?;
+        let before = Self::flags_in(&mut tx, ns).await?;
+        sqlx::query(
+            "INSERT INTO tg_namespaces (name, ignore_configured, allow_unconfigured, revision) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO UPDATE SET \
+             ignore_configured = excluded.ignore_configured, \
+             allow_unconfigured = excluded.allow_unconfigured, revision = excluded.revision",
+        )
+        .bind(ns)
+        .bind(flag(flags.ignore_configured))
+        .bind(flag(flags.allow_unconfigured))
+        .bind(revision)
+        .execute(&mut *tx)
+        .await?;
+        let to_json = |f: &NamespaceFlags| serde_json::to_value(f).unwrap_or(Value::Null);
+        Self::audit_row(
+            &mut tx,
+            revision,
+            change,
+            before.as_ref().map(to_json).as_ref(),
+            Some(&to_json(&flags)),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(revision)
+    }
+
+    /// Deletes a namespace and its resources; `None` if there was none.
+    pub async fn delete_namespace(&self, change: &Change<'_>, ns: &str) -> Result<i64, ApiError> {
+        let (mut tx, revision) = self.begin().await?;
+        let Some(before) = Self::flags_in(&mut tx, ns).await? else {
+            return Err(ApiError::not_found(format!("no namespace {ns:?}")));
+        };
+        sqlx::query("DELETE FROM tg_resources WHERE namespace = $1")
+            .bind(ns)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM tg_namespaces WHERE name = $1")
+            .bind(ns)
+            .execute(&mut *tx)
+            .await?;
+        Self::tombstone(&mut tx, ns, "", revision).await?;
+        let before = serde_json::to_value(before).unwrap_or(Value::Null);
+        Self::audit_row(&mut tx, revision, change, Some(&before), None).await?;
+        tx.commit().await?;
+        Ok(revision)
+    }
+
+    async fn tombstone(
+        tx: &mut Transaction<'static, Any>,
+        ns: &str,
+        name: &str,
+        revision: i64,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "INSERT INTO tg_deleted (namespace, name, revision) VALUES ($1, $2, $3) \
+             ON CONFLICT (namespace, name) DO UPDATE SET revision = excluded.revision",
+        )
+        .bind(ns)
+        .bind(name)
+        .bind(revision)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+
+    /// Changes one resource in one transaction: `edit` gets the namespace's
+    /// flags and the resource's current body (`None` when absent) and
+    /// returns the new normalized body (`None` deletes it), or refuses.
+    /// The namespace must exist. Returns the revision and the new body.
+    pub async fn edit_resource(
+        &self,
+        change: &Change<'_>,
+        ns: &str,
+        name: &str,
+        edit: impl FnOnce(NamespaceFlags, Option<&Value>) -> Result<Option<Value>, ApiError>,
+    ) -> Result<(i64, Option<Value>), ApiError> {
+        let (mut tx, revision) = self.begin().await?;
+        let Some(flags) = Self::flags_in(&mut tx, ns).await? else {
+            return Err(ApiError::not_found(format!("no namespace {ns:?}")));
+        };
+        let before =
+            sqlx::query("SELECT body FROM tg_resources WHERE namespace = $1 AND name = $2")
+                .bind(ns)
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await?
+                .map(|r| r.try_get::<String, _>(0).map(|b| parse_body(&b)))
+                .transpose()?;
+        let after = edit(flags, before.as_ref())?;
+        match &after {
+            Some(body) => {
+                sqlx::query(
+                    "INSERT INTO tg_resources (namespace, name, body, revision) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT (namespace, name) DO UPDATE SET \
+                     body = excluded.body, revision = excluded.revision",
+                )
+                .bind(ns)
+                .bind(name)
+                .bind(body.to_string())
+                .bind(revision)
+                .execute(&mut *tx)
+                .await?;
+            }
+            None => {
+                if before.is_none() {
+                    return Err(ApiError::not_found(format!("no resource {ns}/{name}")));
+                }
+                sqlx::query("DELETE FROM tg_resources WHERE namespace = $1 AND name = $2")
+                    .bind(ns)
+                    .bind(name)
+                    .execute(&mut *tx)
+                    .await?;
+                Self::tombstone(&mut tx, ns, name, revision).await?;
+            }
+        }
+        Self::audit_row(&mut tx, revision, change, before.as_ref(), after.as_ref()).await?;
+        tx.commit().await?;
+        Ok((revision, after))
+    }
+
+    /// Replaces the whole config with `namespaces` (already normalized), in
+    /// one transaction.
+    pub async fn import(
+        &self,
+        change: &Change<'_>,
+        namespaces: &[NamespaceDoc],
+    ) -> Result<i64, ApiError> {
+        let (mut tx, revision) = self.begin().await?;
+        let old: Vec<String> = sqlx::query("SELECT name FROM tg_namespaces")
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(|r| r.try_get::<String, _>(0))
+            .collect::<Result<_, _>>()?;
+        for ns in &old {
+            Self::tombstone(&mut tx, ns, "", revision).await?;
+        }
+        sqlx::query("DELETE FROM tg_resources")
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM tg_namespaces")
+            .execute(&mut *tx)
+            .await?;
+        for ns in namespaces {
+            sqlx::query(
+                "INSERT INTO tg_namespaces (name, ignore_configured, allow_unconfigured, revision) \
+                 VALUES ($1, $2, $3, $4)",
+            )
+            .bind(&ns.name)
+            .bind(flag(ns.flags.ignore_configured))
+            .bind(flag(ns.flags.allow_unconfigured))
+            .bind(revision)
+            .execute(&mut *tx)
+            .await?;
+            for body in &ns.resources {
+                let name = body.get("name").and_then(Value::as_str).unwrap_or_default();
+                sqlx::query(
+                    "INSERT INTO tg_resources (namespace, name, body, revision) VALUES ($1, $2, $3, $4)",
+                )
+                .bind(&ns.name)
+                .bind(name)
+                .bind(body.to_string())
+                .bind(revision)
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+        let after = crate::normalize::document(namespaces);
+        Self::audit_row(&mut tx, revision, change, None, Some(&after)).await?;
+        tx.commit().await?;
+        Ok(revision)
+    }
+
+    /// What changed after `since`, up to the current revision.
+    pub async fn delta(&self, since: i64) -> Result<Delta, sqlx::Error> {
+        // Read the revision first, then only rows at or below it: a row
+        // changed meanwhile has a higher revision and comes next time.
+        let revision = self.revision().await?;
+        let deleted = sqlx::query(
+            "SELECT namespace, name FROM tg_deleted WHERE revision > $1 AND revision <= $2 \
+             ORDER BY revision, namespace, name",
+        )
+        .bind(since)
+        .bind(revision)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|r| {
+            let name: String = r.try_get(1)?;
+            Ok(Deleted {
+                namespace: r.try_get(0)?,
+                resource: (!name.is_empty()).then_some(name),
+            })
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        let namespaces = sqlx::query(
+            "SELECT name, ignore_configured, allow_unconfigured, revision FROM tg_namespaces \
+             WHERE revision > $1 AND revision <= $2 ORDER BY name",
+        )
+        .bind(since)
+        .bind(revision)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(namespace_entry)
+        .collect::<Result<Vec<_>, _>>()?;
+        let resources = sqlx::query(
+            "SELECT namespace, body, revision FROM tg_resources \
+             WHERE revision > $1 AND revision <= $2 ORDER BY namespace, name",
+        )
+        .bind(since)
+        .bind(revision)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(ResourceEntry {
+                namespace: r.try_get(0)?,
+                body: parse_body(&r.try_get::<String, _>(1)?),
+                revision: r.try_get(2)?,
+            })
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        Ok(Delta {
+            revision,
+            since,
+            deleted,
+            namespaces,
+            resources,
+        })
+    }
+
+    /// The audit trail after `since`, oldest first, at most `limit` rows.
+    pub async fn audit(&self, since: i64, limit: i64) -> Result<Vec<AuditEntry>, sqlx::Error> {
+        let rows = sqlx::query(
+            "SELECT revision, at_ms, actor, action, target, before_json, after_json FROM tg_audit \
+             WHERE revision > $1 ORDER BY revision LIMIT $2",
+        )
+        .bind(since)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let json = |i: usize| -> Result<Option<Value>, sqlx::Error> {
+                    Ok(r.try_get::<Option<String>, _>(i)?.map(|t| parse_body(&t)))
+                };
+                Ok(AuditEntry {
+                    revision: r.try_get(0)?,
+                    at_ms: r.try_get(1)?,
+                    actor: r.try_get(2)?,
+                    action: r.try_get(3)?,
+                    target: r.try_get(4)?,
+                    before: json(5)?,
+                    after: json(6)?,
+                })
+            })
+            .collect()
+    }
+}

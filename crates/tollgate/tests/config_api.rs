@@ -1,0 +1,566 @@
+//! `tollgate config-api` as a real process on a free port, over real
+//! SQLite (and PostgreSQL: see `postgres_*`): CRUD of namespaces,
+//! resources, domain overrides, groups and members; normalization on write
+//! with warnings; invalid input refused with nothing written; revisions,
+//! deltas and the long poll; export and import; the audit trail; tokens
+//! and roles; the API's own rate limit; concurrent writers; restarts.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::Sandbox;
+use serde_json::{json, Value};
+
+const ADMIN: &str = "admin-token-0123456789";
+const READER: &str = "read-token-0123456789ab";
+
+/// A running `tollgate config-api`, killed on drop.
+struct ConfigApi {
+    child: Child,
+    addr: SocketAddr,
+    http: reqwest::Client,
+}
+
+impl Drop for ConfigApi {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl ConfigApi {
+    fn start(dir: &Sandbox, database: &str, extra: &[&str]) -> ConfigApi {
+        let tokens = dir.write(
+            "tokens",
+            format!("admin:alice:{ADMIN}\nread:fleet:{READER}\n"),
+        );
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args([
+                "config-api",
+                "--listen",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+            ])
+            .args(["--database", database])
+            .arg("--tokens-file")
+            .arg(&tokens)
+            .args(extra)
+            .current_dir(&dir.dir)
+            .env("TOLLGATE_LOG", "info")
+            .env_remove("TOLLGATE_DATABASE")
+            .env_remove("TOLLGATE_CONFIG_API_TOKENS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let v: Value = serde_json::from_str(&line).unwrap_or(json!({ "raw": line }));
+                let _ = tx.send(v);
+            }
+        });
+        let mut seen = Vec::new();
+        let addr = loop {
+            let v = rx
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("no listening line: {seen:?}"));
+            if v["fields"]["message"] == "tollgate config-api listening" {
+                break v["fields"]["addr"].as_str().unwrap().parse().unwrap();
+            }
+            seen.push(v);
+        };
+        ConfigApi {
+            child,
+            addr,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    async fn call(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> (u16, Value) {
+        let url = format!("http://{}{path}", self.addr);
+        let mut req = self
+            .http
+            .request(method.parse().unwrap(), url)
+            .header("content-type", "application/json");
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.body(b.to_owned());
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, v)
+    }
+
+    async fn admin(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let body = body.map(|b| b.to_string());
+        self.call(Some(ADMIN), method, path, body.as_deref()).await
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        let (status, v) = self.call(Some(READER), "GET", path, None).await;
+        assert_eq!(status, 200, "GET {path}: {v}");
+        v
+    }
+
+    async fn ok(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let (status, v) = self.admin(method, path, body).await;
+        assert_eq!(status, 200, "{method} {path}: {v}");
+        v
+    }
+}
+
+/// The CRUD scenario, on any database.
+async fn crud(api: &ConfigApi, dir: &Sandbox) {
+    let r = api.ok("PUT", "/v1/namespaces/shop", Some(json!({}))).await;
+    assert_eq!(r["revision"], 1);
+    let r = api
+        .ok(
+            "PUT",
+            "/v1/namespaces/shop/resources/api",
+            Some(json!({"algorithm": "token_bucket", "capacity": 100, "rate": "10/s"})),
+        )
+        .await;
+    assert_eq!(r["revision"], 2);
+    assert_eq!(
+        r["resource"]["rate"], "10/1s",
+        "normalized as the file loader does"
+    );
+
+    // Charon §4.1: limits above the global limit are lowered, with a
+    // warning returned to the caller.
+    let r = api
+        .ok(
+            "PUT",
+            "/v1/namespaces/shop/resources/db",
+            Some(json!({"kind": "concurrency", "domain_limit": 50, "global_limit": 10})),
+        )
+        .await;
+    assert_eq!(r["resource"]["domain_limit"], 10);
+    assert_eq!(r["warnings"].as_array().unwrap().len(), 1, "{r}");
+
+    // Domain overrides, groups and members.
+    let r = api
+        .ok(
+            "PUT",
+            "/v1/namespaces/shop/resources/db/domains/acme",
+            Some(json!({"domain_limit": 5})),
+        )
+        .await;
+    assert_eq!(r["resource"]["domains"]["acme"]["domain_limit"], 5);
+    let r = api
+        .ok(
+            "PUT",
+            "/v1/namespaces/shop/resources/db/groups/big",
+            Some(json!({"limit": 4, "members": ["acme"]})),
+        )
+        .await;
+    assert_eq!(r["resource"]["groups"][0]["members"], json!(["acme"]));
+    api.ok(
+        "PUT",
+        "/v1/namespaces/shop/resources/db/groups/big/members/globex",
+        None,
+    )
+    .await;
+    let r = api
+        .ok(
+            "DELETE",
+            "/v1/namespaces/shop/resources/db/groups/big/members/acme",
+            None,
+        )
+        .await;
+    assert_eq!(r["resource"]["groups"][0]["members"], json!(["globex"]));
+    let at = r["revision"].as_i64().unwrap();
+
+    // Invalid input: a precise 4xx, and nothing written.
+    let (status, e) = api
+        .admin(
+            "PUT",
+            "/v1/namespaces/shop/resources/api",
+            Some(json!({"algorithm": "token_bucket", "capacity": 100, "rat": "10/s"})),
+        )
+        .await;
+    assert_eq!(status, 422, "{e}");
+    assert_eq!(e["error"]["reason"], "invalid_config");
+    assert!(
+        e["error"]["message"].as_str().unwrap().contains("rat"),
+        "{e}"
+    );
+    let (status, e) = api
+        .call(
+            Some(ADMIN),
+            "PUT",
+            "/v1/namespaces/shop/resources/api",
+            Some("{not json"),
+        )
+        .await;
+    assert_eq!(
+        (status, e["error"]["reason"].as_str()),
+        (400, Some("malformed_request"))
+    );
+    let (status, _) = api
+        .admin(
+            "PUT",
+            "/v1/namespaces/nope/resources/api",
+            Some(json!({"algorithm": "deny"})),
+        )
+        .await;
+    assert_eq!(status, 404);
+    let (status, _) = api
+        .admin(
+            "PUT",
+            "/v1/namespaces/shop/resources/db/domains/x",
+            Some(json!({"domain_limit": -1})),
+        )
+        .await;
+    assert_eq!(status, 422);
+    assert_eq!(
+        api.get("/v1/namespaces/shop/resources/api").await["capacity"],
+        100
+    );
+    assert_eq!(
+        api.get("/v1/namespaces").await["revision"],
+        at,
+        "refused changes write nothing"
+    );
+
+    // Deltas.
+    let all = api.get("/v1/config?since=0").await;
+    assert_eq!(all["revision"], at);
+    assert_eq!(all["resources"].as_array().unwrap().len(), 2);
+    let none = api.get(&format!("/v1/config?since={at}")).await;
+    assert!(none["resources"].as_array().unwrap().is_empty());
+    api.ok("DELETE", "/v1/namespaces/shop/resources/api", None)
+        .await;
+    let d = api.get(&format!("/v1/config?since={at}")).await;
+    assert_eq!(
+        d["deleted"],
+        json!([{"namespace": "shop", "resource": "api"}])
+    );
+    assert!(d["resources"].as_array().unwrap().is_empty());
+
+    // The audit trail: who changed what.
+    let audit = api.get("/v1/audit").await;
+    let entries = audit["entries"].as_array().unwrap();
+    assert_eq!(entries.len() as i64, at + 1);
+    assert!(entries.iter().all(|e| e["actor"] == "alice"));
+    assert_eq!(entries[1]["action"], "put_resource");
+    assert_eq!(entries[1]["target"], "shop/api");
+    assert_eq!(entries.last().unwrap()["action"], "delete_resource");
+
+    // Export: a config file the loader takes.
+    let resp = api
+        .http
+        .get(format!("http://{}/v1/export", api.addr))
+        .bearer_auth(READER)
+        .send()
+        .await
+        .unwrap();
+    let yaml = resp.text().await.unwrap();
+    assert!(
+        yaml.contains("name: db") && yaml.contains("globex"),
+        "{yaml}"
+    );
+    let file = dir.write("exported.yaml", &yaml);
+    let check = dir.run(&["check-config", file.to_str().unwrap()]);
+    assert!(check.success(), "{check}");
+
+    // Import: a whole file, all or nothing.
+    let example = std::fs::read_to_string(common::example("tollgate.yaml")).unwrap();
+    let (status, r) = api
+        .call(Some(ADMIN), "POST", "/v1/import", Some(&example))
+        .await;
+    assert_eq!(status, 200, "{r}");
+    let ns = api.get("/v1/namespaces").await;
+    let names: Vec<&str> = ns["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["default"]);
+    let sandbox = api.get("/v1/namespaces/default/resources/sandbox").await;
+    assert_eq!(sandbox["domains"]["acme"]["domain_limit"], 10);
+    let (status, _) = api
+        .call(
+            Some(ADMIN),
+            "POST",
+            "/v1/import",
+            Some("namespaces: [ { name: x, resources: [ { name: y } ] } ]"),
+        )
+        .await;
+    assert_eq!(status, 422);
+    assert!(
+        api.get("/v1/namespaces/default").await["resources"]
+            .as_array()
+            .unwrap()
+            .len()
+            > 5
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_crud_normalization_deltas_audit_export_import() {
+    let dir = Sandbox::new("config-api-sqlite");
+    let db = format!("sqlite://{}", dir.path("tollgate.db").display());
+    let api = ConfigApi::start(&dir, &db, &[]);
+    crud(&api, &dir).await;
+    let revision = api.get("/v1/namespaces").await["revision"].clone();
+    drop(api);
+    // The file keeps everything across a restart.
+    let api = ConfigApi::start(&dir, &db, &[]);
+    assert_eq!(api.get("/v1/namespaces").await["revision"], revision);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_database_is_a_file_created_on_first_start() {
+    let dir = Sandbox::new("config-api-default");
+    let api = ConfigApi::start(&dir, "sqlite://tollgate.db", &[]);
+    api.ok("PUT", "/v1/namespaces/x", None).await;
+    assert!(dir.path("tollgate.db").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strangers_and_readers_cannot_write_and_callers_are_rate_limited() {
+    let dir = Sandbox::new("config-api-auth");
+    let db = format!("sqlite://{}", dir.path("t.db").display());
+    let api = ConfigApi::start(&dir, &db, &[]);
+    let (status, e) = api.call(None, "GET", "/v1/namespaces", None).await;
+    assert_eq!(
+        (status, e["error"]["reason"].as_str()),
+        (401, Some("unauthorized"))
+    );
+    let (status, _) = api
+        .call(Some("not-a-token-at-all-xx"), "GET", "/v1/namespaces", None)
+        .await;
+    assert_eq!(status, 401);
+    let (status, e) = api
+        .call(Some(READER), "PUT", "/v1/namespaces/x", Some("{}"))
+        .await;
+    assert_eq!(
+        (status, e["error"]["reason"].as_str()),
+        (403, Some("forbidden"))
+    );
+    api.get("/v1/namespaces").await;
+    assert!(api.get("/v1/audit").await["entries"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+
+    // tollgate's own token bucket in front of the API: 3 at once, then
+    // one a second.
+    let dir = Sandbox::new("config-api-limit");
+    let db = format!("sqlite://{}", dir.path("t.db").display());
+    let api = ConfigApi::start(&dir, &db, &["--rate-limit", "1", "--burst", "3"]);
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(
+            api.call(Some(READER), "GET", "/v1/namespaces", None)
+                .await
+                .0,
+        );
+    }
+    assert_eq!(&statuses[..3], &[200, 200, 200]);
+    assert!(statuses[3..].contains(&429), "{statuses:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_each_get_their_own_revision() {
+    let dir = Sandbox::new("config-api-concurrent");
+    let db = format!("sqlite://{}", dir.path("t.db").display());
+    let api = std::sync::Arc::new(ConfigApi::start(&dir, &db, &[]));
+    concurrent(&api).await;
+}
+
+async fn concurrent(api: &std::sync::Arc<ConfigApi>) {
+    let base = api.ok("PUT", "/v1/namespaces/load", None).await["revision"]
+        .as_i64()
+        .unwrap();
+    let audited = api.get("/v1/audit?limit=1000").await["entries"]
+        .as_array()
+        .unwrap()
+        .len();
+    let mut tasks = Vec::new();
+    for w in 0..6 {
+        let api = std::sync::Arc::clone(api);
+        tasks.push(tokio::spawn(async move {
+            let mut revisions = Vec::new();
+            for i in 0..8 {
+                let body =
+                    json!({"algorithm": "gcra", "rate": format!("{}/s", i + 1), "burst": w + 1});
+                let r = api
+                    .ok(
+                        "PUT",
+                        &format!("/v1/namespaces/load/resources/r{w}-{i}"),
+                        Some(body),
+                    )
+                    .await;
+                revisions.push(r["revision"].as_i64().unwrap());
+            }
+            revisions
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all.sort_unstable();
+    let expected: Vec<i64> = (base + 1..=base + 48).collect();
+    assert_eq!(all, expected, "48 writes, 48 distinct revisions");
+    let d = api.get(&format!("/v1/config?since={base}")).await;
+    assert_eq!(d["resources"].as_array().unwrap().len(), 48);
+    let entries = api.get("/v1/audit?limit=1000").await["entries"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(entries, audited + 48);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_answers_with_the_change_that_ends_it() {
+    let dir = Sandbox::new("config-api-wait");
+    let db = format!("sqlite://{}", dir.path("t.db").display());
+    let api = std::sync::Arc::new(ConfigApi::start(&dir, &db, &[]));
+    api.ok("PUT", "/v1/namespaces/w", None).await;
+    let waiter = {
+        let api = std::sync::Arc::clone(&api);
+        tokio::spawn(async move { api.get("/v1/config/wait?since=1&timeout_ms=60000").await })
+    };
+    api.ok(
+        "PUT",
+        "/v1/namespaces/w/resources/r",
+        Some(json!({"algorithm": "unlimited"})),
+    )
+    .await;
+    let d = waiter.await.unwrap();
+    assert_eq!(d["revision"], 2);
+    assert_eq!(d["resources"][0]["body"]["name"], "r");
+    // Nothing newer: the poll ends at its timeout with an empty delta.
+    let d = api.get("/v1/config/wait?since=2&timeout_ms=50").await;
+    assert_eq!(
+        (
+            d["revision"].as_i64(),
+            d["resources"].as_array().map(Vec::len)
+        ),
+        (Some(2), Some(0))
+    );
+}
+
+#[test]
+fn it_refuses_to_start_without_tokens_or_with_a_bad_database() {
+    let dir = Sandbox::new("config-api-refuse");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args([
+            "config-api",
+            "--listen",
+            "127.0.0.1:0",
+            "--database",
+            "sqlite://x.db",
+        ])
+        .current_dir(&dir.dir)
+        .env_remove("TOLLGATE_CONFIG_API_TOKENS")
+        .env_remove("TOLLGATE_CONFIG_API_TOKENS_FILE")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no tokens"));
+    let tokens = dir.write("tokens", format!("admin:a:{ADMIN}\n"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args([
+            "config-api",
+            "--listen",
+            "127.0.0.1:0",
+            "--database",
+            "mysql://nope/x",
+        ])
+        .arg("--tokens-file")
+        .arg(&tokens)
+        .current_dir(&dir.dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot open the database"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_crud_concurrent_writers_and_the_database_going_away() {
+    use tollgate_configapi::testing::PostgresServer;
+    let mut pg = tokio::task::spawn_blocking(PostgresServer::start)
+        .await
+        .unwrap();
+    let dir = Sandbox::new("config-api-postgres");
+    // The password from a file, not the URL.
+    let url = pg.url();
+    let (head, host) = url.split_once('@').unwrap();
+    let (scheme_user, password) = head.rsplit_once(':').unwrap();
+    let password_file = dir.write("db-password", format!("{password}\n"));
+    let bare = format!("{scheme_user}@{host}");
+    let api = std::sync::Arc::new(ConfigApi::start(
+        &dir,
+        &bare,
+        &["--database-password-file", password_file.to_str().unwrap()],
+    ));
+    crud(&api, &dir).await;
+    concurrent(&api).await;
+    let revision = api.get("/v1/namespaces").await["revision"].clone();
+
+    // The database goes away: reads and writes fail with 503 and a reason,
+    // readiness says so; when it is back, everything is where it was.
+    pg.kill();
+    let (status, e) = api.call(Some(READER), "GET", "/v1/namespaces", None).await;
+    assert_eq!(
+        (status, e["error"]["reason"].as_str()),
+        (503, Some("database_unavailable")),
+        "{e}"
+    );
+    let (status, _) = api.admin("PUT", "/v1/namespaces/late", None).await;
+    assert_eq!(status, 503);
+    let ready = api
+        .http
+        .get(format!("http://{}/readyz", api.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status().as_u16(), 503);
+    let mut pg = tokio::task::spawn_blocking(move || {
+        pg.restart();
+        pg
+    })
+    .await
+    .unwrap();
+    let mut back = None;
+    for _ in 0..100 {
+        let (status, v) = api.call(Some(READER), "GET", "/v1/namespaces", None).await;
+        if status == 200 {
+            back = Some(v);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(back.expect("the API never recovered")["revision"], revision);
+    api.ok("PUT", "/v1/namespaces/late", None).await;
+    pg.kill();
+}
