@@ -23,6 +23,20 @@ pub struct ConfigStatus {
     pub last_error: Option<String>,
     /// Warnings of the config in force (normalization, ignored fields).
     pub warnings: Vec<String>,
+    /// The config API's revision in force, for a server that follows one
+    /// (`serve --config-api`).
+    pub api_revision: Option<i64>,
+}
+
+/// The part of the config that comes from the configuration API: its
+/// namespaces as a config text (JSON, which the YAML loader reads), and
+/// the API's revision it stands for.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ApiPart {
+    /// The API's revision.
+    pub revision: i64,
+    /// The namespaces, in tollgate's config format.
+    pub text: String,
 }
 
 /// Shared server state.
@@ -32,6 +46,9 @@ pub struct App<S> {
     /// Open sessions and HTTP holds.
     pub sessions: Sessions,
     config: Mutex<(Arc<Config>, ConfigStatus)>,
+    /// The config API's part of the config in force, if the server follows
+    /// one.
+    api_part: Mutex<Option<ApiPart>>,
     /// Renders `/metrics` (`None` when no recorder is installed, as in
     /// tests that run several servers in one process).
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
@@ -70,8 +87,10 @@ impl<S: Store> App<S> {
                     loaded_at_ms: now.as_u64() / 1_000_000,
                     last_error: None,
                     warnings,
+                    api_revision: None,
                 },
             )),
+            api_part: Mutex::new(None),
             metrics: None,
             store_name,
             decision_log: None,
@@ -119,6 +138,49 @@ impl<S: Store> App<S> {
         guard.1.revision
     }
 
+    /// The config API's part of the config in force.
+    pub fn api_part(&self) -> Option<ApiPart> {
+        self.api_part
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Records that the config in force (given to [`App::new`]) includes
+    /// the config API's `part`.
+    pub fn adopt_api_part(&self, part: ApiPart) {
+        self.lock().1.api_revision = Some(part.revision);
+        *self.api_part.lock().unwrap_or_else(PoisonError::into_inner) = Some(part);
+    }
+
+    /// Puts the config made of the file at `file` (if any) and the config
+    /// API's `api` part (if any) in force, or records why not (the old one
+    /// keeps serving). Returns the local revision.
+    pub fn install_parts(
+        &self,
+        file: Option<&std::path::Path>,
+        api: Option<ApiPart>,
+    ) -> Result<u64, String> {
+        let result = compose(file, api.as_ref()).and_then(|(config, warnings)| {
+            for w in &warnings {
+                tracing::warn!(warning = %w, "config warning");
+            }
+            self.try_install(config, warnings)
+        });
+        match result {
+            Ok(revision) => {
+                let api_revision = api.as_ref().map(|a| a.revision);
+                *self.api_part.lock().unwrap_or_else(PoisonError::into_inner) = api;
+                self.lock().1.api_revision = api_revision;
+                Ok(revision)
+            }
+            Err(e) => {
+                self.refuse(e.clone());
+                Err(e)
+            }
+        }
+    }
+
     /// Puts `config` in force if the store can serve it
     /// ([`Limiter::compile`]): limits whose parameters did not change keep
     /// their state. Otherwise changes nothing and says why.
@@ -143,4 +205,36 @@ impl<S: Store> App<S> {
     fn lock(&self) -> std::sync::MutexGuard<'_, (Arc<Config>, ConfigStatus)> {
         self.config.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// Loads the file at `file` and the config API's part, and merges their
+/// namespaces (a namespace in both is an error, as across files).
+pub fn compose(
+    file: Option<&std::path::Path>,
+    api: Option<&ApiPart>,
+) -> Result<(Config, Vec<String>), String> {
+    let mut config = Config::default();
+    let mut warnings = Vec::new();
+    if let Some(path) = file {
+        let loaded =
+            tollgate_config::load_path(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        warnings.extend(loaded.warnings.iter().map(ToString::to_string));
+        config = loaded.config;
+    }
+    if let Some(api) = api {
+        let what = format!("config API revision {}", api.revision);
+        let loaded =
+            tollgate_config::load_str(&what, &api.text).map_err(|e| format!("{what}: {e}"))?;
+        warnings.extend(loaded.warnings.iter().map(ToString::to_string));
+        for ns in loaded.config.namespaces {
+            if config.namespaces.iter().any(|n| n.name == ns.name) {
+                return Err(format!(
+                    "namespace {:?} is both in the config file and in the config API",
+                    ns.name
+                ));
+            }
+            config.namespaces.push(ns);
+        }
+    }
+    Ok((config, warnings))
 }

@@ -122,6 +122,7 @@ impl<S: Store> v1::tollgate_server::Tollgate for Native<S> {
             config_loaded_at_ms: config.loaded_at_ms,
             config_last_error: config.last_error,
             config_warnings: config.warnings,
+            config_api_revision: config.api_revision,
             sessions_open: app.sessions.len() as u64,
             sessions_opened: app.sessions.opened(),
         }))

@@ -37,28 +37,16 @@ pub fn fingerprint(path: &Path) -> Option<u64> {
     Some(h.finish())
 }
 
-/// Loads `path` and puts it in force, or records why not. Returns the new
-/// revision.
+/// Loads `path` (with the config API's part in force, if any) and puts it
+/// in force, or records why not. Returns the new revision.
 pub fn reload<S: Store>(app: &App<S>, path: &Path) -> Result<u64, String> {
-    let installed = tollgate_config::load_path(path)
-        .map_err(|e| e.to_string())
-        .and_then(|loaded| {
-            let warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
-            for w in &warnings {
-                tracing::warn!(warning = %w, "config warning");
-            }
-            // The store may refuse limits it cannot decide exactly.
-            app.try_install(loaded.config, warnings)
-                .map_err(|e| format!("{}: {e}", path.display()))
-        });
-    match installed {
+    match app.install_parts(Some(path), app.api_part()) {
         Ok(revision) => {
             tracing::info!(path = %path.display(), revision, "config reloaded");
             Ok(revision)
         }
         Err(message) => {
             tracing::error!(path = %path.display(), error = %message, "config refused; the previous one keeps serving");
-            app.refuse(message.clone());
             Err(message)
         }
     }

@@ -3,6 +3,7 @@
 //! errors (`anyhow` lives here and nowhere else).
 
 mod cmd;
+mod config_follow;
 mod summary;
 mod trace;
 

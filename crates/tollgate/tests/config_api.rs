@@ -564,3 +564,127 @@ async fn postgres_crud_concurrent_writers_and_the_database_going_away() {
     api.ok("PUT", "/v1/namespaces/late", None).await;
     pg.kill();
 }
+
+/// Polls the server's `/status` until the config API revision in force is
+/// `revision`.
+fn until_revision(server: &common::serving::Serving, revision: i64) -> Value {
+    let mut last = Value::Null;
+    for _ in 0..300 {
+        let (_, status) = server.json("GET", "/status", None);
+        if status["config"]["api_revision"] == revision {
+            return status;
+        }
+        last = status;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("the server never ran revision {revision}: {last}");
+}
+
+fn hit(server: &common::serving::Serving, ns: &str, resource: &str) -> bool {
+    let body =
+        format!(r#"{{"namespace":"{ns}","resource":"{resource}","domain":"acme","hits":1}}"#);
+    let (status, v) = server.json("POST", "/v1/request", Some(&body));
+    assert!(status == 200 || status == 429, "{status} {v}");
+    v["allowed"].as_bool().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_follows_the_api_and_keeps_the_state_of_unchanged_limits() {
+    let dir = Sandbox::new("config-api-follow");
+    let db = format!("sqlite://{}", dir.path("t.db").display());
+    let api = ConfigApi::start(&dir, &db, &[]);
+    api.ok("PUT", "/v1/namespaces/shop", None).await;
+    let r = api
+        .ok(
+            "PUT",
+            "/v1/namespaces/shop/resources/api",
+            Some(json!({"algorithm": "token_bucket", "capacity": 3, "rate": "1/h"})),
+        )
+        .await;
+    let first = r["revision"].as_i64().unwrap();
+
+    // The server also has a file with a namespace of its own.
+    let file = dir.write(
+        "tollgate.yaml",
+        "namespaces:\n  - name: local\n    resources:\n      - { name: x, algorithm: unlimited }\n",
+    );
+    let token = dir.write("read-token", format!("{READER}\n"));
+    let url = format!("http://{}", api.addr);
+    let server = common::serving::Serving::start(
+        &dir,
+        &[
+            "--config",
+            file.to_str().unwrap(),
+            "--config-api",
+            &url,
+            "--config-api-token-file",
+            token.to_str().unwrap(),
+            "--grpc",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+        ],
+        &[],
+    );
+    until_revision(&server, first);
+    assert!(hit(&server, "local", "x"));
+    for _ in 0..3 {
+        assert!(hit(&server, "shop", "api"));
+    }
+    assert!(!hit(&server, "shop", "api"));
+
+    // A new resource arrives through the long poll; the bucket that did
+    // not change keeps its state (still empty).
+    let r = api
+        .ok(
+            "PUT",
+            "/v1/namespaces/shop/resources/search",
+            Some(json!({"algorithm": "gcra", "rate": "10/s", "burst": 5})),
+        )
+        .await;
+    until_revision(&server, r["revision"].as_i64().unwrap());
+    assert!(hit(&server, "shop", "search"));
+    assert!(
+        !hit(&server, "shop", "api"),
+        "the unchanged limit kept its state"
+    );
+
+    // A changed limit starts afresh with its new parameters.
+    let r = api
+        .ok(
+            "PUT",
+            "/v1/namespaces/shop/resources/api",
+            Some(json!({"algorithm": "token_bucket", "capacity": 5, "rate": "1/h"})),
+        )
+        .await;
+    until_revision(&server, r["revision"].as_i64().unwrap());
+    assert!(hit(&server, "shop", "api"));
+
+    // A revision the server cannot take (a namespace its file has too) is
+    // refused; the previous config keeps serving.
+    let before = api.ok("PUT", "/v1/namespaces/local", None).await["revision"]
+        .as_i64()
+        .unwrap();
+    let mut refused = Value::Null;
+    for _ in 0..300 {
+        let (_, status) = server.json("GET", "/status", None);
+        if status["config"]["last_error"].is_string() {
+            refused = status;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let error = refused["config"]["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("both in the config file and in the config API"),
+        "{refused}"
+    );
+    assert_eq!(refused["config"]["api_revision"], before - 1);
+    assert!(hit(&server, "shop", "search"));
+    api.ok("DELETE", "/v1/namespaces/local", None).await;
+
+    // The API goes away: the server keeps serving what it has.
+    drop(api);
+    assert!(hit(&server, "shop", "search"));
+    assert!(hit(&server, "local", "x"));
+}

@@ -474,6 +474,9 @@ pub fn status(args: StatusArgs) -> ExitCode {
                     &s.config_source
                 }
             );
+            if let Some(r) = s.config_api_revision {
+                println!("config API revision {r}");
+            }
             if let Some(e) = &s.config_last_error {
                 println!("last error {e}");
             }

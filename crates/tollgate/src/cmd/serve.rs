@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::config_follow::Follower;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use tokio::signal::unix::{signal, SignalKind};
@@ -14,6 +15,7 @@ use tollgate_core::replicated::NodeId;
 use tollgate_redis::{ClientCert, ConnectError, ConnectOptions, RedisOptions, RedisStore, TlsPart};
 use tollgate_replica::wire::ClusterKey;
 use tollgate_replica::{Node, NodeConfig, Replica, ReplicaOptions, ReplicaStore};
+use tollgate_server::app::ApiPart;
 use tollgate_server::{App, Server, ServerOptions};
 use tollgate_service::SessionLimits;
 use tollgate_store::{MemoryStore, Store};
@@ -34,9 +36,28 @@ pub enum LogFormat {
 /// variable; a flag given on the command line wins.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// Config file or directory (default: the bundled example).
+    /// Config file or directory (default: the bundled example, unless
+    /// --config-api is given).
     #[arg(long, env = "TOLLGATE_CONFIG")]
     pub config: Option<PathBuf>,
+    /// Follow the configuration API at this URL (`http://` or `https://`):
+    /// its namespaces are served, with the config file's if both are given.
+    #[arg(long, env = "TOLLGATE_CONFIG_API")]
+    pub config_api: Option<String>,
+    /// A `read` token of the config API, read from this file (never
+    /// logged); or set TOLLGATE_CONFIG_API_TOKEN.
+    #[arg(long, env = "TOLLGATE_CONFIG_API_TOKEN_FILE")]
+    pub config_api_token_file: Option<PathBuf>,
+    /// PEM CA that signs the config API's certificate.
+    #[arg(long, env = "TOLLGATE_CONFIG_API_CA")]
+    pub config_api_ca: Option<PathBuf>,
+    /// Longest time between two looks at the config API, in milliseconds
+    /// (changes arrive at once through a long poll; this bounds a poll).
+    #[arg(long, env = "TOLLGATE_CONFIG_API_POLL_MS", default_value_t = 30_000)]
+    pub config_api_poll_ms: u64,
+    /// How long to wait at startup for the config API's first answer.
+    #[arg(long, default_value_t = 30_000)]
+    pub config_api_startup_ms: u64,
     /// gRPC address: the native API and Envoy's rate-limit service.
     #[arg(long, env = "TOLLGATE_GRPC", default_value = "127.0.0.1:8081")]
     pub grpc: SocketAddr,
@@ -314,15 +335,68 @@ pub(crate) fn init_logs(format: LogFormat) {
     }
 }
 
+/// Connects to the config API (if any) and gets its whole config,
+/// retrying for `--config-api-startup-ms`.
+async fn follow(args: &ServeArgs) -> Result<Option<(Follower, ApiPart)>> {
+    let Some(url) = &args.config_api else {
+        return Ok(None);
+    };
+    let token = match &args.config_api_token_file {
+        Some(path) => String::from_utf8(read_flag_file("--config-api-token-file", path)?)
+            .context("the config API token is not UTF-8")?,
+        None => std::env::var("TOLLGATE_CONFIG_API_TOKEN").map_err(|_| {
+            anyhow::anyhow!(
+                "--config-api needs a token: --config-api-token-file or TOLLGATE_CONFIG_API_TOKEN"
+            )
+        })?,
+    };
+    let poll = Duration::from_millis(args.config_api_poll_ms.max(100));
+    let mut follower = Follower::new(
+        url,
+        token.trim().to_owned(),
+        args.config_api_ca.as_ref(),
+        poll,
+    )?;
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(args.config_api_startup_ms);
+    let mut wait = Duration::from_millis(100);
+    loop {
+        match follower.first().await {
+            Ok(part) => {
+                tracing::info!(url = %url, api_revision = part.revision, "config from the config API");
+                return Ok(Some((follower, part)));
+            }
+            Err(e) if tokio::time::Instant::now() + wait < deadline => {
+                tracing::warn!(error = %format!("{e:#}"), "waiting for the config API");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(2));
+            }
+            Err(e) => return Err(e.context("the config API did not answer at startup")),
+        }
+    }
+}
+
 async fn serve(args: ServeArgs) -> Result<()> {
-    let (config, warnings) = match &args.config {
-        Some(path) => {
+    let follow = follow(&args).await?;
+    let (config, warnings) = match (&args.config, &follow) {
+        (file, Some((_, part))) => {
+            let (config, warnings) = tollgate_server::app::compose(file.as_deref(), Some(part))
+                .map_err(|e| anyhow::anyhow!("{e}"))
+                .context("cannot load the config")?;
+            for w in &warnings {
+                tracing::warn!(warning = %w, "config warning");
+            }
+            if let Some(cluster) = args.cluster.clone() {
+                return serve_cluster(args, cluster, config, warnings, follow).await;
+            }
+            return serve_store(args, config, warnings, follow).await;
+        }
+        (Some(path), None) => {
             let loaded = tollgate_config::load_path(path)
                 .map_err(|e| anyhow::anyhow!("{e}"))
                 .with_context(|| format!("cannot load the config {}", path.display()))?;
             (loaded.config, loaded.warnings)
         }
-        None => {
+        (None, None) => {
             let loaded = tollgate_config::load_str("examples/tollgate.yaml (bundled)", BUNDLED)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             (loaded.config, loaded.warnings)
@@ -333,14 +407,29 @@ async fn serve(args: ServeArgs) -> Result<()> {
         tracing::warn!(warning = %w, "config warning");
     }
     if let Some(cluster) = args.cluster.clone() {
-        return serve_cluster(args, cluster, config, warnings).await;
+        return serve_cluster(args, cluster, config, warnings, None).await;
     }
+    serve_store(args, config, warnings, None).await
+}
+
+/// Serves from the memory store or Redis, as `--store` says.
+async fn serve_store(
+    args: ServeArgs,
+    config: tollgate_config::Config,
+    warnings: Vec<String>,
+    follow: Option<(Follower, ApiPart)>,
+) -> Result<()> {
     if args.store == "memory" {
         let store = MemoryStore::with_options(tollgate_store::MemoryStoreOptions {
             max_keys: args.max_keys,
             ..Default::default()
         });
-        return serve_with(args, store, "memory", config, warnings, None, None).await;
+        let initial = Initial {
+            config,
+            warnings,
+            follow,
+        };
+        return serve_with(args, store, "memory", initial, None, None).await;
     }
     let options = args.redis_options()?;
     let store = RedisStore::connect(options).await.map_err(|e| {
@@ -364,7 +453,12 @@ async fn serve(args: ServeArgs) -> Result<()> {
         }
     });
     let resign = (!args.keep_serving_after_resign).then_some(resign_rx);
-    serve_with(args, store, "redis", config, warnings, resign, None).await
+    let initial = Initial {
+        config,
+        warnings,
+        follow,
+    };
+    serve_with(args, store, "redis", initial, resign, None).await
 }
 
 /// Serves `config` as a node of the replicated cluster `cluster`.
@@ -373,6 +467,7 @@ async fn serve_cluster(
     cluster: String,
     config: tollgate_config::Config,
     warnings: Vec<String>,
+    follow: Option<(Follower, ApiPart)>,
 ) -> Result<()> {
     let secret = match &args.cluster_secret_file {
         Some(path) => read_flag_file("--cluster-secret-file", path)?,
@@ -451,16 +546,20 @@ async fn serve_cluster(
         addr,
     };
     tracing::info!(cluster = %cluster, node = %node_name, gossip = %addr, peers = ?args.peers, "joining the cluster");
-    serve_with(
-        args,
-        store,
-        "replicated",
+    let initial = Initial {
         config,
         warnings,
-        None,
-        Some(gossip),
-    )
-    .await
+        follow,
+    };
+    serve_with(args, store, "replicated", initial, None, Some(gossip)).await
+}
+
+/// What a server starts with: the config, its warnings, and the config
+/// API it follows (with the part of the config that came from it).
+struct Initial {
+    config: tollgate_config::Config,
+    warnings: Vec<String>,
+    follow: Option<(Follower, ApiPart)>,
 }
 
 /// The gossip node of a replicated server, started once the config is
@@ -478,11 +577,15 @@ async fn serve_with<S: Store>(
     args: ServeArgs,
     store: S,
     store_name: &'static str,
-    config: tollgate_config::Config,
-    warnings: Vec<String>,
+    initial: Initial,
     resign: Option<tokio::sync::oneshot::Receiver<tollgate_redis::Resignation>>,
     gossip: Option<Gossip>,
 ) -> Result<()> {
+    let Initial {
+        config,
+        warnings,
+        follow,
+    } = initial;
     let mut app = App::new(
         store,
         store_name,
@@ -554,6 +657,10 @@ async fn serve_with<S: Store>(
     let mut hup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
     let (hup_tx, hup_rx) = mpsc::channel(1);
     let (stop_tx, stop_rx) = watch::channel(false);
+    if let Some((follower, part)) = follow {
+        app.adopt_api_part(part);
+        tokio::spawn(follower.run(Arc::clone(&app), args.config.clone(), stop_rx.clone()));
+    }
     if let Some(path) = args.config.clone() {
         tokio::spawn(tollgate_server::reload::watch(
             Arc::clone(&app),
