@@ -24,6 +24,8 @@ const READER: &str = "read-token-0123456789ab";
 struct ConfigApi {
     child: Child,
     addr: SocketAddr,
+    /// `http` or `https`.
+    scheme: String,
     http: reqwest::Client,
 }
 
@@ -36,6 +38,16 @@ impl Drop for ConfigApi {
 
 impl ConfigApi {
     fn start(dir: &Sandbox, database: &str, extra: &[&str]) -> ConfigApi {
+        ConfigApi::start_trusting(dir, database, extra, None)
+    }
+
+    /// Starts it; its HTTPS certificate is signed by `ca` (PEM).
+    fn start_trusting(
+        dir: &Sandbox,
+        database: &str,
+        extra: &[&str],
+        ca: Option<&str>,
+    ) -> ConfigApi {
         let tokens = dir.write(
             "tokens",
             format!("admin:alice:{ADMIN}\nread:fleet:{READER}\n"),
@@ -70,19 +82,26 @@ impl ConfigApi {
             }
         });
         let mut seen = Vec::new();
-        let addr = loop {
+        let (addr, scheme) = loop {
             let v = rx
                 .recv_timeout(Duration::from_secs(60))
                 .unwrap_or_else(|_| panic!("no listening line: {seen:?}"));
             if v["fields"]["message"] == "tollgate config-api listening" {
-                break v["fields"]["addr"].as_str().unwrap().parse().unwrap();
+                let addr = v["fields"]["addr"].as_str().unwrap().parse().unwrap();
+                break (addr, v["fields"]["scheme"].as_str().unwrap().to_owned());
             }
             seen.push(v);
         };
+        let mut http = reqwest::Client::builder();
+        if let Some(ca) = ca {
+            http =
+                http.add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap());
+        }
         ConfigApi {
             child,
             addr,
-            http: reqwest::Client::new(),
+            scheme,
+            http: http.build().unwrap(),
         }
     }
 
@@ -93,7 +112,7 @@ impl ConfigApi {
         path: &str,
         body: Option<&str>,
     ) -> (u16, Value) {
-        let url = format!("http://{}{path}", self.addr);
+        let url = format!("{}://{}{path}", self.scheme, self.addr);
         let mut req = self
             .http
             .request(method.parse().unwrap(), url)
@@ -687,4 +706,61 @@ async fn a_server_follows_the_api_and_keeps_the_state_of_unchanged_limits() {
     drop(api);
     assert!(hit(&server, "shop", "search"));
     assert!(hit(&server, "local", "x"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_for_the_api_and_for_a_server_that_follows_it() {
+    let certs = tollgate_redis::testing::TestCerts::generate();
+    let dir = Sandbox::new("config-api-tls");
+    let cert = dir.write("api.pem", &certs.server_cert);
+    let key = dir.write("api.key", &certs.server_key);
+    let ca = dir.write("ca.pem", &certs.ca);
+    let db = format!("sqlite://{}", dir.path("t.db").display());
+    let api = ConfigApi::start_trusting(
+        &dir,
+        &db,
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+        Some(&certs.ca),
+    );
+    assert_eq!(api.scheme, "https");
+    api.ok("PUT", "/v1/namespaces/tls", None).await;
+    let r = api
+        .ok(
+            "PUT",
+            "/v1/namespaces/tls/resources/r",
+            Some(json!({"algorithm": "deny"})),
+        )
+        .await;
+    // Plain HTTP to the TLS port gets nowhere.
+    let plain = reqwest::get(format!("http://{}/v1/namespaces", api.addr)).await;
+    assert!(plain.map(|r| !r.status().is_success()).unwrap_or(true));
+
+    let token = dir.write("read-token", READER);
+    let url = format!("https://{}", api.addr);
+    let server = common::serving::Serving::start(
+        &dir,
+        &[
+            "--config-api",
+            &url,
+            "--config-api-token-file",
+            token.to_str().unwrap(),
+            "--config-api-ca",
+            ca.to_str().unwrap(),
+            "--grpc",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+        ],
+        &[],
+    );
+    until_revision(&server, r["revision"].as_i64().unwrap());
+    assert!(
+        !hit(&server, "tls", "r"),
+        "the API's deny resource is in force"
+    );
 }
