@@ -103,6 +103,10 @@ pub struct Change<'a> {
     pub target: String,
 }
 
+/// The columns [`namespace_entry`] reads, from `tg_namespaces`.
+const NAMESPACE_ROW: &str =
+    "SELECT name, ignore_configured, allow_unconfigured, revision FROM tg_namespaces";
+
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -164,24 +168,18 @@ impl Db {
 
     /// Every namespace, by name.
     pub async fn namespaces(&self) -> Result<Vec<NamespaceEntry>, sqlx::Error> {
-        let rows = sqlx::query(
-            "SELECT name, ignore_configured, allow_unconfigured, revision \
-             FROM tg_namespaces ORDER BY name",
-        )
-        .fetch_all(&self.pool)
-        .await?;
+        let sql = format!("{NAMESPACE_ROW} ORDER BY name");
+        let rows = sqlx::query(&sql).fetch_all(&self.pool).await?;
         rows.iter().map(namespace_entry).collect()
     }
 
     /// One namespace and its resources (by name), if it exists.
     pub async fn namespace(&self, ns: &str) -> Result<Option<NamespaceDoc>, sqlx::Error> {
-        let Some(row) = sqlx::query(
-            "SELECT name, ignore_configured, allow_unconfigured, revision \
-             FROM tg_namespaces WHERE name = $1",
-        )
-        .bind(ns)
-        .fetch_optional(&self.pool)
-        .await?
+        let sql = format!("{NAMESPACE_ROW} WHERE name = $1");
+        let Some(row) = sqlx::query(&sql)
+            .bind(ns)
+            .fetch_optional(&self.pool)
+            .await?
         else {
             return Ok(None);
         };
@@ -262,13 +260,8 @@ impl Db {
         tx: &mut Transaction<'static, Any>,
         ns: &str,
     ) -> Result<Option<NamespaceFlags>, sqlx::Error> {
-        let row = sqlx::query(
-            "SELECT name, ignore_configured, allow_unconfigured, revision \
-             FROM tg_namespaces WHERE name = $1",
-        )
-        .bind(ns)
-        .fetch_optional(&mut **tx)
-        .await?;
+        let sql = format!("{NAMESPACE_ROW} WHERE name = $1");
+        let row = sqlx::query(&sql).bind(ns).fetch_optional(&mut **tx).await?;
         row.map(|r| namespace_entry(&r).map(|e| e.flags))
             .transpose()
     }
@@ -476,17 +469,15 @@ impl Db {
             })
         })
         .collect::<Result<Vec<_>, sqlx::Error>>()?;
-        let namespaces = sqlx::query(
-            "SELECT name, ignore_configured, allow_unconfigured, revision FROM tg_namespaces \
-             WHERE revision > $1 AND revision <= $2 ORDER BY name",
-        )
-        .bind(since)
-        .bind(revision)
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(namespace_entry)
-        .collect::<Result<Vec<_>, _>>()?;
+        let sql = format!("{NAMESPACE_ROW} WHERE revision > $1 AND revision <= $2 ORDER BY name");
+        let namespaces = sqlx::query(&sql)
+            .bind(since)
+            .bind(revision)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(namespace_entry)
+            .collect::<Result<Vec<_>, _>>()?;
         let resources = sqlx::query(
             "SELECT namespace, body, revision FROM tg_resources \
              WHERE revision > $1 AND revision <= $2 ORDER BY namespace, name",
