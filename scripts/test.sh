@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of tollgate: formatting, lints, unit, property and
 # end-to-end tests. Installs what the tests need when it is missing
-# (redis-server and PostgreSQL, from Debian's packages), so it works on a
+# (redis-server, PostgreSQL and Chromium, from Debian's packages), so it works on a
 # fresh Debian machine with only the Rust toolchain. The tests start their
 # own servers on free loopback ports; nothing here starts a service.
 set -euo pipefail
@@ -40,6 +40,10 @@ have_postgres() {
     return 1
 }
 have_postgres || need_package initdb postgresql
+# The configuration API's web page is tested in a real headless Chromium
+# (crates/tollgate/tests/config_api_ui.rs). Debian names it `chromium`;
+# other distributions `chromium-browser`, which will do as well.
+command -v chromium-browser >/dev/null 2>&1 || need_package chromium chromium
 
 
 echo "== cargo fmt --check"

@@ -1,6 +1,8 @@
-//! The HTTP API. Every route needs a bearer token (`Authorization: Bearer
-//! TOKEN`): reads any token, writes an `admin` one. Every caller is rate
-//! limited by tollgate's own token bucket.
+//! The HTTP API. Every `/v1` route needs a bearer token (`Authorization:
+//! Bearer TOKEN`): reads any token, writes an `admin` one, and every caller
+//! is rate limited by tollgate's own token bucket. The web page (`/`,
+//! `/ui`) and the health checks need none: the page holds no data, it asks
+//! for a token and calls `/v1` with it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -145,6 +147,8 @@ impl Api {
         Router::new()
             .merge(v1)
             .route("/healthz", get(|| async { "ok" }))
+            .route("/", get(crate::ui::page))
+            .route("/ui", get(crate::ui::page))
             .route("/readyz", get(readyz))
             .with_state(self)
     }

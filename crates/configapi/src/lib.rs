@@ -18,6 +18,7 @@ pub mod normalize;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod ui;
 
 pub use auth::{Caller, Role, Tokens};
 pub use error::ApiError;
