@@ -32,10 +32,13 @@ pub struct Api {
     tokens: Arc<Tokens>,
     limiter: Arc<Limiter>,
     revision: watch::Sender<i64>,
+    /// The last database check and when it was made: `/readyz` needs no
+    /// token, so it must not let strangers load the database.
+    ready: Arc<Mutex<Option<(tokio::time::Instant, bool)>>>,
 }
 
-/// The API's own rate limit: one token bucket per caller (token name, or
-/// peer address for requests without a valid token).
+/// The API's own rate limit: one token bucket per caller (per token name;
+/// requests without a valid token share one bucket).
 struct Limiter {
     bucket: TokenBucket,
     states: Mutex<HashMap<String, TokenBucketState>>,
@@ -79,6 +82,7 @@ impl Api {
                 states: Mutex::new(HashMap::new()),
             }),
             revision: tx,
+            ready: Arc::new(Mutex::new(None)),
         })
     }
 
@@ -214,7 +218,17 @@ async fn authenticate(
 }
 
 async fn readyz(State(api): State<Api>) -> Response {
-    if api.db.ping().await {
+    let cached = *api.ready.lock().unwrap_or_else(PoisonError::into_inner);
+    let ready = match cached {
+        Some((at, ready)) if at.elapsed() < Duration::from_secs(1) => ready,
+        _ => {
+            let ready = api.db.ping().await;
+            *api.ready.lock().unwrap_or_else(PoisonError::into_inner) =
+                Some((tokio::time::Instant::now(), ready));
+            ready
+        }
+    };
+    if ready {
         "ready".into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "database unavailable").into_response()
@@ -595,7 +609,10 @@ async fn delta(State(api): State<Api>, Query(q): Query<Since>) -> Result<Json<Va
 async fn wait(State(api): State<Api>, Query(q): Query<Since>) -> Result<Json<Value>, ApiError> {
     let timeout = Duration::from_millis(q.timeout_ms.unwrap_or(30_000).min(300_000));
     let mut rx = api.revision.subscribe();
-    let _ = tokio::time::timeout(timeout, rx.wait_for(|r| *r > q.since)).await;
+    // A caller ahead of this database (it was replaced or restored) is
+    // answered at once: the delta's revision and instance tell it to
+    // start over.
+    let _ = tokio::time::timeout(timeout, rx.wait_for(|r| *r != q.since)).await;
     delta(State(api), Query(q)).await
 }
 
@@ -620,6 +637,12 @@ async fn import(
     let namespaces = normalize::namespaces_of(&doc);
     for ns in &namespaces {
         check_name("namespace", &ns.name)?;
+        for r in &ns.resources {
+            check_name(
+                "resource",
+                r.get("name").and_then(Value::as_str).unwrap_or_default(),
+            )?;
+        }
     }
     let change = Change {
         actor: &caller.name,

@@ -23,11 +23,19 @@ use crate::normalize::{NamespaceDoc, NamespaceFlags};
 #[derive(Clone, Debug)]
 pub struct Db {
     pool: AnyPool,
+    /// PostgreSQL (else SQLite): reads that must see one snapshot ask for
+    /// it.
+    postgres: bool,
+    /// This database's random identity (see [`Delta::instance`]).
+    instance: String,
 }
 
 /// The changes since a revision: what a limiting server applies to its view.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct Delta {
+    /// The database's identity: a follower whose view came from another
+    /// database (replaced, restored) must start over from `since=0`.
+    pub instance: String,
     /// The revision the delta brings the caller to.
     pub revision: i64,
     /// The revision it starts from.
@@ -114,6 +122,20 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// 128 random bits as hex, from the standard library's randomly keyed
+/// hasher (enough to tell two databases apart; not a secret).
+fn random_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let part = |salt: u64| {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(salt);
+        h.write_i64(now_ms());
+        h.write_u32(std::process::id());
+        h.finish()
+    };
+    format!("{:016x}{:016x}", part(1), part(2))
+}
+
 fn flag(b: bool) -> i64 {
     i64::from(b)
 }
@@ -150,7 +172,19 @@ impl Db {
             .connect(&url)
             .await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Db { pool })
+        sqlx::query("UPDATE tg_meta SET instance = $1 WHERE id = 1 AND instance = ''")
+            .bind(random_id())
+            .execute(&pool)
+            .await?;
+        let instance: String = sqlx::query("SELECT instance FROM tg_meta WHERE id = 1")
+            .fetch_one(&pool)
+            .await?
+            .try_get(0)?;
+        Ok(Db {
+            pool,
+            postgres: !url.starts_with("sqlite:"),
+            instance,
+        })
     }
 
     /// Whether the database answers.
@@ -447,18 +481,26 @@ impl Db {
         Ok(revision)
     }
 
-    /// What changed after `since`, up to the current revision.
+    /// What changed after `since`, up to the current revision, read from
+    /// one snapshot (one transaction; repeatable read on PostgreSQL).
     pub async fn delta(&self, since: i64) -> Result<Delta, sqlx::Error> {
-        // Read the revision first, then only rows at or below it: a row
-        // changed meanwhile has a higher revision and comes next time.
-        let revision = self.revision().await?;
+        let mut tx = self.pool.begin().await?;
+        if self.postgres {
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                .execute(&mut *tx)
+                .await?;
+        }
+        let revision: i64 = sqlx::query("SELECT revision FROM tg_meta WHERE id = 1")
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get(0)?;
         let deleted = sqlx::query(
             "SELECT namespace, name FROM tg_deleted WHERE revision > $1 AND revision <= $2 \
              ORDER BY revision, namespace, name",
         )
         .bind(since)
         .bind(revision)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await?
         .iter()
         .map(|r| {
@@ -473,7 +515,7 @@ impl Db {
         let namespaces = sqlx::query(&sql)
             .bind(since)
             .bind(revision)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *tx)
             .await?
             .iter()
             .map(namespace_entry)
@@ -484,7 +526,7 @@ impl Db {
         )
         .bind(since)
         .bind(revision)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await?
         .iter()
         .map(|r| {
@@ -495,7 +537,9 @@ impl Db {
             })
         })
         .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        tx.commit().await?;
         Ok(Delta {
+            instance: self.instance.clone(),
             revision,
             since,
             deleted,

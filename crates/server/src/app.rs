@@ -46,9 +46,12 @@ pub struct App<S> {
     /// Open sessions and HTTP holds.
     pub sessions: Sessions,
     config: Mutex<(Arc<Config>, ConfigStatus)>,
-    /// The config API's part of the config in force, if the server follows
-    /// one.
+    /// The newest part of the config the config API sent, if the server
+    /// follows one (in force unless `/status` reports it refused).
     api_part: Mutex<Option<ApiPart>>,
+    /// Held from reading the parts through putting them in force, so a
+    /// file reload and a config API revision never undo each other.
+    install_lock: Mutex<()>,
     /// Renders `/metrics` (`None` when no recorder is installed, as in
     /// tests that run several servers in one process).
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
@@ -91,6 +94,7 @@ impl<S: Store> App<S> {
                 },
             )),
             api_part: Mutex::new(None),
+            install_lock: Mutex::new(()),
             metrics: None,
             store_name,
             decision_log: None,
@@ -138,7 +142,7 @@ impl<S: Store> App<S> {
         guard.1.revision
     }
 
-    /// The config API's part of the config in force.
+    /// The newest part of the config the config API sent.
     pub fn api_part(&self) -> Option<ApiPart> {
         self.api_part
             .lock()
@@ -154,13 +158,26 @@ impl<S: Store> App<S> {
     }
 
     /// Puts the config made of the file at `file` (if any) and the config
-    /// API's `api` part (if any) in force, or records why not (the old one
-    /// keeps serving). Returns the local revision.
+    /// API's newest part in force, or records why not (the old one keeps
+    /// serving). `api`, when given, is a newer part from the config API:
+    /// it is kept as the newest even if refused, so a later file reload
+    /// tries it again. Returns the local revision.
     pub fn install_parts(
         &self,
         file: Option<&std::path::Path>,
         api: Option<ApiPart>,
     ) -> Result<u64, String> {
+        let _installing = self
+            .install_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let api = {
+            let mut newest = self.api_part.lock().unwrap_or_else(PoisonError::into_inner);
+            if api.is_some() {
+                *newest = api;
+            }
+            newest.clone()
+        };
         let result = compose(file, api.as_ref()).and_then(|(config, warnings)| {
             for w in &warnings {
                 tracing::warn!(warning = %w, "config warning");
@@ -169,9 +186,7 @@ impl<S: Store> App<S> {
         });
         match result {
             Ok(revision) => {
-                let api_revision = api.as_ref().map(|a| a.revision);
-                *self.api_part.lock().unwrap_or_else(PoisonError::into_inner) = api;
-                self.lock().1.api_revision = api_revision;
+                self.lock().1.api_revision = api.as_ref().map(|a| a.revision);
                 Ok(revision)
             }
             Err(e) => {

@@ -40,7 +40,7 @@ pub fn fingerprint(path: &Path) -> Option<u64> {
 /// Loads `path` (with the config API's part in force, if any) and puts it
 /// in force, or records why not. Returns the new revision.
 pub fn reload<S: Store>(app: &App<S>, path: &Path) -> Result<u64, String> {
-    match app.install_parts(Some(path), app.api_part()) {
+    match app.install_parts(Some(path), None) {
         Ok(revision) => {
             tracing::info!(path = %path.display(), revision, "config reloaded");
             Ok(revision)

@@ -25,6 +25,8 @@ use tollgate_store::Store;
 /// The API's namespaces as this server knows them.
 #[derive(Clone, Debug, Default)]
 pub struct View {
+    /// The database the view came from (see the API's `instance`).
+    instance: Option<String>,
     revision: i64,
     namespaces: BTreeMap<String, (NamespaceFlags, BTreeMap<String, Value>)>,
 }
@@ -32,6 +34,15 @@ pub struct View {
 impl View {
     /// Applies a delta (`GET /v1/config` JSON).
     fn apply(&mut self, delta: &Value) -> Result<()> {
+        let Some(revision) = delta.get("revision").and_then(Value::as_i64) else {
+            bail!("a delta without a revision");
+        };
+        // Everything from scratch: nothing of the old view survives (a
+        // namespace deleted while this server was away has no tombstone it
+        // could still see).
+        if delta.get("since").and_then(Value::as_i64) == Some(0) {
+            self.namespaces.clear();
+        }
         let list = |k: &str| {
             delta
                 .get(k)
@@ -83,10 +94,11 @@ impl View {
                 .1
                 .insert(name, body);
         }
-        let Some(revision) = delta.get("revision").and_then(Value::as_i64) else {
-            bail!("a delta without a revision");
-        };
         self.revision = revision;
+        self.instance = delta
+            .get("instance")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         Ok(())
     }
 
@@ -193,6 +205,9 @@ impl Follower {
         mut stop: watch::Receiver<bool>,
     ) {
         let mut failures = 0u32;
+        // The view was reset and must be put in force even if its revision
+        // is the one it had.
+        let mut reset = false;
         loop {
             let fetched = tokio::select! {
                 r = self.fetch(true) => r,
@@ -219,14 +234,35 @@ impl Follower {
                 failures = 0;
             }
             let before = self.view.revision;
+            // Another database (replaced, restored) or one that went back
+            // in time: its deltas no longer describe changes to this view.
+            // Start over from everything.
+            let instance = delta.get("instance").and_then(Value::as_str);
+            let other = self.view.instance.is_some() && instance != self.view.instance.as_deref();
+            let behind = delta
+                .get("revision")
+                .and_then(Value::as_i64)
+                .is_some_and(|r| r < before);
+            if other || behind {
+                tracing::warn!(api_revision = ?delta.get("revision"), view_revision = before, "the config API's database changed or went back; fetching everything again");
+                self.view = View::default();
+                reset = true;
+                continue;
+            }
             if let Err(e) = self.view.apply(&delta) {
                 tracing::error!(error = %e, "a bad delta from the config API; fetching everything again");
                 self.view = View::default();
+                reset = true;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = stop.wait_for(|s| *s) => return,
+                }
                 continue;
             }
-            if self.view.revision == before {
+            if self.view.revision == before && !reset {
                 continue;
             }
+            reset = false;
             match app.install_parts(file.as_deref(), Some(self.view.part())) {
                 Ok(local) => tracing::info!(
                     api_revision = self.view.revision,

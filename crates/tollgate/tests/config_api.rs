@@ -52,14 +52,14 @@ impl ConfigApi {
             "tokens",
             format!("admin:alice:{ADMIN}\nread:fleet:{READER}\n"),
         );
+        let listen = if extra.contains(&"--listen") {
+            &[][..]
+        } else {
+            &["--listen", "127.0.0.1:0"][..]
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args([
-                "config-api",
-                "--listen",
-                "127.0.0.1:0",
-                "--log-format",
-                "json",
-            ])
+            .args(["config-api", "--log-format", "json"])
+            .args(listen)
             .args(["--database", database])
             .arg("--tokens-file")
             .arg(&tokens)
@@ -700,12 +700,39 @@ async fn a_server_follows_the_api_and_keeps_the_state_of_unchanged_limits() {
     );
     assert_eq!(refused["config"]["api_revision"], before - 1);
     assert!(hit(&server, "shop", "search"));
-    api.ok("DELETE", "/v1/namespaces/local", None).await;
+    // Fixing the file (its namespace renamed) lets the refused revision
+    // in: the server kept it as the newest and the reload takes it.
+    dir.write(
+        "tollgate.yaml",
+        "namespaces:\n  - name: local2\n    resources:\n      - { name: x, algorithm: unlimited }\n",
+    );
+    let status = until_revision(&server, before);
+    assert!(status["config"]["last_error"].is_null(), "{status}");
+    assert!(hit(&server, "local2", "x"));
 
     // The API goes away: the server keeps serving what it has.
+    let addr = api.addr.to_string();
     drop(api);
     assert!(hit(&server, "shop", "search"));
-    assert!(hit(&server, "local", "x"));
+    assert!(hit(&server, "local2", "x"));
+
+    // It comes back on another database, at a lower revision: the server
+    // notices and takes the new database's config whole.
+    let fresh = format!("sqlite://{}", dir.path("fresh.db").display());
+    let api = ConfigApi::start(&dir, &fresh, &["--listen", &addr]);
+    api.ok("PUT", "/v1/namespaces/fresh", None).await;
+    let r = api
+        .ok(
+            "PUT",
+            "/v1/namespaces/fresh/resources/r",
+            Some(json!({"algorithm": "unlimited"})),
+        )
+        .await;
+    until_revision(&server, r["revision"].as_i64().unwrap());
+    assert!(hit(&server, "fresh", "r"));
+    let body = r#"{"namespace":"shop","resource":"search","domain":"acme","hits":1}"#;
+    let (status, v) = server.json("POST", "/v1/request", Some(body));
+    assert_eq!(status, 404, "the old database's namespace is gone: {v}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
