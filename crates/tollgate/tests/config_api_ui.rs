@@ -17,7 +17,6 @@ mod common;
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -26,8 +25,7 @@ use std::time::{Duration, Instant};
 use common::Sandbox;
 use serde_json::{json, Value};
 
-const ADMIN: &str = "admin-token-0123456789";
-const READER: &str = "read-token-0123456789ab";
+use common::config_api::{sqlite, ConfigApi, ADMIN, READER};
 
 /// A domain name that is markup, and would run if the page inserted it
 /// as HTML (the image fails to load under the page's policy, which fires
@@ -40,154 +38,60 @@ const PATIENCE: Duration = Duration::from_secs(30);
 // ---------------------------------------------------------------------------
 // The API
 
-/// A running `tollgate config-api`, killed on drop.
-struct ConfigApi {
-    child: Child,
-    addr: SocketAddr,
-    http: reqwest::Client,
+/// Puts `body` at `path` with the admin token.
+async fn put(api: &ConfigApi, path: &str, body: Value) -> Value {
+    api.ok("PUT", path, Some(body)).await
 }
 
-impl Drop for ConfigApi {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl ConfigApi {
-    fn start(dir: &Sandbox) -> ConfigApi {
-        let tokens = dir.write(
-            "tokens",
-            format!("admin:alice:{ADMIN}\nread:fleet:{READER}\n"),
-        );
-        let database = format!("sqlite://{}", dir.path("tollgate.db").display());
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args([
-                "config-api",
-                "--listen",
-                "127.0.0.1:0",
-                "--log-format",
-                "json",
-            ])
-            .args(["--database", &database])
-            .arg("--tokens-file")
-            .arg(&tokens)
-            .current_dir(&dir.dir)
-            .env("TOLLGATE_LOG", "info")
-            .env_remove("TOLLGATE_DATABASE")
-            .env_remove("TOLLGATE_CONFIG_API_TOKENS")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let v: Value = serde_json::from_str(&line).unwrap_or(json!({ "raw": line }));
-                let _ = tx.send(v);
-            }
-        });
-        let mut seen = Vec::new();
-        let addr = loop {
-            let v = rx
-                .recv_timeout(Duration::from_secs(60))
-                .unwrap_or_else(|_| panic!("no listening line: {seen:?}"));
-            if v["fields"]["message"] == "tollgate config-api listening" {
-                break v["fields"]["addr"].as_str().unwrap().parse().unwrap();
-            }
-            seen.push(v);
-        };
-        ConfigApi {
-            child,
-            addr,
-            http: reqwest::Client::new(),
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    async fn call(
-        &self,
-        token: &str,
-        method: &str,
-        path: &str,
-        body: Option<Value>,
-    ) -> (u16, Value) {
-        let mut req = self
-            .http
-            .request(method.parse().unwrap(), self.url(path))
-            .bearer_auth(token);
-        if let Some(b) = body {
-            req = req
-                .header("content-type", "application/json")
-                .body(b.to_string());
-        }
-        let resp = req.send().await.unwrap();
-        let status = resp.status().as_u16();
-        let text = resp.text().await.unwrap();
-        let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        (status, v)
-    }
-
-    async fn get(&self, path: &str) -> Value {
-        let (status, v) = self.call(READER, "GET", path, None).await;
-        assert_eq!(status, 200, "GET {path}: {v}");
-        v
-    }
-
-    async fn put(&self, path: &str, body: Value) -> Value {
-        let (status, v) = self.call(ADMIN, "PUT", path, Some(body)).await;
-        assert_eq!(status, 200, "PUT {path}: {v}");
-        v
-    }
-
-    /// Two namespaces: `shop` (a token bucket and a concurrency resource
-    /// with a domain override and a group) and `edge` (flags, a fixed
-    /// window and a resource with a [`MARKUP`] domain). Returns the
-    /// revision.
-    async fn populate(&self) -> i64 {
-        self.put("/v1/namespaces/shop", json!({})).await;
-        self.put(
-            "/v1/namespaces/shop/resources/api",
-            json!({"algorithm": "token_bucket", "capacity": 100, "rate": "10/s"}),
-        )
-        .await;
-        self.put(
-            "/v1/namespaces/shop/resources/db",
-            json!({
-                "kind": "concurrency",
-                "domain_limit": 8,
-                "global_limit": 10,
-                "domains": {"acme": {"domain_limit": 5}},
-                "groups": [{"name": "big", "limit": 4, "members": ["acme"]}],
-            }),
-        )
-        .await;
-        self.put("/v1/namespaces/edge", json!({"allow_unconfigured": true}))
-            .await;
-        // A domain named like markup (the API accepts any domain key):
-        // the page must show it as text, never run it.
-        self.put(
-            "/v1/namespaces/edge/resources/gate",
-            json!({
-                "kind": "concurrency",
-                "domain_limit": 3,
-                "domains": {(MARKUP): {"domain_limit": 1}},
-            }),
-        )
-        .await;
-        let r = self
-            .put(
-                "/v1/namespaces/edge/resources/login",
-                json!({"algorithm": "fixed_window", "limit": 5, "window": "1m"}),
-            )
-            .await;
-        r["revision"].as_i64().unwrap()
-    }
+/// Two namespaces: `shop` (a token bucket and a concurrency resource
+/// with a domain override and a group) and `edge` (flags, a fixed
+/// window and a resource with a [`MARKUP`] domain). Returns the
+/// revision.
+async fn populate(api: &ConfigApi) -> i64 {
+    put(api, "/v1/namespaces/shop", json!({})).await;
+    put(
+        api,
+        "/v1/namespaces/shop/resources/api",
+        json!({"algorithm": "token_bucket", "capacity": 100, "rate": "10/s"}),
+    )
+    .await;
+    put(
+        api,
+        "/v1/namespaces/shop/resources/db",
+        json!({
+            "kind": "concurrency",
+            "domain_limit": 8,
+            "global_limit": 10,
+            "domains": {"acme": {"domain_limit": 5}},
+            "groups": [{"name": "big", "limit": 4, "members": ["acme"]}],
+        }),
+    )
+    .await;
+    put(
+        api,
+        "/v1/namespaces/edge",
+        json!({"allow_unconfigured": true}),
+    )
+    .await;
+    // A domain named like markup (the API accepts any domain key):
+    // the page must show it as text, never run it.
+    put(
+        api,
+        "/v1/namespaces/edge/resources/gate",
+        json!({
+            "kind": "concurrency",
+            "domain_limit": 3,
+            "domains": {(MARKUP): {"domain_limit": 1}},
+        }),
+    )
+    .await;
+    let r = put(
+        api,
+        "/v1/namespaces/edge/resources/login",
+        json!({"algorithm": "fixed_window", "limit": 5, "window": "1m"}),
+    )
+    .await;
+    r["revision"].as_i64().unwrap()
 }
 
 // ---------------------------------------------------------------------------
@@ -621,8 +525,8 @@ fn open_editor(b: &mut Browser, id: &str) {
 #[tokio::test]
 async fn the_page_lists_namespaces_resources_parameters_and_the_revision() {
     let dir = Sandbox::new("config-api-ui-list");
-    let api = ConfigApi::start(&dir);
-    let revision = api.populate().await;
+    let api = ConfigApi::start(&dir, &sqlite(&dir, "tollgate.db"), &[]);
+    let revision = populate(&api).await;
 
     // The page itself needs no token, and is served with a strict policy.
     for path in ["/", "/ui"] {
@@ -709,7 +613,8 @@ async fn the_page_lists_namespaces_resources_parameters_and_the_revision() {
     assert!(flags.contains("allow_unconfigured"), "{flags}");
 
     // A change made elsewhere shows on reload.
-    api.put(
+    put(
+        &api,
         "/v1/namespaces/shop/resources/api",
         json!({"algorithm": "token_bucket", "capacity": 7, "rate": "1/s"}),
     )
@@ -730,8 +635,8 @@ async fn the_page_lists_namespaces_resources_parameters_and_the_revision() {
 #[tokio::test]
 async fn an_admin_edits_a_resource_in_the_page() {
     let dir = Sandbox::new("config-api-ui-edit");
-    let api = ConfigApi::start(&dir);
-    let revision = api.populate().await;
+    let api = ConfigApi::start(&dir, &sqlite(&dir, "tollgate.db"), &[]);
+    let revision = populate(&api).await;
 
     let mut b = Browser::start(&dir);
     b.navigate(&api.url("/"));
@@ -814,7 +719,7 @@ async fn an_admin_edits_a_resource_in_the_page() {
          document.getElementById('status').dataset.state === 'ready'",
     );
     let (status, e) = api
-        .call(ADMIN, "PUT", "/v1/namespaces/shop/resources/api", Some(bad))
+        .admin("PUT", "/v1/namespaces/shop/resources/api", Some(bad))
         .await;
     assert!((400..500).contains(&status), "{status} {e}");
     assert_eq!(
@@ -832,8 +737,8 @@ async fn an_admin_edits_a_resource_in_the_page() {
 #[tokio::test]
 async fn a_read_token_cannot_save_and_sees_the_apis_refusal() {
     let dir = Sandbox::new("config-api-ui-read");
-    let api = ConfigApi::start(&dir);
-    let revision = api.populate().await;
+    let api = ConfigApi::start(&dir, &sqlite(&dir, "tollgate.db"), &[]);
+    let revision = populate(&api).await;
 
     let mut b = Browser::start(&dir);
     // A wrong token: the API's message, no data.
@@ -865,10 +770,10 @@ async fn a_read_token_cannot_save_and_sees_the_apis_refusal() {
     // Exactly the API's answer to that token.
     let (status, e) = api
         .call(
-            READER,
+            Some(READER),
             "PUT",
             "/v1/namespaces/shop/resources/api",
-            Some(body.clone()),
+            Some(&body.to_string()),
         )
         .await;
     assert_eq!(status, 403, "{e}");

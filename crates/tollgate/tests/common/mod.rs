@@ -5,6 +5,7 @@
 // Each test file uses a different subset of these helpers.
 #![allow(dead_code)]
 
+pub mod config_api;
 pub mod serving;
 
 use std::fmt;

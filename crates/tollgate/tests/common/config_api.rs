@@ -1,0 +1,156 @@
+//! A running `tollgate config-api` for end-to-end tests: a real process
+//! on a free port with an admin and a read token, and an HTTP client.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::Sandbox;
+
+/// The admin token every test API knows (token name `alice`).
+pub const ADMIN: &str = "admin-token-0123456789";
+/// The read token every test API knows (token name `fleet`).
+pub const READER: &str = "read-token-0123456789ab";
+
+/// An SQLite database in the sandbox.
+pub fn sqlite(dir: &Sandbox, file: &str) -> String {
+    format!("sqlite://{}", dir.path(file).display())
+}
+
+/// A running `tollgate config-api`, killed on drop.
+pub struct ConfigApi {
+    child: Child,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// `http` or `https`.
+    pub scheme: String,
+    /// A client for it.
+    pub http: reqwest::Client,
+}
+
+impl Drop for ConfigApi {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl ConfigApi {
+    pub fn start(dir: &Sandbox, database: &str, extra: &[&str]) -> ConfigApi {
+        ConfigApi::start_trusting(dir, database, extra, None)
+    }
+
+    /// Starts it; its HTTPS certificate is signed by `ca` (PEM).
+    pub fn start_trusting(
+        dir: &Sandbox,
+        database: &str,
+        extra: &[&str],
+        ca: Option<&str>,
+    ) -> ConfigApi {
+        let tokens = dir.write(
+            "tokens",
+            format!("admin:alice:{ADMIN}\nread:fleet:{READER}\n"),
+        );
+        let listen = if extra.contains(&"--listen") {
+            &[][..]
+        } else {
+            &["--listen", "127.0.0.1:0"][..]
+        };
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(["config-api", "--log-format", "json"])
+            .args(listen)
+            .args(["--database", database])
+            .arg("--tokens-file")
+            .arg(&tokens)
+            .args(extra)
+            .current_dir(&dir.dir)
+            .env("TOLLGATE_LOG", "info")
+            .env_remove("TOLLGATE_DATABASE")
+            .env_remove("TOLLGATE_CONFIG_API_TOKENS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let v: Value = serde_json::from_str(&line).unwrap_or(json!({ "raw": line }));
+                let _ = tx.send(v);
+            }
+        });
+        let mut seen = Vec::new();
+        let (addr, scheme) = loop {
+            let v = rx
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("no listening line: {seen:?}"));
+            if v["fields"]["message"] == "tollgate config-api listening" {
+                let addr = v["fields"]["addr"].as_str().unwrap().parse().unwrap();
+                break (addr, v["fields"]["scheme"].as_str().unwrap().to_owned());
+            }
+            seen.push(v);
+        };
+        let mut http = reqwest::Client::builder();
+        if let Some(ca) = ca {
+            http =
+                http.add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap());
+        }
+        ConfigApi {
+            child,
+            addr,
+            scheme,
+            http: http.build().unwrap(),
+        }
+    }
+
+    /// The URL of `path` on it.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}://{}{path}", self.scheme, self.addr)
+    }
+
+    pub async fn call(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> (u16, Value) {
+        let url = self.url(path);
+        let mut req = self
+            .http
+            .request(method.parse().unwrap(), url)
+            .header("content-type", "application/json");
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.body(b.to_owned());
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, v)
+    }
+
+    pub async fn admin(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let body = body.map(|b| b.to_string());
+        self.call(Some(ADMIN), method, path, body.as_deref()).await
+    }
+
+    pub async fn get(&self, path: &str) -> Value {
+        let (status, v) = self.call(Some(READER), "GET", path, None).await;
+        assert_eq!(status, 200, "GET {path}: {v}");
+        v
+    }
+
+    pub async fn ok(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let (status, v) = self.admin(method, path, body).await;
+        assert_eq!(status, 200, "{method} {path}: {v}");
+        v
+    }
+}
