@@ -160,7 +160,7 @@ impl Client {
                 s.groups,
                 None,
             )),
-            Ok(_) => Err(Error::Unavailable("an answer of the wrong kind".to_owned())),
+            Ok(_) => Err(wrong_kind()),
             Err(Call::Refused(f)) => Err(refused(f)),
             Err(Call::Unavailable(why)) => Err(Error::Unavailable(why)),
         }
@@ -179,6 +179,29 @@ impl Client {
         }
         Err(Error::Unavailable(last))
     }
+}
+
+/// One attempt's answer, as the caller of [`Inner::retry`] reads it.
+pub(crate) enum Read<T> {
+    /// Granted: what the caller keeps.
+    Granted(T),
+    /// Rejected, and what the server said about retrying.
+    Rejected(Rejected, RetryHint),
+}
+
+/// How a call of [`Inner::retry`] ended without an error.
+pub(crate) enum Ended<T> {
+    /// A server granted it.
+    Granted(T),
+    /// No server answered: grant the minimum, degraded.
+    Degraded,
+    /// A server rejected it and the kill switch grants the minimum.
+    Overridden(Rejected),
+}
+
+/// An answer that does not match its question (a server bug).
+pub(crate) fn wrong_kind() -> Error {
+    Error::Unavailable("an answer of the wrong kind".to_owned())
 }
 
 /// Why a call did not reach an answer.
@@ -246,6 +269,64 @@ impl Inner {
         }
         metrics::gauge!(m::SERVING).set(0.0);
         Err(Call::Unavailable(last))
+    }
+
+    /// Sends `op` until a server grants it, backing off after rejections
+    /// until `max_wait` is spent (Charon §3.2); `read` tells a grant from a
+    /// rejection (and its retry hint). When no server answers, the call
+    /// fails open (or errs, with fail-open off); when one rejects and the
+    /// kill switch is on, the rejection is overridden. Returns how it
+    /// ended, the attempts and the time spent.
+    async fn retry<T>(
+        &self,
+        what: &'static str,
+        op: &Op,
+        max_wait: Duration,
+        mut read: impl FnMut(Answer, Arc<Session>) -> Result<Read<T>, Error>,
+    ) -> Result<(Ended<T>, u32, Duration), Error> {
+        let clock = Arc::clone(&self.config.clock);
+        let start = clock.now();
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            // Claimed at once: a grant is the caller's from here (nothing
+            // between this and the caller's hold can be cancelled), and a
+            // rejection holds nothing.
+            let (answer, session) = match self.call(op.clone()).await {
+                Ok((delivered, session)) => (delivered.claim(), session),
+                Err(Call::Refused(f)) => return Err(refused(f)),
+                Err(Call::Unavailable(why)) => {
+                    if !self.config.fail_open {
+                        return Err(Error::Unavailable(why));
+                    }
+                    self.degraded(what, &why);
+                    let waited = clock.now().saturating_sub(start);
+                    return Ok((Ended::Degraded, attempts, waited));
+                }
+            };
+            let waited = clock.now().saturating_sub(start);
+            let (last, hint) = match read(answer, session)? {
+                Read::Granted(granted) => return Ok((Ended::Granted(granted), attempts, waited)),
+                Read::Rejected(last, hint) => (last, hint),
+            };
+            if self.config.kill_switch {
+                metrics::counter!(m::OVERRIDDEN, "op" => what).increment(1);
+                return Ok((Ended::Overridden(last), attempts, waited));
+            }
+            let sleep =
+                self.config
+                    .backoff
+                    .sleep(attempts, waited, max_wait, hint, &mut rand::rng());
+            let Some(sleep) = sleep else {
+                return Err(Error::Rejected(Box::new(Rejection {
+                    attempts,
+                    waited,
+                    last,
+                })));
+            };
+            metrics::counter!(m::RETRIES, "op" => what).increment(1);
+            clock.sleep(sleep).await;
+        }
     }
 
     /// Logs that a call failed open, at most once per [`LOG_EVERY`].
@@ -329,70 +410,39 @@ impl RequestBuilder {
                 request.hits
             )));
         }
-        let inner = &client.inner;
-        let clock = Arc::clone(&inner.config.clock);
-        let start = clock.now();
-        let mut attempts = 0u32;
-        loop {
-            attempts += 1;
-            let answer = inner.call(Op::Request(request.clone())).await;
-            let response = match answer.map(|(d, s)| (d.claim(), s)) {
-                Ok((Answer::Request(r), _)) => r,
-                Ok(_) => return Err(Error::Unavailable("an answer of the wrong kind".to_owned())),
-                Err(Call::Refused(f)) => return Err(refused(f)),
-                Err(Call::Unavailable(why)) => {
-                    if !inner.config.fail_open {
-                        return Err(Error::Unavailable(why));
-                    }
-                    inner.degraded("request", &why);
-                    return Ok(Grant {
-                        granted: min,
-                        via: Via::Degraded,
-                        response: None,
-                        attempts,
-                        waited: clock.now().saturating_sub(start),
-                    });
+        let op = Op::Request(request);
+        let (ended, attempts, waited) = client
+            .inner
+            .retry("request", &op, max_wait, |answer, _| match answer {
+                Answer::Request(r) if r.allowed => Ok(Read::Granted(r)),
+                Answer::Request(r) => {
+                    let hint = match r.retry_after_ns {
+                        Some(ns) => RetryHint::After(Duration::from_nanos(ns)),
+                        None => RetryHint::Never,
+                    };
+                    Ok(Read::Rejected(Rejected::Rate(r), hint))
                 }
-            };
-            let waited = clock.now().saturating_sub(start);
-            if response.allowed {
-                return Ok(Grant {
-                    granted: response.granted,
-                    via: Via::Server,
-                    response: Some(response),
-                    attempts,
-                    waited,
-                });
+                _ => Err(wrong_kind()),
+            })
+            .await?;
+        let (granted, via, response) = match ended {
+            Ended::Granted(r) => (r.granted, Via::Server, Some(r)),
+            Ended::Degraded => (min, Via::Degraded, None),
+            Ended::Overridden(last) => {
+                let response = match last {
+                    Rejected::Rate(r) => Some(r),
+                    Rejected::Hold(_) => None,
+                };
+                (min, Via::KillSwitch, response)
             }
-            if inner.config.kill_switch {
-                metrics::counter!(m::OVERRIDDEN, "op" => "request").increment(1);
-                return Ok(Grant {
-                    granted: min,
-                    via: Via::KillSwitch,
-                    response: Some(response),
-                    attempts,
-                    waited,
-                });
-            }
-            let hint = match response.retry_after_ns {
-                Some(ns) => RetryHint::After(Duration::from_nanos(ns)),
-                None => RetryHint::Never,
-            };
-            let sleep =
-                inner
-                    .config
-                    .backoff
-                    .sleep(attempts, waited, max_wait, hint, &mut rand::rng());
-            let Some(sleep) = sleep else {
-                return Err(Error::Rejected(Box::new(Rejection {
-                    attempts,
-                    waited,
-                    last: Rejected::Rate(response),
-                })));
-            };
-            metrics::counter!(m::RETRIES, "op" => "request").increment(1);
-            clock.sleep(sleep).await;
-        }
+        };
+        Ok(Grant {
+            granted,
+            via,
+            response,
+            attempts,
+            waited,
+        })
     }
 }
 
@@ -440,44 +490,17 @@ impl HoldBuilder {
                 request.copies
             )));
         }
-        let inner = &client.inner;
-        let clock = Arc::clone(&inner.config.clock);
-        let start = clock.now();
-        let mut attempts = 0u32;
-        let local = |via: Via, attempts: u32, waited: Duration| {
-            Hold::local(
-                &request.namespace,
-                &request.resource,
-                &request.domain,
-                min,
-                via,
-                attempts,
-                waited,
-            )
-        };
-        loop {
-            attempts += 1;
-            // Claimed at once: from here to the hold nothing can be
-            // cancelled, and a rejection holds nothing.
-            let answer = inner.call(Op::Reserve(request.clone())).await;
-            let (response, session) = match answer.map(|(d, s)| (d.claim(), s)) {
-                Ok((Answer::Reserve(r), session)) => (r, session),
-                Ok(_) => return Err(Error::Unavailable("an answer of the wrong kind".to_owned())),
-                Err(Call::Refused(f)) => return Err(refused(f)),
-                Err(Call::Unavailable(why)) => {
-                    if !inner.config.fail_open {
-                        return Err(Error::Unavailable(why));
-                    }
-                    inner.degraded("reserve", &why);
-                    return Ok(local(
-                        Via::Degraded,
-                        attempts,
-                        clock.now().saturating_sub(start),
-                    ));
-                }
-            };
-            let waited = clock.now().saturating_sub(start);
-            if response.allowed {
+        let op = Op::Reserve(request.clone());
+        let (ended, attempts, waited) = client
+            .inner
+            .retry("reserve", &op, max_wait, |answer, session| match answer {
+                Answer::Reserve(r) if r.allowed => Ok(Read::Granted((r, session))),
+                Answer::Reserve(r) => Ok(Read::Rejected(Rejected::Hold(r), RetryHint::None)),
+                _ => Err(wrong_kind()),
+            })
+            .await?;
+        let via = match ended {
+            Ended::Granted((response, session)) => {
                 return Ok(Hold::on_server(
                     session,
                     request.namespace,
@@ -486,28 +509,19 @@ impl HoldBuilder {
                     response.granted,
                     response.groups.clone(),
                     Some((response, attempts, waited)),
-                ));
+                ))
             }
-            if inner.config.kill_switch {
-                metrics::counter!(m::OVERRIDDEN, "op" => "reserve").increment(1);
-                return Ok(local(Via::KillSwitch, attempts, waited));
-            }
-            let sleep = inner.config.backoff.sleep(
-                attempts,
-                waited,
-                max_wait,
-                RetryHint::None,
-                &mut rand::rng(),
-            );
-            let Some(sleep) = sleep else {
-                return Err(Error::Rejected(Box::new(Rejection {
-                    attempts,
-                    waited,
-                    last: Rejected::Hold(response),
-                })));
-            };
-            metrics::counter!(m::RETRIES, "op" => "reserve").increment(1);
-            clock.sleep(sleep).await;
-        }
+            Ended::Degraded => Via::Degraded,
+            Ended::Overridden(_) => Via::KillSwitch,
+        };
+        Ok(Hold::local(
+            &request.namespace,
+            &request.resource,
+            &request.domain,
+            min,
+            via,
+            attempts,
+            waited,
+        ))
     }
 }

@@ -185,7 +185,7 @@ impl Hold {
         let op = Op::Release(self.release_request(copies));
         match self.call(&session, op, copies).await? {
             Answer::Release(_) => Ok(self.copies()),
-            _ => Err(Error::Unavailable("an answer of the wrong kind".to_owned())),
+            _ => Err(crate::client::wrong_kind()),
         }
     }
 
@@ -218,7 +218,7 @@ impl Hold {
         });
         match self.call(&session, op, copies).await? {
             Answer::Transfer(t) => Ok(t.transfer_id),
-            _ => Err(Error::Unavailable("an answer of the wrong kind".to_owned())),
+            _ => Err(crate::client::wrong_kind()),
         }
     }
 
