@@ -94,18 +94,13 @@ impl Api {
             loop {
                 tokio::time::sleep(every).await;
                 if let Ok(r) = api.db.revision().await {
-                    api.revision.send_if_modified(|cur| {
-                        let newer = r > *cur;
-                        if newer {
-                            *cur = r;
-                        }
-                        newer
-                    });
+                    api.changed(r);
                 }
             }
         })
     }
 
+    /// Wakes the long polls when `revision` is newer than the last seen.
     fn changed(&self, revision: i64) {
         self.revision.send_if_modified(|cur| {
             let newer = revision > *cur;
