@@ -403,6 +403,22 @@ impl CopyPool {
         Ok(())
     }
 
+    /// Counts again `copies` that `domain` holds under `groups`, whatever
+    /// the limits say: the inverse of [`CopyPool::release`], for a release
+    /// whose caller was told it failed (its holder still holds them).
+    pub fn restore(&mut self, domain: &str, groups: &[String], copies: u64) {
+        let groups = normalize_groups(groups);
+        self.add(domain, &groups, copies);
+        let held = self
+            .holds
+            .entry(HoldKey {
+                domain: domain.to_owned(),
+                groups,
+            })
+            .or_insert(0);
+        *held = held.saturating_add(copies);
+    }
+
     /// Moves `copies` to the staging area under `id` until `expires_at`.
     pub fn transfer(
         &mut self,

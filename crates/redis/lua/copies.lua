@@ -9,18 +9,29 @@
 --           d:<domain> = a domain's holds, G:<group> = a group's holds,
 --           s:<server>:<hold key> = what one server's sessions hold under
 --           one (domain, groups) pair (the hold key is cmsgpack of
---           {domain, group, ...}), x:<server> = tombstone of a dead server
---           whose contributions were released here (its value: when).
+--           {domain, group, ...}), m:<server> = the sum of that server's
+--           s: fields (present while it holds anything here, so a server
+--           that knows it holds copies here can tell a pool Redis lost),
+--           x:<server> = tombstone of a dead server whose contributions
+--           were released here (its value: when).
 --   KEYS[2] <prefix>{c:A}:xfer  hash: transfer id -> staged copies
 --           (cmsgpack {domain, copies, expires stored, base second, groups...})
 --   KEYS[3] <prefix>{c:A}:xexp  sorted set: transfer id by expiry (µs)
+--   KEYS[4] <prefix>{c:A}:op:<op id>  the reply of an operation already
+--           applied, kept for a while (ARGV[6] ms), so that an operation
+--           sent again (its reply was lost, or it timed out) is applied
+--           at most once and answers what it answered the first time.
 -- Counts are the sum of the servers' contributions plus the staged copies;
 -- a count that reaches zero is deleted, so an idle pool leaves no key (or,
 -- with tombstones, one that expires a day later).
 --
 -- ARGV: 1 op, 2-3 now (seconds, nanoseconds; '' for TIME), 4 this server's
--- id, 5 the pool's name, then the op's own arguments. Errors (nothing
--- changed) are 'TOLLGATE <what> ...'.
+-- id, 5 the pool's name, 6 how long to remember the operation's reply (ms;
+-- '' for operations without an id), 7 '1' if this server knows it holds
+-- copies here ('0' otherwise), then the op's own arguments (from 8).
+-- Errors (nothing changed) are 'TOLLGATE <what> ...'; 'TOLLGATE lost'
+-- says this server holds copies here that Redis no longer counts (it lost
+-- its data): the server counts them again ('reassert') and retries.
 
 if ARGV[2] == '' then
   local t = redis.call('TIME')
@@ -32,7 +43,24 @@ end
 local op = ARGV[1]
 local sid = ARGV[4]
 local pool_name = ARGV[5]
-local P, XFER, XEXP = KEYS[1], KEYS[2], KEYS[3]
+local remember = ARGV[6]
+local expect_own = ARGV[7] == '1'
+local P, XFER, XEXP, OPREC = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+
+-- An operation applied before answers what it answered then (`peek`
+-- looks under the id of the seize it precedes, and never records).
+if remember ~= '' then
+  local seen = redis.call('GET', OPREC)
+  if seen then return cmsgpack.unpack(seen) end
+end
+
+-- Answers `reply`, remembering it for a retry of the same operation.
+local function applied(reply)
+  if remember ~= '' then
+    redis.call('SET', OPREC, cmsgpack.pack(reply), 'PX', remember)
+  end
+  return reply
+end
 
 -- Seize knows only the transfer id, whose high half is the affinity: it
 -- passes no name and learns it here.
@@ -90,6 +118,23 @@ local function resigned()
   return redis.call('HEXISTS', P, 'x:' .. sid) == 1
 end
 
+-- Adds n (may be negative) to this server's own holds under a hold key.
+local function add_own(domain, groups, n)
+  add('s:' .. sid .. ':' .. hold_key(domain, groups), n)
+  add('m:' .. sid, n)
+end
+
+-- Why this server may not change its holds here, if it may not: it was
+-- declared dead (a survivor released them), or Redis lost the copies it
+-- knows it holds (it must count them again first).
+local function own_refusal()
+  if resigned() then return redis.error_reply('TOLLGATE resigned') end
+  if expect_own and redis.call('HEXISTS', P, 'm:' .. sid) == 0 then
+    return redis.error_reply('TOLLGATE lost')
+  end
+  return nil
+end
+
 -- Releases every staged transfer whose time has come (expires <= now).
 local function expire()
   local due = redis.call('ZRANGEBYSCORE', XEXP, '-inf', T.US)
@@ -118,16 +163,17 @@ local function groups_from(from)
 end
 
 if op == 'reserve' then
-  -- 6 domain, 7 hits, 8 min_hits, 9 domain limit, 10 global limit ('' for
+  -- 8 domain, 9 hits, 10 min_hits, 11 domain limit, 12 global limit ('' for
   -- none), then group name and limit pairs.
-  if resigned() then return redis.error_reply('TOLLGATE resigned') end
+  local refused = own_refusal()
+  if refused then return refused end
   expire()
-  local domain = ARGV[6]
-  local hits, min_hits = tonumber(ARGV[7]), tonumber(ARGV[8])
-  local room = tonumber(ARGV[9]) - count('d:' .. domain)
-  if ARGV[10] ~= '' then room = min(room, tonumber(ARGV[10]) - count('g')) end
+  local domain = ARGV[8]
+  local hits, min_hits = tonumber(ARGV[9]), tonumber(ARGV[10])
+  local room = tonumber(ARGV[11]) - count('d:' .. domain)
+  if ARGV[12] ~= '' then room = min(room, tonumber(ARGV[12]) - count('g')) end
   local groups = {}
-  local i = 11
+  local i = 13
   while i < #ARGV do
     groups[#groups + 1] = ARGV[i]
     room = min(room, tonumber(ARGV[i + 1]) - count('G:' .. ARGV[i]))
@@ -137,14 +183,16 @@ if op == 'reserve' then
   local grant = grant_from_room({ hits = hits, min_hits = min_hits }, room)
   if grant.granted > 0 then
     add_all(domain, groups, grant.granted)
-    add('s:' .. sid .. ':' .. hold_key(domain, groups), grant.granted)
+    add_own(domain, groups, grant.granted)
     tidy()
   end
   local allowed = 0
   if grant.allowed then allowed = 1 end
   local reply = { grant.granted, allowed, count('d:' .. domain), count('g') }
   for _, g in ipairs(groups) do reply[#reply + 1] = count('G:' .. g) end
-  return reply
+  -- A grant of nothing changed nothing: sent again, it may decide anew.
+  if grant.granted == 0 then return reply end
+  return applied(reply)
 end
 
 -- Takes `copies` out of this server's holds under (domain, groups), or
@@ -153,38 +201,65 @@ local function take_own(domain, groups, copies)
   local field = 's:' .. sid .. ':' .. hold_key(domain, groups)
   local held = count(field)
   if held < copies then return held end
-  add(field, -copies)
+  add_own(domain, groups, -copies)
   return nil
 end
 
 if op == 'release' then
-  -- 6 domain, 7 copies, then groups.
-  local domain, copies = ARGV[6], tonumber(ARGV[7])
-  local groups = groups_from(8)
+  -- 8 domain, 9 copies, then groups.
+  local refused = own_refusal()
+  if refused then return refused end
+  local domain, copies = ARGV[8], tonumber(ARGV[9])
+  local groups = groups_from(10)
   local held = take_own(domain, groups, copies)
   if held then return redis.error_reply('TOLLGATE not_held ' .. held) end
   add_all(domain, groups, -copies)
   tidy()
-  return 0
+  return applied(0)
 end
 
 if op == 'restore' then
-  -- 6 domain, 7 copies, then groups. Counts again copies a release took
+  -- 8 domain, 9 copies, then groups. Counts again copies a release took
   -- after its caller was told it failed (their session still holds
-  -- them), whatever the limits say now: see crates/redis/src/settle.rs.
-  if resigned() then return redis.error_reply('TOLLGATE resigned') end
-  local domain, copies = ARGV[6], tonumber(ARGV[7])
-  local groups = groups_from(8)
+  -- them), whatever the limits say now: see crates/service/src/service.rs.
+  local refused = own_refusal()
+  if refused then return refused end
+  local domain, copies = ARGV[8], tonumber(ARGV[9])
+  local groups = groups_from(10)
   add_all(domain, groups, copies)
-  add('s:' .. sid .. ':' .. hold_key(domain, groups), copies)
+  add_own(domain, groups, copies)
   tidy()
-  return 0
+  return applied(0)
+end
+
+if op == 'reassert' then
+  -- 8.. entries of domain, copies, group count, groups. Counts again what
+  -- this server's sessions hold here after Redis lost it (restarted
+  -- empty, or a cluster node failed over to a replica that lagged), so
+  -- limits hold again; nothing if Redis still has them.
+  if resigned() then return redis.error_reply('TOLLGATE resigned') end
+  if redis.call('HEXISTS', P, 'm:' .. sid) == 1 then return applied(0) end
+  local total = 0
+  local i = 8
+  while i + 2 <= #ARGV do
+    local domain, copies, n = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+    local groups = {}
+    for j = 1, n do groups[#groups + 1] = ARGV[i + 2 + j] end
+    add_all(domain, groups, copies)
+    add_own(domain, groups, copies)
+    total = total + copies
+    i = i + 3 + n
+  end
+  tidy()
+  return applied(total)
 end
 
 if op == 'transfer' then
-  -- 6 domain, 7 copies, 8 ttl (ns), 9 transfer id, then groups.
-  local domain, copies, ttl, id = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]
-  local groups = groups_from(10)
+  -- 8 domain, 9 copies, 10 ttl (ns), 11 transfer id, then groups.
+  local refused = own_refusal()
+  if refused then return refused end
+  local domain, copies, ttl, id = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]
+  local groups = groups_from(12)
   if redis.call('HEXISTS', XFER, id) == 1 then
     return redis.error_reply('TOLLGATE duplicate_transfer')
   end
@@ -197,14 +272,26 @@ if op == 'transfer' then
   -- then checks the exact nanosecond.
   redis.call('ZADD', XEXP, T.US + floor((T.NS % 1000 + ttl) / 1000), id)
   tidy()
-  return 0
+  return applied(0)
+end
+
+if op == 'peek' then
+  -- 8 transfer id. Whether it is staged and not yet due: a seize looks
+  -- first, so that a made-up id leaves nothing behind (not even this
+  -- server's registration of the pool).
+  local raw = redis.call('HGET', XFER, ARGV[8])
+  if not raw then return redis.error_reply('TOLLGATE unknown_transfer') end
+  local v = cmsgpack.unpack(raw)
+  if T.get(v[3], v[4]) <= 0 then return redis.error_reply('TOLLGATE unknown_transfer') end
+  return 1
 end
 
 if op == 'seize' then
-  -- 6 transfer id. Replies the pool's name, domain, copies, expires
+  -- 8 transfer id. Replies the pool's name, domain, copies, expires
   -- (seconds, nanoseconds), then the groups.
-  local id = ARGV[6]
-  if resigned() then return redis.error_reply('TOLLGATE resigned') end
+  local id = ARGV[8]
+  local refused = own_refusal()
+  if refused then return refused end
   expire()
   local raw = redis.call('HGET', XFER, id)
   if not raw then return redis.error_reply('TOLLGATE unknown_transfer') end
@@ -213,27 +300,32 @@ if op == 'seize' then
   redis.call('ZREM', XEXP, id)
   local groups = {}
   for i = 5, #v do groups[#groups + 1] = v[i] end
-  add('s:' .. sid .. ':' .. hold_key(v[1], groups), v[2])
+  add_own(v[1], groups, v[2])
   tidy()
   -- The absolute expiry, split so it stays exact: stored ns after base.
   local secs = v[4] + floor(v[3] / 1000000000)
   local reply = { pool_name, v[1], v[2], secs, v[3] - floor(v[3] / 1000000000) * 1000000000 }
   for _, g in ipairs(groups) do reply[#reply + 1] = g end
-  return reply
+  return applied(reply)
 end
 
 if op == 'expire' then
+  -- Replies how many µs until the next staged transfer is due (-1: none),
+  -- so the caller comes back only then.
   expire()
   tidy()
-  return 0
+  local next = redis.call('ZRANGE', XEXP, 0, 0, 'WITHSCORES')
+  if #next == 0 then return -1 end
+  return max(0, tonumber(next[2]) - T.US)
 end
 
 if op == 'cleanup' then
-  -- 6 the dead server's id. Releases everything it held here and leaves a
+  -- 8 the dead server's id. Releases everything it held here and leaves a
   -- tombstone, so a server that comes back from the dead cannot reserve
   -- here again (it must resign). Tombstones older than a day are dropped.
-  local dead = ARGV[6]
+  local dead = ARGV[8]
   local prefix = 's:' .. dead .. ':'
+  redis.call('HDEL', P, 'm:' .. dead)
   local released = 0
   local fields = redis.call('HGETALL', P)
   for i = 1, #fields, 2 do
@@ -257,13 +349,13 @@ if op == 'cleanup' then
 end
 
 if op == 'orphans' then
-  -- KEYS[4] the live set ({srv}:alive; single Redis only, where any key
+  -- KEYS[5] the live set ({srv}:alive; single Redis only, where any key
   -- may be read). Releases what servers not in it hold here: for a server
   -- starting alone against an old copy log (§4.3.2). Reading the live set
   -- here, not before the call, means a server that joined meanwhile keeps
   -- its holds.
   local live = {}
-  local all = redis.call('ZRANGE', KEYS[4], 0, -1)
+  local all = redis.call('ZRANGE', KEYS[5], 0, -1)
   for _, s in ipairs(all) do live[s] = true end
   local released = 0
   local fields = redis.call('HGETALL', P)
@@ -274,6 +366,7 @@ if op == 'orphans' then
       local colon = string.find(rest, ':', 1, true)
       local owner = string.sub(rest, 1, colon - 1)
       if not live[owner] then
+        redis.call('HDEL', P, 'm:' .. owner)
         local n = tonumber(fields[i + 1])
         local v = cmsgpack.unpack(string.sub(rest, colon + 1))
         local groups = {}

@@ -5,15 +5,21 @@
 --   1 <prefix>{srv}:alive     sorted set: server id by last heartbeat (ms)
 --   2 <prefix>{srv}:lease     the id of the server allowed to clean up
 --   3 <prefix>{srv}:cleaning  set: dead servers whose cleanup began
---   4 <prefix>{srv}:pools:<id> set: the pool affinities a server touched
---     (<id> is this server for `register`, the dead one for claim/finish)
+--   4 <prefix>{srv}:pools:<id> set: the pool affinities where a server
+--     holds copies (<id> is this server for register/unregister, the
+--     dead one for claim/finish)
+--   5 <prefix>{srv}:dead:<id> set while a server declared dead must stay
+--     dead (a day, as long as its tombstones in the pools), so that it
+--     can tell "declared dead" (it must resign) from "Redis lost my
+--     heartbeat" (it restarted empty: the server joins again)
 -- ARGV: 1 op, 2 this server's id, 3 heartbeat TTL (ms), 4 op argument.
 -- Heartbeats use Redis's clock, whatever clock decisions use.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local op, sid, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local ALIVE, LEASE, CLEANING, POOLS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local ALIVE, LEASE, CLEANING, POOLS, DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local DEAD_S = 86400
 
 -- Other live servers, then the dead ones (stale heartbeats and cleanups
 -- left unfinished by a cleaner that died).
@@ -43,16 +49,37 @@ end
 
 if op == 'beat' then
   -- A server that was declared dead stays dead: its holds are gone.
-  if not redis.call('ZSCORE', ALIVE, sid) then return { -1 } end
+  if redis.call('EXISTS', DEAD) == 1 then return { -1 } end
+  if not redis.call('ZSCORE', ALIVE, sid) then
+    -- Not in the live set, yet nobody declared it dead: Redis lost the
+    -- set (restarted empty, flushed). It joins again and says so (-2
+    -- first), so it counts its holds again where Redis lost them.
+    redis.call('ZADD', ALIVE, now, sid)
+    local reply = survey()
+    table.insert(reply, 1, -2)
+    return reply
+  end
   redis.call('ZADD', ALIVE, now, sid)
   return survey()
 end
 
 if op == 'register' then
-  if not redis.call('ZSCORE', ALIVE, sid) then
+  -- Replies 1 if it had to join again (as `beat` does), else 0.
+  if redis.call('EXISTS', DEAD) == 1 then
     return redis.error_reply('TOLLGATE resigned')
   end
+  local rejoined = 0
+  if not redis.call('ZSCORE', ALIVE, sid) then
+    redis.call('ZADD', ALIVE, now, sid)
+    rejoined = 1
+  end
   redis.call('SADD', POOLS, ARGV[4])
+  return rejoined
+end
+
+if op == 'unregister' then
+  -- The server holds nothing in pool ARGV[4] any more.
+  redis.call('SREM', POOLS, ARGV[4])
   return 0
 end
 
@@ -68,6 +95,7 @@ if op == 'claim' then
   if score and tonumber(score) >= now - ttl then return false end
   redis.call('ZREM', ALIVE, dead)
   redis.call('SADD', CLEANING, dead)
+  redis.call('SET', DEAD, now, 'EX', DEAD_S)
   return redis.call('SMEMBERS', POOLS)
 end
 

@@ -5,8 +5,9 @@
 //! sorted set of heartbeats by Redis's clock) when it connects and renews
 //! its heartbeat every third of the TTL. Before it first holds copies of a
 //! pool it registers the pool under its id, so whoever cleans up after it
-//! knows where to look; the copy scripts record its contribution to every
-//! count beside the count, in the same call.
+//! knows where to look, and withdraws the registration once it holds
+//! nothing there (crate::copies); the copy scripts record its contribution
+//! to every count beside the count, in the same call.
 //!
 //! When a heartbeat is older than the TTL, a surviving server takes the
 //! cleanup lease (one cleaner at a time), removes the dead server from the
@@ -16,17 +17,22 @@
 //! that dies mid-way leaves the dead server in `{srv}:cleaning`, and the
 //! next lease holder finishes the job (each pool's cleanup is idempotent).
 //!
-//! A server that finds itself removed, or that could not renew its
-//! heartbeat for a whole TTL (others may be cleaning up after it), resigns:
-//! it refuses to hold copies from then on, because its sessions' hold sets
-//! no longer match the copy log.
+//! A cleaner also marks the dead server dead (`{srv}:dead:<id>`, for as
+//! long as its tombstones last). A server whose heartbeat finds that mark
+//! resigns: it refuses to hold copies from then on, because its sessions'
+//! hold sets no longer match the copy log. A server missing from the live
+//! set *without* the mark was not declared dead: Redis lost its data
+//! (restarted empty, flushed), so it joins again and counts its holds
+//! again (crate::copies) — losing Redis's data costs its counts for a
+//! moment, never the servers. A server that could not renew its heartbeat
+//! for a whole TTL cannot know which of the two happened until Redis
+//! answers again; meanwhile it refuses new holds ([`CopyLog::is_suspect`]).
 //!
 //! A server that starts while no other server is alive also releases every
 //! contribution of servers that are not alive, pool by pool over the whole
 //! key space (§4.3.2's last paragraph): a previous generation that died all
 //! at once leaves no stale holds behind.
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -58,10 +64,12 @@ pub(crate) struct CopyLog {
     pub(crate) ttl: Duration,
     pub(crate) copies: Script,
     servers: Script,
-    registered: Mutex<HashSet<u64>>,
     resigned: AtomicBool,
     reason: Mutex<Option<String>>,
     last_beat: Mutex<Instant>,
+    /// Pools cleaned after dead servers since last asked: their staged
+    /// transfers are now this server's to expire.
+    cleaned: Mutex<Vec<u64>>,
 }
 
 impl CopyLog {
@@ -72,35 +80,58 @@ impl CopyLog {
             ttl,
             copies: Script::new(script::COPIES),
             servers: Script::new(script::SERVERS),
-            registered: Mutex::new(HashSet::new()),
             resigned: AtomicBool::new(false),
             reason: Mutex::new(None),
             last_beat: Mutex::new(Instant::now()),
+            cleaned: Mutex::new(Vec::new()),
         }
     }
 
-    /// The three keys of the pool with affinity `a`.
-    pub(crate) fn pool_keys(&self, a: u64) -> [String; 3] {
+    /// The keys of the pool with affinity `a`, and the key remembering
+    /// operation `op`'s reply (a placeholder no script writes for an
+    /// operation without an id).
+    pub(crate) fn pool_keys(&self, a: u64, op: Option<tollgate_store::OpId>) -> [String; 4] {
         let p = &self.prefix;
+        let op = op.map_or_else(|| "-".to_owned(), |op| op.to_string());
         [
             format!("{p}{{c:{a:016x}}}:pool"),
             format!("{p}{{c:{a:016x}}}:xfer"),
             format!("{p}{{c:{a:016x}}}:xexp"),
+            format!("{p}{{c:{a:016x}}}:op:{op}"),
         ]
     }
 
-    fn server_keys(&self, pools_of: &str) -> [String; 4] {
+    /// How long the copies script remembers an applied operation's reply:
+    /// longer than a server resends one before it gives up (it resigns, or
+    /// counts its holds again, within a few heartbeat TTLs).
+    pub(crate) fn remember_ms(&self) -> u64 {
+        u64::try_from(self.ttl.as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_mul(6)
+            .max(30_000)
+    }
+
+    fn server_keys(&self, of: &str) -> [String; 5] {
         let p = &self.prefix;
         [
             format!("{p}{{srv}}:alive"),
             format!("{p}{{srv}}:lease"),
             format!("{p}{{srv}}:cleaning"),
-            format!("{p}{{srv}}:pools:{pools_of}"),
+            format!("{p}{{srv}}:pools:{of}"),
+            format!("{p}{{srv}}:dead:{of}"),
         ]
     }
 
     pub(crate) fn is_resigned(&self) -> bool {
         self.resigned.load(Ordering::Relaxed)
+    }
+
+    /// Whether this server has not renewed its heartbeat for a whole TTL:
+    /// others may be cleaning up after it, or Redis may be down for
+    /// everyone; it cannot tell until Redis answers, and refuses new holds
+    /// meanwhile.
+    pub(crate) fn is_suspect(&self) -> bool {
+        self.last_beat.lock().elapsed() >= self.ttl
     }
 
     /// Stops holding copies from now on, for `why`; the heartbeat loop
@@ -133,20 +164,22 @@ impl CopyLog {
     }
 
     /// Registers pool `a` under this server before it first holds copies
-    /// there, so a cleaner finds it.
-    pub(crate) async fn register(&self, conn: &Conn, a: u64) -> Result<(), RedisError> {
-        if self.registered.lock().contains(&a) {
-            return Ok(());
-        }
-        self.servers_op(conn, "register", &self.id, &format!("{a:016x}"))
-            .await?;
-        self.registered.lock().insert(a);
-        Ok(())
+    /// there, so a cleaner finds it. `Ok(true)`: this server had to join
+    /// the live set again (Redis lost it).
+    pub(crate) async fn register(&self, conn: &Conn, a: u64) -> Result<bool, RedisError> {
+        let rejoined: i64 = redis::from_redis_value(
+            self.servers_op(conn, "register", &self.id, &format!("{a:016x}"))
+                .await?,
+        )?;
+        Ok(rejoined == 1)
     }
 
-    /// The pools this server registered (for its sweeps).
-    pub(crate) fn registered(&self) -> Vec<u64> {
-        self.registered.lock().iter().copied().collect()
+    /// Withdraws the registration of pool `a`, where this server holds
+    /// nothing any more.
+    pub(crate) async fn unregister(&self, conn: &Conn, a: u64) -> Result<(), RedisError> {
+        self.servers_op(conn, "unregister", &self.id, &format!("{a:016x}"))
+            .await?;
+        Ok(())
     }
 
     /// Joins the live set; if no other server is alive, also clears what
@@ -165,46 +198,37 @@ impl CopyLog {
 
     /// One heartbeat: renews this server's, cleans up after dead ones.
     /// `Err` means this server must resign.
-    pub(crate) async fn beat(&self, conn: &Conn) -> Result<(), Resignation> {
+    pub(crate) async fn beat(&self, conn: &Conn) -> Result<Beat, Resignation> {
         match self.servers_op(conn, "beat", &self.id, "").await {
             Ok(survey) => {
                 let (others, dead) = parse_survey(&survey);
-                if others < 0 {
+                if others == -1 {
                     return Err(self.resign("this server was declared dead by another"));
                 }
                 *self.last_beat.lock() = Instant::now();
                 if let Err(e) = self.clean_dead(conn, &dead).await {
                     tracing::warn!(error = %e, "cleanup after a dead server failed; retrying at the next heartbeat");
                 }
-                Ok(())
+                Ok(if others == -2 {
+                    Beat::Rejoined
+                } else {
+                    Beat::Renewed
+                })
             }
             Err(e) => {
-                let since = self.last_beat.lock().elapsed();
-                if since >= self.ttl {
-                    return Err(self.resign(&format!(
-                        "no heartbeat for {since:?} (TTL {:?}): {e}",
-                        self.ttl
-                    )));
+                if self.is_suspect() {
+                    tracing::warn!(error = %e, since = ?self.last_beat.lock().elapsed(), "no heartbeat for a whole TTL: new holds are refused until Redis answers");
+                } else {
+                    tracing::warn!(error = %e, "heartbeat failed");
                 }
-                tracing::warn!(error = %e, "heartbeat failed");
-                Ok(())
+                Ok(Beat::Failed)
             }
         }
     }
 
-    /// Heartbeats until this server resigns.
-    pub(crate) async fn run(&self, conn: &Conn) -> Resignation {
-        let mut tick = tokio::time::interval(self.ttl / 3);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            if self.is_resigned() {
-                return self.resign("resigned");
-            }
-            if let Err(r) = self.beat(conn).await {
-                return r;
-            }
-        }
+    /// The pools cleaned after dead servers since the last call.
+    pub(crate) fn take_cleaned(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.cleaned.lock())
     }
 
     /// Claims and cleans up each of `dead`; skips those another server is
@@ -223,6 +247,7 @@ impl CopyLog {
                 released += self
                     .pool_op::<u64>(conn, a, "cleanup", None, &[d.as_str()])
                     .await?;
+                self.cleaned.lock().push(a);
             }
             self.servers_op(conn, "finish", d, d).await?;
             tracing::info!(dead = %d, released, "released the holds of a dead server");
@@ -241,13 +266,19 @@ impl CopyLog {
         args: &[&str],
     ) -> Result<T, RedisError> {
         let mut inv = self.copies.prepare_invoke();
-        for k in self.pool_keys(a) {
+        for k in self.pool_keys(a, None) {
             inv.key(k);
         }
         if let Some(k) = extra_key {
             inv.key(k);
         }
-        inv.arg(op).arg("").arg("").arg(&self.id).arg("");
+        inv.arg(op)
+            .arg("")
+            .arg("")
+            .arg(&self.id)
+            .arg("")
+            .arg("")
+            .arg("0");
         for a in args {
             inv.arg(*a);
         }
@@ -303,16 +334,30 @@ fn value_str(v: &Value) -> Option<String> {
     }
 }
 
-/// `{others, dead...}` from `join` and `beat` (`others` is -1 when this
-/// server was declared dead).
+/// What one heartbeat found.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Beat {
+    /// Renewed.
+    Renewed,
+    /// Redis had lost the live set: this server joined again, and must
+    /// count its holds again where Redis lost them.
+    Rejoined,
+    /// Redis did not answer.
+    Failed,
+}
+
+/// `{others, dead...}` from `join` and `beat`: `others` is -1 when this
+/// server was declared dead, and `beat` puts -2 first when it joined again
+/// (then the survey follows).
 fn parse_survey(v: &Value) -> (i64, Vec<String>) {
     let Value::Array(items) = v else {
         return (0, Vec::new());
     };
-    let others = match items.first() {
+    let first = match items.first() {
         Some(Value::Int(n)) => *n,
         _ => 0,
     };
-    let dead = items.iter().skip(1).filter_map(value_str).collect();
-    (others, dead)
+    let skip = if first == -2 { 2 } else { 1 };
+    let dead = items.iter().skip(skip).filter_map(value_str).collect();
+    (first, dead)
 }

@@ -42,11 +42,11 @@
 
 mod batch;
 pub mod conn;
+mod copies;
 mod copylog;
 pub mod params;
 mod reply;
 mod script;
-mod settle;
 mod store;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -12,16 +12,16 @@ use tollgate_core::copies::{
     Staged, TransferId,
 };
 
-use crate::copylog::{self, CopyLog, Resignation};
+use crate::copies::{refusal, Pools};
+use crate::copylog::{self, Beat, CopyLog, Resignation};
 use tollgate_core::{plan, Limit, Mode, Nanos, PlanDecision, Request};
-use tollgate_store::{Plan, PoolKey, Seized, Store, StoreError};
+use tollgate_store::{Held, OpId, Plan, PoolKey, Seized, Store, StoreError};
 
 use crate::batch::{self, Batcher, PlanCall};
 use crate::conn::{redact, Conn, ConnectError, ConnectOptions, Target};
 use crate::params::{self, MAX_EXACT};
 use crate::reply;
 use crate::script;
-use crate::settle::{Pending, Undo};
 
 /// Whose clock decides.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -71,7 +71,7 @@ impl RedisOptions {
 /// the [crate docs](crate). Clones share the connections and the health.
 #[derive(Clone)]
 pub struct RedisStore {
-    conn: Conn,
+    pub(crate) conn: Conn,
     prefix: String,
     clock: Clock,
     url: String,
@@ -83,6 +83,8 @@ pub struct RedisStore {
     up: Arc<AtomicBool>,
     /// This server's place in the copy log.
     pub(crate) log: Arc<CopyLog>,
+    /// What this server holds, pool by pool (crate::copies).
+    pub(crate) pools: Arc<Pools>,
 }
 
 /// Gauge: 1 while Redis answers, 0 while it does not.
@@ -142,6 +144,7 @@ impl RedisStore {
             batcher,
             decide,
             up: Arc::new(AtomicBool::new(true)),
+            pools: Arc::default(),
         })
     }
 
@@ -181,7 +184,7 @@ impl RedisStore {
         }
     }
 
-    fn mark(&self, up: bool) {
+    pub(crate) fn mark(&self, up: bool) {
         let was = self.up.swap(up, Ordering::Relaxed);
         if was != up {
             metrics::gauge!(UP_GAUGE).set(if up { 1.0 } else { 0.0 });
@@ -200,11 +203,46 @@ impl RedisStore {
     }
 
     /// Sends heartbeats and cleans up after dead servers until this server
-    /// resigns (declared dead by another, or no heartbeat for a whole TTL);
-    /// from then on it refuses to hold copies. The caller decides whether
-    /// to exit.
+    /// resigns (declared dead by another); from then on it refuses to hold
+    /// copies. The caller decides whether to exit. A heartbeat that finds
+    /// Redis lost the live set joins again and counts this server's holds
+    /// again ([`RedisStore::recover`]).
     pub async fn heartbeat(&self) -> Resignation {
-        self.log.run(&self.conn).await
+        let mut tick = tokio::time::interval(self.log.ttl / 3);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if self.log.is_resigned() {
+                return self.log.resign("resigned");
+            }
+            match self.log.beat(&self.conn).await {
+                Err(r) => return r,
+                Ok(Beat::Rejoined) => self.lost_live_set(),
+                Ok(Beat::Renewed | Beat::Failed) => {}
+            }
+            let now = std::time::Instant::now();
+            for a in self.log.take_cleaned() {
+                self.pools.due_at(a, now);
+            }
+        }
+    }
+
+    /// Pools this server keeps state for (holds, registration or due
+    /// transfers): bounded by the pools it holds copies in.
+    pub fn tracked_pools(&self) -> usize {
+        self.pools.len()
+    }
+
+    /// Notes a failure that is not an answer (no reply, a broken
+    /// connection): marks the store down when Redis could not be reached.
+    pub(crate) fn note_failure(&self, e: &RedisError) {
+        if e.is_io_error()
+            || e.is_timeout()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+        {
+            self.mark(false);
+        }
     }
 
     /// The URL, without its password.
@@ -305,13 +343,7 @@ impl RedisStore {
             ErrorKind::Io => "cannot reach Redis",
             _ => "Redis failed",
         };
-        if e.is_io_error()
-            || e.is_timeout()
-            || e.is_connection_dropped()
-            || e.is_connection_refusal()
-        {
-            self.mark(false);
-        }
+        self.note_failure(&e);
         StoreError::Unavailable(format!("{what} ({}): {e}", self.url))
     }
 }
@@ -357,42 +389,53 @@ impl Store for RedisStore {
         domain: &str,
         request: Request,
         now: Nanos,
+        op: OpId,
     ) -> Result<Reservation, StoreError> {
-        self.reserve_copies(pool, limits, domain, request, now)
-            .await
+        let (store, pool, limits, domain) = (
+            self.clone(),
+            pool.clone(),
+            limits.clone(),
+            domain.to_owned(),
+        );
+        detached(async move {
+            store
+                .reserve_copies(&pool, &limits, &domain, request, now, op)
+                .await
+        })
+        .await
     }
 
-    async fn release(
-        &self,
-        pool: &PoolKey,
-        domain: &str,
-        groups: &Groups,
-        copies: u64,
-    ) -> Result<(), StoreError> {
-        self.release_copies(pool, domain, groups, copies).await
+    async fn release(&self, held: Held<'_>, op: OpId) -> Result<(), StoreError> {
+        let (store, owned) = (self.clone(), Owned::from(held));
+        detached(async move { store.release_copies(owned.held(), op, "release").await }).await
+    }
+
+    async fn restore(&self, held: Held<'_>, op: OpId) -> Result<(), StoreError> {
+        let (store, owned) = (self.clone(), Owned::from(held));
+        detached(async move { store.release_copies(owned.held(), op, "restore").await }).await
     }
 
     async fn transfer(
         &self,
-        pool: &PoolKey,
-        domain: &str,
-        groups: &Groups,
-        copies: u64,
+        held: Held<'_>,
         ttl: Nanos,
         now: Nanos,
+        op: OpId,
     ) -> Result<TransferId, StoreError> {
-        self.transfer_copies(pool, domain, groups, copies, ttl, now)
-            .await
+        let (store, owned) = (self.clone(), Owned::from(held));
+        detached(async move { store.transfer_copies(owned.held(), ttl, now, op).await }).await
     }
 
-    async fn seize(&self, id: TransferId, now: Nanos) -> Result<Seized, StoreError> {
-        self.seize_copies(id, now).await
+    async fn seize(&self, id: TransferId, now: Nanos, op: OpId) -> Result<Seized, StoreError> {
+        let store = self.clone();
+        detached(async move { store.seize_copies(id, now, op).await }).await
     }
 
     /// Limit states need no sweep (every write sets a TTL); staged
-    /// transfers of the pools this server uses are released when due.
+    /// transfers this server is to expire are released when due, and the
+    /// registrations of pools it holds nothing in are withdrawn.
     async fn sweep(&self, now: Nanos) {
-        self.expire_transfers(now).await;
+        self.expire_due(now).await;
     }
 
     fn check_limit(&self, limit: &Limit) -> Result<(), String> {
@@ -434,83 +477,122 @@ pub(crate) fn text(v: Option<&Value>) -> String {
     }
 }
 
+/// A copy operation's arguments, owned, for the task that drives it.
+struct Owned {
+    pool: PoolKey,
+    domain: String,
+    groups: Groups,
+    copies: u64,
+}
+
+impl Owned {
+    fn from(h: Held<'_>) -> Owned {
+        Owned {
+            pool: h.pool.clone(),
+            domain: h.domain.to_owned(),
+            groups: h.groups.clone(),
+            copies: h.copies,
+        }
+    }
+
+    fn held(&self) -> Held<'_> {
+        Held {
+            pool: &self.pool,
+            domain: &self.domain,
+            groups: &self.groups,
+            copies: self.copies,
+        }
+    }
+}
+
+/// Runs a copy operation in a task of its own, so that it reaches its
+/// answer (and this server's record of its holds stays right) even if the
+/// caller drops the future.
+async fn detached<T: Send + 'static>(
+    work: impl std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::spawn(work).await.unwrap_or_else(|e| {
+        Err(StoreError::Unavailable(format!(
+            "a copy operation failed inside the server: {e}"
+        )))
+    })
+}
+
 impl RedisStore {
-    fn check_alive(&self) -> Result<(), StoreError> {
+    /// Refuses new holds when this server may no longer count them.
+    fn check_may_hold(&self) -> Result<(), StoreError> {
         if self.log.is_resigned() {
             return Err(StoreError::Unavailable(
-                "this server resigned from the copy log (its heartbeat lapsed); it holds no copies"
+                "this server resigned from the copy log (declared dead); it holds no copies".into(),
+            ));
+        }
+        if self.log.is_suspect() {
+            return Err(StoreError::Unavailable(
+                "this server has not reached Redis for a heartbeat TTL; new holds are refused \
+                 until it does"
                     .into(),
             ));
         }
         Ok(())
     }
 
-    /// Runs copies-script `op` on the pool with affinity `a`, waiting at
-    /// most the response timeout. A call that times out, or whose caller
-    /// goes away, runs on and is taken back by `undo` if Redis applies it
-    /// after all (see [`crate::settle`]).
-    async fn copies<T: redis::FromRedisValue>(
-        &self,
-        a: u64,
-        pool: &str,
-        now: Nanos,
-        op: &'static str,
-        args: Vec<String>,
-        undo: Undo,
-    ) -> Result<T, RedisError> {
-        let call = Pending::start(self, a, pool, now, op, args, undo);
-        match call.wait(self.timeout).await {
-            Some(r) => Ok(redis::from_redis_value(r?)?),
-            None => Err(timed_out(self.timeout)),
-        }
-    }
-
     /// One copies-script call, bounded only by the connections' own
-    /// timeout.
+    /// timeout. `id` makes Redis remember the reply; `holds` says this
+    /// server knows it holds copies in the pool.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn copies_call(
         &self,
         a: u64,
         pool: &str,
         now: Nanos,
         op: &str,
+        id: Option<OpId>,
+        holds: bool,
         args: &[String],
     ) -> Result<Value, RedisError> {
         let (secs, nanos) = self.clock_args(now);
         let mut inv = self.log.copies.prepare_invoke();
-        for k in self.log.pool_keys(a) {
+        for k in self.log.pool_keys(a, id) {
             inv.key(k);
         }
-        inv.arg(op).arg(secs).arg(nanos).arg(&self.log.id).arg(pool);
+        let remember = id.map_or_else(String::new, |_| self.log.remember_ms().to_string());
+        inv.arg(op)
+            .arg(secs)
+            .arg(nanos)
+            .arg(&self.log.id)
+            .arg(pool)
+            .arg(remember)
+            .arg(if holds { "1" } else { "0" });
         for x in args {
             inv.arg(x.as_str());
         }
         self.conn.invoke(&inv).await
     }
 
-    /// Maps a copies-script error; `Ok` carries errors that are answers.
+    /// Maps a copies-script refusal, or the resignation that ended a
+    /// driven operation.
     fn copy_error(&self, e: RedisError, domain: &str, groups: &Groups, copies: u64) -> StoreError {
-        if e.code() == Some("TOLLGATE") {
-            let detail = e.detail().unwrap_or_default();
-            let mut words = detail.split_whitespace();
-            match words.next() {
-                Some("not_held") => {
-                    return StoreError::Copy(CopyError::NotHeld {
-                        domain: domain.to_owned(),
-                        groups: groups.clone(),
-                        held: words.next().and_then(|n| n.parse().ok()).unwrap_or(0),
-                        requested: copies,
-                    })
-                }
-                Some("unknown_transfer") => return StoreError::Copy(CopyError::UnknownTransfer),
-                Some("resigned") => {
-                    return StoreError::Unavailable(
-                        "this server was declared dead and resigned from the copy log".into(),
-                    )
-                }
-                _ => {}
+        let detail = e.detail().unwrap_or_default();
+        let mut words = detail.split_whitespace();
+        match refusal(&e) {
+            Some("not_held") => {
+                let _ = words.next();
+                StoreError::Copy(CopyError::NotHeld {
+                    domain: domain.to_owned(),
+                    groups: groups.clone(),
+                    held: words.next().and_then(|n| n.parse().ok()).unwrap_or(0),
+                    requested: copies,
+                })
             }
+            Some("unknown_transfer") => StoreError::Copy(CopyError::UnknownTransfer),
+            Some("duplicate_transfer") => {
+                StoreError::Unavailable("a transfer id was drawn twice".into())
+            }
+            Some("resigned") => StoreError::Unavailable(
+                "this server was declared dead and resigned from the copy log".into(),
+            ),
+            _ => self.unavailable(e),
         }
-        self.unavailable(e)
     }
 
     async fn reserve_copies(
@@ -520,8 +602,9 @@ impl RedisStore {
         domain: &str,
         request: Request,
         now: Nanos,
+        op: OpId,
     ) -> Result<Reservation, StoreError> {
-        self.check_alive()?;
+        self.check_may_hold()?;
         if request.hits >= MAX_EXACT {
             return Err(StoreError::Unsupported(format!(
                 "{} copies: the Redis store counts exactly below 2^52",
@@ -548,18 +631,24 @@ impl RedisStore {
             args.push(g.clone());
             args.push(limit_arg(group_limit(g)));
         }
-        let reply: Result<Vec<i64>, RedisError> = async {
-            self.log.register(&self.conn, a).await?;
-            let undo = Undo::Reserve {
-                domain: domain.to_owned(),
-                groups: groups.clone(),
-            };
-            self.copies(a, &pool.0, now, "reserve", args, undo).await
+        let state = self.pools.get(a);
+        let mut st = state.lock().await;
+        st.name = pool.0.to_string();
+        let reply = async {
+            // Registered before it can hold anything here, so a cleaner
+            // finds the pool should this server die.
+            self.register(a, &mut st).await?;
+            self.drive(a, &mut st, now, "reserve", Some(op), &args)
+                .await
         }
-        .await;
-        let reply = reply.map_err(|e| self.copy_error(e, domain, &groups, request.hits))?;
-        self.mark(true);
+        .await
+        .map_err(|e| self.copy_error(e, domain, &groups, request.hits))?;
+        let reply: Vec<i64> = redis::from_redis_value(reply)
+            .map_err(|e| StoreError::Unavailable(format!("Redis answered a reserve oddly: {e}")))?;
         let at = |i: usize| reply.get(i).map_or(0, |&n| u64::try_from(n).unwrap_or(0));
+        if at(0) > 0 && st.first_time(op) {
+            st.add(domain, &groups, i128::from(at(0)));
+        }
         let context = CopyContext {
             domain_limit: limits.domain_limit_for(domain),
             global_limit: limits.global_limit(),
@@ -583,79 +672,113 @@ impl RedisStore {
         })
     }
 
+    /// A release, or its inverse (`restore`): the same arguments.
     async fn release_copies(
         &self,
-        pool: &PoolKey,
-        domain: &str,
-        groups: &Groups,
-        copies: u64,
+        held: Held<'_>,
+        op: OpId,
+        which: &'static str,
     ) -> Result<(), StoreError> {
-        if copies == 0 {
+        if held.copies == 0 {
             return Err(CopyError::ZeroCopies.into());
         }
-        let groups = normalize_groups(groups);
-        let a = copylog::affinity(&pool.0);
-        let mut args = vec![domain.to_owned(), copies.to_string()];
+        let groups = normalize_groups(held.groups);
+        let a = copylog::affinity(&held.pool.0);
+        let mut args = vec![held.domain.to_owned(), held.copies.to_string()];
         args.extend(groups.iter().cloned());
-        let undo = Undo::Release {
-            domain: domain.to_owned(),
-            groups: groups.clone(),
-            copies,
-        };
-        self.copies::<i64>(a, &pool.0, Nanos::ZERO, "release", args, undo)
+        let state = self.pools.get(a);
+        let mut st = state.lock().await;
+        st.name = held.pool.0.to_string();
+        let restoring = which == "restore";
+        if restoring {
+            self.register(a, &mut st)
+                .await
+                .map_err(|e| self.copy_error(e, held.domain, &groups, held.copies))?;
+        }
+        self.drive(a, &mut st, Nanos::ZERO, which, Some(op), &args)
             .await
-            .map_err(|e| self.copy_error(e, domain, &groups, copies))?;
-        self.mark(true);
+            .map_err(|e| self.copy_error(e, held.domain, &groups, held.copies))?;
+        let n = i128::from(held.copies);
+        if st.first_time(op) {
+            st.add(held.domain, &groups, if restoring { n } else { -n });
+        }
         Ok(())
     }
 
     async fn transfer_copies(
         &self,
-        pool: &PoolKey,
-        domain: &str,
-        groups: &Groups,
-        copies: u64,
+        held: Held<'_>,
         ttl: Nanos,
         now: Nanos,
+        op: OpId,
     ) -> Result<TransferId, StoreError> {
-        if copies == 0 {
+        if held.copies == 0 {
             return Err(CopyError::ZeroCopies.into());
         }
         let ttl = ttl.min(Nanos::new(MAX_EXACT - 1));
-        let groups = normalize_groups(groups);
-        let a = copylog::affinity(&pool.0);
+        let groups = normalize_groups(held.groups);
+        let a = copylog::affinity(&held.pool.0);
         // The high half names the pool's keys, so a seize by id alone finds
-        // them (in Redis Cluster, their slot).
-        let id =
-            TransferId((u128::from(a) << 64) | u128::from(uuid::Uuid::new_v4().as_u64_pair().1));
+        // them (in Redis Cluster, their slot). Drawn from the operation id,
+        // so that a resent transfer stages under the same id.
+        let id = TransferId((u128::from(a) << 64) | (op.0 & u128::from(u64::MAX)));
         let mut args = vec![
-            domain.to_owned(),
-            copies.to_string(),
+            held.domain.to_owned(),
+            held.copies.to_string(),
             ttl.as_u64().to_string(),
             id.to_string(),
         ];
         args.extend(groups.iter().cloned());
-        self.copies::<i64>(a, &pool.0, now, "transfer", args, Undo::Transfer { id })
+        let state = self.pools.get(a);
+        let mut st = state.lock().await;
+        st.name = held.pool.0.to_string();
+        self.drive(a, &mut st, now, "transfer", Some(op), &args)
             .await
-            .map_err(|e| self.copy_error(e, domain, &groups, copies))?;
-        self.mark(true);
+            .map_err(|e| self.copy_error(e, held.domain, &groups, held.copies))?;
+        if st.first_time(op) {
+            st.add(held.domain, &groups, -i128::from(held.copies));
+        }
+        // This server expires what it staged, when it is due.
+        let due = std::time::Duration::from_nanos(ttl.as_u64());
+        self.pools.due_at(
+            a,
+            std::time::Instant::now()
+                .checked_add(due)
+                .unwrap_or_else(std::time::Instant::now),
+        );
         Ok(id)
     }
 
-    async fn seize_copies(&self, id: TransferId, now: Nanos) -> Result<Seized, StoreError> {
-        self.check_alive()?;
+    async fn seize_copies(
+        &self,
+        id: TransferId,
+        now: Nanos,
+        op: OpId,
+    ) -> Result<Seized, StoreError> {
+        self.check_may_hold()?;
         let a = (id.0 >> 64) as u64;
-        let reply: Result<Vec<Value>, RedisError> = async {
-            self.log.register(&self.conn, a).await?;
-            self.copies(a, "", now, "seize", vec![id.to_string()], Undo::Seize)
-                .await
+        let state = self.pools.get(a);
+        let mut st = state.lock().await;
+        let args = vec![id.to_string()];
+        let no_groups = Vec::new();
+        // Looked up first: a made-up id is refused before anything (this
+        // server's registration of the pool included) is written. Under the
+        // operation's id, so that a resent seize finds the first one's
+        // reply rather than a transfer that is gone.
+        self.drive(a, &mut st, now, "peek", Some(op), &args)
+            .await
+            .map_err(|e| self.copy_error(e, "", &no_groups, 0))?;
+        let reply = async {
+            self.register(a, &mut st).await?;
+            self.drive(a, &mut st, now, "seize", Some(op), &args).await
         }
-        .await;
-        let reply = reply.map_err(|e| self.copy_error(e, "", &Vec::new(), 0))?;
-        self.mark(true);
+        .await
+        .map_err(|e| self.copy_error(e, "", &no_groups, 0))?;
+        let reply: Vec<Value> = redis::from_redis_value(reply)
+            .map_err(|e| StoreError::Unavailable(format!("Redis answered a seize oddly: {e}")))?;
         let secs = int(reply.get(3));
         let nanos = int(reply.get(4));
-        Ok(Seized {
+        let seized = Seized {
             pool: PoolKey(text(reply.first()).into()),
             staged: Staged {
                 domain: text(reply.get(1)),
@@ -663,18 +786,15 @@ impl RedisStore {
                 copies: int(reply.get(2)),
                 expires_at: Nanos::new(secs.saturating_mul(1_000_000_000).saturating_add(nanos)),
             },
-        })
-    }
-
-    /// Releases due transfers of every pool this server registered.
-    async fn expire_transfers(&self, now: Nanos) {
-        for a in self.log.registered() {
-            if let Err(e) = self
-                .copies::<i64>(a, "", now, "expire", Vec::new(), Undo::Nothing)
-                .await
-            {
-                tracing::debug!(error = %e, "expiring transfers failed; retrying at the next sweep");
-            }
+        };
+        st.name = seized.pool.0.to_string();
+        if st.first_time(op) {
+            st.add(
+                &seized.staged.domain,
+                &seized.staged.groups,
+                i128::from(seized.staged.copies),
+            );
         }
+        Ok(seized)
     }
 }

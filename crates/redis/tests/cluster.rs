@@ -18,7 +18,7 @@ use tollgate_core::copies::CopyLimits;
 use tollgate_core::{Align, FixedWindow, Limit, Mode, Nanos, Request};
 use tollgate_redis::testing::RedisCluster;
 use tollgate_redis::{Clock, RedisOptions, RedisStore};
-use tollgate_store::{Key, LimitId, MemoryStore, Plan, PoolKey, Store};
+use tollgate_store::{Held, Key, LimitId, MemoryStore, OpId, Plan, PoolKey, Store};
 
 /// The hash tag of a key (`...{tag}...`), which decides its slot.
 fn tag(key: &str) -> &str {
@@ -93,11 +93,25 @@ async fn the_copy_log_spans_slots_cleans_up_after_a_dead_server_and_seizes_by_id
         .map(|i| PoolKey::new("ns", &format!("db{i}")))
         .collect();
     for pool in &pools {
-        dead.reserve(pool, &l, "acme", Request::exactly(4), Nanos::ZERO)
-            .await
-            .unwrap();
+        dead.reserve(
+            pool,
+            &l,
+            "acme",
+            Request::exactly(4),
+            Nanos::ZERO,
+            OpId::random(),
+        )
+        .await
+        .unwrap();
         alive
-            .reserve(pool, &l, "acme", Request::exactly(3), Nanos::ZERO)
+            .reserve(
+                pool,
+                &l,
+                "acme",
+                Request::exactly(3),
+                Nanos::ZERO,
+                OpId::random(),
+            )
             .await
             .unwrap();
     }
@@ -112,16 +126,19 @@ async fn the_copy_log_spans_slots_cleans_up_after_a_dead_server_and_seizes_by_id
     // A transfer id alone leads the seizer to the pool's slot.
     let id = dead
         .transfer(
-            &pools[0],
-            "acme",
-            &Vec::new(),
-            1,
+            Held {
+                pool: &pools[0],
+                domain: "acme",
+                groups: &Vec::new(),
+                copies: 1,
+            },
             Nanos::from_secs(60),
             Nanos::ZERO,
+            OpId::random(),
         )
         .await
         .unwrap();
-    alive.seize(id, Nanos::ZERO).await.unwrap();
+    alive.seize(id, Nanos::ZERO, OpId::random()).await.unwrap();
 
     // Only the survivor beats: it releases the dead server's holds in
     // every pool (found through the dead server's registry, in another
@@ -140,7 +157,15 @@ async fn the_copy_log_spans_slots_cleans_up_after_a_dead_server_and_seizes_by_id
     for (i, pool) in pools.iter().enumerate() {
         let mine = if i == 0 { 4 } else { 3 };
         alive
-            .release(pool, "acme", &Vec::new(), mine)
+            .release(
+                Held {
+                    pool,
+                    domain: "acme",
+                    groups: &Vec::new(),
+                    copies: mine,
+                },
+                OpId::random(),
+            )
             .await
             .unwrap();
         assert_eq!(holds(&alive, pool, "acme").await, (0, 0));

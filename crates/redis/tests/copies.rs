@@ -11,7 +11,7 @@ use common::{caller_clock_store, holds, store, unique_prefix, RedisServer, T0};
 use tollgate_core::copies::{CopyError, CopyLimits};
 use tollgate_core::{Nanos, Request};
 use tollgate_redis::{RedisOptions, RedisStore};
-use tollgate_store::{MemoryStore, PoolKey, Store, StoreError};
+use tollgate_store::{Held, MemoryStore, OpId, PoolKey, Store, StoreError};
 
 fn limits() -> CopyLimits {
     CopyLimits::new(5, Some(8))
@@ -40,61 +40,148 @@ async fn reserve_release_transfer_and_seize_answer_what_the_memory_store_answers
         ("hooli", Request::exactly(1)),
     ] {
         let want = memory.reserve_now(&pool, &l, domain, req, T0).unwrap();
-        let got = redis.reserve(&pool, &l, domain, req, T0).await.unwrap();
+        let got = redis
+            .reserve(&pool, &l, domain, req, T0, OpId::random())
+            .await
+            .unwrap();
         assert_eq!(got, want, "reserve {domain} {req:?}");
     }
     let big = vec!["big".to_owned()];
     // Releasing more than held names what is held, in both stores.
     let want = memory.release_now(&pool, "acme", &big, 9).unwrap_err();
-    let got = redis.release(&pool, "acme", &big, 9).await.unwrap_err();
+    let got = redis
+        .release(
+            Held {
+                pool: &pool,
+                domain: "acme",
+                groups: &big,
+                copies: 9,
+            },
+            OpId::random(),
+        )
+        .await
+        .unwrap_err();
     assert_eq!(got, want);
     assert!(matches!(
         got,
         StoreError::Copy(CopyError::NotHeld { held: 4, .. })
     ));
     assert_eq!(
-        redis.release(&pool, "acme", &big, 0).await.unwrap_err(),
+        redis
+            .release(
+                Held {
+                    pool: &pool,
+                    domain: "acme",
+                    groups: &big,
+                    copies: 0
+                },
+                OpId::random()
+            )
+            .await
+            .unwrap_err(),
         memory.release_now(&pool, "acme", &big, 0).unwrap_err()
     );
     memory.release_now(&pool, "acme", &big, 1).unwrap();
-    redis.release(&pool, "acme", &big, 1).await.unwrap();
+    redis
+        .release(
+            Held {
+                pool: &pool,
+                domain: "acme",
+                groups: &big,
+                copies: 1,
+            },
+            OpId::random(),
+        )
+        .await
+        .unwrap();
 
     // A transfer keeps the copies counted until seized, then the seizer
     // holds them; an expired one is released and cannot be seized.
     let id_m = memory.transfer_now(&pool, "acme", &big, 2, s, T0).unwrap();
-    let id_r = redis.transfer(&pool, "acme", &big, 2, s, T0).await.unwrap();
+    let id_r = redis
+        .transfer(
+            Held {
+                pool: &pool,
+                domain: "acme",
+                groups: &big,
+                copies: 2,
+            },
+            s,
+            T0,
+            OpId::random(),
+        )
+        .await
+        .unwrap();
     let after = |store_m: &MemoryStore| {
         store_m.reserve_now(&pool, &l, "globex", Request::between(0, 9), T0)
     };
     let want = after(&memory).unwrap();
     let got = redis
-        .reserve(&pool, &l, "globex", Request::between(0, 9), T0)
+        .reserve(
+            &pool,
+            &l,
+            "globex",
+            Request::between(0, 9),
+            T0,
+            OpId::random(),
+        )
         .await
         .unwrap();
     assert_eq!(got, want, "staged copies still count");
     let t1 = T0.saturating_add(Nanos::from_millis(500));
     let want = memory.seize_now(id_m, t1).unwrap();
-    let got = redis.seize(id_r, t1).await.unwrap();
+    let got = redis.seize(id_r, t1, OpId::random()).await.unwrap();
     assert_eq!(got, want);
     assert_eq!(
-        redis.seize(id_r, t1).await.unwrap_err(),
+        redis.seize(id_r, t1, OpId::random()).await.unwrap_err(),
         StoreError::Copy(CopyError::UnknownTransfer)
     );
-    redis.release(&pool, "acme", &big, 2).await.unwrap();
+    redis
+        .release(
+            Held {
+                pool: &pool,
+                domain: "acme",
+                groups: &big,
+                copies: 2,
+            },
+            OpId::random(),
+        )
+        .await
+        .unwrap();
     memory.release_now(&pool, "acme", &big, 2).unwrap();
 
     let id_m = memory.transfer_now(&pool, "acme", &big, 1, s, t1).unwrap();
-    let id_r = redis.transfer(&pool, "acme", &big, 1, s, t1).await.unwrap();
+    let id_r = redis
+        .transfer(
+            Held {
+                pool: &pool,
+                domain: "acme",
+                groups: &big,
+                copies: 1,
+            },
+            s,
+            t1,
+            OpId::random(),
+        )
+        .await
+        .unwrap();
     let late = t1.saturating_add(s);
     assert_eq!(
-        redis.seize(id_r, late).await.unwrap_err(),
+        redis.seize(id_r, late, OpId::random()).await.unwrap_err(),
         memory.seize_now(id_m, late).unwrap_err()
     );
     let want = memory
         .reserve_now(&pool, &l, "acme", Request::between(0, 9), late)
         .unwrap();
     let got = redis
-        .reserve(&pool, &l, "acme", Request::between(0, 9), late)
+        .reserve(
+            &pool,
+            &l,
+            "acme",
+            Request::between(0, 9),
+            late,
+            OpId::random(),
+        )
         .await
         .unwrap();
     assert_eq!(got, want, "the expired transfer's copy is free again");
@@ -109,15 +196,36 @@ async fn a_survivor_releases_the_holds_of_a_server_whose_heartbeat_lapsed() {
     let dead = store(&server.url(), &prefix, 600).await;
     let alive = store(&server.url(), &prefix, 600).await;
     assert_ne!(dead.server_id(), alive.server_id());
-    dead.reserve(&pool, &l, "acme", Request::exactly(4), Nanos::ZERO)
+    dead.reserve(
+        &pool,
+        &l,
+        "acme",
+        Request::exactly(4),
+        Nanos::ZERO,
+        OpId::random(),
+    )
+    .await
+    .unwrap();
+    alive
+        .reserve(
+            &pool,
+            &l,
+            "acme",
+            Request::exactly(3),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap();
     alive
-        .reserve(&pool, &l, "acme", Request::exactly(3), Nanos::ZERO)
-        .await
-        .unwrap();
-    alive
-        .reserve(&pool, &l, "globex", Request::exactly(2), Nanos::ZERO)
+        .reserve(
+            &pool,
+            &l,
+            "globex",
+            Request::exactly(2),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap();
     assert_eq!(holds(&alive, &pool, "acme").await, (7, 9));
@@ -133,14 +241,40 @@ async fn a_survivor_releases_the_holds_of_a_server_whose_heartbeat_lapsed() {
     .await;
     // The dead server cannot come back and hold copies again.
     let err = dead
-        .reserve(&pool, &l, "acme", Request::exactly(1), Nanos::ZERO)
+        .reserve(
+            &pool,
+            &l,
+            "acme",
+            Request::exactly(1),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
     // Its survivor's own holds are untouched and release normally.
-    alive.release(&pool, "acme", &Vec::new(), 3).await.unwrap();
     alive
-        .release(&pool, "globex", &Vec::new(), 2)
+        .release(
+            Held {
+                pool: &pool,
+                domain: "acme",
+                groups: &Vec::new(),
+                copies: 3,
+            },
+            OpId::random(),
+        )
+        .await
+        .unwrap();
+    alive
+        .release(
+            Held {
+                pool: &pool,
+                domain: "globex",
+                groups: &Vec::new(),
+                copies: 2,
+            },
+            OpId::random(),
+        )
         .await
         .unwrap();
     assert_eq!(holds(&alive, &pool, "acme").await, (0, 0));
@@ -158,7 +292,14 @@ async fn a_survivor_releases_the_holds_of_a_server_whose_heartbeat_lapsed() {
     assert!(pttl > 86_000_000 && pttl <= 86_400_000, "PTTL {pttl}");
     // A new hold makes the pool persistent again.
     alive
-        .reserve(&pool, &l, "acme", Request::exactly(1), Nanos::ZERO)
+        .reserve(
+            &pool,
+            &l,
+            "acme",
+            Request::exactly(1),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap();
     assert_eq!(server.command(&format!("PTTL {}", pool_keys[0])), ":-1");
@@ -179,6 +320,7 @@ async fn a_server_that_was_declared_dead_resigns() {
             "acme",
             Request::exactly(1),
             Nanos::ZERO,
+            OpId::random(),
         )
         .await
         .unwrap();
@@ -205,9 +347,16 @@ async fn a_server_starting_alone_clears_holds_left_by_a_previous_generation() {
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(10, None);
     let old = store(&server.url(), &prefix, 300).await;
-    old.reserve(&pool, &l, "acme", Request::exactly(6), Nanos::ZERO)
-        .await
-        .unwrap();
+    old.reserve(
+        &pool,
+        &l,
+        "acme",
+        Request::exactly(6),
+        Nanos::ZERO,
+        OpId::random(),
+    )
+    .await
+    .unwrap();
     // The old generation's live-set entry vanishes (as if Redis had lost
     // it) while its holds stay: only the orphan sweep can find them.
     assert_eq!(server.command(&format!("DEL {prefix}{{srv}}:alive")), ":1");
@@ -216,8 +365,21 @@ async fn a_server_starting_alone_clears_holds_left_by_a_previous_generation() {
     assert_eq!(holds(&fresh, &pool, "acme").await, (0, 0));
 }
 
+fn held<'a>(pool: &'a PoolKey, groups: &'a Vec<String>, copies: u64) -> Held<'a> {
+    Held {
+        pool,
+        domain: "acme",
+        groups,
+        copies,
+    }
+}
+
+/// Issue 16 item 1: copy operations sent while Redis stalls longer than a
+/// decision may wait are not given up (their outcome would be unknown):
+/// they wait for Redis and are applied exactly once, and the server, whose
+/// heartbeats get through between stalls, keeps every hold.
 #[tokio::test]
-async fn a_server_keeps_its_holds_while_redis_is_only_slow() {
+async fn copy_operations_during_stalls_are_applied_once_and_the_server_keeps_its_holds() {
     let server = RedisServer::start_with(&["--enable-debug-command", "yes"]);
     let mut o = RedisOptions::new(server.url());
     o.prefix = unique_prefix();
@@ -227,16 +389,24 @@ async fn a_server_keeps_its_holds_while_redis_is_only_slow() {
     let s = RedisStore::connect(o).await.unwrap();
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(10, None);
-    s.reserve(&pool, &l, "acme", Request::exactly(2), Nanos::ZERO)
-        .await
-        .unwrap();
+    let none = Vec::new();
+    s.reserve(
+        &pool,
+        &l,
+        "acme",
+        Request::exactly(2),
+        Nanos::ZERO,
+        OpId::random(),
+    )
+    .await
+    .unwrap();
     let beating = tokio::spawn({
         let s = s.clone();
         async move { s.heartbeat().await }
     });
     // Redis stalls for 300 ms at a time, ten times in a row: every
-    // heartbeat waits behind a stall, longer than a decision may wait but
-    // well within the heartbeat TTL.
+    // heartbeat and copy operation waits behind a stall, longer than a
+    // decision may wait but within the heartbeat TTL.
     let stalls = std::thread::spawn({
         let mut con = server.connection();
         move || {
@@ -250,37 +420,248 @@ async fn a_server_keeps_its_holds_while_redis_is_only_slow() {
         }
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
-    // Copy operations during a stall fail fast instead of waiting; Redis
-    // applies each after the stall all the same, and the store takes it
-    // back, so that "failed" means nothing changed.
-    let none = Vec::new();
-    let failed = [
-        s.reserve(&pool, &l, "acme", Request::exactly(1), Nanos::ZERO)
-            .await
-            .map(|_| ()),
-        s.release(&pool, "acme", &none, 1).await,
-        s.transfer(&pool, "acme", &none, 1, Nanos::from_secs(600), Nanos::ZERO)
-            .await
-            .map(|_| ()),
-    ];
-    for r in failed {
-        assert!(matches!(r, Err(StoreError::Unavailable(_))), "{r:?}");
-    }
+    let r = s
+        .reserve(
+            &pool,
+            &l,
+            "acme",
+            Request::exactly(1),
+            Nanos::ZERO,
+            OpId::random(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.granted, 1);
+    s.release(held(&pool, &none, 1), OpId::random())
+        .await
+        .unwrap();
+    let id = s
+        .transfer(
+            held(&pool, &none, 1),
+            Nanos::from_secs(600),
+            Nanos::ZERO,
+            OpId::random(),
+        )
+        .await
+        .unwrap();
     tokio::task::spawn_blocking(move || stalls.join().unwrap())
         .await
         .unwrap();
-    common::eventually(Duration::from_secs(10), || async {
-        holds(&s, &pool, "acme").await == (2, 2)
-    })
-    .await;
-    // The server never resigned: its heartbeats got through, and its holds
-    // are exactly its own two.
+    // Two held: 2 + 1 - 1 - 1 staged, and the staged one still counts.
+    assert_eq!(holds(&s, &pool, "acme").await, (2, 2));
+    // The server never resigned: its heartbeats got through.
     assert!(!beating.is_finished(), "resigned: {:?}", beating.await);
     assert!(matches!(
-        s.release(&pool, "acme", &none, 3).await,
-        Err(StoreError::Copy(CopyError::NotHeld { held: 2, .. }))
+        s.release(held(&pool, &none, 2), OpId::random()).await,
+        Err(StoreError::Copy(CopyError::NotHeld { held: 1, .. }))
     ));
-    s.release(&pool, "acme", &none, 2).await.unwrap();
+    s.seize(id, Nanos::ZERO, OpId::random()).await.unwrap();
+    s.release(held(&pool, &none, 2), OpId::random())
+        .await
+        .unwrap();
     assert_eq!(holds(&s, &pool, "acme").await, (0, 0));
     beating.abort();
+}
+
+/// The copy log applies an operation at most once however often it is
+/// sent: a resent reserve, release or seize answers what it answered the
+/// first time and changes nothing more.
+#[tokio::test]
+async fn a_resent_operation_is_applied_once() {
+    let server = RedisServer::start();
+    let s = store(&server.url(), &unique_prefix(), 5_000).await;
+    let pool = PoolKey::new("ns", "db");
+    let l = CopyLimits::new(10, None);
+    let none = Vec::new();
+    let op = OpId::random();
+    let first = s
+        .reserve(&pool, &l, "acme", Request::exactly(3), Nanos::ZERO, op)
+        .await
+        .unwrap();
+    let again = s
+        .reserve(&pool, &l, "acme", Request::exactly(3), Nanos::ZERO, op)
+        .await
+        .unwrap();
+    assert_eq!((first.granted, again.granted), (3, 3));
+    assert_eq!(again.context.domain_holds, 3, "the first answer, again");
+    assert_eq!(holds(&s, &pool, "acme").await, (3, 3), "counted once");
+    let op = OpId::random();
+    s.release(held(&pool, &none, 1), op).await.unwrap();
+    s.release(held(&pool, &none, 1), op).await.unwrap();
+    assert_eq!(holds(&s, &pool, "acme").await, (2, 2), "released once");
+    let id = s
+        .transfer(
+            held(&pool, &none, 2),
+            Nanos::from_secs(60),
+            Nanos::ZERO,
+            OpId::random(),
+        )
+        .await
+        .unwrap();
+    let op = OpId::random();
+    let seized = s.seize(id, Nanos::ZERO, op).await.unwrap();
+    let twice = s.seize(id, Nanos::ZERO, op).await.unwrap();
+    assert_eq!(seized, twice, "a resent seize finds what the first took");
+    assert!(matches!(
+        s.seize(id, Nanos::ZERO, OpId::random()).await,
+        Err(StoreError::Copy(CopyError::UnknownTransfer))
+    ));
+    s.release(held(&pool, &none, 2), OpId::random())
+        .await
+        .unwrap();
+    assert_eq!(holds(&s, &pool, "acme").await, (0, 0));
+}
+
+/// Issue 16 item 3: seizes of made-up transfer ids leave nothing behind:
+/// no registration of a pool, no state of this server to sweep.
+#[tokio::test]
+async fn seizes_of_unknown_transfers_leave_nothing_in_redis() {
+    let server = RedisServer::start();
+    let prefix = unique_prefix();
+    let s = store(&server.url(), &prefix, 5_000).await;
+    let before = server.keys(&prefix);
+    for i in 0..200u64 {
+        let id = tollgate_core::copies::TransferId(
+            u128::from(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)) << 64 | 7,
+        );
+        assert!(matches!(
+            s.seize(id, Nanos::ZERO, OpId::random()).await,
+            Err(StoreError::Copy(CopyError::UnknownTransfer))
+        ));
+    }
+    s.sweep(Nanos::ZERO).await;
+    assert_eq!(server.keys(&prefix), before, "no key was written");
+    assert_eq!(s.tracked_pools(), 0, "and nothing is kept to sweep");
+}
+
+/// A pool's registration is withdrawn once this server holds nothing
+/// there, so pools used once do not pile up in the registration set.
+#[tokio::test]
+async fn the_registration_of_a_pool_held_no_more_is_withdrawn() {
+    let server = RedisServer::start();
+    let prefix = unique_prefix();
+    let s = store(&server.url(), &prefix, 5_000).await;
+    let none = Vec::new();
+    for i in 0..20 {
+        let pool = PoolKey::new("ns", &format!("made-up-{i}"));
+        s.reserve(
+            &pool,
+            &CopyLimits::new(5, None),
+            "acme",
+            Request::exactly(1),
+            Nanos::ZERO,
+            OpId::random(),
+        )
+        .await
+        .unwrap();
+        s.release(held(&pool, &none, 1), OpId::random())
+            .await
+            .unwrap();
+    }
+    let registrations = format!("{prefix}{{srv}}:pools:{}", s.server_id());
+    assert_eq!(server.command(&format!("SCARD {registrations}")), ":20");
+    s.sweep(Nanos::ZERO).await;
+    assert_eq!(server.command(&format!("SCARD {registrations}")), ":0");
+    assert_eq!(s.tracked_pools(), 0);
+    // No pool is left, only the replies of applied operations, which
+    // expire on their own.
+    for key in server.keys(&format!("{prefix}{{c:")) {
+        assert!(key.contains(":op:"), "{key} is left");
+        let ttl: i64 = server.command(&format!("PTTL {key}"))[1..].parse().unwrap();
+        assert!(ttl > 0, "{key} expires");
+    }
+}
+
+/// Issue 16 item 8: Redis restarts empty under a server that holds copies.
+/// The server does not resign (nobody declared it dead): it joins again
+/// and counts its holds again, so the limits hold and its holds release.
+#[tokio::test]
+async fn a_redis_that_restarts_empty_costs_its_counts_not_the_server() {
+    let mut server = RedisServer::start();
+    let prefix = unique_prefix();
+    let s = store(&server.url(), &prefix, 600).await;
+    let pool = PoolKey::new("ns", "db");
+    let l = CopyLimits::new(3, None);
+    let none = Vec::new();
+    s.reserve(
+        &pool,
+        &l,
+        "acme",
+        Request::exactly(3),
+        Nanos::ZERO,
+        OpId::random(),
+    )
+    .await
+    .unwrap();
+    let beating = tokio::spawn({
+        let s = s.clone();
+        async move { s.heartbeat().await }
+    });
+    server.restart();
+    // The heartbeat finds itself gone though nobody declared it dead, and
+    // counts its holds again.
+    common::eventually(Duration::from_secs(20), || async {
+        holds(&s, &pool, "acme").await == (3, 3)
+    })
+    .await;
+    assert!(!beating.is_finished(), "resigned: {:?}", beating.await);
+    // The limit holds again, and the holds release.
+    let r = s
+        .reserve(
+            &pool,
+            &l,
+            "acme",
+            Request::exactly(1),
+            Nanos::ZERO,
+            OpId::random(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.granted, 0);
+    s.release(held(&pool, &none, 3), OpId::random())
+        .await
+        .unwrap();
+    assert_eq!(holds(&s, &pool, "acme").await, (0, 0));
+    beating.abort();
+}
+
+/// The same loss found by a copy operation before any heartbeat: the pool
+/// no longer has this server's contribution, so it counts it again first.
+#[tokio::test]
+async fn a_pool_redis_lost_is_counted_again_by_the_next_operation() {
+    let server = RedisServer::start();
+    let prefix = unique_prefix();
+    let s = store(&server.url(), &prefix, 5_000).await;
+    let pool = PoolKey::new("ns", "db");
+    let l = CopyLimits::new(3, None);
+    let none = Vec::new();
+    s.reserve(
+        &pool,
+        &l,
+        "acme",
+        Request::exactly(2),
+        Nanos::ZERO,
+        OpId::random(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(server.command("FLUSHALL"), "+OK");
+    // Without the recount this would grant 3 (and the release below would
+    // be refused as not held).
+    let r = s
+        .reserve(
+            &pool,
+            &l,
+            "acme",
+            Request::between(1, 3),
+            Nanos::ZERO,
+            OpId::random(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.granted, 1, "two were counted again first");
+    s.release(held(&pool, &none, 3), OpId::random())
+        .await
+        .unwrap();
+    assert_eq!(holds(&s, &pool, "acme").await, (0, 0));
 }

@@ -18,7 +18,7 @@ use tollgate_core::{Align, FixedWindow, Limit, Mode, Nanos, Request};
 use tollgate_redis::conn::{ClientCert, TlsPart};
 use tollgate_redis::testing::{RedisCluster, TestCerts};
 use tollgate_redis::{ConnectError, RedisOptions, RedisStore};
-use tollgate_store::{Key, LimitId, Plan, PoolKey, Store};
+use tollgate_store::{Held, Key, LimitId, OpId, Plan, PoolKey, Store};
 
 /// Options for `url` trusting `ca`, presenting `client` if any.
 fn options(url: &str, ca: Option<&TestCerts>, client: Option<ClientCert>) -> RedisOptions {
@@ -55,21 +55,50 @@ async fn decides_and_holds(store: &RedisStore) {
     let pool = PoolKey::new("ns", "db");
     let limits = CopyLimits::new(5, Some(5));
     let first = store
-        .reserve(&pool, &limits, "acme", Request::exactly(4), Nanos::ZERO)
+        .reserve(
+            &pool,
+            &limits,
+            "acme",
+            Request::exactly(4),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap();
     assert_eq!(first.granted, 4);
     let second = store
-        .reserve(&pool, &limits, "acme", Request::between(1, 3), Nanos::ZERO)
+        .reserve(
+            &pool,
+            &limits,
+            "acme",
+            Request::between(1, 3),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap();
     assert_eq!(second.granted, 1);
     store
-        .release(&pool, "acme", &first.groups, 4)
+        .release(
+            Held {
+                pool: &pool,
+                domain: "acme",
+                groups: &first.groups,
+                copies: 4,
+            },
+            OpId::random(),
+        )
         .await
         .unwrap();
     let third = store
-        .reserve(&pool, &limits, "acme", Request::between(1, 9), Nanos::ZERO)
+        .reserve(
+            &pool,
+            &limits,
+            "acme",
+            Request::between(1, 9),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap();
     assert_eq!(third.granted, 4);

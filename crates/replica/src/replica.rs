@@ -37,14 +37,13 @@ use std::sync::Arc;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use rand::Rng;
 use smallvec::SmallVec;
-use tollgate_core::copies::{CopyLimits, Groups, Reservation, TransferId};
 use tollgate_core::plan::{self, PlanEntry};
 use tollgate_core::replicated::strategy::{
     Mark, Payload, ReplicatedLimit, ReplicatedState, Replication, StrategyKind,
 };
 use tollgate_core::replicated::NodeId;
 use tollgate_core::{Algorithm, Limit, LimitState, Mode, Nanos, PlanDecision, Rate, Request};
-use tollgate_store::{Key, LimitId, Plan, PlanItem, PoolKey, Seized, Store, StoreError};
+use tollgate_store::{Key, LimitId, Plan, PlanItem, Store, StoreError};
 
 use crate::metrics as m;
 
@@ -1096,14 +1095,6 @@ impl ReplicaStore {
     }
 }
 
-fn no_copies() -> StoreError {
-    StoreError::Unsupported(
-        "copy-limited resources need the Redis store; a replicated cluster has no single owner \
-         of truth"
-            .into(),
-    )
-}
-
 impl Store for ReplicaStore {
     async fn decide(
         &self,
@@ -1113,43 +1104,6 @@ impl Store for ReplicaStore {
         mode: Mode,
     ) -> Result<PlanDecision, StoreError> {
         self.replica.decide_now(plan, now, request, mode)
-    }
-
-    async fn reserve(
-        &self,
-        _pool: &PoolKey,
-        _limits: &CopyLimits,
-        _domain: &str,
-        _request: Request,
-        _now: Nanos,
-    ) -> Result<Reservation, StoreError> {
-        Err(no_copies())
-    }
-
-    async fn release(
-        &self,
-        _pool: &PoolKey,
-        _domain: &str,
-        _groups: &Groups,
-        _copies: u64,
-    ) -> Result<(), StoreError> {
-        Err(no_copies())
-    }
-
-    async fn transfer(
-        &self,
-        _pool: &PoolKey,
-        _domain: &str,
-        _groups: &Groups,
-        _copies: u64,
-        _ttl: Nanos,
-        _now: Nanos,
-    ) -> Result<TransferId, StoreError> {
-        Err(no_copies())
-    }
-
-    async fn seize(&self, _id: TransferId, _now: Nanos) -> Result<Seized, StoreError> {
-        Err(no_copies())
     }
 
     async fn sweep(&self, now: Nanos) {

@@ -1,14 +1,13 @@
-//! The state every surface shares: the limiter, the sessions, the config's
-//! status, the metrics handle.
+//! The state every surface shares: the service (limiter, sessions, clock),
+//! the config's status, the metrics handle.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tollgate_config::Config;
-use tollgate_service::{Limiter, SessionLimits, Sessions, View};
+use tollgate_core::Nanos;
+use tollgate_service::{Clock, Limiter, Service, ServiceOptions, Sessions, View};
 use tollgate_store::Store;
-
-use crate::clock;
 
 /// What `/status` reports of the config in force.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -41,10 +40,8 @@ pub struct ApiPart {
 
 /// Shared server state.
 pub struct App<S> {
-    /// Decides requests.
-    pub limiter: Limiter<S>,
-    /// Open sessions and HTTP holds.
-    pub sessions: Sessions,
+    /// Decides requests, owns sessions, reads the clock.
+    pub service: Arc<Service<S>>,
     config: Mutex<(Arc<Config>, ConfigStatus)>,
     /// The newest part of the config the config API sent, if the server
     /// follows one (in force unless `/status` reports it refused).
@@ -65,23 +62,24 @@ pub struct App<S> {
 }
 
 impl<S: Store> App<S> {
-    /// An app over `store` with `config`, loaded from `source`; an error
-    /// says why the store cannot serve the config
-    /// ([`Limiter::compile`]).
+    /// An app over `store` with `config`, loaded from `source`, reading
+    /// time from `clock`; an error says why the store cannot serve the
+    /// config ([`Limiter::compile`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: S,
         store_name: &'static str,
         config: Config,
         source: Option<PathBuf>,
         warnings: Vec<String>,
-        session_limits: SessionLimits,
+        options: ServiceOptions,
+        clock: Arc<dyn Clock>,
     ) -> Result<App<S>, String> {
-        let now = clock::now();
+        let now = clock.now();
         let limiter = Limiter::new(store, View::default());
         limiter.set_view(limiter.compile(&config, now)?);
         Ok(App {
-            limiter,
-            sessions: Sessions::new(session_limits),
+            service: Arc::new(Service::new(limiter, clock, options)),
             config: Mutex::new((
                 Arc::new(config),
                 ConfigStatus {
@@ -101,6 +99,21 @@ impl<S: Store> App<S> {
             started: std::time::Instant::now(),
             stopping: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// The limiter.
+    pub fn limiter(&self) -> &Limiter<S> {
+        self.service.limiter()
+    }
+
+    /// Open sessions and HTTP holds.
+    pub fn sessions(&self) -> &Sessions {
+        self.service.sessions()
+    }
+
+    /// Now, by the app's clock.
+    pub fn now(&self) -> Nanos {
+        self.service.now()
     }
 
     /// Whether shutdown has begun (`/readyz` then answers 503).
@@ -128,9 +141,9 @@ impl<S: Store> App<S> {
     /// parameters did not change keep their state (their ids are
     /// fingerprints of their parameters).
     fn install(&self, config: Config, view: View, warnings: Vec<String>) -> u64 {
-        let now = clock::now();
+        let now = self.now();
         let mut guard = self.lock();
-        self.limiter.set_view(view);
+        self.limiter().set_view(view);
         guard.0 = Arc::new(config);
         guard.1.revision += 1;
         guard.1.loaded_at_ms = now.as_u64() / 1_000_000;
@@ -200,14 +213,14 @@ impl<S: Store> App<S> {
     /// ([`Limiter::compile`]): limits whose parameters did not change keep
     /// their state. Otherwise changes nothing and says why.
     pub fn try_install(&self, config: Config, warnings: Vec<String>) -> Result<u64, String> {
-        let view = self.limiter.compile(&config, clock::now())?;
+        let view = self.limiter().compile(&config, self.now())?;
         Ok(self.install(config, view, warnings))
     }
 
     /// Whether the server should receive traffic: not stopping, and its
     /// store can decide.
     pub fn is_ready(&self) -> bool {
-        !self.is_stopping() && self.limiter.store().is_ready()
+        !self.is_stopping() && self.limiter().store().is_ready()
     }
 
     /// Records a refused reload: the old config keeps serving.

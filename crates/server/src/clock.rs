@@ -1,20 +1,6 @@
-//! The server's clock: Unix-epoch nanoseconds, the core's time.
+//! The server's time helpers. Surfaces read the time from the app's
+//! injected [`tollgate_service::Clock`] (`App::now`); these free functions
+//! remain for callers outside a server (the config API, the gossip
+//! runtime's setup).
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
-use tollgate_core::Nanos;
-
-/// Now, in Unix-epoch nanoseconds (zero if the system clock is before
-/// 1970, which no limit can be harmed by).
-pub fn now() -> Nanos {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    Nanos::new(u64::try_from(since).unwrap_or(u64::MAX))
-}
-
-/// Milliseconds as [`Nanos`], saturating.
-pub fn ms(ms: u64) -> Nanos {
-    Nanos::new(ms.saturating_mul(1_000_000))
-}
+pub use tollgate_service::clock::{ms, system_now as now};

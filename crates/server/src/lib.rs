@@ -250,8 +250,8 @@ impl<S: Store> Server<S> {
         let ((grpc_result, http_result), ()) = tokio::join!(servers, signal);
         let _ = housekeeping.await;
         // Sessions end with their streams; anything left (HTTP holds) is
-        // released here.
-        let released = app.sessions.close_all(&app.limiter).await;
+        // released here, waiting for the store at most the grace period.
+        let released = app.service.close_all(grace).await;
         if let Some(log) = &app.decision_log {
             log.close();
         }
@@ -276,18 +276,18 @@ async fn housekeeping<S: Store>(
             _ = tick.tick() => {}
             _ = stop.wait_for(|s| *s) => return,
         }
-        let now = clock::now();
-        let lapsed = app.sessions.reap(&app.limiter, now).await;
+        let now = app.now();
+        let lapsed = app.service.reap();
         if lapsed > 0 {
             ::metrics::counter!(metrics::LAPSED).increment(lapsed as u64);
             tracing::debug!(lapsed, "released lapsed HTTP holds");
         }
-        app.limiter.store().sweep(now).await;
+        app.limiter().store().sweep(now).await;
         if let Some(handle) = &app.metrics {
             // Drains histogram samples even when nothing scrapes.
             handle.run_upkeep();
         }
-        ::metrics::gauge!(metrics::SESSIONS).set(app.sessions.len() as f64);
+        ::metrics::gauge!(metrics::SESSIONS).set(app.sessions().len() as f64);
         reported = report_holds(&app, reported);
     }
 }
@@ -299,9 +299,9 @@ fn report_holds<S: Store>(
     app: &App<S>,
     before: std::collections::HashSet<String>,
 ) -> std::collections::HashSet<String> {
-    let view = app.limiter.view();
+    let view = app.limiter().view();
     let mut now: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
-    for (pool, held) in app.sessions.holds_by_pool() {
+    for (pool, held) in app.sessions().holds_by_pool() {
         let (ns, resource) = pool.0.split_once('/').unwrap_or((&pool.0, ""));
         let known = view
             .namespace(ns)

@@ -18,7 +18,7 @@ use tokio_stream::StreamExt;
 use tollgate_core::copies::TransferId;
 use tollgate_core::Request as Hits;
 use tollgate_proto::v1::{self, session_request::Op, session_response::Result as Answer};
-use tollgate_service::{ServiceError, Session};
+use tollgate_service::{ServiceError, Session, Target};
 use tollgate_store::Store;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -46,8 +46,8 @@ pub async fn rate<S: Store>(
     req: &v1::RateRequest,
 ) -> Result<v1::RateResponse, ServiceError> {
     let started = Instant::now();
-    let now = clock::now();
-    let result = app.limiter.request(&convert::rate_request(req), now).await;
+    let now = app.now();
+    let result = app.service.request(&convert::rate_request(req)).await;
     metrics::histogram!(m::LATENCY, "surface" => surface).record(started.elapsed().as_secs_f64());
     match result {
         Ok(o) => {
@@ -123,8 +123,8 @@ impl<S: Store> v1::tollgate_server::Tollgate for Native<S> {
             config_last_error: config.last_error,
             config_warnings: config.warnings,
             config_api_revision: config.api_revision,
-            sessions_open: app.sessions.len() as u64,
-            sessions_opened: app.sessions.opened(),
+            sessions_open: app.sessions().len() as u64,
+            sessions_opened: app.sessions().opened(),
         }))
     }
 
@@ -134,12 +134,7 @@ impl<S: Store> v1::tollgate_server::Tollgate for Native<S> {
         &self,
         request: Request<Streaming<v1::SessionRequest>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
-        let session = self
-            .app
-            .sessions
-            .open(None, clock::now())
-            .map_err(|e| status(&e))?;
-        metrics::gauge!(m::SESSIONS).set(self.app.sessions.len() as f64);
+        let session = self.app.service.open(None).map_err(|e| status(&e))?;
         let (tx, rx) = mpsc::channel(16);
         let app = Arc::clone(&self.app);
         let shutdown = self.shutdown.clone();
@@ -155,7 +150,7 @@ impl<S: Store> v1::tollgate_server::Tollgate for Native<S> {
         tokio::spawn(async move {
             if task.await.is_err() {
                 tracing::error!(session = %session.id(), "a session task failed; releasing its holds");
-                app.sessions.close(&app.limiter, &session).await;
+                app.service.close(&session).await;
             }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
@@ -194,9 +189,10 @@ async fn run_session<S: Store>(
         let reply = answer(&app, &session, message.op).await;
         let closing = matches!(reply, Some(Answer::Closed(_)));
         if closing {
-            // Released before the answer, so a client that saw `closed`
-            // knows its holds are gone.
-            app.sessions.close(&app.limiter, &session).await;
+            // Released before the answer (unless the store does not confirm
+            // within the copy deadline; the releases go on regardless), so a
+            // client that saw `closed` knows its holds are gone.
+            app.service.close(&session).await;
         }
         let response = v1::SessionResponse {
             id: message.id,
@@ -212,13 +208,12 @@ async fn run_session<S: Store>(
             break;
         }
     }
-    let released = app.sessions.close(&app.limiter, &session).await;
-    metrics::gauge!(m::SESSIONS).set(app.sessions.len() as f64);
-    tracing::debug!(session = %id, released, "session ended");
+    let closed = app.service.close(&session).await;
+    tracing::debug!(session = %id, released = closed.released, "session ended");
 }
 
 /// Answers one session operation.
-async fn answer<S: Store>(app: &App<S>, session: &Session, op: Option<Op>) -> Option<Answer> {
+async fn answer<S: Store>(app: &App<S>, session: &Arc<Session>, op: Option<Op>) -> Option<Answer> {
     let result = match op {
         None => Err(ServiceError::Malformed(
             "a session request needs an operation".into(),
@@ -249,19 +244,15 @@ fn groups(named: &[String]) -> Option<&[String]> {
 /// Reserves into `session`.
 pub async fn reserve<S: Store>(
     app: &App<S>,
-    session: &Session,
+    session: &Arc<Session>,
     r: &v1::ReserveRequest,
 ) -> Result<v1::ReserveResponse, ServiceError> {
     let reservation = app
-        .sessions
+        .service
         .reserve(
-            &app.limiter,
             session,
-            &r.namespace,
-            &r.resource,
-            &r.domain,
+            target(&r.namespace, &r.resource, &r.domain),
             Hits::between(r.min_copies.unwrap_or(r.copies), r.copies),
-            clock::now(),
         )
         .await?;
     Ok(convert::reserve_response(&reservation))
@@ -270,17 +261,14 @@ pub async fn reserve<S: Store>(
 /// Releases from `session`.
 pub async fn release<S: Store>(
     app: &App<S>,
-    session: &Session,
+    session: &Arc<Session>,
     r: &v1::ReleaseRequest,
 ) -> Result<v1::ReleaseResponse, ServiceError> {
     let done = app
-        .sessions
+        .service
         .release(
-            &app.limiter,
             session,
-            &r.namespace,
-            &r.resource,
-            &r.domain,
+            target(&r.namespace, &r.resource, &r.domain),
             groups(&r.groups),
             r.copies,
         )
@@ -291,27 +279,33 @@ pub async fn release<S: Store>(
     })
 }
 
+/// The longest a transfer may stay staged: copies nobody seizes are
+/// released by then at the latest.
+pub const MAX_TRANSFER_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+
 /// Transfers from `session`.
 pub async fn transfer<S: Store>(
     app: &App<S>,
-    session: &Session,
+    session: &Arc<Session>,
     r: &v1::TransferRequest,
 ) -> Result<v1::TransferResponse, ServiceError> {
     if r.ttl_ms == 0 {
         return Err(ServiceError::Malformed("ttl_ms must be at least 1".into()));
     }
+    if r.ttl_ms > MAX_TRANSFER_TTL_MS {
+        return Err(ServiceError::Malformed(format!(
+            "ttl_ms must be at most {MAX_TRANSFER_TTL_MS} (24 h): staged copies nobody seizes are \
+             held until then"
+        )));
+    }
     let id = app
-        .sessions
+        .service
         .transfer(
-            &app.limiter,
             session,
-            &r.namespace,
-            &r.resource,
-            &r.domain,
+            target(&r.namespace, &r.resource, &r.domain),
             groups(&r.groups),
             r.copies,
             clock::ms(r.ttl_ms),
-            clock::now(),
         )
         .await?;
     Ok(v1::TransferResponse {
@@ -322,16 +316,21 @@ pub async fn transfer<S: Store>(
 /// Seizes into `session`.
 pub async fn seize<S: Store>(
     app: &App<S>,
-    session: &Session,
+    session: &Arc<Session>,
     r: &v1::SeizeRequest,
 ) -> Result<v1::SeizeResponse, ServiceError> {
     let id: TransferId = r
         .transfer_id
         .parse()
         .map_err(|e| ServiceError::Store(tollgate_store::StoreError::Copy(e)))?;
-    let seized = app
-        .sessions
-        .seize(&app.limiter, session, id, clock::now())
-        .await?;
+    let seized = app.service.seize(session, id).await?;
     Ok(convert::seize_response(&seized))
+}
+
+fn target<'a>(namespace: &'a str, resource: &'a str, domain: &'a str) -> Target<'a> {
+    Target {
+        namespace,
+        resource,
+        domain,
+    }
 }

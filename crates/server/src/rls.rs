@@ -32,7 +32,7 @@ use tonic::{Request, Response, Status};
 
 use crate::app::App;
 use crate::errors::{malformed, status};
-use crate::{clock, decision_log, metrics as m};
+use crate::{decision_log, metrics as m};
 
 /// The response header naming the limit of the descriptor closest to its
 /// limit (envoyproxy/ratelimit's default name).
@@ -125,22 +125,19 @@ async fn answer<S: Store>(
     surface: &'static str,
 ) -> Result<RateLimitResponse, ServiceError> {
     let Checked { descriptors, hits } = check(req)?;
-    let now = clock::now();
+    let now = app.now();
     let outcome = app
-        .limiter
-        .request_descriptors(
-            &DescriptorRequest {
-                namespace: &req.domain,
-                descriptors: &descriptors,
-                hits,
-            },
-            now,
-        )
+        .service
+        .request_descriptors(&DescriptorRequest {
+            namespace: &req.domain,
+            descriptors: &descriptors,
+            hits,
+        })
         .await?;
     // Loaded after the decision: only a reload landing in between could
     // make it differ from the limiter's, and then the freshest limits are
     // the better ones to report.
-    let view = app.limiter.view();
+    let view = app.limiter().view();
     let ns = view.namespace(&req.domain);
     let statuses: Vec<WireStatus> = outcome
         .statuses

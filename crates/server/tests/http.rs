@@ -8,6 +8,7 @@
 mod common;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{eventually, TestServer};
@@ -15,7 +16,7 @@ use reqwest::header::{HeaderMap, ALLOW, CONTENT_TYPE, RETRY_AFTER};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tollgate_server::{clock, App, ServerOptions};
-use tollgate_service::SessionLimits;
+use tollgate_service::{ManualClock, SessionLimits};
 use tollgate_store::MemoryStore;
 
 const CONFIG: &str = r#"
@@ -244,7 +245,7 @@ async fn reserve_release_transfer_and_seize_move_holds() {
     assert_eq!(a.body["global_holds"], 3);
     let second = a.body["hold_id"].as_str().unwrap().to_owned();
     assert_ne!(first, second);
-    assert_eq!(s.app.sessions.len(), 2);
+    assert_eq!(s.app.sessions().len(), 2);
 
     let a = post(&s, "/v1/release", hold_body(&first, "acme", 1)).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.text);
@@ -260,7 +261,7 @@ async fn reserve_release_transfer_and_seize_move_holds() {
     // The first hold gave away its last copy: it is over.
     let a = post(&s, "/v1/release", hold_body(&first, "acme", 1)).await;
     a.error(StatusCode::NOT_FOUND, 5, "unknown_hold");
-    assert_eq!(s.app.sessions.len(), 1);
+    assert_eq!(s.app.sessions().len(), 1);
     // Staged copies still count until seized or expired.
     assert_eq!(holds(&s.app, "acme").await, (2, 2));
 
@@ -272,23 +273,23 @@ async fn reserve_release_transfer_and_seize_move_holds() {
     assert_eq!(a.body["copies"], 1);
     let third = a.body["hold_id"].as_str().unwrap().to_owned();
     assert!(third != first && third != second);
-    assert_eq!(s.app.sessions.len(), 2);
+    assert_eq!(s.app.sessions().len(), 2);
     // A transfer is seized once.
     let a = post(&s, "/v1/seize", json!({ "transfer_id": transfer_id })).await;
     a.error(StatusCode::NOT_FOUND, 5, "unknown_transfer");
-    assert_eq!(s.app.sessions.len(), 2, "a failed seize leaves no hold");
+    assert_eq!(s.app.sessions().len(), 2, "a failed seize leaves no hold");
 
     let a = post(&s, "/v1/release", hold_body(&third, "acme", 1)).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.text);
     assert_eq!(a.body["still_held"], 0);
     assert_eq!(holds(&s.app, "acme").await, (1, 1));
-    assert_eq!(s.app.sessions.len(), 1, "an emptied hold is closed");
+    assert_eq!(s.app.sessions().len(), 1, "an emptied hold is closed");
 
     let a = delete(&s, &format!("/v1/holds/{second}")).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.text);
-    assert_eq!(a.body, json!({ "released": 1 }));
+    assert_eq!(a.body, json!({ "released": 1, "pending": false }));
     assert_eq!(holds(&s.app, "acme").await, (0, 0));
-    assert!(s.app.sessions.is_empty());
+    assert!(s.app.sessions().is_empty());
 }
 
 #[tokio::test]
@@ -301,26 +302,38 @@ async fn a_reserve_that_gets_nothing_is_429_and_leaves_no_hold() {
     assert_eq!(a.body["granted"], 0);
     assert_eq!(a.body["hold_id"], "");
     assert_eq!(a.body["domain_holds"], 3);
-    assert_eq!(s.app.sessions.len(), 1);
+    assert_eq!(s.app.sessions().len(), 1);
     // Asking for nothing can only get nothing: refused outright.
     let a = post(&s, "/v1/reserve", reserve("acme", 0)).await;
     a.error(StatusCode::BAD_REQUEST, 3, "malformed_request");
-    assert_eq!(s.app.sessions.len(), 1);
+    assert_eq!(s.app.sessions().len(), 1);
 }
 
 #[tokio::test]
 async fn a_hold_whose_lease_lapses_is_released() {
-    let s = TestServer::start(CONFIG).await;
+    let clock = Arc::new(ManualClock::new(clock::now()));
+    let s = TestServer::start_clocked(CONFIG, Arc::clone(&clock)).await;
     let mut r = reserve("acme", 2);
     r["lease_ms"] = json!(50);
     let a = post(&s, "/v1/reserve", r).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.text);
     let id = a.body["hold_id"].as_str().unwrap().to_owned();
+    // Housekeeping runs all the while; the hold outlives it until its
+    // lease ends by the server's clock.
+    clock.advance(Duration::from_millis(49));
+    let a = post(
+        &s,
+        &format!("/v1/holds/{id}/renew"),
+        json!({ "lease_ms": 50 }),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "a live hold renews: {}", a.text);
+    clock.advance(Duration::from_millis(50));
     eventually_async("the lapsed hold's copies are released", || async {
         holds(&s.app, "acme").await == (0, 0)
     })
     .await;
-    eventually("the lapsed hold is gone", || s.app.sessions.is_empty()).await;
+    eventually("the lapsed hold is gone", || s.app.sessions().is_empty()).await;
     // A later reserve sees none of it, and the id is dead.
     let a = post(&s, "/v1/reserve", reserve("acme", 3)).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.text);
@@ -331,7 +344,8 @@ async fn a_hold_whose_lease_lapses_is_released() {
 
 #[tokio::test]
 async fn renewing_keeps_a_hold_past_its_first_lease() {
-    let s = TestServer::start(CONFIG).await;
+    let clock = Arc::new(ManualClock::new(clock::now()));
+    let s = TestServer::start_clocked(CONFIG, Arc::clone(&clock)).await;
     let mut r = reserve("acme", 1);
     r["lease_ms"] = json!(500);
     let kept = post(&s, "/v1/reserve", r.clone()).await;
@@ -339,7 +353,7 @@ async fn renewing_keeps_a_hold_past_its_first_lease() {
     let kept = kept.body["hold_id"].as_str().unwrap().to_owned();
     let first_expiry = s
         .app
-        .sessions
+        .sessions()
         .get(kept.parse().unwrap())
         .unwrap()
         .expires_at()
@@ -357,16 +371,19 @@ async fn renewing_keeps_a_hold_past_its_first_lease() {
     assert_eq!(a.status, StatusCode::OK, "{}", a.text);
     assert_eq!(a.body["hold_id"], kept.as_str());
     let expires_at_ms = a.body["expires_at_ms"].as_u64().unwrap();
-    assert!(expires_at_ms > first_expiry.as_u64() / 1_000_000 + 500_000);
+    assert_eq!(
+        expires_at_ms,
+        first_expiry.as_u64() / 1_000_000 - 500 + 600_000
+    );
 
-    // The control lapsing shows housekeeping ran after the first lease
-    // would have ended; the renewed hold survived it.
+    // Past the first lease: the control lapses and is reaped; the renewed
+    // hold survives.
+    clock.advance(Duration::from_millis(501));
     eventually_async("the control's lease lapses and is reaped", || async {
         holds(&s.app, "acme").await == (1, 1)
     })
     .await;
-    assert!(clock::now() > first_expiry);
-    assert_eq!(s.app.sessions.len(), 1);
+    assert_eq!(s.app.sessions().len(), 1);
 
     // No body: renewed by its own (now long) lease.
     let r = reqwest::Client::new()
@@ -376,7 +393,10 @@ async fn renewing_keeps_a_hold_past_its_first_lease() {
         .unwrap();
     let a = Answer::from(r).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.text);
-    assert!(a.body["expires_at_ms"].as_u64().unwrap() >= expires_at_ms);
+    assert_eq!(
+        a.body["expires_at_ms"].as_u64().unwrap(),
+        expires_at_ms + 501
+    );
 
     let a = post(&s, "/v1/release", hold_body(&kept, "acme", 1)).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.text);
@@ -393,7 +413,7 @@ async fn deleting_a_hold_releases_everything_in_it() {
     assert_eq!(a.status, StatusCode::OK, "{}", a.text);
     assert_eq!(a.body["released"], 3);
     assert_eq!(holds(&s.app, "acme").await, (0, 0));
-    assert!(s.app.sessions.is_empty());
+    assert!(s.app.sessions().is_empty());
     let a = delete(&s, &format!("/v1/holds/{id}")).await;
     a.error(StatusCode::NOT_FOUND, 5, "unknown_hold");
 }
@@ -435,7 +455,10 @@ async fn service_errors_have_their_status_and_reason() {
     r["resource"] = json!("api");
     let a = post(&s, "/v1/reserve", r).await;
     a.error(StatusCode::CONFLICT, 9, "wrong_resource_kind");
-    assert!(s.app.sessions.is_empty(), "a failed reserve leaves no hold");
+    assert!(
+        s.app.sessions().is_empty(),
+        "a failed reserve leaves no hold"
+    );
     let a = post(
         &s,
         "/v1/request",
@@ -453,7 +476,7 @@ async fn service_errors_have_their_status_and_reason() {
     let a = post(&s, "/v1/release", hold_body(&id, "globex", 1)).await;
     a.error(StatusCode::CONFLICT, 9, "not_held");
     assert_eq!(holds(&s.app, "acme").await, (1, 1));
-    assert_eq!(s.app.sessions.len(), 1);
+    assert_eq!(s.app.sessions().len(), 1);
 }
 
 #[tokio::test]
@@ -521,7 +544,7 @@ async fn bad_bodies_are_400_malformed_request_naming_the_problem() {
     )
     .await;
     a.error(StatusCode::BAD_REQUEST, 3, "malformed_request");
-    assert!(s.app.sessions.is_empty());
+    assert!(s.app.sessions().is_empty());
 }
 
 #[tokio::test]

@@ -332,7 +332,7 @@ async fn closing_a_session_releases_its_holds() {
     assert_eq!(holds(&server.app, "acme").await, (0, 0));
     // And the server ends the stream.
     assert!(s.rx.next().await.is_none());
-    assert_eq!(server.app.sessions.len(), 0);
+    assert_eq!(server.app.sessions().len(), 0);
 }
 
 #[tokio::test]
@@ -345,7 +345,7 @@ async fn a_stream_that_just_ends_or_drops_releases_its_holds() {
     drop(s.tx);
     assert!(s.rx.next().await.is_none());
     eventually("half-closed session released", || {
-        server.app.sessions.is_empty()
+        server.app.sessions().is_empty()
     })
     .await;
     assert_eq!(holds(&server.app, "acme").await, (0, 0));
@@ -355,7 +355,7 @@ async fn a_stream_that_just_ends_or_drops_releases_its_holds() {
     assert_eq!(s.reserve("acme", 3, 3).await.granted, 3);
     drop(s);
     eventually("dropped session released", || {
-        server.app.sessions.is_empty()
+        server.app.sessions().is_empty()
     })
     .await;
     assert_eq!(holds(&server.app, "acme").await, (0, 0));
@@ -366,7 +366,7 @@ async fn a_stream_that_just_ends_or_drops_releases_its_holds() {
     drop(s);
     drop(c2);
     eventually("dropped connection's session released", || {
-        server.app.sessions.is_empty()
+        server.app.sessions().is_empty()
     })
     .await;
     assert_eq!(holds(&server.app, "acme").await, (0, 0));
@@ -469,7 +469,7 @@ async fn shutdown_ends_sessions_and_releases_their_holds() {
     let stopping = tokio::spawn(server.stop());
     assert!(s.rx.next().await.is_none_or(|r| r.is_err()));
     stopping.await.unwrap();
-    assert!(app.sessions.is_empty());
+    assert!(app.sessions().is_empty());
     assert_eq!(holds(&app, "acme").await, (0, 0));
 }
 
@@ -477,7 +477,10 @@ async fn shutdown_ends_sessions_and_releases_their_holds() {
 async fn the_session_limit_refuses_more_sessions_with_unavailable() {
     let server = TestServer::start_with(
         CONFIG,
-        tollgate_service::SessionLimits { max_sessions: 1 },
+        tollgate_service::SessionLimits {
+            max_sessions: 1,
+            ..Default::default()
+        },
         tollgate_server::ServerOptions::default(),
     )
     .await;
@@ -543,7 +546,7 @@ async fn a_killed_client_process_leaks_nothing() {
     child.kill().unwrap();
     child.wait().unwrap();
     eventually("the killed client's session released", || {
-        server.app.sessions.is_empty()
+        server.app.sessions().is_empty()
     })
     .await;
     assert_eq!(holds(&server.app, "acme").await, (0, 0));
@@ -725,7 +728,7 @@ async fn a_broken_session_stream_ends_with_the_error_and_releases_holds() {
     let end = s.rx.next().await.unwrap().unwrap_err();
     assert_eq!(end.code(), tonic::Code::OutOfRange, "{end:?}");
     eventually("the broken session released", || {
-        server.app.sessions.is_empty()
+        server.app.sessions().is_empty()
     })
     .await;
     assert_eq!(holds(&server.app, "acme").await, (0, 0));
@@ -771,6 +774,6 @@ async fn shutdown_finishes_even_when_a_session_client_stops_reading() {
         stopped.is_ok(),
         "shutdown hung on a client that stopped reading"
     );
-    assert!(app.sessions.is_empty());
+    assert!(app.sessions().is_empty());
     flood.abort();
 }

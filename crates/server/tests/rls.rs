@@ -28,7 +28,6 @@ use tollgate_proto::rls::rate_limit_service_server::RateLimitServiceServer;
 use tollgate_proto::rls::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 use tollgate_server::rls::Rls;
 use tollgate_server::App;
-use tollgate_service::SessionLimits;
 use tollgate_store::MemoryStore;
 use tonic::transport::Channel;
 
@@ -134,7 +133,8 @@ fn app(yaml: &str) -> Arc<App<MemoryStore>> {
             loaded.config,
             None,
             vec![],
-            SessionLimits::default(),
+            tollgate_service::ServiceOptions::default(),
+            std::sync::Arc::new(tollgate_service::SystemClock),
         )
         .unwrap(),
     )

@@ -48,6 +48,10 @@ pub enum ServiceError {
     /// The server's session limit is reached.
     #[error("too many sessions: the server allows {0} at once")]
     TooManySessions(usize),
+    /// The session holds copies under as many distinct (resource, domain,
+    /// groups) entries as one session may.
+    #[error("too many holds: one session may hold copies under at most {0} distinct resource, domain and group entries; release some or open another session")]
+    TooManyHolds(usize),
     /// The session ended while the operation ran; what it was granted has
     /// been given back.
     #[error("the session is closed")]
@@ -79,6 +83,7 @@ impl ServiceError {
             ServiceError::NoDescriptors(_) => "no_descriptors",
             ServiceError::UnknownHold(_) => "unknown_hold",
             ServiceError::TooManySessions(_) => "too_many_sessions",
+            ServiceError::TooManyHolds(_) => "too_many_holds",
             ServiceError::SessionClosed => "session_closed",
             ServiceError::Store(StoreError::Copy(tollgate_core::copies::CopyError::NotHeld {
                 ..

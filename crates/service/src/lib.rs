@@ -7,22 +7,28 @@
 //! `allow_unconfigured`) and shadow mode, and reports Charon §3.1's context.
 //! It knows no wire protocol (surfaces adapt to it) and no particular store.
 //! [`Sessions`] own hold sets, so that whatever a session holds is released
-//! when it ends.
+//! when it ends, and the [`Service`] drives every copy operation to a known
+//! outcome whatever its caller does (see [`service`]). The [`Clock`] is the
+//! one place a server reads the time.
 //!
 //! [`Store`]: tollgate_store::Store
 
 #![deny(missing_docs)]
 
+pub mod clock;
 pub mod error;
 pub mod fingerprint;
 pub mod limiter;
+pub mod service;
 pub mod sessions;
 pub mod view;
 
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::ServiceError;
 pub use limiter::{
     DescriptorOutcome, DescriptorRequest, DescriptorStatus, LimitedBy, Limiter, RateOutcome,
     RateRequest, ReserveOutcome,
 };
-pub use sessions::{Released, Session, SessionId, SessionLimits, Sessions};
+pub use service::{Closed, Released, Service, ServiceOptions, Target};
+pub use sessions::{Session, SessionId, SessionLimits, Sessions};
 pub use view::View;

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use smallvec::SmallVec;
 use tollgate_config::{Config, ResourceKind};
-use tollgate_core::copies::{CopyLimits, Groups, Reservation, TransferId};
+use tollgate_core::copies::{CopyLimits, Reservation};
 use tollgate_core::{Decision, Limit, Mode, Nanos, PlanDecision, Request, TierInfo};
-use tollgate_store::{Key, Plan, PoolKey, Seized, Store};
+use tollgate_store::{Key, OpId, Plan, PoolKey, Store};
 
 use crate::error::ServiceError;
 use crate::view::{DomainLimits, Main, NamespaceView, RateView, ResourceEntry, ResourceView, View};
@@ -411,7 +411,9 @@ impl<S: Store> Limiter<S> {
         Ok(DescriptorOutcome { allowed, statuses })
     }
 
-    /// Reserves copies of a copy-limited resource (Charon §3.1 `reserve`).
+    /// Reserves copies of a copy-limited resource (Charon §3.1 `reserve`)
+    /// as store operation `op`. Sessions record what it grants
+    /// ([`crate::Service::reserve`]); called alone, nothing will release it.
     pub async fn reserve(
         &self,
         namespace: &str,
@@ -419,13 +421,14 @@ impl<S: Store> Limiter<S> {
         domain: &str,
         request: Request,
         now: Nanos,
+        op: OpId,
     ) -> Result<ReserveOutcome, ServiceError> {
         check_request(request.hits, request.min_hits)?;
         let (pool, limits, ignore) = self.copy_resource(namespace, resource, "reserve")?;
         if !ignore.any() {
             let reservation = self
                 .store
-                .reserve(&pool, &limits, domain, request, now)
+                .reserve(&pool, &limits, domain, request, now, op)
                 .await?;
             return Ok(ReserveOutcome {
                 reservation,
@@ -437,7 +440,7 @@ impl<S: Store> Limiter<S> {
         // against the real ones.
         let mut reservation = self
             .store
-            .reserve(&pool, &limits.lifted(), domain, request, now)
+            .reserve(&pool, &limits.lifted(), domain, request, now, op)
             .await?;
         reservation.context = reservation.context.against(&limits, domain);
         let over = reservation.granted > 0 && reservation.context.over_limit();
@@ -448,39 +451,16 @@ impl<S: Store> Limiter<S> {
         })
     }
 
-    /// Releases copies (Charon §3.1 `release`).
-    pub async fn release(
+    /// The groups `domain`'s copies of `resource` are counted in now, or why
+    /// it cannot be reserved.
+    pub fn copy_groups(
         &self,
         namespace: &str,
         resource: &str,
         domain: &str,
-        groups: &Groups,
-        copies: u64,
-    ) -> Result<(), ServiceError> {
-        let pool = self.copy_pool(namespace, resource, "release")?;
-        self.release_pool(&pool, domain, groups, copies).await
-    }
-
-    /// Stages copies for another client (Charon §3.1 `transfer`).
-    #[allow(clippy::too_many_arguments)]
-    pub async fn transfer(
-        &self,
-        namespace: &str,
-        resource: &str,
-        domain: &str,
-        groups: &Groups,
-        copies: u64,
-        ttl: Nanos,
-        now: Nanos,
-    ) -> Result<TransferId, ServiceError> {
-        let pool = self.copy_pool(namespace, resource, "transfer")?;
-        self.transfer_pool(&pool, domain, groups, copies, ttl, now)
-            .await
-    }
-
-    /// Claims staged copies (Charon §3.1 `seize`).
-    pub async fn seize(&self, id: TransferId, now: Nanos) -> Result<Seized, ServiceError> {
-        Ok(self.store.seize(id, now).await?)
+    ) -> Result<tollgate_core::copies::Groups, ServiceError> {
+        let (_, limits, _) = self.copy_resource(namespace, resource, "reserve")?;
+        Ok(limits.groups_of(domain))
     }
 
     /// The pool of copy-limited `resource`, or why `operation` cannot use it.
@@ -492,34 +472,6 @@ impl<S: Store> Limiter<S> {
     ) -> Result<PoolKey, ServiceError> {
         self.copy_resource(namespace, resource, operation)
             .map(|(pool, _, _)| pool)
-    }
-
-    /// Releases copies of `pool` whatever the config now says of it: a
-    /// session giving back what it holds.
-    pub async fn release_pool(
-        &self,
-        pool: &PoolKey,
-        domain: &str,
-        groups: &Groups,
-        copies: u64,
-    ) -> Result<(), ServiceError> {
-        Ok(self.store.release(pool, domain, groups, copies).await?)
-    }
-
-    /// Stages copies of `pool` for transfer, whatever the config now says.
-    pub async fn transfer_pool(
-        &self,
-        pool: &PoolKey,
-        domain: &str,
-        groups: &Groups,
-        copies: u64,
-        ttl: Nanos,
-        now: Nanos,
-    ) -> Result<TransferId, ServiceError> {
-        Ok(self
-            .store
-            .transfer(pool, domain, groups, copies, ttl, now)
-            .await?)
     }
 
     /// The pool and limits of a copy-limited resource; an unknown one in a

@@ -11,18 +11,25 @@
 //! session's copies, and what a closing session gives back. It does not
 //! depend on the config: holds taken before a reload are released after it
 //! even if their resource is gone.
+//!
+//! This module is the bookkeeping only, all synchronous: the store calls
+//! that move copies, and the rule that keeps a record and the store in step
+//! whatever the caller does, are in [`crate::service`]. The rule, in short:
+//! copies enter a record only after the store counted them, and leave it
+//! before the store uncounts them, so the store never counts fewer copies
+//! than the records hold, and any excess belongs to an operation in flight
+//! that will either record or release it.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use tollgate_core::copies::{normalize_groups, CopyError, Groups, TransferId};
-use tollgate_core::{Nanos, Request};
-use tollgate_store::{PoolKey, Seized, Store, StoreError};
+use tollgate_core::copies::{normalize_groups, CopyError, Groups};
+use tollgate_core::Nanos;
+use tollgate_store::{Held, PoolKey, StoreError};
 
 use crate::error::ServiceError;
-use crate::limiter::{Limiter, ReserveOutcome};
 
 /// A session's id: random, so that knowing one's own tells nothing about
 /// another's (an HTTP hold id is a capability).
@@ -38,21 +45,36 @@ impl fmt::Display for SessionId {
 impl std::str::FromStr for SessionId {
     type Err = ServiceError;
     fn from_str(s: &str) -> Result<SessionId, ServiceError> {
+        // Only the first characters are echoed back: an id is 32 of them,
+        // and an error must not carry a stranger's megabyte.
+        let shown = || s.chars().take(64).collect::<String>();
         if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(ServiceError::UnknownHold(s.chars().take(64).collect()));
+            return Err(ServiceError::UnknownHold(shown()));
         }
         u128::from_str_radix(s, 16)
             .map(SessionId)
-            .map_err(|_| ServiceError::UnknownHold(s.to_owned()))
+            .map_err(|_| ServiceError::UnknownHold(shown()))
     }
 }
 
 /// What a session holds of one pool, for one domain, in one set of groups.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct HoldKey {
-    pool: PoolKey,
-    domain: String,
-    groups: Groups,
+pub(crate) struct HoldKey {
+    pub(crate) pool: PoolKey,
+    pub(crate) domain: String,
+    pub(crate) groups: Groups,
+}
+
+impl HoldKey {
+    /// `copies` of this key, as the store names them.
+    pub(crate) fn held(&self, copies: u64) -> Held<'_> {
+        Held {
+            pool: &self.pool,
+            domain: &self.domain,
+            groups: &self.groups,
+            copies,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -63,6 +85,24 @@ struct State {
     closed: bool,
     /// When a leased session lapses, and the lease it renews to.
     lease: Option<(Nanos, Nanos)>,
+}
+
+/// Why copies could not enter a session's record.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum NotRecorded {
+    /// The session ended meanwhile.
+    Closed,
+    /// The session holds copies under as many distinct keys as it may.
+    Full(usize),
+}
+
+impl From<NotRecorded> for ServiceError {
+    fn from(n: NotRecorded) -> ServiceError {
+        match n {
+            NotRecorded::Closed => ServiceError::SessionClosed,
+            NotRecorded::Full(max) => ServiceError::TooManyHolds(max),
+        }
+    }
 }
 
 /// One session: an id and a hold set.
@@ -89,35 +129,167 @@ impl Session {
         self.lock().lease.map(|(at, _)| at)
     }
 
+    /// Whether the session has ended.
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // The state is a plain map, consistent after every statement: a
         // panic elsewhere while holding the lock leaves nothing half-done.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Whether recording under `key` would need a new entry the session has
+    /// no room for (checked before asking the store, so a full session is
+    /// refused without a round trip; [`Session::record`] checks again).
+    pub(crate) fn would_overflow(&self, key: &HoldKey, max_holds: usize) -> bool {
+        let state = self.lock();
+        !state.holds.contains_key(key) && state.holds.len() >= max_holds
+    }
+
+    /// Adds `copies` the store just counted to the record, unless the
+    /// session ended or has no room; then the caller must release them.
+    pub(crate) fn record(
+        &self,
+        key: &HoldKey,
+        copies: u64,
+        max_holds: usize,
+    ) -> Result<(), NotRecorded> {
+        let mut state = self.lock();
+        if state.closed {
+            return Err(NotRecorded::Closed);
+        }
+        if let Some(n) = state.holds.get_mut(key) {
+            *n = n.saturating_add(copies);
+            return Ok(());
+        }
+        if state.holds.len() >= max_holds {
+            return Err(NotRecorded::Full(max_holds));
+        }
+        state.holds.insert(key.clone(), copies);
+        Ok(())
+    }
+
+    /// Removes `copies` of `pool` held for `domain` from the record (from
+    /// holds in exactly `groups` if given, else the largest first), or
+    /// nothing; the caller then owns them until the store answers.
+    pub(crate) fn take(
+        &self,
+        pool: &PoolKey,
+        domain: &str,
+        groups: Option<&[String]>,
+        copies: u64,
+    ) -> Result<Vec<(HoldKey, u64)>, ServiceError> {
+        if copies == 0 {
+            return Err(ServiceError::Store(StoreError::Copy(CopyError::ZeroCopies)));
+        }
+        let wanted = groups.map(normalize_groups);
+        let mut state = self.lock();
+        if state.closed {
+            // Its lease lapsed (or it was closed) while this ran: what it
+            // held is already released.
+            return Err(ServiceError::SessionClosed);
+        }
+        let mut candidates: Vec<(HoldKey, u64)> = state
+            .holds
+            .iter()
+            .filter(|(k, _)| k.pool == *pool && k.domain == domain)
+            .filter(|(k, _)| wanted.as_ref().is_none_or(|g| k.groups == *g))
+            .map(|(k, n)| (k.clone(), *n))
+            .collect();
+        let held: u64 = candidates.iter().map(|(_, n)| n).sum();
+        if held < copies {
+            return Err(ServiceError::Store(StoreError::Copy(CopyError::NotHeld {
+                domain: domain.to_owned(),
+                groups: wanted.unwrap_or_default(),
+                held,
+                requested: copies,
+            })));
+        }
+        // Largest holds first: a release naming no groups touches as few
+        // group sets as it can.
+        candidates.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.groups.cmp(&b.0.groups)));
+        let mut left = copies;
+        let mut taken = Vec::new();
+        for (key, n) in candidates {
+            if left == 0 {
+                break;
+            }
+            let t = n.min(left);
+            left -= t;
+            if let Some(h) = state.holds.get_mut(&key) {
+                *h -= t;
+                if *h == 0 {
+                    state.holds.remove(&key);
+                }
+            }
+            taken.push((key, t));
+        }
+        Ok(taken)
+    }
+
+    /// Puts back copies [`Session::take`] removed, after the store refused
+    /// to move them. Returns them if the session ended meanwhile: they
+    /// were out of its record when it released everything, so the caller
+    /// must release them.
+    pub(crate) fn give_back(&self, taken: Vec<(HoldKey, u64)>) -> Vec<(HoldKey, u64)> {
+        let mut state = self.lock();
+        if state.closed {
+            return taken;
+        }
+        for (key, n) in taken {
+            // Never refused for room: these entries were in the record a
+            // moment ago, and a give-back that could fail would leak.
+            let h = state.holds.entry(key).or_default();
+            *h = h.saturating_add(n);
+        }
+        Vec::new()
+    }
+
+    /// Copies of `pool` held for `domain`.
+    pub(crate) fn held_of(&self, pool: &PoolKey, domain: &str) -> u64 {
+        self.lock()
+            .holds
+            .iter()
+            .filter(|(k, _)| k.pool == *pool && k.domain == domain)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Marks the session ended and takes everything it holds, which the
+    /// caller must release. Closing twice takes nothing the second time.
+    pub(crate) fn close(&self) -> Vec<(HoldKey, u64)> {
+        let mut state = self.lock();
+        state.closed = true;
+        std::mem::take(&mut state.holds).into_iter().collect()
+    }
+
+    fn holds_by_pool(&self, out: &mut HashMap<PoolKey, u64>) {
+        for (k, n) in &self.lock().holds {
+            *out.entry(k.pool.clone()).or_default() += n;
+        }
+    }
 }
 
-/// How many sessions may be open, in all and per connection.
+/// How many sessions may be open, and how much each may record.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct SessionLimits {
     /// Sessions open at once (gRPC streams and HTTP holds together).
     pub max_sessions: usize,
+    /// Distinct (resource, domain, groups) entries one session may hold
+    /// copies under: bounds a session's record in entries (and, with the
+    /// service's name limit, in bytes).
+    pub max_holds: usize,
 }
 
 impl Default for SessionLimits {
     fn default() -> SessionLimits {
         SessionLimits {
             max_sessions: 100_000,
+            max_holds: 1_000,
         }
     }
-}
-
-/// The result of a session release.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Released {
-    /// Copies released.
-    pub released: u64,
-    /// Copies of that pool and domain the session still holds.
-    pub still_held: u64,
 }
 
 /// Open sessions, by id.
@@ -138,6 +310,11 @@ impl Sessions {
         }
     }
 
+    /// The limits.
+    pub fn limits(&self) -> SessionLimits {
+        self.limits
+    }
+
     fn map(&self) -> MutexGuard<'_, HashMap<SessionId, Arc<Session>>> {
         self.open.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -148,6 +325,7 @@ impl Sessions {
     pub fn open(&self, lease: Option<Nanos>, now: Nanos) -> Result<Arc<Session>, ServiceError> {
         let mut map = self.map();
         if map.len() >= self.limits.max_sessions {
+            metrics::counter!("tollgate_sessions_refused_total").increment(1);
             return Err(ServiceError::TooManySessions(self.limits.max_sessions));
         }
         let mut id = SessionId(uuid::Uuid::new_v4().as_u128());
@@ -174,6 +352,27 @@ impl Sessions {
             .ok_or_else(|| ServiceError::UnknownHold(id.to_string()))
     }
 
+    /// The live HTTP hold named `id`: a leased session whose lease has not
+    /// lapsed by `now`. gRPC sessions have no lease and are not holds (their
+    /// holds belong to their stream alone); a lapsed hold is unknown even
+    /// before housekeeping reaps it, exactly as after.
+    pub fn hold(&self, id: &str, now: Nanos) -> Result<Arc<Session>, ServiceError> {
+        if id.is_empty() {
+            return Err(ServiceError::Malformed("hold_id is required".into()));
+        }
+        let id: SessionId = id.parse()?;
+        let session = self.get(id)?;
+        match session.expires_at() {
+            Some(at) if at > now => Ok(session),
+            _ => Err(ServiceError::UnknownHold(id.to_string())),
+        }
+    }
+
+    /// Forgets `id` (its session is closing).
+    pub(crate) fn remove(&self, id: SessionId) {
+        self.map().remove(&id);
+    }
+
     /// Sessions open now.
     pub fn len(&self) -> usize {
         self.map().len()
@@ -189,14 +388,25 @@ impl Sessions {
         self.opened.load(Ordering::Relaxed)
     }
 
+    /// Every open session.
+    pub fn all(&self) -> Vec<Arc<Session>> {
+        self.map().values().cloned().collect()
+    }
+
+    /// The leased sessions that lapsed by `now`.
+    pub fn lapsed(&self, now: Nanos) -> Vec<Arc<Session>> {
+        self.map()
+            .values()
+            .filter(|s| s.expires_at().is_some_and(|at| at <= now))
+            .cloned()
+            .collect()
+    }
+
     /// Copies held by all sessions, by pool.
     pub fn holds_by_pool(&self) -> HashMap<PoolKey, u64> {
-        let sessions: Vec<Arc<Session>> = self.map().values().cloned().collect();
-        let mut out: HashMap<PoolKey, u64> = HashMap::new();
-        for s in sessions {
-            for (k, n) in &s.lock().holds {
-                *out.entry(k.pool.clone()).or_default() += n;
-            }
+        let mut out = HashMap::new();
+        for s in self.all() {
+            s.holds_by_pool(&mut out);
         }
         out
     }
@@ -223,311 +433,5 @@ impl Sessions {
         *own = ttl;
         *at = now.saturating_add(ttl);
         Ok(*at)
-    }
-
-    /// Reserves copies into `session` (Charon §3.1 `reserve`).
-    #[allow(clippy::too_many_arguments)]
-    pub async fn reserve<S: Store>(
-        &self,
-        limiter: &Limiter<S>,
-        session: &Session,
-        namespace: &str,
-        resource: &str,
-        domain: &str,
-        request: Request,
-        now: Nanos,
-    ) -> Result<ReserveOutcome, ServiceError> {
-        let outcome = limiter
-            .reserve(namespace, resource, domain, request, now)
-            .await?;
-        let reservation = &outcome.reservation;
-        if reservation.granted == 0 {
-            return Ok(outcome);
-        }
-        let key = HoldKey {
-            pool: PoolKey::new(namespace, resource),
-            domain: domain.to_owned(),
-            groups: reservation.groups.clone(),
-        };
-        record(limiter, session, key, reservation.granted).await?;
-        Ok(outcome)
-    }
-
-    /// Releases `copies` the session holds of `resource` for `domain`;
-    /// `groups` picks holds taken in exactly those groups, `None` takes
-    /// from any (the largest first).
-    #[allow(clippy::too_many_arguments)]
-    pub async fn release<S: Store>(
-        &self,
-        limiter: &Limiter<S>,
-        session: &Session,
-        namespace: &str,
-        resource: &str,
-        domain: &str,
-        groups: Option<&[String]>,
-        copies: u64,
-    ) -> Result<Released, ServiceError> {
-        let pool = PoolKey::new(namespace, resource);
-        let taken = take(
-            limiter, session, &pool, namespace, resource, domain, groups, copies,
-        )?;
-        for (i, (key, n)) in taken.iter().enumerate() {
-            if let Err(e) = limiter
-                .release_pool(&key.pool, &key.domain, &key.groups, *n)
-                .await
-            {
-                // The store did not release: the session still holds these
-                // and the ones not yet tried.
-                give_back(limiter, session, &taken[i..]).await;
-                return Err(e);
-            }
-        }
-        let still_held = held_of(&session.lock(), &pool, domain);
-        Ok(Released {
-            released: copies,
-            still_held,
-        })
-    }
-
-    /// Stages `copies` the session holds for another client; they leave
-    /// the session now and are released at `now + ttl` unless seized.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn transfer<S: Store>(
-        &self,
-        limiter: &Limiter<S>,
-        session: &Session,
-        namespace: &str,
-        resource: &str,
-        domain: &str,
-        groups: Option<&[String]>,
-        copies: u64,
-        ttl: Nanos,
-        now: Nanos,
-    ) -> Result<TransferId, ServiceError> {
-        let pool = PoolKey::new(namespace, resource);
-        let taken = take(
-            limiter, session, &pool, namespace, resource, domain, groups, copies,
-        )?;
-        // A transfer stages one group set; copies held under several are
-        // staged as one only when they share it.
-        let [(key, n)] = taken.as_slice() else {
-            give_back(limiter, session, &taken).await;
-            return Err(ServiceError::Malformed(format!(
-                "the {copies} copies of `{resource}` held for `{domain}` were reserved in \
-                 different groups; transfer them per group (name `groups`)"
-            )));
-        };
-        match limiter
-            .transfer_pool(&key.pool, &key.domain, &key.groups, *n, ttl, now)
-            .await
-        {
-            Ok(id) => Ok(id),
-            Err(e) => {
-                give_back(limiter, session, &taken).await;
-                Err(e)
-            }
-        }
-    }
-
-    /// Takes staged copies into `session` (Charon §3.1 `seize`).
-    pub async fn seize<S: Store>(
-        &self,
-        limiter: &Limiter<S>,
-        session: &Session,
-        id: TransferId,
-        now: Nanos,
-    ) -> Result<Seized, ServiceError> {
-        let seized = limiter.seize(id, now).await?;
-        let key = HoldKey {
-            pool: seized.pool.clone(),
-            domain: seized.staged.domain.clone(),
-            groups: seized.staged.groups.clone(),
-        };
-        record(limiter, session, key, seized.staged.copies).await?;
-        Ok(seized)
-    }
-
-    /// Ends `session`: it leaves the open set and everything it holds is
-    /// released. Returns the copies released. Closing twice releases once.
-    pub async fn close<S: Store>(&self, limiter: &Limiter<S>, session: &Session) -> u64 {
-        self.map().remove(&session.id);
-        let holds = {
-            let mut state = session.lock();
-            state.closed = true;
-            std::mem::take(&mut state.holds)
-        };
-        let mut released = 0;
-        for (key, n) in holds {
-            if release_or_report(limiter, session.id, &key, n).await {
-                released += n;
-            }
-        }
-        released
-    }
-
-    /// Closes every leased session that lapsed by `now`; returns how many.
-    pub async fn reap<S: Store>(&self, limiter: &Limiter<S>, now: Nanos) -> usize {
-        let lapsed: Vec<Arc<Session>> = self
-            .map()
-            .values()
-            .filter(|s| s.expires_at().is_some_and(|at| at <= now))
-            .cloned()
-            .collect();
-        for s in &lapsed {
-            self.close(limiter, s).await;
-        }
-        lapsed.len()
-    }
-
-    /// Closes every session (server shutdown); returns the copies released.
-    pub async fn close_all<S: Store>(&self, limiter: &Limiter<S>) -> u64 {
-        let all: Vec<Arc<Session>> = self.map().values().cloned().collect();
-        let mut released = 0;
-        for s in &all {
-            released += self.close(limiter, s).await;
-        }
-        released
-    }
-}
-
-/// Records `copies` just granted into `session`'s hold set; if the session
-/// ended while the store was answering, nobody would ever release them, so
-/// they are given back at once and the caller is told.
-async fn record<S: Store>(
-    limiter: &Limiter<S>,
-    session: &Session,
-    key: HoldKey,
-    copies: u64,
-) -> Result<(), ServiceError> {
-    let closed = {
-        let mut state = session.lock();
-        if !state.closed {
-            *state.holds.entry(key.clone()).or_default() += copies;
-        }
-        state.closed
-    };
-    if closed {
-        limiter
-            .release_pool(&key.pool, &key.domain, &key.groups, copies)
-            .await?;
-        return Err(ServiceError::SessionClosed);
-    }
-    Ok(())
-}
-
-fn held_of(state: &State, pool: &PoolKey, domain: &str) -> u64 {
-    state
-        .holds
-        .iter()
-        .filter(|(k, _)| k.pool == *pool && k.domain == domain)
-        .map(|(_, n)| n)
-        .sum()
-}
-
-/// Removes `copies` from the session's record, or nothing; says why not.
-#[allow(clippy::too_many_arguments)]
-fn take<S: Store>(
-    limiter: &Limiter<S>,
-    session: &Session,
-    pool: &PoolKey,
-    namespace: &str,
-    resource: &str,
-    domain: &str,
-    groups: Option<&[String]>,
-    copies: u64,
-) -> Result<Vec<(HoldKey, u64)>, ServiceError> {
-    crate::limiter::check_names(namespace, resource)?;
-    if copies == 0 {
-        return Err(ServiceError::Store(StoreError::Copy(CopyError::ZeroCopies)));
-    }
-    let wanted = groups.map(normalize_groups);
-    let mut state = session.lock();
-    if state.closed {
-        // Its lease lapsed (or it was closed) while this ran: what it held
-        // is already released.
-        return Err(ServiceError::SessionClosed);
-    }
-    let mut candidates: Vec<(HoldKey, u64)> = state
-        .holds
-        .iter()
-        .filter(|(k, _)| k.pool == *pool && k.domain == domain)
-        .filter(|(k, _)| wanted.as_ref().is_none_or(|g| k.groups == *g))
-        .map(|(k, n)| (k.clone(), *n))
-        .collect();
-    let held: u64 = candidates.iter().map(|(_, n)| n).sum();
-    if held < copies {
-        drop(state);
-        if held == 0 {
-            // Nothing of it here: a better error if the name is wrong.
-            limiter.copy_pool(namespace, resource, "release")?;
-        }
-        return Err(ServiceError::Store(StoreError::Copy(CopyError::NotHeld {
-            domain: domain.to_owned(),
-            groups: wanted.unwrap_or_default(),
-            held,
-            requested: copies,
-        })));
-    }
-    // Largest holds first: a release naming no groups touches as few group
-    // sets as it can.
-    candidates.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.groups.cmp(&b.0.groups)));
-    let mut left = copies;
-    let mut taken = Vec::new();
-    for (key, n) in candidates {
-        if left == 0 {
-            break;
-        }
-        let t = n.min(left);
-        left -= t;
-        if let Some(h) = state.holds.get_mut(&key) {
-            *h -= t;
-            if *h == 0 {
-                state.holds.remove(&key);
-            }
-        }
-        taken.push((key, t));
-    }
-    Ok(taken)
-}
-
-/// Puts copies back into the session's record after the store refused to
-/// release or stage them.
-async fn give_back<S: Store>(limiter: &Limiter<S>, session: &Session, taken: &[(HoldKey, u64)]) {
-    let closed = {
-        let mut state = session.lock();
-        if !state.closed {
-            for (key, n) in taken {
-                *state.holds.entry(key.clone()).or_default() += n;
-            }
-        }
-        state.closed
-    };
-    if closed {
-        // The session ended meanwhile and released what it held; these were
-        // out of its record then, so they are released here or nowhere.
-        for (key, n) in taken {
-            release_or_report(limiter, session.id, key, *n).await;
-        }
-    }
-}
-
-/// Releases copies nothing else will release; a failure is logged and
-/// counted, as there is no one left to tell.
-async fn release_or_report<S: Store>(
-    limiter: &Limiter<S>,
-    id: SessionId,
-    key: &HoldKey,
-    n: u64,
-) -> bool {
-    match limiter
-        .release_pool(&key.pool, &key.domain, &key.groups, n)
-        .await
-    {
-        Ok(()) => true,
-        Err(e) => {
-            metrics::counter!("tollgate_session_release_failures_total").increment(1);
-            tracing::error!(session = %id, pool = %key.pool, domain = %key.domain, copies = n, error = %e, "releasing a closed session's holds failed");
-            false
-        }
     }
 }

@@ -8,12 +8,85 @@
 
 use tollgate_config::load_str;
 use tollgate_core::copies::CopyError;
+use tollgate_core::copies::{Groups, TransferId};
 use tollgate_core::{Mode, Nanos, PlanError, Request};
 use tollgate_service::{
     DescriptorOutcome, DescriptorRequest, LimitedBy, Limiter, RateOutcome, RateRequest,
     ServiceError, View,
 };
-use tollgate_store::{MemoryStore, StoreError};
+use tollgate_store::{Held, MemoryStore, OpId, PoolKey, Seized, Store, StoreError};
+
+/// The copy operations of a session-less caller, by resource name: the
+/// limiter checks the name, the store moves the copies.
+trait Copies {
+    async fn release(
+        &self,
+        ns: &str,
+        resource: &str,
+        domain: &str,
+        groups: &Groups,
+        copies: u64,
+    ) -> Result<(), ServiceError>;
+    #[allow(clippy::too_many_arguments)]
+    async fn transfer(
+        &self,
+        ns: &str,
+        resource: &str,
+        domain: &str,
+        groups: &Groups,
+        copies: u64,
+        ttl: Nanos,
+        now: Nanos,
+    ) -> Result<TransferId, ServiceError>;
+    async fn seize(&self, id: TransferId, now: Nanos) -> Result<Seized, ServiceError>;
+}
+
+impl Copies for Limiter<MemoryStore> {
+    async fn release(
+        &self,
+        ns: &str,
+        resource: &str,
+        domain: &str,
+        groups: &Groups,
+        copies: u64,
+    ) -> Result<(), ServiceError> {
+        let pool: PoolKey = self.copy_pool(ns, resource, "release")?;
+        let held = Held {
+            pool: &pool,
+            domain,
+            groups,
+            copies,
+        };
+        Ok(self.store().release(held, OpId::random()).await?)
+    }
+
+    async fn transfer(
+        &self,
+        ns: &str,
+        resource: &str,
+        domain: &str,
+        groups: &Groups,
+        copies: u64,
+        ttl: Nanos,
+        now: Nanos,
+    ) -> Result<TransferId, ServiceError> {
+        let pool: PoolKey = self.copy_pool(ns, resource, "transfer")?;
+        let held = Held {
+            pool: &pool,
+            domain,
+            groups,
+            copies,
+        };
+        Ok(self
+            .store()
+            .transfer(held, ttl, now, OpId::random())
+            .await?)
+    }
+
+    async fn seize(&self, id: TransferId, now: Nanos) -> Result<Seized, ServiceError> {
+        Ok(self.store().seize(id, now, OpId::random()).await?)
+    }
+}
 
 fn view(yaml: &str) -> View {
     let loaded = load_str("test.yaml", yaml).unwrap_or_else(|e| panic!("{e}"));
@@ -387,7 +460,14 @@ async fn ignore_configured_never_rejects_but_still_records_use() {
     assert_eq!(o.limited_by, Some(LimitedBy::Deny));
     // Copies are not limited either.
     let r = l
-        .reserve("ns", "pool", "acme", Request::exactly(5), Nanos::ZERO)
+        .reserve(
+            "ns",
+            "pool",
+            "acme",
+            Request::exactly(5),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap()
         .reservation;
@@ -407,7 +487,14 @@ async fn ignore_configured_never_rejects_but_still_records_use() {
     assert!(hit(&l, "api", "globex", t).await.allowed);
     // The five copies held are still counted against the domain limit.
     let r = l
-        .reserve("ns", "pool", "acme", Request::exactly(1), Nanos::ZERO)
+        .reserve(
+            "ns",
+            "pool",
+            "acme",
+            Request::exactly(1),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap()
         .reservation;
@@ -422,7 +509,14 @@ async fn a_shadowed_copy_limited_resource_grants_beyond_its_limits_and_counts() 
         "namespaces:\n  - name: ns\n    resources:\n      - { name: pool, kind: concurrency, domain_limit: 1, shadow_mode: true }\n",
     );
     let r = l
-        .reserve("ns", "pool", "acme", Request::exactly(3), Nanos::ZERO)
+        .reserve(
+            "ns",
+            "pool",
+            "acme",
+            Request::exactly(3),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap()
         .reservation;
@@ -488,6 +582,7 @@ async fn allow_unconfigured_grants_unknown_resources_of_either_kind() {
             "acme",
             Request::exactly(1_000),
             Nanos::ZERO,
+            OpId::random(),
         )
         .await
         .unwrap()
@@ -528,7 +623,14 @@ namespaces:
     assert_eq!(err.reason(), "unknown_resource");
     assert!(err.is_client_error());
     let err = l
-        .reserve("ns", "nope", "acme", Request::exactly(1), Nanos::ZERO)
+        .reserve(
+            "ns",
+            "nope",
+            "acme",
+            Request::exactly(1),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "unknown_resource");
@@ -562,7 +664,14 @@ namespaces:
     assert_eq!(err.reason(), "wrong_resource_kind");
     assert!(err.is_client_error());
     let err = l
-        .reserve("ns", "api", "acme", Request::exactly(1), Nanos::ZERO)
+        .reserve(
+            "ns",
+            "api",
+            "acme",
+            Request::exactly(1),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap_err();
     assert!(
@@ -606,13 +715,27 @@ async fn min_hits_above_hits_is_malformed_and_changes_nothing() {
     assert_eq!(err.reason(), "malformed_request");
     assert!(err.is_client_error());
     let err = l
-        .reserve("ns", "pool", "acme", Request::between(3, 2), Nanos::ZERO)
+        .reserve(
+            "ns",
+            "pool",
+            "acme",
+            Request::between(3, 2),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "malformed_request");
     assert_eq!(ask(&l, "api", "acme", 2, 2, Nanos::ZERO).await.granted, 2);
     let r = l
-        .reserve("ns", "pool", "acme", Request::exactly(2), Nanos::ZERO)
+        .reserve(
+            "ns",
+            "pool",
+            "acme",
+            Request::exactly(2),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap()
         .reservation;
@@ -734,7 +857,14 @@ namespaces:
 async fn reserve_respects_domain_group_and_global_limits() {
     let l = limiter(SANDBOX);
     let r = l
-        .reserve("ns", "sandbox", "acme", Request::exactly(2), Nanos::ZERO)
+        .reserve(
+            "ns",
+            "sandbox",
+            "acme",
+            Request::exactly(2),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap()
         .reservation;
@@ -751,7 +881,14 @@ async fn reserve_respects_domain_group_and_global_limits() {
     );
     // acme is at its domain limit.
     let r = l
-        .reserve("ns", "sandbox", "acme", Request::exactly(1), Nanos::ZERO)
+        .reserve(
+            "ns",
+            "sandbox",
+            "acme",
+            Request::exactly(1),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap()
         .reservation;
@@ -765,6 +902,7 @@ async fn reserve_respects_domain_group_and_global_limits() {
             "globex",
             Request::between(1, 2),
             Nanos::ZERO,
+            OpId::random(),
         )
         .await
         .unwrap()
@@ -773,7 +911,14 @@ async fn reserve_respects_domain_group_and_global_limits() {
     assert_eq!(r.context.groups[0].holds, 3);
     // initech (limit 4, no group) meets the global limit: 4 - 3 = 1 left.
     let r = l
-        .reserve("ns", "sandbox", "initech", Request::exactly(2), Nanos::ZERO)
+        .reserve(
+            "ns",
+            "sandbox",
+            "initech",
+            Request::exactly(2),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap()
         .reservation;
@@ -787,6 +932,7 @@ async fn reserve_respects_domain_group_and_global_limits() {
             "initech",
             Request::between(1, 4),
             Nanos::ZERO,
+            OpId::random(),
         )
         .await
         .unwrap()
@@ -798,7 +944,14 @@ async fn reserve_respects_domain_group_and_global_limits() {
 /// The holds of `domain` as a zero-copy reserve reports them.
 async fn holds(l: &Limiter<MemoryStore>, domain: &str) -> (u64, u64) {
     let r = l
-        .reserve("ns", "sandbox", domain, Request::between(0, 0), Nanos::ZERO)
+        .reserve(
+            "ns",
+            "sandbox",
+            domain,
+            Request::between(0, 0),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap()
         .reservation;
@@ -810,7 +963,14 @@ async fn holds(l: &Limiter<MemoryStore>, domain: &str) -> (u64, u64) {
 async fn release_of_what_is_not_held_is_refused_and_changes_nothing() {
     let l = limiter(SANDBOX);
     let r = l
-        .reserve("ns", "sandbox", "acme", Request::exactly(2), Nanos::ZERO)
+        .reserve(
+            "ns",
+            "sandbox",
+            "acme",
+            Request::exactly(2),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap()
         .reservation;
@@ -881,7 +1041,14 @@ async fn transfer_stages_copies_and_seize_claims_them() {
     let l = limiter(SANDBOX);
     let t = Nanos::ZERO;
     let r = l
-        .reserve("ns", "sandbox", "acme", Request::exactly(2), Nanos::ZERO)
+        .reserve(
+            "ns",
+            "sandbox",
+            "acme",
+            Request::exactly(2),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap()
         .reservation;
@@ -917,7 +1084,14 @@ async fn transfer_stages_copies_and_seize_claims_them() {
 
     // A transfer nobody seizes in time is released implicitly.
     let r = l
-        .reserve("ns", "sandbox", "globex", Request::exactly(2), Nanos::ZERO)
+        .reserve(
+            "ns",
+            "sandbox",
+            "globex",
+            Request::exactly(2),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap()
         .reservation;
@@ -1228,7 +1402,14 @@ async fn set_view_keeps_unchanged_limits_and_starts_changed_ones_fresh() {
         assert!(!hit(&l, resource, "acme", t).await.allowed, "{resource}");
     }
     let r = l
-        .reserve("ns", "pool", "acme", Request::exactly(2), Nanos::ZERO)
+        .reserve(
+            "ns",
+            "pool",
+            "acme",
+            Request::exactly(2),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap()
         .reservation;
@@ -1248,7 +1429,14 @@ async fn set_view_keeps_unchanged_limits_and_starts_changed_ones_fresh() {
     assert_eq!(o.domain_hits_last_second, Some(3));
     // Holds survive a change of limits: the pool is named without them.
     let more = l
-        .reserve("ns", "pool", "acme", Request::exactly(1), Nanos::ZERO)
+        .reserve(
+            "ns",
+            "pool",
+            "acme",
+            Request::exactly(1),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap()
         .reservation;
@@ -1280,5 +1468,12 @@ fn futures_are_send(l: &Limiter<MemoryStore>) {
         },
         Nanos::ZERO,
     ));
-    send(l.reserve("ns", "r", "d", Request::exactly(1), Nanos::ZERO));
+    send(l.reserve(
+        "ns",
+        "r",
+        "d",
+        Request::exactly(1),
+        Nanos::ZERO,
+        OpId::random(),
+    ));
 }

@@ -1,101 +1,433 @@
-//! Sessions against a real memory store: what a closed session is granted
-//! is given back, closing twice releases once, leases lapse and renew.
+//! Sessions through the service, against a real memory store: what a
+//! closed session is granted is given back, closing twice releases once,
+//! leases lapse and renew on the service's clock — and every copy keeps
+//! exactly one owner when the store stalls past the caller's deadline or
+//! the caller goes away (a store that stalls on command stands between
+//! the service and the memory store).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use tollgate_core::{Nanos, Request};
-use tollgate_service::{Limiter, ServiceError, SessionLimits, Sessions, View};
-use tollgate_store::MemoryStore;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
 
-const CONFIG: &str = "namespaces:\n  - name: app\n    resources:\n      - { name: pool, kind: concurrency, domain_limit: 3 }\n";
+use proptest::prelude::*;
+use tokio::sync::watch;
+use tollgate_core::copies::{CopyLimits, Reservation, TransferId};
+use tollgate_core::{Mode, Nanos, PlanDecision, Request};
+use tollgate_service::{
+    Limiter, ManualClock, Service, ServiceError, ServiceOptions, Session, SessionLimits, Target,
+    View,
+};
+use tollgate_store::{Held, MemoryStore, OpId, Plan, PoolKey, Seized, Store, StoreError};
 
-fn limiter() -> Limiter<MemoryStore> {
-    let loaded = tollgate_config::load_str("t.yaml", CONFIG).unwrap();
-    Limiter::new(MemoryStore::new(), View::new(&loaded.config, Nanos::ZERO))
+const CONFIG: &str = "namespaces:\n  - name: app\n    resources:\n      - { name: pool, kind: concurrency, domain_limit: 3 }\n      - { name: big, kind: concurrency, domain_limit: 1000 }\n";
+
+/// A memory store whose copy operations wait while it is stalled, then
+/// apply: Redis stalling past the caller's deadline and applying anyway.
+struct Stalling {
+    inner: MemoryStore,
+    open: watch::Sender<bool>,
 }
 
-async fn held(l: &Limiter<MemoryStore>) -> u64 {
-    l.reserve("app", "pool", "d", Request::between(0, 0), Nanos::ZERO)
-        .await
+impl Stalling {
+    fn new() -> Stalling {
+        Stalling {
+            inner: MemoryStore::new(),
+            open: watch::channel(true).0,
+        }
+    }
+
+    fn stall(&self) {
+        self.open.send_replace(false);
+    }
+
+    fn resume(&self) {
+        self.open.send_replace(true);
+    }
+
+    fn gate(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.open.subscribe();
+        async move {
+            let _ = rx.wait_for(|open| *open).await;
+        }
+    }
+}
+
+impl Store for Stalling {
+    async fn decide(
+        &self,
+        plan: &Plan,
+        now: Nanos,
+        request: Request,
+        mode: Mode,
+    ) -> Result<PlanDecision, StoreError> {
+        self.inner.decide(plan, now, request, mode).await
+    }
+
+    async fn reserve(
+        &self,
+        pool: &PoolKey,
+        limits: &CopyLimits,
+        domain: &str,
+        request: Request,
+        now: Nanos,
+        op: OpId,
+    ) -> Result<Reservation, StoreError> {
+        self.gate().await;
+        self.inner
+            .reserve(pool, limits, domain, request, now, op)
+            .await
+    }
+
+    async fn release(&self, held: Held<'_>, op: OpId) -> Result<(), StoreError> {
+        self.gate().await;
+        self.inner.release(held, op).await
+    }
+
+    async fn restore(&self, held: Held<'_>, op: OpId) -> Result<(), StoreError> {
+        self.gate().await;
+        self.inner.restore(held, op).await
+    }
+
+    async fn transfer(
+        &self,
+        held: Held<'_>,
+        ttl: Nanos,
+        now: Nanos,
+        op: OpId,
+    ) -> Result<TransferId, StoreError> {
+        self.gate().await;
+        self.inner.transfer(held, ttl, now, op).await
+    }
+
+    async fn seize(&self, id: TransferId, now: Nanos, op: OpId) -> Result<Seized, StoreError> {
+        self.gate().await;
+        self.inner.seize(id, now, op).await
+    }
+
+    async fn sweep(&self, now: Nanos) {
+        self.inner.sweep(now).await;
+    }
+}
+
+fn service_with(
+    limits: SessionLimits,
+    deadline: Duration,
+) -> (Arc<Service<Stalling>>, Arc<ManualClock>) {
+    let loaded = tollgate_config::load_str("t.yaml", CONFIG).unwrap();
+    let clock = Arc::new(ManualClock::new(Nanos::from_secs(1_000)));
+    let limiter = Limiter::new(Stalling::new(), View::new(&loaded.config, Nanos::ZERO));
+    let options = ServiceOptions {
+        sessions: limits,
+        copy_deadline: deadline,
+        ..ServiceOptions::default()
+    };
+    let clock_dyn: Arc<dyn tollgate_service::Clock> = Arc::clone(&clock) as _;
+    (Arc::new(Service::new(limiter, clock_dyn, options)), clock)
+}
+
+fn service() -> Arc<Service<Stalling>> {
+    service_with(SessionLimits::default(), Duration::from_secs(5)).0
+}
+
+fn target(resource: &str) -> Target<'_> {
+    Target {
+        namespace: "app",
+        resource,
+        domain: "d",
+    }
+}
+
+/// Copies of `resource` the store counts for domain `d`.
+fn counted(svc: &Service<Stalling>, resource: &str) -> u64 {
+    let pool = PoolKey::new("app", resource);
+    svc.limiter()
+        .store()
+        .inner
+        .reserve_now(
+            &pool,
+            &CopyLimits::new(u64::MAX, None),
+            "d",
+            Request::between(0, 0),
+            Nanos::ZERO,
+        )
         .unwrap()
-        .reservation
         .context
         .domain_holds
 }
 
-#[tokio::test]
-async fn a_grant_to_a_session_that_already_closed_is_given_back() {
-    let l = limiter();
-    let sessions = Sessions::new(SessionLimits::default());
-    let s = sessions.open(None, Nanos::ZERO).unwrap();
-    sessions.close(&l, &s).await;
-    // The race this stands for: the stream ended while the store answered.
-    let e = sessions
-        .reserve(&l, &s, "app", "pool", "d", Request::exactly(2), Nanos::ZERO)
+/// Waits until no copy operation is in flight (their tasks run on the
+/// test's runtime).
+async fn settled<S: Store>(svc: &Service<S>) {
+    for _ in 0..10_000 {
+        if svc.in_flight() == 0 {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("copy operations still in flight");
+}
+
+async fn reserve(svc: &Arc<Service<Stalling>>, s: &Arc<Session>, n: u64) -> u64 {
+    svc.reserve(s, target("pool"), Request::exactly(n))
         .await
-        .unwrap_err();
+        .unwrap()
+        .reservation
+        .granted
+}
+
+fn unavailable(e: &ServiceError) -> bool {
+    matches!(e, ServiceError::Store(StoreError::Unavailable(_)))
+}
+
+#[tokio::test]
+async fn a_grant_to_a_session_that_closed_meanwhile_is_given_back() {
+    let svc = service();
+    let s = svc.open(None).unwrap();
+    svc.limiter().store().stall();
+    let reserving = tokio::spawn({
+        let (svc, s) = (Arc::clone(&svc), Arc::clone(&s));
+        async move { svc.reserve(&s, target("pool"), Request::exactly(2)).await }
+    });
+    tokio::task::yield_now().await;
+    // The stream ends while the store is answering.
+    assert_eq!(svc.close(&s).await.released, 0);
+    svc.limiter().store().resume();
+    let e = reserving.await.unwrap().unwrap_err();
     assert_eq!(e, ServiceError::SessionClosed);
-    assert_eq!(held(&l).await, 0, "nothing leaked");
+    settled(&svc).await;
+    assert_eq!(counted(&svc, "pool"), 0, "nothing leaked");
 }
 
 #[tokio::test]
 async fn closing_twice_releases_once() {
-    let l = limiter();
-    let sessions = Sessions::new(SessionLimits::default());
-    let s = sessions.open(None, Nanos::ZERO).unwrap();
-    sessions
-        .reserve(&l, &s, "app", "pool", "d", Request::exactly(2), Nanos::ZERO)
-        .await
-        .unwrap();
+    let svc = service();
+    let s = svc.open(None).unwrap();
+    assert_eq!(reserve(&svc, &s, 2).await, 2);
     // Another client's copy, which must survive both closes.
-    let other = sessions.open(None, Nanos::ZERO).unwrap();
-    sessions
-        .reserve(
-            &l,
-            &other,
-            "app",
-            "pool",
-            "d",
-            Request::exactly(1),
-            Nanos::ZERO,
-        )
-        .await
-        .unwrap();
-    assert_eq!(sessions.close(&l, &s).await, 2);
-    assert_eq!(sessions.close(&l, &s).await, 0);
-    assert_eq!(held(&l).await, 1);
+    let other = svc.open(None).unwrap();
+    assert_eq!(reserve(&svc, &other, 1).await, 1);
+    assert_eq!(svc.close(&s).await.released, 2);
+    assert_eq!(svc.close(&s).await.released, 0);
+    assert_eq!(counted(&svc, "pool"), 1);
 }
 
 #[tokio::test]
-async fn leases_lapse_unless_renewed_and_the_limit_on_sessions_holds() {
-    let l = limiter();
-    let sessions = Sessions::new(SessionLimits { max_sessions: 2 });
-    let sec = |n: u64| Nanos::new(n * 1_000_000_000);
-    let a = sessions.open(Some(sec(10)), Nanos::ZERO).unwrap();
-    let b = sessions.open(Some(sec(10)), Nanos::ZERO).unwrap();
+async fn leases_lapse_on_the_service_clock_unless_renewed_and_the_limit_on_sessions_holds() {
+    let (svc, clock) = service_with(
+        SessionLimits {
+            max_sessions: 2,
+            max_holds: 10,
+        },
+        Duration::from_secs(5),
+    );
+    let sec = Nanos::from_secs;
+    let a = svc.open(Some(sec(10))).unwrap();
+    let b = svc.open(Some(sec(10))).unwrap();
     assert_eq!(
-        sessions.open(None, Nanos::ZERO).unwrap_err(),
+        svc.open(None).unwrap_err(),
         ServiceError::TooManySessions(2)
     );
     for s in [&a, &b] {
-        sessions
-            .reserve(&l, s, "app", "pool", "d", Request::exactly(1), Nanos::ZERO)
-            .await
-            .unwrap();
+        assert_eq!(reserve(&svc, s, 1).await, 1);
     }
     // Renewed at 5 s for 20 s: lapses at 25 s; b lapses at 10 s.
-    assert_eq!(
-        sessions.renew(a.id(), Some(sec(20)), sec(5)).unwrap(),
-        sec(25)
-    );
-    assert_eq!(sessions.reap(&l, sec(10)).await, 1);
-    assert_eq!(held(&l).await, 1);
-    assert!(sessions.get(b.id()).is_err());
+    clock.advance(Duration::from_secs(5));
+    let renewed = svc.renew(&a.id().to_string(), Some(sec(20))).unwrap();
+    assert_eq!(renewed, sec(1_025));
+    clock.advance(Duration::from_secs(5));
+    assert_eq!(svc.reap(), 1);
+    settled(&svc).await;
+    assert_eq!(counted(&svc, "pool"), 1);
+    assert!(svc.hold(&b.id().to_string()).is_err());
     // Too late to renew a lapsed lease, even before it is reaped.
-    assert!(sessions.renew(a.id(), None, sec(25)).is_err());
-    assert_eq!(sessions.reap(&l, sec(25)).await, 1);
-    assert_eq!(held(&l).await, 0);
-    assert!(sessions.is_empty());
+    clock.advance(Duration::from_secs(15));
+    assert!(svc.renew(&a.id().to_string(), None).is_err());
+    assert!(svc.hold(&a.id().to_string()).is_err());
+    assert_eq!(svc.reap(), 1);
+    settled(&svc).await;
+    assert_eq!(counted(&svc, "pool"), 0);
+    assert!(svc.sessions().is_empty());
+}
+
+/// Issue 16 item 1: the store stalls while a hold is dropped. The close is
+/// never undone: its releases go on until the store answers, and no copy
+/// stays counted for a session that no longer exists.
+#[tokio::test]
+async fn a_close_during_a_stall_releases_everything_once_the_store_answers() {
+    let (svc, _) = service_with(SessionLimits::default(), Duration::from_millis(10));
+    let s = svc.open(Some(Nanos::from_secs(60))).unwrap();
+    assert_eq!(reserve(&svc, &s, 3).await, 3);
+    svc.limiter().store().stall();
+    let closed = svc.close(&s).await;
+    assert_eq!(closed.released, 3);
+    assert!(closed.pending, "the store has not confirmed yet");
+    assert!(svc.sessions().is_empty());
+    assert_eq!(counted(&svc, "pool"), 3, "still counted during the stall");
+    svc.limiter().store().resume();
+    settled(&svc).await;
+    assert_eq!(counted(&svc, "pool"), 0, "released once the store answered");
+    // And the domain can reserve its whole limit again.
+    let t = svc.open(None).unwrap();
+    assert_eq!(reserve(&svc, &t, 3).await, 3);
+}
+
+/// A reserve the store applies after the caller's deadline is undone: the
+/// caller was told it failed, and nothing is held.
+#[tokio::test]
+async fn a_reserve_applied_after_its_deadline_is_released() {
+    let (svc, _) = service_with(SessionLimits::default(), Duration::from_millis(10));
+    let s = svc.open(None).unwrap();
+    svc.limiter().store().stall();
+    let e = svc
+        .reserve(&s, target("pool"), Request::exactly(2))
+        .await
+        .unwrap_err();
+    assert!(unavailable(&e), "{e:?}");
+    assert_eq!(e.reason(), "store_unavailable");
+    svc.limiter().store().resume();
+    settled(&svc).await;
+    assert_eq!(s.held(), 0);
+    assert_eq!(counted(&svc, "pool"), 0);
+}
+
+/// Issue 16 item 2: the caller of a release goes away (an HTTP client that
+/// hangs up makes hyper drop the handler's future). The release is undone:
+/// the session still holds the copies, and the store still counts them.
+#[tokio::test]
+async fn a_release_whose_caller_went_away_is_undone() {
+    let svc = service();
+    let s = svc.open(None).unwrap();
+    assert_eq!(reserve(&svc, &s, 3).await, 3);
+    svc.limiter().store().stall();
+    {
+        let release = svc.release(&s, target("pool"), None, 2);
+        // Polled once, then dropped.
+        let polled = tokio::time::timeout(Duration::from_millis(1), release).await;
+        assert!(polled.is_err());
+    }
+    svc.limiter().store().resume();
+    settled(&svc).await;
+    assert_eq!(s.held(), 3, "the session holds what it held");
+    assert_eq!(counted(&svc, "pool"), 3, "and the store counts it");
+    // A release now goes through.
+    let done = svc.release(&s, target("pool"), None, 3).await.unwrap();
+    assert_eq!((done.released, done.still_held), (3, 0));
+    assert_eq!(counted(&svc, "pool"), 0);
+}
+
+/// A transfer whose caller gave up is taken back into the session, so
+/// nobody holds copies staged under an id nobody knows.
+#[tokio::test]
+async fn a_transfer_whose_caller_gave_up_is_seized_back() {
+    let (svc, _) = service_with(SessionLimits::default(), Duration::from_millis(10));
+    let s = svc.open(None).unwrap();
+    assert_eq!(reserve(&svc, &s, 2).await, 2);
+    svc.limiter().store().stall();
+    let e = svc
+        .transfer(&s, target("pool"), None, 2, Nanos::from_secs(60))
+        .await
+        .unwrap_err();
+    assert!(unavailable(&e), "{e:?}");
+    svc.limiter().store().resume();
+    settled(&svc).await;
+    assert_eq!(s.held(), 2);
+    assert_eq!(counted(&svc, "pool"), 2);
+    let pool = PoolKey::new("app", "pool");
+    let store = &svc.limiter().store().inner;
+    assert_eq!(store.sweep_now(Nanos::from_secs(10_000)), 0);
+    assert_eq!(
+        store
+            .reserve_now(
+                &pool,
+                &CopyLimits::new(9, None),
+                "d",
+                Request::between(0, 0),
+                Nanos::ZERO
+            )
+            .unwrap()
+            .context
+            .domain_holds,
+        2,
+        "nothing was left staged to expire"
+    );
+}
+
+/// A seize whose caller gave up releases what it took.
+#[tokio::test]
+async fn a_seize_whose_caller_gave_up_is_released() {
+    let (svc, _) = service_with(SessionLimits::default(), Duration::from_millis(10));
+    let giver = svc.open(None).unwrap();
+    assert_eq!(reserve(&svc, &giver, 2).await, 2);
+    let id = svc
+        .transfer(&giver, target("pool"), None, 2, Nanos::from_secs(60))
+        .await
+        .unwrap();
+    let taker = svc.open(None).unwrap();
+    svc.limiter().store().stall();
+    let e = svc.seize(&taker, id).await.unwrap_err();
+    assert!(unavailable(&e), "{e:?}");
+    svc.limiter().store().resume();
+    settled(&svc).await;
+    assert_eq!(taker.held(), 0);
+    assert_eq!(counted(&svc, "pool"), 0);
+}
+
+/// Issue 16 item 6: a session's record is bounded in entries.
+#[tokio::test]
+async fn a_session_holds_copies_under_at_most_max_holds_entries() {
+    let (svc, _) = service_with(
+        SessionLimits {
+            max_sessions: 10,
+            max_holds: 2,
+        },
+        Duration::from_secs(5),
+    );
+    let s = svc.open(None).unwrap();
+    for domain in ["a", "b"] {
+        let t = Target {
+            domain,
+            ..target("big")
+        };
+        svc.reserve(&s, t, Request::exactly(1)).await.unwrap();
+    }
+    // More of a key it holds is fine; a third key is refused, untouched.
+    let again = Target {
+        domain: "a",
+        ..target("big")
+    };
+    svc.reserve(&s, again, Request::exactly(1)).await.unwrap();
+    let third = Target {
+        domain: "c",
+        ..target("big")
+    };
+    let e = svc
+        .reserve(&s, third, Request::exactly(1))
+        .await
+        .unwrap_err();
+    assert_eq!(e, ServiceError::TooManyHolds(2));
+    assert_eq!(e.reason(), "too_many_holds");
+    assert!(e.is_client_error());
+    assert_eq!(s.held(), 3);
+}
+
+/// Issue 16 item 6: names are bounded in bytes, with an error naming the
+/// limit, before anything is stored.
+#[tokio::test]
+async fn names_over_the_limit_are_refused() {
+    let svc = service();
+    let s = svc.open(None).unwrap();
+    let long = "x".repeat(1025);
+    let t = Target {
+        domain: &long,
+        ..target("big")
+    };
+    let e = svc.reserve(&s, t, Request::exactly(1)).await.unwrap_err();
+    assert_eq!(e.reason(), "malformed_request");
+    assert!(e.to_string().contains("1025 bytes"), "{e}");
+    assert!(e.to_string().contains("1024"), "{e}");
+    assert_eq!(s.held(), 0);
 }
 
 #[tokio::test]
@@ -104,12 +436,26 @@ async fn a_shadow_pool_grants_counts_in_its_groups_and_says_it_would_have_refuse
     let loaded = tollgate_config::load_str("t.yaml", yaml).unwrap();
     let l = Limiter::new(MemoryStore::new(), View::new(&loaded.config, Nanos::ZERO));
     let first = l
-        .reserve("app", "pool", "d", Request::exactly(1), Nanos::ZERO)
+        .reserve(
+            "app",
+            "pool",
+            "d",
+            Request::exactly(1),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap();
     assert!(!first.shadowed, "within every limit");
     let second = l
-        .reserve("app", "pool", "d", Request::exactly(2), Nanos::ZERO)
+        .reserve(
+            "app",
+            "pool",
+            "d",
+            Request::exactly(2),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap();
     assert!(second.reservation.allowed && second.shadowed && !second.ignored);
@@ -119,4 +465,109 @@ async fn a_shadow_pool_grants_counts_in_its_groups_and_says_it_would_have_refuse
     // Counted in the group, so an enforcing config releases them from it.
     assert_eq!(second.reservation.groups, vec!["big".to_owned()]);
     assert_eq!((c.groups[0].limit, c.groups[0].holds), (2, 3));
+}
+
+/// One step of the property test below.
+#[derive(Clone, Debug)]
+enum Step {
+    Reserve {
+        session: usize,
+        copies: u64,
+    },
+    Release {
+        session: usize,
+        copies: u64,
+    },
+    Transfer {
+        session: usize,
+        copies: u64,
+    },
+    Seize {
+        session: usize,
+    },
+    Close {
+        session: usize,
+    },
+    /// Stall the store; the next operation's caller gives up.
+    Stall,
+    Resume,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let session = 0usize..3;
+    prop_oneof![
+        (session.clone(), 1u64..4).prop_map(|(session, copies)| Step::Reserve { session, copies }),
+        (session.clone(), 1u64..3).prop_map(|(session, copies)| Step::Release { session, copies }),
+        (session.clone(), 1u64..3).prop_map(|(session, copies)| Step::Transfer { session, copies }),
+        session.clone().prop_map(|session| Step::Seize { session }),
+        session.prop_map(|session| Step::Close { session }),
+        Just(Step::Stall),
+        Just(Step::Resume),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Whatever mix of operations, stalls past the deadline, abandoned
+    /// callers and closes: once everything settled, the store counts
+    /// exactly what the open sessions hold plus what is staged, never
+    /// more than the limit; and after every session closes and every
+    /// transfer expires, nothing.
+    #[test]
+    fn every_copy_keeps_exactly_one_owner(steps in prop::collection::vec(step(), 1..40)) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            let (svc, _) = service_with(SessionLimits::default(), Duration::from_millis(2));
+            let mut sessions: Vec<Arc<Session>> = (0..3).map(|_| svc.open(None).unwrap()).collect();
+            let mut staged: Vec<TransferId> = Vec::new();
+            for s in steps {
+                match s {
+                    Step::Reserve { session, copies } => {
+                        let _ = svc.reserve(&sessions[session], target("pool"), Request::between(1, copies)).await;
+                    }
+                    Step::Release { session, copies } => {
+                        let _ = svc.release(&sessions[session], target("pool"), None, copies).await;
+                    }
+                    Step::Transfer { session, copies } => {
+                        if let Ok(id) = svc.transfer(&sessions[session], target("pool"), None, copies, Nanos::from_secs(60)).await {
+                            staged.push(id);
+                        }
+                    }
+                    Step::Seize { session } => {
+                        if let Some(id) = staged.pop() {
+                            let _ = svc.seize(&sessions[session], id).await;
+                        }
+                    }
+                    Step::Close { session } => {
+                        svc.close(&sessions[session]).await;
+                        sessions[session] = svc.open(None).unwrap();
+                    }
+                    Step::Stall => svc.limiter().store().stall(),
+                    Step::Resume => svc.limiter().store().resume(),
+                }
+            }
+            svc.limiter().store().resume();
+            settled(&svc).await;
+            let held: u64 = sessions.iter().map(|s| s.held()).sum();
+            let pool = PoolKey::new("app", "pool");
+            let store = &svc.limiter().store().inner;
+            // What is still staged is counted too: taken out (seized and
+            // released), the rest must be exactly what the sessions hold.
+            for id in &staged {
+                if let Ok(s) = store.seize_now(*id, Nanos::from_secs(1_000)) {
+                    store
+                        .release_now(&pool, &s.staged.domain, &s.staged.groups, s.staged.copies)
+                        .unwrap();
+                }
+            }
+            assert_eq!(counted(&svc, "pool"), held, "the store counts what the sessions hold");
+            assert!(held <= 3, "never beyond the domain limit");
+            for s in &sessions {
+                svc.close(s).await;
+            }
+            settled(&svc).await;
+            assert_eq!(counted(&svc, "pool"), 0, "nothing left once every session closed");
+        });
+    }
 }

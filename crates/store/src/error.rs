@@ -32,3 +32,15 @@ pub enum StoreError {
     #[error("not supported by this store: {0}")]
     Unsupported(String),
 }
+
+impl StoreError {
+    /// The refusal of a store that keeps no copy pools (a replicated
+    /// cluster has no single owner of truth for them).
+    pub fn no_copies() -> StoreError {
+        StoreError::Unsupported(
+            "copy-limited resources need the memory or Redis store; a replicated cluster has \
+             no single owner of truth"
+                .into(),
+        )
+    }
+}

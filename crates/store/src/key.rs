@@ -6,6 +6,13 @@
 //! parameters are part of the id, changing a limit's parameters starts it
 //! fresh while limits whose parameters did not change keep their state
 //! across a config reload.
+//!
+//! A scope is client input (a domain, or Envoy descriptor values), so its
+//! size is bounded where it is stored: a scope longer than
+//! [`MAX_SCOPE_BYTES`] is kept as a digest of it (SHA-256, 128 bits, in
+//! hex behind `#`), in every store alike. Two long scopes share state only
+//! if their digests collide, which no one can arrange; every key costs at
+//! most a few dozen bytes whatever a client sends.
 
 use std::fmt;
 
@@ -101,19 +108,39 @@ impl fmt::Debug for Scope {
     }
 }
 
+/// Longest scope a key keeps as it is; a longer one is kept as a digest.
+pub const MAX_SCOPE_BYTES: usize = 128;
+
 impl Key {
-    /// The key of `limit` for `scope`.
+    /// The key of `limit` for `scope` (a digest of it, when it is longer
+    /// than [`MAX_SCOPE_BYTES`]).
     pub fn new(limit: LimitId, scope: &str) -> Key {
-        Key {
-            limit,
-            scope: Scope::new(scope),
-        }
+        let scope = if scope.len() > MAX_SCOPE_BYTES {
+            Scope::Heap(digest(scope).into_boxed_str())
+        } else {
+            Scope::new(scope)
+        };
+        Key { limit, scope }
     }
 
-    /// For whom: a domain, or `""` for a limit shared by all domains.
+    /// For whom: a domain, or `""` for a limit shared by all domains (a
+    /// digest of a long one).
     pub fn scope(&self) -> &str {
         self.scope.as_str()
     }
+}
+
+/// `#` and the first 128 bits of `scope`'s SHA-256, in hex: 33 bytes.
+fn digest(scope: &str) -> String {
+    use sha2::{Digest, Sha256};
+    use std::fmt::Write as _;
+    let hash = Sha256::digest(scope.as_bytes());
+    let mut out = String::with_capacity(33);
+    out.push('#');
+    for b in &hash[..16] {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
 }
 
 impl fmt::Display for Key {
@@ -136,6 +163,28 @@ mod tests {
         assert_ne!(Key::new(LimitId(1), "acme"), Key::new(LimitId(1), "acm"));
         assert!(Key::new(LimitId(1), &long) > Key::new(LimitId(1), "a"));
         assert!(Key::new(LimitId(1), "b") > Key::new(LimitId(1), &long));
+    }
+
+    #[test]
+    fn a_scope_over_the_limit_is_kept_as_a_short_digest_that_tells_scopes_apart() {
+        let at = "x".repeat(MAX_SCOPE_BYTES);
+        assert_eq!(
+            Key::new(LimitId(1), &at).scope(),
+            at,
+            "up to the limit: as is"
+        );
+        let over = "x".repeat(MAX_SCOPE_BYTES + 1);
+        let huge = "x".repeat(64 * 1024);
+        let k = Key::new(LimitId(1), &over);
+        assert_eq!(k.scope().len(), 33);
+        assert!(k.scope().starts_with('#'));
+        assert_eq!(
+            k,
+            Key::new(LimitId(1), &over),
+            "the same scope, the same key"
+        );
+        assert_ne!(k, Key::new(LimitId(1), &huge));
+        assert_eq!(Key::new(LimitId(1), &huge).scope().len(), 33);
     }
 }
 

@@ -39,6 +39,40 @@ pub struct Seized {
     pub staged: Staged,
 }
 
+/// Identifies one copy operation, so that a store can apply it at most
+/// once however often it is sent (DESIGN.md's failure model: an operation
+/// that moves copies is retried until its outcome is known).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct OpId(pub u128);
+
+impl OpId {
+    /// A new random id: unique in practice, and unguessable, so one
+    /// client cannot replay another's operation.
+    pub fn random() -> OpId {
+        OpId(uuid::Uuid::new_v4().as_u128())
+    }
+}
+
+impl std::fmt::Display for OpId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+/// Copies one domain holds of one pool under one set of groups: what a
+/// release, a restore or a transfer moves.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Held<'a> {
+    /// The copy-limited resource.
+    pub pool: &'a PoolKey,
+    /// Whose copies.
+    pub domain: &'a str,
+    /// The groups they were counted in when reserved.
+    pub groups: &'a Groups,
+    /// How many.
+    pub copies: u64,
+}
+
 /// A place where limit state lives and is updated atomically.
 ///
 /// `now` is the caller's clock; a store with its own authoritative clock
@@ -57,6 +91,18 @@ pub trait Store: Send + Sync + 'static {
     /// `domain` that `limits` allow, or nothing. Transfers of the pool whose
     /// TTL ended by `now` are released first, so they never hold copies
     /// past their time.
+    ///
+    /// Copy operations (this one, [`Store::release`], [`Store::restore`],
+    /// [`Store::transfer`], [`Store::seize`]) resolve only with a definitive
+    /// answer: what the store did, or why it refused. A store that can lose
+    /// a request on its way (Redis) sends it again under the same `op` until
+    /// it has one, and applies an `op` at most once however often it is
+    /// sent. `Err(StoreError::Unavailable)` from a copy operation means the
+    /// answer can never be known (the server resigned from a shared copy
+    /// log, whose survivors then release everything it held).
+    ///
+    /// The default refuses: a store without copy pools
+    /// ([`Store::holds_copies`] is false) need not implement them.
     fn reserve(
         &self,
         pool: &PoolKey,
@@ -64,35 +110,57 @@ pub trait Store: Send + Sync + 'static {
         domain: &str,
         request: Request,
         now: Nanos,
-    ) -> impl Future<Output = Result<Reservation, StoreError>> + Send;
+        op: OpId,
+    ) -> impl Future<Output = Result<Reservation, StoreError>> + Send {
+        let _ = (pool, limits, domain, request, now, op);
+        std::future::ready(Err(StoreError::no_copies()))
+    }
 
-    /// Releases `copies` that `domain` reserved while in `groups`.
+    /// Releases copies `held.domain` reserved while in `held.groups`.
     fn release(
         &self,
-        pool: &PoolKey,
-        domain: &str,
-        groups: &Groups,
-        copies: u64,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+        held: Held<'_>,
+        op: OpId,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (held, op);
+        std::future::ready(Err(StoreError::no_copies()))
+    }
 
-    /// Stages `copies` for transfer; they are released at `now + ttl`
+    /// Counts again copies a release took whose holder still holds them
+    /// (the release's caller was told it failed), whatever the limits say
+    /// now: the inverse of [`Store::release`].
+    fn restore(
+        &self,
+        held: Held<'_>,
+        op: OpId,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (held, op);
+        std::future::ready(Err(StoreError::no_copies()))
+    }
+
+    /// Stages held copies for transfer; they are released at `now + ttl`
     /// unless seized first. Returns the new transfer's id.
     fn transfer(
         &self,
-        pool: &PoolKey,
-        domain: &str,
-        groups: &Groups,
-        copies: u64,
+        held: Held<'_>,
         ttl: Nanos,
         now: Nanos,
-    ) -> impl Future<Output = Result<TransferId, StoreError>> + Send;
+        op: OpId,
+    ) -> impl Future<Output = Result<TransferId, StoreError>> + Send {
+        let _ = (held, ttl, now, op);
+        std::future::ready(Err(StoreError::no_copies()))
+    }
 
     /// Claims staged copies; they count as held by the caller from now on.
     fn seize(
         &self,
         id: TransferId,
         now: Nanos,
-    ) -> impl Future<Output = Result<Seized, StoreError>> + Send;
+        op: OpId,
+    ) -> impl Future<Output = Result<Seized, StoreError>> + Send {
+        let _ = (id, now, op);
+        std::future::ready(Err(StoreError::no_copies()))
+    }
 
     /// Drops idle state and releases expired transfers. Stores call it on a
     /// timer; it is cheap to call often.

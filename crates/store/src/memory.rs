@@ -104,7 +104,7 @@ use tollgate_core::{Algorithm, Decision, Limit, LimitState, Mode, Nanos, PlanDec
 use crate::error::StoreError;
 use crate::key::{Key, PoolKey};
 use crate::plan::{Plan, PlanItem};
-use crate::{Seized, Store};
+use crate::{Held, OpId, Seized, Store};
 
 const KEYS_GAUGE: &str = "tollgate_store_keys";
 const UNTRACKED_COUNTER: &str = "tollgate_store_untracked_decisions_total";
@@ -422,6 +422,15 @@ impl MemoryStore {
             p.release(domain, groups, copies)
         })?;
         Ok(())
+    }
+
+    /// [`Store::restore`], synchronously: counts again `copies` that
+    /// `domain` holds under `groups`, whatever the limits say.
+    pub fn restore_now(&self, pool: &PoolKey, domain: &str, groups: &Groups, copies: u64) {
+        let mut guard = self.pools.lock();
+        with_pool(&mut guard.pools, pool, |p| {
+            p.restore(domain, groups, copies)
+        });
     }
 
     /// [`Store::transfer`], synchronously: stages `copies` under a new
@@ -1038,6 +1047,8 @@ impl Store for MemoryStore {
         self.decide_now(plan, now, request, mode)
     }
 
+    // Copy operations complete under one lock, on first poll: nothing is
+    // ever sent twice, so `op` needs no remembering.
     async fn reserve(
         &self,
         pool: &PoolKey,
@@ -1045,33 +1056,31 @@ impl Store for MemoryStore {
         domain: &str,
         request: Request,
         now: Nanos,
+        _op: OpId,
     ) -> Result<Reservation, StoreError> {
         self.reserve_now(pool, limits, domain, request, now)
     }
 
-    async fn release(
-        &self,
-        pool: &PoolKey,
-        domain: &str,
-        groups: &Groups,
-        copies: u64,
-    ) -> Result<(), StoreError> {
-        self.release_now(pool, domain, groups, copies)
+    async fn release(&self, held: Held<'_>, _op: OpId) -> Result<(), StoreError> {
+        self.release_now(held.pool, held.domain, held.groups, held.copies)
+    }
+
+    async fn restore(&self, held: Held<'_>, _op: OpId) -> Result<(), StoreError> {
+        self.restore_now(held.pool, held.domain, held.groups, held.copies);
+        Ok(())
     }
 
     async fn transfer(
         &self,
-        pool: &PoolKey,
-        domain: &str,
-        groups: &Groups,
-        copies: u64,
+        held: Held<'_>,
         ttl: Nanos,
         now: Nanos,
+        _op: OpId,
     ) -> Result<TransferId, StoreError> {
-        self.transfer_now(pool, domain, groups, copies, ttl, now)
+        self.transfer_now(held.pool, held.domain, held.groups, held.copies, ttl, now)
     }
 
-    async fn seize(&self, id: TransferId, now: Nanos) -> Result<Seized, StoreError> {
+    async fn seize(&self, id: TransferId, now: Nanos, _op: OpId) -> Result<Seized, StoreError> {
         self.seize_now(id, now)
     }
 

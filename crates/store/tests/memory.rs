@@ -25,7 +25,8 @@ use tollgate_core::{
 };
 use tollgate_core::{PlanDecision, Request};
 use tollgate_store::{
-    AtCapacity, Key, LimitId, MemoryStore, MemoryStoreOptions, Plan, PoolKey, Store, StoreError,
+    AtCapacity, Held, Key, LimitId, MemoryStore, MemoryStoreOptions, OpId, Plan, PoolKey, Store,
+    StoreError,
 };
 
 // ---------------------------------------------------------------- helpers
@@ -714,16 +715,37 @@ async fn through_the_trait<S: Store>(store: &S) -> (PlanDecision, u64) {
     let pool = PoolKey::new("ns", "r");
     let limits = CopyLimits::new(1, None);
     let r = store
-        .reserve(&pool, &limits, "a", Request::exactly(1), Nanos::ZERO)
+        .reserve(
+            &pool,
+            &limits,
+            "a",
+            Request::exactly(1),
+            Nanos::ZERO,
+            OpId::random(),
+        )
         .await
         .unwrap();
+    let held = |groups| Held {
+        pool: &pool,
+        domain: "a",
+        groups,
+        copies: 1,
+    };
     let id = store
-        .transfer(&pool, "a", &r.groups, 1, Nanos::SECOND, T0)
+        .transfer(held(&r.groups), Nanos::SECOND, T0, OpId::random())
         .await
         .unwrap();
-    let seized = store.seize(id, T0).await.unwrap();
+    let seized = store.seize(id, T0, OpId::random()).await.unwrap();
     store
-        .release(&pool, "a", &seized.staged.groups, 1)
+        .release(held(&seized.staged.groups), OpId::random())
+        .await
+        .unwrap();
+    store
+        .restore(held(&seized.staged.groups), OpId::random())
+        .await
+        .unwrap();
+    store
+        .release(held(&seized.staged.groups), OpId::random())
         .await
         .unwrap();
     store.sweep(T0).await;

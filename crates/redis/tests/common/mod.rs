@@ -12,7 +12,7 @@ use tollgate_core::copies::CopyLimits;
 use tollgate_core::{Limit, Mode, Nanos, Request};
 pub use tollgate_redis::testing::RedisServer;
 use tollgate_redis::{Clock, RedisOptions, RedisStore};
-use tollgate_store::{Key, LimitId, MemoryStore, Plan, PoolKey, Store};
+use tollgate_store::{Key, LimitId, MemoryStore, OpId, Plan, PoolKey, Store};
 
 /// A time in 2026, so the scripts see realistic absolute times (the core's
 /// saturation at zero never comes into play).
@@ -56,6 +56,7 @@ pub async fn holds(store: &RedisStore, pool: &PoolKey, domain: &str) -> (u64, u6
             domain,
             Request::between(0, 0),
             Nanos::ZERO,
+            OpId::random(),
         )
         .await
         .unwrap();

@@ -47,8 +47,8 @@ pub(super) async fn status<S: Store>(State(http): State<Http<S>>) -> Json<Status
         uptime_ms: u64::try_from(app.started.elapsed().as_millis()).unwrap_or(u64::MAX),
         config: app.config_status(),
         sessions: Sessions {
-            open: app.sessions.len(),
-            opened: app.sessions.opened(),
+            open: app.sessions().len(),
+            opened: app.sessions().opened(),
         },
     })
 }
@@ -66,7 +66,7 @@ pub(super) async fn healthz() -> &'static str {
 pub(super) async fn readyz<S: Store>(State(http): State<Http<S>>) -> Response {
     if http.app.is_stopping() {
         (StatusCode::SERVICE_UNAVAILABLE, "stopping").into_response()
-    } else if !http.app.limiter.store().is_ready() {
+    } else if !http.app.limiter().store().is_ready() {
         (StatusCode::SERVICE_UNAVAILABLE, "store unavailable").into_response()
     } else {
         "ready".into_response()

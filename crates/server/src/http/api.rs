@@ -15,14 +15,14 @@ use http::header::RETRY_AFTER;
 use http::{HeaderValue, StatusCode};
 use tollgate_core::Nanos;
 use tollgate_proto::v1;
-use tollgate_service::{ServiceError, Session, SessionId};
+use tollgate_service::{Service, ServiceError, Session};
 use tollgate_store::Store;
 
 use super::body::{fail, ApiError, JsonBody, OptionalJsonBody};
 use super::Http;
 use crate::app::App;
 use crate::errors::malformed;
-use crate::{clock, metrics as m, native};
+use crate::{clock, native};
 
 /// A hold's lease when the request names none.
 const DEFAULT_LEASE_MS: u64 = 30_000;
@@ -68,20 +68,14 @@ pub(super) async fn reserve<S: Store>(
         return Err(fail(malformed("copies must be at least 1")));
     }
     let lease = lease(req.lease_ms).map_err(fail)?;
-    let session = open(app, lease)?;
-    match native::reserve(app, &session, &req).await {
+    let fresh = Fresh::open(app, lease)?;
+    match native::reserve(app, &fresh.session, &req).await {
         Ok(mut answer) if answer.granted > 0 => {
-            answer.hold_id = session.id().to_string();
+            answer.hold_id = fresh.keep().id().to_string();
             Ok(Json(answer).into_response())
         }
-        Ok(answer) => {
-            close(app, &session).await;
-            Ok((StatusCode::TOO_MANY_REQUESTS, Json(answer)).into_response())
-        }
-        Err(e) => {
-            close(app, &session).await;
-            Err(fail(e))
-        }
+        Ok(answer) => Ok((StatusCode::TOO_MANY_REQUESTS, Json(answer)).into_response()),
+        Err(e) => Err(fail(e)),
     }
 }
 
@@ -91,9 +85,9 @@ pub(super) async fn release<S: Store>(
     JsonBody(req): JsonBody<v1::ReleaseRequest>,
 ) -> Result<Json<v1::ReleaseResponse>, ApiError> {
     let app = &http.app;
-    let session = hold(app, &req.hold_id).map_err(fail)?;
+    let session = app.service.hold(&req.hold_id).map_err(fail)?;
     let answer = native::release(app, &session, &req).await.map_err(fail)?;
-    close_if_empty(app, &session).await;
+    end_if_empty(app, &session);
     Ok(Json(answer))
 }
 
@@ -105,9 +99,9 @@ pub(super) async fn transfer<S: Store>(
     JsonBody(req): JsonBody<v1::TransferRequest>,
 ) -> Result<Json<v1::TransferResponse>, ApiError> {
     let app = &http.app;
-    let session = hold(app, &req.hold_id).map_err(fail)?;
+    let session = app.service.hold(&req.hold_id).map_err(fail)?;
     let answer = native::transfer(app, &session, &req).await.map_err(fail)?;
-    close_if_empty(app, &session).await;
+    end_if_empty(app, &session);
     Ok(Json(answer))
 }
 
@@ -121,17 +115,12 @@ pub(super) async fn seize<S: Store>(
         return Err(fail(malformed("transfer_id is required")));
     }
     let lease = lease(req.lease_ms).map_err(fail)?;
-    let session = open(app, lease)?;
-    match native::seize(app, &session, &req).await {
-        Ok(mut answer) => {
-            answer.hold_id = session.id().to_string();
-            Ok(Json(answer))
-        }
-        Err(e) => {
-            close(app, &session).await;
-            Err(fail(e))
-        }
-    }
+    let fresh = Fresh::open(app, lease)?;
+    let mut answer = native::seize(app, &fresh.session, &req)
+        .await
+        .map_err(fail)?;
+    answer.hold_id = fresh.keep().id().to_string();
+    Ok(Json(answer))
 }
 
 /// `POST /v1/holds/{id}/renew`'s optional body.
@@ -157,14 +146,14 @@ pub(super) async fn renew<S: Store>(
     OptionalJsonBody(body): OptionalJsonBody<Renew>,
 ) -> Result<Json<Renewed>, ApiError> {
     let app = &http.app;
-    let id = hold(app, &path(id)?).map_err(fail)?.id();
+    let id = path(id)?;
     let ttl = match body.and_then(|b| b.lease_ms) {
         Some(ms) => Some(lease(Some(ms)).map_err(fail)?),
         None => None,
     };
-    let at = app.sessions.renew(id, ttl, clock::now()).map_err(fail)?;
+    let at = app.service.renew(&id, ttl).map_err(fail)?;
     Ok(Json(Renewed {
-        hold_id: id.to_string(),
+        hold_id: id,
         expires_at_ms: at.as_u64() / 1_000_000,
     }))
 }
@@ -172,7 +161,11 @@ pub(super) async fn renew<S: Store>(
 /// `DELETE /v1/holds/{id}`'s answer.
 #[derive(Debug, serde::Serialize)]
 pub(super) struct Dropped {
+    /// Copies the hold held, all released or being released.
     released: u64,
+    /// The store had not confirmed every release within the copy deadline
+    /// (they go on until it does).
+    pending: bool,
 }
 
 /// `DELETE /v1/holds/{id}`: releases everything the hold holds.
@@ -181,9 +174,12 @@ pub(super) async fn drop_hold<S: Store>(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Dropped>, ApiError> {
     let app = &http.app;
-    let session = hold(app, &path(id)?).map_err(fail)?;
-    let released = close(app, &session).await;
-    Ok(Json(Dropped { released }))
+    let session = app.service.hold(&path(id)?).map_err(fail)?;
+    let closed = app.service.close(&session).await;
+    Ok(Json(Dropped {
+        released: closed.released,
+        pending: closed.pending,
+    }))
 }
 
 /// The service answers an empty namespace with "unknown namespace ``" and,
@@ -204,38 +200,44 @@ fn path(id: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
         .map_err(|e| fail(malformed(format!("bad hold id in the path: {e}"))))
 }
 
-/// The live HTTP hold `id`. gRPC sessions have no lease and are not holds:
-/// their holds belong to their stream alone. A hold whose lease lapsed is
-/// unknown even before housekeeping reaps it, as `renew` has it.
-fn hold<S: Store>(app: &App<S>, id: &str) -> Result<Arc<Session>, ServiceError> {
-    if id.is_empty() {
-        return Err(malformed("hold_id is required"));
+/// A hold opened by this request: ended (releasing whatever it got) unless
+/// its id reaches the client, also when the handler's future is dropped
+/// because the client hung up.
+struct Fresh<S: Store> {
+    service: Arc<Service<S>>,
+    session: Arc<Session>,
+    keep: bool,
+}
+
+impl<S: Store> Fresh<S> {
+    fn open(app: &App<S>, lease: Nanos) -> Result<Fresh<S>, ApiError> {
+        let session = app.service.open(Some(lease)).map_err(fail)?;
+        Ok(Fresh {
+            service: Arc::clone(&app.service),
+            session,
+            keep: false,
+        })
     }
-    let id: SessionId = id.parse()?;
-    let session = app.sessions.get(id)?;
-    match session.expires_at() {
-        Some(at) if at > clock::now() => Ok(session),
-        _ => Err(ServiceError::UnknownHold(id.to_string())),
+
+    /// The hold is the client's now.
+    fn keep(mut self) -> Arc<Session> {
+        self.keep = true;
+        Arc::clone(&self.session)
     }
 }
 
-fn open<S: Store>(app: &App<S>, lease: Nanos) -> Result<Arc<Session>, ApiError> {
-    let session = app.sessions.open(Some(lease), clock::now()).map_err(fail)?;
-    metrics::gauge!(m::SESSIONS).set(app.sessions.len() as f64);
-    Ok(session)
+impl<S: Store> Drop for Fresh<S> {
+    fn drop(&mut self) {
+        if !self.keep {
+            self.service.end(&self.session);
+        }
+    }
 }
 
-/// Ends a hold, releasing what it still holds; returns how many copies.
-async fn close<S: Store>(app: &App<S>, session: &Session) -> u64 {
-    let released = app.sessions.close(&app.limiter, session).await;
-    metrics::gauge!(m::SESSIONS).set(app.sessions.len() as f64);
-    released
-}
-
-async fn close_if_empty<S: Store>(app: &App<S>, session: &Session) {
+fn end_if_empty<S: Store>(app: &App<S>, session: &Session) {
     // Nothing adds to an existing hold (reserve and seize open new ones),
     // so empty now is empty for good.
     if session.held() == 0 {
-        close(app, session).await;
+        app.service.end(session);
     }
 }

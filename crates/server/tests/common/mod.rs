@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use tollgate_proto::rls::rate_limit_service_client::RateLimitServiceClient;
 use tollgate_proto::v1::tollgate_client::TollgateClient;
 use tollgate_server::{App, Server, ServerOptions};
-use tollgate_service::SessionLimits;
+use tollgate_service::{Clock, ManualClock, ServiceOptions, SessionLimits, SystemClock};
 use tollgate_store::MemoryStore;
 
 /// A running server.
@@ -35,7 +35,33 @@ impl TestServer {
     pub async fn start_with(
         yaml: &str,
         limits: SessionLimits,
+        options: ServerOptions,
+    ) -> TestServer {
+        let service = ServiceOptions {
+            sessions: limits,
+            ..ServiceOptions::default()
+        };
+        TestServer::start_full(yaml, service, options, Arc::new(SystemClock)).await
+    }
+
+    /// Starts a server whose clock the test moves by hand.
+    pub async fn start_clocked(yaml: &str, clock: Arc<ManualClock>) -> TestServer {
+        TestServer::start_full(
+            yaml,
+            ServiceOptions::default(),
+            ServerOptions::default(),
+            clock,
+        )
+        .await
+    }
+
+    /// Starts a server with explicit service and server options and clock
+    /// (addresses are replaced by free loopback ports).
+    pub async fn start_full(
+        yaml: &str,
+        service: ServiceOptions,
         mut options: ServerOptions,
+        clock: Arc<dyn Clock>,
     ) -> TestServer {
         let loaded = tollgate_config::load_str("test.yaml", yaml).unwrap();
         let app = Arc::new(
@@ -45,7 +71,8 @@ impl TestServer {
                 loaded.config,
                 None,
                 vec![],
-                limits,
+                service,
+                clock,
             )
             .unwrap(),
         );
@@ -131,13 +158,14 @@ pub async fn holds(
     domain: &str,
 ) -> (u64, u64) {
     let r = app
-        .limiter
+        .limiter()
         .reserve(
             namespace,
             resource,
             domain,
             tollgate_core::Request::between(0, 0),
-            tollgate_server::clock::now(),
+            app.now(),
+            tollgate_store::OpId::random(),
         )
         .await
         .unwrap();

@@ -17,7 +17,7 @@ use tollgate_replica::wire::ClusterKey;
 use tollgate_replica::{Node, NodeConfig, Replica, ReplicaOptions, ReplicaStore};
 use tollgate_server::app::ApiPart;
 use tollgate_server::{App, Server, ServerOptions};
-use tollgate_service::SessionLimits;
+use tollgate_service::{ServiceOptions, SessionLimits, SystemClock};
 use tollgate_store::{MemoryStore, Store};
 
 /// The config served when none is given: the bundled example.
@@ -73,6 +73,19 @@ pub struct ServeArgs {
     /// Sessions (gRPC session streams and HTTP holds) open at once.
     #[arg(long, env = "TOLLGATE_MAX_SESSIONS", default_value_t = 100_000)]
     pub max_sessions: usize,
+    /// Distinct (resource, domain, groups) entries one session or HTTP hold
+    /// may hold copies under.
+    #[arg(long, env = "TOLLGATE_MAX_HOLDS_PER_SESSION", default_value_t = 1000)]
+    pub max_holds_per_session: usize,
+    /// Longest namespace, resource or domain name of a hold (reserve,
+    /// release, transfer), in bytes.
+    #[arg(long, env = "TOLLGATE_MAX_NAME_BYTES", default_value_t = 1024)]
+    pub max_name_bytes: usize,
+    /// How long a copy operation (reserve, release, transfer, seize) waits
+    /// for the store before its caller is told it failed; the operation is
+    /// then undone if the store applies it later (milliseconds).
+    #[arg(long, env = "TOLLGATE_COPY_DEADLINE_MS", default_value_t = 1000)]
+    pub copy_deadline_ms: u64,
     /// Concurrent streams (sessions and in-flight requests) per gRPC
     /// connection.
     #[arg(
@@ -592,9 +605,15 @@ async fn serve_with<S: Store>(
         config,
         args.config.clone(),
         warnings,
-        SessionLimits {
-            max_sessions: args.max_sessions,
+        ServiceOptions {
+            sessions: SessionLimits {
+                max_sessions: args.max_sessions,
+                max_holds: args.max_holds_per_session,
+            },
+            copy_deadline: Duration::from_millis(args.copy_deadline_ms.max(1)),
+            max_name_bytes: args.max_name_bytes,
         },
+        Arc::new(SystemClock),
     )
     .map_err(|e| anyhow::anyhow!("the config cannot run on the {store_name} store: {e}"))?;
     if let Some(target) = &args.decision_log {

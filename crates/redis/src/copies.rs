@@ -1,0 +1,390 @@
+//! Copy operations on the copy log, each driven to a definitive answer.
+//!
+//! # Why operations are resent, and why that is safe
+//!
+//! A copy operation (reserve, release, restore, transfer, seize) is one
+//! call of the `copies` script. The call can time out or its connection
+//! can break while Redis applies it anyway, so "no answer" says nothing
+//! about what happened. So every operation carries an id ([`OpId`]); the
+//! script remembers the reply of an operation it applied (for a few
+//! heartbeat TTLs, longer than a server keeps resending before it resigns)
+//! and answers a resent one with that reply instead of applying it again.
+//! The store resends until it has an answer: the future of a copy
+//! operation resolves only with what Redis did or refused. It runs in a
+//! task of its own, so a caller that drops it changes nothing.
+//!
+//! # What this server holds, pool by pool
+//!
+//! Operations of this server on one pool run one at a time (an async lock
+//! per pool), and after each the server updates its own record of what its
+//! sessions hold there ([`PoolState::mine`]), the same numbers as its `s:`
+//! fields in Redis. That record is what makes Redis losing its data cost
+//! only counts, never holds or servers: when the script says the pool no
+//! longer has this server's contribution (`TOLLGATE lost`: Redis restarted
+//! empty, or a cluster node failed over to a replica that lagged), the
+//! server counts its holds again (`reassert`) and resends. When its
+//! heartbeat finds the live set lost, it does that for every pool at once
+//! ([`RedisStore::recover`]).
+//!
+//! # What stays in Redis, and for how long
+//!
+//! Nothing a stranger sends: a seize looks the transfer up (`peek`) before
+//! this server registers the pool, so a made-up id leaves nothing behind;
+//! the registration of a pool where this server holds nothing any more is
+//! withdrawn by the sweep; staged transfers are expired by the server that
+//! staged them when they are due ([`RedisStore::expire_due`]), instead of
+//! every pool being polled.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redis::{RedisError, Value};
+use tokio::sync::Mutex as AsyncMutex;
+use tollgate_core::copies::Groups;
+use tollgate_core::Nanos;
+use tollgate_store::OpId;
+
+use crate::store::RedisStore;
+
+/// What this server knows of one pool.
+#[derive(Debug, Default)]
+pub(crate) struct PoolState {
+    /// The pool's name, once known (a seize learns it from Redis).
+    pub(crate) name: String,
+    /// Whether the pool is in this server's registration set in Redis.
+    pub(crate) registered: bool,
+    /// Copies this server's sessions hold here, by domain and groups:
+    /// the same as its `s:` fields in Redis.
+    pub(crate) mine: HashMap<(String, Groups), u64>,
+    /// The latest operations applied here, so that one sent again by its
+    /// caller (with the same id) is counted in [`PoolState::mine`] once,
+    /// as Redis counts it once.
+    applied: std::collections::VecDeque<OpId>,
+}
+
+/// How many operation ids a pool's state remembers.
+const REMEMBERED_OPS: usize = 64;
+
+impl PoolState {
+    /// Whether this server holds anything here.
+    pub(crate) fn holds(&self) -> bool {
+        !self.mine.is_empty()
+    }
+
+    /// Whether operation `op` is applied here for the first time (and
+    /// remembers it).
+    pub(crate) fn first_time(&mut self, op: OpId) -> bool {
+        if self.applied.contains(&op) {
+            return false;
+        }
+        if self.applied.len() == REMEMBERED_OPS {
+            self.applied.pop_front();
+        }
+        self.applied.push_back(op);
+        true
+    }
+
+    /// Adds `n` (subtracts, if negative) to what this server holds.
+    pub(crate) fn add(&mut self, domain: &str, groups: &Groups, n: i128) {
+        let key = (domain.to_owned(), groups.clone());
+        let now = i128::from(self.mine.get(&key).copied().unwrap_or(0)) + n;
+        if now <= 0 {
+            self.mine.remove(&key);
+        } else {
+            self.mine
+                .insert(key, u64::try_from(now).unwrap_or(u64::MAX));
+        }
+    }
+
+    /// The `reassert` arguments: every hold as domain, copies, group count,
+    /// groups.
+    fn reassert_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        for ((domain, groups), n) in &self.mine {
+            args.push(domain.clone());
+            args.push(n.to_string());
+            args.push(groups.len().to_string());
+            args.extend(groups.iter().cloned());
+        }
+        args
+    }
+}
+
+/// Every pool this server uses, with its lock, and when staged transfers
+/// are next due where it staged them.
+#[derive(Debug, Default)]
+pub(crate) struct Pools {
+    by_affinity: Mutex<HashMap<u64, Arc<AsyncMutex<PoolState>>>>,
+    due: Mutex<HashMap<u64, Instant>>,
+}
+
+impl Pools {
+    /// The lock of pool `a` (created empty when first used).
+    pub(crate) fn get(&self, a: u64) -> Arc<AsyncMutex<PoolState>> {
+        Arc::clone(self.by_affinity.lock().entry(a).or_default())
+    }
+
+    /// Every pool's affinity and lock.
+    fn all(&self) -> Vec<(u64, Arc<AsyncMutex<PoolState>>)> {
+        self.by_affinity
+            .lock()
+            .iter()
+            .map(|(a, p)| (*a, Arc::clone(p)))
+            .collect()
+    }
+
+    /// Comes back to pool `a` at `at` at the latest to expire transfers.
+    pub(crate) fn due_at(&self, a: u64, at: Instant) {
+        let mut due = self.due.lock();
+        let e = due.entry(a).or_insert(at);
+        *e = (*e).min(at);
+    }
+
+    /// Pools with transfers due by `now`, forgotten here (expiring them
+    /// schedules the next).
+    fn take_due(&self, now: Instant) -> Vec<u64> {
+        let mut due = self.due.lock();
+        let ready: Vec<u64> = due
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(a, _)| *a)
+            .collect();
+        for a in &ready {
+            due.remove(a);
+        }
+        ready
+    }
+
+    fn is_due(&self, a: u64) -> bool {
+        self.due.lock().contains_key(&a)
+    }
+
+    /// Pools this server tracks (for tests and metrics).
+    pub(crate) fn len(&self) -> usize {
+        self.by_affinity.lock().len()
+    }
+
+    /// Drops pools nobody is using and that hold nothing: an entry whose
+    /// lock only the map holds, and whose state is empty and unregistered.
+    fn forget_idle(&self) {
+        let mut map = self.by_affinity.lock();
+        map.retain(|_, p| {
+            if Arc::strong_count(p) > 1 {
+                return true;
+            }
+            match p.try_lock() {
+                Ok(st) => st.holds() || st.registered,
+                Err(_) => true,
+            }
+        });
+    }
+}
+
+/// How long to wait before resending, after `attempt` failed sends.
+fn backoff(attempt: u32) -> Duration {
+    let ms = 10u64.saturating_mul(1 << attempt.min(6));
+    Duration::from_millis(ms.min(500))
+}
+
+/// A copies-script error that is an answer (nothing changed), by its word.
+pub(crate) fn refusal(e: &RedisError) -> Option<&str> {
+    if e.code() != Some("TOLLGATE") {
+        return None;
+    }
+    e.detail().and_then(|d| d.split_whitespace().next())
+}
+
+impl RedisStore {
+    /// Sends copies-script `op` on pool `a` (whose state the caller holds
+    /// locked) until Redis answers: a reply, or a refusal (`TOLLGATE ...`).
+    /// Counts this server's holds again where Redis lost them. Fails only
+    /// with a refusal, or when this server resigned.
+    pub(crate) async fn drive(
+        &self,
+        a: u64,
+        st: &mut PoolState,
+        now: Nanos,
+        op: &str,
+        id: Option<OpId>,
+        args: &[String],
+    ) -> Result<Value, RedisError> {
+        let mut attempt = 0u32;
+        loop {
+            if self.log.is_resigned() {
+                return Err(resigned_error());
+            }
+            match self
+                .copies_call(a, &st.name, now, op, id, st.holds(), args)
+                .await
+            {
+                Ok(v) => {
+                    self.mark(true);
+                    return Ok(v);
+                }
+                Err(e) if refusal(&e) == Some("lost") => {
+                    self.reassert(a, st).await?;
+                }
+                Err(e) if refusal(&e).is_some() => {
+                    self.mark(true);
+                    return Err(e);
+                }
+                Err(e) => {
+                    self.note_failure(&e);
+                    tracing::debug!(op, error = %e, attempt, "a copy operation got no answer; sending it again");
+                    tokio::time::sleep(backoff(attempt)).await;
+                    attempt = attempt.saturating_add(1);
+                }
+            }
+        }
+    }
+
+    /// Counts again, in pool `a`, everything this server's sessions hold
+    /// there (after Redis lost it); nothing if Redis still has it.
+    async fn reassert(&self, a: u64, st: &mut PoolState) -> Result<(), RedisError> {
+        let args = st.reassert_args();
+        let id = OpId::random();
+        let mut attempt = 0u32;
+        loop {
+            if self.log.is_resigned() {
+                return Err(resigned_error());
+            }
+            // Registered again first: Redis may have lost the registration
+            // set as well, and a cleaner must find this pool.
+            if let Err(e) = self.register(a, st).await {
+                if refusal(&e).is_some() {
+                    return Err(e);
+                }
+            }
+            match self
+                .copies_call(a, &st.name, Nanos::ZERO, "reassert", Some(id), false, &args)
+                .await
+            {
+                Ok(v) => {
+                    let copies = crate::store::int(Some(&v));
+                    if copies > 0 {
+                        metrics::counter!(REASSERTED).increment(copies);
+                        tracing::warn!(pool = ?st.name, copies, "Redis had lost this server's holds in a pool (restarted empty?); counted them again");
+                    }
+                    return Ok(());
+                }
+                Err(e) if refusal(&e).is_some() => return Err(e),
+                Err(e) => {
+                    self.note_failure(&e);
+                    tokio::time::sleep(backoff(attempt)).await;
+                    attempt = attempt.saturating_add(1);
+                }
+            }
+        }
+    }
+
+    /// Registers pool `a` under this server before it first holds copies
+    /// there, so a cleaner finds it; resends until Redis answers.
+    pub(crate) async fn register(&self, a: u64, st: &mut PoolState) -> Result<(), RedisError> {
+        if st.registered {
+            return Ok(());
+        }
+        let mut attempt = 0u32;
+        loop {
+            if self.log.is_resigned() {
+                return Err(resigned_error());
+            }
+            match self.log.register(&self.conn, a).await {
+                Ok(rejoined) => {
+                    st.registered = true;
+                    if rejoined {
+                        self.lost_live_set();
+                    }
+                    return Ok(());
+                }
+                Err(e) if refusal(&e).is_some() => return Err(e),
+                Err(e) => {
+                    self.note_failure(&e);
+                    tokio::time::sleep(backoff(attempt)).await;
+                    attempt = attempt.saturating_add(1);
+                }
+            }
+        }
+    }
+
+    /// Counts this server's holds again in every pool where Redis lost
+    /// them, after its heartbeat found the live set lost.
+    pub async fn recover(&self) {
+        for (a, pool) in self.pools.all() {
+            let mut st = pool.lock().await;
+            if !st.holds() {
+                continue;
+            }
+            st.registered = false;
+            if let Err(e) = self.reassert(a, &mut st).await {
+                tracing::error!(pool = ?st.name, error = %e, "could not count this server's holds again");
+            }
+        }
+    }
+
+    /// Expires the staged transfers of every pool where one is due, and
+    /// withdraws the registration of pools where this server holds nothing
+    /// any more. Called by the store's sweep.
+    pub(crate) async fn expire_due(&self, now: Nanos) {
+        for a in self.pools.take_due(Instant::now()) {
+            let pool = self.pools.get(a);
+            let mut st = pool.lock().await;
+            match self.drive(a, &mut st, now, "expire", None, &[]).await {
+                Ok(Value::Int(us)) if us >= 0 => {
+                    let wait = Duration::from_micros(u64::try_from(us).unwrap_or(0));
+                    self.pools.due_at(a, Instant::now() + wait);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "expiring transfers failed; retrying at the next sweep");
+                    self.pools.due_at(a, Instant::now());
+                }
+            }
+        }
+        self.withdraw_idle().await;
+    }
+
+    /// Withdraws the registrations of pools this server holds nothing in
+    /// (and expects no transfer in), and forgets them.
+    async fn withdraw_idle(&self) {
+        for (a, pool) in self.pools.all() {
+            if self.pools.is_due(a) {
+                continue;
+            }
+            // Busy pools are left for a later sweep.
+            let Ok(mut st) = pool.try_lock() else {
+                continue;
+            };
+            if st.holds() || !st.registered {
+                continue;
+            }
+            match self.log.unregister(&self.conn, a).await {
+                Ok(()) => st.registered = false,
+                Err(e) => {
+                    tracing::debug!(error = %e, "withdrawing a pool's registration failed; retrying at the next sweep")
+                }
+            }
+        }
+        self.pools.forget_idle();
+    }
+
+    /// The heartbeat or a registration found this server missing from the
+    /// live set though nobody declared it dead: Redis lost its data.
+    pub(crate) fn lost_live_set(&self) {
+        metrics::counter!(LIVE_SET_LOST).increment(1);
+        tracing::warn!(server = %self.log.id, "Redis had lost this server's heartbeat (restarted empty or flushed?): joined again; holds are counted again pool by pool");
+        let store = self.clone();
+        tokio::spawn(async move { store.recover().await });
+    }
+}
+
+/// Counter: copies counted again after Redis lost them.
+pub(crate) const REASSERTED: &str = "tollgate_store_copies_reasserted_total";
+/// Counter: times this server found Redis had lost its heartbeat.
+pub(crate) const LIVE_SET_LOST: &str = "tollgate_store_live_set_lost_total";
+
+/// The error of an operation this server may no longer send.
+pub(crate) fn resigned_error() -> RedisError {
+    redis::make_extension_error("TOLLGATE".to_owned(), Some("resigned".to_owned()))
+}

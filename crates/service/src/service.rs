@@ -1,0 +1,846 @@
+//! The [`Service`]: the limiter, the sessions and the clock behind one
+//! facade, and the rule that keeps every copy with exactly one owner.
+//!
+//! # Copy operations are driven to an outcome
+//!
+//! A copy operation (reserve, release, transfer, seize) moves copies
+//! between a session's record and the store's counts. Between the two
+//! there is a round trip to the store that may stall for longer than the
+//! caller waits, and a caller that may go away (an HTTP client that hangs
+//! up makes hyper drop the handler's future). If the operation belonged to
+//! its caller, either would leave the record and the store disagreeing for
+//! good: copies counted that no session holds (a leak), or held copies
+//! that are no longer counted.
+//!
+//! So every copy operation runs in a task of its own (DESIGN.md's failure
+//! model), which owns the copies in flight and drives the store call to a
+//! definitive answer (the store retries under one [`OpId`] until it knows,
+//! and applies the operation at most once). The caller waits for the
+//! outcome at most [`ServiceOptions::copy_deadline`]. Whoever comes first,
+//! the outcome or the caller giving up (the deadline, or its future being
+//! dropped), decides under one lock ([`Handoff`]):
+//!
+//! - the outcome first: the task applies it to the session's record and
+//!   hands it over;
+//! - the caller first: the caller is told the store did not answer, and
+//!   when the outcome arrives the task *undoes* it, so that what the caller
+//!   was told ("nothing happened") is true: a grant is released, a release
+//!   is counted again and put back in the record, a transfer is seized back
+//!   into the record, a seize is released.
+//!
+//! Ending a session (close, lapse, stream end, shutdown) is never undone:
+//! the session's copies leave its record at once and their releases are
+//! driven to the end whatever anyone waits for.
+//!
+//! # Order of record and store
+//!
+//! Copies enter a record only after the store counted them and leave it
+//! before the store uncounts them, so the store never counts fewer copies
+//! than the records hold, and an excess is always owned by a task in
+//! flight that will record or release it.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{oneshot, Notify};
+use tollgate_core::copies::{CopyError, TransferId};
+use tollgate_core::{Nanos, Request};
+use tollgate_store::{OpId, PoolKey, Seized, Store, StoreError};
+
+use crate::clock::Clock;
+use crate::error::ServiceError;
+use crate::limiter::{
+    DescriptorOutcome, DescriptorRequest, Limiter, RateOutcome, RateRequest, ReserveOutcome,
+};
+use crate::sessions::{HoldKey, Session, SessionLimits, Sessions};
+
+/// Counter: copy operations whose caller stopped waiting before the store
+/// answered, by operation.
+const ABANDONED: &str = "tollgate_copy_ops_abandoned_total";
+/// Counter: copy operations undone because their caller had stopped
+/// waiting when the store applied them, by operation.
+const UNDONE: &str = "tollgate_copy_ops_undone_total";
+/// Counter: releases nothing else would retry that the store refused or
+/// could never answer (copies that may stay counted; each is logged).
+const RELEASE_FAILURES: &str = "tollgate_session_release_failures_total";
+/// Gauge: copy operations in flight.
+const IN_FLIGHT: &str = "tollgate_copy_ops_in_flight";
+
+/// Which resource, for whom.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Target<'a> {
+    /// The namespace.
+    pub namespace: &'a str,
+    /// The resource.
+    pub resource: &'a str,
+    /// On whose behalf.
+    pub domain: &'a str,
+}
+
+/// How the service bounds what clients make it do.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ServiceOptions {
+    /// Sessions, and how much each may record.
+    pub sessions: SessionLimits,
+    /// How long a caller waits for a copy operation's outcome before it is
+    /// told the store did not answer (the operation is then undone when
+    /// the store does).
+    pub copy_deadline: Duration,
+    /// Longest namespace, resource or domain name of a copy operation, in
+    /// bytes: bounds what a hold costs in a session's record and in the
+    /// store's pools.
+    pub max_name_bytes: usize,
+}
+
+impl Default for ServiceOptions {
+    fn default() -> ServiceOptions {
+        ServiceOptions {
+            sessions: SessionLimits::default(),
+            copy_deadline: Duration::from_secs(1),
+            max_name_bytes: 1024,
+        }
+    }
+}
+
+/// The result of releasing copies from a session.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Released {
+    /// Copies released.
+    pub released: u64,
+    /// Copies of that pool and domain the session still holds.
+    pub still_held: u64,
+}
+
+/// The result of ending a session.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Closed {
+    /// Copies the session held, all of them released or being released.
+    pub released: u64,
+    /// Whether the store had not yet confirmed every release when the
+    /// answer was given (they are driven to the end regardless).
+    pub pending: bool,
+}
+
+/// Answers limiting requests and owns sessions: the one entry point of the
+/// surfaces. See the [module docs](self).
+pub struct Service<S> {
+    limiter: Limiter<S>,
+    sessions: Sessions,
+    clock: Arc<dyn Clock>,
+    options: ServiceOptions,
+    in_flight: Arc<InFlight>,
+}
+
+impl<S> std::fmt::Debug for Service<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("options", &self.options)
+            .field("sessions", &self.sessions.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Store> Service<S> {
+    /// A service over `limiter`, reading time from `clock`.
+    pub fn new(limiter: Limiter<S>, clock: Arc<dyn Clock>, options: ServiceOptions) -> Service<S> {
+        Service {
+            limiter,
+            sessions: Sessions::new(options.sessions),
+            clock,
+            options,
+            in_flight: Arc::default(),
+        }
+    }
+
+    /// The limiter.
+    pub fn limiter(&self) -> &Limiter<S> {
+        &self.limiter
+    }
+
+    /// The open sessions.
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    /// The clock every surface reads.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Now, by the service's clock.
+    pub fn now(&self) -> Nanos {
+        self.clock.now()
+    }
+
+    /// The options.
+    pub fn options(&self) -> &ServiceOptions {
+        &self.options
+    }
+
+    /// Copy operations in flight (their tasks, undoing included).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.count.load(Ordering::Relaxed)
+    }
+
+    /// Decides a rate request (Charon §3.1 `request`) now. Its domain is
+    /// not bounded here: a store keeps a long one as a digest
+    /// ([`tollgate_store::Key`]), so every key costs a bounded number of
+    /// bytes.
+    pub async fn request(&self, req: &RateRequest<'_>) -> Result<RateOutcome, ServiceError> {
+        self.limiter.request(req, self.now()).await
+    }
+
+    /// Decides envoyproxy/ratelimit-style descriptors now (bounded in
+    /// bytes by the surface's message size; long values are kept as
+    /// digests, as domains are).
+    pub async fn request_descriptors(
+        &self,
+        req: &DescriptorRequest<'_>,
+    ) -> Result<DescriptorOutcome, ServiceError> {
+        self.limiter.request_descriptors(req, self.now()).await
+    }
+
+    /// Refuses a name longer than [`ServiceOptions::max_name_bytes`].
+    fn check_name(&self, what: &str, name: &str) -> Result<(), ServiceError> {
+        let max = self.options.max_name_bytes;
+        if name.len() > max {
+            metrics::counter!("tollgate_names_too_long_total").increment(1);
+            return Err(ServiceError::Malformed(format!(
+                "the {what} is {} bytes long; the limit is {max} bytes",
+                name.len()
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_target(&self, t: &Target<'_>) -> Result<(), ServiceError> {
+        crate::limiter::check_names(t.namespace, t.resource)?;
+        self.check_name("namespace", t.namespace)?;
+        self.check_name("resource", t.resource)?;
+        self.check_name("domain", t.domain)
+    }
+
+    /// Opens a session; with `lease = Some(ttl)` it lapses `ttl` from now
+    /// unless renewed (an HTTP hold).
+    pub fn open(&self, lease: Option<Nanos>) -> Result<Arc<Session>, ServiceError> {
+        let session = self.sessions.open(lease, self.now())?;
+        metrics::gauge!("tollgate_sessions").set(self.sessions.len() as f64);
+        Ok(session)
+    }
+
+    /// The live HTTP hold `id` (see [`Sessions::hold`]).
+    pub fn hold(&self, id: &str) -> Result<Arc<Session>, ServiceError> {
+        self.sessions.hold(id, self.now())
+    }
+
+    /// Extends the HTTP hold `id` to `ttl` from now (its own lease when
+    /// `None`); returns when it now lapses.
+    pub fn renew(&self, id: &str, ttl: Option<Nanos>) -> Result<Nanos, ServiceError> {
+        let session = self.hold(id)?;
+        self.sessions.renew(session.id(), ttl, self.now())
+    }
+}
+
+impl<S: Store> Service<S> {
+    /// Reserves copies into `session` (Charon §3.1 `reserve`).
+    pub async fn reserve(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        target: Target<'_>,
+        request: Request,
+    ) -> Result<ReserveOutcome, ServiceError> {
+        self.check_target(&target)?;
+        if session.is_closed() {
+            return Err(ServiceError::SessionClosed);
+        }
+        // Refused before the store is asked: a full session must not make
+        // the store count copies it would have to give back.
+        let groups = self
+            .limiter
+            .copy_groups(target.namespace, target.resource, target.domain)?;
+        let key = HoldKey {
+            pool: PoolKey::new(target.namespace, target.resource),
+            domain: target.domain.to_owned(),
+            groups,
+        };
+        let max_holds = self.options.sessions.max_holds;
+        if session.would_overflow(&key, max_holds) {
+            return Err(ServiceError::TooManyHolds(max_holds));
+        }
+        let (namespace, resource, domain) = (
+            target.namespace.to_owned(),
+            target.resource.to_owned(),
+            target.domain.to_owned(),
+        );
+        let now = self.now();
+        let session = Arc::clone(session);
+        self.run("reserve", move |svc, handoff| async move {
+            let outcome = svc
+                .limiter
+                .reserve(&namespace, &resource, &domain, request, now, OpId::random())
+                .await;
+            let granted = match &outcome {
+                Ok(o) if o.reservation.granted > 0 => o.reservation.granted,
+                _ => return handoff.deliver(|| ()).map(|()| outcome),
+            };
+            let key = HoldKey {
+                pool: PoolKey::new(&namespace, &resource),
+                domain,
+                groups: outcome
+                    .as_ref()
+                    .map(|o| o.reservation.groups.clone())
+                    .unwrap_or_default(),
+            };
+            match handoff.deliver(|| session.record(&key, granted, max_holds)) {
+                Some(Ok(())) => Some(outcome),
+                Some(Err(not)) => {
+                    svc.release_for_good(&key, granted, "a grant its session could not record")
+                        .await;
+                    Some(Err(not.into()))
+                }
+                None => {
+                    svc.undone("reserve");
+                    svc.release_for_good(&key, granted, "undoing an abandoned reserve")
+                        .await;
+                    None
+                }
+            }
+        })
+        .await
+    }
+
+    /// Releases `copies` the session holds of `target`; `groups` picks
+    /// holds taken in exactly those groups, `None` takes from any (the
+    /// largest first).
+    pub async fn release(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        target: Target<'_>,
+        groups: Option<&[String]>,
+        copies: u64,
+    ) -> Result<Released, ServiceError> {
+        let (pool, taken) = self.take(session, &target, groups, copies, "release")?;
+        let domain = target.domain.to_owned();
+        let session = Arc::clone(session);
+        self.run("release", move |svc, handoff| async move {
+            let mut done: Vec<(HoldKey, u64)> = Vec::with_capacity(taken.len());
+            let mut refused = None;
+            let mut rest = taken.into_iter();
+            for (key, n) in rest.by_ref() {
+                match svc
+                    .limiter
+                    .store()
+                    .release(key.held(n), OpId::random())
+                    .await
+                {
+                    Ok(()) => done.push((key, n)),
+                    Err(e) => {
+                        refused = Some((e, (key, n)));
+                        break;
+                    }
+                }
+            }
+            if let Some((e, first)) = refused {
+                // Refused (not held, or this server resigned): the store
+                // did not release these, so the session still holds them.
+                let back: Vec<_> = std::iter::once(first).chain(rest).collect();
+                for (key, n) in session.give_back(back) {
+                    svc.release_for_good(&key, n, "a refused release whose session closed")
+                        .await;
+                }
+                if handoff.deliver(|| ()).is_none() {
+                    svc.undo_releases(&session, done).await;
+                    return None;
+                }
+                return Some(Err(ServiceError::Store(e)));
+            }
+            let released: u64 = done.iter().map(|(_, n)| n).sum();
+            match handoff.deliver(|| session.held_of(&pool, &domain)) {
+                Some(still_held) => Some(Ok(Released {
+                    released,
+                    still_held,
+                })),
+                None => {
+                    svc.undo_releases(&session, done).await;
+                    None
+                }
+            }
+        })
+        .await
+    }
+
+    /// Stages `copies` the session holds of `target` for another client;
+    /// they leave the session now and are released `ttl` from now unless
+    /// seized.
+    pub async fn transfer(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        target: Target<'_>,
+        groups: Option<&[String]>,
+        copies: u64,
+        ttl: Nanos,
+    ) -> Result<TransferId, ServiceError> {
+        let (_, taken) = self.take(session, &target, groups, copies, "transfer")?;
+        // A transfer stages one group set; copies held under several are
+        // staged as one only when they share it.
+        let [(key, n)] = <[_; 1]>::try_from(taken).map_err(|taken: Vec<_>| {
+            // Nothing was sent: the record takes them back (and, were the
+            // session closing, `close` would find them there or not at all).
+            let leftovers = session.give_back(taken);
+            debug_assert!(leftovers.is_empty() || session.is_closed());
+            self.release_later(leftovers);
+            ServiceError::Malformed(format!(
+                "the {copies} copies of `{}` held for `{}` were reserved in different groups; \
+                 transfer them per group (name `groups`)",
+                target.resource, target.domain
+            ))
+        })?;
+        let now = self.now();
+        let session = Arc::clone(session);
+        self.run("transfer", move |svc, handoff| async move {
+            let staged = svc
+                .limiter
+                .store()
+                .transfer(key.held(n), ttl, now, OpId::random())
+                .await;
+            match staged {
+                Ok(id) => {
+                    if handoff.deliver(|| ()).is_some() {
+                        return Some(Ok(id));
+                    }
+                    svc.undone("transfer");
+                    // Nobody learnt the id: take the copies back into the
+                    // session they left.
+                    match svc
+                        .limiter
+                        .store()
+                        .seize(id, svc.now(), OpId::random())
+                        .await
+                    {
+                        Ok(seized) => svc.record_or_release(&session, &seized).await,
+                        // Expired meanwhile (released by the store): done.
+                        Err(StoreError::Copy(CopyError::UnknownTransfer)) => {}
+                        Err(e) => tracing::error!(error = %e, "undoing an abandoned transfer failed; its copies stay staged until its ttl"),
+                    }
+                    None
+                }
+                Err(e) => {
+                    for (key, n) in session.give_back(vec![(key, n)]) {
+                        svc.release_for_good(&key, n, "a refused transfer whose session closed")
+                            .await;
+                    }
+                    handoff.deliver(|| ()).map(|()| Err(ServiceError::Store(e)))
+                }
+            }
+        })
+        .await
+    }
+
+    /// Takes staged copies into `session` (Charon §3.1 `seize`).
+    pub async fn seize(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        id: TransferId,
+    ) -> Result<Seized, ServiceError> {
+        if session.is_closed() {
+            return Err(ServiceError::SessionClosed);
+        }
+        let now = self.now();
+        let session = Arc::clone(session);
+        let max_holds = self.options.sessions.max_holds;
+        self.run("seize", move |svc, handoff| async move {
+            let seized = match svc.limiter.store().seize(id, now, OpId::random()).await {
+                Ok(s) => s,
+                Err(e) => return handoff.deliver(|| ()).map(|()| Err(ServiceError::Store(e))),
+            };
+            let key = seized_key(&seized);
+            let copies = seized.staged.copies;
+            match handoff.deliver(|| session.record(&key, copies, max_holds)) {
+                Some(Ok(())) => Some(Ok(seized)),
+                Some(Err(not)) => {
+                    svc.release_for_good(
+                        &key,
+                        copies,
+                        "seized copies their session could not record",
+                    )
+                    .await;
+                    Some(Err(not.into()))
+                }
+                None => {
+                    svc.undone("seize");
+                    svc.release_for_good(&key, copies, "undoing an abandoned seize")
+                        .await;
+                    None
+                }
+            }
+        })
+        .await
+    }
+
+    /// Ends `session`: it leaves the open set and everything it holds is
+    /// released (never undone). Waits for the store's confirmation at most
+    /// the copy deadline. Closing twice releases once.
+    pub async fn close(self: &Arc<Self>, session: &Session) -> Closed {
+        let (released, done) = self.close_detached(session);
+        let Some(done) = done else {
+            return Closed::default();
+        };
+        let pending = tokio::time::timeout(self.options.copy_deadline, done)
+            .await
+            .is_err();
+        Closed { released, pending }
+    }
+
+    /// Ends `session` like [`Service::close`] without waiting for the
+    /// store: for callers that cannot wait (a `Drop`).
+    pub fn end(self: &Arc<Self>, session: &Session) {
+        self.close_detached(session);
+    }
+
+    /// Closes every leased session that lapsed by now, without waiting for
+    /// the store; returns how many.
+    pub fn reap(self: &Arc<Self>) -> usize {
+        let lapsed = self.sessions.lapsed(self.now());
+        for s in &lapsed {
+            self.close_detached(s);
+        }
+        lapsed.len()
+    }
+
+    /// Closes every session (server shutdown) and waits up to `grace` for
+    /// every copy operation in flight; returns the copies the sessions
+    /// held.
+    pub async fn close_all(self: &Arc<Self>, grace: Duration) -> u64 {
+        let mut released = 0;
+        for s in self.sessions.all() {
+            released += self.close_detached(&s).0;
+        }
+        if tokio::time::timeout(grace, self.in_flight.idle())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                in_flight = self.in_flight(),
+                ?grace,
+                "copy operations still in flight at shutdown; a shared store's copy log releases what they hold once this server's heartbeat lapses"
+            );
+        }
+        released
+    }
+
+    /// Ends `session` and starts releasing what it held; returns the
+    /// copies, and what completes once they are released (`None` when it
+    /// held nothing).
+    fn close_detached(self: &Arc<Self>, session: &Session) -> (u64, Option<oneshot::Receiver<()>>) {
+        self.sessions.remove(session.id());
+        metrics::gauge!("tollgate_sessions").set(self.sessions.len() as f64);
+        let holds = session.close();
+        if holds.is_empty() {
+            return (0, None);
+        }
+        let copies = holds.iter().map(|(_, n)| n).sum();
+        let (tx, rx) = oneshot::channel();
+        let id = session.id();
+        self.spawn(move |svc| async move {
+            for (key, n) in holds {
+                svc.release_for_good(&key, n, "a closed session's holds")
+                    .await;
+            }
+            tracing::debug!(session = %id, copies, "released a closed session's holds");
+            let _ = tx.send(());
+        });
+        (copies, Some(rx))
+    }
+
+    /// Releases the session's holds in a task of its own (copies no record
+    /// holds any more).
+    fn release_later(self: &Arc<Self>, holds: Vec<(HoldKey, u64)>) {
+        if holds.is_empty() {
+            return;
+        }
+        self.spawn(move |svc| async move {
+            for (key, n) in holds {
+                svc.release_for_good(&key, n, "copies a closed session gave back")
+                    .await;
+            }
+        });
+    }
+
+    /// Removes `copies` from the session's record for a release or a
+    /// transfer, with a better error than "not held" when the resource
+    /// name is wrong.
+    fn take(
+        &self,
+        session: &Session,
+        target: &Target<'_>,
+        groups: Option<&[String]>,
+        copies: u64,
+        operation: &'static str,
+    ) -> Result<(PoolKey, Vec<(HoldKey, u64)>), ServiceError> {
+        self.check_target(target)?;
+        let pool = PoolKey::new(target.namespace, target.resource);
+        match session.take(&pool, target.domain, groups, copies) {
+            Ok(taken) => Ok((pool, taken)),
+            Err(e @ ServiceError::Store(StoreError::Copy(CopyError::NotHeld { held: 0, .. }))) => {
+                // Nothing of it here: a better error if the name is wrong.
+                self.limiter
+                    .copy_pool(target.namespace, target.resource, operation)?;
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Puts copies whose release was applied after its caller gave up back
+    /// where they were: counted again, then in the record, or released
+    /// again if the session ended meanwhile.
+    async fn undo_releases(self: &Arc<Self>, session: &Session, done: Vec<(HoldKey, u64)>) {
+        if done.is_empty() {
+            return;
+        }
+        self.undone("release");
+        for (key, n) in done {
+            if session.is_closed() {
+                // Released is what the close would have done anyway.
+                continue;
+            }
+            match self
+                .limiter
+                .store()
+                .restore(key.held(n), OpId::random())
+                .await
+            {
+                Ok(()) => {
+                    if session.record(&key, n, usize::MAX).is_err() {
+                        self.release_for_good(&key, n, "restored copies whose session closed")
+                            .await;
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(pool = ?key.pool.0, domain = ?key.domain, copies = n, error = %e, "could not count again copies whose release was abandoned; they stay released")
+                }
+            }
+        }
+    }
+
+    /// Records seized copies taken back by an undone transfer, or releases
+    /// them if their session ended.
+    async fn record_or_release(&self, session: &Session, seized: &Seized) {
+        let key = seized_key(seized);
+        if session
+            .record(&key, seized.staged.copies, usize::MAX)
+            .is_err()
+        {
+            self.release_for_good(
+                &key,
+                seized.staged.copies,
+                "copies taken back for a closed session",
+            )
+            .await;
+        }
+    }
+
+    /// Releases copies nothing else will release; a failure is logged and
+    /// counted, as there is no one left to tell.
+    async fn release_for_good(&self, key: &HoldKey, n: u64, why: &'static str) {
+        if let Err(e) = self
+            .limiter
+            .store()
+            .release(key.held(n), OpId::random())
+            .await
+        {
+            metrics::counter!(RELEASE_FAILURES).increment(1);
+            tracing::error!(pool = ?key.pool.0, domain = ?key.domain, copies = n, error = %e, why, "releasing copies failed");
+        }
+    }
+
+    fn undone(&self, op: &'static str) {
+        metrics::counter!(UNDONE, "op" => op).increment(1);
+        tracing::info!(
+            op,
+            "undid a copy operation the store applied after its caller gave up"
+        );
+    }
+
+    /// Runs `work` in a task of its own and waits for its outcome at most
+    /// the copy deadline. `work` returns `None` when its caller had given
+    /// up (it then undid what the store did).
+    async fn run<T, F, Fut>(self: &Arc<Self>, op: &'static str, work: F) -> Result<T, ServiceError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Self>, Arc<Handoff>) -> Fut + Send + 'static,
+        Fut: Future<Output = Option<Result<T, ServiceError>>> + Send + 'static,
+    {
+        let handoff = Arc::new(Handoff::default());
+        let (tx, rx) = oneshot::channel();
+        self.spawn({
+            let handoff = Arc::clone(&handoff);
+            move |svc| async move {
+                if let Some(outcome) = work(svc, handoff).await {
+                    // The caller may still have given up after delivery (its
+                    // future dropped): the outcome is then lost with it, like
+                    // an answer lost on the network.
+                    let _ = tx.send(outcome);
+                }
+            }
+        });
+        let mut waiting = Abandon {
+            handoff: &handoff,
+            op,
+        };
+        let mut rx = rx;
+        let outcome = match tokio::time::timeout(self.options.copy_deadline, &mut rx).await {
+            Ok(received) => received,
+            Err(_) if handoff.abandon() => {
+                metrics::counter!(ABANDONED, "op" => op).increment(1);
+                waiting.disarm();
+                return Err(ServiceError::Store(StoreError::Unavailable(format!(
+                    "the store did not answer the {op} within {:?}; it will be undone if the \
+                     store applies it later",
+                    self.options.copy_deadline
+                ))));
+            }
+            // Delivered just as the deadline passed: the outcome is on its
+            // way, and already in the session's record.
+            Err(_) => rx.await,
+        };
+        waiting.disarm();
+        outcome.unwrap_or_else(|_| {
+            Err(ServiceError::Store(StoreError::Unavailable(format!(
+                "the {op} failed inside the server"
+            ))))
+        })
+    }
+
+    /// Spawns `work` as a copy-operation task, counted in flight.
+    fn spawn<F, Fut>(self: &Arc<Self>, work: F)
+    where
+        F: FnOnce(Arc<Self>) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let guard = InFlight::enter(&self.in_flight);
+        let svc = Arc::clone(self);
+        tokio::spawn(async move {
+            work(svc).await;
+            drop(guard);
+        });
+    }
+}
+
+fn seized_key(seized: &Seized) -> HoldKey {
+    HoldKey {
+        pool: seized.pool.clone(),
+        domain: seized.staged.domain.clone(),
+        groups: seized.staged.groups.clone(),
+    }
+}
+
+/// Whether a copy operation's caller still waits for its outcome: decided
+/// once, under a lock, between the task delivering and the caller giving
+/// up.
+#[derive(Debug, Default)]
+pub(crate) struct Handoff {
+    gate: Mutex<Gate>,
+}
+
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+enum Gate {
+    #[default]
+    Waiting,
+    Abandoned,
+    Delivered,
+}
+
+impl Handoff {
+    /// Runs `apply` (which puts the outcome in the session's record) and
+    /// marks the outcome delivered, if the caller still waits; `None` if it
+    /// gave up, and then nothing ran.
+    pub(crate) fn deliver<R>(&self, apply: impl FnOnce() -> R) -> Option<R> {
+        let mut gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
+        if *gate != Gate::Waiting {
+            return None;
+        }
+        let r = apply();
+        *gate = Gate::Delivered;
+        Some(r)
+    }
+
+    /// Gives up waiting; `false` if the outcome was delivered first.
+    pub(crate) fn abandon(&self) -> bool {
+        let mut gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
+        match *gate {
+            Gate::Waiting => {
+                *gate = Gate::Abandoned;
+                true
+            }
+            Gate::Abandoned => true,
+            Gate::Delivered => false,
+        }
+    }
+}
+
+/// Gives up waiting when the caller's future is dropped before the outcome
+/// arrived (an HTTP client that hung up).
+struct Abandon<'a> {
+    handoff: &'a Handoff,
+    op: &'static str,
+}
+
+impl Abandon<'_> {
+    fn disarm(&mut self) {
+        self.op = "";
+    }
+}
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        if !self.op.is_empty() && self.handoff.abandon() {
+            metrics::counter!(ABANDONED, "op" => self.op).increment(1);
+        }
+    }
+}
+
+/// Copy-operation tasks in flight, so shutdown can wait for them.
+#[derive(Debug, Default)]
+struct InFlight {
+    count: AtomicUsize,
+    idle: Notify,
+}
+
+/// One task in flight; dropped (also when the task panics) it is not.
+struct InFlightGuard(Arc<InFlight>);
+
+impl InFlight {
+    fn enter(this: &Arc<InFlight>) -> InFlightGuard {
+        let n = this.count.fetch_add(1, Ordering::Relaxed) + 1;
+        metrics::gauge!(IN_FLIGHT).set(n as f64);
+        InFlightGuard(Arc::clone(this))
+    }
+
+    /// Completes once no task is in flight.
+    async fn idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            if self.count.load(Ordering::Relaxed) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        let n = self
+            .0
+            .count
+            .fetch_sub(1, Ordering::Relaxed)
+            .saturating_sub(1);
+        metrics::gauge!(IN_FLIGHT).set(n as f64);
+        if n == 0 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
