@@ -499,7 +499,11 @@ impl Node {
             }
             Admission::Outdated { incarnation, top } => {
                 self.count_drop("outdated", 1);
-                self.answer_outdated(from, &header, incarnation, top, data.len(), now, &mut out);
+                let known = Body::Outdated {
+                    incarnation,
+                    seq: top,
+                };
+                self.answer_outdated(from, &header, known, data.len(), now, &mut out);
                 return out;
             }
         }
@@ -689,19 +693,17 @@ impl Node {
 
     /// Tells the sender of an authentic datagram from an earlier life than
     /// one seen of it ([`Admission::Outdated`]) which incarnation this node
-    /// knows: a sender that restarted with a smaller (or equal) boot stamp
+    /// knows (`known`, a [`Body::Outdated`]): a sender that restarted with a smaller (or equal) boot stamp
     /// then takes a larger one ([`Node::outdated`]). The sender has not
     /// proved it is who it claims (the datagram may be a replay with a
     /// forged source), so the answer goes where the datagram came from,
     /// addressed to the life it claims, at most once a second per sender
     /// and never larger than the datagram it answers.
-    #[allow(clippy::too_many_arguments)]
     fn answer_outdated(
         &mut self,
         from: SocketAddr,
         stale: &Header,
-        incarnation: u64,
-        top: u64,
+        known: Body,
         len: usize,
         now: Nanos,
         out: &mut Output,
@@ -710,11 +712,7 @@ impl Node {
             return;
         }
         let header = self.header(now, stale.from, stale.incarnation);
-        let body = Body::Outdated {
-            incarnation,
-            seq: top,
-        };
-        self.answer(from, &header, &body, len, out);
+        self.answer(from, &header, &known, len, out);
     }
 
     /// Sends `body` to `to`, which has not proved it is a member, only if
