@@ -30,6 +30,9 @@ pub const PEERS_ALIVE: &str = "tollgate_cluster_peers_alive";
 pub const SKEW: &str = "tollgate_cluster_clock_skew_seconds";
 /// Whether the clock is within the configured skew (1) or not (0).
 pub const HEALTHY: &str = "tollgate_cluster_healthy";
+/// Whether the node hears only datagrams it cannot authenticate from its
+/// seeds and members (1): another cluster secret, most likely.
+pub const KEY_MISMATCH: &str = "tollgate_cluster_key_mismatch";
 /// Age of the oldest payload still waiting in a delta, in seconds.
 pub const CONVERGENCE_LAG: &str = "tollgate_gossip_convergence_lag_seconds";
 /// Full states sent to joining peers, and received.
@@ -57,6 +60,11 @@ pub fn describe() {
         "Largest clock offset measured to a peer."
     );
     describe_gauge!(HEALTHY, "1 when the clock is within the configured skew.");
+    describe_gauge!(
+        KEY_MISMATCH,
+        "1 when every datagram heard from the seeds and members fails authentication \
+         (a different cluster secret, most likely)."
+    );
     describe_gauge!(
         CONVERGENCE_LAG,
         Unit::Seconds,

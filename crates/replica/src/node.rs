@@ -13,8 +13,30 @@
 //!
 //! - **Membership**: foca's SWIM messages travel inside authenticated
 //!   datagrams ([`Body::Membership`]). A peer is known by its gossip
-//!   address; a restarted peer comes back with a larger boot stamp, wins
+//!   address; a restarted peer comes back with a larger incarnation, wins
 //!   the address, and is a new member to the others.
+//! - **Incarnations** start at the boot stamp (the wall clock at start),
+//!   but are not trusted to grow with it: a peer that receives an
+//!   authentic datagram of an earlier life of its sender than one it has
+//!   seen answers [`Body::Outdated`] with the incarnation it knows, and a
+//!   node that learns so of itself takes the next one and announces itself
+//!   again. A node restarted with its clock stepped back, or within one
+//!   stamp, thus rejoins at once, while its peers' replay guards keep
+//!   refusing every datagram of its earlier lives.
+//! - **Recipients**: every datagram names the member it is for (node id
+//!   and incarnation, [`Header::to`]); a datagram for another member, or
+//!   for an earlier life of this node, is dropped (`misaddressed`).
+//!   Answers (pongs, full states, epoch pull answers) go only to members,
+//!   at the address membership knows them by.
+//! - **A different secret**: a node that, for [`AUTH_GRACE`], hears
+//!   nothing it can authenticate and only datagrams that fail
+//!   authentication from its seeds or members logs an error naming the
+//!   likely cause and reports itself not ready
+//!   ([`Replica::key_mismatch`]). A node answers an announce-to-a-seed it
+//!   cannot authenticate with a small [`Body::Unauthenticated`] (at most
+//!   once a second per address, never larger than what it answers), so a
+//!   node with another secret hears from its seed even when the seed does
+//!   not know it.
 //! - **Joining** (§5.5): the node decides nothing ([`Replica::is_synced`]
 //!   is false) until it has a full state. When it learns of a live peer it
 //!   asks it ([`Body::FullRequest`]); the peer streams its whole state as
@@ -48,7 +70,9 @@ use tollgate_store::Key;
 
 use crate::metrics as m;
 use crate::replica::{Class, Replica, Round};
-use crate::wire::{self, Batch, Body, ClusterKey, Header, Message, ReplayGuard};
+use crate::wire::{
+    self, Admission, Batch, Body, ClusterKey, Header, Message, ReplayGuard, WireError, ANYONE,
+};
 
 /// A member of the cluster as foca knows it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -57,8 +81,8 @@ pub struct Peer {
     pub addr: SocketAddr,
     /// Its node id.
     pub node: u64,
-    /// Its boot stamp: a restarted node has a larger one and wins its
-    /// address back.
+    /// Its incarnation: a restarted node has a larger one and wins its
+    /// address back (see the [module docs](self)).
     pub bump: u64,
 }
 
@@ -94,8 +118,10 @@ pub struct NodeConfig {
     pub seeds: Vec<SocketAddr>,
     /// The cluster's key: encrypts and authenticates every datagram.
     pub key: ClusterKey,
-    /// This run's boot stamp (wall-clock nanoseconds at start): larger
-    /// than any earlier run's.
+    /// This run's boot stamp (wall-clock nanoseconds at start), the first
+    /// incarnation. Usually larger than any earlier run's; when it is not
+    /// (a clock stepped back), peers say so and the node takes a larger
+    /// one.
     pub incarnation: u64,
     /// The largest clock offset to a peer that keeps the node healthy.
     pub max_clock_skew: Nanos,
@@ -167,6 +193,59 @@ const MAX_STREAMS: usize = 16;
 /// Least time between two full states sent to one member on request.
 const FULL_REQUEST_EVERY: Nanos = Nanos::from_secs(2);
 
+/// How long a node hears nothing it can authenticate, and only datagrams
+/// that fail authentication from its seeds or members, before it reports
+/// a key mismatch. Members probe each other every 500 ms, so a member
+/// never goes this long without an authentic datagram.
+pub const AUTH_GRACE: Nanos = Nanos::from_secs(3);
+
+/// Least time between two answers to one address (or sender) that did
+/// not prove it is a member: [`Body::Outdated`] and
+/// [`Body::Unauthenticated`].
+const ANSWER_EVERY: Nanos = Nanos::SECOND;
+
+/// Least time between two warnings about datagrams from one address that
+/// fail authentication.
+const WARN_EVERY: Nanos = Nanos::from_secs(60);
+
+/// Most addresses (or senders) a [`Throttle`] remembers.
+const MAX_THROTTLED: usize = 256;
+
+/// Does something at most once every `every` per key, remembering at most
+/// [`MAX_THROTTLED`] keys: when they are all recent, nothing more is done
+/// (strangers choose the keys, so it must not grow).
+#[derive(Debug)]
+struct Throttle<K> {
+    last: HashMap<K, Nanos>,
+    every: Nanos,
+}
+
+impl<K: std::hash::Hash + Eq> Throttle<K> {
+    fn new(every: Nanos) -> Throttle<K> {
+        Throttle {
+            last: HashMap::new(),
+            every,
+        }
+    }
+
+    /// Whether to do it for `key` now; records it if so.
+    fn allow(&mut self, key: K, now: Nanos) -> bool {
+        let every = self.every;
+        let recent = |at: &Nanos| now.saturating_sub(*at) < every;
+        if self.last.get(&key).is_some_and(recent) {
+            return false;
+        }
+        if self.last.len() >= MAX_THROTTLED && !self.last.contains_key(&key) {
+            self.last.retain(|_, at| recent(at));
+            if self.last.len() >= MAX_THROTTLED {
+                return false;
+            }
+        }
+        self.last.insert(key, now);
+        true
+    }
+}
+
 /// The node; see the [module docs](self).
 pub struct Node {
     config: NodeConfig,
@@ -174,6 +253,10 @@ pub struct Node {
     foca: Foca<Peer, PostcardCodec, SmallRng, NoCustomBroadcast>,
     runtime: AccumulatingRuntime<Peer>,
     tag: u64,
+    /// This node's incarnation: the boot stamp, or larger once a peer
+    /// said it knew a later life (or foca renewed a downed identity). The
+    /// bump of foca's identity, and the `incarnation` of every header.
+    incarnation: u64,
     seq: u64,
     replay: ReplayGuard,
     rng: SmallRng,
@@ -192,6 +275,20 @@ pub struct Node {
     /// When each member was last sent a full state on request.
     answered: HashMap<SocketAddr, Nanos>,
     sent: Sent,
+    /// Drops by reason, as counted in the metric (for tests).
+    dropped: HashMap<&'static str, u64>,
+    /// When the node started.
+    started_at: Nanos,
+    /// When a datagram last passed every check.
+    last_authentic: Option<Nanos>,
+    /// When a datagram from a seed or a member last failed authentication.
+    last_unauthenticated: Option<Nanos>,
+    /// [`Body::Outdated`] answers, per sender.
+    outdated_answers: Throttle<NodeId>,
+    /// [`Body::Unauthenticated`] answers, per address.
+    unauthenticated_answers: Throttle<SocketAddr>,
+    /// Warnings about datagrams that fail authentication, per address.
+    unauthenticated_warnings: Throttle<SocketAddr>,
 }
 
 impl std::fmt::Debug for Node {
@@ -235,6 +332,7 @@ impl Node {
         );
         Node {
             tag: wire::cluster_tag(&config.cluster),
+            incarnation: config.incarnation,
             config,
             replica,
             foca,
@@ -254,6 +352,13 @@ impl Node {
             pings: HashMap::new(),
             answered: HashMap::new(),
             sent: Sent::default(),
+            dropped: HashMap::new(),
+            started_at: Nanos::ZERO,
+            last_authentic: None,
+            last_unauthenticated: None,
+            outdated_answers: Throttle::new(ANSWER_EVERY),
+            unauthenticated_answers: Throttle::new(ANSWER_EVERY),
+            unauthenticated_warnings: Throttle::new(WARN_EVERY),
         }
     }
 
@@ -272,10 +377,36 @@ impl Node {
         self.members.values()
     }
 
+    /// This node's current incarnation (see [`NodeConfig::incarnation`]).
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    /// Datagrams or payloads this node dropped for `reason` (a label of
+    /// [`m::DROPPED`]).
+    pub fn dropped(&self, reason: &str) -> u64 {
+        self.dropped.get(reason).copied().unwrap_or(0)
+    }
+
+    /// Counts `n` drops for `reason`, in the metric and for
+    /// [`Node::dropped`].
+    fn count_drop(&mut self, reason: &'static str, n: u64) {
+        metrics::counter!(m::DROPPED, "reason" => reason).increment(n);
+        *self.dropped.entry(reason).or_insert(0) += n;
+    }
+
     /// Starts the node: announces it to the seeds and sets its timers. A
     /// node without seeds is the first of its cluster and decides at once.
     pub fn start(&mut self, now: Nanos) -> Output {
         let mut out = Output::default();
+        self.started_at = now;
+        tracing::info!(
+            node = self.config.node.0,
+            incarnation = self.incarnation,
+            addr = %self.config.addr,
+            "gossip node started"
+        );
+        metrics::gauge!(m::KEY_MISMATCH).set(0.0);
         if self.announce_to_seeds() == 0 {
             self.replica.set_synced(true);
         }
@@ -329,65 +460,100 @@ impl Node {
         out
     }
 
-    /// Handles a datagram from `from`: authenticated, checked for replay,
-    /// then acted on. Anything wrong is dropped and counted; nothing here
-    /// can fail the node.
+    /// Handles a datagram from `from`: authenticated, checked for its
+    /// recipient and for replay, then acted on. Anything wrong is dropped
+    /// and counted; nothing here can fail the node.
     pub fn handle_datagram(&mut self, from: SocketAddr, data: &[u8], now: Nanos) -> Output {
         let mut out = Output::default();
         metrics::counter!(m::BYTES_RECEIVED).increment(data.len() as u64);
         let message = match wire::decode(&self.config.key, self.tag, data) {
             Ok(message) => message,
             Err(e) => {
-                metrics::counter!(m::DROPPED, "reason" => e.reason()).increment(1);
+                self.count_drop(e.reason(), 1);
                 tracing::debug!(%from, error = %e, "gossip datagram dropped");
+                if e == WireError::BadMac {
+                    self.unauthenticated(from, data, now, &mut out);
+                }
                 return out;
             }
         };
         let Message { header, body } = message;
-        if !self
-            .replay
-            .accept(header.from, header.incarnation, header.seq)
-        {
-            metrics::counter!(m::DROPPED, "reason" => "replayed").increment(1);
+        if !self.is_for_me(&header, &body) {
+            self.count_drop(WireError::Misaddressed.reason(), 1);
+            tracing::debug!(
+                %from,
+                to = header.to.0,
+                to_incarnation = header.to_incarnation,
+                "gossip datagram for another node dropped"
+            );
             return out;
         }
+        match self
+            .replay
+            .admit(header.from, header.incarnation, header.seq)
+        {
+            Admission::Fresh => {}
+            Admission::Duplicate => {
+                self.count_drop(WireError::Replayed.reason(), 1);
+                return out;
+            }
+            Admission::Outdated { incarnation, top } => {
+                self.count_drop("outdated", 1);
+                let known = Body::Outdated {
+                    incarnation,
+                    seq: top,
+                };
+                self.answer_outdated(from, &header, known, data.len(), now, &mut out);
+                return out;
+            }
+        }
+        self.heard_authentic(now);
         metrics::counter!(m::MESSAGES_RECEIVED, "kind" => kind(&body)).increment(1);
+        // The sender as membership knows it. Answers go to the address it
+        // gave the cluster, never to the one a datagram claims to come
+        // from: an authentic datagram raced to this node with a forged
+        // source reflects nothing to that source.
+        let member = self.member_addr(header.from, header.incarnation);
+        let peer = member.unwrap_or(from);
         match body {
             Body::Membership(bytes) => {
                 if let Err(e) = self.foca.handle_data(&bytes, &mut self.runtime) {
-                    metrics::counter!(m::DROPPED, "reason" => "membership").increment(1);
+                    self.count_drop("membership", 1);
                     tracing::debug!(%from, error = %e, "membership message refused");
                 }
                 self.drain_membership(now, &mut out);
             }
             Body::Delta { items } => {
-                self.replica.absorb(from, items, now);
+                self.replica.absorb(peer, items, now);
             }
-            Body::FullRequest => self.answer_full_request(from, now, &mut out),
+            Body::FullRequest => match member {
+                Some(member) => self.answer_full_request(member, now, &mut out),
+                None => self.count_drop("not_a_member", 1),
+            },
             Body::Full {
                 stream,
                 index,
                 last,
                 items,
             } => {
-                self.replica.absorb(from, items, now);
+                self.replica.absorb(peer, items, now);
                 if self.replica.is_synced() {
                     // A member sent its state after a partition, or as
                     // anti-entropy: merged, nothing to count.
                     return out;
                 }
-                if self.streams.len() >= MAX_STREAMS && !self.streams.contains_key(&(from, stream))
+                if self.streams.len() >= MAX_STREAMS && !self.streams.contains_key(&(peer, stream))
                 {
                     self.streams.clear();
                 }
-                let seen = self.streams.entry((from, stream)).or_insert(0);
+                let seen = self.streams.entry((peer, stream)).or_insert(0);
                 *seen = seen.saturating_add(1);
                 if last {
                     let complete = *seen == index.saturating_add(1);
-                    self.streams.remove(&(from, stream));
+                    self.streams.remove(&(peer, stream));
                     metrics::counter!(m::FULL_STATES, "direction" => "received").increment(1);
                     if complete {
-                        tracing::info!(peer = %from, "full state received: deciding");
+                        tracing::info!(peer = %peer, "full state received: deciding");
                         self.replica.set_synced(true);
                         self.streams.clear();
                     }
@@ -395,29 +561,241 @@ impl Node {
                     // again.
                 }
             }
-            // Only members are answered: a datagram replayed with a
-            // forged source gets nothing sent to a stranger.
-            Body::Ping { t1 } if self.members.contains_key(&from) => {
-                let t = now;
-                self.send(from, Body::Pong { t1, t2: t, t3: t }, now, &mut out);
-            }
-            Body::Ping { .. } => {
-                metrics::counter!(m::DROPPED, "reason" => "not_a_member").increment(1);
-            }
+            // Only members are answered: a stranger (or a forged source)
+            // gets nothing.
+            Body::Ping { t1 } => match member {
+                Some(member) => {
+                    let t = now;
+                    self.send_to_member(member, Body::Pong { t1, t2: t, t3: t }, now, &mut out);
+                }
+                None => self.count_drop("not_a_member", 1),
+            },
             // Only the answer to the last ping sent to that member counts,
             // so a replayed pong cannot fake an offset.
-            Body::Pong { t1, t2, t3 } if self.pings.get(&from) == Some(&t1) => {
-                self.pings.remove(&from);
+            Body::Pong { t1, t2, t3 }
+                if member.is_some_and(|m| self.pings.get(&m) == Some(&t1)) =>
+            {
+                self.pings.remove(&peer);
                 let t = |n: Nanos| i128::from(n.as_u64());
                 let offset = ((t(t2) - t(t1)) + (t(t3) - t(now))) / 2;
-                self.offsets.insert(from, offset);
+                self.offsets.insert(peer, offset);
                 self.check_clocks();
             }
-            Body::Pong { .. } => {
-                metrics::counter!(m::DROPPED, "reason" => "unexpected_pong").increment(1);
+            Body::Pong { .. } => self.count_drop("unexpected_pong", 1),
+            Body::Outdated { incarnation, seq } => {
+                self.outdated(from, incarnation, seq, now, &mut out);
+            }
+            Body::Unauthenticated => {
+                // This node shares the key, so its datagram was damaged on
+                // the way, or the peer's key changed since.
+                tracing::debug!(%from, "a peer could not authenticate a datagram of ours");
             }
         }
         out
+    }
+
+    /// Whether a datagram that passed authentication is for this node:
+    /// addressed to this very incarnation, or, for the bodies that may be,
+    /// to anyone at this address. foca checks membership messages further
+    /// (an announce must name this node's address, anything else this
+    /// exact identity), so those may also be for an earlier incarnation
+    /// (an announce to a member some node saw go down).
+    fn is_for_me(&self, header: &Header, body: &Body) -> bool {
+        if header.is_for(self.config.node, self.incarnation) {
+            return true;
+        }
+        match body {
+            Body::Membership(_) => header.is_for_anyone() || header.to == self.config.node,
+            Body::Unauthenticated => header.is_for_anyone(),
+            _ => false,
+        }
+    }
+
+    /// The address of the member `node` in `incarnation`, if it is one.
+    fn member_addr(&self, node: NodeId, incarnation: u64) -> Option<SocketAddr> {
+        self.members
+            .values()
+            .find(|p| p.node == node.0 && p.bump == incarnation)
+            .map(|p| p.addr)
+    }
+
+    /// A datagram passed every check: this node shares its cluster's key.
+    fn heard_authentic(&mut self, now: Nanos) {
+        self.last_authentic = Some(now);
+        if self.replica.key_mismatch() {
+            self.check_key(now);
+        }
+    }
+
+    /// A datagram from `from` failed authentication. From a seed or a
+    /// member, it is evidence of a key mismatch ([`Node::check_key`]).
+    /// An announce to anyone at this address (what a node that does not
+    /// know this one yet sends its seeds) is answered with
+    /// [`Body::Unauthenticated`], so a node with another secret hears a
+    /// datagram it cannot authenticate from its seed even when the seed
+    /// does not know it (it would otherwise hear nothing at all, as if its
+    /// seed were down). The answer is bounded: at most once a second per
+    /// address, never larger than the datagram it answers, and sealed
+    /// like every other, so it tells a stranger nothing but that a node
+    /// of the cluster listens here.
+    fn unauthenticated(&mut self, from: SocketAddr, data: &[u8], now: Nanos, out: &mut Output) {
+        let known = self.config.seeds.contains(&from) || self.members.contains_key(&from);
+        if known {
+            self.last_unauthenticated = Some(now);
+            self.check_key(now);
+        }
+        if self.unauthenticated_warnings.allow(from, now) {
+            tracing::warn!(
+                peer = %from,
+                known,
+                "a datagram of this cluster failed authentication: its sender has another \
+                 cluster secret (or forged it); it cannot be a member"
+            );
+        }
+        let to_anyone = wire::unauthenticated_header(data).is_some_and(|h| h.is_for_anyone());
+        if to_anyone && self.unauthenticated_answers.allow(from, now) {
+            let header = self.header(now, ANYONE, 0);
+            self.answer(from, &header, &Body::Unauthenticated, data.len(), out);
+        }
+    }
+
+    /// Whether this node is cut off from its cluster by a different
+    /// secret: for [`AUTH_GRACE`] it authenticated nothing, and what it
+    /// heard since from its seeds and members failed authentication. A node
+    /// whose seeds are simply not up yet heard nothing from them, and
+    /// stays ready once it decides alone; a datagram that authenticates
+    /// clears the verdict at once.
+    fn check_key(&mut self, now: Nanos) {
+        let since = self.last_authentic.unwrap_or(self.started_at);
+        let mismatch = self.last_unauthenticated.is_some_and(|bad| bad >= since)
+            && now.saturating_sub(since) >= AUTH_GRACE;
+        if mismatch != self.replica.key_mismatch() {
+            if mismatch {
+                // Names the flags, never the secret.
+                tracing::error!(
+                    seeds = ?self.config.seeds,
+                    cluster = %self.config.cluster,
+                    "every datagram from this node's seeds and members fails authentication \
+                     and none has authenticated: this node's cluster secret most likely differs \
+                     from theirs (compare --cluster-secret-file or TOLLGATE_CLUSTER_SECRET, and \
+                     --cluster, on every node); it is cut off from its cluster and reports itself \
+                     not ready"
+                );
+            } else {
+                tracing::info!(
+                    "a datagram of the cluster authenticated: the cluster secret matches"
+                );
+            }
+        }
+        self.replica.set_key_mismatch(mismatch);
+        metrics::gauge!(m::KEY_MISMATCH).set(if mismatch { 1.0 } else { 0.0 });
+    }
+
+    /// Tells the sender of an authentic datagram from an earlier life than
+    /// one seen of it ([`Admission::Outdated`]) which incarnation this node
+    /// knows (`known`, a [`Body::Outdated`]): a sender that restarted with a smaller (or equal) boot stamp
+    /// then takes a larger one ([`Node::outdated`]). The sender has not
+    /// proved it is who it claims (the datagram may be a replay with a
+    /// forged source), so the answer goes where the datagram came from,
+    /// addressed to the life it claims, at most once a second per sender
+    /// and never larger than the datagram it answers.
+    fn answer_outdated(
+        &mut self,
+        from: SocketAddr,
+        stale: &Header,
+        known: Body,
+        len: usize,
+        now: Nanos,
+        out: &mut Output,
+    ) {
+        if !self.outdated_answers.allow(stale.from, now) {
+            return;
+        }
+        let header = self.header(now, stale.from, stale.incarnation);
+        self.answer(from, &header, &known, len, out);
+    }
+
+    /// Sends `body` to `to`, which has not proved it is a member, only if
+    /// it is no larger than the `len` bytes it answers: whoever forged the
+    /// source of that datagram gets no more bytes sent to its victim than
+    /// it sent itself.
+    fn answer(
+        &mut self,
+        to: SocketAddr,
+        header: &Header,
+        body: &Body,
+        len: usize,
+        out: &mut Output,
+    ) {
+        match wire::encode(&self.config.key, header, body) {
+            Ok(bytes) if bytes.len() <= len => {
+                metrics::counter!(m::MESSAGES_SENT, "kind" => kind(body)).increment(1);
+                metrics::counter!(m::BYTES_SENT).increment(bytes.len() as u64);
+                self.sent.other_datagrams += 1;
+                self.sent.other_bytes += bytes.len() as u64;
+                out.sends.push((to, bytes));
+            }
+            Ok(_) => self.count_drop("answer_too_large", 1),
+            Err(e) => self.count_drop(e.reason(), 1),
+        }
+    }
+
+    /// A peer says it has seen `seen` (up to sequence number `seen_seq`)
+    /// of this node, from an earlier life than this one: this node
+    /// restarted with a boot stamp no larger than before (its clock was
+    /// stepped back, or it restarted within one stamp), and its peers
+    /// refuse it. It takes the next incarnation and announces itself
+    /// again. A live node that has itself sent `seen_seq` in `seen` ignores
+    /// it: the notice answers a replay of one of its own datagrams.
+    fn outdated(
+        &mut self,
+        from: SocketAddr,
+        seen: u64,
+        seen_seq: u64,
+        now: Nanos,
+        out: &mut Output,
+    ) {
+        let earlier_life =
+            seen > self.incarnation || (seen == self.incarnation && seen_seq > self.seq);
+        if !earlier_life {
+            self.count_drop("outdated_notice", 1);
+            return;
+        }
+        let Some(next) = seen.max(self.incarnation).checked_add(1) else {
+            tracing::error!(
+                seen,
+                "a peer knows this node at the last incarnation there is"
+            );
+            return;
+        };
+        tracing::warn!(
+            peer = %from,
+            seen,
+            stamp = self.incarnation,
+            incarnation = next,
+            "a peer knows a later life of this node than its boot stamp (its clock was stepped \
+             back, or it restarted within one stamp): rejoining with a larger incarnation"
+        );
+        self.incarnation = next;
+        let me = Peer {
+            addr: self.config.addr,
+            node: self.config.node.0,
+            bump: next,
+        };
+        if let Err(e) = self.foca.change_identity(me, &mut self.runtime) {
+            tracing::debug!(error = %e, "cannot change identity");
+        }
+        // The peer that told us may not be a seed: announce to it too.
+        let placeholder = Peer {
+            addr: from,
+            node: ANYONE.0,
+            bump: 0,
+        };
+        if let Err(e) = self.foca.announce(placeholder, &mut self.runtime) {
+            tracing::debug!(peer = %from, error = %e, "cannot announce to a peer");
+        }
+        self.announce_to_seeds();
+        self.drain_membership(now, out);
     }
 
     /// Handles a timer the node asked for.
@@ -443,7 +821,7 @@ impl Node {
                 let members: Vec<SocketAddr> = self.members.keys().copied().collect();
                 for peer in members {
                     self.pings.insert(peer, now);
-                    self.send(peer, Body::Ping { t1: now }, now, &mut out);
+                    self.send_to_member(peer, Body::Ping { t1: now }, now, &mut out);
                 }
                 self.offsets.retain(|a, _| self.members.contains_key(a));
                 self.pings.retain(|a, _| self.members.contains_key(a));
@@ -470,6 +848,7 @@ impl Node {
                 } else {
                     tracing::warn!(
                         members = self.members.len(),
+                        key_mismatch = self.replica.key_mismatch(),
                         "no member sent a full state: deciding alone (the first of the cluster, \
                          or every member is joining too)"
                     );
@@ -491,6 +870,7 @@ impl Node {
                     .push((nanos(self.config.anti_entropy), Timer::AntiEntropy));
             }
             Timer::Housekeeping => {
+                self.check_key(now);
                 self.announce_to_seeds();
                 self.drain_membership(now, &mut out);
                 for class in self.replica.classes() {
@@ -511,7 +891,8 @@ impl Node {
     }
 
     /// Sends the urgent payloads the replica queued (eager pushes, pull
-    /// answers).
+    /// answers), to members only: a pull answer to a sender that is not
+    /// one is dropped (`not_a_member`).
     pub fn flush_urgent(&mut self, now: Nanos) -> Output {
         let mut out = Output::default();
         for (peer, items) in self.replica.take_urgent() {
@@ -540,11 +921,11 @@ impl Node {
         self.send_items(peer, items, Some(stream), now, out);
     }
 
-    /// A member asks for this node's whole state. Answered only when this
-    /// node is synced (a joining node's state would let the asker start
-    /// from nothing), only to members (a replayed request with a forged
-    /// source gets nothing sent to a stranger), and at most once per
-    /// member every two seconds (a full state is large).
+    /// A member asks for this node's whole state (`from` is its address
+    /// as membership knows it). Answered only when this node is synced (a
+    /// joining node's state would let the asker start from nothing), only
+    /// to members (a forged source gets nothing sent to a stranger), and at
+    /// most once per member every two seconds (a full state is large).
     fn answer_full_request(&mut self, from: SocketAddr, now: Nanos, out: &mut Output) {
         let reason = if !self.replica.is_synced() {
             Some("not_synced")
@@ -560,7 +941,7 @@ impl Node {
             None
         };
         if let Some(reason) = reason {
-            metrics::counter!(m::DROPPED, "reason" => reason).increment(1);
+            self.count_drop(reason, 1);
             return;
         }
         self.answered.insert(from, now);
@@ -586,7 +967,7 @@ impl Node {
         self.last_asked = Some(peer);
         self.asked = Some(peer);
         tracing::info!(%peer, "asking a peer for a full state");
-        self.send(peer, Body::FullRequest, now, out);
+        self.send_to_member(peer, Body::FullRequest, now, out);
     }
 
     /// Acts on what foca asked for: sends, timers, membership changes.
@@ -610,6 +991,15 @@ impl Node {
                     self.replica.remove_peer(before.addr);
                     self.member_up(after, now, out);
                 }
+                // foca renewed this node's identity after it was declared
+                // down (a partition): datagrams carry the new incarnation.
+                OwnedNotification::Rejoin(me) => {
+                    tracing::info!(
+                        incarnation = me.bump,
+                        "declared down by the cluster: rejoined"
+                    );
+                    self.incarnation = me.bump;
+                }
                 OwnedNotification::Defunct if !self.leaving => {
                     tracing::warn!("declared down by the cluster: rejoining");
                     let _ = self.foca.reuse_down_identity();
@@ -618,7 +1008,9 @@ impl Node {
             }
         }
         while let Some((peer, data)) = self.runtime.to_send() {
-            self.send(peer.addr, Body::Membership(data.to_vec()), now, out);
+            // A seed not met yet is a placeholder of node 0: anyone there.
+            let to = (NodeId(peer.node), peer.bump);
+            self.send(peer.addr, to, Body::Membership(data.to_vec()), now, out);
         }
         while let Some((after, timer)) = self.runtime.to_schedule() {
             out.timers.push((after, Timer::Membership(timer)));
@@ -633,7 +1025,7 @@ impl Node {
                 node = peer.node,
                 "another member uses this node's id: their grants would be counted as ours"
             );
-            metrics::counter!(m::DROPPED, "reason" => "conflicting_node_id").increment(1);
+            self.count_drop("conflicting_node_id", 1);
         }
         tracing::info!(peer = %peer.addr, node = peer.node, "member up");
         let addr = peer.addr;
@@ -688,19 +1080,46 @@ impl Node {
         Nanos::new(u64::try_from(worst).unwrap_or(u64::MAX))
     }
 
-    fn header(&mut self, now: Nanos) -> Header {
+    /// The header of the next datagram, for `to` in `to_incarnation`.
+    fn header(&mut self, now: Nanos, to: NodeId, to_incarnation: u64) -> Header {
         self.seq = self.seq.wrapping_add(1);
         Header {
             cluster: self.tag,
             from: self.config.node,
-            incarnation: self.config.incarnation,
+            incarnation: self.incarnation,
             seq: self.seq,
             sent_at: now,
+            to,
+            to_incarnation,
         }
     }
 
-    fn send(&mut self, to: SocketAddr, body: Body, now: Nanos, out: &mut Output) {
-        let header = self.header(now);
+    /// The identity datagrams to the member at `addr` are addressed to;
+    /// `None` (counted) when it is not a member: only members are sent
+    /// gossip, full states and answers.
+    fn recipient(&mut self, addr: SocketAddr) -> Option<(NodeId, u64)> {
+        let to = self.members.get(&addr).map(|p| (NodeId(p.node), p.bump));
+        if to.is_none() {
+            self.count_drop("not_a_member", 1);
+        }
+        to
+    }
+
+    fn send_to_member(&mut self, addr: SocketAddr, body: Body, now: Nanos, out: &mut Output) {
+        if let Some(to) = self.recipient(addr) {
+            self.send(addr, to, body, now, out);
+        }
+    }
+
+    fn send(
+        &mut self,
+        addr: SocketAddr,
+        (to, to_incarnation): (NodeId, u64),
+        body: Body,
+        now: Nanos,
+        out: &mut Output,
+    ) {
+        let header = self.header(now, to, to_incarnation);
         let kind = kind(&body);
         match wire::encode(&self.config.key, &header, &body) {
             Ok(bytes) => {
@@ -708,11 +1127,11 @@ impl Node {
                 metrics::counter!(m::BYTES_SENT).increment(bytes.len() as u64);
                 self.sent.other_datagrams += 1;
                 self.sent.other_bytes += bytes.len() as u64;
-                out.sends.push((to, bytes));
+                out.sends.push((addr, bytes));
             }
             Err(e) => {
-                metrics::counter!(m::DROPPED, "reason" => e.reason()).increment(1);
-                tracing::warn!(%to, error = %e, "cannot encode a gossip message");
+                self.count_drop(e.reason(), 1);
+                tracing::warn!(%addr, error = %e, "cannot encode a gossip message");
             }
         }
     }
@@ -730,7 +1149,10 @@ impl Node {
         if items.is_empty() && stream.is_none() {
             return;
         }
-        let template = self.header(now);
+        let Some((node, incarnation)) = self.recipient(to) else {
+            return;
+        };
+        let template = self.header(now, node, incarnation);
         let mut seq = self.seq;
         let batch = match stream {
             Some(stream) => Batch::Full { stream },
@@ -739,8 +1161,7 @@ impl Node {
         let packed = wire::encode_items(&self.config.key, &template, &mut seq, batch, &items);
         self.seq = seq;
         if packed.dropped > 0 {
-            metrics::counter!(m::DROPPED, "reason" => "unencodable")
-                .increment(packed.dropped as u64);
+            self.count_drop("unencodable", packed.dropped as u64);
         }
         let kind = if stream.is_some() { "full" } else { "delta" };
         for bytes in packed.datagrams {
@@ -761,6 +1182,8 @@ fn kind(body: &Body) -> &'static str {
         Body::Full { .. } => "full",
         Body::Ping { .. } => "ping",
         Body::Pong { .. } => "pong",
+        Body::Outdated { .. } => "outdated",
+        Body::Unauthenticated => "unauthenticated",
     }
 }
 

@@ -46,6 +46,7 @@ use tollgate_core::{Algorithm, Limit, LimitState, Mode, Nanos, PlanDecision, Rat
 use tollgate_store::{Key, LimitId, Plan, PlanItem, Store, StoreError};
 
 use crate::metrics as m;
+use crate::wire;
 
 /// A peer, as the deltas know it: its gossip address.
 pub type PeerAddr = SocketAddr;
@@ -159,6 +160,7 @@ pub struct Replica {
     gossip: Mutex<Gossip>,
     synced: AtomicBool,
     healthy: AtomicBool,
+    key_mismatch: AtomicBool,
     keys: AtomicU64,
     last_sweep: AtomicU64,
     /// Counters.
@@ -193,6 +195,7 @@ impl Replica {
             gossip: Mutex::new(Gossip::default()),
             synced: AtomicBool::new(false),
             healthy: AtomicBool::new(true),
+            key_mismatch: AtomicBool::new(false),
             keys: AtomicU64::new(0),
             last_sweep: AtomicU64::new(0),
             stats: ReplicaStats::default(),
@@ -225,6 +228,18 @@ impl Replica {
     /// Records the clock check's verdict.
     pub fn set_healthy(&self, healthy: bool) {
         self.healthy.store(healthy, Ordering::Relaxed);
+    }
+
+    /// Whether the node hears only datagrams it cannot authenticate from
+    /// its seeds and members: it most likely has another cluster secret
+    /// than theirs, and is cut off from its cluster without knowing it.
+    pub fn key_mismatch(&self) -> bool {
+        self.key_mismatch.load(Ordering::Relaxed)
+    }
+
+    /// Records the node's verdict on [`Replica::key_mismatch`].
+    pub fn set_key_mismatch(&self, mismatch: bool) {
+        self.key_mismatch.store(mismatch, Ordering::Relaxed);
     }
 
     /// Keys held.
@@ -318,6 +333,12 @@ impl Replica {
 
     /// Decides `plan` locally, all or nothing (see [`Store::decide`]), and
     /// queues what the grant changed for every neighbour.
+    ///
+    /// A key whose domain is longer than a gossip datagram carries
+    /// ([`wire::MAX_DOMAIN`] bytes) is refused with
+    /// [`StoreError::Unsupported`]: deciding it here would enforce the
+    /// whole limit on this node alone, since its grants could never reach
+    /// a peer.
     pub fn decide_now(
         &self,
         plan: &Plan,
@@ -325,6 +346,18 @@ impl Replica {
         request: Request,
         mode: Mode,
     ) -> Result<PlanDecision, StoreError> {
+        if let Some(long) = plan
+            .items
+            .iter()
+            .map(|i| i.key.scope().len())
+            .find(|&len| len > wire::MAX_DOMAIN)
+        {
+            return Err(StoreError::Unsupported(format!(
+                "a domain of {long} bytes cannot be replicated: gossip carries domains of at \
+                 most {} bytes, so the cluster would limit it on each node alone",
+                wire::MAX_DOMAIN
+            )));
+        }
         if !self.is_synced() {
             return Err(StoreError::Unavailable(
                 "joining the cluster: waiting for a full state from a peer".into(),
@@ -1141,7 +1174,11 @@ impl Store for ReplicaStore {
         false
     }
 
+    /// Ready when the replica decides (it has its full state, or found no
+    /// peer to give it one), its clock is within the allowed skew, and it
+    /// is not cut off from its seeds by a different secret
+    /// ([`Replica::key_mismatch`]).
     fn is_ready(&self) -> bool {
-        self.replica.is_synced() && self.replica.is_healthy()
+        self.replica.is_synced() && self.replica.is_healthy() && !self.replica.key_mismatch()
     }
 }

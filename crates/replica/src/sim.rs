@@ -2,7 +2,10 @@
 //! same node code the real cluster runs, with datagrams delivered after a
 //! fixed latency, links that can be cut, and every random choice seeded.
 //! Tests use it to check the protocol without sockets or wall-clock time;
-//! the simulator (`tollgate sim`) builds on it.
+//! the simulator (`tollgate sim`) builds on it. It can also play an
+//! attacker on the network: record the datagrams delivered
+//! ([`SimNet::record`]) and play any bytes to a node from any address
+//! ([`SimNet::inject`]).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -16,11 +19,36 @@ use crate::node::{Node, NodeConfig, Output, Timer};
 use crate::replica::{Replica, ReplicaOptions};
 use crate::wire::ClusterKey;
 
+/// The secret every simulated node shares.
+pub const SECRET: &[u8] = b"simulated cluster secret";
+
+/// The name of the simulated cluster.
+pub const CLUSTER: &str = "sim";
+
+/// The key every simulated node encrypts and authenticates with (from
+/// [`SECRET`] and [`CLUSTER`]), for tests that read or forge datagrams.
+pub fn key() -> ClusterKey {
+    ClusterKey::new(SECRET, CLUSTER)
+}
+
+/// A datagram the network delivered, as an eavesdropper records it.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    /// The sending node.
+    pub from: usize,
+    /// The receiving node.
+    pub to: usize,
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+}
+
 enum Event {
     Datagram {
         to: usize,
         from: SocketAddr,
         bytes: Vec<u8>,
+        /// Played by the test as an attacker: no link cut stops it.
+        forged: bool,
     },
     Timer {
         node: usize,
@@ -51,6 +79,12 @@ pub struct SimNet {
     /// Each node's clock offset from simulated time, in nanoseconds.
     offsets: Vec<i64>,
     anti_entropy: Nanos,
+    /// Datagrams delivered, when recording.
+    recorded: Option<Vec<Recorded>>,
+    /// Datagrams sent to addresses that are no node's.
+    strays: Vec<(usize, SocketAddr)>,
+    /// Each node's secret, when not [`SECRET`] (used at its next boot).
+    secrets: HashMap<usize, Vec<u8>>,
     /// Datagrams delivered.
     pub delivered: u64,
     /// Bytes delivered.
@@ -106,6 +140,9 @@ impl SimNet {
             cut: HashSet::new(),
             offsets: vec![0; n],
             anti_entropy,
+            recorded: None,
+            strays: Vec::new(),
+            secrets: HashMap::new(),
             delivered: 0,
             bytes: 0,
         };
@@ -113,19 +150,23 @@ impl SimNet {
             let replica = Arc::new(Replica::new(options(NodeId(i as u64 + 1))));
             net.replicas.push(replica);
             net.nodes.push(None);
-            net.boot(i, seed.wrapping_add(i as u64));
+            let stamp = net.now.as_u64();
+            net.boot(i, seed.wrapping_add(i as u64), stamp);
         }
         net
     }
 
-    fn config(&self, i: usize) -> NodeConfig {
+    fn config(&self, i: usize, incarnation: u64) -> NodeConfig {
         NodeConfig {
-            cluster: "sim".into(),
+            cluster: CLUSTER.into(),
             node: NodeId(i as u64 + 1),
             addr: self.addrs[i],
             seeds: self.addrs.clone(),
-            key: ClusterKey::new(b"simulated cluster secret", "sim"),
-            incarnation: self.now.as_u64(),
+            key: self
+                .secrets
+                .get(&i)
+                .map_or_else(key, |secret| ClusterKey::new(secret, CLUSTER)),
+            incarnation,
             max_clock_skew: Nanos::from_millis(250),
             join_timeout: Nanos::from_secs(3),
             probe_interval: Nanos::from_secs(1),
@@ -145,8 +186,9 @@ impl SimNet {
         self.offsets[i] = offset_ns;
     }
 
-    fn boot(&mut self, i: usize, seed: u64) {
-        let mut node = Node::new(self.config(i), Arc::clone(&self.replicas[i]), seed);
+    fn boot(&mut self, i: usize, seed: u64, incarnation: u64) {
+        let config = self.config(i, incarnation);
+        let mut node = Node::new(config, Arc::clone(&self.replicas[i]), seed);
         let out = node.start(self.clock(i));
         self.nodes[i] = Some(node);
         self.apply(i, out);
@@ -194,8 +236,61 @@ impl SimNet {
     /// Restarts a crashed node `i` with an empty replica (`options` for its
     /// replica) and a new incarnation.
     pub fn restart(&mut self, i: usize, options: ReplicaOptions, seed: u64) {
+        let stamp = self.now.as_u64();
+        self.restart_with_incarnation(i, options, seed, stamp);
+    }
+
+    /// [`SimNet::restart`] with the boot stamp `incarnation`, as a node
+    /// whose clock was stepped back (or that restarted within one stamp)
+    /// would boot.
+    pub fn restart_with_incarnation(
+        &mut self,
+        i: usize,
+        options: ReplicaOptions,
+        seed: u64,
+        incarnation: u64,
+    ) {
         self.replicas[i] = Arc::new(Replica::new(options));
-        self.boot(i, seed);
+        self.boot(i, seed, incarnation);
+    }
+
+    /// Gives node `i` another secret from its next (re)start on: a node
+    /// misconfigured with a secret its cluster does not share.
+    pub fn set_secret(&mut self, i: usize, secret: &[u8]) {
+        self.secrets.insert(i, secret.to_vec());
+    }
+
+    /// The datagrams nodes sent to addresses that are no node's (a forged
+    /// source's), as (sender, address), in order.
+    pub fn strays(&self) -> &[(usize, SocketAddr)] {
+        &self.strays
+    }
+
+    /// Starts (or stops) recording every datagram delivered; starting
+    /// forgets what was recorded before.
+    pub fn record(&mut self, on: bool) {
+        self.recorded = on.then(Vec::new);
+    }
+
+    /// The datagrams delivered since recording started, in order.
+    pub fn recorded(&self) -> &[Recorded] {
+        self.recorded.as_deref().unwrap_or_default()
+    }
+
+    /// Delivers `bytes` to node `to` now, as if sent from `from`: an
+    /// attacker replaying a recorded datagram, or forging its source. No
+    /// cut link stops it.
+    pub fn inject(&mut self, to: usize, from: SocketAddr, bytes: Vec<u8>) {
+        let now = self.now;
+        self.schedule(
+            now,
+            Event::Datagram {
+                to,
+                from,
+                bytes,
+                forged: true,
+            },
+        );
     }
 
     /// Cuts (or heals, `cut == false`) the link between `a` and `b`, both
@@ -226,6 +321,7 @@ impl SimNet {
         }
         for (to, bytes) in out.sends {
             let Some(j) = self.addrs.iter().position(|a| *a == to) else {
+                self.strays.push((i, to));
                 continue;
             };
             if self.cut.contains(&(i, j)) {
@@ -244,7 +340,15 @@ impl SimNet {
             };
             let at = self.now.saturating_add(latency);
             let from = self.addrs[i];
-            self.schedule(at, Event::Datagram { to: j, from, bytes });
+            self.schedule(
+                at,
+                Event::Datagram {
+                    to: j,
+                    from,
+                    bytes,
+                    forged: false,
+                },
+            );
         }
     }
 
@@ -280,13 +384,25 @@ impl SimNet {
                 continue;
             };
             match event {
-                Event::Datagram { to, from, bytes } => {
+                Event::Datagram {
+                    to,
+                    from,
+                    bytes,
+                    forged,
+                } => {
                     let sender = self.addrs.iter().position(|a| *a == from);
-                    if sender.is_some_and(|s| self.cut.contains(&(s, to))) {
+                    if !forged && sender.is_some_and(|s| self.cut.contains(&(s, to))) {
                         continue;
                     }
                     self.delivered += 1;
                     self.bytes += bytes.len() as u64;
+                    if let (Some(log), Some(from), false) = (&mut self.recorded, sender, forged) {
+                        log.push(Recorded {
+                            from,
+                            to,
+                            bytes: bytes.clone(),
+                        });
+                    }
                     let clock = self.clock(to);
                     if let Some(node) = self.nodes[to].as_mut() {
                         let out = node.handle_datagram(from, &bytes, clock);

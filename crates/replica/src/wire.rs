@@ -12,12 +12,26 @@
 //! Every datagram is sealed with XChaCha20-Poly1305 (an AEAD) under a key
 //! derived from the cluster's secret and name. The [`Header`] travels in
 //! the clear, authenticated as the AEAD's associated data: the receiver
-//! needs its cluster tag to tell a neighbouring cluster from a forger, and
-//! its sender, incarnation and sequence number for the replay window. The
+//! needs its cluster tag to tell a neighbouring cluster from a forger,
+//! its sender, incarnation and sequence number for the replay window, and
+//! its *recipient* (node id and incarnation) to refuse a datagram recorded
+//! on its way to another member, or to an earlier life of this one. The
 //! message kind and the body (limit ids, domains, which are often user
 //! ids, node ids, counts and times) are the ciphertext, so someone on the
 //! network path without the secret learns only who talks to whom, when,
 //! and how much.
+//!
+//! # Recipients
+//!
+//! Every datagram names the node it is for, `to` and `to_incarnation`,
+//! inside the authenticated data: a datagram captured on its way from A to
+//! B and played to C, or to B after B restarted, is refused there
+//! (`misaddressed`), so a pull answer cannot be reflected to a spoofed
+//! source through another member, and a full state cannot make a joining
+//! node believe it is synced. The one exception is a membership announce
+//! to a seed whose identity the sender does not know yet: it goes to
+//! *anyone* at the seed's address (`to = 0`, `to_incarnation = 0`), and
+//! foca itself accepts an announce only when it names this node's address.
 //!
 //! The nonce must never repeat under one key. The header's `(from,
 //! incarnation, seq)` is unique per datagram only while a node never
@@ -72,8 +86,11 @@
 //!
 //! ```text
 //! datagram  = header salt sealed tag                 (≤ 1,200 bytes)
-//! header    = "TG" version:u8(=2) cluster:u64le from incarnation seq
-//!             sent_at                                (15 to 51 bytes, clear)
+//! header    = "TG" version:u8(=3) cluster:u64le from incarnation seq
+//!             sent_at to to_incarnation              (17 to 71 bytes, clear)
+//!   to, to_incarnation = the recipient's node id and incarnation, or
+//!             0 0 for anyone at the address (membership announces to
+//!             seeds, and the `unauthenticated` notice)
 //! salt      = 16 random bytes, fresh per datagram    (clear)
 //! sealed    = XChaCha20(key, nonce, kind:u8 body)    (ciphertext)
 //! tag       = Poly1305 tag, 16 bytes
@@ -81,6 +98,8 @@
 //!             draft-irtf-cfrg-xchacha), associated data = header salt
 //!   nonce   = salt || seq:u64le                      (24 bytes)
 //!   key     = HMAC-SHA256(secret, "tollgate gossip v2" || cluster name)
+//!             (unchanged since version 2: the version byte is checked
+//!             first)
 //! cluster   = FNV-1a-64(cluster name)                (see cluster_tag)
 //!
 //! body by kind:
@@ -90,6 +109,10 @@
 //!   4 Full         stream index last:u8(0|1) item*
 //!   5 Ping         t1
 //!   6 Pong         t1 t2 t3
+//!   7 Outdated     incarnation seq   (the receiver's datagram came from an
+//!                                     earlier life than one seen of it)
+//!   8 Unauthenticated (empty)        (a datagram from the receiver's
+//!                                     address failed authentication)
 //!
 //! item      = limit domain payload_kind:u8 payload
 //! limit     = 0 id  |  k (≥ 1: the k-th limit id written in this datagram)
@@ -107,7 +130,7 @@
 //!   predicted = (i = 0 ? birth : max(birth, death[i−1])) + interval
 //! ```
 //!
-//! A datagram thus spends at most 84 bytes on framing (a 51-byte header,
+//! A datagram thus spends at most 104 bytes on framing (a 71-byte header,
 //! the salt, the kind and the tag), 32 of them for the AEAD (salt and tag).
 //! Counter and epoch entries are sorted by node with no zero counts, and
 //! queue elements sorted by identity, as the states keep them; the decoder
@@ -142,9 +165,10 @@ pub const MAX_DOMAIN: usize = 512;
 /// The first two bytes of every datagram.
 pub const MAGIC: [u8; 2] = *b"TG";
 
-/// The wire version this module reads and writes: 2, encrypted
-/// (version 1 was authenticated only, and is refused).
-pub const VERSION: u8 = 2;
+/// The wire version this module reads and writes: 3, encrypted and bound
+/// to its recipient (version 2 named no recipient, version 1 was
+/// authenticated only; both are refused).
+pub const VERSION: u8 = 3;
 
 /// Bytes of the authentication tag that ends every datagram (Poly1305's).
 pub const TAG_LEN: usize = 16;
@@ -154,7 +178,7 @@ pub const TAG_LEN: usize = 16;
 pub const SALT_LEN: usize = 16;
 
 /// The largest membership (foca) message that always fits in a datagram,
-/// whatever the header's values: the size to configure foca with (1,114
+/// whatever the header's values: the size to configure foca with (1,094
 /// bytes: the datagram less the longest header, the salt, the kind, the
 /// message's 2-byte length and the tag).
 pub const MAX_MEMBERSHIP: usize = MAX_DATAGRAM - MAX_HEADER - OVERHEAD - 2;
@@ -162,8 +186,8 @@ pub const MAX_MEMBERSHIP: usize = MAX_DATAGRAM - MAX_HEADER - OVERHEAD - 2;
 /// Magic, version and cluster tag: the fixed-width start of the header.
 const FIXED_HEADER: usize = 11;
 
-/// The longest header: the fixed part and four 10-byte varints.
-const MAX_HEADER: usize = FIXED_HEADER + 4 * 10;
+/// The longest header: the fixed part and six 10-byte varints.
+const MAX_HEADER: usize = FIXED_HEADER + 6 * 10;
 
 /// What a datagram spends besides its header and body: the salt, the
 /// (encrypted) kind and the tag.
@@ -178,6 +202,8 @@ const KIND_FULL_REQUEST: u8 = 3;
 const KIND_FULL: u8 = 4;
 const KIND_PING: u8 = 5;
 const KIND_PONG: u8 = 6;
+const KIND_OUTDATED: u8 = 7;
+const KIND_UNAUTHENTICATED: u8 = 8;
 
 const PAYLOAD_COUNTER: u8 = 1;
 const PAYLOAD_QUEUE: u8 = 2;
@@ -218,6 +244,11 @@ pub enum WireError {
     /// ([`ReplayGuard::check`]); [`decode`] itself never returns it.
     #[error("replayed datagram")]
     Replayed,
+    /// Authentic but addressed to another node, or to another incarnation
+    /// of this one ([`Header::is_for`]); [`decode`] itself never returns
+    /// it.
+    #[error("datagram addressed to another node")]
+    Misaddressed,
     /// A key's domain is longer than [`MAX_DOMAIN`]; its length.
     #[error("domain of {0} bytes is over the {MAX_DOMAIN}-byte limit")]
     DomainTooLong(usize),
@@ -235,6 +266,7 @@ impl WireError {
             WireError::BadMac => "bad_mac",
             WireError::Malformed(_) => "malformed",
             WireError::Replayed => "replayed",
+            WireError::Misaddressed => "misaddressed",
             WireError::DomainTooLong(_) => "domain_too_long",
         }
     }
@@ -360,6 +392,30 @@ pub struct Header {
     /// view of the sender's clock (skew), and the base of the payloads'
     /// times.
     pub sent_at: Nanos,
+    /// The node the datagram is for, or [`ANYONE`] for whoever listens at
+    /// the address it was sent to (an announce to a seed not met yet).
+    pub to: NodeId,
+    /// The incarnation of `to` the datagram is for (0 with [`ANYONE`]): a
+    /// datagram for an earlier life of the recipient is refused.
+    pub to_incarnation: u64,
+}
+
+/// The recipient of a datagram sent to whoever listens at an address: a
+/// seed whose identity the sender does not know yet.
+pub const ANYONE: NodeId = NodeId(0);
+
+impl Header {
+    /// Whether the datagram is addressed to `node` in its `incarnation`
+    /// exactly (not to [`ANYONE`]).
+    pub fn is_for(&self, node: NodeId, incarnation: u64) -> bool {
+        self.to == node && self.to_incarnation == incarnation
+    }
+
+    /// Whether the datagram is addressed to [`ANYONE`] at the address it
+    /// arrived at.
+    pub fn is_for_anyone(&self) -> bool {
+        self.to == ANYONE && self.to_incarnation == 0
+    }
 }
 
 /// What a datagram says.
@@ -405,6 +461,24 @@ pub enum Body {
         /// The answerer's clock when it sent this answer.
         t3: Nanos,
     },
+    /// The answer to an authentic datagram that came from an earlier life
+    /// of its sender than one this node has seen (an older incarnation, or
+    /// the same one below its replay window): either a replay, or the
+    /// sender restarted with a boot stamp no larger than before (its clock
+    /// was stepped back). A sender that has not sent `seq` datagrams in
+    /// incarnation `incarnation` is the restarted one, and takes a larger
+    /// incarnation; a live sender ignores it.
+    Outdated {
+        /// The sender's latest incarnation this node has seen.
+        incarnation: u64,
+        /// The highest sequence number seen in it.
+        seq: u64,
+    },
+    /// A datagram from the receiver's address, sent to anyone at this
+    /// node's address, failed authentication here: the receiver, which can
+    /// read this only if it shares the key, most likely has another secret
+    /// (it then cannot authenticate this answer either, and counts it).
+    Unauthenticated,
 }
 
 impl Body {
@@ -416,6 +490,8 @@ impl Body {
             Body::Full { .. } => KIND_FULL,
             Body::Ping { .. } => KIND_PING,
             Body::Pong { .. } => KIND_PONG,
+            Body::Outdated { .. } => KIND_OUTDATED,
+            Body::Unauthenticated => KIND_UNAUTHENTICATED,
         }
     }
 }
@@ -483,6 +559,11 @@ pub fn encode(key: &ClusterKey, header: &Header, body: &Body) -> Result<Vec<u8>,
                 put_varint(&mut out, t.as_u64());
             }
         }
+        Body::Outdated { incarnation, seq } => {
+            put_varint(&mut out, *incarnation);
+            put_varint(&mut out, *seq);
+        }
+        Body::Unauthenticated => {}
     }
     let len = out.len() + TAG_LEN;
     if len > MAX_DATAGRAM || !seal(key, &mut out, clear, header.seq) {
@@ -617,8 +698,9 @@ pub fn encode_items(
 /// allocates in proportion to their length: it decrypts into a buffer on
 /// the stack, counts are capped by what the rest of the datagram could
 /// hold, and the worst case, an interned 512-byte domain copied into every
-/// key of a datagram of five-byte items, is about 120 KB. It does not
-/// check for replays: pass the header to a [`ReplayGuard`].
+/// key of a datagram of five-byte items, is about 120 KB. It checks
+/// neither the recipient ([`Header::is_for`]) nor replays (pass the header
+/// to a [`ReplayGuard`]): the node does both.
 pub fn decode(key: &ClusterKey, expected_cluster: u64, bytes: &[u8]) -> Result<Message, WireError> {
     if bytes.len() > MAX_DATAGRAM {
         return Err(WireError::Oversized(bytes.len()));
@@ -644,16 +726,7 @@ pub fn decode(key: &ClusterKey, expected_cluster: u64, bytes: &[u8]) -> Result<M
     let mut r = Reader {
         bytes: bytes.get(FIXED_HEADER..).unwrap_or_default(),
     };
-    let mut clear_header = || -> Result<Header, WireError> {
-        Ok(Header {
-            cluster,
-            from: NodeId(r.varint()?),
-            incarnation: r.varint()?,
-            seq: r.varint()?,
-            sent_at: Nanos::new(r.varint()?),
-        })
-    };
-    let header = clear_header().map_err(|_| WireError::BadMac)?;
+    let header = read_header(&mut r, cluster).map_err(|_| WireError::BadMac)?;
     let clear_len = bytes.len() - r.remaining() + SALT_LEN;
     let sealed_len = bytes
         .len()
@@ -702,16 +775,60 @@ pub fn decode(key: &ClusterKey, expected_cluster: u64, bytes: &[u8]) -> Result<M
             t2: Nanos::new(r.varint()?),
             t3: Nanos::new(r.varint()?),
         },
+        KIND_OUTDATED => Body::Outdated {
+            incarnation: r.varint()?,
+            seq: r.varint()?,
+        },
+        KIND_UNAUTHENTICATED => Body::Unauthenticated,
         _ => return Err(WireError::Malformed("unknown message kind")),
     };
     r.finish()?;
     Ok(Message { header, body })
 }
 
+/// The header after the fixed part (magic, version, cluster tag).
+fn read_header(r: &mut Reader<'_>, cluster: u64) -> Result<Header, WireError> {
+    Ok(Header {
+        cluster,
+        from: NodeId(r.varint()?),
+        incarnation: r.varint()?,
+        seq: r.varint()?,
+        sent_at: Nanos::new(r.varint()?),
+        to: NodeId(r.varint()?),
+        to_incarnation: r.varint()?,
+    })
+}
+
+/// The clear header of a datagram of this wire version, **not
+/// authenticated**: anyone can write any header. Only for deciding how to
+/// treat a datagram that failed authentication (whether it was sent to
+/// [`ANYONE`], as an announce to a seed is); never trust what it says.
+pub fn unauthenticated_header(bytes: &[u8]) -> Option<Header> {
+    if bytes.len() > MAX_DATAGRAM || bytes.get(..MAGIC.len()) != Some(&MAGIC[..]) {
+        return None;
+    }
+    if *bytes.get(MAGIC.len())? != VERSION {
+        return None;
+    }
+    let cluster = u64::from_le_bytes(bytes.get(3..FIXED_HEADER)?.try_into().ok()?);
+    let mut r = Reader {
+        bytes: bytes.get(FIXED_HEADER..)?,
+    };
+    read_header(&mut r, cluster).ok()
+}
+
 /// Per-sender anti-replay, as IPsec does it (RFC 4303 §3.4.3): for each
 /// sender, its latest incarnation and a window of the last 64 sequence
 /// numbers, so each datagram is accepted once, and late ones within the
 /// window still are.
+///
+/// It never goes back to an older incarnation of a sender, whatever
+/// membership says: a datagram recorded from an earlier life stays refused
+/// for as long as the guard remembers the sender. A sender that restarts
+/// with an incarnation no larger than its last one is not let in by
+/// forgetting it (a replayed datagram of the old life would then shut the
+/// new one out again); it is told so ([`Admission::Outdated`], answered
+/// with [`Body::Outdated`]) and comes back with a larger incarnation.
 ///
 /// Bounded: it remembers at most `max_senders` senders and forgets the one
 /// heard from least recently to make room. A forgotten sender's next
@@ -724,6 +841,25 @@ pub struct ReplayGuard {
     senders: HashMap<NodeId, Window>,
     /// Counts calls, to tell which sender was heard from least recently.
     tick: u64,
+}
+
+/// What [`ReplayGuard::admit`] makes of a datagram.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Not seen before: accepted, and recorded.
+    Fresh,
+    /// Already accepted once (a duplicate within the window).
+    Duplicate,
+    /// From before what the guard knows of the sender: an older
+    /// incarnation than its latest, or the latest one more than
+    /// [`ReplayGuard::WINDOW`] below its highest sequence number. Either
+    /// a replay, or the sender restarted without a larger incarnation.
+    Outdated {
+        /// The sender's latest incarnation seen.
+        incarnation: u64,
+        /// The highest sequence number accepted in it.
+        top: u64,
+    },
 }
 
 /// One sender's replay state.
@@ -739,16 +875,20 @@ struct Window {
 }
 
 impl Window {
-    fn accept(&mut self, incarnation: u64, seq: u64) -> bool {
+    fn admit(&mut self, incarnation: u64, seq: u64) -> Admission {
+        let outdated = Admission::Outdated {
+            incarnation: self.incarnation,
+            top: self.top,
+        };
         if incarnation < self.incarnation {
-            return false;
+            return outdated;
         }
         if incarnation > self.incarnation {
             // A new life of the sender: its sequence numbers start over.
             self.incarnation = incarnation;
             self.top = seq;
             self.seen = 1;
-            return true;
+            return Admission::Fresh;
         }
         if seq > self.top {
             let shift = seq - self.top;
@@ -759,18 +899,18 @@ impl Window {
             };
             self.seen |= 1;
             self.top = seq;
-            return true;
+            return Admission::Fresh;
         }
         let age = self.top - seq;
         if age >= ReplayGuard::WINDOW {
-            return false;
+            return outdated;
         }
         let bit = 1u64 << age;
         if self.seen & bit != 0 {
-            return false;
+            return Admission::Duplicate;
         }
         self.seen |= bit;
-        true
+        Admission::Fresh
     }
 }
 
@@ -797,14 +937,20 @@ impl ReplayGuard {
     /// [`ReplayGuard::WINDOW`] below the highest accepted. A newer
     /// incarnation starts a fresh window.
     pub fn accept(&mut self, from: NodeId, incarnation: u64, seq: u64) -> bool {
+        self.admit(from, incarnation, seq) == Admission::Fresh
+    }
+
+    /// [`ReplayGuard::accept`], telling a duplicate from a datagram of an
+    /// earlier life of the sender (see [`Admission`]).
+    pub fn admit(&mut self, from: NodeId, incarnation: u64, seq: u64) -> Admission {
         self.tick += 1;
         let tick = self.tick;
         if let Some(w) = self.senders.get_mut(&from) {
-            let accepted = w.accept(incarnation, seq);
-            if accepted {
+            let admission = w.admit(incarnation, seq);
+            if admission == Admission::Fresh {
                 w.last_heard = tick;
             }
-            return accepted;
+            return admission;
         }
         if self.senders.len() >= self.max_senders {
             // A linear scan: it runs only when a sender not seen before
@@ -828,7 +974,7 @@ impl ReplayGuard {
                 last_heard: tick,
             },
         );
-        true
+        Admission::Fresh
     }
 
     /// [`ReplayGuard::accept`] for a decoded header, as an error to count
@@ -841,7 +987,11 @@ impl ReplayGuard {
         }
     }
 
-    /// Forgets `from` (when membership declares it gone).
+    /// Forgets `from`: its next datagram, of any incarnation, is accepted
+    /// as if it were the first. The node does not call it when membership
+    /// declares a member down: a replay of the member's old datagrams
+    /// would then be accepted, and lock its next life out (see the type's
+    /// docs).
     pub fn forget(&mut self, from: NodeId) {
         self.senders.remove(&from);
     }
@@ -911,6 +1061,8 @@ fn put_clear(out: &mut Vec<u8>, h: &Header) -> usize {
     put_varint(out, h.incarnation);
     put_varint(out, h.seq);
     put_varint(out, h.sent_at.as_u64());
+    put_varint(out, h.to.0);
+    put_varint(out, h.to_incarnation);
     let salt: [u8; SALT_LEN] = rand::random();
     out.extend_from_slice(&salt);
     out.len()
@@ -922,6 +1074,8 @@ fn header_len(h: &Header, seq: u64) -> usize {
         + varint_len(h.incarnation)
         + varint_len(seq)
         + varint_len(h.sent_at.as_u64())
+        + varint_len(h.to.0)
+        + varint_len(h.to_incarnation)
 }
 
 fn put_full_meta(out: &mut Vec<u8>, stream: u64, index: u32, last: bool) {

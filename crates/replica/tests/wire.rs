@@ -22,8 +22,9 @@ use tollgate_core::replicated::strategy::Payload;
 use tollgate_core::replicated::NodeId;
 use tollgate_core::Nanos;
 use tollgate_replica::wire::{
-    cluster_tag, decode, encode, encode_items, Batch, Body, ClusterKey, Header, Message, Packed,
-    ReplayGuard, WireError, MAX_DATAGRAM, MAX_DOMAIN, MAX_MEMBERSHIP, SALT_LEN, TAG_LEN, VERSION,
+    cluster_tag, decode, encode, encode_items, unauthenticated_header, Admission, Batch, Body,
+    ClusterKey, Header, Message, Packed, ReplayGuard, WireError, ANYONE, MAX_DATAGRAM, MAX_DOMAIN,
+    MAX_MEMBERSHIP, SALT_LEN, TAG_LEN, VERSION,
 };
 use tollgate_store::{Key, LimitId};
 
@@ -48,6 +49,8 @@ fn header(seq: u64) -> Header {
         incarnation: 3,
         seq,
         sent_at: Nanos::new(BASE),
+        to: NodeId(2),
+        to_incarnation: 4,
     }
 }
 
@@ -59,6 +62,8 @@ fn max_header() -> Header {
         incarnation: u64::MAX,
         seq: u64::MAX,
         sent_at: Nanos::new(u64::MAX),
+        to: NodeId(u64::MAX),
+        to_incarnation: u64::MAX,
     }
 }
 
@@ -163,11 +168,18 @@ fn varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-/// The clear header: magic, version 2, cluster, four varints.
+/// The clear header: magic, version 3, cluster, six varints.
 fn spec_header(h: &Header) -> Vec<u8> {
-    let mut out = b"TG\x02".to_vec();
+    let mut out = b"TG\x03".to_vec();
     out.extend_from_slice(&h.cluster.to_le_bytes());
-    for v in [h.from.0, h.incarnation, h.seq, h.sent_at.as_u64()] {
+    for v in [
+        h.from.0,
+        h.incarnation,
+        h.seq,
+        h.sent_at.as_u64(),
+        h.to.0,
+        h.to_incarnation,
+    ] {
         varint(&mut out, v);
     }
     out
@@ -326,15 +338,25 @@ fn items(max_items: usize, max_queue: usize) -> impl Strategy<Value = Vec<(Key, 
 }
 
 fn any_header() -> impl Strategy<Value = Header> {
-    (node(), any::<u64>(), any::<u64>(), time()).prop_map(|(from, incarnation, seq, sent_at)| {
-        Header {
-            cluster: CLUSTER,
-            from,
-            incarnation,
-            seq,
-            sent_at,
-        }
-    })
+    (
+        node(),
+        any::<u64>(),
+        any::<u64>(),
+        time(),
+        node(),
+        any::<u64>(),
+    )
+        .prop_map(
+            |(from, incarnation, seq, sent_at, to, to_incarnation)| Header {
+                cluster: CLUSTER,
+                from,
+                incarnation,
+                seq,
+                sent_at,
+                to,
+                to_incarnation,
+            },
+        )
 }
 
 // ---------------------------------------------------------------------------
@@ -455,6 +477,11 @@ fn every_body_kind_round_trips_at_the_header_extremes() {
                 t2: Nanos::new(1),
                 t3: Nanos::new(2),
             },
+            Body::Outdated {
+                incarnation: u64::MAX,
+                seq: 0,
+            },
+            Body::Unauthenticated,
         ] {
             let m = round_trip(&h, &body);
             assert_eq!(m, Message { header: h, body });
@@ -464,9 +491,9 @@ fn every_body_kind_round_trips_at_the_header_extremes() {
 
 #[test]
 fn the_largest_membership_message_fits_the_largest_header() {
-    // 1,200 less a 51-byte header, the salt, the kind, a 2-byte length
+    // 1,200 less a 71-byte header, the salt, the kind, a 2-byte length
     // and the tag.
-    assert_eq!(MAX_MEMBERSHIP, 1200 - 51 - 16 - 1 - 2 - 16);
+    assert_eq!(MAX_MEMBERSHIP, 1200 - 71 - 16 - 1 - 2 - 16);
     assert_eq!((SALT_LEN, TAG_LEN), (16, 16));
     let h = max_header();
     let fits = encode(&key(), &h, &Body::Membership(vec![7; MAX_MEMBERSHIP])).unwrap();
@@ -668,14 +695,17 @@ fn the_layout_and_encryption_are_as_documented() {
         incarnation: 2,
         seq: 3,
         sent_at: Nanos::new(300),
+        to: NodeId(4),
+        to_incarnation: 5,
     };
-    assert_eq!(VERSION, 2);
+    assert_eq!(VERSION, 3);
     let bytes = encode(&key(), &h, &Body::Ping { t1: Nanos::new(5) }).unwrap();
-    // The clear header: magic, version, cluster, from, incarnation, seq
-    // and sent_at (300 = 0xac 0x02); no kind, which is encrypted.
-    let mut header = b"TG\x02".to_vec();
+    // The clear header: magic, version, cluster, from, incarnation, seq,
+    // sent_at (300 = 0xac 0x02), to and to_incarnation; no kind, which is
+    // encrypted.
+    let mut header = b"TG\x03".to_vec();
     header.extend_from_slice(&CLUSTER.to_le_bytes());
-    header.extend_from_slice(&[1, 2, 3, 0xac, 0x02]);
+    header.extend_from_slice(&[1, 2, 3, 0xac, 0x02, 4, 5]);
     assert_eq!(header, spec_header(&h));
     assert_eq!(&bytes[..header.len()], &header[..]);
     // Then the salt, the sealed kind (5) and body (t1 = 5), and the tag.
@@ -957,8 +987,8 @@ fn oversized_magic_and_version() {
     assert_eq!(decode(&key(), CLUSTER, b"XX\x02"), Err(WireError::BadMagic));
     assert_eq!(decode(&key(), CLUSTER, b""), Err(WireError::BadMagic));
     assert_eq!(
-        decode(&key(), CLUSTER, b"TG\x03rest"),
-        Err(WireError::Version(3))
+        decode(&key(), CLUSTER, b"TG\x04rest"),
+        Err(WireError::Version(4))
     );
     assert_eq!(
         decode(&key(), CLUSTER, b"TG"),
@@ -969,6 +999,10 @@ fn oversized_magic_and_version() {
     v1[2] = 1;
     assert_eq!(decode(&key(), CLUSTER, &v1), Err(WireError::Version(1)));
     assert_eq!(WireError::Version(1).reason(), "version");
+    // So is one of version 2, which named no recipient.
+    let mut v2 = sample_datagram();
+    v2[2] = 2;
+    assert_eq!(decode(&key(), CLUSTER, &v2), Err(WireError::Version(2)));
     // A bare header, no salt or tag: it cannot be authentic.
     let bare = spec_header(&header(1));
     assert_eq!(decode(&key(), CLUSTER, &bare), Err(WireError::BadMac));
@@ -985,6 +1019,7 @@ fn reasons_are_stable_labels() {
         (WireError::BadMac, "bad_mac"),
         (WireError::Malformed("x"), "malformed"),
         (WireError::Replayed, "replayed"),
+        (WireError::Misaddressed, "misaddressed"),
         (WireError::DomainTooLong(600), "domain_too_long"),
     ];
     for (e, label) in labels {
@@ -1104,7 +1139,7 @@ proptest! {
     fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..1300)) {
         let _ = decode(&key(), CLUSTER, &bytes);
         // The same with a plausible start, to reach the cluster check.
-        let mut framed = b"TG\x02".to_vec();
+        let mut framed = b"TG\x03".to_vec();
         framed.extend_from_slice(&CLUSTER.to_le_bytes());
         framed.extend_from_slice(&bytes);
         prop_assert!(decode(&key(), CLUSTER, &framed).is_err());
@@ -1206,6 +1241,75 @@ fn replay_guard_follows_incarnations() {
     assert!(g.accept(NodeId(1), 2, 1));
     // The old life is over.
     assert!(!g.accept(NodeId(1), 1, 501));
+}
+
+#[test]
+fn replay_guard_tells_a_duplicate_from_an_earlier_life() {
+    let mut g = ReplayGuard::new(8);
+    assert_eq!(g.admit(NodeId(1), 5, 100), Admission::Fresh);
+    assert_eq!(g.admit(NodeId(1), 5, 100), Admission::Duplicate);
+    assert_eq!(g.admit(NodeId(1), 5, 90), Admission::Fresh);
+    // Below the window: as likely a restart within one stamp as a replay.
+    assert_eq!(
+        g.admit(NodeId(1), 5, 1),
+        Admission::Outdated {
+            incarnation: 5,
+            top: 100
+        }
+    );
+    // An older incarnation, whatever its sequence number.
+    assert_eq!(
+        g.admit(NodeId(1), 4, 1_000),
+        Admission::Outdated {
+            incarnation: 5,
+            top: 100
+        }
+    );
+    // Nothing of the above moved the window.
+    assert_eq!(g.admit(NodeId(1), 5, 101), Admission::Fresh);
+    assert_eq!(g.admit(NodeId(1), 6, 0), Admission::Fresh);
+    assert_eq!(
+        g.admit(NodeId(1), 5, 102),
+        Admission::Outdated {
+            incarnation: 6,
+            top: 0
+        }
+    );
+}
+
+#[test]
+fn a_datagram_names_its_recipient_in_the_clear_and_authenticated() {
+    let h = header(9);
+    assert!(h.is_for(NodeId(2), 4));
+    assert!(!h.is_for(NodeId(2), 5) && !h.is_for(NodeId(3), 4));
+    assert!(!h.is_for_anyone());
+    let anyone = Header {
+        to: ANYONE,
+        to_incarnation: 0,
+        ..h
+    };
+    assert!(anyone.is_for_anyone());
+    let bytes = encode(&key(), &h, &Body::FullRequest).unwrap();
+    assert_eq!(unauthenticated_header(&bytes), Some(h));
+    // Readable by anyone, so only a hint: another secret's datagram
+    // parses alike, and readdressing one fails authentication.
+    let theirs = encode(
+        &ClusterKey::new(b"another secret", NAME),
+        &anyone,
+        &Body::FullRequest,
+    )
+    .unwrap();
+    assert_eq!(unauthenticated_header(&theirs), Some(anyone));
+    let mut readdressed = spec_header(&Header { to: NodeId(3), ..h });
+    readdressed.extend_from_slice(&bytes[spec_header(&h).len()..]);
+    assert_eq!(
+        decode(&key(), CLUSTER, &readdressed),
+        Err(WireError::BadMac)
+    );
+    let mut old = bytes.clone();
+    old[2] = 2;
+    assert_eq!(unauthenticated_header(&old), None);
+    assert_eq!(unauthenticated_header(b"TG"), None);
 }
 
 #[test]
