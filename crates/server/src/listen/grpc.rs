@@ -119,7 +119,10 @@ impl GrpcIo {
         GrpcIo {
             io,
             info,
-            preface: Some((Box::pin(tokio::time::sleep(limits.header_timeout)), PREFACE_LEN)),
+            preface: Some((
+                Box::pin(tokio::time::sleep(limits.header_timeout)),
+                PREFACE_LEN,
+            )),
             _permit: permit,
         }
     }
