@@ -406,3 +406,61 @@ async fn shutdown_closes_idle_connections_at_once_and_finishes_a_request_in_flig
         .expect("shutdown waited for the grace period")
         .unwrap();
 }
+
+/// An HTTP/2 frame: type, flags, stream, payload.
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len()).unwrap().to_be_bytes();
+    let mut f = vec![len[1], len[2], len[3], kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+#[tokio::test]
+async fn an_idle_http2_connection_is_closed_though_it_pings_and_never_acks_the_goaway_ping() {
+    let s = start(limits(LONG, Duration::from_millis(200), LONG)).await;
+    let (mut rx, mut tx) = connect(s.http).await.into_split();
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    hello.extend(frame(4, 0, 0, &[])); // SETTINGS
+                                       // GET http /healthz: HPACK `:method GET`, `:scheme http`, `:path`
+                                       // (name from the static table) `/healthz`.
+    let mut headers = vec![0x82, 0x86, 0x44, 8];
+    headers.extend_from_slice(b"/healthz");
+    hello.extend(frame(1, 0x5, 1, &headers)); // HEADERS, END_STREAM | END_HEADERS
+    tx.write_all(&hello).await.unwrap();
+    let reader = tokio::spawn(async move {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match rx.read(&mut buf).await {
+                Ok(0) | Err(_) => return got,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    });
+    // Pings (which the server answers) are no request: they must not keep
+    // the connection open. The server's own pings are never answered.
+    let pinging = async {
+        while !reader.is_finished() {
+            if tx.write_all(&frame(6, 0, 0, b"12345678")).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(BOUND, pinging)
+        .await
+        .expect("an idle HTTP/2 connection was kept open");
+    let got = reader.await.unwrap();
+    // Frame types the server sent, in order.
+    let mut kinds = Vec::new();
+    let mut at = 0;
+    while at + 9 <= got.len() {
+        let len =
+            usize::from(got[at]) << 16 | usize::from(got[at + 1]) << 8 | usize::from(got[at + 2]);
+        kinds.push(got[at + 3]);
+        at += 9 + len;
+    }
+    assert!(kinds.contains(&1), "the request was answered: {kinds:?}");
+    assert!(kinds.contains(&7), "closed with a GOAWAY: {kinds:?}");
+}

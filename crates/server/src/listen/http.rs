@@ -207,17 +207,25 @@ async fn drive(io: Io, shared: &Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 }
                 return;
             }
-            phase = activity.expired(), if !closing => {
+            phase = activity.expired() => {
+                if closing {
+                    // Closed for idling, yet still open with nothing in
+                    // flight: an HTTP/2 client that never answers the
+                    // GOAWAY's ping would hold it for good.
+                    return;
+                }
                 timed_out(shared.listener, phase.name());
                 match phase {
                     // Mid-head: nothing to finish, and a graceful close
                     // would wait for the head.
                     Phase::Header => return,
                     // No request in flight: HTTP/1 closes at once, HTTP/2
-                    // says GOAWAY and finishes a stream that raced it.
+                    // says GOAWAY and finishes a stream that raced it; the
+                    // connection may not idle long after that.
                     Phase::Idle => {
                         conn.as_mut().graceful_shutdown();
                         closing = true;
+                        activity.closing();
                     }
                 }
             }
@@ -268,6 +276,9 @@ struct State {
     /// Whether the connection speaks HTTP/2 (known from its first
     /// request): then bytes between requests are frames, not a head.
     h2: bool,
+    /// Whether it is being closed for idling: then it may idle
+    /// [`Activity::linger`] at most.
+    closing: bool,
 }
 
 impl Activity {
@@ -279,6 +290,7 @@ impl Activity {
                 in_flight: 0,
                 waiting: (Phase::Header, Instant::now() + header_timeout),
                 h2: false,
+                closing: false,
             }),
             idle_h1: AtomicBool::new(false),
             changed: Notify::new(),
@@ -305,8 +317,14 @@ impl Activity {
         let mut state = self.lock();
         state.in_flight = state.in_flight.saturating_sub(1);
         if state.in_flight == 0 {
-            state.waiting = (Phase::Idle, Instant::now() + self.idle_timeout);
-            self.idle_h1.store(!state.h2, Ordering::Release);
+            let idle = if state.closing {
+                self.linger()
+            } else {
+                self.idle_timeout
+            };
+            state.waiting = (Phase::Idle, Instant::now() + idle);
+            self.idle_h1
+                .store(!state.h2 && !state.closing, Ordering::Release);
         }
         drop(state);
         self.changed.notify_waiters();
@@ -322,6 +340,24 @@ impl Activity {
         if state.in_flight == 0 && state.waiting.0 == Phase::Idle {
             state.waiting = (Phase::Header, Instant::now() + self.header_timeout);
         }
+        drop(state);
+        self.changed.notify_waiters();
+    }
+
+    /// How long a connection being closed may sit with nothing in flight
+    /// (an HTTP/2 client has to answer the GOAWAY's ping): the shorter of
+    /// the header and the idle timeouts.
+    fn linger(&self) -> Duration {
+        self.header_timeout.min(self.idle_timeout)
+    }
+
+    /// The connection is being closed for idling: from now on it may sit
+    /// with nothing in flight for [`Activity::linger`] at most.
+    fn closing(&self) {
+        let mut state = self.lock();
+        state.closing = true;
+        state.waiting = (Phase::Idle, Instant::now() + self.linger());
+        self.idle_h1.store(false, Ordering::Release);
         drop(state);
         self.changed.notify_waiters();
     }
