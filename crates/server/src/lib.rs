@@ -4,7 +4,9 @@
 //! - [`rls`]: Envoy's rate-limit service v3 on the same gRPC port;
 //! - [`http`]: the HTTP/JSON API, envoyproxy/ratelimit's `/json`, and the
 //!   admin endpoints (`/status`, `/healthz`, `/readyz`, `/metrics`,
-//!   `/v1/config`).
+//!   `/v1/config`);
+//! - [`listen`]: what each port admits: a connection cap and deadlines
+//!   for handshakes, request heads, idle connections and bodies.
 //!
 //! Surfaces only decode, call the service and encode; no limiting logic
 //! lives here. [`Server`] binds both ports, runs background duties (HTTP
