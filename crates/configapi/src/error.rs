@@ -1,6 +1,8 @@
 //! The config API's errors: an HTTP status, a machine-readable reason and
 //! a message for people, as the server's HTTP API answers.
 
+use std::time::Duration;
+
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -42,6 +44,19 @@ impl ApiError {
         ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_config", message)
     }
 
+    /// 408 `body_timeout`: the request body did not arrive within
+    /// `limit`.
+    pub fn body_timeout(limit: Duration) -> ApiError {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            format!(
+                "the request body did not arrive within {} ms; the connection is closed",
+                limit.as_millis()
+            ),
+        )
+    }
+
     /// 503 `database_unavailable`.
     pub fn database(e: &sqlx::Error) -> ApiError {
         tracing::warn!(error = %e, "database error");
@@ -66,4 +81,10 @@ impl IntoResponse for ApiError {
         });
         (self.status, Json(body)).into_response()
     }
+}
+
+/// The answer to a request whose body did not arrive within `limit`: the
+/// HTTP port serving the API gives it in the handler's place.
+pub fn body_timeout_response(limit: Duration) -> Response {
+    ApiError::body_timeout(limit).into_response()
 }

@@ -4,7 +4,9 @@
 //! - [`rls`]: Envoy's rate-limit service v3 on the same gRPC port;
 //! - [`http`]: the HTTP/JSON API, envoyproxy/ratelimit's `/json`, and the
 //!   admin endpoints (`/status`, `/healthz`, `/readyz`, `/metrics`,
-//!   `/v1/config`).
+//!   `/v1/config`);
+//! - [`listen`]: what each port admits: a connection cap and deadlines
+//!   for handshakes, request heads, idle connections and bodies.
 //!
 //! Surfaces only decode, call the service and encode; no limiting logic
 //! lives here. [`Server`] binds both ports, runs background duties (HTTP
@@ -20,6 +22,7 @@ pub mod convert;
 pub mod decision_log;
 pub mod errors;
 pub mod http;
+pub mod listen;
 pub mod metrics;
 pub mod native;
 pub mod reload;
@@ -27,12 +30,11 @@ pub mod rls;
 pub mod rls_json;
 pub mod tls;
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tollgate_proto::rls::rate_limit_service_server::RateLimitServiceServer;
@@ -40,6 +42,7 @@ use tollgate_proto::v1::tollgate_server::TollgateServer;
 use tollgate_store::Store;
 
 pub use app::{App, ConfigStatus};
+pub use listen::ConnectionLimits;
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -58,9 +61,6 @@ pub enum ServerError {
     /// The gRPC server failed.
     #[error("gRPC server: {0}")]
     Grpc(#[from] tonic::transport::Error),
-    /// The HTTP server failed.
-    #[error("HTTP server: {0}")]
-    Http(std::io::Error),
 }
 
 /// Where and how the server listens.
@@ -96,6 +96,9 @@ pub struct ServerOptions {
     /// to Envoy RLS answers (envoyproxy/ratelimit's
     /// `LIMIT_RESPONSE_HEADERS_ENABLED`).
     pub rls_headers: bool,
+    /// The connection cap (per port) and the handshake, header, idle and
+    /// body timeouts of both ports.
+    pub connection_limits: ConnectionLimits,
 }
 
 impl Default for ServerOptions {
@@ -111,6 +114,7 @@ impl Default for ServerOptions {
             tls: None,
             rls_headers: false,
             shutdown_grace: Duration::from_secs(10),
+            connection_limits: ConnectionLimits::default(),
         }
     }
 }
@@ -178,46 +182,39 @@ impl<S: Store> Server<S> {
             rls::Rls::new(Arc::clone(&app)).with_headers(options.rls_headers),
         )
         .max_decoding_message_size(max);
-        let mut builder = tonic::transport::Server::builder();
-        if let Some(tls) = &options.tls {
-            builder = builder.tls_config(tls.tonic())?;
-        }
-        let grpc_server = builder
+        let grpc_server = tonic::transport::Server::builder()
             .max_concurrent_streams(Some(options.max_streams_per_connection))
             .http2_keepalive_interval(Some(options.keepalive_interval))
             .http2_keepalive_timeout(Some(options.keepalive_timeout))
             .add_service(native)
             .add_service(rls)
             .serve_with_incoming_shutdown(
-                // tonic applies its own TCP settings only to listeners it
-                // binds itself: without NODELAY, Nagle's algorithm holds
-                // small answers back (p99.9 of 45 ms against 10 ms).
-                tonic::transport::server::TcpIncoming::from(grpc)
-                    .with_nodelay(Some(true))
-                    .with_keepalive(Some(options.keepalive_interval)),
+                listen::grpc::incoming(
+                    // tonic applies its own TCP settings only to listeners
+                    // it binds itself: without NODELAY, Nagle's algorithm
+                    // holds small answers back (p99.9 of 45 ms against 10
+                    // ms).
+                    tonic::transport::server::TcpIncoming::from(grpc)
+                        .with_nodelay(Some(true))
+                        .with_keepalive(Some(options.keepalive_interval)),
+                    options.tls.as_ref().map(tls::Tls::grpc_config),
+                    &options.connection_limits,
+                ),
                 stopped(stop_rx.clone()),
             );
 
-        let router = http::router(Arc::clone(&app), max);
-        let http_server: std::pin::Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> =
-            match &options.tls {
-                Some(tls) => Box::pin(
-                    axum::serve(tls.listener(http, true), router)
-                        .with_graceful_shutdown(stopped(stop_rx.clone()))
-                        .into_future(),
-                ),
-                None => Box::pin(
-                    axum::serve(
-                        http.tap_io(|tcp| {
-                            // Small JSON answers: do not wait to coalesce.
-                            let _ = tcp.set_nodelay(true);
-                        }),
-                        router,
-                    )
-                    .with_graceful_shutdown(stopped(stop_rx.clone()))
-                    .into_future(),
-                ),
-            };
+        let http_server = listen::http::serve(
+            http,
+            http::router(Arc::clone(&app), max),
+            listen::http::HttpPort {
+                listener: "http",
+                limits: options.connection_limits.clone(),
+                tls: options.tls.as_ref().map(tls::Tls::http_config),
+                body_timeout_response: http::body_timeout_response,
+                shutdown_grace: options.shutdown_grace,
+            },
+            stopped(stop_rx.clone()),
+        );
 
         let housekeeping = tokio::spawn(housekeeping(
             Arc::clone(&app),
@@ -243,11 +240,11 @@ impl<S: Store> Server<S> {
                     tokio::time::sleep(grace).await;
                 } => {
                     tracing::warn!(?grace, "connections still open after the shutdown grace period; closing them");
-                    (Ok(()), Ok(()))
+                    (Ok(()), ())
                 }
             }
         };
-        let ((grpc_result, http_result), ()) = tokio::join!(servers, signal);
+        let ((grpc_result, ()), ()) = tokio::join!(servers, signal);
         let _ = housekeeping.await;
         // Sessions end with their streams; anything left (HTTP holds) is
         // released here, waiting for the store at most the grace period.
@@ -257,7 +254,6 @@ impl<S: Store> Server<S> {
         }
         tracing::info!(released, "stopped");
         grpc_result?;
-        http_result.map_err(ServerError::Http)?;
         Ok(())
     }
 }

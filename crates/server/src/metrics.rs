@@ -21,6 +21,14 @@ pub const RELOADS: &str = "tollgate_config_reloads_total";
 pub const CONFIG_REVISION: &str = "tollgate_config_revision";
 /// 1 while the last reload was refused, else 0.
 pub const CONFIG_ERROR: &str = "tollgate_config_last_reload_failed";
+/// Connections open, by `listener` (`http`, `grpc`, `config_api`).
+pub const CONNECTIONS: &str = "tollgate_connections";
+/// Connections closed at once because their port was at its cap, by
+/// `listener`.
+pub const CONNECTIONS_REFUSED: &str = "tollgate_connections_refused_total";
+/// Connections closed (or requests answered 408) for being too slow, by
+/// `listener` and `phase` (`handshake`, `header`, `idle`, `body`).
+pub const CONNECTIONS_TIMED_OUT: &str = "tollgate_connections_timed_out_total";
 
 /// Installs the process-wide Prometheus recorder; its handle renders
 /// `/metrics`. Errors if a recorder is already installed.
@@ -37,8 +45,33 @@ pub fn install() -> Result<PrometheusHandle, String> {
         .install_recorder()
         .map_err(|e| e.to_string())?;
     describe();
+    describe_connections();
     tollgate_store::MemoryStore::describe_metrics();
     Ok(handle)
+}
+
+/// Installs the process-wide Prometheus recorder for a process that
+/// serves no limiting surface (the config API): only the connection
+/// metrics of [`crate::listen`] are described.
+pub fn install_for_listeners() -> Result<PrometheusHandle, String> {
+    let handle = PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(|e| e.to_string())?;
+    describe_connections();
+    Ok(handle)
+}
+
+fn describe_connections() {
+    use metrics::{describe_counter, describe_gauge};
+    describe_gauge!(CONNECTIONS, "Connections open, by listener.");
+    describe_counter!(
+        CONNECTIONS_REFUSED,
+        "Connections closed at once because their listener was at its connection cap."
+    );
+    describe_counter!(
+        CONNECTIONS_TIMED_OUT,
+        "Connections closed, or requests answered 408, for being too slow, by listener and phase."
+    );
 }
 
 fn describe() {

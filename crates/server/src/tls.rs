@@ -2,22 +2,21 @@
 //! CA is given: then only clients with a certificate that CA signed can
 //! connect, to the limiting API and to the admin endpoints alike.
 //!
+//! This module only loads and checks the material; handshakes are done by
+//! [`crate::listen`], which bounds how long one may take and counts a
+//! connection against the port's cap from the moment it is accepted.
+//!
 //! Keys are read from files (paths from flags or the environment) and
 //! never logged; errors name the file and what is wrong with it, not its
 //! content.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-use tokio_rustls::server::TlsStream;
-use tokio_rustls::TlsAcceptor;
 
 /// A TLS setting that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -64,9 +63,7 @@ pub struct TlsFiles {
 /// Loaded TLS material, ready for either port.
 #[derive(Clone)]
 pub struct Tls {
-    cert_pem: Vec<u8>,
-    key_pem: Vec<u8>,
-    client_ca_pem: Option<Vec<u8>>,
+    mutual: bool,
     rustls: Arc<ServerConfig>,
 }
 
@@ -74,7 +71,7 @@ impl std::fmt::Debug for Tls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the key.
         f.debug_struct("Tls")
-            .field("mutual", &self.client_ca_pem.is_some())
+            .field("mutual", &self.mutual)
             .finish_non_exhaustive()
     }
 }
@@ -148,100 +145,29 @@ impl Tls {
             .map_err(|e| TlsError::Config(format!("certificate and key: {e}")))?;
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(Tls {
-            cert_pem,
-            key_pem,
-            client_ca_pem,
+            mutual: client_ca_pem.is_some(),
             rustls: Arc::new(config),
         })
     }
 
     /// Whether clients must present a certificate.
     pub fn is_mutual(&self) -> bool {
-        self.client_ca_pem.is_some()
+        self.mutual
     }
 
-    /// The gRPC port's TLS settings.
-    pub fn tonic(&self) -> tonic::transport::ServerTlsConfig {
-        let identity = tonic::transport::Identity::from_pem(&self.cert_pem, &self.key_pem);
-        let config = tonic::transport::ServerTlsConfig::new().identity(identity);
-        match &self.client_ca_pem {
-            Some(ca) => config.client_ca_root(tonic::transport::Certificate::from_pem(ca)),
-            None => config,
-        }
+    /// The rustls settings of an HTTP port: ALPN offers HTTP/2 and
+    /// HTTP/1.1. The handshake itself is done by [`crate::listen`], under its
+    /// connection cap and handshake timeout.
+    pub fn http_config(&self) -> Arc<ServerConfig> {
+        Arc::clone(&self.rustls)
     }
 
-    /// A listener for the HTTP port that hands out finished TLS
-    /// connections, with `TCP_NODELAY` set when `nodelay`.
-    pub fn listener(&self, tcp: TcpListener, nodelay: bool) -> TlsListener {
-        TlsListener::new(tcp, TlsAcceptor::from(Arc::clone(&self.rustls)), nodelay)
-    }
-}
-
-/// How long a client may take to finish its handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Accepts TCP connections and completes their TLS handshakes in their
-/// own tasks, so that a slow or silent client cannot hold up the others;
-/// failed handshakes are logged and dropped.
-pub struct TlsListener {
-    ready: mpsc::Receiver<(TlsStream<TcpStream>, std::net::SocketAddr)>,
-    local: std::io::Result<std::net::SocketAddr>,
-}
-
-impl TlsListener {
-    fn new(tcp: TcpListener, acceptor: TlsAcceptor, nodelay: bool) -> TlsListener {
-        let local = tcp.local_addr();
-        let (tx, ready) = mpsc::channel(64);
-        tokio::spawn(async move {
-            loop {
-                let (stream, peer) = match tcp.accept().await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                if tx.is_closed() {
-                    return;
-                }
-                if nodelay {
-                    let _ = stream.set_nodelay(true);
-                }
-                let acceptor = acceptor.clone();
-                let tx = tx.clone();
-                tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => {
-                            let _ = tx.send((tls, peer)).await;
-                        }
-                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                    }
-                });
-            }
-        });
-        TlsListener { ready, local }
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = std::net::SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.ready.recv().await {
-            Some(c) => c,
-            // The accepting task only ends with the listener; wait forever
-            // like a listener with no more clients would.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        match &self.local {
-            Ok(a) => Ok(*a),
-            Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
-        }
+    /// The rustls settings of the gRPC port: the same certificate and
+    /// client CA, with ALPN offering HTTP/2 only (gRPC runs on nothing
+    /// else), as tonic's own TLS would.
+    pub fn grpc_config(&self) -> Arc<ServerConfig> {
+        let mut config = (*self.rustls).clone();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Arc::new(config)
     }
 }

@@ -6,15 +6,17 @@
 
 mod common;
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use common::TestServer;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate_proto::v1::{self, tollgate_client::TollgateClient};
 use tollgate_server::tls::{Tls, TlsFiles};
-use tollgate_server::ServerOptions;
+use tollgate_server::{ConnectionLimits, ServerOptions};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
 const CONFIG: &str = "namespaces:\n  - name: app\n    resources:\n      - { name: api, algorithm: gcra, rate: 10/s, burst: 5 }\n";
@@ -54,6 +56,15 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 }
 
 async fn start(dir: &Path, server_ca: &Ca, client_ca: Option<&Ca>) -> TestServer {
+    start_limited(dir, server_ca, client_ca, ConnectionLimits::default()).await
+}
+
+async fn start_limited(
+    dir: &Path,
+    server_ca: &Ca,
+    client_ca: Option<&Ca>,
+    connection_limits: ConnectionLimits,
+) -> TestServer {
     let (cert, key) = server_ca.leaf("tollgate");
     let files = TlsFiles {
         cert: write(dir, "server.pem", &cert),
@@ -62,6 +73,7 @@ async fn start(dir: &Path, server_ca: &Ca, client_ca: Option<&Ca>) -> TestServer
     };
     let options = ServerOptions {
         tls: Some(Tls::load(&files).unwrap()),
+        connection_limits,
         ..ServerOptions::default()
     };
     TestServer::start_with(CONFIG, Default::default(), options).await
@@ -200,6 +212,110 @@ async fn mutual_tls_refuses_strangers_on_both_ports() {
             https_healthz(&server, &server_ca, identity).await.is_err(),
             "an HTTP client without a valid certificate got in"
         );
+    }
+}
+
+/// Reads until the server closes the connection, up to 10 s: whether it
+/// did.
+async fn closed(conn: &mut (impl tokio::io::AsyncRead + Unpin)) -> bool {
+    let read_all = async {
+        let mut buf = [0u8; 1024];
+        while let Ok(n) = conn.read(&mut buf).await {
+            if n == 0 {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), read_all)
+        .await
+        .is_ok()
+}
+
+/// A finished TLS handshake with `addr`, offering `alpn`.
+async fn handshake(
+    addr: SocketAddr,
+    ca: &Ca,
+    alpn: &[u8],
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pki_types::CertificateDer::pem_slice_iter(ca.pem().as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+    connector.connect(name, tcp).await.unwrap()
+}
+
+const LONG: Duration = Duration::from_secs(600);
+
+/// Slowloris (issue 16, item 5) over TLS: before this, the gRPC port had
+/// no handshake timeout at all.
+#[tokio::test]
+async fn handshakes_that_never_complete_are_closed_on_both_ports() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("test CA");
+    let limits = ConnectionLimits {
+        handshake_timeout: Duration::from_millis(200),
+        header_timeout: LONG,
+        idle_timeout: LONG,
+        ..ConnectionLimits::default()
+    };
+    let server = start_limited(dir.path(), &ca, None, limits).await;
+    for addr in [server.http, server.grpc] {
+        let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+        // The first bytes of a ClientHello record, and no more.
+        let mut partial = tokio::net::TcpStream::connect(addr).await.unwrap();
+        partial.write_all(&[0x16, 0x03, 0x01]).await.unwrap();
+        assert!(
+            closed(&mut silent).await,
+            "{addr}: a silent client was kept"
+        );
+        assert!(closed(&mut partial).await, "{addr}: half a hello was kept");
+    }
+    // Whole handshakes are served.
+    assert_eq!(
+        https_healthz(&server, &ca, None).await.unwrap(),
+        "HTTP/1.1 200 OK"
+    );
+    let mut client = grpc(&server, &ca, None).await.unwrap();
+    assert!(client.request(request()).await.is_ok());
+}
+
+#[tokio::test]
+async fn after_its_handshake_a_silent_client_is_closed_after_the_header_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("test CA");
+    let limits = ConnectionLimits {
+        header_timeout: Duration::from_millis(200),
+        idle_timeout: LONG,
+        ..ConnectionLimits::default()
+    };
+    let server = start_limited(dir.path(), &ca, None, limits).await;
+    let mut http = handshake(server.http, &ca, b"http/1.1").await;
+    assert!(closed(&mut http).await, "HTTP: no request head, yet kept");
+    let mut grpc = handshake(server.grpc, &ca, b"h2").await;
+    assert!(closed(&mut grpc).await, "gRPC: no HTTP/2 preface, yet kept");
+}
+
+#[tokio::test]
+async fn a_connection_still_in_its_handshake_counts_against_the_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("test CA");
+    let limits = ConnectionLimits {
+        max_connections: 1,
+        handshake_timeout: LONG,
+        ..ConnectionLimits::default()
+    };
+    let server = start_limited(dir.path(), &ca, None, limits).await;
+    for addr in [server.http, server.grpc] {
+        let _holding = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut next = tokio::net::TcpStream::connect(addr).await.unwrap();
+        assert!(closed(&mut next).await, "{addr}: one over the cap was kept");
     }
 }
 

@@ -5,9 +5,10 @@
 //! [`JsonBody`] and every failure becomes an [`ApiError`].
 
 use std::error::Error as _;
+use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{BytesRejection, JsonRejection};
 use axum::extract::{FromRequest, Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -21,6 +22,7 @@ use tonic::Code;
 
 use super::Http;
 use crate::errors::{grpc_code, http_status, malformed};
+use crate::listen::http::BodyTimedOut;
 use crate::metrics as m;
 
 /// An error answer: `{"error": {"code", "reason", "message"}}`.
@@ -102,12 +104,16 @@ impl<S: Store, T: DeserializeOwned> FromRequest<Http<S>> for OptionalJsonBody<T>
     }
 }
 
-/// The whole body, within the router's `DefaultBodyLimit`.
+/// The whole body, within the router's `DefaultBodyLimit` and the port's
+/// body timeout.
 async fn read<S: Store>(req: Request, state: &Http<S>) -> Result<Bytes, ApiError> {
     Bytes::from_request(req, state).await.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             m::error("http", "body_too_large");
             too_large(state.max_body)
+        } else if let Some(late) = timed_out(&rejection) {
+            m::error("http", "body_timeout");
+            body_timeout(late.0)
         } else {
             fail(malformed(format!(
                 "cannot read the request body: {}",
@@ -115,6 +121,41 @@ async fn read<S: Store>(req: Request, state: &Http<S>) -> Result<Bytes, ApiError
             )))
         }
     })
+}
+
+/// The body timeout that cut `rejection` short, if that is what did.
+fn timed_out(rejection: &BytesRejection) -> Option<&BodyTimedOut> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = rejection.source();
+    while let Some(e) = source {
+        if let Some(late) = e.downcast_ref::<BodyTimedOut>() {
+            return Some(late);
+        }
+        source = e.source();
+    }
+    None
+}
+
+/// `408 body_timeout`: the body did not arrive within the port's body
+/// timeout. `DEADLINE_EXCEEDED` is the gRPC code of a call that ran out
+/// of time.
+fn body_timeout(limit: Duration) -> ApiError {
+    ApiError::new(
+        StatusCode::REQUEST_TIMEOUT,
+        Code::DeadlineExceeded,
+        "body_timeout",
+        format!(
+            "the request body did not arrive within {} ms; the connection is closed",
+            limit.as_millis()
+        ),
+    )
+}
+
+/// The answer to a request whose body did not arrive within `limit`, for
+/// routes that read their body otherwise than through [`JsonBody`] (the
+/// HTTP port answers it in their place): the API's error shape, 408
+/// `body_timeout`.
+pub fn body_timeout_response(limit: Duration) -> Response {
+    body_timeout(limit).into_response()
 }
 
 /// `OUT_OF_RANGE` is what the gRPC surface answers for a message over the

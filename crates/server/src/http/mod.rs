@@ -24,7 +24,7 @@ use tollgate_store::Store;
 
 use crate::app::App;
 
-pub use body::error_response;
+pub use body::{body_timeout_response, error_response};
 
 /// What every handler shares.
 struct Http<S> {

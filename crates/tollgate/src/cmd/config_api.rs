@@ -56,7 +56,14 @@ pub struct ConfigApiArgs {
     /// Log format.
     #[arg(long, env = "TOLLGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Connection cap and handshake, header, idle and body timeouts.
+    #[command(flatten)]
+    pub connections: super::connections::ConfigApiConnectionArgs,
 }
+
+/// How long a shutdown waits for open requests (long polls among them)
+/// before it closes their connections.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// Runs the config API until SIGTERM or Ctrl-C.
 pub fn run(args: ConfigApiArgs) -> Result<()> {
@@ -152,7 +159,16 @@ async fn serve(args: ConfigApiArgs) -> Result<()> {
     let addr = tcp.local_addr()?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(%addr, scheme, database = %shown, "tollgate config-api listening");
-    let router = api.router();
+    let mut router = api.router();
+    match tollgate_server::metrics::install_for_listeners() {
+        Ok(metrics) => {
+            router = router.route(
+                "/metrics",
+                axum::routing::get(move || std::future::ready(metrics.render())),
+            );
+        }
+        Err(e) => tracing::warn!(error = %e, "metrics disabled"),
+    }
     let stop = async {
         let mut term = match signal(SignalKind::terminate()) {
             Ok(t) => t,
@@ -163,18 +179,14 @@ async fn serve(args: ConfigApiArgs) -> Result<()> {
             _ = tokio::signal::ctrl_c() => {}
         }
     };
-    match tls {
-        Some(tls) => {
-            axum::serve(tls.listener(tcp, true), router)
-                .with_graceful_shutdown(stop)
-                .await?
-        }
-        None => {
-            axum::serve(tcp, router)
-                .with_graceful_shutdown(stop)
-                .await?
-        }
-    }
+    let port = tollgate_server::listen::http::HttpPort {
+        listener: "config_api",
+        limits: args.connections.limits(),
+        tls: tls.as_ref().map(tollgate_server::tls::Tls::http_config),
+        body_timeout_response: tollgate_configapi::error::body_timeout_response,
+        shutdown_grace: SHUTDOWN_GRACE,
+    };
+    tollgate_server::listen::http::serve(tcp, router, port, stop).await;
     tracing::info!("stopped");
     Ok(())
 }

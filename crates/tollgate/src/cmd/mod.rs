@@ -4,6 +4,7 @@ pub mod bench;
 pub mod check_config;
 pub mod client;
 pub mod config_api;
+pub mod connections;
 pub mod echo;
 pub mod replay;
 pub mod serve;

@@ -119,6 +119,9 @@ pub struct ServeArgs {
     /// (milliseconds).
     #[arg(long, env = "TOLLGATE_SHUTDOWN_GRACE_MS", default_value_t = 10_000)]
     pub shutdown_grace_ms: u64,
+    /// Connection cap and handshake, header, idle and body timeouts.
+    #[command(flatten)]
+    pub connections: super::connections::ServeConnectionArgs,
     /// Add RateLimit-Limit/Remaining/Reset headers to Envoy RLS answers.
     #[arg(long, env = "TOLLGATE_RLS_RESPONSE_HEADERS")]
     pub rls_response_headers: bool,
@@ -654,6 +657,7 @@ async fn serve_with<S: Store>(
         http: args.http,
         max_message_bytes: args.max_message_bytes,
         max_streams_per_connection: args.max_streams_per_connection,
+        connection_limits: args.connections.limits(),
         ..ServerOptions::default()
     };
     let server = Server::bind(Arc::clone(&app), options).await?;
