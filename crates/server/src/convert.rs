@@ -89,12 +89,12 @@ pub fn reserve_response(o: &ReserveOutcome) -> v1::ReserveResponse {
     }
 }
 
-/// Seized copies: the pool is `namespace/resource`.
+/// Seized copies, with the names their pool was made of.
 pub fn seize_response(s: &Seized) -> v1::SeizeResponse {
-    let (namespace, resource) = s.pool.0.split_once('/').unwrap_or((&s.pool.0, ""));
+    let (namespace, resource) = s.pool.parts();
     v1::SeizeResponse {
-        namespace: namespace.to_owned(),
-        resource: resource.to_owned(),
+        namespace,
+        resource,
         domain: s.staged.domain.clone(),
         copies: s.staged.copies,
         groups: s.staged.groups.clone(),

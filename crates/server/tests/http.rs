@@ -623,3 +623,58 @@ async fn envoy_json_is_mounted_with_the_same_error_shape() {
     let a = get(&s, "/json").await;
     assert_eq!(a.status, StatusCode::METHOD_NOT_ALLOWED);
 }
+
+/// Regression (issue 16, item 11): pool keys joined namespace and resource
+/// with an unescaped `/`, so namespace `a` with resource `b/db` and
+/// namespace `a/b` with resource `db` shared one pool: holds of one
+/// counted against the other.
+#[tokio::test]
+async fn resources_whose_names_join_alike_have_pools_of_their_own() {
+    let s = TestServer::start(
+        r#"
+namespaces:
+  - name: a
+    resources:
+      - { name: b/db, kind: concurrency, domain_limit: 1 }
+  - name: a/b
+    resources:
+      - { name: db, kind: concurrency, domain_limit: 1 }
+"#,
+    )
+    .await;
+    let hold = |namespace: &str, resource: &str| json!({ "namespace": namespace, "resource": resource, "domain": "acme", "copies": 1 });
+    let one = post(&s, "/v1/reserve", hold("a", "b/db")).await;
+    assert_eq!(one.status, StatusCode::OK, "{}", one.text);
+    let two = post(&s, "/v1/reserve", hold("a/b", "db")).await;
+    assert_eq!(two.status, StatusCode::OK, "{}", two.text);
+    assert_eq!(two.body["domain_holds"], 1, "{}", two.text);
+    // Each is full on its own.
+    let again = post(&s, "/v1/reserve", hold("a", "b/db")).await;
+    assert_eq!(
+        again.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        again.text
+    );
+    // A transfer seized comes back with the names it was made of.
+    let id = one.body["hold_id"].as_str().unwrap();
+    let t = post(
+        &s,
+        "/v1/transfer",
+        json!({ "namespace": "a", "resource": "b/db", "domain": "acme", "copies": 1, "ttl_ms": 60000, "hold_id": id }),
+    )
+    .await;
+    assert_eq!(t.status, StatusCode::OK, "{}", t.text);
+    let seized = post(
+        &s,
+        "/v1/seize",
+        json!({ "transfer_id": t.body["transfer_id"] }),
+    )
+    .await;
+    assert_eq!(
+        (&seized.body["namespace"], &seized.body["resource"]),
+        (&json!("a"), &json!("b/db")),
+        "{}",
+        seized.text
+    );
+}
