@@ -343,7 +343,7 @@ impl Inner {
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            tracing::warn!(op, reason = %why, "no tollgate server answered; granting the minimum (degraded)");
+            tracing::warn!(op, reason = ?why, "no tollgate server answered; granting the minimum (degraded)");
         }
     }
 }

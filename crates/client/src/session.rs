@@ -290,7 +290,7 @@ async fn open(channel: Channel, endpoint: String) -> Result<Arc<Session>, Failur
             }
         };
         alive.store(false, Ordering::Release);
-        tracing::debug!(%endpoint, %why, "session ended");
+        tracing::debug!(%endpoint, why = ?why, "session ended");
         for (_, (_, reply, _)) in pending {
             if let Some(reply) = reply {
                 let _ = reply.send(Err(Failure::Unreachable(format!(
@@ -467,7 +467,7 @@ impl Server {
             // would fail open quietly: say it loudly.
             let lower = why.to_ascii_lowercase();
             if lower.contains("certificate") || lower.contains("handshake") || lower.contains("tls") {
-                tracing::error!(server = %self.name, error = %why, "TLS with the server failed; check the client's certificate and CA");
+                tracing::error!(server = %self.name, error = ?why, "TLS with the server failed; check the client's certificate and CA");
             }
             Failure::Unreachable(format!("cannot connect to {}: {why}", self.name))
         })

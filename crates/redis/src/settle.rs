@@ -143,7 +143,7 @@ async fn settle(
     };
     match store.copies_call(a, &pool, now, op, &args).await {
         Ok(_) => tracing::info!(
-            pool = %pool,
+            pool = ?pool,
             undo = op,
             "took back a copy operation that Redis applied after its caller gave up"
         ),

@@ -182,7 +182,7 @@ async fn run_session<S: Store>(
         };
         let Some(Ok(message)) = message else {
             if let Some(Err(e)) = message {
-                tracing::debug!(session = %id, error = %e, "session stream broke");
+                tracing::debug!(session = %id, error = ?e.message(), "session stream broke");
                 // The stream ends with the error (an oversized or undecodable
                 // message), not with OK: the client must know its session,
                 // and so its holds, are gone. Never waits: a client that

@@ -215,7 +215,9 @@ impl TlsListener {
                         Ok(Ok(tls)) => {
                             let _ = tx.send((tls, peer)).await;
                         }
-                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = ?e.to_string(), "TLS handshake failed")
+                        }
                         Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                     }
                 });

@@ -526,7 +526,7 @@ async fn release_or_report<S: Store>(
         Ok(()) => true,
         Err(e) => {
             metrics::counter!("tollgate_session_release_failures_total").increment(1);
-            tracing::error!(session = %id, pool = %key.pool, domain = %key.domain, copies = n, error = %e, "releasing a closed session's holds failed");
+            tracing::error!(session = %id, pool = ?key.pool.0, domain = ?key.domain, copies = n, error = ?e.to_string(), "releasing a closed session's holds failed");
             false
         }
     }
