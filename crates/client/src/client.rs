@@ -115,7 +115,7 @@ impl Client {
                 namespace: namespace.to_owned(),
                 resource: resource.to_owned(),
                 domain: domain.to_owned(),
-                hits: 1,
+                hits: Some(tollgate_proto::DEFAULT_HITS),
                 min_hits: None,
                 mode: v1::Mode::Try as i32,
             },
@@ -377,9 +377,10 @@ pub struct RequestBuilder {
 }
 
 impl RequestBuilder {
-    /// Hits wanted (default 1).
+    /// Hits wanted (default 1). 0 is a probe: it counts nothing and
+    /// answers with the current context.
     pub fn hits(mut self, hits: u64) -> Self {
-        self.request.hits = hits;
+        self.request.hits = Some(hits);
         self
     }
 
@@ -403,11 +404,11 @@ impl RequestBuilder {
             request,
             max_wait,
         } = self;
-        let min = request.min_hits.unwrap_or(request.hits);
-        if min > request.hits {
+        let min = request.min_hits_or_default();
+        if min > request.hits_or_default() {
             return Err(Error::Invalid(format!(
                 "min_hits {min} is more than hits {}",
-                request.hits
+                request.hits_or_default()
             )));
         }
         let op = Op::Request(request);

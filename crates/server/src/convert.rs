@@ -12,8 +12,8 @@ pub fn rate_request(r: &v1::RateRequest) -> RateRequest<'_> {
         namespace: &r.namespace,
         resource: &r.resource,
         domain: &r.domain,
-        hits: r.hits,
-        min_hits: r.min_hits.unwrap_or(r.hits),
+        hits: r.hits_or_default(),
+        min_hits: r.min_hits_or_default(),
         mode: if r.mode == v1::Mode::Acquire as i32 {
             Mode::Acquire
         } else {

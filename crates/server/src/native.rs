@@ -66,8 +66,8 @@ pub async fn rate<S: Store>(
                     resource: Some(&req.resource),
                     domain: Some(&req.domain),
                     descriptors: None,
-                    hits: req.hits,
-                    min_hits: req.min_hits.unwrap_or(req.hits),
+                    hits: req.hits_or_default(),
+                    min_hits: req.min_hits_or_default(),
                     mode: if req.mode == v1::Mode::Acquire as i32 {
                         "acquire"
                     } else {

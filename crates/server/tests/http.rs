@@ -419,6 +419,49 @@ async fn unknown_holds_are_404_and_a_missing_id_is_400() {
     assert!(message.contains("hold_id"), "{message}");
 }
 
+/// Regression (issue 16, item 9): a body without `hits` was a probe that
+/// answered 200 `allowed: true, granted: 0` and counted nothing, so a
+/// client checking `allowed` used the resource without limit. Absent is
+/// one hit, as the CLI, replay and Envoy count; a probe is asked for with
+/// `"hits": 0`.
+#[tokio::test]
+async fn a_request_without_hits_counts_one_hit() {
+    let s = TestServer::start(CONFIG).await;
+    let bare = json!({ "namespace": "app", "resource": "api", "domain": "acme" });
+    for left in [2, 1, 0] {
+        let a = post(&s, "/v1/request", bare.clone()).await;
+        assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+        assert_eq!(
+            (&a.body["granted"], &a.body["remaining"]),
+            (&json!(1), &json!(left))
+        );
+    }
+    let a = post(&s, "/v1/request", bare.clone()).await;
+    assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS, "{}", a.text);
+    assert_eq!(a.body["allowed"], false);
+    // `null` is absent too.
+    let mut null = bare.clone();
+    null["hits"] = Value::Null;
+    null["domain"] = json!("nil");
+    let a = post(&s, "/v1/request", null).await;
+    assert_eq!(
+        (&a.body["granted"], &a.body["remaining"]),
+        (&json!(1), &json!(2))
+    );
+    // An explicit probe counts nothing.
+    let mut probe = bare;
+    probe["hits"] = json!(0);
+    probe["domain"] = json!("probe");
+    for _ in 0..2 {
+        let a = post(&s, "/v1/request", probe.clone()).await;
+        assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+        assert_eq!(
+            (&a.body["granted"], &a.body["remaining"]),
+            (&json!(0), &json!(3))
+        );
+    }
+}
+
 #[tokio::test]
 async fn service_errors_have_their_status_and_reason() {
     let s = TestServer::start(CONFIG).await;
