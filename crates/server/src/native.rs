@@ -235,7 +235,7 @@ async fn answer<S: Store>(app: &App<S>, session: &Session, op: Option<Op>) -> Op
         Answer::Error(v1::Error {
             code: grpc_code(&e) as i32,
             reason: e.reason().to_owned(),
-            message: e.to_string(),
+            message: crate::errors::message(&e),
         })
     }))
 }

@@ -462,6 +462,28 @@ async fn a_request_without_hits_counts_one_hit() {
     }
 }
 
+/// Regression (issue 16, item 4): a full session table answered 503, as if
+/// the server were down, and clients failed open on it. It is a refusal:
+/// 429 with the error shape, its reason and a `Retry-After`; rate
+/// requests, which need no session, are still decided.
+#[tokio::test]
+async fn a_full_session_table_is_429_too_many_sessions_with_retry_after() {
+    let s = TestServer::start_with(
+        CONFIG,
+        SessionLimits { max_sessions: 1 },
+        ServerOptions::default(),
+    )
+    .await;
+    let a = post(&s, "/v1/reserve", reserve("acme", 1)).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    let a = post(&s, "/v1/reserve", reserve("acme", 1)).await;
+    let message = a.error(StatusCode::TOO_MANY_REQUESTS, 8, "too_many_sessions");
+    assert!(message.contains("1 at once"), "{message}");
+    assert_eq!(a.headers[RETRY_AFTER], "1");
+    let a = post(&s, "/v1/request", rate("api", "acme", 1)).await;
+    assert_eq!((a.status, &a.body["granted"]), (StatusCode::OK, &json!(1)));
+}
+
 #[tokio::test]
 async fn service_errors_have_their_status_and_reason() {
     let s = TestServer::start(CONFIG).await;

@@ -473,8 +473,12 @@ async fn shutdown_ends_sessions_and_releases_their_holds() {
     assert_eq!(holds(&app, "acme").await, (0, 0));
 }
 
+/// Regression (issue 16, item 4): a full session table answered
+/// `UNAVAILABLE`, which clients read as "no server answered" and failed
+/// open on. It is a refusal: `RESOURCE_EXHAUSTED`, with its reason; and
+/// rate requests, which need no session, are still decided.
 #[tokio::test]
-async fn the_session_limit_refuses_more_sessions_with_unavailable() {
+async fn the_session_limit_refuses_more_sessions_with_resource_exhausted() {
     let server = TestServer::start_with(
         CONFIG,
         tollgate_service::SessionLimits { max_sessions: 1 },
@@ -486,7 +490,7 @@ async fn the_session_limit_refuses_more_sessions_with_unavailable() {
     assert_eq!(first.reserve("acme", 1, 1).await.granted, 1);
     let (_tx, rx) = mpsc::channel::<v1::SessionRequest>(1);
     let e = client.session(ReceiverStream::new(rx)).await.unwrap_err();
-    assert_eq!(e.code(), tonic::Code::Unavailable);
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
     assert_eq!(
         e.metadata()
             .get("tollgate-reason")
