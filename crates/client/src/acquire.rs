@@ -191,7 +191,7 @@ async fn trim(holds: &mut [Hold], to: u64) -> Result<(), Error> {
 async fn give_back(holds: Vec<Hold>, error: Error) -> Error {
     for hold in holds {
         if let Err(e) = hold.release_all().await {
-            tracing::debug!(error = %e, "releasing after a failed acquisition");
+            tracing::debug!(error = ?e.to_string(), "releasing after a failed acquisition");
         }
     }
     error

@@ -19,8 +19,11 @@ use crate::session::{Delivered, Failure, Server, Session};
 pub enum Via {
     /// A server granted it.
     Server,
-    /// No server answered (or one failed with a server error): granted the
-    /// minimum without a server (Charon §4.3's degraded mode).
+    /// No server answered (unreachable, timed out, or failed with a server
+    /// error such as `store_unavailable`): granted the minimum without a
+    /// server (Charon §4.3's degraded mode). A server that answered and
+    /// refused (too many sessions, store at capacity) is never taken for
+    /// this: see [`Error::AtCapacity`].
     Degraded,
     /// A server rejected it and the kill switch turned the rejection into
     /// a grant of the minimum.
@@ -115,7 +118,7 @@ impl Client {
                 namespace: namespace.to_owned(),
                 resource: resource.to_owned(),
                 domain: domain.to_owned(),
-                hits: 1,
+                hits: Some(tollgate_proto::DEFAULT_HITS),
                 min_hits: None,
                 mode: v1::Mode::Try as i32,
             },
@@ -151,7 +154,7 @@ impl Client {
             lease_ms: None,
         });
         match self.inner.call(op).await.map(|(d, s)| (d.claim(), s)) {
-            Ok((Answer::Seize(s), session)) => Ok(Hold::on_server(
+            Ok((Answer::Seize(s), Some(session))) => Ok(Hold::on_server(
                 session,
                 s.namespace,
                 s.resource,
@@ -173,7 +176,7 @@ impl Client {
         for server in &self.inner.servers {
             match server.status(self.inner.config.request_timeout).await {
                 Ok(s) => return Ok((server.name.clone(), s)),
-                Err(f) if f.is_client_error() => return Err(refused(f)),
+                Err(f) if f.is_client_error() || f.is_refusal() => return Err(refused(f)),
                 Err(f) => last = f.to_string(),
             }
         }
@@ -206,14 +209,21 @@ pub(crate) fn wrong_kind() -> Error {
 
 /// Why a call did not reach an answer.
 pub(crate) enum Call {
-    /// The caller's mistake: not failed open.
+    /// A server answered with a refusal: the caller's mistake, or (when
+    /// every server that answered refused) want of room. Not failed open.
     Refused(Failure),
     /// No server answered (or every one failed with a server error).
     Unavailable(String),
 }
 
+/// The error a refusing answer ends a call with.
 pub(crate) fn refused(f: Failure) -> Error {
     match f {
+        Failure::Status {
+            code: tonic::Code::ResourceExhausted,
+            reason,
+            message,
+        } => Error::AtCapacity { reason, message },
         Failure::Status {
             code,
             reason,
@@ -229,46 +239,69 @@ pub(crate) fn refused(f: Failure) -> Error {
 
 impl Inner {
     /// Sends `op` to the preferred server, then to the others in order,
-    /// until one answers.
-    pub(crate) async fn call(&self, op: Op) -> Result<(Delivered, Arc<Session>), Call> {
+    /// until one answers. A rate request goes as a unary call and needs no
+    /// session (the session in the answer is `None`); every other
+    /// operation goes on the server's session. A client error ends the
+    /// call at once; a refusal (the server is up but has no room) tries
+    /// the next server, and ends the call only when no server granted;
+    /// only when no server answered at all is the call unavailable.
+    pub(crate) async fn call(&self, op: Op) -> Result<(Delivered, Option<Arc<Session>>), Call> {
         let n = self.servers.len();
         let first = self.preferred.load(Ordering::Relaxed) as usize % n.max(1);
         let mut last = String::new();
+        let mut refusal = None;
         for i in 0..n {
             let index = (first + i) % n;
             let server = &self.servers[index];
-            let session = match server.session().await {
-                Ok(s) => s,
-                Err(f) => {
-                    last = f.to_string();
-                    continue;
-                }
+            let attempt = match &op {
+                Op::Request(r) => server
+                    .request(r.clone(), self.config.request_timeout)
+                    .await
+                    .map(|answer| (Delivered::unguarded(Answer::Request(answer)), None)),
+                _ => self
+                    .on_session(server, op.clone())
+                    .await
+                    .map(|(answer, session)| (answer, Some(session))),
             };
-            match session
-                .call(op.clone(), None, self.config.request_timeout)
-                .await
-            {
-                Ok(answer) => {
+            match attempt {
+                Ok(answered) => {
                     self.preferred.store(index as u64, Ordering::Relaxed);
                     metrics::gauge!(m::SERVING).set(1.0);
-                    return Ok((answer, session));
+                    return Ok(answered);
                 }
                 Err(f) if f.is_client_error() => return Err(Call::Refused(f)),
-                Err(f @ Failure::Unreachable(_)) => {
-                    server.failed(&session);
-                    last = f.to_string();
-                }
-                // A server error: another server may do better.
-                Err(f) => {
-                    if !session.is_alive() {
-                        server.failed(&session);
-                    }
-                    last = f.to_string();
-                }
+                // Up, but full: another server may have room.
+                Err(f) if f.is_refusal() => refusal = Some(f),
+                // Unreachable, or a server error: another server may do
+                // better.
+                Err(f) => last = f.to_string(),
             }
+        }
+        if let Some(f) = refusal {
+            metrics::gauge!(m::SERVING).set(1.0);
+            return Err(Call::Refused(f));
         }
         metrics::gauge!(m::SERVING).set(0.0);
         Err(Call::Unavailable(last))
+    }
+
+    /// Sends `op` on `server`'s session (opening one if needed). A session
+    /// that did not answer is dropped, and the server backs off.
+    async fn on_session(
+        &self,
+        server: &Server,
+        op: Op,
+    ) -> Result<(Delivered, Arc<Session>), Failure> {
+        let session = server.session().await?;
+        match session.call(op, None, self.config.request_timeout).await {
+            Ok(answer) => Ok((answer, session)),
+            Err(f) => {
+                if matches!(f, Failure::Unreachable(_)) || !session.is_alive() {
+                    server.failed(&session);
+                }
+                Err(f)
+            }
+        }
     }
 
     /// Sends `op` until a server grants it, backing off after rejections
@@ -282,7 +315,7 @@ impl Inner {
         what: &'static str,
         op: &Op,
         max_wait: Duration,
-        mut read: impl FnMut(Answer, Arc<Session>) -> Result<Read<T>, Error>,
+        mut read: impl FnMut(Answer, Option<Arc<Session>>) -> Result<Read<T>, Error>,
     ) -> Result<(Ended<T>, u32, Duration), Error> {
         let clock = Arc::clone(&self.config.clock);
         let start = clock.now();
@@ -343,7 +376,7 @@ impl Inner {
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            tracing::warn!(op, reason = %why, "no tollgate server answered; granting the minimum (degraded)");
+            tracing::warn!(op, reason = ?why, "no tollgate server answered; granting the minimum (degraded)");
         }
     }
 }
@@ -354,11 +387,7 @@ impl Server {
         let mut grpc = v1::tollgate_client::TollgateClient::new(channel);
         match tokio::time::timeout(timeout, grpc.status(v1::StatusRequest {})).await {
             Ok(Ok(r)) => Ok(r.into_inner()),
-            Ok(Err(s)) => Err(Failure::Status {
-                code: s.code(),
-                reason: String::new(),
-                message: s.message().to_owned(),
-            }),
+            Ok(Err(s)) => Err(crate::session::status_failure(&s)),
             Err(_) => Err(Failure::Unreachable(format!(
                 "{} did not answer within {timeout:?}",
                 self.name
@@ -377,9 +406,10 @@ pub struct RequestBuilder {
 }
 
 impl RequestBuilder {
-    /// Hits wanted (default 1).
+    /// Hits wanted (default 1). 0 is a probe: it counts nothing and
+    /// answers with the current context.
     pub fn hits(mut self, hits: u64) -> Self {
-        self.request.hits = hits;
+        self.request.hits = Some(hits);
         self
     }
 
@@ -403,11 +433,11 @@ impl RequestBuilder {
             request,
             max_wait,
         } = self;
-        let min = request.min_hits.unwrap_or(request.hits);
-        if min > request.hits {
+        let min = request.min_hits_or_default();
+        if min > request.hits_or_default() {
             return Err(Error::Invalid(format!(
                 "min_hits {min} is more than hits {}",
-                request.hits
+                request.hits_or_default()
             )));
         }
         let op = Op::Request(request);
@@ -494,7 +524,10 @@ impl HoldBuilder {
         let (ended, attempts, waited) = client
             .inner
             .retry("reserve", &op, max_wait, |answer, session| match answer {
-                Answer::Reserve(r) if r.allowed => Ok(Read::Granted((r, session))),
+                Answer::Reserve(r) if r.allowed => match session {
+                    Some(session) => Ok(Read::Granted((r, session))),
+                    None => Err(wrong_kind()),
+                },
                 Answer::Reserve(r) => Ok(Read::Rejected(Rejected::Hold(r), RetryHint::None)),
                 _ => Err(wrong_kind()),
             })

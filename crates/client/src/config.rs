@@ -61,7 +61,8 @@ pub struct ClientConfig {
     /// When no server answers, or one fails with a server error, grant the
     /// minimum (`min_hits`, `min_copies`) and mark it degraded (Charon
     /// §4.3). On by default: the application keeps running without its
-    /// limiter.
+    /// limiter. A server that answers but has no room is not "no server":
+    /// that ends in [`Error::AtCapacity`](crate::Error::AtCapacity).
     pub fail_open: bool,
     /// Turn every rejection into a grant, marked overridden (Charon §4.3):
     /// for running new limits in shadow. Also set by

@@ -23,7 +23,19 @@ pub enum Error {
         /// For people.
         message: String,
     },
-    /// No server answered and fail-open is off.
+    /// Every server that answered refused for want of room of its own
+    /// (`too_many_sessions`, `store_at_capacity`). The servers are up and
+    /// limiting, so the call is not failed open (that is only for when no
+    /// server answers): the caller may retry later, or give up.
+    #[error("refused by every server that answered ({reason}): {message}")]
+    AtCapacity {
+        /// Machine-readable: `too_many_sessions`, `store_at_capacity`.
+        reason: String,
+        /// For people.
+        message: String,
+    },
+    /// No server answered (unreachable, no answer in time, or a server
+    /// error such as `store_unavailable`) and fail-open is off.
     #[error("no tollgate server answered: {0}")]
     Unavailable(String),
     /// The hold's session ended (its server went away): the server has

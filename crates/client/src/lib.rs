@@ -2,9 +2,11 @@
 //! with the behaviour Charon's reference client gave its users (§3.2,
 //! §3.3, §4.3).
 //!
-//! - **Sessions.** Every call goes over one gRPC session stream per server,
-//!   opened lazily and reopened with backoff when a server goes away;
-//!   several servers are tried in order.
+//! - **Sessions.** Holds, transfers and seizes go over one gRPC session
+//!   stream per server, opened lazily and reopened with backoff when a
+//!   server goes away; several servers are tried in order. Rate requests
+//!   hold nothing: they are unary calls and need no session, so a server
+//!   whose session table is full still decides them.
 //! - **Backoff.** A rejected call is retried until `max_wait` is spent,
 //!   sleeping `min(max_wait − elapsed, jitter(2^i · base))`, or the
 //!   server's `retry_after` when that is sooner ([`backoff`]).
@@ -13,7 +15,10 @@
 //!   server releases for it.
 //! - **Fail-open.** When no server answers, or one fails with a server
 //!   error, a call grants its minimum and says so ([`Via::Degraded`]), with
-//!   a metric and a rate-limited log line; service resumes by itself.
+//!   a metric and a rate-limited log line; service resumes by itself. A
+//!   server that answers but has no room (too many sessions, store at
+//!   capacity) has answered: the other servers are tried, and the call
+//!   ends in [`Error::AtCapacity`], never in a degraded grant.
 //! - **Kill switch.** [`ClientConfig::kill_switch`] (or
 //!   `TOLLGATE_KILL_SWITCH=1`) turns rejections into grants
 //!   ([`Via::KillSwitch`]), for running new limits in shadow.

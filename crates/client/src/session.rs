@@ -1,9 +1,12 @@
 //! One server: its connection, its session stream, and reconnecting with
 //! backoff when it goes away.
 //!
-//! Every operation travels on one long-lived `Session` stream per server,
-//! so the server knows which holds belong to this client and releases them
-//! when the stream ends, whatever ended it (Charon §4.3.1). A task owns the
+//! Rate requests hold nothing, so they go as unary `Request` calls on the
+//! server's connection and need no session: a server whose session table
+//! is full still decides them. Every operation on copies travels on one
+//! long-lived `Session` stream per server, so the server knows which holds
+//! belong to this client and releases them when the stream ends, whatever
+//! ended it (Charon §4.3.1). A task owns the
 //! stream; callers hand it operations and wait for the matching answer.
 //! Copies the server granted are handed over inside a [`Delivered`] whose
 //! guard releases them if nobody takes them: a caller that stopped
@@ -41,9 +44,26 @@ pub(crate) enum Failure {
 }
 
 impl Failure {
+    /// Whether the server is up and refused for want of room of its own
+    /// (`RESOURCE_EXHAUSTED`: too many sessions, store at capacity). Not
+    /// the caller's fault, so another server may take it; but a server
+    /// answered, so it is not failed open either (DESIGN: refusal is not
+    /// absence), or filling one server's session table would switch
+    /// limiting off for every client.
+    pub(crate) fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            Failure::Status {
+                code: tonic::Code::ResourceExhausted,
+                ..
+            }
+        )
+    }
+
     /// Whether the caller is at fault (retrying elsewhere cannot help),
-    /// as opposed to the server or the network (Charon's "non-client
-    /// exceptional response", which fails open).
+    /// as opposed to a refusal ([`Failure::is_refusal`]) or a failure of
+    /// the server or the network (Charon's "non-client exceptional
+    /// response", which fails open: `store_unavailable`, `INTERNAL`).
     pub(crate) fn is_client_error(&self) -> bool {
         use tonic::Code::*;
         match self {
@@ -91,6 +111,14 @@ pub(crate) struct Delivered {
 }
 
 impl Delivered {
+    /// An answer that granted no copies (a unary rate request's).
+    pub(crate) fn unguarded(answer: Answer) -> Delivered {
+        Delivered {
+            answer,
+            guard: None,
+        }
+    }
+
     /// Takes the copies the answer granted: from now on, whoever holds
     /// them releases them.
     pub(crate) fn claim(mut self) -> Answer {
@@ -290,7 +318,7 @@ async fn open(channel: Channel, endpoint: String) -> Result<Arc<Session>, Failur
             }
         };
         alive.store(false, Ordering::Release);
-        tracing::debug!(%endpoint, %why, "session ended");
+        tracing::debug!(%endpoint, why = ?why, "session ended");
         for (_, (_, reply, _)) in pending {
             if let Some(reply) = reply {
                 let _ = reply.send(Err(Failure::Unreachable(format!(
@@ -327,18 +355,33 @@ fn release_of(op: &Op, answer: &Answer) -> Option<Op> {
     }
 }
 
-fn status_failure(s: &tonic::Status) -> Failure {
+/// A gRPC status as a failure. The server names the reason of every
+/// error it answers in the `tollgate-reason` metadata; an `UNAVAILABLE`
+/// (or cancelled, or unknown) status without one comes from the transport
+/// or a proxy: nobody answered.
+pub(crate) fn status_failure(s: &tonic::Status) -> Failure {
+    let reason = s
+        .metadata()
+        .get(REASON_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
     match s.code() {
-        tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::Unknown => {
+        tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::Unknown
+            if reason.is_empty() =>
+        {
             Failure::Unreachable(format!("{:?}: {}", s.code(), s.message()))
         }
         code => Failure::Status {
             code,
-            reason: String::new(),
+            reason,
             message: s.message().to_owned(),
         },
     }
 }
+
+/// The metadata key in which the server names an error's reason.
+const REASON_HEADER: &str = "tollgate-reason";
 
 /// One server and its session, reconnected with backoff.
 pub(crate) struct Server {
@@ -354,6 +397,9 @@ pub(crate) struct Server {
 #[derive(Default)]
 struct State {
     session: Option<Arc<Session>>,
+    /// The connection unary calls (rate requests) share; HTTP/2
+    /// multiplexes them, and tonic reconnects it by itself.
+    channel: Option<Channel>,
     failures: u32,
     /// Not before this (clock time) after a failure.
     retry_at: Option<Duration>,
@@ -408,15 +454,7 @@ impl Server {
             if let Some(s) = state.session.as_ref().filter(|s| s.is_alive()) {
                 return Ok(Arc::clone(s));
             }
-            if let Some(at) = state.retry_at {
-                if self.clock.now() < at {
-                    return Err(Failure::Unreachable(format!(
-                        "{} failed recently; next attempt in {:?}",
-                        self.name,
-                        at.saturating_sub(self.clock.now())
-                    )));
-                }
-            }
+            self.backing_off(&state)?;
         }
         // The connect timeout covers only TCP: a server that accepts and
         // then stalls (TLS, headers) must not hang callers past it.
@@ -447,9 +485,9 @@ impl Server {
                 state.session = Some(Arc::clone(&session));
                 Ok(session)
             }
-            // Refused by the server (credentials, ...): its own fault is
-            // the caller's, not a reason to back off from a healthy server.
-            Err(f) if f.is_client_error() => Err(f),
+            // Refused by the server (credentials, too many sessions, ...):
+            // not a reason to back off from a healthy server.
+            Err(f) if f.is_client_error() || f.is_refusal() => Err(f),
             Err(f) => {
                 if state.session.as_ref().is_none_or(|s| !s.is_alive()) {
                     self.failed_locked(&mut state);
@@ -457,6 +495,94 @@ impl Server {
                 Err(f)
             }
         }
+    }
+
+    /// Decides a rate request with the unary `Request` call: it holds
+    /// nothing, so it needs no session (and no room in the server's
+    /// session table). Waits at most `timeout` for the answer.
+    pub(crate) async fn request(
+        &self,
+        request: v1::RateRequest,
+        timeout: Duration,
+    ) -> Result<v1::RateResponse, Failure> {
+        let channel = {
+            let state = self.state();
+            match &state.channel {
+                Some(c) => Some(c.clone()),
+                None => {
+                    self.backing_off(&state)?;
+                    None
+                }
+            }
+        };
+        let channel = match channel {
+            Some(c) => c,
+            None => {
+                let connected = tokio::time::timeout(self.open_timeout, self.channel())
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(Failure::Unreachable(format!(
+                            "{} did not accept a connection within {:?}",
+                            self.name, self.open_timeout
+                        )))
+                    });
+                match connected {
+                    Ok(c) => {
+                        self.state().channel = Some(c.clone());
+                        c
+                    }
+                    Err(f) => {
+                        self.channel_failed();
+                        return Err(f);
+                    }
+                }
+            }
+        };
+        let mut grpc = v1::tollgate_client::TollgateClient::new(channel);
+        let answer = match tokio::time::timeout(timeout, grpc.request(request)).await {
+            Ok(Ok(r)) => Ok(r.into_inner()),
+            Ok(Err(status)) => Err(status_failure(&status)),
+            Err(_) => Err(Failure::Unreachable(format!(
+                "{} did not answer within {timeout:?}",
+                self.name
+            ))),
+        };
+        match &answer {
+            Err(Failure::Unreachable(_)) => self.channel_failed(),
+            _ => {
+                let mut state = self.state();
+                if state.failures > 0 {
+                    tracing::info!(server = %self.name, "reconnected");
+                }
+                state.failures = 0;
+                state.retry_at = None;
+            }
+        }
+        answer
+    }
+
+    /// Whether the server is in its reconnection backoff.
+    fn backing_off(&self, state: &State) -> Result<(), Failure> {
+        match state.retry_at {
+            Some(at) if self.clock.now() < at => Err(Failure::Unreachable(format!(
+                "{} failed recently; next attempt in {:?}",
+                self.name,
+                at.saturating_sub(self.clock.now())
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// A unary call found nobody: the connection is dropped (the next call
+    /// connects anew) and the server is not tried again before its
+    /// reconnection backoff. A live session is left alone: its own stream
+    /// tells whether it still works.
+    fn channel_failed(&self) {
+        let mut state = self.state();
+        state.channel = None;
+        let session = state.session.take();
+        self.failed_locked(&mut state);
+        state.session = session;
     }
 
     /// A connection for a unary call (`status`).
@@ -467,7 +593,7 @@ impl Server {
             // would fail open quietly: say it loudly.
             let lower = why.to_ascii_lowercase();
             if lower.contains("certificate") || lower.contains("handshake") || lower.contains("tls") {
-                tracing::error!(server = %self.name, error = %why, "TLS with the server failed; check the client's certificate and CA");
+                tracing::error!(server = %self.name, error = ?why, "TLS with the server failed; check the client's certificate and CA");
             }
             Failure::Unreachable(format!("cannot connect to {}: {why}", self.name))
         })

@@ -7,6 +7,7 @@
 //! modules turn the tree into the resolved config.
 
 use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
+use saphyr_parser::Event;
 
 use crate::diag::{Diagnostic, Pos};
 
@@ -38,20 +39,70 @@ pub enum Kind {
     Map(Vec<(Node, Node)>),
 }
 
+/// The deepest nesting of lists and mappings a document may have. The
+/// deepest real config nests about eight levels; the bound exists because
+/// `saphyr`'s loader, the conversion below and dropping the trees all
+/// recurse once per level, so a document nested 100,000 levels deep
+/// (`- - - - …`, 200 KB) would overflow the stack and take the process
+/// down instead of getting an error.
+pub const MAX_DEPTH: usize = 64;
+
 /// Parses `text` (named `file` in messages) into its documents.
 pub fn parse(file: &str, text: &str) -> Result<Vec<Node>, Diagnostic> {
-    let docs = MarkedYaml::load_from_str(text).map_err(|e| {
-        let m = e.marker();
-        Diagnostic::new(
-            &Pos {
-                file: file.to_owned(),
-                line: m.line(),
-                col: m.col() + 1,
-            },
-            format!("invalid YAML: {}", e.info()),
-        )
-    })?;
+    check_depth(file, text)?;
+    let docs = MarkedYaml::load_from_str(text).map_err(|e| invalid(file, &e))?;
     docs.iter().map(|d| convert(file, d)).collect()
+}
+
+fn invalid(file: &str, e: &saphyr::ScanError) -> Diagnostic {
+    Diagnostic::new(&at(file, e.marker()), format!("invalid YAML: {}", e.info()))
+}
+
+fn at(file: &str, m: &saphyr::Marker) -> Pos {
+    Pos {
+        file: file.to_owned(),
+        line: m.line(),
+        col: m.col() + 1,
+    }
+}
+
+/// Refuses a document nested deeper than [`MAX_DEPTH`], naming where it
+/// goes too deep. Reads the parser's events one by one, which takes no
+/// stack however deep the document goes, and stops at the first level
+/// too many.
+fn check_depth(file: &str, text: &str) -> Result<(), Diagnostic> {
+    let too_deep = |m: &saphyr::Marker| {
+        Diagnostic::new(
+            &at(file, m),
+            format!(
+                "YAML nested more than {MAX_DEPTH} levels deep (lists and mappings inside each \
+                 other); a config needs far fewer"
+            ),
+        )
+    };
+    let mut depth = 0usize;
+    for event in saphyr_parser::Parser::new_from_str(text) {
+        let (event, span) = event.map_err(|e| {
+            // The scanner reads flow collections (`[[[…`) ahead of the
+            // events, and stops by itself at 255 levels: the same problem.
+            if e.info() == "recursion limit exceeded" {
+                too_deep(e.marker())
+            } else {
+                invalid(file, &e)
+            }
+        })?;
+        match event {
+            Event::SequenceStart(..) | Event::MappingStart(..) => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Err(too_deep(&span.start));
+                }
+            }
+            Event::SequenceEnd | Event::MappingEnd => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 fn convert(file: &str, y: &MarkedYaml<'_>) -> Result<Node, Diagnostic> {

@@ -267,3 +267,63 @@ fn messages_carry_their_context() {
     .unwrap();
     assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
 }
+
+/// Regression (issue 16, item 11): a document nested 100,000 levels deep
+/// overflowed the stack of the loader (which recurses per level), killing
+/// a server reloading it or a config API importing it. Now it is an error
+/// naming the bound and where it was passed, in block and in flow style,
+/// on a thread with an ordinary 2 MiB stack.
+#[test]
+fn deeply_nested_yaml_is_an_error_naming_the_bound_not_a_stack_overflow() {
+    let deep = 100_000;
+    // Each with where it goes too deep: the 65th level (the root mapping
+    // is the first), or, for flow sequences, which the scanner reads ahead
+    // of the events, where it stops by itself (255 levels of brackets).
+    let cases = [
+        // Block sequences, each inside the last, on one line.
+        (
+            format!("namespaces:\n  {}x\n", "- ".repeat(deep)),
+            (2, 3 + 63 * 2),
+        ),
+        // Block mappings, each indented one more (100,000 levels would be
+        // gigabytes of indentation: enough to pass the bound many times).
+        (
+            (0..1_000).fold(String::from("namespaces:\n"), |mut s, i| {
+                s.push_str(&" ".repeat(i + 2));
+                s.push_str("k:\n");
+                s
+            }),
+            (65, 66),
+        ),
+        // Flow style.
+        (
+            format!("namespaces: {}{}\n", "[".repeat(deep), "]".repeat(deep)),
+            (1, 13 + 255),
+        ),
+        (
+            format!("namespaces: {}1{}\n", "{a: ".repeat(deep), "}".repeat(deep)),
+            (1, 13 + 63 * 4),
+        ),
+    ];
+    for (text, (line, col)) in cases {
+        let message = std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(move || one_error(&text))
+            .unwrap()
+            .join()
+            .expect("the loader did not crash");
+        assert_eq!(
+            message,
+            format!(
+                "t.yaml:{line}:{col}: YAML nested more than 64 levels deep (lists and mappings \
+                 inside each other); a config needs far fewer"
+            )
+        );
+    }
+    // The bound itself is allowed (64 levels, 63 of them below the root).
+    let ok = format!("x: {}1{}\n", "[".repeat(63), "]".repeat(63));
+    assert!(tollgate_config::yaml::parse("t.yaml", &ok).is_ok());
+    let over = format!("x: {}1{}\n", "[".repeat(64), "]".repeat(64));
+    let e = tollgate_config::yaml::parse("t.yaml", &over).unwrap_err();
+    assert_eq!((e.pos.line, e.pos.col), (1, 67), "{e}");
+}

@@ -57,13 +57,15 @@ impl ApiError {
         )
     }
 
-    /// 503 `database_unavailable`.
+    /// 503 `database_unavailable`. The database's own error can name its
+    /// host, user and tables: it goes to the log (escaped, so it cannot
+    /// forge lines), not to the client.
     pub fn database(e: &sqlx::Error) -> ApiError {
-        tracing::warn!(error = %e, "database error");
+        tracing::warn!(error = ?e.to_string(), "database error");
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "database_unavailable",
-            format!("the database failed: {e}"),
+            "the database failed or is unreachable; the config API's log has the detail",
         )
     }
 }

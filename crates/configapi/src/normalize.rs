@@ -58,15 +58,31 @@ pub fn document(namespaces: &[NamespaceDoc]) -> Value {
 pub fn load(what: &str, doc: &Value) -> Result<(Value, Vec<String>), ApiError> {
     let text = serde_json::to_string_pretty(doc)
         .map_err(|e| ApiError::malformed(format!("cannot write the config: {e}")))?;
-    load_text(what, &text)
+    // Positions in text this API wrote would only confuse: messages only.
+    load_with(what, &text, false)
 }
 
 /// Loads a config text (YAML or JSON, tollgate's format): the normalized
 /// document (as JSON) and the warnings. envoyproxy/ratelimit documents are
 /// refused: the API stores tollgate's own format.
+/// Messages name the line and column in `text`, which the caller wrote.
 pub fn load_text(what: &str, text: &str) -> Result<(Value, Vec<String>), ApiError> {
+    load_with(what, text, true)
+}
+
+fn load_with(what: &str, text: &str, positions: bool) -> Result<(Value, Vec<String>), ApiError> {
     let loaded = tollgate_config::load_str(what, text).map_err(|e| {
-        let messages: Vec<String> = e.errors.iter().map(|d| d.message.clone()).collect();
+        let messages: Vec<String> = e
+            .errors
+            .iter()
+            .map(|d| {
+                if positions {
+                    d.to_string()
+                } else {
+                    d.message.clone()
+                }
+            })
+            .collect();
         ApiError::invalid(messages.join("; "))
     })?;
     if loaded

@@ -40,3 +40,21 @@ pub mod rls {
         }
     }
 }
+
+/// Hits a rate request asks for when it leaves `hits` out: one, as the
+/// CLI, replay and Envoy (which charges `max(1, hits_addend)`) count. A
+/// probe (`hits: 0`) must be asked for explicitly.
+pub const DEFAULT_HITS: u64 = 1;
+
+impl v1::RateRequest {
+    /// The hits asked for: `hits`, or [`DEFAULT_HITS`] when absent.
+    pub fn hits_or_default(&self) -> u64 {
+        self.hits.unwrap_or(DEFAULT_HITS)
+    }
+
+    /// The fewest hits worth having: `min_hits`, or all of them when
+    /// absent.
+    pub fn min_hits_or_default(&self) -> u64 {
+        self.min_hits.unwrap_or_else(|| self.hits_or_default())
+    }
+}

@@ -183,6 +183,10 @@ const SHARDS: usize = 64;
 /// Least time between two sweeps through [`Store::sweep`].
 const SWEEP_EVERY: Nanos = Nanos::SECOND;
 
+// A key's scope is at most this long (longer ones are digests), so every
+// key the store decides can be gossiped.
+const _: () = assert!(tollgate_store::key::MAX_SCOPE_BYTES <= wire::MAX_DOMAIN);
+
 impl Replica {
     /// An empty replica. It decides nothing until [`Replica::set_synced`]
     /// (the node calls it once a full state arrived, or nobody answered).
@@ -334,11 +338,10 @@ impl Replica {
     /// Decides `plan` locally, all or nothing (see [`Store::decide`]), and
     /// queues what the grant changed for every neighbour.
     ///
-    /// A key whose domain is longer than a gossip datagram carries
-    /// ([`wire::MAX_DOMAIN`] bytes) is refused with
-    /// [`StoreError::Unsupported`]: deciding it here would enforce the
-    /// whole limit on this node alone, since its grants could never reach
-    /// a peer.
+    /// Every key's domain fits a datagram: a store keeps a domain longer
+    /// than [`tollgate_store::key::MAX_SCOPE_BYTES`] as a short digest, so
+    /// a grant for any domain reaches the peers (issue 16: a long domain
+    /// used to be decided on each node alone).
     pub fn decide_now(
         &self,
         plan: &Plan,
@@ -346,18 +349,6 @@ impl Replica {
         request: Request,
         mode: Mode,
     ) -> Result<PlanDecision, StoreError> {
-        if let Some(long) = plan
-            .items
-            .iter()
-            .map(|i| i.key.scope().len())
-            .find(|&len| len > wire::MAX_DOMAIN)
-        {
-            return Err(StoreError::Unsupported(format!(
-                "a domain of {long} bytes cannot be replicated: gossip carries domains of at \
-                 most {} bytes, so the cluster would limit it on each node alone",
-                wire::MAX_DOMAIN
-            )));
-        }
         if !self.is_synced() {
             return Err(StoreError::Unavailable(
                 "joining the cluster: waiting for a full state from a peer".into(),

@@ -193,7 +193,7 @@ impl<S: Store> App<S> {
         };
         let result = compose(file, api.as_ref()).and_then(|(config, warnings)| {
             for w in &warnings {
-                tracing::warn!(warning = %w, "config warning");
+                tracing::warn!(warning = ?w.to_string(), "config warning");
             }
             self.try_install(config, warnings)
         });

@@ -12,8 +12,8 @@ pub fn rate_request(r: &v1::RateRequest) -> RateRequest<'_> {
         namespace: &r.namespace,
         resource: &r.resource,
         domain: &r.domain,
-        hits: r.hits,
-        min_hits: r.min_hits.unwrap_or(r.hits),
+        hits: r.hits_or_default(),
+        min_hits: r.min_hits_or_default(),
         mode: if r.mode == v1::Mode::Acquire as i32 {
             Mode::Acquire
         } else {
@@ -89,12 +89,12 @@ pub fn reserve_response(o: &ReserveOutcome) -> v1::ReserveResponse {
     }
 }
 
-/// Seized copies: the pool is `namespace/resource`.
+/// Seized copies, with the names their pool was made of.
 pub fn seize_response(s: &Seized) -> v1::SeizeResponse {
-    let (namespace, resource) = s.pool.0.split_once('/').unwrap_or((&s.pool.0, ""));
+    let (namespace, resource) = s.pool.parts();
     v1::SeizeResponse {
-        namespace: namespace.to_owned(),
-        resource: resource.to_owned(),
+        namespace,
+        resource,
         domain: s.staged.domain.clone(),
         copies: s.staged.copies,
         groups: s.staged.groups.clone(),

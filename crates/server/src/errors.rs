@@ -1,13 +1,40 @@
 //! Service errors as gRPC statuses and HTTP answers (Charon §3.1's error
 //! classes): client errors get distinct codes and a machine-readable
-//! reason; server errors are UNAVAILABLE or INTERNAL.
+//! reason; a server that is up but refuses (too many sessions, store at
+//! capacity) is `RESOURCE_EXHAUSTED` / 429; a server that cannot answer
+//! (its store failed) is `UNAVAILABLE` / 503, or `INTERNAL` / 500 for a
+//! bug.
+//!
+//! The distinction between the last two matters to clients: Charon's
+//! client fails open only when no server answers (§4.3.1), so a refusal
+//! must not look like an outage, or filling a server's session table
+//! would switch limiting off for every client.
+//!
+//! Every message a client reads is made here ([`message`]): a store
+//! failure's own text names the store's address and its raw error, which
+//! are the operator's business, so the answer says only that the store is
+//! unavailable and the detail goes to the server's log.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use http::StatusCode;
 use tollgate_service::ServiceError;
+use tollgate_store::StoreError;
 use tonic::{Code, Status};
 
 /// The metadata key carrying the machine-readable reason.
 pub const REASON_HEADER: &str = "tollgate-reason";
+
+/// The `Retry-After` (seconds) of a refusal (`429` with an error body):
+/// the server cannot know when a session or a key frees up, and a second
+/// is long enough not to hammer it and short enough not to idle.
+pub const REFUSAL_RETRY_AFTER_S: u64 = 1;
+
+/// What a client reads when the store failed: no address, no raw error.
+pub const STORE_UNAVAILABLE: &str =
+    "store unavailable: the server cannot reach its store now; retry, or ask another server (the server's log has the detail)";
 
 /// The gRPC code of `e`.
 pub fn grpc_code(e: &ServiceError) -> Code {
@@ -22,6 +49,8 @@ pub fn grpc_code(e: &ServiceError) -> Code {
         | "cannot_schedule"
         | "session_closed" => Code::FailedPrecondition,
         "exceeds_limit" | "unsupported_by_store" => Code::OutOfRange,
+        // Up and answering, but refusing for want of room of its own.
+        "too_many_sessions" | "store_at_capacity" => Code::ResourceExhausted,
         "duplicate_key" => Code::Internal,
         _ => Code::Unavailable,
     }
@@ -33,14 +62,28 @@ pub fn http_status(e: &ServiceError) -> StatusCode {
         Code::InvalidArgument | Code::OutOfRange => StatusCode::BAD_REQUEST,
         Code::NotFound => StatusCode::NOT_FOUND,
         Code::FailedPrecondition => StatusCode::CONFLICT,
+        Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
         Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         _ => StatusCode::SERVICE_UNAVAILABLE,
     }
 }
 
+/// The message a client reads for `e`. A store failure is logged here,
+/// with any URL's credentials redacted, and answered with
+/// [`STORE_UNAVAILABLE`].
+pub fn message(e: &ServiceError) -> String {
+    match e {
+        ServiceError::Store(StoreError::Unavailable(detail)) => {
+            log_unavailable(detail);
+            STORE_UNAVAILABLE.to_owned()
+        }
+        _ => e.to_string(),
+    }
+}
+
 /// `e` as a gRPC status with the reason in metadata.
 pub fn status(e: &ServiceError) -> Status {
-    let mut s = Status::new(grpc_code(e), e.to_string());
+    let mut s = Status::new(grpc_code(e), message(e));
     if let Ok(v) = e.reason().parse() {
         s.metadata_mut().insert(REASON_HEADER, v);
     }
@@ -50,4 +93,94 @@ pub fn status(e: &ServiceError) -> Status {
 /// A malformed request found by a surface before the service saw it.
 pub fn malformed(message: impl Into<String>) -> ServiceError {
     ServiceError::Malformed(message.into())
+}
+
+/// How often a failing store is logged at `warn`: every answer it spoils
+/// is logged at `debug`, but a store that is down spoils every request,
+/// and one line per request would bury the log.
+const WARN_EVERY: Duration = Duration::from_secs(10);
+
+fn log_unavailable(detail: &str) {
+    let detail = redact_urls(detail);
+    tracing::debug!(detail = ?detail, "answered store_unavailable");
+    // Monotonic milliseconds since first use, plus one (0: never logged).
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = u64::try_from(EPOCH.get_or_init(Instant::now).elapsed().as_millis())
+        .unwrap_or(u64::MAX)
+        .saturating_add(1);
+    let last = LAST.load(Ordering::Relaxed);
+    let due = last == 0 || now.saturating_sub(last) >= WARN_EVERY.as_millis() as u64;
+    if due
+        && LAST
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        tracing::warn!(detail = ?detail, "the store failed; clients are answered store_unavailable");
+    }
+}
+
+/// `text` with the credentials of every URL in it (`scheme://user:pass@host`)
+/// replaced by `***`, as the Redis store's own `redact` does for one URL.
+pub fn redact_urls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let (head, tail) = rest.split_at(at + 3);
+        out.push_str(head);
+        // The authority ends at the path, or where the URL does.
+        let end = tail
+            .find(|c: char| c == '/' || c.is_whitespace() || matches!(c, ')' | ',' | ';' | '"'))
+            .unwrap_or(tail.len());
+        let authority = &tail[..end];
+        match authority.rfind('@') {
+            Some(a) => {
+                out.push_str("***@");
+                out.push_str(&authority[a + 1..]);
+            }
+            None => out.push_str(authority),
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_lose_their_credentials_wherever_they_are_in_a_message() {
+        assert_eq!(
+            redact_urls("reserve (redis://u:secret@10.0.0.1:6379/0): broken pipe"),
+            "reserve (redis://***@10.0.0.1:6379/0): broken pipe"
+        );
+        assert_eq!(
+            redact_urls("a rediss://:pw@h:1 and redis://h:2, redis://x@y"),
+            "a rediss://***@h:1 and redis://h:2, redis://***@y"
+        );
+        assert_eq!(redact_urls("no url here"), "no url here");
+    }
+
+    #[test]
+    fn refusals_are_resource_exhausted_and_429_and_store_failures_unavailable() {
+        let full = ServiceError::TooManySessions(2);
+        assert_eq!(grpc_code(&full), Code::ResourceExhausted);
+        assert_eq!(http_status(&full), StatusCode::TOO_MANY_REQUESTS);
+        let cap = ServiceError::Store(StoreError::AtCapacity(10));
+        assert_eq!(grpc_code(&cap), Code::ResourceExhausted);
+        let down = ServiceError::Store(StoreError::Unavailable(
+            "reserve (redis://u:pw@h:1): connection refused".into(),
+        ));
+        assert_eq!(grpc_code(&down), Code::Unavailable);
+        assert_eq!(http_status(&down), StatusCode::SERVICE_UNAVAILABLE);
+        let s = status(&down);
+        assert_eq!(s.message(), STORE_UNAVAILABLE);
+        assert_eq!(
+            s.metadata().get(REASON_HEADER).unwrap(),
+            "store_unavailable"
+        );
+    }
 }

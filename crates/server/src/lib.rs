@@ -298,10 +298,10 @@ fn report_holds<S: Store>(
     let view = app.limiter().view();
     let mut now: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
     for (pool, held) in app.sessions().holds_by_pool() {
-        let (ns, resource) = pool.0.split_once('/').unwrap_or((&pool.0, ""));
+        let (ns, resource) = pool.parts();
         let known = view
-            .namespace(ns)
-            .and_then(|n| n.resource(resource))
+            .namespace(&ns)
+            .and_then(|n| n.resource(&resource))
             .is_some();
         let label = if known {
             pool.0.to_string()

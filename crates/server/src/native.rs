@@ -66,8 +66,8 @@ pub async fn rate<S: Store>(
                     resource: Some(&req.resource),
                     domain: Some(&req.domain),
                     descriptors: None,
-                    hits: req.hits,
-                    min_hits: req.min_hits.unwrap_or(req.hits),
+                    hits: req.hits_or_default(),
+                    min_hits: req.min_hits_or_default(),
                     mode: if req.mode == v1::Mode::Acquire as i32 {
                         "acquire"
                     } else {
@@ -177,7 +177,7 @@ async fn run_session<S: Store>(
         };
         let Some(Ok(message)) = message else {
             if let Some(Err(e)) = message {
-                tracing::debug!(session = %id, error = %e, "session stream broke");
+                tracing::debug!(session = %id, error = ?e.message(), "session stream broke");
                 // The stream ends with the error (an oversized or undecodable
                 // message), not with OK: the client must know its session,
                 // and so its holds, are gone. Never waits: a client that
@@ -230,7 +230,7 @@ async fn answer<S: Store>(app: &App<S>, session: &Arc<Session>, op: Option<Op>) 
         Answer::Error(v1::Error {
             code: grpc_code(&e) as i32,
             reason: e.reason().to_owned(),
-            message: e.to_string(),
+            message: crate::errors::message(&e),
         })
     }))
 }

@@ -42,11 +42,11 @@ pub fn fingerprint(path: &Path) -> Option<u64> {
 pub fn reload<S: Store>(app: &App<S>, path: &Path) -> Result<u64, String> {
     match app.install_parts(Some(path), None) {
         Ok(revision) => {
-            tracing::info!(path = %path.display(), revision, "config reloaded");
+            tracing::info!(path = ?path.display().to_string(), revision, "config reloaded");
             Ok(revision)
         }
         Err(message) => {
-            tracing::error!(path = %path.display(), error = %message, "config refused; the previous one keeps serving");
+            tracing::error!(path = ?path.display().to_string(), error = ?message, "config refused; the previous one keeps serving");
             Err(message)
         }
     }

@@ -439,6 +439,74 @@ async fn unknown_holds_are_404_and_a_missing_id_is_400() {
     assert!(message.contains("hold_id"), "{message}");
 }
 
+/// Regression (issue 16, item 9): a body without `hits` was a probe that
+/// answered 200 `allowed: true, granted: 0` and counted nothing, so a
+/// client checking `allowed` used the resource without limit. Absent is
+/// one hit, as the CLI, replay and Envoy count; a probe is asked for with
+/// `"hits": 0`.
+#[tokio::test]
+async fn a_request_without_hits_counts_one_hit() {
+    let s = TestServer::start(CONFIG).await;
+    let bare = json!({ "namespace": "app", "resource": "api", "domain": "acme" });
+    for left in [2, 1, 0] {
+        let a = post(&s, "/v1/request", bare.clone()).await;
+        assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+        assert_eq!(
+            (&a.body["granted"], &a.body["remaining"]),
+            (&json!(1), &json!(left))
+        );
+    }
+    let a = post(&s, "/v1/request", bare.clone()).await;
+    assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS, "{}", a.text);
+    assert_eq!(a.body["allowed"], false);
+    // `null` is absent too.
+    let mut null = bare.clone();
+    null["hits"] = Value::Null;
+    null["domain"] = json!("nil");
+    let a = post(&s, "/v1/request", null).await;
+    assert_eq!(
+        (&a.body["granted"], &a.body["remaining"]),
+        (&json!(1), &json!(2))
+    );
+    // An explicit probe counts nothing.
+    let mut probe = bare;
+    probe["hits"] = json!(0);
+    probe["domain"] = json!("probe");
+    for _ in 0..2 {
+        let a = post(&s, "/v1/request", probe.clone()).await;
+        assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+        assert_eq!(
+            (&a.body["granted"], &a.body["remaining"]),
+            (&json!(0), &json!(3))
+        );
+    }
+}
+
+/// Regression (issue 16, item 4): a full session table answered 503, as if
+/// the server were down, and clients failed open on it. It is a refusal:
+/// 429 with the error shape, its reason and a `Retry-After`; rate
+/// requests, which need no session, are still decided.
+#[tokio::test]
+async fn a_full_session_table_is_429_too_many_sessions_with_retry_after() {
+    let s = TestServer::start_with(
+        CONFIG,
+        SessionLimits {
+            max_sessions: 1,
+            ..SessionLimits::default()
+        },
+        ServerOptions::default(),
+    )
+    .await;
+    let a = post(&s, "/v1/reserve", reserve("acme", 1)).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    let a = post(&s, "/v1/reserve", reserve("acme", 1)).await;
+    let message = a.error(StatusCode::TOO_MANY_REQUESTS, 8, "too_many_sessions");
+    assert!(message.contains("1 at once"), "{message}");
+    assert_eq!(a.headers[RETRY_AFTER], "1");
+    let a = post(&s, "/v1/request", rate("api", "acme", 1)).await;
+    assert_eq!((a.status, &a.body["granted"]), (StatusCode::OK, &json!(1)));
+}
+
 #[tokio::test]
 async fn service_errors_have_their_status_and_reason() {
     let s = TestServer::start(CONFIG).await;
@@ -645,4 +713,59 @@ async fn envoy_json_is_mounted_with_the_same_error_shape() {
     a.error(StatusCode::BAD_REQUEST, 3, "malformed_request");
     let a = get(&s, "/json").await;
     assert_eq!(a.status, StatusCode::METHOD_NOT_ALLOWED);
+}
+
+/// Regression (issue 16, item 11): pool keys joined namespace and resource
+/// with an unescaped `/`, so namespace `a` with resource `b/db` and
+/// namespace `a/b` with resource `db` shared one pool: holds of one
+/// counted against the other.
+#[tokio::test]
+async fn resources_whose_names_join_alike_have_pools_of_their_own() {
+    let s = TestServer::start(
+        r#"
+namespaces:
+  - name: a
+    resources:
+      - { name: b/db, kind: concurrency, domain_limit: 1 }
+  - name: a/b
+    resources:
+      - { name: db, kind: concurrency, domain_limit: 1 }
+"#,
+    )
+    .await;
+    let hold = |namespace: &str, resource: &str| json!({ "namespace": namespace, "resource": resource, "domain": "acme", "copies": 1 });
+    let one = post(&s, "/v1/reserve", hold("a", "b/db")).await;
+    assert_eq!(one.status, StatusCode::OK, "{}", one.text);
+    let two = post(&s, "/v1/reserve", hold("a/b", "db")).await;
+    assert_eq!(two.status, StatusCode::OK, "{}", two.text);
+    assert_eq!(two.body["domain_holds"], 1, "{}", two.text);
+    // Each is full on its own.
+    let again = post(&s, "/v1/reserve", hold("a", "b/db")).await;
+    assert_eq!(
+        again.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        again.text
+    );
+    // A transfer seized comes back with the names it was made of.
+    let id = one.body["hold_id"].as_str().unwrap();
+    let t = post(
+        &s,
+        "/v1/transfer",
+        json!({ "namespace": "a", "resource": "b/db", "domain": "acme", "copies": 1, "ttl_ms": 60000, "hold_id": id }),
+    )
+    .await;
+    assert_eq!(t.status, StatusCode::OK, "{}", t.text);
+    let seized = post(
+        &s,
+        "/v1/seize",
+        json!({ "transfer_id": t.body["transfer_id"] }),
+    )
+    .await;
+    assert_eq!(
+        (&seized.body["namespace"], &seized.body["resource"]),
+        (&json!("a"), &json!("b/db")),
+        "{}",
+        seized.text
+    );
 }

@@ -290,7 +290,7 @@ fn rate(hits: u64) -> v1::RateRequest {
         namespace: "app".into(),
         resource: "api".into(),
         domain: "d".into(),
-        hits,
+        hits: Some(hits),
         min_hits: Some(hits),
         mode: v1::Mode::Try as i32,
     }
@@ -365,7 +365,7 @@ async fn a_grpc_session_survives_idling_past_every_http_timeout() {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     assert_eq!(common::holds(&s.app, "app", "pool", "d").await.0, 2);
-    assert_eq!(s.app.sessions.len(), 1);
+    assert_eq!(s.app.sessions().len(), 1);
 }
 
 #[tokio::test]

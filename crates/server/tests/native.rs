@@ -50,7 +50,7 @@ fn rate(resource: &str, domain: &str, hits: u64) -> v1::RateRequest {
         namespace: "app".into(),
         resource: resource.into(),
         domain: domain.into(),
-        hits,
+        hits: Some(hits),
         min_hits: Some(hits),
         mode: v1::Mode::Try as i32,
     }
@@ -473,8 +473,12 @@ async fn shutdown_ends_sessions_and_releases_their_holds() {
     assert_eq!(holds(&app, "acme").await, (0, 0));
 }
 
+/// Regression (issue 16, item 4): a full session table answered
+/// `UNAVAILABLE`, which clients read as "no server answered" and failed
+/// open on. It is a refusal: `RESOURCE_EXHAUSTED`, with its reason; and
+/// rate requests, which need no session, are still decided.
 #[tokio::test]
-async fn the_session_limit_refuses_more_sessions_with_unavailable() {
+async fn the_session_limit_refuses_more_sessions_with_resource_exhausted() {
     let server = TestServer::start_with(
         CONFIG,
         tollgate_service::SessionLimits {
@@ -489,7 +493,7 @@ async fn the_session_limit_refuses_more_sessions_with_unavailable() {
     assert_eq!(first.reserve("acme", 1, 1).await.granted, 1);
     let (_tx, rx) = mpsc::channel::<v1::SessionRequest>(1);
     let e = client.session(ReceiverStream::new(rx)).await.unwrap_err();
-    assert_eq!(e.code(), tonic::Code::Unavailable);
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
     assert_eq!(
         e.metadata()
             .get("tollgate-reason")
@@ -498,6 +502,45 @@ async fn the_session_limit_refuses_more_sessions_with_unavailable() {
             .unwrap(),
         "too_many_sessions"
     );
+    let r = ask(&mut client, rate("api", "acme", 1)).await;
+    assert_eq!((r.allowed, r.granted), (true, 1));
+}
+
+/// Regression (issue 16, item 9): a rate request without `hits` was a
+/// probe that counted nothing and answered `allowed`. Absent is one hit,
+/// unary and on a session alike; `hits: 0` is still a probe.
+#[tokio::test]
+async fn a_request_without_hits_counts_one() {
+    let server = TestServer::start(CONFIG).await;
+    let mut client = server.native().await;
+    let bare = |domain: &str| v1::RateRequest {
+        hits: None,
+        min_hits: None,
+        ..rate("api", domain, 1)
+    };
+    for remaining in [2, 1, 0] {
+        let r = ask(&mut client, bare("u")).await;
+        assert_eq!((r.allowed, r.granted, r.remaining), (true, 1, remaining));
+    }
+    let r = ask(&mut client, bare("u")).await;
+    assert_eq!((r.allowed, r.granted), (false, 0));
+    // On a session.
+    let mut s = Session::open(&mut client).await;
+    for remaining in [2, 1] {
+        let Answer::Request(r) = s.call(Op::Request(bare("v"))).await else {
+            panic!()
+        };
+        assert_eq!((r.allowed, r.granted, r.remaining), (true, 1, remaining));
+    }
+    // A probe, asked for: nothing counted.
+    let probe = v1::RateRequest {
+        hits: Some(0),
+        ..bare("v")
+    };
+    for _ in 0..2 {
+        let r = ask(&mut client, probe.clone()).await;
+        assert_eq!((r.allowed, r.granted, r.remaining), (true, 0, 1));
+    }
 }
 
 /// Set in the child process of `a_killed_client_process_leaks_nothing`.

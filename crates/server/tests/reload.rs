@@ -39,7 +39,7 @@ fn req(resource: &str) -> v1::RateRequest {
         namespace: "app".into(),
         resource: resource.into(),
         domain: "d".into(),
-        hits: 1,
+        hits: Some(1),
         min_hits: None,
         mode: 0,
     }

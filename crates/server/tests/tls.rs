@@ -103,7 +103,7 @@ fn request() -> v1::RateRequest {
         namespace: "app".into(),
         resource: "api".into(),
         domain: "d".into(),
-        hits: 1,
+        hits: Some(1),
         min_hits: None,
         mode: 0,
     }

@@ -191,6 +191,13 @@ mod tests {
 /// Names a copy-limited resource's pool: `namespace/resource`. Unlike
 /// [`LimitId`] it does not include the limits, because holds must survive
 /// a change of limits.
+///
+/// Names may contain `/` (a config may name a resource `b/db`), so each
+/// part is escaped before they are joined: `%` as `%25`, `/` as `%2F`.
+/// Namespace `a` with resource `b/db` is `a/b%2Fdb`, namespace `a/b` with
+/// resource `db` is `a%2Fb/db`: two names, two pools. A name without `/`
+/// or `%` (nearly all of them) reads as written, which keeps metric labels
+/// and store keys readable, and [`PoolKey::parts`] gives the names back.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PoolKey(pub CompactString);
 
@@ -198,15 +205,83 @@ impl PoolKey {
     /// The pool of `resource` in `namespace`.
     pub fn new(namespace: &str, resource: &str) -> PoolKey {
         let mut s = CompactString::with_capacity(namespace.len() + resource.len() + 1);
-        s.push_str(namespace);
+        escape_into(&mut s, namespace);
         s.push('/');
-        s.push_str(resource);
+        escape_into(&mut s, resource);
         PoolKey(s)
     }
+
+    /// The namespace and the resource, unescaped. A key not made by
+    /// [`PoolKey::new`] (no separator) reads as a namespace with an empty
+    /// resource.
+    pub fn parts(&self) -> (String, String) {
+        match self.0.split_once('/') {
+            Some((namespace, resource)) => (unescape(namespace), unescape(resource)),
+            None => (unescape(&self.0), String::new()),
+        }
+    }
+}
+
+fn escape_into(out: &mut CompactString, name: &str) {
+    for c in name.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '/' => out.push_str("%2F"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// Undoes [`escape_into`]; any other `%` is kept as it is.
+fn unescape(part: &str) -> String {
+    let mut out = String::with_capacity(part.len());
+    let mut rest = part;
+    while let Some(at) = rest.find('%') {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at..];
+        if let Some(after) = tail.strip_prefix("%25") {
+            out.push('%');
+            rest = after;
+        } else if let Some(after) = tail.strip_prefix("%2F") {
+            out.push('/');
+            rest = after;
+        } else {
+            out.push('%');
+            rest = &tail[1..];
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 impl fmt::Display for PoolKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod pool_tests {
+    use super::*;
+
+    /// Regression (issue 16, item 11): `a` + `b/db` and `a/b` + `db` were
+    /// both `a/b/db`, one pool counting the holds of two resources.
+    #[test]
+    fn names_with_slashes_make_distinct_pools_and_come_back_whole() {
+        let one = PoolKey::new("a", "b/db");
+        let two = PoolKey::new("a/b", "db");
+        assert_ne!(one, two);
+        assert_eq!(one.parts(), ("a".to_owned(), "b/db".to_owned()));
+        assert_eq!(two.parts(), ("a/b".to_owned(), "db".to_owned()));
+        // Escapes themselves are escaped: `%2F` written in a name is not a
+        // slash.
+        let three = PoolKey::new("a%2Fb", "db");
+        assert_ne!(three, two);
+        assert_eq!(three.parts(), ("a%2Fb".to_owned(), "db".to_owned()));
+        // Plain names read as written.
+        assert_eq!(PoolKey::new("ns", "sandbox").to_string(), "ns/sandbox");
+        for (ns, r) in [("", ""), ("%", "/"), ("x%y", "%25/%2F"), ("é/∂", "a b")] {
+            assert_eq!(PoolKey::new(ns, r).parts(), (ns.to_owned(), r.to_owned()));
+        }
     }
 }

@@ -220,7 +220,7 @@ impl Follower {
                     let wait = Duration::from_millis(100u64 << failures.min(6))
                         .min(Duration::from_secs(5));
                     if failures == 1 || failures % 20 == 0 {
-                        tracing::warn!(error = %format!("{e:#}"), "config API unreachable; keeping the config in force");
+                        tracing::warn!(error = ?format!("{e:#}"), "config API unreachable; keeping the config in force");
                     }
                     tokio::select! {
                         _ = tokio::time::sleep(wait) => {}
@@ -250,7 +250,7 @@ impl Follower {
                 continue;
             }
             if let Err(e) = self.view.apply(&delta) {
-                tracing::error!(error = %e, "a bad delta from the config API; fetching everything again");
+                tracing::error!(error = ?e.to_string(), "a bad delta from the config API; fetching everything again");
                 self.view = View::default();
                 reset = true;
                 tokio::select! {
@@ -270,7 +270,7 @@ impl Follower {
                     "config API revision in force"
                 ),
                 Err(e) => {
-                    tracing::error!(api_revision = self.view.revision, error = %e, "config API revision refused; the previous config keeps serving")
+                    tracing::error!(api_revision = self.view.revision, error = ?e.to_string(), "config API revision refused; the previous config keeps serving")
                 }
             }
         }

@@ -755,3 +755,79 @@ fn the_blocking_client_holds_and_releases() {
     let (_, status) = client.status().unwrap();
     assert_eq!(status.store, "memory");
 }
+
+/// Regression (issue 16, item 4): `serve --max-sessions 2` with two HTTP
+/// holds of a day made `tollgate request` print `granted 1 via degraded`:
+/// the client sent rate requests on a session, the server refused the
+/// session as if it were down, and the client failed open, so filling one
+/// server's session table switched limiting off for every client. Rate
+/// requests need no session now, and a refusal is never taken for an
+/// outage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_session_table_refuses_holds_but_never_switches_limiting_off() {
+    let dir = Sandbox::new("client-full-sessions");
+    let full = serve(&dir, &["--max-sessions", "2"]);
+    let squat = r#"{"namespace":"app","resource":"pool2","domain":"squatter","copies":1,"lease_ms":86400000}"#;
+    for _ in 0..2 {
+        let (status, v) = full.json("POST", "/v1/reserve", Some(squat));
+        assert_eq!(status, 200, "{v}");
+    }
+    // A third hold over HTTP: refused as a refusal (429 with Retry-After),
+    // not as an outage (503).
+    let (status, text) = full.http("POST", "/v1/reserve", Some(squat));
+    assert_eq!(status, 429, "{text}");
+    let v: Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(
+        (v["error"]["reason"].as_str(), v["error"]["code"].as_i64()),
+        (Some("too_many_sessions"), Some(8)),
+        "{v}"
+    );
+    let raw = common::serving::exchange_raw(full.http, "POST", "/v1/reserve", Some(squat)).unwrap();
+    assert!(
+        raw.to_ascii_lowercase().contains("\r\nretry-after: 1\r\n"),
+        "{raw}"
+    );
+
+    // The CLI gets real decisions: the bucket's one token, then a
+    // rejection, never a degraded grant.
+    let grpc = full.grpc.to_string();
+    let out = dir.run(&["request", "app", "hourly", "acme", "--server", &grpc]);
+    assert_eq!(out.code, Some(0), "{out}");
+    assert!(out.stdout.contains("granted 1 via server"), "{out}");
+    let out = dir.run(&["request", "app", "hourly", "acme", "--server", &grpc]);
+    assert_eq!(out.code, Some(1), "{out}");
+    assert!(out.stdout.starts_with("rejected"), "{out}");
+
+    // So does the library, fail-open on as by default.
+    let client = client(&full);
+    assert!(client.config().fail_open);
+    let g = client
+        .request("app", "hourly", "globex")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((g.granted, g.via), (1, Via::Server));
+    let e = client.request("app", "hourly", "globex").send().await;
+    assert!(matches!(e, Err(Error::Rejected(_))), "{e:?}");
+    // A hold needs a session: refused with the reason, not granted
+    // degraded.
+    let e = client.hold("app", "pool", "acme").send().await;
+    let Err(Error::AtCapacity { reason, message }) = e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(reason, "too_many_sessions");
+    assert!(message.contains("2 at once"), "{message}");
+    // The CLI's hold says so too, and exits with an error.
+    let out = dir.run(&["hold", "app", "pool", "acme", "--server", &grpc]);
+    assert_eq!(out.code, Some(2), "{out}");
+    assert!(out.stderr.contains("too_many_sessions"), "{out}");
+
+    // A refusing server is passed over for one with room.
+    let roomy = serve(&dir, &[]);
+    let mut both = config(&full);
+    both.endpoints.push(roomy.grpc.to_string());
+    let both = Client::new(both).unwrap();
+    let hold = both.hold("app", "pool", "acme").send().await.unwrap();
+    assert_eq!((hold.copies(), hold.via()), (1, Via::Server));
+    hold.release_all().await.unwrap();
+}

@@ -658,3 +658,37 @@ async fn https_for_the_api_and_for_a_server_that_follows_it() {
         "the API's deny resource is in force"
     );
 }
+
+/// Regression (issue 16, item 11): an import nested 100,000 levels deep
+/// overflowed the stack of the loader and took the config API down. Now
+/// it is refused, naming the bound and where it was passed, and the API
+/// keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deeply_nested_import_is_refused_and_the_api_keeps_serving() {
+    let dir = Sandbox::new("config-api-deep");
+    let db = format!("sqlite://{}", dir.path("tollgate.db").display());
+    let api = ConfigApi::start(&dir, &db, &[]);
+    for deep in [
+        format!("namespaces:\n  {}x\n", "- ".repeat(100_000)),
+        format!(
+            "namespaces: {}1{}\n",
+            "{a: ".repeat(100_000),
+            "}".repeat(100_000)
+        ),
+    ] {
+        let (status, e) = api
+            .call(Some(ADMIN), "POST", "/v1/import", Some(&deep))
+            .await;
+        assert_eq!(
+            (status, e["error"]["reason"].as_str()),
+            (422, Some("invalid_config")),
+            "{e}"
+        );
+        let message = e["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("import:") && message.contains("nested more than 64 levels deep"),
+            "{message}"
+        );
+    }
+    assert_eq!(api.get("/v1/namespaces").await["revision"], 0);
+}

@@ -179,3 +179,83 @@ fn a_bad_or_unreachable_redis_url_is_a_clear_startup_error() {
     ]);
     assert!(!run.stderr.contains("hunter2"), "{run}");
 }
+
+/// Regression (issue 16, item 11): when Redis failed, the 503 answers,
+/// which anyone can get without credentials, carried the store's URL and
+/// Redis's raw error. They say "store unavailable" now, on every surface,
+/// and the detail goes to the server's log with the URL's credentials
+/// redacted.
+#[test]
+fn a_failed_store_is_answered_without_its_address_and_logged_redacted() {
+    let dir = Sandbox::new("redis-503-redacted");
+    dir.write("tollgate.yaml", CONFIG);
+    // A user of its own, so the URL carries a password.
+    let mut redis = RedisServer::start_with(&[
+        "--user",
+        "tollgate",
+        "on",
+        ">s3cret-pw",
+        "~*",
+        "&*",
+        "+@all",
+    ]);
+    let port = redis.port.to_string();
+    let url = format!("redis://tollgate:s3cret-pw@127.0.0.1:{port}/");
+    let s = serve(&dir, &url, &["--keep-serving-after-resign"]);
+    assert!(checkout(&s));
+    redis.kill();
+    let secret = |text: &str| {
+        text.contains(&port) || text.contains("redis://") || text.contains("s3cret-pw")
+    };
+    let body = r#"{"namespace":"shop","resource":"checkout","domain":"acme","hits":1}"#;
+    let (status, text) = s.http("POST", "/v1/request", Some(body));
+    assert_eq!(status, 503, "{text}");
+    assert!(!secret(&text), "{text}");
+    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(v["error"]["reason"], "store_unavailable");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("store unavailable"),
+        "{v}"
+    );
+    // gRPC.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let status = runtime.block_on(async {
+        let mut grpc = tollgate_proto::v1::tollgate_client::TollgateClient::connect(format!(
+            "http://{}",
+            s.grpc
+        ))
+        .await
+        .unwrap();
+        grpc.request(tollgate_proto::v1::RateRequest {
+            namespace: "shop".into(),
+            resource: "checkout".into(),
+            domain: "acme".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err()
+    });
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(!secret(status.message()), "{status:?}");
+    // The operator's log has the detail, without the password.
+    s.poll("the store failure logged", |s| {
+        !s.logged("the store failed; clients are answered store_unavailable")
+            .is_empty()
+    });
+    let logs = s.logs.lock().unwrap();
+    let line = logs
+        .iter()
+        .find(|l| {
+            l["fields"]["message"] == "the store failed; clients are answered store_unavailable"
+        })
+        .unwrap();
+    let detail = line["fields"]["detail"].as_str().unwrap();
+    assert!(detail.contains(&port), "{line}");
+    assert!(
+        !logs.iter().any(|l| l.to_string().contains("s3cret-pw")),
+        "{logs:?}"
+    );
+}

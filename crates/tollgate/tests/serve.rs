@@ -197,3 +197,86 @@ fn a_bad_config_at_startup_is_an_error_naming_its_place() {
     assert!(!run.success(), "{run}");
     assert!(run.stderr.contains("bad.yaml:4:"), "{run}");
 }
+
+/// Regression (issue 16, item 11): names went into text logs unescaped, so
+/// a name with a newline forged a log line of its choosing. A config
+/// warning (at startup) and a refused reload (on SIGHUP) that name such a
+/// resource must each be one line, the newline escaped.
+#[test]
+fn a_name_with_a_newline_cannot_forge_a_text_log_line() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    const FORGED: &str = "2026-01-01T00:00:00Z  INFO tollgate: forged";
+    let dir = Sandbox::new("serve-forged-log");
+    // hard_limit above global_limit: lowered, with a warning naming the
+    // resource.
+    let config = dir.write(
+        "tollgate.yaml",
+        format!(
+            "namespaces:\n  - name: default\n    resources:\n      - {{ name: \"api\\n{FORGED}\", algorithm: fixed_window, limit: 5, window: 1h, hard_limit: 100, global_limit: 50 }}\n"
+        ),
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["serve", "--log-format", "text", "--config"])
+        .arg(&config)
+        .args(["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        .args(["--watch-interval-ms", "3600000"])
+        .current_dir(&dir.dir)
+        .env("TOLLGATE_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let sink = Arc::clone(&lines);
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    let wait_for = |what: &str| {
+        for _ in 0..3000 {
+            if lines.lock().unwrap().iter().any(|l| l.contains(what)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("no {what:?} line in {:#?}", lines.lock().unwrap());
+    };
+    wait_for("tollgate listening");
+    // A reload refused for a resource with a newline in its name.
+    std::fs::write(
+        &config,
+        format!("namespaces:\n  - name: default\n    resources:\n      - {{ name: \"db\\n{FORGED}\", algorithm: nope }}\n"),
+    )
+    .unwrap();
+    let ok = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    wait_for("config refused");
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let lines = lines.lock().unwrap();
+    assert!(
+        !lines.iter().any(|l| l.starts_with(FORGED)),
+        "a forged line: {lines:#?}"
+    );
+    for (what, name) in [("config warning", "api"), ("config refused", "db")] {
+        let found: Vec<&String> = lines.iter().filter(|l| l.contains(what)).collect();
+        assert_eq!(found.len(), 1, "{lines:#?}");
+        // The newline is written as `\n`, inside the one line.
+        assert!(
+            found[0].contains(&format!("{name}\\n{FORGED}")),
+            "{lines:#?}"
+        );
+    }
+}

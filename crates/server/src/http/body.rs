@@ -12,8 +12,8 @@ use axum::extract::rejection::{BytesRejection, JsonRejection};
 use axum::extract::{FromRequest, Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use http::header::CONTENT_TYPE;
-use http::StatusCode;
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderValue, StatusCode};
 use serde::de::DeserializeOwned;
 use tollgate_proto::v1;
 use tollgate_service::ServiceError;
@@ -21,7 +21,7 @@ use tollgate_store::Store;
 use tonic::Code;
 
 use super::Http;
-use crate::errors::{grpc_code, http_status, malformed};
+use crate::errors::{grpc_code, http_status, malformed, message, REFUSAL_RETRY_AFTER_S};
 use crate::listen::http::BodyTimedOut;
 use crate::metrics as m;
 
@@ -46,7 +46,7 @@ impl ApiError {
 
     /// `e`, without recording it: for errors the service already counted.
     pub(super) fn service(e: &ServiceError) -> ApiError {
-        ApiError::new(http_status(e), grpc_code(e), e.reason(), e.to_string())
+        ApiError::new(http_status(e), grpc_code(e), e.reason(), message(e))
     }
 }
 
@@ -65,7 +65,15 @@ struct Envelope<'a> {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(Envelope { error: &self.error })).into_response()
+        let mut response = (self.status, Json(Envelope { error: &self.error })).into_response();
+        // A refusal (too many sessions, store at capacity) says when to
+        // come back, as a rejection does.
+        if self.status == StatusCode::TOO_MANY_REQUESTS {
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from(REFUSAL_RETRY_AFTER_S));
+        }
+        response
     }
 }
 

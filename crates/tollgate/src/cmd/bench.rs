@@ -331,7 +331,7 @@ impl Client {
                     namespace: t.namespace.clone(),
                     resource: t.resource.clone(),
                     domain,
-                    hits: t.hits,
+                    hits: Some(t.hits),
                     // All or nothing, said explicitly (absent means the
                     // same): `min_hits: 0` would make every request
                     // "allowed", possibly with nothing granted.

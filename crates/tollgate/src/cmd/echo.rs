@@ -125,7 +125,7 @@ impl Tollgate for Echo {
         &self,
         request: Request<RateRequest>,
     ) -> Result<Response<RateResponse>, Status> {
-        let hits = request.get_ref().hits;
+        let hits = request.get_ref().hits_or_default();
         Ok(Response::new(RateResponse {
             allowed: true,
             granted: hits,

@@ -382,7 +382,7 @@ async fn follow(args: &ServeArgs) -> Result<Option<(Follower, ApiPart)>> {
                 return Ok(Some((follower, part)));
             }
             Err(e) if tokio::time::Instant::now() + wait < deadline => {
-                tracing::warn!(error = %format!("{e:#}"), "waiting for the config API");
+                tracing::warn!(error = ?format!("{e:#}"), "waiting for the config API");
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(2));
             }
@@ -399,7 +399,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
                 .map_err(|e| anyhow::anyhow!("{e}"))
                 .context("cannot load the config")?;
             for w in &warnings {
-                tracing::warn!(warning = %w, "config warning");
+                tracing::warn!(warning = ?w.to_string(), "config warning");
             }
             if let Some(cluster) = args.cluster.clone() {
                 return serve_cluster(args, cluster, config, warnings, follow).await;
@@ -420,7 +420,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     };
     let warnings: Vec<String> = warnings.iter().map(ToString::to_string).collect();
     for w in &warnings {
-        tracing::warn!(warning = %w, "config warning");
+        tracing::warn!(warning = ?w.to_string(), "config warning");
     }
     if let Some(cluster) = args.cluster.clone() {
         return serve_cluster(args, cluster, config, warnings, None).await;

@@ -208,19 +208,7 @@ pub fn exchange(
     path: &str,
     body: Option<&str>,
 ) -> Result<(u16, String), String> {
-    let mut s = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(60)))
-        .map_err(|e| format!("set_read_timeout: {e}"))?;
-    let body = body.unwrap_or("");
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .map_err(|e| format!("write: {e}"))?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)
-        .map_err(|e| format!("read: {e}"))?;
+    let out = exchange_raw(addr, method, path, body)?;
     let status = out
         .split_whitespace()
         .nth(1)
@@ -242,4 +230,28 @@ pub fn exchange(
         body.to_owned()
     };
     Ok((status, body))
+}
+
+/// One HTTP/1.1 exchange with `addr`: the whole answer as sent, status
+/// line and headers included.
+pub fn exchange_raw(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> Result<String, String> {
+    let mut s = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(60)))
+        .map_err(|e| format!("set_read_timeout: {e}"))?;
+    let body = body.unwrap_or("");
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .map_err(|e| format!("write: {e}"))?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)
+        .map_err(|e| format!("read: {e}"))?;
+    Ok(out)
 }
