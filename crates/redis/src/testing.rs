@@ -341,6 +341,15 @@ impl Client {
         redis::cmd("EXISTS").arg(key).query(&mut self.0).unwrap()
     }
 
+    /// Any command whose answer is one string (INFO, DEBUG SLEEP's OK...).
+    pub fn text(&mut self, args: &[&str]) -> String {
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query(&mut self.0).unwrap()
+    }
+
     /// Any command whose answer is a list of strings (ZRANGE, SMEMBERS...).
     pub fn strings(&mut self, args: &[&str]) -> Vec<String> {
         let mut cmd = redis::cmd(args[0]);

@@ -281,31 +281,36 @@ impl<S: Store> Service<S> {
                 .limiter
                 .reserve(&namespace, &resource, &domain, request, now, OpId::random())
                 .await;
-            let granted = match &outcome {
-                Ok(o) if o.reservation.granted > 0 => o.reservation.granted,
-                _ => return handoff.deliver(|| ()).map(|()| outcome),
+            let (granted, groups) = match &outcome {
+                Ok(o) if o.reservation.granted > 0 => {
+                    (o.reservation.granted, o.reservation.groups.clone())
+                }
+                _ => {
+                    // Nothing granted: nothing to record or undo.
+                    handoff.deliver(|| outcome);
+                    return;
+                }
             };
             let key = HoldKey {
                 pool: PoolKey::new(&namespace, &resource),
                 domain,
-                groups: outcome
-                    .as_ref()
-                    .map(|o| o.reservation.groups.clone())
-                    .unwrap_or_default(),
+                groups,
             };
-            match handoff.deliver(|| session.record(&key, granted, max_holds)) {
-                Some(Ok(())) => Some(outcome),
-                Some(Err(not)) => {
-                    svc.release_for_good(&key, granted, "a grant its session could not record")
-                        .await;
-                    Some(Err(not.into()))
+            let mut unrecorded = false;
+            let delivered = handoff.deliver(|| match session.record(&key, granted, max_holds) {
+                Ok(()) => outcome,
+                Err(not) => {
+                    unrecorded = true;
+                    Err(not.into())
                 }
-                None => {
-                    svc.undone("reserve");
-                    svc.release_for_good(&key, granted, "undoing an abandoned reserve")
-                        .await;
-                    None
-                }
+            });
+            if !delivered {
+                svc.undone("reserve");
+                svc.release_for_good(&key, granted, "undoing an abandoned reserve")
+                    .await;
+            } else if unrecorded {
+                svc.release_for_good(&key, granted, "a grant its session could not record")
+                    .await;
             }
         })
         .await
@@ -342,30 +347,32 @@ impl<S: Store> Service<S> {
                     }
                 }
             }
-            if let Some((e, first)) = refused {
-                // Refused (not held, or this server resigned): the store
-                // did not release these, so the session still holds them.
-                let back: Vec<_> = std::iter::once(first).chain(rest).collect();
-                for (key, n) in session.give_back(back) {
-                    svc.release_for_good(&key, n, "a refused release whose session closed")
-                        .await;
+            let delivered = match refused {
+                Some((e, first)) => {
+                    // Refused (not held, or this server resigned): the
+                    // store did not release these, so the session still
+                    // holds them.
+                    let back: Vec<_> = std::iter::once(first).chain(rest).collect();
+                    let leftovers = session.give_back(back);
+                    let delivered = handoff.deliver(|| Err(ServiceError::Store(e)));
+                    for (key, n) in leftovers {
+                        svc.release_for_good(&key, n, "a refused release whose session closed")
+                            .await;
+                    }
+                    delivered
                 }
-                if handoff.deliver(|| ()).is_none() {
-                    svc.undo_releases(&session, done).await;
-                    return None;
-                }
-                return Some(Err(ServiceError::Store(e)));
-            }
-            let released: u64 = done.iter().map(|(_, n)| n).sum();
-            match handoff.deliver(|| session.held_of(&pool, &domain)) {
-                Some(still_held) => Some(Ok(Released {
-                    released,
-                    still_held,
-                })),
                 None => {
-                    svc.undo_releases(&session, done).await;
-                    None
+                    let released: u64 = done.iter().map(|(_, n)| n).sum();
+                    handoff.deliver(|| {
+                        Ok(Released {
+                            released,
+                            still_held: session.held_of(&pool, &domain),
+                        })
+                    })
                 }
+            };
+            if !delivered {
+                svc.undo_releases(&session, done).await;
             }
         })
         .await
@@ -407,8 +414,8 @@ impl<S: Store> Service<S> {
                 .await;
             match staged {
                 Ok(id) => {
-                    if handoff.deliver(|| ()).is_some() {
-                        return Some(Ok(id));
+                    if handoff.deliver(|| Ok(id)) {
+                        return;
                     }
                     svc.undone("transfer");
                     // Nobody learnt the id: take the copies back into the
@@ -424,14 +431,14 @@ impl<S: Store> Service<S> {
                         Err(StoreError::Copy(CopyError::UnknownTransfer)) => {}
                         Err(e) => tracing::error!(error = %e, "undoing an abandoned transfer failed; its copies stay staged until its ttl"),
                     }
-                    None
                 }
                 Err(e) => {
-                    for (key, n) in session.give_back(vec![(key, n)]) {
+                    let leftovers = session.give_back(vec![(key, n)]);
+                    handoff.deliver(|| Err(ServiceError::Store(e)));
+                    for (key, n) in leftovers {
                         svc.release_for_good(&key, n, "a refused transfer whose session closed")
                             .await;
                     }
-                    handoff.deliver(|| ()).map(|()| Err(ServiceError::Store(e)))
                 }
             }
         })
@@ -453,27 +460,28 @@ impl<S: Store> Service<S> {
         self.run("seize", move |svc, handoff| async move {
             let seized = match svc.limiter.store().seize(id, now, OpId::random()).await {
                 Ok(s) => s,
-                Err(e) => return handoff.deliver(|| ()).map(|()| Err(ServiceError::Store(e))),
+                Err(e) => {
+                    handoff.deliver(|| Err(ServiceError::Store(e)));
+                    return;
+                }
             };
             let key = seized_key(&seized);
             let copies = seized.staged.copies;
-            match handoff.deliver(|| session.record(&key, copies, max_holds)) {
-                Some(Ok(())) => Some(Ok(seized)),
-                Some(Err(not)) => {
-                    svc.release_for_good(
-                        &key,
-                        copies,
-                        "seized copies their session could not record",
-                    )
+            let mut unrecorded = false;
+            let delivered = handoff.deliver(|| match session.record(&key, copies, max_holds) {
+                Ok(()) => Ok(seized),
+                Err(not) => {
+                    unrecorded = true;
+                    Err(not.into())
+                }
+            });
+            if !delivered {
+                svc.undone("seize");
+                svc.release_for_good(&key, copies, "undoing an abandoned seize")
                     .await;
-                    Some(Err(not.into()))
-                }
-                None => {
-                    svc.undone("seize");
-                    svc.release_for_good(&key, copies, "undoing an abandoned seize")
-                        .await;
-                    None
-                }
+            } else if unrecorded {
+                svc.release_for_good(&key, copies, "seized copies their session could not record")
+                    .await;
             }
         })
         .await
@@ -664,33 +672,26 @@ impl<S: Store> Service<S> {
         );
     }
 
-    /// Runs `work` in a task of its own and waits for its outcome at most
-    /// the copy deadline. `work` returns `None` when its caller had given
-    /// up (it then undid what the store did).
+    /// Runs `work` in a task of its own and waits for the outcome it
+    /// delivers through its [`Handoff`] at most the copy deadline. Once the
+    /// caller gave up (the deadline, or this future dropped), `work` finds
+    /// it cannot deliver, and undoes what the store did.
     async fn run<T, F, Fut>(self: &Arc<Self>, op: &'static str, work: F) -> Result<T, ServiceError>
     where
         T: Send + 'static,
-        F: FnOnce(Arc<Self>, Arc<Handoff>) -> Fut + Send + 'static,
-        Fut: Future<Output = Option<Result<T, ServiceError>>> + Send + 'static,
+        F: FnOnce(Arc<Self>, Arc<Handoff<T>>) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
     {
-        let handoff = Arc::new(Handoff::default());
-        let (tx, rx) = oneshot::channel();
+        let (tx, mut rx) = oneshot::channel();
+        let handoff = Arc::new(Handoff::new(tx));
         self.spawn({
             let handoff = Arc::clone(&handoff);
-            move |svc| async move {
-                if let Some(outcome) = work(svc, handoff).await {
-                    // The caller may still have given up after delivery (its
-                    // future dropped): the outcome is then lost with it, like
-                    // an answer lost on the network.
-                    let _ = tx.send(outcome);
-                }
-            }
+            move |svc| work(svc, handoff)
         });
         let mut waiting = Abandon {
-            handoff: &handoff,
+            handoff: &*handoff,
             op,
         };
-        let mut rx = rx;
         let outcome = match tokio::time::timeout(self.options.copy_deadline, &mut rx).await {
             Ok(received) => received,
             Err(_) if handoff.abandon() => {
@@ -702,11 +703,12 @@ impl<S: Store> Service<S> {
                     self.options.copy_deadline
                 ))));
             }
-            // Delivered just as the deadline passed: the outcome is on its
-            // way, and already in the session's record.
+            // Delivered just as the deadline passed: the outcome is in the
+            // channel, and already in the session's record.
             Err(_) => rx.await,
         };
         waiting.disarm();
+        // A closed channel: the task ended without delivering (it panicked).
         outcome.unwrap_or_else(|_| {
             Err(ServiceError::Store(StoreError::Unavailable(format!(
                 "the {op} failed inside the server"
@@ -737,41 +739,50 @@ fn seized_key(seized: &Seized) -> HoldKey {
     }
 }
 
-/// Whether a copy operation's caller still waits for its outcome: decided
-/// once, under a lock, between the task delivering and the caller giving
-/// up.
-#[derive(Debug, Default)]
-pub(crate) struct Handoff {
-    gate: Mutex<Gate>,
+/// A copy operation's outcome on its way to a caller that may have given
+/// up: delivering it and giving up are decided once, under one lock.
+pub(crate) struct Handoff<T> {
+    gate: Mutex<Gate<T>>,
 }
 
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-enum Gate {
-    #[default]
-    Waiting,
+enum Gate<T> {
+    Waiting(oneshot::Sender<Result<T, ServiceError>>),
     Abandoned,
     Delivered,
 }
 
-impl Handoff {
-    /// Runs `apply` (which puts the outcome in the session's record) and
-    /// marks the outcome delivered, if the caller still waits; `None` if it
-    /// gave up, and then nothing ran.
-    pub(crate) fn deliver<R>(&self, apply: impl FnOnce() -> R) -> Option<R> {
-        let mut gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
-        if *gate != Gate::Waiting {
-            return None;
+impl<T> Handoff<T> {
+    fn new(tx: oneshot::Sender<Result<T, ServiceError>>) -> Handoff<T> {
+        Handoff {
+            gate: Mutex::new(Gate::Waiting(tx)),
         }
-        let r = apply();
-        *gate = Gate::Delivered;
-        Some(r)
+    }
+
+    /// If the caller still waits: runs `apply` (which puts the outcome in
+    /// the session's record) and hands its result over, returning `true`.
+    /// `false` if the caller gave up; then nothing ran.
+    pub(crate) fn deliver(&self, apply: impl FnOnce() -> Result<T, ServiceError>) -> bool {
+        let mut gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
+        match std::mem::replace(&mut *gate, Gate::Delivered) {
+            Gate::Waiting(tx) => {
+                // The receiver may just have been dropped with its caller:
+                // the outcome is then lost with it, like an answer lost on
+                // the network (the record already has it).
+                let _ = tx.send(apply());
+                true
+            }
+            other => {
+                *gate = other;
+                false
+            }
+        }
     }
 
     /// Gives up waiting; `false` if the outcome was delivered first.
-    pub(crate) fn abandon(&self) -> bool {
+    fn abandon(&self) -> bool {
         let mut gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
         match *gate {
-            Gate::Waiting => {
+            Gate::Waiting(_) => {
                 *gate = Gate::Abandoned;
                 true
             }
@@ -783,18 +794,18 @@ impl Handoff {
 
 /// Gives up waiting when the caller's future is dropped before the outcome
 /// arrived (an HTTP client that hung up).
-struct Abandon<'a> {
-    handoff: &'a Handoff,
+struct Abandon<'a, T> {
+    handoff: &'a Handoff<T>,
     op: &'static str,
 }
 
-impl Abandon<'_> {
+impl<T> Abandon<'_, T> {
     fn disarm(&mut self) {
         self.op = "";
     }
 }
 
-impl Drop for Abandon<'_> {
+impl<T> Drop for Abandon<'_, T> {
     fn drop(&mut self) {
         if !self.op.is_empty() && self.handoff.abandon() {
             metrics::counter!(ABANDONED, "op" => self.op).increment(1);

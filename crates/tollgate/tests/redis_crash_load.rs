@@ -497,6 +497,8 @@ fn check_pool(key: &str, fields: &[(Vec<u8>, Vec<u8>)], servers: &[&str]) -> Opt
     let mut sum_domains: BTreeMap<String, u64> = BTreeMap::new();
     let mut sum_groups: BTreeMap<String, u64> = BTreeMap::new();
     let mut seen_contributions = Vec::new();
+    // Each server's total beside its contributions (`m:<server>`).
+    let mut totals: BTreeMap<String, u64> = BTreeMap::new();
     for (f, v) in fields {
         if f == b"n" {
             let name = std::str::from_utf8(v).unwrap();
@@ -516,6 +518,10 @@ fn check_pool(key: &str, fields: &[(Vec<u8>, Vec<u8>)], servers: &[&str]) -> Opt
             p.groups.insert(g, n);
         } else if let Some(x) = f.strip_prefix(b"x:") {
             p.tombstones.push(String::from_utf8(x.to_vec()).unwrap());
+        } else if let Some(m) = f.strip_prefix(b"m:") {
+            let server = String::from_utf8(m.to_vec()).unwrap();
+            let n = count(&format!("m:{server}"), v);
+            totals.insert(server, n);
         } else if let Some(rest) = f.strip_prefix(b"s:") {
             let colon = rest.iter().position(|&b| b == b':').unwrap();
             let server = String::from_utf8(rest[..colon].to_vec()).unwrap();
@@ -557,6 +563,13 @@ fn check_pool(key: &str, fields: &[(Vec<u8>, Vec<u8>)], servers: &[&str]) -> Opt
             .entry(domain.clone())
             .or_default() += n;
     }
+    // Each server's total is the sum of its contributions.
+    let summed: BTreeMap<String, u64> = p
+        .contributions
+        .keys()
+        .map(|s| (s.clone(), p.contributed_by(s)))
+        .collect();
+    assert_eq!(totals, summed, "{key}: m: vs contributions: {p:?}");
     // No transfers are staged here, so the counts are exactly the servers'
     // contributions.
     assert_eq!(p.global, sum_global, "{key}: g vs contributions: {p:?}");
