@@ -47,10 +47,11 @@ pub fn grpc_code(e: &ServiceError) -> Code {
         | "not_held"
         | "no_descriptors"
         | "cannot_schedule"
-        | "session_closed" => Code::FailedPrecondition,
+        | "session_closed"
+        | "too_many_holds" => Code::FailedPrecondition,
         "exceeds_limit" | "unsupported_by_store" => Code::OutOfRange,
         // Up and answering, but refusing for want of room of its own.
-        "too_many_sessions" | "store_at_capacity" => Code::ResourceExhausted,
+        "too_many_sessions" | "store_at_capacity" | "too_many_transfers" => Code::ResourceExhausted,
         "duplicate_key" => Code::Internal,
         _ => Code::Unavailable,
     }

@@ -68,8 +68,11 @@ impl ServiceError {
     pub fn is_client_error(&self) -> bool {
         !matches!(
             self,
-            ServiceError::Store(StoreError::AtCapacity(_) | StoreError::Unavailable(_))
-                | ServiceError::TooManySessions(_)
+            ServiceError::Store(
+                StoreError::AtCapacity(_)
+                    | StoreError::TooManyTransfers(_)
+                    | StoreError::Unavailable(_)
+            ) | ServiceError::TooManySessions(_)
         )
     }
 
@@ -98,6 +101,7 @@ impl ServiceError {
             ServiceError::Store(StoreError::Plan(_)) => "cannot_schedule",
             ServiceError::Store(StoreError::DuplicateKey(_)) => "duplicate_key",
             ServiceError::Store(StoreError::AtCapacity(_)) => "store_at_capacity",
+            ServiceError::Store(StoreError::TooManyTransfers(_)) => "too_many_transfers",
             ServiceError::Store(StoreError::Unsupported(_)) => "unsupported_by_store",
             ServiceError::Store(_) => "store_unavailable",
         }

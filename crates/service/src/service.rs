@@ -67,6 +67,8 @@ const UNDONE: &str = "tollgate_copy_ops_undone_total";
 const RELEASE_FAILURES: &str = "tollgate_session_release_failures_total";
 /// Gauge: copy operations in flight.
 const IN_FLIGHT: &str = "tollgate_copy_ops_in_flight";
+/// Counter: copy operations refused because too many were in flight.
+const SHED: &str = "tollgate_copy_ops_shed_total";
 
 /// Which resource, for whom.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -92,6 +94,11 @@ pub struct ServiceOptions {
     /// bytes: bounds what a hold costs in a session's record and in the
     /// store's pools.
     pub max_name_bytes: usize,
+    /// Copy operations that may wait for the store at once. A store that
+    /// stalls for long would otherwise pile up one task per request; past
+    /// this, new operations are answered `store_unavailable` at once
+    /// (releases of ending sessions and undos are never refused).
+    pub max_in_flight: usize,
 }
 
 impl Default for ServiceOptions {
@@ -100,6 +107,7 @@ impl Default for ServiceOptions {
             sessions: SessionLimits::default(),
             copy_deadline: Duration::from_secs(1),
             max_name_bytes: 1024,
+            max_in_flight: 10_000,
         }
     }
 }
@@ -682,6 +690,13 @@ impl<S: Store> Service<S> {
         F: FnOnce(Arc<Self>, Arc<Handoff<T>>) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
+        if self.in_flight() >= self.options.max_in_flight {
+            metrics::counter!(SHED, "op" => op).increment(1);
+            return Err(ServiceError::Store(StoreError::Unavailable(format!(
+                "{} copy operations are already waiting for the store; the {op} was not sent",
+                self.options.max_in_flight
+            ))));
+        }
         let (tx, mut rx) = oneshot::channel();
         let handoff = Arc::new(Handoff::new(tx));
         self.spawn({

@@ -115,14 +115,17 @@ fn service_with(
     limits: SessionLimits,
     deadline: Duration,
 ) -> (Arc<Service<Stalling>>, Arc<ManualClock>) {
-    let loaded = tollgate_config::load_str("t.yaml", CONFIG).unwrap();
-    let clock = Arc::new(ManualClock::new(Nanos::from_secs(1_000)));
-    let limiter = Limiter::new(Stalling::new(), View::new(&loaded.config, Nanos::ZERO));
-    let options = ServiceOptions {
+    service_with_options(ServiceOptions {
         sessions: limits,
         copy_deadline: deadline,
         ..ServiceOptions::default()
-    };
+    })
+}
+
+fn service_with_options(options: ServiceOptions) -> (Arc<Service<Stalling>>, Arc<ManualClock>) {
+    let loaded = tollgate_config::load_str("t.yaml", CONFIG).unwrap();
+    let clock = Arc::new(ManualClock::new(Nanos::from_secs(1_000)));
+    let limiter = Limiter::new(Stalling::new(), View::new(&loaded.config, Nanos::ZERO));
     let clock_dyn: Arc<dyn tollgate_service::Clock> = Arc::clone(&clock) as _;
     (Arc::new(Service::new(limiter, clock_dyn, options)), clock)
 }
@@ -372,6 +375,45 @@ async fn a_seize_whose_caller_gave_up_is_released() {
     settled(&svc).await;
     assert_eq!(taker.held(), 0);
     assert_eq!(counted(&svc, "pool"), 0);
+}
+
+/// A store that stalls for long must not pile up a task per request:
+/// past `max_in_flight` waiting operations, new ones are refused at once,
+/// while closes still go through.
+#[tokio::test]
+async fn copy_operations_waiting_for_a_stalled_store_are_bounded() {
+    let (svc, _) = service_with_options(ServiceOptions {
+        copy_deadline: Duration::from_millis(5),
+        max_in_flight: 2,
+        ..ServiceOptions::default()
+    });
+    let s = svc.open(None).unwrap();
+    assert_eq!(reserve(&svc, &s, 1).await, 1);
+    svc.limiter().store().stall();
+    for _ in 0..2 {
+        let e = svc
+            .reserve(&s, target("pool"), Request::exactly(1))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("did not answer"), "{e}");
+    }
+    assert_eq!(svc.in_flight(), 2);
+    let e = svc
+        .reserve(&s, target("pool"), Request::exactly(1))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("already waiting"), "{e}");
+    assert_eq!(svc.in_flight(), 2, "nothing more was started");
+    // Ending the session is never refused.
+    assert_eq!(svc.close(&s).await.released, 1);
+    assert_eq!(svc.in_flight(), 3);
+    svc.limiter().store().resume();
+    settled(&svc).await;
+    assert_eq!(
+        counted(&svc, "pool"),
+        0,
+        "the two late grants undone, the hold released"
+    );
 }
 
 /// Issue 16 item 6: a session's record is bounded in entries.

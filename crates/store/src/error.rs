@@ -23,6 +23,10 @@ pub enum StoreError {
     /// reject requests for new ones.
     #[error("the store is at its key capacity ({0} keys)")]
     AtCapacity(usize),
+    /// The store holds its maximum number of staged transfers: staging
+    /// another must wait until some are seized or expire.
+    #[error("the store holds its maximum of {0} staged transfers; seize or let some expire first")]
+    TooManyTransfers(usize),
     /// The backing service cannot be reached or failed to answer in time
     /// (not used by the memory store).
     #[error("store unavailable: {0}")]

@@ -111,6 +111,7 @@ const UNTRACKED_COUNTER: &str = "tollgate_store_untracked_decisions_total";
 const REJECTED_COUNTER: &str = "tollgate_store_rejected_at_capacity_total";
 const SWEPT_COUNTER: &str = "tollgate_store_swept_keys_total";
 const TRANSFERS_GAUGE: &str = "tollgate_store_transfers_pending";
+const TRANSFERS_REFUSED_COUNTER: &str = "tollgate_store_transfers_refused_total";
 
 /// The most shards a store will allocate; more buys nothing but memory.
 const MAX_SHARDS: usize = 1 << 16;
@@ -145,6 +146,11 @@ pub struct MemoryStoreOptions {
     pub max_keys: usize,
     /// What to do with a new key when its shard is full.
     pub at_capacity: AtCapacity,
+    /// The most transfers staged at once (each holds copies until seized
+    /// or expired): bounds the transfer index whatever clients do, also
+    /// for unconfigured resources, whose limits are unbounded. Default:
+    /// one million.
+    pub max_transfers: usize,
     /// The least time between two capacity-triggered sweeps of one shard,
     /// and a sensible period for the caller's [`MemoryStore::sweep_now`]
     /// timer. Default: one second.
@@ -162,6 +168,7 @@ impl Default for MemoryStoreOptions {
         MemoryStoreOptions {
             shards,
             max_keys: 10_000_000,
+            max_transfers: 1_000_000,
             at_capacity: AtCapacity::default(),
             sweep_interval: Nanos::SECOND,
         }
@@ -323,6 +330,10 @@ impl MemoryStore {
     /// Registers descriptions of the store's metrics with the installed
     /// `metrics` recorder; call it once after installing the recorder.
     pub fn describe_metrics() {
+        metrics::describe_counter!(
+            TRANSFERS_REFUSED_COUNTER,
+            "Transfers refused because the memory store held its maximum of staged transfers."
+        );
         metrics::describe_gauge!(KEYS_GAUGE, "Limit states held by the memory store.");
         metrics::describe_counter!(
             UNTRACKED_COUNTER,
@@ -449,6 +460,19 @@ impl MemoryStore {
         let mut id = TransferId(uuid::Uuid::new_v4().as_u128());
         let mut guard = self.pools.lock();
         let Pools { pools, transfers } = &mut *guard;
+        if transfers.len() >= self.options.max_transfers {
+            // Due ones first: they hold nothing any more.
+            for p in pools.values_mut() {
+                for (expired, _) in p.expire(now) {
+                    transfers.remove(&expired);
+                }
+            }
+            pools.retain(|_, p| !p.is_empty());
+            if transfers.len() >= self.options.max_transfers {
+                metrics::counter!(TRANSFERS_REFUSED_COUNTER).increment(1);
+                return Err(StoreError::TooManyTransfers(self.options.max_transfers));
+            }
+        }
         // Random v4 ids are unique in practice; checking the index makes it
         // certain.
         while transfers.contains_key(&id) {

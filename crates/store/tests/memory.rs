@@ -1009,3 +1009,38 @@ fn a_reserve_releases_transfers_whose_ttl_ended() {
         StoreError::Copy(CopyError::UnknownTransfer)
     );
 }
+
+/// Issue 16 item 6: staged transfers are bounded in number, also for
+/// resources whose limits are unbounded (unconfigured ones): at the bound a
+/// transfer is refused and nothing moves; due ones make room.
+#[test]
+fn staged_transfers_are_bounded() {
+    let store = MemoryStore::with_options(MemoryStoreOptions {
+        max_transfers: 2,
+        ..MemoryStoreOptions::default()
+    });
+    let pool = PoolKey::new("ns", "made-up");
+    let limits = CopyLimits::new(u64::MAX, None);
+    let r = store
+        .reserve_now(&pool, &limits, "a", Request::exactly(3), T0)
+        .unwrap();
+    for ttl in [1, 60] {
+        store
+            .transfer_now(&pool, "a", &r.groups, 1, Nanos::from_secs(ttl), T0)
+            .unwrap();
+    }
+    assert_eq!(
+        store.transfer_now(&pool, "a", &r.groups, 1, Nanos::from_secs(60), T0),
+        Err(StoreError::TooManyTransfers(2))
+    );
+    // Still held, not staged: it can be released.
+    store.release_now(&pool, "a", &r.groups, 1).unwrap();
+    let r = store
+        .reserve_now(&pool, &limits, "a", Request::exactly(1), T0)
+        .unwrap();
+    // Once the first is due, there is room again.
+    let later = T0.saturating_add(Nanos::from_secs(2));
+    store
+        .transfer_now(&pool, "a", &r.groups, 1, Nanos::from_secs(60), later)
+        .unwrap();
+}

@@ -86,6 +86,14 @@ pub struct ServeArgs {
     /// then undone if the store applies it later (milliseconds).
     #[arg(long, env = "TOLLGATE_COPY_DEADLINE_MS", default_value_t = 1000)]
     pub copy_deadline_ms: u64,
+    /// Copy operations that may wait for the store at once; past it, new
+    /// ones are answered `store_unavailable` at once.
+    #[arg(
+        long,
+        env = "TOLLGATE_MAX_COPY_OPS_IN_FLIGHT",
+        default_value_t = 10_000
+    )]
+    pub max_copy_ops_in_flight: usize,
     /// Concurrent streams (sessions and in-flight requests) per gRPC
     /// connection.
     #[arg(
@@ -101,6 +109,11 @@ pub struct ServeArgs {
     /// it is decided untracked).
     #[arg(long, env = "TOLLGATE_MAX_KEYS", default_value_t = 10_000_000)]
     pub max_keys: usize,
+    /// Most transfers the memory store keeps staged at once (each holds
+    /// copies until seized or expired); beyond it a transfer is refused
+    /// with `too_many_transfers`.
+    #[arg(long, env = "TOLLGATE_MAX_TRANSFERS", default_value_t = 1_000_000)]
+    pub max_transfers: usize,
     /// Record decisions as JSON lines `tollgate replay` reads back: a file
     /// (appended to), or `-` for standard output.
     #[arg(long, env = "TOLLGATE_DECISION_LOG")]
@@ -438,6 +451,7 @@ async fn serve_store(
     if args.store == "memory" {
         let store = MemoryStore::with_options(tollgate_store::MemoryStoreOptions {
             max_keys: args.max_keys,
+            max_transfers: args.max_transfers,
             ..Default::default()
         });
         let initial = Initial {
@@ -615,6 +629,7 @@ async fn serve_with<S: Store>(
             },
             copy_deadline: Duration::from_millis(args.copy_deadline_ms.max(1)),
             max_name_bytes: args.max_name_bytes,
+            max_in_flight: args.max_copy_ops_in_flight.max(1),
         },
         Arc::new(SystemClock),
     )
