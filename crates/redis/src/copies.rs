@@ -166,6 +166,22 @@ impl Pools {
         self.by_affinity.lock().len()
     }
 
+    /// Forgets pool `a` at once if it holds nothing and nobody else uses
+    /// it (a seize of a made-up id must not leave an entry until the next
+    /// sweep). `state` is the caller's handle, which it gives up.
+    pub(crate) fn forget_if_idle(&self, a: u64, state: Arc<AsyncMutex<PoolState>>) {
+        let mut map = self.by_affinity.lock();
+        // The map's handle and the caller's: nobody else can get one
+        // without this lock.
+        if Arc::strong_count(&state) == 2
+            && state
+                .try_lock()
+                .is_ok_and(|st| !st.holds() && !st.registered)
+        {
+            map.remove(&a);
+        }
+    }
+
     /// Drops pools nobody is using and that hold nothing: an entry whose
     /// lock only the map holds, and whose state is empty and unregistered.
     fn forget_idle(&self) {

@@ -765,9 +765,11 @@ impl RedisStore {
         // server's registration of the pool included) is written. Under the
         // operation's id, so that a resent seize finds the first one's
         // reply rather than a transfer that is gone.
-        self.drive(a, &mut st, now, "peek", Some(op), &args)
-            .await
-            .map_err(|e| self.copy_error(e, "", &no_groups, 0))?;
+        if let Err(e) = self.drive(a, &mut st, now, "peek", Some(op), &args).await {
+            drop(st);
+            self.pools.forget_if_idle(a, state);
+            return Err(self.copy_error(e, "", &no_groups, 0));
+        }
         let reply = async {
             self.register(a, &mut st).await?;
             self.drive(a, &mut st, now, "seize", Some(op), &args).await

@@ -528,6 +528,7 @@ async fn seizes_of_unknown_transfers_leave_nothing_in_redis() {
             s.seize(id, Nanos::ZERO, OpId::random()).await,
             Err(StoreError::Copy(CopyError::UnknownTransfer))
         ));
+        assert_eq!(s.tracked_pools(), 0, "not even until the next sweep");
     }
     s.sweep(Nanos::ZERO).await;
     assert_eq!(server.keys(&prefix), before, "no key was written");

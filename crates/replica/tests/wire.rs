@@ -590,10 +590,15 @@ fn small_items_are_never_split() {
 
 #[test]
 fn a_queue_that_fits_alone_moves_to_a_fresh_datagram_rather_than_splitting() {
-    // Fill most of a datagram, then a queue that fits one on its own.
+    // Fill most of a datagram (a key keeps at most 128 bytes of domain, so
+    // the bulk is a report of many nodes), then a queue that fits one on
+    // its own.
     let filler = (
-        Key::new(LimitId(1), &"f".repeat(500)),
-        Payload::Epoch(EpochReport::from_parts(1, [(NodeId(1), 1)])),
+        Key::new(LimitId(1), &"f".repeat(128)),
+        Payload::Epoch(EpochReport::from_parts(
+            1,
+            (0..34u64).map(|i| (NodeId(u64::MAX - i), 1)),
+        )),
     );
     let q = steady_queue(120, 1, 1_000_000, 1_000_000);
     let items = vec![
