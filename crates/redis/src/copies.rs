@@ -247,13 +247,19 @@ impl RedisStore {
                     return Err(e);
                 }
                 Err(e) => {
-                    self.note_failure(&e);
                     tracing::debug!(op, error = %e, attempt, "a copy operation got no answer; sending it again");
-                    tokio::time::sleep(backoff(attempt)).await;
-                    attempt = attempt.saturating_add(1);
+                    self.pause_after(&e, &mut attempt).await;
                 }
             }
         }
+    }
+
+    /// Before sending again after `attempt` sends got no answer (`e`):
+    /// notes the failure and backs off.
+    async fn pause_after(&self, e: &RedisError, attempt: &mut u32) {
+        self.note_failure(e);
+        tokio::time::sleep(backoff(*attempt)).await;
+        *attempt = attempt.saturating_add(1);
     }
 
     /// Counts again, in pool `a`, everything this server's sessions hold
@@ -287,9 +293,7 @@ impl RedisStore {
                 }
                 Err(e) if refusal(&e).is_some() => return Err(e),
                 Err(e) => {
-                    self.note_failure(&e);
-                    tokio::time::sleep(backoff(attempt)).await;
-                    attempt = attempt.saturating_add(1);
+                    self.pause_after(&e, &mut attempt).await;
                 }
             }
         }
@@ -316,9 +320,7 @@ impl RedisStore {
                 }
                 Err(e) if refusal(&e).is_some() => return Err(e),
                 Err(e) => {
-                    self.note_failure(&e);
-                    tokio::time::sleep(backoff(attempt)).await;
-                    attempt = attempt.saturating_add(1);
+                    self.pause_after(&e, &mut attempt).await;
                 }
             }
         }

@@ -20,6 +20,23 @@ fn limits() -> CopyLimits {
         .with_override("initech", 2)
 }
 
+/// Reserves copies of `pool` for `acme`, as one new operation.
+async fn reserve(
+    s: &RedisStore,
+    pool: &PoolKey,
+    l: &CopyLimits,
+    request: Request,
+) -> Result<tollgate_core::copies::Reservation, StoreError> {
+    s.reserve(pool, l, "acme", request, Nanos::ZERO, OpId::random())
+        .await
+}
+
+/// Runs `s`'s heartbeat until it resigns.
+fn beat(s: &RedisStore) -> tokio::task::JoinHandle<tollgate_redis::Resignation> {
+    let s = s.clone();
+    tokio::spawn(async move { s.heartbeat().await })
+}
+
 #[tokio::test]
 async fn reserve_release_transfer_and_seize_answer_what_the_memory_store_answers() {
     let server = RedisServer::start();
@@ -50,15 +67,7 @@ async fn reserve_release_transfer_and_seize_answer_what_the_memory_store_answers
     // Releasing more than held names what is held, in both stores.
     let want = memory.release_now(&pool, "acme", &big, 9).unwrap_err();
     let got = redis
-        .release(
-            Held {
-                pool: &pool,
-                domain: "acme",
-                groups: &big,
-                copies: 9,
-            },
-            OpId::random(),
-        )
+        .release(held(&pool, &big, 9), OpId::random())
         .await
         .unwrap_err();
     assert_eq!(got, want);
@@ -68,30 +77,14 @@ async fn reserve_release_transfer_and_seize_answer_what_the_memory_store_answers
     ));
     assert_eq!(
         redis
-            .release(
-                Held {
-                    pool: &pool,
-                    domain: "acme",
-                    groups: &big,
-                    copies: 0
-                },
-                OpId::random()
-            )
+            .release(held(&pool, &big, 0), OpId::random())
             .await
             .unwrap_err(),
         memory.release_now(&pool, "acme", &big, 0).unwrap_err()
     );
     memory.release_now(&pool, "acme", &big, 1).unwrap();
     redis
-        .release(
-            Held {
-                pool: &pool,
-                domain: "acme",
-                groups: &big,
-                copies: 1,
-            },
-            OpId::random(),
-        )
+        .release(held(&pool, &big, 1), OpId::random())
         .await
         .unwrap();
 
@@ -99,17 +92,7 @@ async fn reserve_release_transfer_and_seize_answer_what_the_memory_store_answers
     // holds them; an expired one is released and cannot be seized.
     let id_m = memory.transfer_now(&pool, "acme", &big, 2, s, T0).unwrap();
     let id_r = redis
-        .transfer(
-            Held {
-                pool: &pool,
-                domain: "acme",
-                groups: &big,
-                copies: 2,
-            },
-            s,
-            T0,
-            OpId::random(),
-        )
+        .transfer(held(&pool, &big, 2), s, T0, OpId::random())
         .await
         .unwrap();
     let after = |store_m: &MemoryStore| {
@@ -137,32 +120,14 @@ async fn reserve_release_transfer_and_seize_answer_what_the_memory_store_answers
         StoreError::Copy(CopyError::UnknownTransfer)
     );
     redis
-        .release(
-            Held {
-                pool: &pool,
-                domain: "acme",
-                groups: &big,
-                copies: 2,
-            },
-            OpId::random(),
-        )
+        .release(held(&pool, &big, 2), OpId::random())
         .await
         .unwrap();
     memory.release_now(&pool, "acme", &big, 2).unwrap();
 
     let id_m = memory.transfer_now(&pool, "acme", &big, 1, s, t1).unwrap();
     let id_r = redis
-        .transfer(
-            Held {
-                pool: &pool,
-                domain: "acme",
-                groups: &big,
-                copies: 1,
-            },
-            s,
-            t1,
-            OpId::random(),
-        )
+        .transfer(held(&pool, &big, 1), s, t1, OpId::random())
         .await
         .unwrap();
     let late = t1.saturating_add(s);
@@ -196,16 +161,9 @@ async fn a_survivor_releases_the_holds_of_a_server_whose_heartbeat_lapsed() {
     let dead = store(&server.url(), &prefix, 600).await;
     let alive = store(&server.url(), &prefix, 600).await;
     assert_ne!(dead.server_id(), alive.server_id());
-    dead.reserve(
-        &pool,
-        &l,
-        "acme",
-        Request::exactly(4),
-        Nanos::ZERO,
-        OpId::random(),
-    )
-    .await
-    .unwrap();
+    reserve(&dead, &pool, &l, Request::exactly(4))
+        .await
+        .unwrap();
     alive
         .reserve(
             &pool,
@@ -231,10 +189,7 @@ async fn a_survivor_releases_the_holds_of_a_server_whose_heartbeat_lapsed() {
     assert_eq!(holds(&alive, &pool, "acme").await, (7, 9));
 
     // Only the survivor sends heartbeats; the other is as good as dead.
-    let beating = tokio::spawn({
-        let alive = alive.clone();
-        async move { alive.heartbeat().await }
-    });
+    let beating = beat(&alive);
     common::eventually(Duration::from_secs(20), || async {
         holds(&alive, &pool, "acme").await == (3, 5)
     })
@@ -324,10 +279,7 @@ async fn a_server_that_was_declared_dead_resigns() {
         )
         .await
         .unwrap();
-    let beating = tokio::spawn({
-        let other = other.clone();
-        async move { other.heartbeat().await }
-    });
+    let beating = beat(&other);
     common::eventually(Duration::from_secs(20), || async {
         holds(&other, &pool, "acme").await == (0, 0)
     })
@@ -347,16 +299,7 @@ async fn a_server_starting_alone_clears_holds_left_by_a_previous_generation() {
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(10, None);
     let old = store(&server.url(), &prefix, 300).await;
-    old.reserve(
-        &pool,
-        &l,
-        "acme",
-        Request::exactly(6),
-        Nanos::ZERO,
-        OpId::random(),
-    )
-    .await
-    .unwrap();
+    reserve(&old, &pool, &l, Request::exactly(6)).await.unwrap();
     // The old generation's live-set entry vanishes (as if Redis had lost
     // it) while its holds stay: only the orphan sweep can find them.
     assert_eq!(server.command(&format!("DEL {prefix}{{srv}}:alive")), ":1");
@@ -390,20 +333,8 @@ async fn copy_operations_during_stalls_are_applied_once_and_the_server_keeps_its
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(10, None);
     let none = Vec::new();
-    s.reserve(
-        &pool,
-        &l,
-        "acme",
-        Request::exactly(2),
-        Nanos::ZERO,
-        OpId::random(),
-    )
-    .await
-    .unwrap();
-    let beating = tokio::spawn({
-        let s = s.clone();
-        async move { s.heartbeat().await }
-    });
+    reserve(&s, &pool, &l, Request::exactly(2)).await.unwrap();
+    let beating = beat(&s);
     // Redis stalls for 300 ms at a time, ten times in a row: every
     // heartbeat and copy operation waits behind a stall, longer than a
     // decision may wait but within the heartbeat TTL.
@@ -584,20 +515,8 @@ async fn a_redis_that_restarts_empty_costs_its_counts_not_the_server() {
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(3, None);
     let none = Vec::new();
-    s.reserve(
-        &pool,
-        &l,
-        "acme",
-        Request::exactly(3),
-        Nanos::ZERO,
-        OpId::random(),
-    )
-    .await
-    .unwrap();
-    let beating = tokio::spawn({
-        let s = s.clone();
-        async move { s.heartbeat().await }
-    });
+    reserve(&s, &pool, &l, Request::exactly(3)).await.unwrap();
+    let beating = beat(&s);
     server.restart();
     // The heartbeat finds itself gone though nobody declared it dead, and
     // counts its holds again.
@@ -636,16 +555,7 @@ async fn a_pool_redis_lost_is_counted_again_by_the_next_operation() {
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(3, None);
     let none = Vec::new();
-    s.reserve(
-        &pool,
-        &l,
-        "acme",
-        Request::exactly(2),
-        Nanos::ZERO,
-        OpId::random(),
-    )
-    .await
-    .unwrap();
+    reserve(&s, &pool, &l, Request::exactly(2)).await.unwrap();
     assert_eq!(server.command("FLUSHALL"), "+OK");
     // Without the recount this would grant 3 (and the release below would
     // be refused as not held).
