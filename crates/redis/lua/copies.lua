@@ -18,20 +18,25 @@
 --           (cmsgpack {domain, copies, expires stored, base second, groups...})
 --   KEYS[3] <prefix>{c:A}:xexp  sorted set: transfer id by expiry (µs)
 --   KEYS[4] <prefix>{c:A}:op:<op id>  the reply of an operation already
---           applied, kept for a while (ARGV[6] ms), so that an operation
---           sent again (its reply was lost, or it timed out) is applied
---           at most once and answers what it answered the first time.
+--           applied, so that an operation sent again (its reply was lost,
+--           or it timed out) is applied at most once and answers what it
+--           answered the first time. Kept until the server says it has
+--           the reply (below), at most ARGV[6] ms.
+--   KEYS[5..] (every op but `orphans`) replies of this server's earlier
+--           operations on the pool that it has received: deleted here, so
+--           remembered replies cost nothing once they are not needed.
 -- Counts are the sum of the servers' contributions plus the staged copies;
 -- a count that reaches zero is deleted, so an idle pool leaves no key (or,
 -- with tombstones, one that expires a day later).
 --
 -- ARGV: 1 op, 2-3 now (seconds, nanoseconds; '' for TIME), 4 this server's
--- id, 5 the pool's name, 6 how long to remember the operation's reply (ms;
--- '' for operations without an id), 7 '1' if this server knows it holds
--- copies here ('0' otherwise), then the op's own arguments (from 8).
--- Errors (nothing changed) are 'TOLLGATE <what> ...'; 'TOLLGATE lost'
--- says this server holds copies here that Redis no longer counts (it lost
--- its data): the server counts them again ('reassert') and retries.
+-- id, 5 the pool's name, 6 how long at most to remember the operation's
+-- reply (ms; '' for operations without an id), 7 how many copies this
+-- server knows it holds here (its own record), then the op's own
+-- arguments (from 8). Errors (nothing changed) are 'TOLLGATE <what> ...';
+-- 'TOLLGATE lost' says Redis does not count what this server holds here
+-- (it lost its data, or went back to an older state): the server writes
+-- its holds again ('reassert') and retries.
 
 if ARGV[2] == '' then
   local t = redis.call('TIME')
@@ -44,8 +49,13 @@ local op = ARGV[1]
 local sid = ARGV[4]
 local pool_name = ARGV[5]
 local remember = ARGV[6]
-local expect_own = ARGV[7] == '1'
+local expect_own = tonumber(ARGV[7])
 local P, XFER, XEXP, OPREC = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+
+-- Replies this server has received need not be remembered any more.
+if op ~= 'orphans' then
+  for i = 5, #KEYS do redis.call('DEL', KEYS[i]) end
+end
 
 -- An operation applied before answers what it answered then (`peek`
 -- looks under the id of the seize it precedes, and never records).
@@ -125,11 +135,11 @@ local function add_own(domain, groups, n)
 end
 
 -- Why this server may not change its holds here, if it may not: it was
--- declared dead (a survivor released them), or Redis lost the copies it
--- knows it holds (it must count them again first).
+-- declared dead (a survivor released them), or Redis does not count what
+-- the server knows it holds (it must write its holds again first).
 local function own_refusal()
   if resigned() then return redis.error_reply('TOLLGATE resigned') end
-  if expect_own and redis.call('HEXISTS', P, 'm:' .. sid) == 0 then
+  if count('m:' .. sid) ~= expect_own then
     return redis.error_reply('TOLLGATE lost')
   end
   return nil
@@ -233,12 +243,27 @@ if op == 'restore' then
 end
 
 if op == 'reassert' then
-  -- 8.. entries of domain, copies, group count, groups. Counts again what
-  -- this server's sessions hold here after Redis lost it (restarted
-  -- empty, or a cluster node failed over to a replica that lagged), so
-  -- limits hold again; nothing if Redis still has them.
+  -- 8.. entries of domain, copies, group count, groups: what this server's
+  -- sessions hold here. Makes this server's contribution exactly that,
+  -- after Redis lost it (restarted empty) or went back to an older state
+  -- (a failover to a replica that lagged, a snapshot): whatever it counts
+  -- for this server now is taken away, then the entries counted. Nothing
+  -- if Redis already counts exactly that total.
   if resigned() then return redis.error_reply('TOLLGATE resigned') end
-  if redis.call('HEXISTS', P, 'm:' .. sid) == 1 then return applied(0) end
+  if count('m:' .. sid) == expect_own then return applied(0) end
+  local prefix = 's:' .. sid .. ':'
+  local fields = redis.call('HGETALL', P)
+  for i = 1, #fields, 2 do
+    local f = fields[i]
+    if string.sub(f, 1, #prefix) == prefix then
+      local v = cmsgpack.unpack(string.sub(f, #prefix + 1))
+      local groups = {}
+      for j = 2, #v do groups[#groups + 1] = v[j] end
+      add_all(v[1], groups, -tonumber(fields[i + 1]))
+      redis.call('HDEL', P, f)
+    end
+  end
+  redis.call('HDEL', P, 'm:' .. sid)
   local total = 0
   local i = 8
   while i + 2 <= #ARGV do

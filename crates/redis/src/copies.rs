@@ -62,7 +62,14 @@ pub(crate) struct PoolState {
     /// caller (with the same id) is counted in [`PoolState::mine`] once,
     /// as Redis counts it once.
     applied: std::collections::VecDeque<OpId>,
+    /// Operations whose replies arrived, whose remembered replies the next
+    /// call on this pool tells the script to forget.
+    pub(crate) acks: Vec<OpId>,
 }
+
+/// How many received replies a pool's state waits to acknowledge; older
+/// ones are left to expire on their own.
+const MAX_ACKS: usize = 32;
 
 /// How many operation ids a pool's state remembers.
 const REMEMBERED_OPS: usize = 64;
@@ -71,6 +78,19 @@ impl PoolState {
     /// Whether this server holds anything here.
     pub(crate) fn holds(&self) -> bool {
         !self.mine.is_empty()
+    }
+
+    /// Copies this server holds here, in all.
+    pub(crate) fn total(&self) -> u64 {
+        self.mine.values().fold(0, |t, n| t.saturating_add(*n))
+    }
+
+    /// Notes that operation `op`'s reply arrived.
+    fn ack(&mut self, op: OpId) {
+        if self.acks.len() == MAX_ACKS {
+            self.acks.remove(0);
+        }
+        self.acks.push(op);
     }
 
     /// Whether operation `op` is applied here for the first time (and
@@ -226,17 +246,28 @@ impl RedisStore {
         id: Option<OpId>,
         args: &[String],
     ) -> Result<Value, RedisError> {
+        let started = Instant::now();
         let mut attempt = 0u32;
         loop {
             if self.log.is_resigned() {
                 return Err(resigned_error());
             }
-            match self
-                .copies_call(a, &st.name, now, op, id, st.holds(), args)
-                .await
-            {
+            if started.elapsed() > self.log.resend_for() {
+                // Redis would soon forget whether it applied the operation:
+                // sent again after that, it could be applied twice. This
+                // server's part of the copy log can no longer be trusted.
+                self.log.resign(&format!(
+                    "a copy operation ({op}) got no answer for {:?}",
+                    started.elapsed()
+                ));
+                return Err(resigned_error());
+            }
+            match self.copies_call(a, st, now, op, id, args).await {
                 Ok(v) => {
                     self.mark(true);
+                    if let Some(id) = id {
+                        st.ack(id);
+                    }
                     return Ok(v);
                 }
                 Err(e) if refusal(&e) == Some("lost") => {
@@ -267,23 +298,21 @@ impl RedisStore {
     async fn reassert(&self, a: u64, st: &mut PoolState) -> Result<(), RedisError> {
         let args = st.reassert_args();
         let id = OpId::random();
+        // Registered again first: Redis may have lost the registration set
+        // as well, and a cleaner must find this pool.
+        st.registered = false;
+        self.register(a, st).await?;
         let mut attempt = 0u32;
         loop {
             if self.log.is_resigned() {
                 return Err(resigned_error());
             }
-            // Registered again first: Redis may have lost the registration
-            // set as well, and a cleaner must find this pool.
-            if let Err(e) = self.register(a, st).await {
-                if refusal(&e).is_some() {
-                    return Err(e);
-                }
-            }
             match self
-                .copies_call(a, &st.name, Nanos::ZERO, "reassert", Some(id), false, &args)
+                .copies_call(a, st, Nanos::ZERO, "reassert", Some(id), &args)
                 .await
             {
                 Ok(v) => {
+                    st.ack(id);
                     let copies = crate::store::int(Some(&v));
                     if copies > 0 {
                         metrics::counter!(REASSERTED).increment(copies);
@@ -331,10 +360,12 @@ impl RedisStore {
     pub async fn recover(&self) {
         for (a, pool) in self.pools.all() {
             let mut st = pool.lock().await;
+            // Redis lost the registration set too: every pool registers
+            // again before this server next holds copies there.
+            st.registered = false;
             if !st.holds() {
                 continue;
             }
-            st.registered = false;
             if let Err(e) = self.reassert(a, &mut st).await {
                 tracing::error!(pool = ?st.name, error = %e, "could not count this server's holds again");
             }
@@ -343,29 +374,44 @@ impl RedisStore {
 
     /// Expires the staged transfers of every pool where one is due, and
     /// withdraws the registration of pools where this server holds nothing
-    /// any more. Called by the store's sweep.
+    /// any more. One attempt per pool, bounded in time, skipping pools an
+    /// operation is using: the sweep must never wait for a Redis that
+    /// does not answer (what is not done now is done at a later sweep).
     pub(crate) async fn expire_due(&self, now: Nanos) {
+        let attempt = self.timeout().max(Duration::from_millis(200));
         for a in self.pools.take_due(Instant::now()) {
             let pool = self.pools.get(a);
-            let mut st = pool.lock().await;
-            match self.drive(a, &mut st, now, "expire", None, &[]).await {
-                Ok(Value::Int(us)) if us >= 0 => {
+            let Ok(mut st) = pool.try_lock() else {
+                self.pools.due_at(a, Instant::now());
+                continue;
+            };
+            let sent = tokio::time::timeout(
+                attempt,
+                self.copies_call(a, &mut st, now, "expire", None, &[]),
+            )
+            .await;
+            match sent {
+                Ok(Ok(Value::Int(us))) if us >= 0 => {
                     let wait = Duration::from_micros(u64::try_from(us).unwrap_or(0));
                     self.pools.due_at(a, Instant::now() + wait);
                 }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::debug!(error = %e, "expiring transfers failed; retrying at the next sweep");
-                    self.pools.due_at(a, Instant::now());
+                Ok(Ok(_)) => {}
+                failed => {
+                    if let Ok(Err(e)) = failed {
+                        self.note_failure(&e);
+                        tracing::debug!(error = %e, "expiring transfers failed; retrying at a later sweep");
+                    }
+                    self.pools
+                        .due_at(a, Instant::now() + Duration::from_secs(1));
                 }
             }
         }
-        self.withdraw_idle().await;
+        self.withdraw_idle(attempt).await;
     }
 
     /// Withdraws the registrations of pools this server holds nothing in
     /// (and expects no transfer in), and forgets them.
-    async fn withdraw_idle(&self) {
+    async fn withdraw_idle(&self, attempt: Duration) {
         for (a, pool) in self.pools.all() {
             if self.pools.is_due(a) {
                 continue;
@@ -377,11 +423,12 @@ impl RedisStore {
             if st.holds() || !st.registered {
                 continue;
             }
-            match self.log.unregister(&self.conn, a).await {
-                Ok(()) => st.registered = false,
-                Err(e) => {
+            match tokio::time::timeout(attempt, self.log.unregister(&self.conn, a)).await {
+                Ok(Ok(())) => st.registered = false,
+                Ok(Err(e)) => {
                     tracing::debug!(error = %e, "withdrawing a pool's registration failed; retrying at the next sweep")
                 }
+                Err(_) => {}
             }
         }
         self.pools.forget_idle();

@@ -92,23 +92,41 @@ impl CopyLog {
     /// operation without an id).
     pub(crate) fn pool_keys(&self, a: u64, op: Option<tollgate_store::OpId>) -> [String; 4] {
         let p = &self.prefix;
-        let op = op.map_or_else(|| "-".to_owned(), |op| op.to_string());
+        let op_key = match op {
+            Some(op) => self.op_key(a, op),
+            None => format!("{p}{{c:{a:016x}}}:op:-"),
+        };
         [
             format!("{p}{{c:{a:016x}}}:pool"),
             format!("{p}{{c:{a:016x}}}:xfer"),
             format!("{p}{{c:{a:016x}}}:xexp"),
-            format!("{p}{{c:{a:016x}}}:op:{op}"),
+            op_key,
         ]
     }
 
-    /// How long the copies script remembers an applied operation's reply:
-    /// longer than a server resends one before it gives up (it resigns, or
-    /// counts its holds again, within a few heartbeat TTLs).
+    /// The key remembering the reply of operation `op` on pool `a` (in the
+    /// pool's hash slot).
+    pub(crate) fn op_key(&self, a: u64, op: tollgate_store::OpId) -> String {
+        format!("{}{{c:{a:016x}}}:op:{op}", self.prefix)
+    }
+
+    /// How long at most the copies script remembers an applied
+    /// operation's reply (a server says when it has the reply, and the
+    /// script forgets it then): an hour, or six heartbeat TTLs if longer.
+    /// A server resends an operation for at most [`CopyLog::resend_for`],
+    /// well within it.
     pub(crate) fn remember_ms(&self) -> u64 {
         u64::try_from(self.ttl.as_millis())
             .unwrap_or(u64::MAX)
             .saturating_mul(6)
-            .max(30_000)
+            .max(3_600_000)
+    }
+
+    /// How long a server resends one copy operation before it gives up and
+    /// resigns: nine tenths of [`CopyLog::remember_ms`], so a resend is
+    /// always answered from the remembered reply if Redis applied it.
+    pub(crate) fn resend_for(&self) -> Duration {
+        Duration::from_millis(self.remember_ms() / 10 * 9)
     }
 
     fn server_keys(&self, of: &str) -> [String; 5] {

@@ -85,6 +85,8 @@ pub struct RedisStore {
     pub(crate) log: Arc<CopyLog>,
     /// What this server holds, pool by pool (crate::copies).
     pub(crate) pools: Arc<Pools>,
+    /// Whether a sweep is running.
+    sweeping: Arc<AtomicBool>,
 }
 
 /// Gauge: 1 while Redis answers, 0 while it does not.
@@ -145,6 +147,7 @@ impl RedisStore {
             decide,
             up: Arc::new(AtomicBool::new(true)),
             pools: Arc::default(),
+            sweeping: Arc::default(),
         })
     }
 
@@ -225,6 +228,14 @@ impl RedisStore {
                 self.pools.due_at(a, now);
             }
         }
+    }
+
+    /// One sweep, waited for (the [`Store::sweep`] the server runs does
+    /// this in a task of its own): due transfers expired, registrations of
+    /// pools held no more withdrawn. Bounded in time: one short attempt
+    /// per pool.
+    pub async fn sweep_now(&self, now: Nanos) {
+        self.expire_due(now).await;
     }
 
     /// Pools this server keeps state for (holds, registration or due
@@ -428,14 +439,28 @@ impl Store for RedisStore {
 
     async fn seize(&self, id: TransferId, now: Nanos, op: OpId) -> Result<Seized, StoreError> {
         let store = self.clone();
-        detached(async move { store.seize_copies(id, now, op).await }).await
+        detached(async move { store.seize_copies(id, now, op, true).await }).await
+    }
+
+    async fn take_back(&self, id: TransferId, now: Nanos, op: OpId) -> Result<Seized, StoreError> {
+        let store = self.clone();
+        detached(async move { store.seize_copies(id, now, op, false).await }).await
     }
 
     /// Limit states need no sweep (every write sets a TTL); staged
     /// transfers this server is to expire are released when due, and the
-    /// registrations of pools it holds nothing in are withdrawn.
+    /// registrations of pools it holds nothing in are withdrawn — in a task
+    /// of its own, one at a time, so the server's housekeeping (leases,
+    /// shutdown) never waits for Redis.
     async fn sweep(&self, now: Nanos) {
-        self.expire_due(now).await;
+        if self.sweeping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let store = self.clone();
+        tokio::spawn(async move {
+            store.sweep_now(now).await;
+            store.sweeping.store(false, Ordering::Release);
+        });
     }
 
     fn check_limit(&self, limit: &Limit) -> Result<(), String> {
@@ -536,18 +561,17 @@ impl RedisStore {
         Ok(())
     }
 
-    /// One copies-script call, bounded only by the connections' own
-    /// timeout. `id` makes Redis remember the reply; `holds` says this
-    /// server knows it holds copies in the pool.
-    #[allow(clippy::too_many_arguments)]
+    /// One copies-script call on pool `a` (whose state the caller holds
+    /// locked), bounded only by the connections' own timeout. `id` makes
+    /// Redis remember the reply; the call also tells Redis what this
+    /// server holds there, and which remembered replies it has received.
     pub(crate) async fn copies_call(
         &self,
         a: u64,
-        pool: &str,
+        st: &mut crate::copies::PoolState,
         now: Nanos,
         op: &str,
         id: Option<OpId>,
-        holds: bool,
         args: &[String],
     ) -> Result<Value, RedisError> {
         let (secs, nanos) = self.clock_args(now);
@@ -555,18 +579,35 @@ impl RedisStore {
         for k in self.log.pool_keys(a, id) {
             inv.key(k);
         }
+        // Never this operation's own reply (a seize looks first under its
+        // own id): that one is acknowledged once this call is answered.
+        let mut acks = std::mem::take(&mut st.acks);
+        acks.retain(|ack| Some(*ack) != id);
+        for ack in &acks {
+            inv.key(self.log.op_key(a, *ack));
+        }
         let remember = id.map_or_else(String::new, |_| self.log.remember_ms().to_string());
         inv.arg(op)
             .arg(secs)
             .arg(nanos)
             .arg(&self.log.id)
-            .arg(pool)
+            .arg(&st.name)
             .arg(remember)
-            .arg(if holds { "1" } else { "0" });
+            .arg(st.total().to_string());
         for x in args {
             inv.arg(x.as_str());
         }
-        self.conn.invoke(&inv).await
+        let result = self.conn.invoke(&inv).await;
+        if result.is_err() {
+            // Not known to have reached Redis: acknowledged again next time.
+            st.acks.splice(0..0, acks);
+        }
+        result
+    }
+
+    /// How long one rate decision may wait for Redis.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// Maps a copies-script refusal, or the resignation that ended a
@@ -749,13 +790,22 @@ impl RedisStore {
         Ok(id)
     }
 
+    /// A seize; `new_hold` is false when this server takes back what it
+    /// staged itself (no new hold: allowed while it may not take new ones).
     async fn seize_copies(
         &self,
         id: TransferId,
         now: Nanos,
         op: OpId,
+        new_hold: bool,
     ) -> Result<Seized, StoreError> {
-        self.check_may_hold()?;
+        if new_hold {
+            self.check_may_hold()?;
+        } else if self.log.is_resigned() {
+            return Err(StoreError::Unavailable(
+                "this server resigned from the copy log (declared dead); it holds no copies".into(),
+            ));
+        }
         let a = (id.0 >> 64) as u64;
         let state = self.pools.get(a);
         let mut st = state.lock().await;

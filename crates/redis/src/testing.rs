@@ -267,6 +267,31 @@ impl RedisServer {
         }
     }
 
+    /// Stops the process (SIGSTOP): connections stay open and nothing is
+    /// answered, as with a host that hangs, until [`RedisServer::resume`].
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// Lets a paused process go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, name: &str) {
+        let pid = self
+            .child
+            .as_ref()
+            .map(Child::id)
+            .expect("a running redis-server");
+        let ok = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(pid.to_string())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -{name} {pid}");
+    }
+
     /// Starts it again, empty, on the same port.
     pub fn restart(&mut self) {
         self.kill();
@@ -339,6 +364,23 @@ impl Client {
     /// Whether `key` exists.
     pub fn exists(&mut self, key: &str) -> bool {
         redis::cmd("EXISTS").arg(key).query(&mut self.0).unwrap()
+    }
+
+    /// `key`'s value, serialized (DUMP), to put back later.
+    pub fn dump(&mut self, key: &str) -> Vec<u8> {
+        redis::cmd("DUMP").arg(key).query(&mut self.0).unwrap()
+    }
+
+    /// Puts back a value [`Client::dump`] took, replacing what `key` holds
+    /// now (as if Redis had gone back to an older state).
+    pub fn restore(&mut self, key: &str, dumped: &[u8]) {
+        let _: () = redis::cmd("RESTORE")
+            .arg(key)
+            .arg(0)
+            .arg(dumped)
+            .arg("REPLACE")
+            .query(&mut self.0)
+            .unwrap();
     }
 
     /// Any command whose answer is one string (INFO, DEBUG SLEEP's OK...).

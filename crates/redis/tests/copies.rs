@@ -461,7 +461,7 @@ async fn seizes_of_unknown_transfers_leave_nothing_in_redis() {
         ));
         assert_eq!(s.tracked_pools(), 0, "not even until the next sweep");
     }
-    s.sweep(Nanos::ZERO).await;
+    s.sweep_now(Nanos::ZERO).await;
     assert_eq!(server.keys(&prefix), before, "no key was written");
     assert_eq!(s.tracked_pools(), 0, "and nothing is kept to sweep");
 }
@@ -492,7 +492,7 @@ async fn the_registration_of_a_pool_held_no_more_is_withdrawn() {
     }
     let registrations = format!("{prefix}{{srv}}:pools:{}", s.server_id());
     assert_eq!(server.command(&format!("SCARD {registrations}")), ":20");
-    s.sweep(Nanos::ZERO).await;
+    s.sweep_now(Nanos::ZERO).await;
     assert_eq!(server.command(&format!("SCARD {registrations}")), ":0");
     assert_eq!(s.tracked_pools(), 0);
     // No pool is left, only the replies of applied operations, which
@@ -575,4 +575,109 @@ async fn a_pool_redis_lost_is_counted_again_by_the_next_operation() {
         .await
         .unwrap();
     assert_eq!(holds(&s, &pool, "acme").await, (0, 0));
+}
+
+/// Review of issue 16's fix: a pool this server stayed registered in (a
+/// transfer was due there) kept its "registered" mark after Redis lost the
+/// registration set, so later holds there were never registered again and
+/// a cleaner after this server's death could not find them.
+#[tokio::test]
+async fn a_pool_registered_before_redis_restarted_empty_is_registered_again() {
+    let mut server = RedisServer::start();
+    let prefix = unique_prefix();
+    let a = store(&server.url(), &prefix, 600).await;
+    let b = store(&server.url(), &prefix, 600).await;
+    let pool = PoolKey::new("ns", "db");
+    let l = CopyLimits::new(3, None);
+    let none = Vec::new();
+    reserve(&a, &pool, &l, Request::exactly(1)).await.unwrap();
+    a.transfer(
+        held(&pool, &none, 1),
+        Nanos::from_secs(600),
+        Nanos::ZERO,
+        OpId::random(),
+    )
+    .await
+    .unwrap();
+    let beating = beat(&a);
+    let _b_beating = beat(&b);
+    server.restart();
+    let alive = format!("{prefix}{{srv}}:alive");
+    common::eventually(Duration::from_secs(20), || async {
+        server.command(&format!("ZSCORE {alive} {}", a.server_id())) != "$-1"
+    })
+    .await;
+    // Let the recovery that follows the rejoin run.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        reserve(&a, &pool, &l, Request::exactly(2))
+            .await
+            .unwrap()
+            .granted,
+        2
+    );
+    let registrations = format!("{prefix}{{srv}}:pools:{}", a.server_id());
+    assert_eq!(server.command(&format!("SCARD {registrations}")), ":1");
+    // A dies; B cleans up after it and finds the two copies.
+    beating.abort();
+    drop(a);
+    common::eventually(Duration::from_secs(20), || async {
+        holds(&b, &pool, "acme").await == (0, 0)
+    })
+    .await;
+}
+
+/// Review of issue 16's fix: a pool that went back to an older state (a
+/// failover to a replica that lagged, a snapshot) still had this server's
+/// total, only an old one: it was not noticed, and releases of what the
+/// sessions hold were refused. The next operation now rewrites this
+/// server's contribution from its own record first.
+#[tokio::test]
+async fn a_pool_that_went_back_to_an_older_state_is_written_again() {
+    let server = RedisServer::start();
+    let prefix = unique_prefix();
+    let s = store(&server.url(), &prefix, 5_000).await;
+    let pool = PoolKey::new("ns", "db");
+    let l = CopyLimits::new(5, None);
+    let none = Vec::new();
+    reserve(&s, &pool, &l, Request::exactly(1)).await.unwrap();
+    let key = server
+        .keys(&format!("{prefix}{{c:"))
+        .into_iter()
+        .find(|k| k.ends_with(":pool"))
+        .unwrap();
+    let old = server.client().dump(&key);
+    reserve(&s, &pool, &l, Request::exactly(2)).await.unwrap();
+    // Back to the state with one copy.
+    server.client().restore(&key, &old);
+    assert_eq!(
+        holds(&s, &pool, "acme").await,
+        (3, 3),
+        "written again first"
+    );
+    s.release(held(&pool, &none, 3), OpId::random())
+        .await
+        .unwrap();
+    assert_eq!(holds(&s, &pool, "acme").await, (0, 0));
+}
+
+/// A remembered reply is forgotten once this server has it: the script
+/// deletes it with the server's next call on the pool, so replies do not
+/// pile up for their whole lifetime.
+#[tokio::test]
+async fn remembered_replies_are_forgotten_once_received() {
+    let server = RedisServer::start();
+    let prefix = unique_prefix();
+    let s = store(&server.url(), &prefix, 5_000).await;
+    let pool = PoolKey::new("ns", "db");
+    let l = CopyLimits::new(100, None);
+    for _ in 0..20 {
+        reserve(&s, &pool, &l, Request::exactly(1)).await.unwrap();
+    }
+    let remembered = server
+        .keys(&format!("{prefix}{{c:"))
+        .into_iter()
+        .filter(|k| k.contains(":op:"))
+        .count();
+    assert_eq!(remembered, 1, "only the last reply, until the next call");
 }

@@ -223,6 +223,20 @@ impl<S: Store> Service<S> {
         Ok(())
     }
 
+    /// Refuses a new copy operation at once while `max_in_flight` wait
+    /// for the store. Checked before anything is taken out of a session's
+    /// record, so a refused operation has moved nothing.
+    fn admit(&self, op: &'static str) -> Result<(), ServiceError> {
+        if self.in_flight() >= self.options.max_in_flight {
+            metrics::counter!(SHED, "op" => op).increment(1);
+            return Err(ServiceError::Store(StoreError::Unavailable(format!(
+                "{} copy operations are already waiting for the store; the {op} was not sent",
+                self.options.max_in_flight
+            ))));
+        }
+        Ok(())
+    }
+
     fn check_target(&self, t: &Target<'_>) -> Result<(), ServiceError> {
         crate::limiter::check_names(t.namespace, t.resource)?;
         self.check_name("namespace", t.namespace)?;
@@ -263,6 +277,7 @@ impl<S: Store> Service<S> {
         if session.is_closed() {
             return Err(ServiceError::SessionClosed);
         }
+        self.admit("reserve")?;
         // Refused before the store is asked: a full session must not make
         // the store count copies it would have to give back.
         let groups = self
@@ -334,6 +349,7 @@ impl<S: Store> Service<S> {
         groups: Option<&[String]>,
         copies: u64,
     ) -> Result<Released, ServiceError> {
+        self.admit("release")?;
         let (pool, taken) = self.take(session, &target, groups, copies, "release")?;
         let domain = target.domain.to_owned();
         let session = Arc::clone(session);
@@ -397,6 +413,7 @@ impl<S: Store> Service<S> {
         copies: u64,
         ttl: Nanos,
     ) -> Result<TransferId, ServiceError> {
+        self.admit("transfer")?;
         let (_, taken) = self.take(session, &target, groups, copies, "transfer")?;
         // A transfer stages one group set; copies held under several are
         // staged as one only when they share it.
@@ -431,7 +448,7 @@ impl<S: Store> Service<S> {
                     match svc
                         .limiter
                         .store()
-                        .seize(id, svc.now(), OpId::random())
+                        .take_back(id, svc.now(), OpId::random())
                         .await
                     {
                         Ok(seized) => svc.record_or_release(&session, &seized).await,
@@ -462,6 +479,7 @@ impl<S: Store> Service<S> {
         if session.is_closed() {
             return Err(ServiceError::SessionClosed);
         }
+        self.admit("seize")?;
         let now = self.now();
         let session = Arc::clone(session);
         let max_holds = self.options.sessions.max_holds;
@@ -690,13 +708,6 @@ impl<S: Store> Service<S> {
         F: FnOnce(Arc<Self>, Arc<Handoff<T>>) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        if self.in_flight() >= self.options.max_in_flight {
-            metrics::counter!(SHED, "op" => op).increment(1);
-            return Err(ServiceError::Store(StoreError::Unavailable(format!(
-                "{} copy operations are already waiting for the store; the {op} was not sent",
-                self.options.max_in_flight
-            ))));
-        }
         let (tx, mut rx) = oneshot::channel();
         let handoff = Arc::new(Handoff::new(tx));
         self.spawn({

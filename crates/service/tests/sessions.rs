@@ -403,6 +403,16 @@ async fn copy_operations_waiting_for_a_stalled_store_are_bounded() {
         .await
         .unwrap_err();
     assert!(e.to_string().contains("already waiting"), "{e}");
+    // A release or a transfer refused for load moves nothing out of the
+    // hold (review: they used to lose the copies they had taken out).
+    let e = svc.release(&s, target("pool"), None, 1).await.unwrap_err();
+    assert!(e.to_string().contains("already waiting"), "{e}");
+    let e = svc
+        .transfer(&s, target("pool"), None, 1, Nanos::from_secs(60))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("already waiting"), "{e}");
+    assert_eq!(s.held(), 1, "the hold keeps its copy");
     assert_eq!(svc.in_flight(), 2, "nothing more was started");
     // Ending the session is never refused.
     assert_eq!(svc.close(&s).await.released, 1);

@@ -162,6 +162,19 @@ pub trait Store: Send + Sync + 'static {
         std::future::ready(Err(StoreError::no_copies()))
     }
 
+    /// Takes back copies this server staged under `id` whose transfer's
+    /// caller never learnt the id: a seize that is not a new hold, so a
+    /// store that refuses new holds for a while (a Redis server that could
+    /// not renew its heartbeat) must still do it. Default: [`Store::seize`].
+    fn take_back(
+        &self,
+        id: TransferId,
+        now: Nanos,
+        op: OpId,
+    ) -> impl Future<Output = Result<Seized, StoreError>> + Send {
+        self.seize(id, now, op)
+    }
+
     /// Drops idle state and releases expired transfers. Stores call it on a
     /// timer; it is cheap to call often.
     fn sweep(&self, now: Nanos) -> impl Future<Output = ()> + Send;
