@@ -1,9 +1,9 @@
 //! Service errors as gRPC statuses and HTTP answers (Charon §3.1's error
 //! classes): client errors get distinct codes and a machine-readable
-//! reason; a server that is up but refuses (too many sessions, too many
-//! holds in one session, store at capacity) is `RESOURCE_EXHAUSTED` /
-//! 429; a server that cannot answer (its store failed) is `UNAVAILABLE` /
-//! 503, or `INTERNAL` / 500 for a bug.
+//! reason; a server that is up but refuses (too many sessions, store at
+//! capacity) is `RESOURCE_EXHAUSTED` / 429; a server that cannot answer
+//! (its store failed) is `UNAVAILABLE` / 503, or `INTERNAL` / 500 for a
+//! bug.
 //!
 //! The distinction between the last two matters to clients: Charon's
 //! client fails open only when no server answers (§4.3.1), so a refusal
@@ -80,15 +80,17 @@ pub fn grpc_code(e: &ServiceError) -> Code {
         | "not_held"
         | "no_descriptors"
         | "cannot_schedule"
-        | "session_closed" => Code::FailedPrecondition,
+        | "session_closed"
+        | "too_many_holds" => Code::FailedPrecondition,
         "exceeds_limit" | "unsupported_by_store" => Code::OutOfRange,
         // Up and answering, but refusing for want of room of its own.
-        "too_many_sessions" | "too_many_holds" | "store_at_capacity" => Code::ResourceExhausted,
+        "too_many_sessions" | "store_at_capacity" => Code::ResourceExhausted,
         "store_unavailable" => Code::Unavailable,
         "duplicate_key" => Code::Internal,
         // A reason this table does not know is a bug here, never an
         // outage: `UNAVAILABLE` makes clients fail open, which is how
-        // `too_many_holds` once switched limiting off for a full session.
+        // `too_many_holds`, once missing here, switched limiting off for a
+        // session at its bound.
         _ => Code::Internal,
     }
 }
@@ -228,10 +230,11 @@ mod tests {
         let cap = ServiceError::Store(StoreError::AtCapacity(10));
         assert_eq!(grpc_code(&cap), Code::ResourceExhausted);
         // Issue 16: a session at --max-holds-per-session was answered
-        // UNAVAILABLE, on which the client library fails open.
+        // UNAVAILABLE, on which the client library fails open. It is the
+        // session's own doing: a client error.
         let holds = ServiceError::TooManyHolds(4);
-        assert_eq!(grpc_code(&holds), Code::ResourceExhausted);
-        assert_eq!(http_status(&holds), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(grpc_code(&holds), Code::FailedPrecondition);
+        assert_eq!(http_status(&holds), StatusCode::CONFLICT);
         let down = ServiceError::Store(StoreError::Unavailable(
             "reserve (redis://u:pw@h:1): connection refused".into(),
         ));

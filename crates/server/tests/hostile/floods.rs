@@ -201,13 +201,13 @@ fn sessions_stay_within_max_sessions() {
 
 /// Holds in one gRPC session: reserves for ever more domains, past
 /// `--max-holds-per-session`. Beyond the bound each is answered
-/// `too_many_holds` as `RESOURCE_EXHAUSTED`, nothing more is counted, and
-/// the session goes on serving what it holds. Regression: the refusal
-/// was answered `UNAVAILABLE` (14), a code on which the client library
-/// fails open, so a session at its bound got its reserves granted,
-/// degraded, without limit.
+/// `too_many_holds` as `FAILED_PRECONDITION` (the session's own doing),
+/// nothing more is counted, and the session goes on serving what it
+/// holds. Regression: the refusal was answered `UNAVAILABLE` (14), a code
+/// on which the client library fails open, so a session at its bound got
+/// its reserves granted, degraded, without limit.
 #[test]
-fn holds_beyond_max_holds_per_session_are_a_refusal_not_an_outage() {
+fn holds_beyond_max_holds_per_session_are_refused_not_an_outage() {
     const MAX: usize = 4;
     let service = ServiceOptions {
         sessions: SessionLimits {
@@ -258,8 +258,8 @@ fn holds_beyond_max_holds_per_session_are_a_refusal_not_an_outage() {
                     assert_eq!(e.reason, "too_many_holds", "{e:?}");
                     assert_eq!(
                         Code::from_i32(e.code),
-                        Code::ResourceExhausted,
-                        "a session at its bound must be refused as full, not unavailable: {e:?}"
+                        Code::FailedPrecondition,
+                        "a session at its bound must be refused, not unavailable: {e:?}"
                     );
                     reasons.push(e.reason);
                 }

@@ -382,7 +382,12 @@ fn check_answer(what: &str, sent: usize, a: &Answer) {
             if v.get("error").is_some() {
                 let reason = a.error_reason(what);
                 assert!(
-                    ["too_many_sessions", "store_at_capacity"].contains(&reason.as_str()),
+                    [
+                        "too_many_sessions",
+                        "store_at_capacity",
+                        "too_many_transfers"
+                    ]
+                    .contains(&reason.as_str()),
                     "{what}: a 429 refusal for {reason}"
                 );
             } else {

@@ -63,15 +63,15 @@ pub fn cases() -> u32 {
         .unwrap_or(DEFAULT_CASES)
 }
 
-/// A proptest runner for `cases()` cases, keeping failing seeds in
-/// `proptest-regressions/` beside the source (STYLE: property tests keep
-/// their failing seeds), with shrinking bounded so a failure against a
+/// A proptest runner for `cases()` cases, keeping failing seeds in a
+/// `.proptest-regressions` file beside the source (STYLE: property tests
+/// keep their failing seeds), with shrinking bounded so a failure against a
 /// live server reports in reasonable time.
 pub fn runner(source: &'static str) -> TestRunner {
     TestRunner::new(Config {
         cases: cases(),
         source_file: Some(source),
-        failure_persistence: Some(Box::new(FileFailurePersistence::SourceParallel(
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
             "proptest-regressions",
         ))),
         max_shrink_iters: 200,
