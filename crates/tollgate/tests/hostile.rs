@@ -587,7 +587,13 @@ fn call(addr: SocketAddr, method: &str, path: &str, token: &str, body: &[u8]) ->
 #[test]
 fn hostile_imports_are_refused_and_the_config_api_keeps_serving() {
     let dir = Sandbox::new("hostile-import");
-    let api = ConfigApi::start(&dir, &sqlite(&dir, "config.db"), &[]);
+    // The API limits each caller's rate (50/s); this test is one caller
+    // sending many bodies, which is not what it tests.
+    let api = ConfigApi::start(
+        &dir,
+        &sqlite(&dir, "config.db"),
+        &["--rate-limit", "100000", "--burst", "100000"],
+    );
     let mut bodies: Vec<(String, Vec<u8>)> = vec![
         ("valid".into(), CONFIG.as_bytes().to_vec()),
         ("deep block".into(), ((0..5000).map(|i| format!("{}- ", " ".repeat(2 * (i % 40)))).collect::<String>() + "x").into_bytes()),
@@ -874,4 +880,30 @@ fn the_config_apis_own_refusals_answer_in_its_error_shape() {
             "{v}"
         );
     }
+}
+
+/// Found by this suite (a longer run): the replay's summary added up the
+/// hits of a domain with `+`, so two trace lines asking for `u64::MAX`
+/// hits made `tollgate replay` panic (a debug build; a release build
+/// wrapped to a wrong total). The tallies now saturate.
+#[test]
+fn replay_tallies_saturate_rather_than_overflow() {
+    let dir = sandbox("hostile-replay-overflow");
+    let line = json!({"time_ms": 1000, "namespace": "app", "resource": "api", "domain": "acme", "hits": u64::MAX, "min_hits": 0});
+    dir.write("trace.jsonl", format!("{line}\n{line}\n{line}\n"));
+    let run = dir.run(&[
+        "replay",
+        "--config",
+        "tollgate.yaml",
+        "--trace",
+        "trace.jsonl",
+        "--no-events",
+        "--summary",
+        "json",
+    ]);
+    assert_eq!(run.code, Some(0), "{run}");
+    let summary: Value = serde_json::from_str(&run.stdout).unwrap();
+    let row = &summary["rows"][0];
+    assert_eq!(row["requests"], 3, "{run}");
+    assert_eq!(row["hits"], u64::MAX, "{run}");
 }

@@ -505,3 +505,60 @@ fn connections_stay_within_max_connections() {
     assert!(back, "the server never served again after the flood");
     eprintln!("connections: {n} opened on the HTTP port, {} served (cap {MAX}), {closed} closed at once; {through} gRPC", n - closed);
 }
+
+/// Found by this suite (a longer run): a namespace that allows
+/// unconfigured resources grants a reserve of an unconfigured copy
+/// resource whatever it asks, so one gRPC session can hold `u64::MAX`
+/// copies under two domains. Ending the session sums what it holds with
+/// `+` (`Service::close_detached`, `Session::held`, `Session::take` in
+/// `crates/service`): in a debug build the sum overflows and panics in the
+/// session's task after the session's record was emptied, so its copies
+/// are never released (in a release build it wraps, and the count
+/// reported is wrong). The sums should saturate.
+#[test]
+#[ignore = "crates/service sums a session's copies with `+`: two holds of u64::MAX overflow (panic in debug builds, copies leaked; wrong count in release)"]
+fn a_session_holding_more_than_u64_max_copies_in_all_releases_them_when_it_ends() {
+    let h = Harness::default_limits();
+    h.rt.block_on(async {
+        let mut client =
+            v1::tollgate_client::TollgateClient::connect(format!("http://{}", h.server.grpc))
+                .await
+                .unwrap();
+        let reserve = |id: u64, domain: &str| v1::SessionRequest {
+            id,
+            op: Some(Op::Reserve(v1::ReserveRequest {
+                namespace: "open".into(),
+                resource: "made-up".into(),
+                domain: domain.into(),
+                copies: u64::MAX,
+                ..v1::ReserveRequest::default()
+            })),
+        };
+        let ops = vec![reserve(1, "a"), reserve(2, "b")];
+        let mut answers = client
+            .session(tokio_stream::iter(ops))
+            .await
+            .unwrap()
+            .into_inner();
+        while let Some(a) = tokio::time::timeout(BOUND, answers.next()).await.unwrap() {
+            match a.unwrap().result {
+                Some(Answer::Reserve(r)) => assert_eq!(r.granted, u64::MAX),
+                other => panic!("{other:?}"),
+            }
+        }
+    });
+    // The session ended with its stream: both holds must be released.
+    h.rt.block_on(common::eventually(
+        "the session's holds are released",
+        || h.app().sessions().is_empty(),
+    ));
+    for domain in ["a", "b"] {
+        let held =
+            h.rt.block_on(common::holds(h.app(), "open", "made-up", domain))
+                .0;
+        assert_eq!(
+            held, 0,
+            "{domain} still holds {held} copies after its session ended"
+        );
+    }
+}
