@@ -129,7 +129,15 @@ fn convert(file: &str, y: &MarkedYaml<'_>) -> Result<Node, Diagnostic> {
                 .map(|(k, v)| Ok((convert(file, k)?, convert(file, v)?)))
                 .collect::<Result<_, Diagnostic>>()?,
         ),
-        YamlData::Tagged(_, inner) => return convert(file, inner),
+        YamlData::Tagged(_, inner) => {
+            // saphyr gives the value inside a tag no span of its own (line
+            // 0): it is where the tag is.
+            let mut node = convert(file, inner)?;
+            if node.pos.line == 0 {
+                node.pos = pos;
+            }
+            return Ok(node);
+        }
         YamlData::Alias(_) | YamlData::BadValue => {
             return Err(Diagnostic::new(
                 &pos,

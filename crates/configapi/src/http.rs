@@ -149,8 +149,56 @@ impl Api {
             .route("/", get(crate::ui::page))
             .route("/ui", get(crate::ui::page))
             .route("/readyz", get(readyz))
+            .layer(middleware::map_response(errors_as_json))
             .with_state(self)
     }
+}
+
+/// The longest text of one of axum's own rejections kept in the message.
+const REJECTION_TEXT_BYTES: usize = 1024;
+
+/// Gives axum's own refusals the API's error shape: a body that is not
+/// UTF-8 (`/v1/import`), a path segment that is not valid percent-encoding,
+/// a bad query, a body over the limit, an unknown path or method. axum
+/// answers those in plain text before any handler runs, and clients of
+/// this API parse one shape.
+async fn errors_as_json(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !status.is_client_error() || is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, REJECTION_TEXT_BYTES)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+        .unwrap_or_default();
+    let message = if text.is_empty() {
+        status
+            .canonical_reason()
+            .unwrap_or("refused")
+            .to_lowercase()
+    } else {
+        text
+    };
+    let reason = match status {
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        _ => "malformed_request",
+    };
+    let mut answer = ApiError::new(status, reason, message).into_response();
+    // Keep what tells the client what to do next (`Allow`, `Retry-After`).
+    for name in [header::ALLOW, header::RETRY_AFTER] {
+        if let Some(v) = parts.headers.get(&name) {
+            answer.headers_mut().insert(name, v.clone());
+        }
+    }
+    answer
 }
 
 /// Checks the bearer token and the caller's rate; hands the caller on.

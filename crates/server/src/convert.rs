@@ -3,23 +3,32 @@
 
 use tollgate_core::{Mode, Nanos};
 use tollgate_proto::v1;
-use tollgate_service::{LimitedBy, RateOutcome, RateRequest, ReserveOutcome};
+use tollgate_service::{LimitedBy, RateOutcome, RateRequest, ReserveOutcome, ServiceError};
 use tollgate_store::Seized;
 
-/// The service's view of a wire rate request.
-pub fn rate_request(r: &v1::RateRequest) -> RateRequest<'_> {
-    RateRequest {
+/// The service's view of a wire rate request. A `mode` the proto does
+/// not define is refused, as the HTTP API refuses an unknown name: read
+/// as `MODE_TRY`, a client that meant some other mode would be answered
+/// as if it had asked for something it did not.
+pub fn rate_request(r: &v1::RateRequest) -> Result<RateRequest<'_>, ServiceError> {
+    let mode = match v1::Mode::try_from(r.mode) {
+        Ok(v1::Mode::Try) => Mode::Try,
+        Ok(v1::Mode::Acquire) => Mode::Acquire,
+        Err(_) => {
+            return Err(ServiceError::Malformed(format!(
+                "mode {} is not a mode: expected MODE_TRY (0) or MODE_ACQUIRE (1)",
+                r.mode
+            )))
+        }
+    };
+    Ok(RateRequest {
         namespace: &r.namespace,
         resource: &r.resource,
         domain: &r.domain,
         hits: r.hits_or_default(),
         min_hits: r.min_hits_or_default(),
-        mode: if r.mode == v1::Mode::Acquire as i32 {
-            Mode::Acquire
-        } else {
-            Mode::Try
-        },
-    }
+        mode,
+    })
 }
 
 fn limited_by(l: Option<LimitedBy>) -> v1::LimitedBy {

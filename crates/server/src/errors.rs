@@ -36,6 +36,39 @@ pub const REFUSAL_RETRY_AFTER_S: u64 = 1;
 pub const STORE_UNAVAILABLE: &str =
     "store unavailable: the server cannot reach its store now; retry, or ask another server (the server's log has the detail)";
 
+/// The longest message an error answer carries, in bytes (a cut message
+/// is a few bytes longer, for the mark of the cut). Messages quote what
+/// the client sent (an unknown namespace, a JSON value of the wrong type),
+/// which may be as long as a whole request; a gRPC status travels in the
+/// `grpc-message` trailer, and an HTTP/2 client refuses a header list
+/// past its limit (tonic's is 16 KiB) by resetting the stream or even the
+/// connection, so an uncut message turned a clear error into a broken
+/// call, which a client may take for an outage (issue 16).
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// `text` cut to about [`MAX_MESSAGE_BYTES`]: its beginning and its end
+/// (where a message's explanation usually is), with the number of bytes
+/// left out in between.
+pub fn bounded(text: String) -> String {
+    if text.len() <= MAX_MESSAGE_BYTES {
+        return text;
+    }
+    let floor = |mut i: usize| {
+        while !text.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    let head = floor(MAX_MESSAGE_BYTES * 2 / 3);
+    let tail = floor(text.len() - MAX_MESSAGE_BYTES / 3 + 32);
+    format!(
+        "{}…[{} bytes cut]…{}",
+        &text[..head],
+        tail - head,
+        &text[tail..]
+    )
+}
+
 /// The gRPC code of `e`.
 pub fn grpc_code(e: &ServiceError) -> Code {
     match e.reason() {
@@ -52,8 +85,13 @@ pub fn grpc_code(e: &ServiceError) -> Code {
         "exceeds_limit" | "unsupported_by_store" => Code::OutOfRange,
         // Up and answering, but refusing for want of room of its own.
         "too_many_sessions" | "store_at_capacity" | "too_many_transfers" => Code::ResourceExhausted,
+        "store_unavailable" => Code::Unavailable,
         "duplicate_key" => Code::Internal,
-        _ => Code::Unavailable,
+        // A reason this table does not know is a bug here, never an
+        // outage: `UNAVAILABLE` makes clients fail open, which is how
+        // `too_many_holds`, once missing here, switched limiting off for a
+        // session at its bound.
+        _ => Code::Internal,
     }
 }
 
@@ -78,7 +116,7 @@ pub fn message(e: &ServiceError) -> String {
             log_unavailable(detail);
             STORE_UNAVAILABLE.to_owned()
         }
-        _ => e.to_string(),
+        _ => bounded(e.to_string()),
     }
 }
 
@@ -153,6 +191,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn long_messages_keep_their_beginning_and_end_within_the_bound() {
+        assert_eq!(bounded("short".into()), "short");
+        let long = format!("unknown namespace `{}` (the end)", "é".repeat(30_000));
+        let cut = bounded(long.clone());
+        assert!(cut.len() <= MAX_MESSAGE_BYTES + 32, "{}", cut.len());
+        assert!(cut.starts_with("unknown namespace `éé"));
+        assert!(cut.ends_with("éé` (the end)"));
+        let (head, rest) = cut.split_once("…[").unwrap();
+        let (n, tail) = rest.split_once(" bytes cut]…").unwrap();
+        assert_eq!(
+            head.len() + n.parse::<usize>().unwrap() + tail.len(),
+            long.len()
+        );
+        for n in MAX_MESSAGE_BYTES - 3..MAX_MESSAGE_BYTES + 5 {
+            assert!(bounded("x".repeat(n)).len() <= MAX_MESSAGE_BYTES + 32);
+        }
+    }
+
+    #[test]
     fn urls_lose_their_credentials_wherever_they_are_in_a_message() {
         assert_eq!(
             redact_urls("reserve (redis://u:secret@10.0.0.1:6379/0): broken pipe"),
@@ -172,6 +229,12 @@ mod tests {
         assert_eq!(http_status(&full), StatusCode::TOO_MANY_REQUESTS);
         let cap = ServiceError::Store(StoreError::AtCapacity(10));
         assert_eq!(grpc_code(&cap), Code::ResourceExhausted);
+        // Issue 16: a session at --max-holds-per-session was answered
+        // UNAVAILABLE, on which the client library fails open. It is the
+        // session's own doing: a client error.
+        let holds = ServiceError::TooManyHolds(4);
+        assert_eq!(grpc_code(&holds), Code::FailedPrecondition);
+        assert_eq!(http_status(&holds), StatusCode::CONFLICT);
         let down = ServiceError::Store(StoreError::Unavailable(
             "reserve (redis://u:pw@h:1): connection refused".into(),
         ));

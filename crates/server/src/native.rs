@@ -47,7 +47,10 @@ pub async fn rate<S: Store>(
 ) -> Result<v1::RateResponse, ServiceError> {
     let started = Instant::now();
     let now = app.now();
-    let result = app.service.request(&convert::rate_request(req)).await;
+    let result = match convert::rate_request(req) {
+        Ok(r) => app.service.request(&r).await,
+        Err(e) => Err(e),
+    };
     metrics::histogram!(m::LATENCY, "surface" => surface).record(started.elapsed().as_secs_f64());
     match result {
         Ok(o) => {

@@ -54,7 +54,7 @@ use crate::error::ServiceError;
 use crate::limiter::{
     DescriptorOutcome, DescriptorRequest, Limiter, RateOutcome, RateRequest, ReserveOutcome,
 };
-use crate::sessions::{HoldKey, Session, SessionLimits, Sessions};
+use crate::sessions::{saturating_sum, HoldKey, Session, SessionLimits, Sessions};
 
 /// Counter: copy operations whose caller stopped waiting before the store
 /// answered, by operation.
@@ -386,7 +386,7 @@ impl<S: Store> Service<S> {
                     delivered
                 }
                 None => {
-                    let released: u64 = done.iter().map(|(_, n)| n).sum();
+                    let released = saturating_sum(done.iter().map(|(_, n)| *n));
                     handoff.deliver(|| {
                         Ok(Released {
                             released,
@@ -549,7 +549,7 @@ impl<S: Store> Service<S> {
     pub async fn close_all(self: &Arc<Self>, grace: Duration) -> u64 {
         let mut released = 0;
         for s in self.sessions.all() {
-            released += self.close_detached(&s).0;
+            released = self.close_detached(&s).0.saturating_add(released);
         }
         if tokio::time::timeout(grace, self.in_flight.idle())
             .await
@@ -574,7 +574,7 @@ impl<S: Store> Service<S> {
         if holds.is_empty() {
             return (0, None);
         }
-        let copies = holds.iter().map(|(_, n)| n).sum();
+        let copies = saturating_sum(holds.iter().map(|(_, n)| *n));
         let (tx, rx) = oneshot::channel();
         let id = session.id();
         self.spawn(move |svc| async move {

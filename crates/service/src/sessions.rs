@@ -120,7 +120,7 @@ impl Session {
 
     /// Copies held, in all pools.
     pub fn held(&self) -> u64 {
-        self.lock().holds.values().sum()
+        saturating_sum(self.lock().holds.values().copied())
     }
 
     /// When a leased session lapses (`None`: it lasts as long as its
@@ -198,7 +198,7 @@ impl Session {
             .filter(|(k, _)| wanted.as_ref().is_none_or(|g| k.groups == *g))
             .map(|(k, n)| (k.clone(), *n))
             .collect();
-        let held: u64 = candidates.iter().map(|(_, n)| n).sum();
+        let held = saturating_sum(candidates.iter().map(|(_, n)| *n));
         if held < copies {
             return Err(ServiceError::Store(StoreError::Copy(CopyError::NotHeld {
                 domain: domain.to_owned(),
@@ -253,8 +253,8 @@ impl Session {
             .holds
             .iter()
             .filter(|(k, _)| k.pool == *pool && k.domain == domain)
-            .map(|(_, n)| n)
-            .sum()
+            .map(|(_, n)| *n)
+            .fold(0, u64::saturating_add)
     }
 
     /// Marks the session ended and takes everything it holds, which the
@@ -267,9 +267,16 @@ impl Session {
 
     fn holds_by_pool(&self, out: &mut HashMap<PoolKey, u64>) {
         for (k, n) in &self.lock().holds {
-            *out.entry(k.pool.clone()).or_default() += n;
+            let total = out.entry(k.pool.clone()).or_default();
+            *total = total.saturating_add(*n);
         }
     }
+}
+
+/// The sum of `counts`, saturating: a session may hold `u64::MAX` copies
+/// of an unconfigured resource under each of several keys.
+pub(crate) fn saturating_sum(counts: impl IntoIterator<Item = u64>) -> u64 {
+    counts.into_iter().fold(0, u64::saturating_add)
 }
 
 /// How many sessions may be open, and how much each may record.

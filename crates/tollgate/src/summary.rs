@@ -22,11 +22,11 @@ pub struct Tally {
 
 impl Tally {
     fn add(&mut self, other: &Tally) {
-        self.requests += other.requests;
-        self.hits += other.hits;
-        self.granted += other.granted;
-        self.rejected += other.rejected;
-        self.errors += other.errors;
+        self.requests = self.requests.saturating_add(other.requests);
+        self.hits = self.hits.saturating_add(other.hits);
+        self.granted = self.granted.saturating_add(other.granted);
+        self.rejected = self.rejected.saturating_add(other.rejected);
+        self.errors = self.errors.saturating_add(other.errors);
     }
 }
 
@@ -52,21 +52,28 @@ impl Summary {
         granted: u64,
         allowed: bool,
     ) {
+        // A trace may ask for any number of hits: the tallies saturate
+        // rather than overflow.
         let t = self.entry(ns, resource, domain);
-        t.requests += 1;
-        t.hits += hits;
-        t.granted += granted;
-        if !allowed {
-            t.rejected += 1;
-        }
+        t.add(&Tally {
+            requests: 1,
+            hits,
+            granted,
+            rejected: u64::from(!allowed),
+            errors: 0,
+        });
     }
 
     /// Records a request that failed.
     pub fn record_error(&mut self, ns: &str, resource: &str, domain: &str, hits: u64) {
         let t = self.entry(ns, resource, domain);
-        t.requests += 1;
-        t.hits += hits;
-        t.errors += 1;
+        t.add(&Tally {
+            requests: 1,
+            hits,
+            granted: 0,
+            rejected: 0,
+            errors: 1,
+        });
     }
 
     fn entry(&mut self, ns: &str, resource: &str, domain: &str) -> &mut Tally {

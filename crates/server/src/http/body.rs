@@ -21,7 +21,7 @@ use tollgate_store::Store;
 use tonic::Code;
 
 use super::Http;
-use crate::errors::{grpc_code, http_status, malformed, message, REFUSAL_RETRY_AFTER_S};
+use crate::errors::{bounded, grpc_code, http_status, malformed, message, REFUSAL_RETRY_AFTER_S};
 use crate::listen::http::BodyTimedOut;
 use crate::metrics as m;
 
@@ -232,7 +232,7 @@ pub(super) async fn not_found(uri: http::Uri) -> ApiError {
         StatusCode::NOT_FOUND,
         Code::NotFound,
         "not_found",
-        format!("no endpoint at `{}`", uri.path()),
+        bounded(format!("no endpoint at `{}`", uri.path())),
     )
 }
 
@@ -242,6 +242,6 @@ pub(super) async fn method_not_allowed(method: http::Method, uri: http::Uri) -> 
         StatusCode::METHOD_NOT_ALLOWED,
         Code::Unimplemented,
         "method_not_allowed",
-        format!("`{}` does not answer {method}", uri.path()),
+        bounded(format!("`{}` does not answer {method}", uri.path())),
     )
 }

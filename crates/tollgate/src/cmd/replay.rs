@@ -59,6 +59,45 @@ pub enum SummaryFormat {
 /// How often idle state is dropped, in events.
 const SWEEP_EVERY: u64 = 1 << 16;
 
+/// The longest trace line read, in bytes. A decision-log line is at most
+/// a few hundred KiB (a 64 KiB request whose every byte needs a six-byte
+/// JSON escape); a longer line is reported and skipped without being held
+/// in memory, so a trace without line breaks cannot take all of it.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+
+/// Reads the next line (without its `\n`) into `line`: its length, or
+/// `None` at the end of the input. A line longer than
+/// [`MAX_LINE_BYTES`] is consumed but not kept (`line` is left empty).
+fn read_line(reader: &mut impl BufRead, line: &mut Vec<u8>) -> io::Result<Option<usize>> {
+    line.clear();
+    let mut length = 0usize;
+    let mut started = false;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(a) => a,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok(started.then_some(length));
+        }
+        started = true;
+        let end = available.iter().position(|&b| b == b'\n');
+        let chunk = &available[..end.unwrap_or(available.len())];
+        length = length.saturating_add(chunk.len());
+        if length <= MAX_LINE_BYTES {
+            line.extend_from_slice(chunk);
+        } else {
+            line.clear();
+        }
+        let used = chunk.len() + usize::from(end.is_some());
+        reader.consume(used);
+        if end.is_some() {
+            return Ok(Some(length));
+        }
+    }
+}
+
 /// Runs the replay; returns whether every line was replayed cleanly.
 pub fn run(args: &ReplayArgs, loaded: Loaded) -> Result<bool> {
     let (reader, size): (Box<dyn Read>, Option<u64>) = if args.trace == Path::new("-") {
@@ -122,18 +161,33 @@ struct Replay {
 impl Replay {
     async fn feed(
         &mut self,
-        reader: impl BufRead,
+        mut reader: impl BufRead,
         out: &mut dyn Write,
         progress: &ProgressBar,
     ) -> Result<()> {
         let mut count = 0u64;
+        let mut number = 0u64;
+        let mut bytes = Vec::new();
         // Split on bytes, not `lines()`: a line that is not UTF-8 is one
         // malformed line to report and skip, not a read error that ends
         // the whole replay.
-        for (index, bytes) in reader.split(b'\n').enumerate() {
-            let number = index as u64 + 1;
-            let bytes = bytes.with_context(|| format!("cannot read trace line {number}"))?;
-            progress.inc(bytes.len() as u64 + 1);
+        loop {
+            number += 1;
+            let length = read_line(&mut reader, &mut bytes)
+                .with_context(|| format!("cannot read trace line {number}"))?;
+            let Some(length) = length else { break };
+            progress.inc(length as u64 + 1);
+            if length > MAX_LINE_BYTES {
+                self.summary.malformed += 1;
+                self.problem(
+                    progress,
+                    format!(
+                        "trace line {number}: {length} bytes long, longer than any trace line \
+                         ({MAX_LINE_BYTES} bytes at most)"
+                    ),
+                )?;
+                continue;
+            }
             let line = match std::str::from_utf8(&bytes) {
                 // As `lines()` does, a CRLF ending is one line ending.
                 Ok(l) => l.strip_suffix('\r').unwrap_or(l),
@@ -473,4 +527,40 @@ fn write_line(out: &mut dyn Write, value: &impl Serialize) -> Result<()> {
     serde_json::to_writer(&mut *out, value)?;
     out.write_all(b"\n")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn lines_are_read_whole_and_split_on_line_feeds() {
+        let mut r = io::Cursor::new(b"a\nbc\r\n\nlast".to_vec());
+        let mut line = Vec::new();
+        let mut got = Vec::new();
+        while let Some(n) = read_line(&mut r, &mut line).unwrap() {
+            assert_eq!(n, line.len());
+            got.push(String::from_utf8(line.clone()).unwrap());
+        }
+        assert_eq!(got, ["a", "bc\r", "", "last"]);
+    }
+
+    /// Issue 16: a trace line was read whole whatever its length, so a
+    /// trace without line breaks took as much memory as it was long.
+    #[test]
+    fn a_line_longer_than_the_bound_is_consumed_without_being_kept() {
+        let long = MAX_LINE_BYTES * 20;
+        let input = io::Cursor::new([vec![b'x'; long], b"\nnext\n".to_vec()].concat());
+        // A small buffer, as a slow pipe gives.
+        let mut r = BufReader::with_capacity(4096, input);
+        let mut line = Vec::new();
+        assert_eq!(read_line(&mut r, &mut line).unwrap(), Some(long));
+        assert!(line.is_empty());
+        assert!(line.capacity() <= 2 * MAX_LINE_BYTES, "{}", line.capacity());
+        assert_eq!(read_line(&mut r, &mut line).unwrap(), Some(4));
+        assert_eq!(line, b"next");
+        assert_eq!(read_line(&mut r, &mut line).unwrap(), None);
+    }
 }
