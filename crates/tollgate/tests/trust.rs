@@ -25,10 +25,46 @@ namespaces:
 "#;
 
 /// A server on `redis` whose copy operations are answered within 200 ms
-/// (then undone if Redis applies them later).
-fn serve(dir: &Sandbox, redis: &RedisServer) -> Serving {
+/// (then undone if Redis applies them later), and whose Redis calls time
+/// out after 100 ms (the old code gave up on a copy operation then), plus
+/// `extra` flags.
+fn serve_with(dir: &Sandbox, redis: &RedisServer, extra: &[&str]) -> Serving {
     dir.write("tollgate.yaml", CONFIG);
-    Serving::start_redis(dir, &redis.url(), &["--copy-deadline-ms", "200"], &[])
+    let config = dir.path("tollgate.yaml");
+    let url = redis.url();
+    let mut args = vec![
+        "--config",
+        config.to_str().unwrap(),
+        "--grpc",
+        "127.0.0.1:0",
+        "--http",
+        "127.0.0.1:0",
+        "--store",
+        &url,
+        "--redis-timeout-ms",
+        "100",
+        "--copy-deadline-ms",
+        "200",
+    ];
+    args.extend_from_slice(extra);
+    Serving::start(dir, &args, &[])
+}
+
+fn serve(dir: &Sandbox, redis: &RedisServer) -> Serving {
+    serve_with(dir, redis, &[])
+}
+
+/// The copies Redis counts for `hooli` (its pool's `d:hooli`), read
+/// without taking any.
+fn counted(redis: &RedisServer) -> u64 {
+    let mut c = redis.client();
+    let Some(pool) = c.scan("tollgate:{c:*}:pool").into_iter().next() else {
+        return 0;
+    };
+    c.hgetall(&pool)
+        .into_iter()
+        .find(|(f, _)| f == b"d:hooli")
+        .map_or(0, |(_, v)| String::from_utf8_lossy(&v).parse().unwrap())
 }
 
 fn redis_with_debug() -> RedisServer {
@@ -207,13 +243,25 @@ fn seizes_of_made_up_transfers_leave_nothing_in_redis() {
 fn a_redis_that_restarts_empty_costs_the_counts_not_the_server() {
     let dir = Sandbox::new("trust-redis-restart");
     let mut redis = RedisServer::start();
-    dir.write("tollgate.yaml", CONFIG);
-    let mut s = Serving::start_redis(&dir, &redis.url(), &["--heartbeat-ttl-ms", "600"], &[]);
+    let mut s = serve_with(&dir, &redis, &["--heartbeat-ttl-ms", "600"]);
     let id = hold(&s, 3);
+    assert_eq!(counted(&redis), 3);
     redis.restart();
-    s.poll("ready again", |s| s.http("GET", "/readyz", None).0 == 200);
-    // The hold's copies are counted again: the domain has none to spare.
-    s.poll("the hold is counted again", |s| reserve(s, 1).0 == 429);
+    assert_eq!(counted(&redis), 0, "Redis lost everything");
+    // The server finds its heartbeat gone though nobody declared it dead,
+    // joins again and counts its hold again.
+    s.poll("the server joined again", |s| {
+        s.metric("tollgate_store_live_set_lost_total")
+            .unwrap_or(0.0)
+            >= 1.0
+    });
+    s.poll("the hold is counted again", |_| counted(&redis) == 3);
+    // Heartbeats go on (one every 200 ms): the server is still running a
+    // few beats later, and never resigned.
+    for _ in 0..5 {
+        assert_eq!(s.http("GET", "/readyz", None).0, 200);
+        std::thread::sleep(Duration::from_millis(200));
+    }
     assert!(
         s.child.try_wait().unwrap().is_none(),
         "the server is running"
@@ -221,8 +269,83 @@ fn a_redis_that_restarts_empty_costs_the_counts_not_the_server() {
     assert!(s
         .logged("resigned from the copy log: shutting down")
         .is_empty());
+    // The domain has nothing to spare, and the hold releases as usual.
+    let (status, v) = reserve(&s, 1);
+    assert_eq!(status, 429, "{v}");
     let (status, v) = s.json("DELETE", &format!("/v1/holds/{id}"), None);
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["released"], 3);
+    assert_eq!(counted(&redis), 0);
     assert!(all_free(&s));
+}
+
+/// Review of the fix: a staged transfer falling due while Redis hung made
+/// the server's housekeeping wait for Redis (so lapsed holds were not
+/// reaped), and shutdown wait for housekeeping past its grace period.
+#[test]
+fn a_hung_redis_holds_up_neither_housekeeping_nor_shutdown() {
+    let dir = Sandbox::new("trust-hung-redis");
+    let redis = RedisServer::start();
+    let s = serve_with(&dir, &redis, &["--shutdown-grace-ms", "1000"]);
+    let id = hold(&s, 2);
+    let (status, v) = s.json(
+        "POST",
+        "/v1/transfer",
+        Some(&format!(
+            r#"{{"hold_id":"{id}","namespace":"default","resource":"sandbox","domain":"hooli","copies":1,"ttl_ms":300}}"#
+        )),
+    );
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = s.json(
+        "POST",
+        "/v1/reserve",
+        Some(r#"{"namespace":"default","resource":"sandbox","domain":"hooli","copies":1,"lease_ms":500}"#),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(s.json("GET", "/status", None).1["sessions"]["open"], 2);
+    redis.pause();
+    // The short hold lapses and is reaped although Redis does not answer.
+    s.poll("the lapsed hold is reaped", |s| {
+        s.json("GET", "/status", None).1["sessions"]["open"] == 1
+    });
+    let (code, _) = s.terminate_within(Duration::from_secs(20));
+    assert!(code.is_some(), "the server exited within its grace period");
+    redis.resume();
+}
+
+/// Review of the fix: a transfer whose caller gave up was to be taken
+/// back into its hold, but after a stall longer than the heartbeat TTL the
+/// server refused (it takes no new holds until it reaches Redis again), so
+/// the copies stayed staged under an id nobody knew.
+#[test]
+fn a_transfer_given_up_during_a_long_stall_is_taken_back() {
+    let dir = Sandbox::new("trust-long-stall-transfer");
+    let redis = redis_with_debug();
+    let s = serve_with(&dir, &redis, &["--heartbeat-ttl-ms", "1000"]);
+    let id = hold(&s, 3);
+    let stalled = stall(&redis, 2.5);
+    std::thread::sleep(Duration::from_millis(100));
+    let (status, v) = s.json(
+        "POST",
+        "/v1/transfer",
+        Some(&format!(
+            r#"{{"hold_id":"{id}","namespace":"default","resource":"sandbox","domain":"hooli","copies":2,"ttl_ms":600000}}"#
+        )),
+    );
+    assert_eq!(status, 503, "{v}");
+    stalled.join().unwrap();
+    s.poll("the transfer is undone", |s| {
+        s.metric(r#"tollgate_copy_ops_undone_total{op="transfer"}"#) == Some(1.0)
+            && s.metric("tollgate_copy_ops_in_flight").unwrap_or(0.0) == 0.0
+    });
+    // The hold has its three again, and releases them.
+    let (status, v) = s.json(
+        "POST",
+        "/v1/release",
+        Some(&format!(
+            r#"{{"hold_id":"{id}","namespace":"default","resource":"sandbox","domain":"hooli","copies":3}}"#
+        )),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(counted(&redis), 0);
 }

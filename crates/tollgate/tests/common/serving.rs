@@ -77,6 +77,25 @@ impl Serving {
         assert!(ok, "kill -{name}");
     }
 
+    /// Sends SIGTERM and waits at most `limit` for the process to exit:
+    /// its exit code, or `None` if it had not exited by then (it is then
+    /// killed); and its log.
+    pub fn terminate_within(mut self, limit: Duration) -> (Option<i32>, Vec<Value>) {
+        self.signal("TERM");
+        let deadline = std::time::Instant::now() + limit;
+        let code = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status.code();
+            }
+            if std::time::Instant::now() >= deadline {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let logs = self.logs.lock().unwrap().clone();
+        (code, logs)
+    }
+
     /// Sends SIGTERM and returns the exit code.
     pub fn terminate(mut self) -> (Option<i32>, Vec<Value>) {
         self.signal("TERM");
