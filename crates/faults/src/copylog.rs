@@ -24,8 +24,9 @@ pub type HoldKey = (String, Vec<String>);
 pub struct Pool {
     /// The pool's name (`namespace/resource`), when the hash has one.
     pub name: Option<String>,
-    /// `g`: copies held or staged in all.
-    pub global: i64,
+    /// `g`: copies held or staged in all (`None`: no such field, which is
+    /// how a count of zero is stored).
+    pub global: Option<i64>,
     /// `d:<domain>` counts.
     pub domains: BTreeMap<String, i64>,
     /// `G:<group>` counts.
@@ -87,7 +88,7 @@ pub fn parse_pool(key: &str, fields: &[(Vec<u8>, Vec<u8>)]) -> Result<Pool, Malf
         if f == b"n" {
             p.name = Some(text(v));
         } else if f == b"g" {
-            p.global = number("g")?;
+            p.global = Some(number("g")?);
         } else if let Some(d) = f.strip_prefix(b"d:") {
             p.domains
                 .insert(text(d), number(&format!("d:{}", text(d)))?);
@@ -208,7 +209,9 @@ pub fn check_pool(
             ));
         }
     };
-    positive("g".to_owned(), pool.global);
+    if let Some(g) = pool.global {
+        positive("g".to_owned(), g);
+    }
     pool.domains
         .iter()
         .for_each(|(d, n)| positive(format!("d:{d}"), *n));
@@ -249,10 +252,11 @@ pub fn check_pool(
         add(&s.domain, &s.groups, s.copies);
     }
     let owners = "the copies held by servers' sessions plus the staged transfers";
-    if pool.global != global {
+    let g = pool.global.unwrap_or(0);
+    if g != global {
         out.push(violation(
             "count_mismatch",
-            format!("{key} g = {} but {owners} are {global}", pool.global),
+            format!("{key} g = {g} but {owners} are {global}"),
         ));
     }
     for d in domains.keys().chain(pool.domains.keys()) {
@@ -313,8 +317,8 @@ pub fn check_pool(
 pub fn check_empty(key: &str, pool: &Pool, staged: &[Staged]) -> Vec<Violation> {
     let mut out = Vec::new();
     let mut left = Vec::new();
-    if pool.global != 0 {
-        left.push(format!("g = {}", pool.global));
+    if let Some(g) = pool.global {
+        left.push(format!("g = {g}"));
     }
     left.extend(pool.domains.iter().map(|(d, n)| format!("d:{d} = {n}")));
     left.extend(pool.groups.iter().map(|(g, n)| format!("G:{g} = {n}")));
@@ -533,6 +537,15 @@ mod tests {
         let p = parse_pool("k", &fields).unwrap();
         let v = check_pool("k", &p, &[], &BTreeMap::new());
         assert!(v.iter().any(|v| v.kind == "count_not_positive"), "{v:?}");
+        // Absent is zero, and fine; present and zero is not.
+        let p = parse_pool("k", &[field(b"n", "shop/db")]).unwrap();
+        assert_eq!(check_pool("k", &p, &[], &BTreeMap::new()), []);
+        let p = parse_pool("k", &[field(b"n", "shop/db"), field(b"g", "0")]).unwrap();
+        let v = check_pool("k", &p, &[], &BTreeMap::new());
+        assert_eq!(
+            v.iter().map(|v| v.kind).collect::<Vec<_>>(),
+            ["count_not_positive"]
+        );
     }
 
     #[test]

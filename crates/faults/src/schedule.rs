@@ -483,7 +483,7 @@ fn target(rng: &mut Rng, p: &Profile) -> Target {
 
 fn fault(rng: &mut Rng, p: &Profile) -> Fault {
     match p.family {
-        Family::Redis => match rng.weighted(&[20, 22, 8, 10, 10, 20, 4]) {
+        Family::Redis => match rng.weighted(&[20, 22, 8, 10, 10, 20, 2]) {
             0 => Fault::Latency {
                 target: target(rng, p),
                 ms: rng.range(20, 250),
