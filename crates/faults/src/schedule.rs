@@ -310,6 +310,8 @@ pub fn generate(seed: u64, profile: &Profile) -> Vec<Step> {
     // (step index at which to restart, server)
     let mut restarts: Vec<(usize, usize)> = Vec::new();
     let mut flood_next = 0u64;
+    // Client steps left that are likely to give up (see `give_up`).
+    let mut impatient = 0u64;
     for i in 0..profile.steps {
         while let Some(pos) = restarts.iter().position(|(at, _)| *at <= i) {
             let (_, server) = restarts.swap_remove(pos);
@@ -319,8 +321,27 @@ pub fn generate(seed: u64, profile: &Profile) -> Vec<Step> {
         let up: Vec<usize> = (0..servers).filter(|s| !down[*s]).collect();
         let kind = rng.weighted(&weights(profile.family));
         let step = match kind {
-            0 => client_step(&mut rng, profile, &up, &mut flood_next),
-            1 => Step::Fault(fault(&mut rng, profile)),
+            0 => {
+                let mut step = client_step(&mut rng, profile, &up, &mut flood_next);
+                if impatient > 0 {
+                    impatient -= 1;
+                    give_up(&mut rng, &mut step);
+                }
+                step
+            }
+            1 => {
+                let f = fault(&mut rng, profile);
+                // Clients give up on a slow server: the next few calls
+                // that move copies are likely to be abandoned mid-call,
+                // while the store call they started is still in flight.
+                if matches!(
+                    f,
+                    Fault::Latency { .. } | Fault::Stall { .. } | Fault::RedisSleep { .. }
+                ) {
+                    impatient = rng.range(1, 4);
+                }
+                Step::Fault(f)
+            }
             2 => {
                 // A kill, if another server stays up to serve.
                 if up.len() < 2 {
@@ -361,6 +382,21 @@ fn call(rng: &mut Rng) -> Call {
         0 => Call::Wait,
         1 => Call::Background,
         _ => Call::Abandon,
+    }
+}
+
+/// Makes a call that releases, deletes or transfers copies vanish
+/// mid-call, one time in two.
+fn give_up(rng: &mut Rng, step: &mut Step) {
+    if let Step::Client {
+        op: Op::Release { .. } | Op::Delete { .. } | Op::Transfer { .. },
+        call,
+        ..
+    } = step
+    {
+        if rng.chance(500) {
+            *call = Call::Abandon;
+        }
     }
 }
 
@@ -484,9 +520,13 @@ fn target(rng: &mut Rng, p: &Profile) -> Target {
 fn fault(rng: &mut Rng, p: &Profile) -> Fault {
     match p.family {
         Family::Redis => match rng.weighted(&[20, 22, 8, 10, 10, 20, 2]) {
+            // Latency stays under half the suite's Redis timeout (300 ms),
+            // so a round trip never times out because of it (stalls are
+            // the slow Redis): it widens the window in which a client that
+            // vanishes catches a call in flight.
             0 => Fault::Latency {
                 target: target(rng, p),
-                ms: rng.range(20, 250),
+                ms: rng.range(10, 120),
                 for_ms: rng.range(300, 1500),
             },
             1 => Fault::Stall {

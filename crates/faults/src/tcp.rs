@@ -16,20 +16,24 @@
 //!   (FIN), and what was in flight is lost;
 //! - [`TcpProxy::reset_all`]: the same with a reset (RST, `SO_LINGER` 0).
 //!
-//! One task per connection forwards both directions in turn. That
-//! serializes a connection's traffic, which a request/response protocol
-//! like Redis's does anyway, and lets a single place decide whether a
-//! chunk may pass.
+//! One task per connection forwards both directions, each through a delay
+//! line: a chunk read at `t` is written at `t + latency`, so latency
+//! delays a busy connection without slowing it down chunk after chunk,
+//! and a stall holds both directions where they are.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::collections::VecDeque;
+
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// Errors starting a proxy.
 #[derive(Debug, thiserror::Error)]
@@ -261,17 +265,11 @@ fn reset(s: &TcpStream) {
     let _ = s.set_zero_linger();
 }
 
-/// Which side a chunk came from.
-enum From {
-    Client(usize),
-    Server(usize),
-}
-
 /// Forwards one connection until either side closes or the proxy cuts it.
 async fn connection(
     mut client: TcpStream,
     target: SocketAddr,
-    mut mode: watch::Receiver<TcpMode>,
+    mode: watch::Receiver<TcpMode>,
     mut cut: watch::Receiver<Cut>,
     counters: Arc<Counters>,
 ) {
@@ -284,92 +282,93 @@ async fn connection(
     };
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
-    let mut from_client = vec![0u8; 16 * 1024];
-    let mut from_server = vec![0u8; 16 * 1024];
-    // Ends the connection as the last cut says; returns whether it did.
-    let finish = |c: Cut, client: &TcpStream, server: &TcpStream| {
-        if c.generation == born {
-            return false;
-        }
-        if c.reset {
-            reset(client);
-            reset(server);
+    let (mut client_r, mut client_w) = client.split();
+    let (mut server_r, mut server_w) = server.split();
+    let ended = tokio::select! {
+        () = pump(&mut client_r, &mut server_w, mode.clone(), &counters) => None,
+        () = pump(&mut server_r, &mut client_w, mode.clone(), &counters) => None,
+        c = cut_after(&mut cut, born) => Some(c),
+    };
+    match ended {
+        Some(Cut { reset: true, .. }) => {
+            reset(client_r.as_ref());
+            reset(server_r.as_ref());
             counters.reset.fetch_add(1, Ordering::Relaxed);
-        } else {
+        }
+        Some(_) => {
             counters.dropped.fetch_add(1, Ordering::Relaxed);
         }
-        true
-    };
+        // One side closed: the other is closed too (Redis's protocol
+        // has no use for half-closed connections).
+        None => {}
+    }
+}
+
+/// Waits for the first cut after generation `born`.
+async fn cut_after(cut: &mut watch::Receiver<Cut>, born: u64) -> Cut {
     loop {
-        // The gate: nothing is read, so nothing is forwarded, while
-        // stalled.
-        loop {
-            if finish(*cut.borrow_and_update(), &client, &server) {
-                return;
-            }
-            if *mode.borrow_and_update() != TcpMode::Stall {
-                break;
-            }
-            tokio::select! {
-                _ = mode.changed() => {}
-                _ = cut.changed() => {}
-            }
+        let c = *cut.borrow_and_update();
+        if c.generation != born {
+            return c;
         }
-        let chunk = tokio::select! {
-            r = client.read(&mut from_client) => match r {
-                Ok(n) if n > 0 => From::Client(n),
-                _ => return,
-            },
-            r = server.read(&mut from_server) => match r {
-                Ok(n) if n > 0 => From::Server(n),
-                _ => return,
-            },
-            _ = mode.changed() => continue,
-            _ = cut.changed() => continue,
-        };
-        // A stall that began while the chunk was read holds it too.
-        loop {
-            if finish(*cut.borrow_and_update(), &client, &server) {
-                return;
-            }
-            let wait = match *mode.borrow_and_update() {
-                TcpMode::Stall => None,
-                TcpMode::Latency(d) => Some(d),
-                TcpMode::Pass | TcpMode::Refuse => break,
-            };
-            match wait {
-                None => {
-                    tokio::select! {
-                        _ = mode.changed() => {}
-                        _ = cut.changed() => {}
-                    }
-                }
-                Some(d) => {
-                    tokio::select! {
-                        () = tokio::time::sleep(d) => break,
-                        _ = cut.changed() => {}
-                    }
-                }
-            }
+        if cut.changed().await.is_err() {
+            // The proxy is gone: no cut will come.
+            std::future::pending::<()>().await;
         }
-        let (bytes, to) = match chunk {
-            From::Client(n) => (&from_client[..n], &mut server),
-            From::Server(n) => (&from_server[..n], &mut client),
-        };
-        // Counted before it is written, so a peer that got the bytes sees
-        // them counted.
-        counters
-            .bytes
-            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        let written = tokio::select! {
-            r = to.write_all(bytes) => r.is_ok(),
-            _ = cut.changed() => {
-                finish(*cut.borrow(), &client, &server);
-                return;
-            }
-        };
-        if !written {
+    }
+}
+
+/// Chunks a direction holds at most while delayed or stalled; beyond it
+/// the proxy stops reading, as a full network buffer would.
+const MAX_QUEUED: usize = 1024;
+
+/// Forwards one direction. Each chunk read is due `latency` after it was
+/// read, as on a long wire: a busy connection is delayed, not slowed down
+/// chunk after chunk. While stalled, nothing is read or written.
+async fn pump(
+    from: &mut ReadHalf<'_>,
+    to: &mut WriteHalf<'_>,
+    mut mode: watch::Receiver<TcpMode>,
+    counters: &Counters,
+) {
+    let mut queue: VecDeque<(Instant, Vec<u8>)> = VecDeque::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut eof = false;
+    loop {
+        if eof && queue.is_empty() {
             return;
+        }
+        let now_mode = *mode.borrow_and_update();
+        let stalled = now_mode == TcpMode::Stall;
+        let due = queue.front().map(|(at, _)| *at);
+        tokio::select! {
+            r = from.read(&mut buf), if !stalled && !eof && queue.len() < MAX_QUEUED => match r {
+                Ok(n) if n > 0 => {
+                    let delay = match now_mode {
+                        TcpMode::Latency(d) => d,
+                        _ => Duration::ZERO,
+                    };
+                    queue.push_back((Instant::now() + delay, buf[..n].to_vec()));
+                }
+                _ => eof = true,
+            },
+            () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() && !stalled => {
+                let Some((_, bytes)) = queue.pop_front() else { continue };
+                // Counted before it is written, so a peer that got the
+                // bytes sees them counted.
+                counters
+                    .bytes
+                    .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                if to.write_all(&bytes).await.is_err() {
+                    return;
+                }
+            },
+            changed = mode.changed() => {
+                if changed.is_err() {
+                    // The proxy is gone.
+                    return;
+                }
+            }
         }
     }
 }
