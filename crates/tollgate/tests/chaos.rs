@@ -76,12 +76,56 @@ use tollgate_redis::testing::{Client, RedisCluster, RedisServer};
 // ---------------------------------------------------------------------
 
 /// Seeds that found a bug, kept as regression tests: (family, seed, what
-/// it found on the code of its day).
-const REGRESSIONS: &[(&str, u64, &str)] = &[];
+/// it found on the code of its day). Issue numbers are issue 16's items.
+const REGRESSIONS: &[(&str, u64, &str)] = &[
+    (
+        "redis",
+        2,
+        "item 3: seizes of transfer ids nobody issued registered pools in the server's \
+         {srv}:pools set (4 for 2 configured pools); and a hold leaked (the copy log counted 3 \
+         copies for a server whose sessions held none)",
+    ),
+    (
+        "redis",
+        3,
+        "item 8: Redis restarted empty (SHUTDOWN NOSAVE), and both servers exited with \
+         `resigned from the copy log: this server was declared dead by another`",
+    ),
+    (
+        "redis",
+        7,
+        "items 1 and 2: copies counted in the copy log for a server whose sessions hold none, \
+         left after every hold was dropped",
+    ),
+    (
+        "redis",
+        10,
+        "a connection reset during a copy operation made the server resign and exit \
+         (`a copy operation's outcome is unknown (Redis gave no answer): broken pipe`)",
+    ),
+    ("redis", 11, "items 1 and 2: copies leaked in both pools"),
+    (
+        "cluster",
+        1,
+        "item 3 on a Redis Cluster: 5 pools registered per server for 2 configured",
+    ),
+    (
+        "cluster",
+        3,
+        "items 1 and 2 on a Redis Cluster: 2 copies leaked while a master was stalled",
+    ),
+    (
+        "gossip",
+        1,
+        "item 7: a 600-byte domain is never replicated: the nodes disagree on what remains \
+         (each enforces the full limit alone)",
+    ),
+    ("gossip", 2, "item 7: the same, with partitions and loss"),
+];
 
 /// Fresh seeds `cargo test` runs per family besides the regressions
 /// (more with `scripts/chaos.sh`).
-const DEFAULT_SEEDS: std::ops::Range<u64> = 1..3;
+const DEFAULT_SEEDS: std::ops::Range<u64> = 1000..1002;
 
 /// The seeds of `family` to run: `TOLLGATE_CHAOS_SEEDS`, else the
 /// defaults and the family's regressions.
@@ -1410,22 +1454,24 @@ impl RedisWorld {
         self.check_exits();
     }
 
-    /// The ids in the copy log's live set (`{srv}:alive`).
+    /// The ids in the copy log's live set (`{srv}:alive`), read on the
+    /// node that has the key (in a cluster, the others would redirect).
     fn alive(&self) -> Vec<String> {
+        const ALIVE: &str = "tollgate:{srv}:alive";
         std::panic::catch_unwind(AssertUnwindSafe(|| {
-            self.store
-                .nodes()
-                .iter()
-                .flat_map(|n| {
-                    n.client()
-                        .strings(&["ZRANGE", "tollgate:{srv}:alive", "0", "-1"])
-                })
-                .collect()
+            let mut out = Vec::new();
+            for node in self.store.nodes() {
+                let mut c = node.client();
+                if !c.scan(ALIVE).is_empty() {
+                    out.extend(c.strings(&["ZRANGE", ALIVE, "0", "-1"]));
+                }
+            }
+            out
         }))
         .unwrap_or_default()
     }
 
-    /// Every pool of `name`'s configured copy resources, read from Redis:
+    /// Every copy pool in Redis, read node by node:
     /// (key, pool, staged transfers).
     fn read_pools(&self) -> Result<Vec<(String, copylog::Pool, Vec<copylog::Staged>)>, Violation> {
         let mut out = Vec::new();
