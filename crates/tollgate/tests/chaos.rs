@@ -534,7 +534,8 @@ struct Clients {
     transfers: Vec<String>,
     /// Rate hits granted per (resource, domain), from answers read.
     granted: BTreeMap<(usize, usize), u64>,
-    /// Rate calls whose answer was never read, per (resource, domain).
+    /// Hits asked by rate calls whose answer was never read, per
+    /// (resource, domain): the store may have granted them.
     unknown: BTreeMap<(usize, usize), u64>,
 }
 
@@ -564,20 +565,32 @@ impl Names {
 
 /// Carries out one HTTP operation on `addr` (a server's HTTP port) and
 /// records what the answer says.
-fn http_op(addr: SocketAddr, server: usize, op: &Op, how: Call, clients: &Shared, n: &Names) {
+fn http_op(
+    addrs: &[Option<SocketAddr>],
+    server: usize,
+    op: &Op,
+    how: Call,
+    clients: &Shared,
+    n: &Names,
+) {
     let ns = n.namespace;
     // (method, path, body), and what to do with a 200 answer.
     enum Then {
-        NewHold { resource: usize, domain: usize },
+        NewHold {
+            resource: usize,
+            domain: usize,
+        },
         Released(Hold),
         Deleted(Hold),
         Transferred(Hold, u64),
         Seized(String),
         Stranger,
         Renewed(Hold),
-        Rate(usize, usize),
+        /// Resource, domain, hits asked.
+        Rate(usize, usize, u64),
     }
-    let (method, path, body, then) = {
+    // Calls on a hold go to the server that has it.
+    let (method, path, body, then, server) = {
         let c = clients.lock().unwrap();
         match op {
             Op::Reserve {
@@ -598,6 +611,7 @@ fn http_op(addr: SocketAddr, server: usize, op: &Op, how: Call, clients: &Shared
                     resource: *resource % n.copy.len(),
                     domain: *domain,
                 },
+                server,
             ),
             Op::Release { hold, copies } => {
                 let Some((_, h)) = pick(&c.holds, *hold) else {
@@ -613,7 +627,8 @@ fn http_op(addr: SocketAddr, server: usize, op: &Op, how: Call, clients: &Shared
                         n.copy[h.resource],
                         n.domain(h.domain)
                     ),
-                    Then::Released(h),
+                    Then::Released(h.clone()),
+                    h.server,
                 )
             }
             Op::Delete { hold } => {
@@ -624,7 +639,8 @@ fn http_op(addr: SocketAddr, server: usize, op: &Op, how: Call, clients: &Shared
                     "DELETE",
                     format!("/v1/holds/{}", h.id),
                     String::new(),
-                    Then::Deleted(h),
+                    Then::Deleted(h.clone()),
+                    h.server,
                 )
             }
             Op::Transfer {
@@ -645,7 +661,8 @@ fn http_op(addr: SocketAddr, server: usize, op: &Op, how: Call, clients: &Shared
                         n.copy[h.resource],
                         n.domain(h.domain)
                     ),
-                    Then::Transferred(h, copies),
+                    Then::Transferred(h.clone(), copies),
+                    h.server,
                 )
             }
             Op::Seize { transfer, lease_ms } => {
@@ -657,6 +674,7 @@ fn http_op(addr: SocketAddr, server: usize, op: &Op, how: Call, clients: &Shared
                     "/v1/seize".to_owned(),
                     format!(r#"{{"transfer_id":"{t}","lease_ms":{lease_ms}}}"#),
                     Then::Seized(t),
+                    server,
                 )
             }
             Op::SeizeUnknown { id } => (
@@ -664,6 +682,7 @@ fn http_op(addr: SocketAddr, server: usize, op: &Op, how: Call, clients: &Shared
                 "/v1/seize".to_owned(),
                 format!(r#"{{"transfer_id":"{id:032x}","lease_ms":1000}}"#),
                 Then::Stranger,
+                server,
             ),
             Op::Renew { hold, lease_ms } => {
                 let Some((_, h)) = pick(&c.holds, *hold) else {
@@ -673,7 +692,8 @@ fn http_op(addr: SocketAddr, server: usize, op: &Op, how: Call, clients: &Shared
                     "POST",
                     format!("/v1/holds/{}/renew", h.id),
                     format!(r#"{{"lease_ms":{lease_ms}}}"#),
-                    Then::Renewed(h),
+                    Then::Renewed(h.clone()),
+                    h.server,
                 )
             }
             Op::Rate {
@@ -691,23 +711,27 @@ fn http_op(addr: SocketAddr, server: usize, op: &Op, how: Call, clients: &Shared
                         n.rate[r],
                         n.domain(d)
                     ),
-                    Then::Rate(r, d),
+                    Then::Rate(r, d, *hits),
+                    server,
                 )
             }
             _ => return,
         }
     };
+    let Some(addr) = addrs.get(server).copied().flatten() else {
+        return;
+    };
     if how == Call::Abandon {
-        if let Then::Rate(r, d) = then {
-            *clients.lock().unwrap().unknown.entry((r, d)).or_default() += 1;
+        if let Then::Rate(r, d, hits) = then {
+            *clients.lock().unwrap().unknown.entry((r, d)).or_default() += hits;
         }
         abandon(addr, method, &path, &body);
         return;
     }
     let body = (!body.is_empty()).then_some(body.as_str());
     let Some((status, v)) = call(addr, method, &path, body) else {
-        if let Then::Rate(r, d) = then {
-            *clients.lock().unwrap().unknown.entry((r, d)).or_default() += 1;
+        if let Then::Rate(r, d, hits) = then {
+            *clients.lock().unwrap().unknown.entry((r, d)).or_default() += hits;
         }
         return;
     };
@@ -775,7 +799,7 @@ fn http_op(addr: SocketAddr, server: usize, op: &Op, how: Call, clients: &Shared
         // Any other answer (429, 503 store_unavailable...) granted the
         // caller nothing, though a request that timed out may still be
         // counted by the store (the strict side).
-        Then::Rate(r, d) if status == 200 => {
+        Then::Rate(r, d, _) if status == 200 => {
             *c.granted.entry((r, d)).or_default() += v["granted"].as_u64().unwrap_or(0);
         }
         Then::Released(h) | Then::Deleted(h) | Then::Transferred(h, _) | Then::Renewed(h)
@@ -1362,21 +1386,23 @@ impl RedisWorld {
                 );
             }
             _ => {
-                let Some(addr) = self.http(server) else {
+                if self.http(server).is_none() {
                     return;
-                };
+                }
                 if how == Call::Abandon {
                     self.report.fault("client_vanished", 1);
                 }
+                let addrs: Vec<Option<SocketAddr>> =
+                    (0..self.servers.len()).map(|i| self.http(i)).collect();
                 let clients = Arc::clone(&self.clients);
                 let op = op.clone();
                 if how == Call::Background {
                     let names = redis_names();
                     self.background.push(std::thread::spawn(move || {
-                        http_op(addr, server, &op, how, &clients, &names);
+                        http_op(&addrs, server, &op, how, &clients, &names);
                     }));
                 } else {
-                    http_op(addr, server, &op, how, &clients, &self.names);
+                    http_op(&addrs, server, &op, how, &clients, &self.names);
                 }
             }
         }
@@ -1953,13 +1979,18 @@ impl GossipWorld {
                     self.report.fault("client_vanished", 1);
                 }
                 let clients = Arc::clone(&self.clients);
+                let addrs: Vec<Option<SocketAddr>> = self
+                    .nodes
+                    .iter()
+                    .map(|p| p.running().map(|s| s.http))
+                    .collect();
                 let (op, how, server) = (op.clone(), *call, *server);
                 if how == Call::Background {
                     self.background.push(std::thread::spawn(move || {
-                        http_op(addr, server, &op, how, &clients, &gossip_names());
+                        http_op(&addrs, server, &op, how, &clients, &gossip_names());
                     }));
                 } else {
-                    http_op(addr, server, &op, how, &clients, &self.names);
+                    http_op(&addrs, server, &op, how, &clients, &self.names);
                 }
             }
         }
@@ -2135,8 +2166,9 @@ impl GossipWorld {
                         return vec![Violation {
                             kind: "gossip_counted_twice",
                             detail: format!(
-                                "{what}: {first} remaining, but only {seen} (+ {maybe} unread) \
-                                 of {cap} were granted"
+                                "{what}: {first} remaining, but only {seen} hits (and at most \
+                                 {maybe} more, asked by calls whose answer was never read) of \
+                                 {cap} were granted"
                             ),
                         }];
                     }
