@@ -35,6 +35,8 @@ pub struct Pool {
     pub contributions: BTreeMap<String, BTreeMap<HoldKey, i64>>,
     /// `x:<server>`: servers whose contributions were released here.
     pub tombstones: Vec<String>,
+    /// `m:<server>`: each server's total beside its contributions.
+    pub totals: BTreeMap<String, i64>,
     /// Fields this layout does not know.
     pub unknown: Vec<String>,
 }
@@ -94,6 +96,8 @@ pub fn parse_pool(key: &str, fields: &[(Vec<u8>, Vec<u8>)]) -> Result<Pool, Malf
                 .insert(text(d), number(&format!("d:{}", text(d)))?);
         } else if let Some(g) = f.strip_prefix(b"G:") {
             p.groups.insert(text(g), number(&format!("G:{}", text(g)))?);
+        } else if let Some(m) = f.strip_prefix(b"m:") {
+            p.totals.insert(text(m), number(&format!("m:{}", text(m)))?);
         } else if let Some(x) = f.strip_prefix(b"x:") {
             p.tombstones.push(text(x));
         } else if let Some(rest) = f.strip_prefix(b"s:") {
@@ -231,6 +235,23 @@ pub fn check_pool(
             "malformed",
             format!("{key}: unknown field {f:?}"),
         ));
+    }
+    // Each server's total is the sum of its contributions (the copy log
+    // tells a pool that lost or went back on them by it).
+    let servers: std::collections::BTreeSet<&String> = pool
+        .contributions
+        .keys()
+        .chain(pool.totals.keys())
+        .collect();
+    for server in servers {
+        let total = pool.totals.get(server).copied().unwrap_or(0);
+        let summed = pool.contributed_by(server);
+        if total != summed {
+            out.push(violation(
+                "count_mismatch",
+                format!("{key} m:{server} = {total} but its contributions are {summed}"),
+            ));
+        }
     }
     // What the counts must be.
     let mut global = 0i64;
@@ -473,6 +494,8 @@ mod tests {
             field(b"G:east", "3"),
             contribution("a", "acme", &["east"], "2"),
             contribution("b", "globex", &[], "1"),
+            field(b"m:a", "2"),
+            field(b"m:b", "1"),
             field(b"x:old", "1700000000"),
         ];
         let staged = vec![Staged {
@@ -486,6 +509,19 @@ mod tests {
 
     fn live(a: u64, b: u64) -> BTreeMap<String, u64> {
         [("a".to_owned(), a), ("b".to_owned(), b)].into()
+    }
+
+    #[test]
+    fn a_server_total_that_is_not_the_sum_of_its_contributions_is_caught() {
+        let (mut fields, staged) = healthy();
+        fields.retain(|(f, _)| f != b"m:b");
+        fields.push(field(b"m:a", "3"));
+        let p = parse_pool("k", &fields).unwrap();
+        let v = check_pool("k", &p, &staged, &live(2, 1));
+        assert_eq!(
+            v.iter().map(|v| v.kind).collect::<Vec<_>>(),
+            ["count_mismatch", "count_mismatch"]
+        );
     }
 
     #[test]

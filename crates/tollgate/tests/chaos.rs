@@ -1651,9 +1651,14 @@ impl RedisWorld {
             self.names.copy.len() as u64,
         );
         // Three keys per pool, one per rate key used, the live set, the
-        // cleanup lease and set, and one registry per server life.
+        // cleanup lease and set; per server life a registry and a dead
+        // mark, and per pool the reply of its last copy operation (kept
+        // until the server's next call there) and up to a few whose
+        // acknowledgement was lost with a broken connection.
         let rate_keys = (self.names.domains.len() as u64 + flooded) * self.names.rate.len() as u64;
-        let bound = 3 * self.names.copy.len() as u64 + rate_keys + 3 + self.lives;
+        let pools = self.names.copy.len() as u64;
+        let replies = pools * self.lives * 4;
+        let bound = 3 * pools + rate_keys + 3 + 2 * self.lives + replies;
         self.report.memory("Redis keys", keys, bound);
     }
 
