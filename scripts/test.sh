@@ -44,6 +44,9 @@ have_postgres || need_package initdb postgresql
 # (crates/tollgate/tests/config_api_ui.rs). Debian names it `chromium`;
 # other distributions `chromium-browser`, which will do as well.
 command -v chromium-browser >/dev/null 2>&1 || need_package chromium chromium
+# scripts/chaos.sh (the fault-injection suite over many seeds) sums its
+# report with jq.
+need_package jq jq
 
 
 echo "== cargo fmt --check"
