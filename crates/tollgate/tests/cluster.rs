@@ -61,45 +61,6 @@ fn sandbox(name: &str) -> Sandbox {
     dir
 }
 
-/// Starts one node of cluster `cluster` with gossip on `gossip`, seeded
-/// with `peers`, plus `extra` flags.
-fn start_node(
-    dir: &Sandbox,
-    cluster: &str,
-    id: &str,
-    gossip: &str,
-    peers: &[SocketAddr],
-    extra: &[&str],
-) -> Serving {
-    let peers: Vec<String> = peers.iter().map(ToString::to_string).collect();
-    let peers = peers.join(",");
-    let mut args = vec![
-        "--config",
-        "tollgate.yaml",
-        "--grpc",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
-        "--cluster",
-        cluster,
-        "--node-id",
-        id,
-        "--gossip",
-        gossip,
-        "--cluster-secret-file",
-        "secret",
-    ];
-    if !peers.is_empty() {
-        args.extend(["--peers", peers.as_str()]);
-    }
-    args.extend_from_slice(extra);
-    Serving::start(
-        dir,
-        &args,
-        &[("TOLLGATE_LOG", "info,tollgate_replica=debug")],
-    )
-}
-
 /// Starts `n` nodes of cluster `cluster` (ids `n1`, `n2`, ...): the first
 /// alone, the others seeded with its gossip address; node `i` (from 0)
 /// also gets `extra(i)`. Returns once every node is ready and sees the
@@ -116,7 +77,14 @@ fn start_cluster(
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         let seeds: Vec<SocketAddr> = nodes.first().map(Serving::gossip).into_iter().collect();
         let id = format!("n{}", i + 1);
-        nodes.push(start_node(dir, cluster, &id, "127.0.0.1:0", &seeds, &extra));
+        nodes.push(Serving::start_node(
+            dir,
+            cluster,
+            &id,
+            "127.0.0.1:0",
+            &seeds,
+            &extra,
+        ));
     }
     wait_formed(&nodes, n - 1);
     nodes
@@ -430,7 +398,7 @@ fn a_node_killed_with_sigkill_rejoins_with_a_full_state_before_deciding() {
 
     // Same id, same gossip address. The join timeout is long, so the node
     // can only become ready by receiving a full state.
-    let restarted = start_node(
+    let restarted = Serving::start_node(
         &dir,
         "t",
         "n2",
@@ -474,7 +442,7 @@ fn a_joining_node_that_cannot_reach_its_peers_refuses_to_decide_until_it_can() {
     }
     // The joiner's gossip with the seed is cut from the start.
     dir.write("faults", format!("{}\n", first.gossip()));
-    let joiner = start_node(
+    let joiner = Serving::start_node(
         &dir,
         "t",
         "n2",
@@ -534,7 +502,7 @@ fn a_node_started_before_its_seed_joins_the_cluster_once_the_seed_is_up() {
     let seed = free_gossip_address();
     // Node 2 starts first: its announce to the seed finds nobody, and
     // after the join timeout it decides alone.
-    let early = start_node(&dir, "t", "n2", "127.0.0.1:0", &[seed], &[]);
+    let early = Serving::start_node(&dir, "t", "n2", "127.0.0.1:0", &[seed], &[]);
     eventually("the early node decides alone", || {
         match early.http("GET", "/readyz", None).0 {
             200 => Ok(()),
@@ -552,7 +520,7 @@ fn a_node_started_before_its_seed_joins_the_cluster_once_the_seed_is_up() {
     );
     // The seed comes up where node 2 looks for it, as a seed that was
     // restarted or started last would.
-    let seed = start_node(&dir, "t", "n1", &seed.to_string(), &[], &[]);
+    let seed = Serving::start_node(&dir, "t", "n1", &seed.to_string(), &[], &[]);
     let nodes = [seed, early];
     wait_formed(&nodes, 1);
     assert!(hit(&nodes[0], "q", "u"));
@@ -796,7 +764,7 @@ fn a_node_of_another_cluster_is_never_a_member_and_its_grants_stay_its_own() {
         assert!(hit(&nodes[0], "api", "u"));
     }
     // Same secret, another name.
-    let stranger = start_node(&dir, "other", "s1", "127.0.0.1:0", &seeds, &[]);
+    let stranger = Serving::start_node(&dir, "other", "s1", "127.0.0.1:0", &seeds, &[]);
     // Nobody answers it: it decides alone after the join timeout.
     eventually("the stranger decides alone", || {
         match stranger.http("GET", "/readyz", None).0 {
@@ -1009,7 +977,7 @@ fn a_node_restarted_with_its_clock_stepped_back_rejoins_with_a_full_state() {
     let gossip = nodes[1].gossip().to_string();
     nodes[1].child.kill().unwrap();
     nodes[1].child.wait().unwrap();
-    let restarted = start_node(
+    let restarted = Serving::start_node(
         &dir,
         "t",
         "n2",

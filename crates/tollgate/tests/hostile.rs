@@ -392,31 +392,6 @@ namespaces:
       - { name: q, algorithm: token_bucket, capacity: 30, rate: 1/h }
 "#;
 
-fn start_gossip_node(dir: &Sandbox, id: &str, peers: &[SocketAddr]) -> Serving {
-    let peers: Vec<String> = peers.iter().map(ToString::to_string).collect();
-    let peers = peers.join(",");
-    let mut args = vec![
-        "--config",
-        "tollgate.yaml",
-        "--grpc",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
-        "--cluster",
-        "t",
-        "--node-id",
-        id,
-        "--gossip",
-        "127.0.0.1:0",
-        "--cluster-secret-file",
-        "secret",
-    ];
-    if !peers.is_empty() {
-        args.extend(["--peers", peers.as_str()]);
-    }
-    Serving::start(dir, &args, &[])
-}
-
 fn remaining(s: &Serving) -> u64 {
     let (status, v) = s.json(
         "POST",
@@ -441,8 +416,8 @@ fn a_flood_of_hostile_datagrams_leaves_a_real_cluster_formed_and_gossiping() {
     let dir = Sandbox::new("hostile-gossip");
     dir.write("tollgate.yaml", CLUSTER_CONFIG);
     dir.write("secret", "a hostile-suite secret, long enough\n");
-    let a = start_gossip_node(&dir, "n1", &[]);
-    let b = start_gossip_node(&dir, "n2", &[a.gossip()]);
+    let a = Serving::start_node(&dir, "t", "n1", "127.0.0.1:0", &[], &[]);
+    let b = Serving::start_node(&dir, "t", "n2", "127.0.0.1:0", &[a.gossip()], &[]);
     let formed = |s: &Serving| {
         s.metric("tollgate_cluster_peers_alive") == Some(1.0)
             && s.http("GET", "/readyz", None).0 == 200

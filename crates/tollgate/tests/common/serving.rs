@@ -139,6 +139,45 @@ impl Serving {
         Serving::start(dir, &args, env)
     }
 
+    /// Starts one node of cluster `cluster` with gossip on `gossip`, seeded
+    /// with `peers`, plus `extra` flags.
+    pub fn start_node(
+        dir: &Sandbox,
+        cluster: &str,
+        id: &str,
+        gossip: &str,
+        peers: &[SocketAddr],
+        extra: &[&str],
+    ) -> Serving {
+        let peers: Vec<String> = peers.iter().map(ToString::to_string).collect();
+        let peers = peers.join(",");
+        let mut args = vec![
+            "--config",
+            "tollgate.yaml",
+            "--grpc",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--cluster",
+            cluster,
+            "--node-id",
+            id,
+            "--gossip",
+            gossip,
+            "--cluster-secret-file",
+            "secret",
+        ];
+        if !peers.is_empty() {
+            args.extend(["--peers", peers.as_str()]);
+        }
+        args.extend_from_slice(extra);
+        Serving::start(
+            dir,
+            &args,
+            &[("TOLLGATE_LOG", "info,tollgate_replica=debug")],
+        )
+    }
+
     /// One HTTP/1.1 exchange: (status, body).
     pub fn http(&self, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
         exchange(self.http, method, path, body).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
