@@ -418,6 +418,29 @@ async fn deleting_a_hold_releases_everything_in_it() {
     a.error(StatusCode::NOT_FOUND, 5, "unknown_hold");
 }
 
+/// Regression (issue 16, item 11): a transfer's `ttl_ms` had no upper
+/// bound, so staged copies nobody seized could be held for ever. Over 24 h
+/// it is refused, and the copies stay in the hold.
+#[tokio::test]
+async fn a_transfer_ttl_over_a_day_is_refused_and_moves_nothing() {
+    let s = TestServer::start(CONFIG).await;
+    let a = post(&s, "/v1/reserve", reserve("acme", 2)).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    let id = a.body["hold_id"].as_str().unwrap().to_owned();
+    let mut t = hold_body(&id, "acme", 1);
+    t["ttl_ms"] = json!(86_400_001u64);
+    let a = post(&s, "/v1/transfer", t.clone()).await;
+    let message = a.error(StatusCode::BAD_REQUEST, 3, "malformed_request");
+    assert!(message.contains("86400000"), "{message}");
+    t["ttl_ms"] = json!(u64::MAX);
+    let a = post(&s, "/v1/transfer", t.clone()).await;
+    a.error(StatusCode::BAD_REQUEST, 3, "malformed_request");
+    assert_eq!(holds(&s.app, "acme").await, (2, 2));
+    t["ttl_ms"] = json!(86_400_000u64);
+    let a = post(&s, "/v1/transfer", t).await;
+    assert_eq!(a.status, StatusCode::OK, "a day is allowed: {}", a.text);
+}
+
 #[tokio::test]
 async fn unknown_holds_are_404_and_a_missing_id_is_400() {
     let s = TestServer::start(CONFIG).await;
