@@ -37,6 +37,9 @@ pub struct Pool {
     pub tombstones: Vec<String>,
     /// `m:<server>`: each server's total beside its contributions.
     pub totals: BTreeMap<String, i64>,
+    /// `v:<server>`: the version of each server's contributions (the id
+    /// of the operation that last changed them).
+    pub versions: BTreeMap<String, String>,
     /// Fields this layout does not know.
     pub unknown: Vec<String>,
 }
@@ -96,6 +99,8 @@ pub fn parse_pool(key: &str, fields: &[(Vec<u8>, Vec<u8>)]) -> Result<Pool, Malf
                 .insert(text(d), number(&format!("d:{}", text(d)))?);
         } else if let Some(g) = f.strip_prefix(b"G:") {
             p.groups.insert(text(g), number(&format!("G:{}", text(g)))?);
+        } else if let Some(server) = f.strip_prefix(b"v:") {
+            p.versions.insert(text(server), text(v));
         } else if let Some(m) = f.strip_prefix(b"m:") {
             p.totals.insert(text(m), number(&format!("m:{}", text(m)))?);
         } else if let Some(x) = f.strip_prefix(b"x:") {
@@ -242,8 +247,16 @@ pub fn check_pool(
         .contributions
         .keys()
         .chain(pool.totals.keys())
+        .chain(pool.versions.keys())
         .collect();
     for server in servers {
+        // A version exactly while the server holds anything here.
+        if pool.versions.contains_key(server) != pool.contributions.contains_key(server) {
+            out.push(violation(
+                "count_mismatch",
+                format!("{key} v:{server} is there exactly when the server holds nothing"),
+            ));
+        }
         let total = pool.totals.get(server).copied().unwrap_or(0);
         let summed = pool.contributed_by(server);
         if total != summed {
@@ -496,6 +509,8 @@ mod tests {
             contribution("b", "globex", &[], "1"),
             field(b"m:a", "2"),
             field(b"m:b", "1"),
+            field(b"v:a", "0123"),
+            field(b"v:b", "4567"),
             field(b"x:old", "1700000000"),
         ];
         let staged = vec![Staged {

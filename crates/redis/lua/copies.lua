@@ -10,8 +10,10 @@
 --           s:<server>:<hold key> = what one server's sessions hold under
 --           one (domain, groups) pair (the hold key is cmsgpack of
 --           {domain, group, ...}), m:<server> = the sum of that server's
---           s: fields (present while it holds anything here, so a server
---           that knows it holds copies here can tell a pool Redis lost),
+--           s: fields, v:<server> = the id of the operation that last
+--           changed them (both present while it holds anything), so that a
+--           server can tell a pool Redis lost or put back to an older
+--           state,
 --           x:<server> = tombstone of a dead server whose contributions
 --           were released here (its value: when).
 --   KEYS[2] <prefix>{c:A}:xfer  hash: transfer id -> staged copies
@@ -31,12 +33,14 @@
 --
 -- ARGV: 1 op, 2-3 now (seconds, nanoseconds; '' for TIME), 4 this server's
 -- id, 5 the pool's name, 6 how long at most to remember the operation's
--- reply (ms; '' for operations without an id), 7 how many copies this
--- server knows it holds here (its own record), then the op's own
--- arguments (from 8). Errors (nothing changed) are 'TOLLGATE <what> ...';
--- 'TOLLGATE lost' says Redis does not count what this server holds here
--- (it lost its data, or went back to an older state): the server writes
--- its holds again ('reassert') and retries.
+-- reply (ms; '' for operations without an id), 7 the version of this
+-- server's holds here as the server knows it (the id of the operation
+-- that last changed them; '0' when it holds nothing), then the op's own
+-- arguments (from 8). Errors (nothing
+-- changed) are 'TOLLGATE <what> ...'; 'TOLLGATE lost' says Redis does not
+-- have this server's holds here as the server last changed them (it lost
+-- its data, or went back to an older state): the server writes its holds
+-- again ('reassert') and retries.
 
 if ARGV[2] == '' then
   local t = redis.call('TIME')
@@ -49,7 +53,7 @@ local op = ARGV[1]
 local sid = ARGV[4]
 local pool_name = ARGV[5]
 local remember = ARGV[6]
-local expect_own = tonumber(ARGV[7])
+local expect_own = ARGV[7]
 local P, XFER, XEXP, OPREC = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
 -- Replies this server has received need not be remembered any more.
@@ -128,10 +132,26 @@ local function resigned()
   return redis.call('HEXISTS', P, 'x:' .. sid) == 1
 end
 
--- Adds n (may be negative) to this server's own holds under a hold key.
+-- This operation's id (the end of its reply's key), which becomes the
+-- version of this server's holds when it changes them.
+local this_op = string.match(OPREC, ':op:([^:]*)$') or '-'
+
+-- Adds n (may be negative) to this server's own holds under a hold key,
+-- and makes this operation their version (none once it holds nothing
+-- here). The server keeps the version of its own holds the same way.
 local function add_own(domain, groups, n)
   add('s:' .. sid .. ':' .. hold_key(domain, groups), n)
   add('m:' .. sid, n)
+  if count('m:' .. sid) == 0 then
+    redis.call('HDEL', P, 'v:' .. sid)
+  else
+    redis.call('HSET', P, 'v:' .. sid, this_op)
+  end
+end
+
+-- The version of this server's holds here, as Redis has it.
+local function version()
+  return redis.call('HGET', P, 'v:' .. sid) or '0'
 end
 
 -- Why this server may not change its holds here, if it may not: it was
@@ -139,7 +159,7 @@ end
 -- the server knows it holds (it must write its holds again first).
 local function own_refusal()
   if resigned() then return redis.error_reply('TOLLGATE resigned') end
-  if count('m:' .. sid) ~= expect_own then
+  if version() ~= expect_own then
     return redis.error_reply('TOLLGATE lost')
   end
   return nil
@@ -182,6 +202,9 @@ if op == 'reserve' then
   local hits, min_hits = tonumber(ARGV[9]), tonumber(ARGV[10])
   local room = tonumber(ARGV[11]) - count('d:' .. domain)
   if ARGV[12] ~= '' then room = min(room, tonumber(ARGV[12]) - count('g')) end
+  -- Every count stays below 2^52 whatever the limits (unconfigured ones
+  -- are unbounded), so sums of counts stay exact in Lua's doubles.
+  room = min(room, TWO52 - 1 - count('g'))
   local groups = {}
   local i = 13
   while i < #ARGV do
@@ -250,7 +273,7 @@ if op == 'reassert' then
   -- for this server now is taken away, then the entries counted. Nothing
   -- if Redis already counts exactly that total.
   if resigned() then return redis.error_reply('TOLLGATE resigned') end
-  if count('m:' .. sid) == expect_own then return applied(0) end
+  if version() == expect_own then return applied(0) end
   local prefix = 's:' .. sid .. ':'
   local fields = redis.call('HGETALL', P)
   for i = 1, #fields, 2 do
@@ -264,6 +287,7 @@ if op == 'reassert' then
     end
   end
   redis.call('HDEL', P, 'm:' .. sid)
+  redis.call('HDEL', P, 'v:' .. sid)
   local total = 0
   local i = 8
   while i + 2 <= #ARGV do
@@ -274,6 +298,12 @@ if op == 'reassert' then
     add_own(domain, groups, copies)
     total = total + copies
     i = i + 3 + n
+  end
+  -- The version the server knows (add_own counted one per entry).
+  if total > 0 then
+    redis.call('HSET', P, 'v:' .. sid, expect_own)
+  else
+    redis.call('HDEL', P, 'v:' .. sid)
   end
   tidy()
   return applied(total)
@@ -351,6 +381,7 @@ if op == 'cleanup' then
   local dead = ARGV[8]
   local prefix = 's:' .. dead .. ':'
   redis.call('HDEL', P, 'm:' .. dead)
+  redis.call('HDEL', P, 'v:' .. dead)
   local released = 0
   local fields = redis.call('HGETALL', P)
   for i = 1, #fields, 2 do
@@ -392,6 +423,7 @@ if op == 'orphans' then
       local owner = string.sub(rest, 1, colon - 1)
       if not live[owner] then
         redis.call('HDEL', P, 'm:' .. owner)
+        redis.call('HDEL', P, 'v:' .. owner)
         local n = tonumber(fields[i + 1])
         local v = cmsgpack.unpack(string.sub(rest, colon + 1))
         local groups = {}

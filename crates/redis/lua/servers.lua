@@ -5,14 +5,15 @@
 --   1 <prefix>{srv}:alive     sorted set: server id by last heartbeat (ms)
 --   2 <prefix>{srv}:lease     the id of the server allowed to clean up
 --   3 <prefix>{srv}:cleaning  set: dead servers whose cleanup began
---   4 <prefix>{srv}:pools:<id> set: the pool affinities where a server
---     holds copies (<id> is this server for register/unregister, the
+--   4 <prefix>{srv}:pools:<id> hash: the pool affinities where a server
+--     holds copies, each with the generation of its registration (so that
+--     a withdrawal that arrives late never undoes a later registration) (<id> is this server for register/unregister, the
 --     dead one for claim/finish)
 --   5 <prefix>{srv}:dead:<id> set while a server declared dead must stay
 --     dead (a day, as long as its tombstones in the pools), so that it
 --     can tell "declared dead" (it must resign) from "Redis lost my
 --     heartbeat" (it restarted empty: the server joins again)
--- ARGV: 1 op, 2 this server's id, 3 heartbeat TTL (ms), 4 op argument.
+-- ARGV: 1 op, 2 this server's id, 3 heartbeat TTL (ms), 4-5 op arguments.
 -- Heartbeats use Redis's clock, whatever clock decisions use.
 
 local t = redis.call('TIME')
@@ -73,13 +74,17 @@ if op == 'register' then
     redis.call('ZADD', ALIVE, now, sid)
     rejoined = 1
   end
-  redis.call('SADD', POOLS, ARGV[4])
+  -- ARGV[4] the pool, ARGV[5] this registration's generation.
+  redis.call('HSET', POOLS, ARGV[4], ARGV[5])
   return rejoined
 end
 
 if op == 'unregister' then
-  -- The server holds nothing in pool ARGV[4] any more.
-  redis.call('SREM', POOLS, ARGV[4])
+  -- The server holds nothing in pool ARGV[4] any more, as of its
+  -- registration ARGV[5]; a later registration stays.
+  if redis.call('HGET', POOLS, ARGV[4]) == ARGV[5] then
+    redis.call('HDEL', POOLS, ARGV[4])
+  end
   return 0
 end
 
@@ -96,7 +101,7 @@ if op == 'claim' then
   redis.call('ZREM', ALIVE, dead)
   redis.call('SADD', CLEANING, dead)
   redis.call('SET', DEAD, now, 'EX', DEAD_S)
-  return redis.call('SMEMBERS', POOLS)
+  return redis.call('HKEYS', POOLS)
 end
 
 if op == 'finish' then

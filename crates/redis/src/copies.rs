@@ -55,6 +55,12 @@ pub(crate) struct PoolState {
     pub(crate) name: String,
     /// Whether the pool is in this server's registration set in Redis.
     pub(crate) registered: bool,
+    /// The generation of that registration.
+    pub(crate) generation: u64,
+    /// The operation that last changed this server's holds here (`None`
+    /// while it holds nothing): the `v:` the script keeps beside them, by
+    /// which Redis losing them or going back to an older state shows.
+    pub(crate) version: Option<OpId>,
     /// Copies this server's sessions hold here, by domain and groups:
     /// the same as its `s:` fields in Redis.
     pub(crate) mine: HashMap<(String, Groups), u64>,
@@ -80,9 +86,16 @@ impl PoolState {
         !self.mine.is_empty()
     }
 
-    /// Copies this server holds here, in all.
-    pub(crate) fn total(&self) -> u64 {
-        self.mine.values().fold(0, |t, n| t.saturating_add(*n))
+    /// Whether nothing of this pool needs remembering: no holds, no
+    /// registration, no reply to acknowledge.
+    fn is_idle(&self) -> bool {
+        !self.holds() && !self.registered && self.acks.is_empty()
+    }
+
+    /// The version as the script takes it.
+    pub(crate) fn version_arg(&self) -> String {
+        self.version
+            .map_or_else(|| "0".to_owned(), |op| op.to_string())
     }
 
     /// Notes that operation `op`'s reply arrived.
@@ -106,8 +119,9 @@ impl PoolState {
         true
     }
 
-    /// Adds `n` (subtracts, if negative) to what this server holds.
-    pub(crate) fn add(&mut self, domain: &str, groups: &Groups, n: i128) {
+    /// Adds `n` (subtracts, if negative) to what this server holds, as
+    /// operation `op` did; `op` becomes the version, as in the script.
+    pub(crate) fn add(&mut self, domain: &str, groups: &Groups, n: i128, op: OpId) {
         let key = (domain.to_owned(), groups.clone());
         let now = i128::from(self.mine.get(&key).copied().unwrap_or(0)) + n;
         if now <= 0 {
@@ -116,6 +130,7 @@ impl PoolState {
             self.mine
                 .insert(key, u64::try_from(now).unwrap_or(u64::MAX));
         }
+        self.version = (!self.mine.is_empty()).then_some(op);
     }
 
     /// The `reassert` arguments: every hold as domain, copies, group count,
@@ -138,6 +153,7 @@ impl PoolState {
 pub(crate) struct Pools {
     by_affinity: Mutex<HashMap<u64, Arc<AsyncMutex<PoolState>>>>,
     due: Mutex<HashMap<u64, Instant>>,
+    generations: std::sync::atomic::AtomicU64,
 }
 
 impl Pools {
@@ -153,6 +169,12 @@ impl Pools {
             .iter()
             .map(|(a, p)| (*a, Arc::clone(p)))
             .collect()
+    }
+
+    /// A new registration generation, unique in this server's life.
+    pub(crate) fn next_generation(&self) -> u64 {
+        self.generations
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Comes back to pool `a` at `at` at the latest to expire transfers.
@@ -193,11 +215,7 @@ impl Pools {
         let mut map = self.by_affinity.lock();
         // The map's handle and the caller's: nobody else can get one
         // without this lock.
-        if Arc::strong_count(&state) == 2
-            && state
-                .try_lock()
-                .is_ok_and(|st| !st.holds() && !st.registered)
-        {
+        if Arc::strong_count(&state) == 2 && state.try_lock().is_ok_and(|st| st.is_idle()) {
             map.remove(&a);
         }
     }
@@ -211,12 +229,17 @@ impl Pools {
                 return true;
             }
             match p.try_lock() {
-                Ok(st) => st.holds() || st.registered,
+                Ok(st) => !st.is_idle(),
                 Err(_) => true,
             }
         });
     }
 }
+
+/// How many times in a row one operation may find this server's holds
+/// lost and write them again before it gives up (a Redis that keeps
+/// losing them is not one to keep writing to).
+const MAX_REWRITES: u32 = 5;
 
 /// How long to wait before resending, after `attempt` failed sends.
 fn backoff(attempt: u32) -> Duration {
@@ -248,6 +271,7 @@ impl RedisStore {
     ) -> Result<Value, RedisError> {
         let started = Instant::now();
         let mut attempt = 0u32;
+        let mut lost = 0u32;
         loop {
             if self.log.is_resigned() {
                 return Err(resigned_error());
@@ -265,12 +289,26 @@ impl RedisStore {
             match self.copies_call(a, st, now, op, id, args).await {
                 Ok(v) => {
                     self.mark(true);
-                    if let Some(id) = id {
+                    // A send that got no answer may still be queued on its
+                    // connection: its remembered reply must outlive it, so
+                    // only an operation answered at its first send is
+                    // acknowledged (the others' replies expire on their own).
+                    if let Some(id) = id.filter(|_| attempt == 0) {
                         st.ack(id);
                     }
                     return Ok(v);
                 }
                 Err(e) if refusal(&e) == Some("lost") => {
+                    lost += 1;
+                    if lost > MAX_REWRITES {
+                        return Err(redis::make_extension_error(
+                            "TOLLGATE".to_owned(),
+                            Some("lost_again".to_owned()),
+                        ));
+                    }
+                    if lost > 1 {
+                        self.pause_after(&e, &mut attempt).await;
+                    }
                     self.reassert(a, st).await?;
                 }
                 Err(e) if refusal(&e).is_some() => {
@@ -312,7 +350,9 @@ impl RedisStore {
                 .await
             {
                 Ok(v) => {
-                    st.ack(id);
+                    if attempt == 0 {
+                        st.ack(id);
+                    }
                     let copies = crate::store::int(Some(&v));
                     if copies > 0 {
                         metrics::counter!(REASSERTED).increment(copies);
@@ -339,9 +379,11 @@ impl RedisStore {
             if self.log.is_resigned() {
                 return Err(resigned_error());
             }
-            match self.log.register(&self.conn, a).await {
+            let generation = self.pools.next_generation();
+            match self.log.register(&self.conn, a, generation).await {
                 Ok(rejoined) => {
                     st.registered = true;
+                    st.generation = generation;
                     if rejoined {
                         self.lost_live_set();
                     }
@@ -420,13 +462,35 @@ impl RedisStore {
             let Ok(mut st) = pool.try_lock() else {
                 continue;
             };
-            if st.holds() || !st.registered {
+            if st.holds() {
                 continue;
             }
-            match tokio::time::timeout(attempt, self.log.unregister(&self.conn, a)).await {
-                Ok(Ok(())) => st.registered = false,
+            if !st.acks.is_empty() {
+                // Replies Redis still remembers: acknowledged before the
+                // pool is forgotten (a call that changes nothing).
+                let flushed = tokio::time::timeout(
+                    attempt,
+                    self.copies_call(a, &mut st, Nanos::ZERO, "expire", None, &[]),
+                )
+                .await;
+                if !matches!(flushed, Ok(Ok(_))) {
+                    continue;
+                }
+            }
+            if !st.registered {
+                continue;
+            }
+            // Not registered from here on, whatever becomes of the
+            // withdrawal: the next hold here registers again, under a new
+            // generation that a late withdrawal cannot remove.
+            st.registered = false;
+            let generation = st.generation;
+            match tokio::time::timeout(attempt, self.log.unregister(&self.conn, a, generation))
+                .await
+            {
+                Ok(Ok(())) => {}
                 Ok(Err(e)) => {
-                    tracing::debug!(error = %e, "withdrawing a pool's registration failed; retrying at the next sweep")
+                    tracing::debug!(error = %e, "withdrawing a pool's registration failed; it stays until this server dies")
                 }
                 Err(_) => {}
             }

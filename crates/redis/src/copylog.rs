@@ -170,6 +170,17 @@ impl CopyLog {
         pools_of: &str,
         arg: &str,
     ) -> Result<Value, RedisError> {
+        self.servers_op2(conn, op, pools_of, arg, "").await
+    }
+
+    async fn servers_op2(
+        &self,
+        conn: &Conn,
+        op: &str,
+        pools_of: &str,
+        arg: &str,
+        arg2: &str,
+    ) -> Result<Value, RedisError> {
         let mut inv = self.servers.prepare_invoke();
         for k in self.server_keys(pools_of) {
             inv.key(k);
@@ -177,26 +188,51 @@ impl CopyLog {
         inv.arg(op)
             .arg(&self.id)
             .arg(self.ttl.as_millis() as u64)
-            .arg(arg);
+            .arg(arg)
+            .arg(arg2);
         conn.invoke(&inv).await
     }
 
-    /// Registers pool `a` under this server before it first holds copies
-    /// there, so a cleaner finds it. `Ok(true)`: this server had to join
-    /// the live set again (Redis lost it).
-    pub(crate) async fn register(&self, conn: &Conn, a: u64) -> Result<bool, RedisError> {
+    /// Registers pool `a` under this server, as registration `generation`,
+    /// before it first holds copies there, so a cleaner finds it.
+    /// `Ok(true)`: this server had to join the live set again (Redis lost
+    /// it).
+    pub(crate) async fn register(
+        &self,
+        conn: &Conn,
+        a: u64,
+        generation: u64,
+    ) -> Result<bool, RedisError> {
         let rejoined: i64 = redis::from_redis_value(
-            self.servers_op(conn, "register", &self.id, &format!("{a:016x}"))
-                .await?,
+            self.servers_op2(
+                conn,
+                "register",
+                &self.id,
+                &format!("{a:016x}"),
+                &generation.to_string(),
+            )
+            .await?,
         )?;
         Ok(rejoined == 1)
     }
 
-    /// Withdraws the registration of pool `a`, where this server holds
-    /// nothing any more.
-    pub(crate) async fn unregister(&self, conn: &Conn, a: u64) -> Result<(), RedisError> {
-        self.servers_op(conn, "unregister", &self.id, &format!("{a:016x}"))
-            .await?;
+    /// Withdraws registration `generation` of pool `a`, where this server
+    /// holds nothing any more; a later registration of the pool stays,
+    /// however late this arrives.
+    pub(crate) async fn unregister(
+        &self,
+        conn: &Conn,
+        a: u64,
+        generation: u64,
+    ) -> Result<(), RedisError> {
+        self.servers_op2(
+            conn,
+            "unregister",
+            &self.id,
+            &format!("{a:016x}"),
+            &generation.to_string(),
+        )
+        .await?;
         Ok(())
     }
 
@@ -378,4 +414,35 @@ fn parse_survey(v: &Value) -> (i64, Vec<String>) {
     let skip = if first == -2 { 2 } else { 1 };
     let dead = items.iter().skip(skip).filter_map(value_str).collect();
     (first, dead)
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use super::*;
+    use crate::conn::{ConnectOptions, Target};
+    use crate::testing::RedisServer;
+
+    /// Review of issue 16's fix: a withdrawal of a pool's registration
+    /// that timed out could land after a later registration (on another
+    /// of the multiplexed connections) and remove it, so a cleaner would
+    /// not find the copies held there. A withdrawal removes only its own
+    /// generation.
+    #[tokio::test]
+    async fn a_late_withdrawal_never_removes_a_later_registration() {
+        let server = RedisServer::start();
+        let target = Target::parse(&server.url()).unwrap();
+        let conn = Conn::open(&target, &ConnectOptions::default())
+            .await
+            .unwrap();
+        let log = CopyLog::new("t:", Duration::from_secs(5));
+        log.join(&conn).await.unwrap();
+        let a = 0xabcd;
+        let registrations = format!("t:{{srv}}:pools:{}", log.id);
+        log.register(&conn, a, 1).await.unwrap();
+        log.register(&conn, a, 2).await.unwrap();
+        log.unregister(&conn, a, 1).await.unwrap();
+        assert_eq!(server.command(&format!("HLEN {registrations}")), ":1");
+        log.unregister(&conn, a, 2).await.unwrap();
+        assert_eq!(server.command(&format!("HLEN {registrations}")), ":0");
+    }
 }

@@ -456,10 +456,18 @@ impl Store for RedisStore {
         if self.sweeping.swap(true, Ordering::AcqRel) {
             return;
         }
+        /// Marks the sweep over however it ends (a panic included), so
+        /// that one failure does not stop every later sweep.
+        struct Done(Arc<AtomicBool>);
+        impl Drop for Done {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
         let store = self.clone();
         tokio::spawn(async move {
+            let _done = Done(Arc::clone(&store.sweeping));
             store.sweep_now(now).await;
-            store.sweeping.store(false, Ordering::Release);
         });
     }
 
@@ -581,9 +589,9 @@ impl RedisStore {
         }
         // Never this operation's own reply (a seize looks first under its
         // own id): that one is acknowledged once this call is answered.
-        let mut acks = std::mem::take(&mut st.acks);
-        acks.retain(|ack| Some(*ack) != id);
-        for ack in &acks {
+        st.acks.retain(|ack| Some(*ack) != id);
+        let acks = st.acks.len();
+        for ack in &st.acks {
             inv.key(self.log.op_key(a, *ack));
         }
         let remember = id.map_or_else(String::new, |_| self.log.remember_ms().to_string());
@@ -593,14 +601,15 @@ impl RedisStore {
             .arg(&self.log.id)
             .arg(&st.name)
             .arg(remember)
-            .arg(st.total().to_string());
+            .arg(st.version_arg());
         for x in args {
             inv.arg(x.as_str());
         }
         let result = self.conn.invoke(&inv).await;
-        if result.is_err() {
-            // Not known to have reached Redis: acknowledged again next time.
-            st.acks.splice(0..0, acks);
+        // Forgotten only once Redis answered (a call that got no answer,
+        // or was dropped, sends them again next time).
+        if result.is_ok() {
+            st.acks.drain(..acks);
         }
         result
     }
@@ -688,7 +697,7 @@ impl RedisStore {
             .map_err(|e| StoreError::Unavailable(format!("Redis answered a reserve oddly: {e}")))?;
         let at = |i: usize| reply.get(i).map_or(0, |&n| u64::try_from(n).unwrap_or(0));
         if at(0) > 0 && st.first_time(op) {
-            st.add(domain, &groups, i128::from(at(0)));
+            st.add(domain, &groups, i128::from(at(0)), op);
         }
         let context = CopyContext {
             domain_limit: limits.domain_limit_for(domain),
@@ -741,7 +750,7 @@ impl RedisStore {
             .map_err(|e| self.copy_error(e, held.domain, &groups, held.copies))?;
         let n = i128::from(held.copies);
         if st.first_time(op) {
-            st.add(held.domain, &groups, if restoring { n } else { -n });
+            st.add(held.domain, &groups, if restoring { n } else { -n }, op);
         }
         Ok(())
     }
@@ -777,7 +786,7 @@ impl RedisStore {
             .await
             .map_err(|e| self.copy_error(e, held.domain, &groups, held.copies))?;
         if st.first_time(op) {
-            st.add(held.domain, &groups, -i128::from(held.copies));
+            st.add(held.domain, &groups, -i128::from(held.copies), op);
         }
         // This server expires what it staged, when it is due.
         let due = std::time::Duration::from_nanos(ttl.as_u64());
@@ -845,6 +854,7 @@ impl RedisStore {
                 &seized.staged.domain,
                 &seized.staged.groups,
                 i128::from(seized.staged.copies),
+                op,
             );
         }
         Ok(seized)

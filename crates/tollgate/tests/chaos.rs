@@ -1635,7 +1635,7 @@ impl RedisWorld {
                     .iter()
                     .filter(|k| k.starts_with("tollgate:{srv}:pools:"))
                 {
-                    let members = c.strings(&["SMEMBERS", k]).len() as u64;
+                    let members = c.strings(&["HKEYS", k]).len() as u64;
                     largest_registry = largest_registry.max(members);
                 }
             }

@@ -323,7 +323,7 @@ fn strangers_seizes_and_transfers_leave_nothing_in_redis() {
         .collect();
     for key in &registrations {
         assert_eq!(
-            redis.command(&format!("SCARD {key}")).trim(),
+            redis.command(&format!("HLEN {key}")).trim(),
             ":0",
             "{key} registers pools nobody holds"
         );

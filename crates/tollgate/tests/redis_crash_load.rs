@@ -518,6 +518,9 @@ fn check_pool(key: &str, fields: &[(Vec<u8>, Vec<u8>)], servers: &[&str]) -> Opt
             p.groups.insert(g, n);
         } else if let Some(x) = f.strip_prefix(b"x:") {
             p.tombstones.push(String::from_utf8(x.to_vec()).unwrap());
+        } else if f.starts_with(b"v:") {
+            // A server's version (the operation that last changed its
+            // holds): checked by the store's own tests.
         } else if let Some(m) = f.strip_prefix(b"m:") {
             let server = String::from_utf8(m.to_vec()).unwrap();
             let n = count(&format!("m:{server}"), v);
