@@ -37,6 +37,11 @@
 //!   whatever queued up while the previous call was in flight); timeouts are short (50 ms by default), and
 //!   a broken connection reconnects by itself with backoff while decisions
 //!   fail fast with [`tollgate_store::StoreError::Unavailable`].
+//! - **Copy operations** are not given up on a timeout: each carries an id
+//!   the script remembers, and is resent until Redis answers, so it is
+//!   applied exactly once; a server counts its holds again where Redis lost
+//!   them or went back to an older state (see `copies.rs` and
+//!   `docs/redis.md`).
 
 #![deny(missing_docs)]
 
