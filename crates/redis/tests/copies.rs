@@ -308,6 +308,15 @@ async fn a_server_starting_alone_clears_holds_left_by_a_previous_generation() {
     assert_eq!(holds(&fresh, &pool, "acme").await, (0, 0));
 }
 
+/// The Redis key of the one pool under `prefix` (its counts' hash).
+fn pool_hash(server: &RedisServer, prefix: &str) -> String {
+    server
+        .keys(&format!("{prefix}{{c:"))
+        .into_iter()
+        .find(|k| k.ends_with(":pool"))
+        .unwrap()
+}
+
 fn held<'a>(pool: &'a PoolKey, groups: &'a Vec<String>, copies: u64) -> Held<'a> {
     Held {
         pool,
@@ -644,11 +653,7 @@ async fn a_pool_that_went_back_to_an_older_state_is_written_again() {
     let l = CopyLimits::new(5, None);
     let none = Vec::new();
     reserve(&s, &pool, &l, Request::exactly(1)).await.unwrap();
-    let key = server
-        .keys(&format!("{prefix}{{c:"))
-        .into_iter()
-        .find(|k| k.ends_with(":pool"))
-        .unwrap();
+    let key = pool_hash(&server, &prefix);
     let old = server.client().dump(&key);
     reserve(&s, &pool, &l, Request::exactly(2)).await.unwrap();
     // Back to the state with one copy.
@@ -745,11 +750,7 @@ async fn a_pool_put_back_to_an_older_state_with_the_same_total_is_written_again(
     let l = CopyLimits::new(5, None);
     let none = Vec::new();
     reserve(&s, &pool, &l, Request::exactly(1)).await.unwrap();
-    let key = server
-        .keys(&format!("{prefix}{{c:"))
-        .into_iter()
-        .find(|k| k.ends_with(":pool"))
-        .unwrap();
+    let key = pool_hash(&server, &prefix);
     let old = server.client().dump(&key);
     s.release(held(&pool, &none, 1), OpId::random())
         .await
