@@ -171,7 +171,7 @@ impl Db {
             .acquire_timeout(std::time::Duration::from_secs(5))
             .connect(&url)
             .await?;
-        sqlx::migrate!("./migrations").run(&pool).await?;
+        migrator().run(&pool).await?;
         sqlx::query("UPDATE tg_meta SET instance = $1 WHERE id = 1 AND instance = ''")
             .bind(random_id())
             .execute(&pool)
@@ -574,5 +574,81 @@ impl Db {
                 })
             })
             .collect()
+    }
+}
+
+/// The schema's migrations, embedded in the binary.
+///
+/// Built at run time from `include_str!` rather than by `sqlx::migrate!`:
+/// the macro needs sqlx's `macros` feature, which compiles sqlx and a
+/// second SQLite (C) for the build host and cost the first build about a
+/// minute. Versions, descriptions and checksums are what the macro would
+/// produce (the checksum is the SHA-384 of the SQL), so databases migrated
+/// by earlier builds are recognised.
+fn migrator() -> sqlx::migrate::Migrator {
+    use sqlx::migrate::{Migration, MigrationType, Migrator};
+    use std::borrow::Cow;
+    const FILES: [(i64, &str, &str); 2] = [
+        (
+            20261123000001,
+            "config",
+            include_str!("../migrations/20261123000001_config.sql"),
+        ),
+        (
+            20261123000002,
+            "instance",
+            include_str!("../migrations/20261123000002_instance.sql"),
+        ),
+    ];
+    let migrations = FILES
+        .iter()
+        .map(|&(version, description, sql)| {
+            Migration::new(
+                version,
+                Cow::Borrowed(description),
+                MigrationType::Simple,
+                Cow::Borrowed(sql),
+                sql.starts_with("-- no-transaction"),
+            )
+        })
+        .collect::<Vec<_>>();
+    Migrator {
+        migrations: Cow::Owned(migrations),
+        ..Migrator::DEFAULT
+    }
+}
+
+#[cfg(test)]
+mod migration_tests {
+    /// Every file in `migrations/` is embedded, with the version,
+    /// description and SQL that `sqlx::migrate!` would have read from it;
+    /// a new file that is not added to `migrator()` fails here.
+    #[test]
+    fn embedded_migrations_match_the_directory() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(&dir)? {
+            let path = entry?.path();
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .ok_or("a migration file name is not UTF-8")?
+                .to_owned();
+            let (version, rest) = name.split_once('_').ok_or("no version prefix")?;
+            let description = rest.trim_end_matches(".sql").replace('_', " ");
+            files.push((
+                version.parse::<i64>()?,
+                description,
+                std::fs::read_to_string(&path)?,
+            ));
+        }
+        files.sort();
+        let embedded: Vec<(i64, String, String)> = super::migrator()
+            .migrations
+            .iter()
+            .map(|m| (m.version, m.description.to_string(), m.sql.to_string()))
+            .collect();
+        assert_eq!(embedded, files);
+        Ok(())
     }
 }
