@@ -71,7 +71,8 @@ pub struct ServeArgs {
     /// HTTP address: the JSON API, /json, /status, /metrics.
     #[arg(long, env = "TOLLGATE_HTTP", default_value = "127.0.0.1:8080")]
     pub http: SocketAddr,
-    /// Log format.
+    /// Log format. What is logged is TOLLGATE_LOG's filter (`info` by
+    /// default; `debug`, `info,tollgate_server=debug`, ...).
     #[arg(long, env = "TOLLGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     /// How often the config file is checked for changes (milliseconds).
