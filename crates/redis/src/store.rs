@@ -184,6 +184,13 @@ impl RedisStore {
         let cmd = redis::cmd("PING");
         loop {
             tick.tick().await;
+            // Both series are written on every tick, not only on a change,
+            // so they exist from the start whenever the recorder was
+            // installed: a Redis that never failed shows as up with no
+            // errors, not as no data.
+            let up = self.up.load(Ordering::Relaxed);
+            metrics::gauge!(UP_GAUGE).set(if up { 1.0 } else { 0.0 });
+            metrics::counter!(ERRORS_COUNTER).increment(0);
             let ping = self.conn.query::<String>(&cmd);
             match tokio::time::timeout(self.timeout.max(Duration::from_millis(200)), ping).await {
                 Ok(Ok(_)) => self.mark(true),

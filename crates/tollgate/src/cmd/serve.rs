@@ -868,6 +868,7 @@ async fn serve_with<S: Store>(
     match tollgate_server::metrics::install() {
         Ok(handle) => {
             app.metrics = Some(handle);
+            tollgate_server::metrics::config_loaded_at_start(app.config_status().revision);
             RedisStore::describe_metrics();
             tollgate_replica::metrics::describe();
         }
