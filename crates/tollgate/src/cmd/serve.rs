@@ -515,12 +515,13 @@ fn local_config(
     args: &ServeArgs,
     follows_api: bool,
 ) -> Result<(tollgate_config::Config, Vec<String>)> {
+    if follows_api {
+        // The file's part alone: the API's is fetched when serving.
+        return tollgate_server::app::compose(args.config.as_deref(), None)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .context("cannot load the config");
+    }
     let loaded = match &args.config {
-        _ if follows_api => {
-            return tollgate_server::app::compose(args.config.as_deref(), None)
-                .map_err(|e| anyhow::anyhow!("{e}"))
-                .context("cannot load the config");
-        }
         Some(path) => tollgate_config::load_path(path)
             .map_err(|e| anyhow::anyhow!("{e}"))
             .with_context(|| format!("cannot load the config {}", path.display()))?,
