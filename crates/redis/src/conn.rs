@@ -135,6 +135,18 @@ impl Target {
         }
     }
 
+    /// The URL (or the seeds') as errors show it, without passwords.
+    fn shown(&self) -> String {
+        match self {
+            Target::Single(url) => redact(url),
+            Target::Cluster { seeds } => seeds
+                .iter()
+                .map(|s| redact(s))
+                .collect::<Vec<_>>()
+                .join(","),
+        }
+    }
+
     /// Parses `--store`'s URL.
     pub fn parse(url: &str) -> Result<Target, ConnectError> {
         let bad = |reason: &str| ConnectError::BadUrl {
@@ -329,6 +341,28 @@ impl ConnectOptions {
     }
 }
 
+/// The TLS material of `options` for `target`, checked without any I/O:
+/// refused for a URL that does not use TLS, and refused when redis-rs
+/// would refuse it at the first handshake.
+pub(crate) fn checked_tls(
+    target: &Target,
+    options: &ConnectOptions,
+) -> Result<Option<TlsCertificates>, ConnectError> {
+    let shown = target.shown();
+    // redis-rs refuses certificates for a plain URL with a vague error
+    // (one server) or silently switches the seeds to TLS (a cluster).
+    if (options.tls_ca.is_some() || options.tls_client.is_some()) && !target.is_tls() {
+        return Err(ConnectError::TlsOnPlainUrl { url: shown });
+    }
+    options
+        .tls_certificates()
+        .map_err(|(part, reason)| ConnectError::BadTls {
+            url: shown,
+            part,
+            reason,
+        })
+}
+
 /// Open connections to one server or a cluster. Cheap to clone.
 #[derive(Clone)]
 pub(crate) enum Conn {
@@ -346,26 +380,7 @@ impl Conn {
         target: &Target,
         options: &ConnectOptions,
     ) -> Result<Conn, ConnectError> {
-        let shown = match target {
-            Target::Single(url) => redact(url),
-            Target::Cluster { seeds } => seeds
-                .iter()
-                .map(|s| redact(s))
-                .collect::<Vec<_>>()
-                .join(","),
-        };
-        // redis-rs refuses certificates for a plain URL with a vague error
-        // (one server) or silently switches the seeds to TLS (a cluster).
-        if (options.tls_ca.is_some() || options.tls_client.is_some()) && !target.is_tls() {
-            return Err(ConnectError::TlsOnPlainUrl { url: shown });
-        }
-        let tls = options
-            .tls_certificates()
-            .map_err(|(part, reason)| ConnectError::BadTls {
-                url: shown.clone(),
-                part,
-                reason,
-            })?;
+        let tls = checked_tls(target, options)?;
         match target {
             Target::Single(url) => {
                 let connect_err = |cause| ConnectError::Connect {
@@ -411,7 +426,7 @@ impl Conn {
             }
             Target::Cluster { seeds } => {
                 let connect_err = |cause| ConnectError::Connect {
-                    url: shown.clone(),
+                    url: target.shown(),
                     cause,
                 };
                 let mut builder = ClusterClientBuilder::new(seeds.iter().map(String::as_str))

@@ -64,6 +64,26 @@ impl RedisOptions {
             clock: Clock::Redis,
         }
     }
+
+    /// Checks everything [`RedisStore::connect`] checks before it opens a
+    /// connection, and opens none: the key prefix, the URL, and the TLS
+    /// material (present only with a TLS URL, certificates and key that
+    /// parse and match). `tollgate serve --check` runs it; `connect` runs
+    /// it first, so both refuse the same options with the same error.
+    pub fn check(&self) -> Result<Target, ConnectError> {
+        if self.prefix.contains(['{', '}']) {
+            return Err(ConnectError::BadUrl {
+                url: redact(&self.url),
+                reason: format!(
+                    "the key prefix `{}` must not contain `{{` or `}}`",
+                    self.prefix
+                ),
+            });
+        }
+        let target = Target::parse(&self.url)?;
+        crate::conn::checked_tls(&target, &self.connect)?;
+        Ok(target)
+    }
 }
 
 /// The Redis [`Store`]: every decision is one Lua script call that reads,
@@ -107,16 +127,7 @@ impl fmt::Debug for RedisStore {
 impl RedisStore {
     /// Connects to Redis and checks that it answers.
     pub async fn connect(options: RedisOptions) -> Result<RedisStore, ConnectError> {
-        if options.prefix.contains(['{', '}']) {
-            return Err(ConnectError::BadUrl {
-                url: redact(&options.url),
-                reason: format!(
-                    "the key prefix `{}` must not contain `{{` or `}}`",
-                    options.prefix
-                ),
-            });
-        }
-        let target = Target::parse(&options.url)?;
+        let target = options.check()?;
         // Decisions are bounded by `response_timeout` here, in `invoke`;
         // the connections themselves wait up to a heartbeat TTL, so a beat
         // or a cleanup that Redis answers slowly under load still counts
@@ -173,6 +184,13 @@ impl RedisStore {
         let cmd = redis::cmd("PING");
         loop {
             tick.tick().await;
+            // Both series are written on every tick, not only on a change,
+            // so they exist from the start whenever the recorder was
+            // installed: a Redis that never failed shows as up with no
+            // errors, not as no data.
+            let up = self.up.load(Ordering::Relaxed);
+            metrics::gauge!(UP_GAUGE).set(if up { 1.0 } else { 0.0 });
+            metrics::counter!(ERRORS_COUNTER).increment(0);
             let ping = self.conn.query::<String>(&cmd);
             match tokio::time::timeout(self.timeout.max(Duration::from_millis(200)), ping).await {
                 Ok(Ok(_)) => self.mark(true),

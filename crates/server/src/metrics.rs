@@ -93,6 +93,16 @@ fn describe() {
     describe_gauge!(CONFIG_ERROR, "1 while the last config reload was refused.");
 }
 
+/// Sets the config metrics for the config a server starts with (its
+/// `revision`), so that they exist before the first reload: a dashboard
+/// then shows revision 1 and no failed reload rather than no data.
+pub fn config_loaded_at_start(revision: u64) {
+    metrics::gauge!(CONFIG_REVISION).set(revision as f64);
+    metrics::gauge!(CONFIG_ERROR).set(0.0);
+    metrics::counter!(RELOADS, "outcome" => "ok").increment(0);
+    metrics::counter!(RELOADS, "outcome" => "error").increment(0);
+}
+
 /// Records one rate decision. Names are labels only when the config knows
 /// them, so a flood of made-up names cannot grow the label set.
 pub fn rate_decision(

@@ -232,12 +232,7 @@ impl<S: Store> Limiter<S> {
     /// Checks that the store can decide every limit of `view`; the error
     /// names the namespace, the resource and why.
     pub fn check_view(&self, view: &View) -> Result<(), String> {
-        for (namespace, resource, c) in view.limits() {
-            self.store.check_limit(&c.limit).map_err(|reason| {
-                format!("namespace `{namespace}`, resource `{resource}`: {reason}")
-            })?;
-        }
-        Ok(())
+        check_view_with(view, |limit| self.store.check_limit(limit))
     }
 
     /// The store.
@@ -711,4 +706,21 @@ fn unconfigured(hits: u64) -> RateOutcome {
         unconfigured: true,
         algorithm: "unlimited",
     }
+}
+
+/// Checks every limit of `view` with `check` (a store's
+/// [`Store::check_limit`]); the error names the namespace, the resource and
+/// why. Lets a caller hold a config against the rules of a store it has
+/// not built (`tollgate serve --check` and Redis, whose rules are
+/// [`Store::check_limit`] without a connection).
+pub fn check_view_with(
+    view: &View,
+    check: impl Fn(&Limit) -> Result<(), String>,
+) -> Result<(), String> {
+    for (namespace, resource, c) in view.limits() {
+        check(&c.limit).map_err(|reason| {
+            format!("namespace `{namespace}`, resource `{resource}`: {reason}")
+        })?;
+    }
+    Ok(())
 }

@@ -9,11 +9,19 @@ mod trace;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+
+/// The version and the git commit it was built from (build.rs).
+pub(crate) const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("TOLLGATE_GIT_COMMIT"),
+    ")"
+);
 
 /// tollgate: rate limiting and concurrency limiting.
 #[derive(Parser, Debug)]
-#[command(name = "tollgate", version, about, propagate_version = true)]
+#[command(name = "tollgate", version = VERSION, about, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -49,6 +57,10 @@ enum Command {
     /// Run the configuration API: limits over HTTP, stored in SQLite or
     /// PostgreSQL.
     ConfigApi(cmd::config_api::ConfigApiArgs),
+    /// Print a shell completion script (bash, zsh, fish, ...).
+    Completions(cmd::shell::CompletionsArgs),
+    /// Print the man page (roff), of tollgate or of one subcommand.
+    Man(cmd::shell::ManArgs),
 }
 
 fn main() -> ExitCode {
@@ -64,6 +76,8 @@ fn main() -> ExitCode {
         Command::Seize(args) => cmd::client::seize(args),
         Command::Status(args) => cmd::client::status(args),
         Command::ConfigApi(args) => edge(cmd::config_api::run(args)),
+        Command::Completions(args) => edge(cmd::shell::completions(&args, Cli::command())),
+        Command::Man(args) => edge(cmd::shell::man(&args, Cli::command())),
         Command::Serve(args) => match cmd::serve::run(*args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -8,5 +8,6 @@ pub mod connections;
 pub mod echo;
 pub mod replay;
 pub mod serve;
+pub mod shell;
 pub mod sim;
 pub mod sim_windows;

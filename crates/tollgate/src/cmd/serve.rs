@@ -17,7 +17,8 @@ use tollgate_replica::wire::ClusterKey;
 use tollgate_replica::{Node, NodeConfig, Replica, ReplicaOptions, ReplicaStore};
 use tollgate_server::app::ApiPart;
 use tollgate_server::{App, Server, ServerOptions};
-use tollgate_service::{ServiceOptions, SessionLimits, SystemClock};
+use tollgate_service::limiter::check_view_with;
+use tollgate_service::{Limiter, ServiceOptions, SessionLimits, SystemClock, View};
 use tollgate_store::{MemoryStore, Store};
 
 /// The config served when none is given: the bundled example.
@@ -36,6 +37,12 @@ pub enum LogFormat {
 /// variable; a flag given on the command line wins.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
+    /// Check the flags, the config (against the rules of the store it
+    /// would run on), the TLS files, the store URL and the cluster secret,
+    /// print a one-line summary and exit, without binding a port or
+    /// contacting anything (Redis, peers, the config API).
+    #[arg(long)]
+    pub check: bool,
     /// Config file or directory (default: the bundled example, unless
     /// --config-api is given).
     #[arg(long, env = "TOLLGATE_CONFIG")]
@@ -64,7 +71,8 @@ pub struct ServeArgs {
     /// HTTP address: the JSON API, /json, /status, /metrics.
     #[arg(long, env = "TOLLGATE_HTTP", default_value = "127.0.0.1:8080")]
     pub http: SocketAddr,
-    /// Log format.
+    /// Log format. What is logged is TOLLGATE_LOG's filter (`info` by
+    /// default; `debug`, `info,tollgate_server=debug`, ...).
     #[arg(long, env = "TOLLGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     /// How often the config file is checked for changes (milliseconds).
@@ -310,6 +318,17 @@ impl ServeArgs {
         }
     }
 
+    /// `err` of the Redis store, in the words of the flags: the URL
+    /// (without its password) and the TLS flag it is about.
+    fn redis_error(&self, err: ConnectError) -> anyhow::Error {
+        let store = tollgate_redis::conn::redact(&self.store);
+        let context = match self.redis_tls_culprit(&err) {
+            Some(flags) => format!("cannot use --store {store} with {flags}"),
+            None => format!("cannot use --store {store}"),
+        };
+        anyhow::Error::new(err).context(context)
+    }
+
     /// The Redis store's options, with the password read from its file or
     /// the environment and the TLS material from its files.
     fn redis_options(&self) -> Result<RedisOptions> {
@@ -341,8 +360,12 @@ impl ServeArgs {
     }
 }
 
-/// Runs the server until SIGTERM or SIGINT.
+/// Runs the server until SIGTERM or SIGINT; with `--check`, only checks
+/// what serving would check first, and exits.
 pub fn run(args: ServeArgs) -> Result<()> {
+    if args.check {
+        return check(&args);
+    }
     init_logs(args.log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -364,141 +387,167 @@ pub(crate) fn init_logs(format: LogFormat) {
     }
 }
 
-/// Connects to the config API (if any) and gets its whole config,
-/// retrying for `--config-api-startup-ms`.
-async fn follow(args: &ServeArgs) -> Result<Option<(Follower, ApiPart)>> {
-    let Some(url) = &args.config_api else {
-        return Ok(None);
-    };
-    let token = match &args.config_api_token_file {
-        Some(path) => String::from_utf8(read_flag_file("--config-api-token-file", path)?)
-            .context("the config API token is not UTF-8")?,
-        None => std::env::var("TOLLGATE_CONFIG_API_TOKEN").map_err(|_| {
-            anyhow::anyhow!(
-                "--config-api needs a token: --config-api-token-file or TOLLGATE_CONFIG_API_TOKEN"
-            )
-        })?,
-    };
-    let poll = Duration::from_millis(args.config_api_poll_ms.max(100));
-    let mut follower = Follower::new(
-        url,
-        token.trim().to_owned(),
-        args.config_api_ca.as_ref(),
-        poll,
-    )?;
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(args.config_api_startup_ms);
-    let mut wait = Duration::from_millis(100);
-    loop {
-        match follower.first().await {
-            Ok(part) => {
-                tracing::info!(url = %url, api_revision = part.revision, "config from the config API");
-                return Ok(Some((follower, part)));
-            }
-            Err(e) if tokio::time::Instant::now() + wait < deadline => {
-                tracing::warn!(error = ?format!("{e:#}"), "waiting for the config API");
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(2));
-            }
-            Err(e) => return Err(e.context("the config API did not answer at startup")),
+/// Where a server keeps its limit state, as the flags say, checked.
+enum Backend {
+    /// The embedded memory store.
+    Memory,
+    /// Redis, with options whose URL, prefix and TLS material were checked
+    /// (nothing was connected to).
+    Redis(RedisOptions),
+    /// A node of a replicated gossip cluster.
+    Cluster(ClusterSettings),
+}
+
+impl Backend {
+    /// The store's name, as `/status` and errors give it.
+    fn name(&self) -> &'static str {
+        match self {
+            Backend::Memory => "memory",
+            Backend::Redis(_) => "redis",
+            Backend::Cluster(_) => "replicated",
         }
     }
 }
 
-async fn serve(args: ServeArgs) -> Result<()> {
-    let follow = follow(&args).await?;
-    let (config, warnings) = match (&args.config, &follow) {
-        (file, Some((_, part))) => {
-            let (config, warnings) = tollgate_server::app::compose(file.as_deref(), Some(part))
-                .map_err(|e| anyhow::anyhow!("{e}"))
-                .context("cannot load the config")?;
-            for w in &warnings {
-                tracing::warn!(warning = ?w.to_string(), "config warning");
-            }
-            if let Some(cluster) = args.cluster.clone() {
-                return serve_cluster(args, cluster, config, warnings, follow).await;
-            }
-            return serve_store(args, config, warnings, follow).await;
-        }
-        (Some(path), None) => {
-            let loaded = tollgate_config::load_path(path)
-                .map_err(|e| anyhow::anyhow!("{e}"))
-                .with_context(|| format!("cannot load the config {}", path.display()))?;
-            (loaded.config, loaded.warnings)
-        }
-        (None, None) => {
-            let loaded = tollgate_config::load_str("examples/tollgate.yaml (bundled)", BUNDLED)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            (loaded.config, loaded.warnings)
-        }
-    };
-    let warnings: Vec<String> = warnings.iter().map(ToString::to_string).collect();
-    for w in &warnings {
-        tracing::warn!(warning = ?w.to_string(), "config warning");
-    }
-    if let Some(cluster) = args.cluster.clone() {
-        return serve_cluster(args, cluster, config, warnings, None).await;
-    }
-    serve_store(args, config, warnings, None).await
+/// A cluster node's settings, checked.
+struct ClusterSettings {
+    cluster: String,
+    node_name: String,
+    node: NodeId,
+    /// The shared secret, at least 16 bytes (never logged).
+    secret: Vec<u8>,
+    strategy: StrategyKind,
 }
 
-/// Serves from the memory store or Redis, as `--store` says.
-async fn serve_store(
-    args: ServeArgs,
+/// Everything `serve` checks before it binds a port or contacts anything
+/// (Redis, peers, the config API). `serve --check` stops here, so what it
+/// accepts is what `serve` accepts up to the network, refused with the
+/// same errors.
+struct Prepared {
+    /// The config of the file, or the bundled one; with `--config-api`, the
+    /// file's part alone (the API's part is fetched when serving).
     config: tollgate_config::Config,
     warnings: Vec<String>,
-    follow: Option<(Follower, ApiPart)>,
-) -> Result<()> {
-    if args.store == "memory" {
-        let store = MemoryStore::with_options(tollgate_store::MemoryStoreOptions {
-            max_keys: args.max_keys,
-            max_transfers: args.max_transfers,
-            ..Default::default()
-        });
-        let initial = Initial {
-            config,
-            warnings,
-            follow,
-        };
-        return serve_with(args, store, "memory", initial, None, None).await;
-    }
-    let options = args.redis_options()?;
-    let store = RedisStore::connect(options).await.map_err(|e| {
-        let store = tollgate_redis::conn::redact(&args.store);
-        let context = match args.redis_tls_culprit(&e) {
-            Some(flags) => format!("cannot use --store {store} with {flags}"),
-            None => format!("cannot use --store {store}"),
-        };
-        anyhow::Error::new(e).context(context)
-    })?;
-    tracing::info!(server = store.server_id(), "connected to Redis");
-    tokio::spawn({
-        let store = store.clone();
-        async move { store.monitor(Duration::from_millis(500)).await }
-    });
-    let (resign_tx, resign_rx) = tokio::sync::oneshot::channel();
-    tokio::spawn({
-        let store = store.clone();
-        async move {
-            let _ = resign_tx.send(store.heartbeat().await);
-        }
-    });
-    let resign = (!args.keep_serving_after_resign).then_some(resign_rx);
-    let initial = Initial {
+    /// The config API's client, built (its CA loaded, its token read).
+    follower: Option<Follower>,
+    tls: Option<tollgate_server::tls::Tls>,
+    backend: Backend,
+}
+
+/// Checks the flags, the config (against the rules of the store it will
+/// run on), the TLS files, the store's URL and the cluster's secret,
+/// without binding a port or connecting to anything.
+fn prepare(args: &ServeArgs) -> Result<Prepared> {
+    let follower = follower(args)?;
+    let (config, warnings) = local_config(args, follower.is_some())?;
+    let backend = backend(args)?;
+    check_config_on(args, &backend, &config)?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(tollgate_server::tls::Tls::load(
+            &tollgate_server::tls::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: args.tls_client_ca.clone(),
+            },
+        )?),
+        _ => None,
+    };
+    Ok(Prepared {
         config,
         warnings,
-        follow,
-    };
-    serve_with(args, store, "redis", initial, resign, None).await
+        follower,
+        tls,
+        backend,
+    })
 }
 
-/// Serves `config` as a node of the replicated cluster `cluster`.
-async fn serve_cluster(
-    args: ServeArgs,
-    cluster: String,
-    config: tollgate_config::Config,
-    warnings: Vec<String>,
-    follow: Option<(Follower, ApiPart)>,
-) -> Result<()> {
+/// `serve --check`: [`prepare`], then a one-line summary on standard
+/// output (warnings on standard error).
+fn check(args: &ServeArgs) -> Result<()> {
+    let p = prepare(args)?;
+    for w in &p.warnings {
+        eprintln!("warning: {w}");
+    }
+    let resources: usize = p.config.namespaces.iter().map(|n| n.resources.len()).sum();
+    let transport = match &p.tls {
+        Some(t) if t.is_mutual() => "mutual-tls",
+        Some(_) => "tls",
+        None => "plain",
+    };
+    let mut line = format!(
+        "ok: grpc={} http={} transport={transport} store={}",
+        args.grpc,
+        args.http,
+        p.backend.name()
+    );
+    match &p.backend {
+        Backend::Memory => {}
+        Backend::Redis(o) => line += &format!(" redis={}", tollgate_redis::conn::redact(&o.url)),
+        Backend::Cluster(c) => {
+            line += &format!(
+                " cluster={} node={} gossip={}",
+                c.cluster, c.node_name, args.gossip
+            );
+            if let Some(a) = args.gossip_advertise {
+                line += &format!(" advertise={a}");
+            }
+        }
+    }
+    line += &format!(
+        " config={} namespaces={} resources={resources} warnings={}",
+        args.config
+            .as_ref()
+            .map_or("bundled".into(), |p| p.display().to_string()),
+        p.config.namespaces.len(),
+        p.warnings.len()
+    );
+    if let Some(url) = &args.config_api {
+        line += &format!(" config_api={url} (not contacted)");
+    }
+    println!("{line}");
+    Ok(())
+}
+
+/// The config `serve` starts from before any config API answers: the
+/// file (or directory), or the bundled example when there is neither a
+/// file nor a config API.
+fn local_config(
+    args: &ServeArgs,
+    follows_api: bool,
+) -> Result<(tollgate_config::Config, Vec<String>)> {
+    if follows_api {
+        // The file's part alone: the API's is fetched when serving.
+        return tollgate_server::app::compose(args.config.as_deref(), None)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .context("cannot load the config");
+    }
+    let loaded = match &args.config {
+        Some(path) => tollgate_config::load_path(path)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .with_context(|| format!("cannot load the config {}", path.display()))?,
+        None => tollgate_config::load_str("examples/tollgate.yaml (bundled)", BUNDLED)
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
+    };
+    let warnings = loaded.warnings.iter().map(ToString::to_string).collect();
+    Ok((loaded.config, warnings))
+}
+
+/// The store the flags choose, checked without connecting.
+fn backend(args: &ServeArgs) -> Result<Backend> {
+    if let Some(cluster) = &args.cluster {
+        return cluster_settings(args, cluster).map(Backend::Cluster);
+    }
+    if args.store == "memory" {
+        return Ok(Backend::Memory);
+    }
+    let options = args.redis_options()?;
+    options.check().map_err(|e| args.redis_error(e))?;
+    Ok(Backend::Redis(options))
+}
+
+/// The settings of a node of `cluster`: its secret (at least 16 bytes),
+/// id, default replication strategy, and a gossip address peers can reach.
+fn cluster_settings(args: &ServeArgs, cluster: &str) -> Result<ClusterSettings> {
     let secret = match &args.cluster_secret_file {
         Some(path) => read_flag_file("--cluster-secret-file", path)?,
         None => std::env::var("TOLLGATE_CLUSTER_SECRET")
@@ -529,13 +578,197 @@ async fn serve_cluster(
             args.replication
         )
     })?;
-    let node = NodeId(tollgate_replica::wire::cluster_tag(&node_name));
-    let replica = Arc::new(Replica::new(ReplicaOptions {
-        node,
-        default: Replication::new(strategy),
+    // The socket binds the address it is given, so an unspecified one
+    // stays unspecified once bound: known before binding.
+    match args.gossip_advertise {
+        Some(a) if a.ip().is_unspecified() => {
+            anyhow::bail!("--gossip-advertise {a} is not an address peers can reach")
+        }
+        None if args.gossip.ip().is_unspecified() => anyhow::bail!(
+            "--gossip {} is not an address peers can reach; give --gossip-advertise",
+            args.gossip
+        ),
+        _ => {}
+    }
+    Ok(ClusterSettings {
+        cluster: cluster.to_owned(),
+        node: NodeId(tollgate_replica::wire::cluster_tag(&node_name)),
+        node_name,
+        secret,
+        strategy,
+    })
+}
+
+/// The memory store `--max-keys` and `--max-transfers` describe.
+fn memory_store(args: &ServeArgs) -> MemoryStore {
+    MemoryStore::with_options(tollgate_store::MemoryStoreOptions {
+        max_keys: args.max_keys,
+        max_transfers: args.max_transfers,
+        ..Default::default()
+    })
+}
+
+/// The replica of a cluster node.
+fn replica(args: &ServeArgs, settings: &ClusterSettings) -> Arc<Replica> {
+    Arc::new(Replica::new(ReplicaOptions {
+        node: settings.node,
+        default: Replication::new(settings.strategy),
         max_keys: args.max_keys,
         ..ReplicaOptions::default()
-    }));
+    }))
+}
+
+/// The error of a config the store cannot serve (the same from `serve`
+/// and `serve --check`).
+fn refused(store_name: &str, reason: &str) -> anyhow::Error {
+    anyhow::anyhow!("the config cannot run on the {store_name} store: {reason}")
+}
+
+/// Holds `config` to the rules of the store it will run on, without a
+/// connection: it is compiled as the server compiles it, on a store of the
+/// same kind that is dropped afterwards.
+fn check_config_on(
+    args: &ServeArgs,
+    backend: &Backend,
+    config: &tollgate_config::Config,
+) -> Result<()> {
+    let now = tollgate_server::clock::now();
+    let compiled = match backend {
+        Backend::Memory => Limiter::new(memory_store(args), View::default())
+            .compile(config, now)
+            .map(drop),
+        // The Redis store compiles a config as the memory store does, then
+        // holds every limit to its scripts' exact range: its
+        // `check_limit`, which needs no connection.
+        Backend::Redis(_) => Limiter::new(MemoryStore::default(), View::default())
+            .compile(config, now)
+            .and_then(|view| check_view_with(&view, tollgate_redis::check_limit)),
+        Backend::Cluster(settings) => {
+            Limiter::new(ReplicaStore::new(replica(args, settings)), View::default())
+                .compile(config, now)
+                .map(drop)
+        }
+    };
+    compiled.map_err(|e| refused(backend.name(), &e))
+}
+
+/// The config API's client (`--config-api`), with its token read and its
+/// CA loaded; nothing is contacted.
+fn follower(args: &ServeArgs) -> Result<Option<Follower>> {
+    let Some(url) = &args.config_api else {
+        return Ok(None);
+    };
+    let token = match &args.config_api_token_file {
+        Some(path) => String::from_utf8(read_flag_file("--config-api-token-file", path)?)
+            .context("the config API token is not UTF-8")?,
+        None => std::env::var("TOLLGATE_CONFIG_API_TOKEN").map_err(|_| {
+            anyhow::anyhow!(
+                "--config-api needs a token: --config-api-token-file or TOLLGATE_CONFIG_API_TOKEN"
+            )
+        })?,
+    };
+    let poll = Duration::from_millis(args.config_api_poll_ms.max(100));
+    Follower::new(
+        url,
+        token.trim().to_owned(),
+        args.config_api_ca.as_ref(),
+        poll,
+    )
+    .map(Some)
+}
+
+/// Gets the config API's whole config, retrying for
+/// `--config-api-startup-ms`.
+async fn follow(args: &ServeArgs, mut follower: Follower) -> Result<(Follower, ApiPart)> {
+    let url = args.config_api.as_deref().unwrap_or_default();
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(args.config_api_startup_ms);
+    let mut wait = Duration::from_millis(100);
+    loop {
+        match follower.first().await {
+            Ok(part) => {
+                tracing::info!(url = %url, api_revision = part.revision, "config from the config API");
+                return Ok((follower, part));
+            }
+            Err(e) if tokio::time::Instant::now() + wait < deadline => {
+                tracing::warn!(error = ?format!("{e:#}"), "waiting for the config API");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(2));
+            }
+            Err(e) => return Err(e.context("the config API did not answer at startup")),
+        }
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<()> {
+    let Prepared {
+        config,
+        warnings,
+        follower,
+        tls,
+        backend,
+    } = prepare(&args)?;
+    let (config, warnings, follow) = match follower {
+        Some(follower) => {
+            let (follower, part) = follow(&args, follower).await?;
+            let (config, warnings) =
+                tollgate_server::app::compose(args.config.as_deref(), Some(&part))
+                    .map_err(|e| anyhow::anyhow!("{e}"))
+                    .context("cannot load the config")?;
+            (config, warnings, Some((follower, part)))
+        }
+        None => (config, warnings, None),
+    };
+    for w in &warnings {
+        tracing::warn!(warning = ?w.to_string(), "config warning");
+    }
+    let initial = Initial {
+        config,
+        warnings,
+        follow,
+        tls,
+    };
+    match backend {
+        Backend::Memory => {
+            let store = memory_store(&args);
+            serve_with(args, store, "memory", initial, None, None).await
+        }
+        Backend::Redis(options) => serve_redis(args, options, initial).await,
+        Backend::Cluster(settings) => serve_cluster(args, settings, initial).await,
+    }
+}
+
+/// Serves from Redis.
+async fn serve_redis(args: ServeArgs, options: RedisOptions, initial: Initial) -> Result<()> {
+    let store = RedisStore::connect(options)
+        .await
+        .map_err(|e| args.redis_error(e))?;
+    tracing::info!(server = store.server_id(), "connected to Redis");
+    tokio::spawn({
+        let store = store.clone();
+        async move { store.monitor(Duration::from_millis(500)).await }
+    });
+    let (resign_tx, resign_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn({
+        let store = store.clone();
+        async move {
+            let _ = resign_tx.send(store.heartbeat().await);
+        }
+    });
+    let resign = (!args.keep_serving_after_resign).then_some(resign_rx);
+    serve_with(args, store, "redis", initial, resign, None).await
+}
+
+/// Serves as a node of the replicated cluster `settings` describes.
+async fn serve_cluster(args: ServeArgs, settings: ClusterSettings, initial: Initial) -> Result<()> {
+    let ClusterSettings {
+        cluster,
+        node_name,
+        node,
+        secret,
+        ..
+    } = &settings;
+    let (cluster, node, node_name) = (cluster.clone(), *node, node_name.clone());
+    let replica = replica(&args, &settings);
     let socket = tokio::net::UdpSocket::bind(args.gossip)
         .await
         .with_context(|| format!("cannot listen for gossip on {}", args.gossip))?;
@@ -543,11 +776,6 @@ async fn serve_cluster(
         .local_addr()
         .context("the gossip socket has no address")?;
     let addr = args.gossip_advertise.unwrap_or(bound);
-    if addr.ip().is_unspecified() {
-        anyhow::bail!(
-            "--gossip {bound} is not an address peers can reach; give --gossip-advertise"
-        );
-    }
     let offset = args.gossip_clock_offset_ms.unwrap_or(0);
     let clock: tollgate_replica::runtime::Clock = Arc::new(move || {
         let now = tollgate_server::clock::now().as_u64();
@@ -559,7 +787,7 @@ async fn serve_cluster(
         node,
         addr,
         seeds: args.peers.clone(),
-        key: ClusterKey::new(&secret, &cluster),
+        key: ClusterKey::new(secret, &cluster),
         incarnation: clock().as_u64(),
         max_clock_skew: tollgate_server::clock::ms(args.max_clock_skew_ms),
         join_timeout: tollgate_server::clock::ms(args.join_timeout_ms),
@@ -576,20 +804,17 @@ async fn serve_cluster(
         addr,
     };
     tracing::info!(cluster = %cluster, node = %node_name, gossip = %addr, peers = ?args.peers, "joining the cluster");
-    let initial = Initial {
-        config,
-        warnings,
-        follow,
-    };
     serve_with(args, store, "replicated", initial, None, Some(gossip)).await
 }
 
-/// What a server starts with: the config, its warnings, and the config
-/// API it follows (with the part of the config that came from it).
+/// What a server starts with: the config, its warnings, the config API it
+/// follows (with the part of the config that came from it), and its TLS
+/// material.
 struct Initial {
     config: tollgate_config::Config,
     warnings: Vec<String>,
     follow: Option<(Follower, ApiPart)>,
+    tls: Option<tollgate_server::tls::Tls>,
 }
 
 /// The gossip node of a replicated server, started once the config is
@@ -615,6 +840,7 @@ async fn serve_with<S: Store>(
         config,
         warnings,
         follow,
+        tls,
     } = initial;
     let mut app = App::new(
         store,
@@ -633,7 +859,7 @@ async fn serve_with<S: Store>(
         },
         Arc::new(SystemClock),
     )
-    .map_err(|e| anyhow::anyhow!("the config cannot run on the {store_name} store: {e}"))?;
+    .map_err(|e| refused(store_name, &e))?;
     if let Some(target) = &args.decision_log {
         app.decision_log = Some(
             tollgate_server::decision_log::DecisionLog::open(target, args.decision_log_sample)
@@ -643,22 +869,13 @@ async fn serve_with<S: Store>(
     match tollgate_server::metrics::install() {
         Ok(handle) => {
             app.metrics = Some(handle);
+            tollgate_server::metrics::config_loaded_at_start(app.config_status().revision);
             RedisStore::describe_metrics();
             tollgate_replica::metrics::describe();
         }
         Err(e) => tracing::warn!(error = %e, "metrics disabled"),
     }
     let app = Arc::new(app);
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(tollgate_server::tls::Tls::load(
-            &tollgate_server::tls::TlsFiles {
-                cert: cert.clone(),
-                key: key.clone(),
-                client_ca: args.tls_client_ca.clone(),
-            },
-        )?),
-        _ => None,
-    };
     let scheme = match &tls {
         Some(t) if t.is_mutual() => "mutual TLS",
         Some(_) => "TLS",

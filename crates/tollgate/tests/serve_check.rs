@@ -1,0 +1,606 @@
+//! `tollgate serve --check` as the real binary: a good setup of each store
+//! is accepted with a one-line summary while nothing is bound or contacted
+//! (its ports are taken, its Redis and config API do not exist), and each
+//! kind of bad input is refused with the very error `serve` gives.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::net::{TcpListener, UdpSocket};
+use std::process::{Command, Stdio};
+
+use common::{Run, Sandbox};
+use tollgate_redis::testing::{free_port, TestCerts};
+
+const CONFIG: &str = "\
+namespaces:
+  - name: default
+    resources:
+      - { name: api, algorithm: token_bucket, capacity: 10, rate: 1/s }
+      - { name: search, algorithm: gcra, rate: 100/min, burst: 10 }
+";
+
+/// A config a cluster cannot serve: a copy-limited resource.
+const HOLDS: &str = "\
+namespaces:
+  - name: default
+    resources:
+      - { name: api, algorithm: token_bucket, capacity: 10, rate: 1/s }
+      - { name: sandbox, kind: concurrency, domain_limit: 3 }
+";
+
+/// A config Redis cannot serve: a count its scripts cannot keep exact.
+const HUGE: &str = "\
+namespaces:
+  - name: default
+    resources:
+      - { name: api, algorithm: fixed_window, limit: 9007199254740993, window: 1h }
+";
+
+/// Runs `tollgate serve ARGS` in the sandbox with `env` (and no
+/// `TOLLGATE_*` variable of the caller's).
+fn serve_run(sb: &Sandbox, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    cmd.arg("serve")
+        .args(args)
+        .current_dir(&sb.dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("TOLLGATE_") {
+            cmd.env_remove(k);
+        }
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    Run {
+        args: std::iter::once("serve".to_owned())
+            .chain(args.iter().map(|s| (*s).to_owned()))
+            .collect(),
+        code: out.status.code(),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+/// `serve --check ARGS`.
+fn check(sb: &Sandbox, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut all = vec!["--check"];
+    all.extend_from_slice(args);
+    serve_run(sb, &all, env)
+}
+
+/// The `error: ...` line a run ends with.
+fn error_line(run: &Run) -> String {
+    run.stderr
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or_else(|| panic!("no error line{run}"))
+        .to_owned()
+}
+
+/// Asserts that `--check` refuses `args` with an error containing `want`,
+/// and that `serve` (on free ports) refuses them with the same error.
+fn refused_alike(sb: &Sandbox, args: &[&str], env: &[(&str, &str)], want: &str) {
+    let checked = check(sb, args, env);
+    assert_eq!(checked.code, Some(1), "{checked}");
+    assert_eq!(
+        checked.stdout, "",
+        "no summary for a refused setup{checked}"
+    );
+    let error = error_line(&checked);
+    assert!(error.contains(want), "expected {want:?}{checked}");
+    let mut served_args = vec!["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"];
+    served_args.extend_from_slice(args);
+    let served = serve_run(sb, &served_args, env);
+    assert_eq!(served.code, Some(1), "{served}");
+    assert_eq!(
+        error_line(&served),
+        error,
+        "serve and serve --check give the same error{served}"
+    );
+}
+
+/// The `key=value` fields of a summary line.
+fn field<'a>(summary: &'a str, key: &str) -> Option<&'a str> {
+    summary
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+}
+
+#[test]
+fn a_good_memory_setup_with_mutual_tls_passes_without_binding_its_ports() {
+    let sb = Sandbox::new("check-memory");
+    sb.write("conf/limits.yaml", CONFIG);
+    let certs = TestCerts::generate();
+    sb.write("server.pem", &certs.server_cert);
+    sb.write("server.key", &certs.server_key);
+    sb.write("ca.pem", &certs.ca);
+    // Both ports are taken: serving would fail, checking must not bind.
+    let grpc = TcpListener::bind("127.0.0.1:0").unwrap();
+    let http = TcpListener::bind("127.0.0.1:0").unwrap();
+    let grpc_addr = grpc.local_addr().unwrap().to_string();
+    let http_addr = http.local_addr().unwrap().to_string();
+    let run = check(
+        &sb,
+        &[
+            "--config",
+            "conf",
+            "--grpc",
+            &grpc_addr,
+            "--tls-cert",
+            "server.pem",
+            "--tls-key",
+            "server.key",
+            "--tls-client-ca",
+            "ca.pem",
+        ],
+        // The HTTP address through its environment variable.
+        &[("TOLLGATE_HTTP", &http_addr)],
+    );
+    assert!(run.success(), "{run}");
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "one line{run}");
+    let line = lines[0];
+    assert!(line.starts_with("ok: "), "{run}");
+    assert_eq!(field(line, "grpc"), Some(grpc_addr.as_str()), "{run}");
+    assert_eq!(field(line, "http"), Some(http_addr.as_str()), "{run}");
+    assert_eq!(field(line, "transport"), Some("mutual-tls"), "{run}");
+    assert_eq!(field(line, "store"), Some("memory"), "{run}");
+    assert_eq!(field(line, "namespaces"), Some("1"), "{run}");
+    assert_eq!(field(line, "resources"), Some("2"), "{run}");
+    assert_eq!(run.stderr, "", "{run}");
+
+    // The same flags really are refused by `serve`, for the taken port.
+    let served = serve_run(
+        &sb,
+        &[
+            "--config",
+            "conf",
+            "--grpc",
+            &grpc_addr,
+            "--http",
+            "127.0.0.1:0",
+        ],
+        &[],
+    );
+    assert_eq!(served.code, Some(1), "{served}");
+    assert!(error_line(&served).contains(&grpc_addr), "{served}");
+}
+
+#[test]
+fn the_bundled_config_passes_and_config_warnings_go_to_stderr() {
+    let sb = Sandbox::new("check-bundled");
+    let run = check(&sb, &[], &[]);
+    assert!(run.success(), "{run}");
+    assert_eq!(field(&run.stdout, "config"), Some("bundled"), "{run}");
+    assert_eq!(field(&run.stdout, "grpc"), Some("127.0.0.1:8081"), "{run}");
+
+    sb.write(
+        "warn.yaml",
+        "namespaces:\n  - name: default\n    resources:\n      - { name: api, algorithm: token_bucket, capacity: 10, rate: 1/s, global_limit: 5, hard_limit: 9 }\n",
+    );
+    let run = check(&sb, &["--config", "warn.yaml"], &[]);
+    assert!(run.success(), "{run}");
+    assert!(run.stderr.starts_with("warning: "), "{run}");
+    assert!(
+        run.stderr
+            .contains("hard_limit 9 is above the global_limit 5"),
+        "{run}"
+    );
+    assert_eq!(field(&run.stdout, "warnings"), Some("1"), "{run}");
+}
+
+#[test]
+fn a_good_redis_setup_passes_without_contacting_redis() {
+    let sb = Sandbox::new("check-redis");
+    sb.write("tollgate.yaml", CONFIG);
+    let certs = TestCerts::generate();
+    sb.write("ca.pem", &certs.ca);
+    sb.write("client.pem", &certs.client_cert);
+    sb.write("client.key", &certs.client_key);
+    sb.write("password", "hunter2\n");
+    // Nothing listens there.
+    let url = format!("rediss://:inurl@127.0.0.1:{}/0", free_port());
+    let run = check(
+        &sb,
+        &[
+            "--config",
+            "tollgate.yaml",
+            "--store",
+            &url,
+            "--store-prefix",
+            "team-a:",
+            "--redis-ca-file",
+            "ca.pem",
+            "--redis-cert-file",
+            "client.pem",
+            "--redis-key-file",
+            "client.key",
+            "--redis-password-file",
+            "password",
+        ],
+        &[],
+    );
+    assert!(run.success(), "{run}");
+    assert_eq!(field(&run.stdout, "store"), Some("redis"), "{run}");
+    assert!(
+        !run.stdout.contains("inurl"),
+        "the password is not shown{run}"
+    );
+    // A Redis cluster's seeds parse too.
+    let run = check(
+        &sb,
+        &[
+            "--config",
+            "tollgate.yaml",
+            "--store",
+            "redis-cluster://10.0.0.1:6379,10.0.0.2:6379",
+        ],
+        &[],
+    );
+    assert!(run.success(), "{run}");
+}
+
+#[test]
+fn a_good_cluster_node_passes_without_binding_its_gossip_port() {
+    let sb = Sandbox::new("check-cluster");
+    sb.write("tollgate.yaml", CONFIG);
+    sb.write("secret", "0123456789abcdef0123456789abcdef\n");
+    let gossip = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let gossip_addr = gossip.local_addr().unwrap().to_string();
+    let run = check(
+        &sb,
+        &[
+            "--config",
+            "tollgate.yaml",
+            "--cluster",
+            "prod",
+            "--node-id",
+            "tollgate-0",
+            "--gossip",
+            &gossip_addr,
+            "--cluster-secret-file",
+            "secret",
+            "--replication",
+            "counter",
+        ],
+        &[],
+    );
+    assert!(run.success(), "{run}");
+    assert_eq!(field(&run.stdout, "store"), Some("replicated"), "{run}");
+    assert_eq!(field(&run.stdout, "cluster"), Some("prod"), "{run}");
+    assert_eq!(field(&run.stdout, "node"), Some("tollgate-0"), "{run}");
+    assert_eq!(field(&run.stdout, "gossip"), Some(gossip_addr.as_str()));
+
+    // An unspecified gossip address with the address peers reach; the
+    // secret from the environment.
+    let run = check(
+        &sb,
+        &[
+            "--config",
+            "tollgate.yaml",
+            "--cluster",
+            "prod",
+            "--node-id",
+            "tollgate-0",
+            "--gossip",
+            "0.0.0.0:7946",
+            "--gossip-advertise",
+            "10.1.2.3:7946",
+        ],
+        &[("TOLLGATE_CLUSTER_SECRET", "0123456789abcdef")],
+    );
+    assert!(run.success(), "{run}");
+    assert_eq!(field(&run.stdout, "advertise"), Some("10.1.2.3:7946"));
+}
+
+#[test]
+fn a_config_api_is_not_contacted_and_its_token_and_ca_are_checked() {
+    let sb = Sandbox::new("check-config-api");
+    sb.write("tollgate.yaml", CONFIG);
+    sb.write("token", "read-token\n");
+    let certs = TestCerts::generate();
+    sb.write("ca.pem", &certs.ca);
+    let url = format!("https://127.0.0.1:{}", free_port());
+    let run = check(
+        &sb,
+        &[
+            "--config-api",
+            &url,
+            "--config-api-token-file",
+            "token",
+            "--config-api-ca",
+            "ca.pem",
+        ],
+        &[],
+    );
+    assert!(run.success(), "{run}");
+    assert!(run.stdout.contains("(not contacted)"), "{run}");
+    assert_eq!(field(&run.stdout, "namespaces"), Some("0"), "{run}");
+
+    refused_alike(
+        &sb,
+        &["--config-api", &url, "--config-api-token-file", "no-token"],
+        &[],
+        "cannot read --config-api-token-file no-token",
+    );
+    refused_alike(
+        &sb,
+        &["--config-api", &url],
+        &[],
+        "--config-api needs a token",
+    );
+    refused_alike(
+        &sb,
+        &[
+            "--config-api",
+            "ftp://x",
+            "--config-api-token-file",
+            "token",
+        ],
+        &[],
+        "must be an http:// or https:// URL",
+    );
+}
+
+#[test]
+fn bad_flags_are_refused_as_serve_refuses_them() {
+    let sb = Sandbox::new("check-flags");
+    for args in [
+        &["--no-such-flag"][..],
+        &["--grpc", "not-an-address"],
+        &["--max-connections", "0"],
+        &["--tls-cert", "server.pem"],
+    ] {
+        let checked = check(&sb, args, &[]);
+        assert_eq!(checked.code, Some(2), "{checked}");
+        let served = serve_run(&sb, args, &[]);
+        assert_eq!(served.code, Some(2), "{served}");
+        // The same error; only clap's usage line below it differs.
+        assert_eq!(
+            served.stderr.lines().next(),
+            checked.stderr.lines().next(),
+            "{served}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_config_is_refused_naming_its_place() {
+    let sb = Sandbox::new("check-config");
+    sb.write(
+        "bad.yaml",
+        "namespaces:\n  - name: default\n    resources:\n      - { name: api, algorithm: token_bukket, capacity: 1, rate: 1/s }\n",
+    );
+    refused_alike(&sb, &["--config", "bad.yaml"], &[], "bad.yaml:4:");
+    refused_alike(&sb, &["--config", "missing.yaml"], &[], "missing.yaml");
+}
+
+#[test]
+fn a_config_its_store_cannot_serve_is_refused() {
+    let sb = Sandbox::new("check-store-rules");
+    sb.write("holds.yaml", HOLDS);
+    sb.write("huge.yaml", HUGE);
+    sb.write("secret", "0123456789abcdef0123456789abcdef");
+    let node = [
+        "--cluster",
+        "prod",
+        "--node-id",
+        "n1",
+        "--gossip",
+        "127.0.0.1:0",
+        "--cluster-secret-file",
+        "secret",
+    ];
+    // Cluster mode: copy-limited resources, and limits that do not
+    // replicate.
+    let mut args = vec!["--config", "holds.yaml"];
+    args.extend_from_slice(&node);
+    refused_alike(
+        &sb,
+        &args,
+        &[],
+        "the config cannot run on the replicated store: namespace `default`, resource `sandbox`",
+    );
+    let mut args = vec!["--config", "huge.yaml"];
+    args.extend_from_slice(&node);
+    refused_alike(&sb, &args, &[], "`fixed_window` cannot be replicated");
+    // The same configs run on the memory store...
+    assert!(check(&sb, &["--config", "holds.yaml"], &[]).success());
+    assert!(check(&sb, &["--config", "huge.yaml"], &[]).success());
+    // ... but not the huge one on Redis (which is never reached: the
+    // check needs no connection, and serve refuses it after connecting,
+    // so only --check is run here).
+    let url = format!("redis://127.0.0.1:{}", free_port());
+    let run = check(&sb, &["--config", "huge.yaml", "--store", &url], &[]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(
+        error_line(&run).contains(
+            "the config cannot run on the redis store: namespace `default`, resource `api`: limit 9007199254740993 is too large for the Redis store"
+        ),
+        "{run}"
+    );
+}
+
+#[test]
+fn bad_tls_files_are_refused_naming_the_file() {
+    let sb = Sandbox::new("check-tls");
+    sb.write("tollgate.yaml", CONFIG);
+    let certs = TestCerts::generate();
+    let other = TestCerts::generate();
+    sb.write("server.pem", &certs.server_cert);
+    sb.write("server.key", &certs.server_key);
+    sb.write("other.key", &other.server_key);
+    sb.write("ca.pem", &certs.ca);
+    sb.write("junk.pem", "not a certificate\n");
+    let with = |extra: &[&'static str]| {
+        let mut args = vec!["--config", "tollgate.yaml"];
+        args.extend_from_slice(extra);
+        args
+    };
+    refused_alike(
+        &sb,
+        &with(&["--tls-cert", "server.pem", "--tls-key", "other.key"]),
+        &[],
+        "TLS setup: certificate and key",
+    );
+    refused_alike(
+        &sb,
+        &with(&["--tls-cert", "missing.pem", "--tls-key", "server.key"]),
+        &[],
+        "cannot read certificate missing.pem",
+    );
+    refused_alike(
+        &sb,
+        &with(&["--tls-cert", "junk.pem", "--tls-key", "server.key"]),
+        &[],
+        "certificate junk.pem",
+    );
+    refused_alike(
+        &sb,
+        &with(&["--tls-cert", "server.pem", "--tls-key", "server.pem"]),
+        &[],
+        "private key server.pem",
+    );
+    refused_alike(
+        &sb,
+        &with(&[
+            "--tls-cert",
+            "server.pem",
+            "--tls-key",
+            "server.key",
+            "--tls-client-ca",
+            "junk.pem",
+        ]),
+        &[],
+        "client CA junk.pem",
+    );
+}
+
+#[test]
+fn bad_store_urls_and_redis_settings_are_refused() {
+    let sb = Sandbox::new("check-redis-bad");
+    sb.write("tollgate.yaml", CONFIG);
+    let certs = TestCerts::generate();
+    sb.write("ca.pem", &certs.ca);
+    sb.write("client.pem", &certs.client_cert);
+    sb.write("junk.pem", "not a certificate\n");
+    let port = free_port().to_string();
+    let plain = format!("redis://127.0.0.1:{port}");
+    let tls = format!("rediss://127.0.0.1:{port}");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--store", "postgres://db:5432"],
+            "unknown scheme `postgres`",
+        ),
+        (vec!["--store", "localhost:6379"], "bad Redis URL"),
+        (vec!["--store", "redis-cluster://"], "no seed nodes"),
+        (
+            vec!["--store", &plain, "--store-prefix", "a{b}:"],
+            "must not contain `{` or `}`",
+        ),
+        (
+            vec!["--store", &plain, "--redis-ca-file", "ca.pem"],
+            "cannot use --store",
+        ),
+        (
+            vec!["--store", &tls, "--redis-ca-file", "junk.pem"],
+            "--redis-ca-file junk.pem",
+        ),
+        (
+            vec!["--store", &tls, "--redis-ca-file", "nothere.pem"],
+            "cannot read --redis-ca-file nothere.pem",
+        ),
+        (
+            vec!["--store", &tls, "--redis-cert-file", "client.pem"],
+            "needs --redis-key-file",
+        ),
+        (
+            vec![
+                "--store",
+                &tls,
+                "--redis-cert-file",
+                "client.pem",
+                "--redis-key-file",
+                "junk.pem",
+            ],
+            "--redis-key-file junk.pem",
+        ),
+        (
+            vec!["--store", &plain, "--redis-password-file", "nothere"],
+            "cannot read the Redis password file nothere",
+        ),
+    ];
+    for (extra, want) in cases {
+        let mut args = vec!["--config", "tollgate.yaml"];
+        args.extend_from_slice(&extra);
+        refused_alike(&sb, &args, &[], want);
+    }
+}
+
+#[test]
+fn a_bad_cluster_secret_or_node_is_refused() {
+    let sb = Sandbox::new("check-cluster-bad");
+    sb.write("tollgate.yaml", CONFIG);
+    sb.write("short", "0123456789\n");
+    sb.write("secret", "0123456789abcdef");
+    let node = |secret: &'static str| {
+        vec![
+            "--config",
+            "tollgate.yaml",
+            "--cluster",
+            "prod",
+            "--node-id",
+            "n1",
+            "--gossip",
+            "127.0.0.1:0",
+            "--cluster-secret-file",
+            secret,
+        ]
+    };
+    refused_alike(
+        &sb,
+        &node("short"),
+        &[],
+        "the cluster secret is 10 bytes; use at least 16",
+    );
+    refused_alike(
+        &sb,
+        &node("nothere"),
+        &[],
+        "cannot read --cluster-secret-file nothere",
+    );
+    let mut args = node("secret");
+    args.drain(8..);
+    refused_alike(&sb, &args, &[], "needs the cluster's secret");
+    refused_alike(
+        &sb,
+        &[
+            "--cluster",
+            "prod",
+            "--gossip",
+            "127.0.0.1:0",
+            "--cluster-secret-file",
+            "secret",
+        ],
+        &[],
+        "needs --node-id",
+    );
+    let mut args = node("secret");
+    args.extend(["--replication", "gossip"]);
+    refused_alike(&sb, &args, &[], "--replication gossip");
+    let mut args = node("secret");
+    args[7] = "0.0.0.0:7946";
+    refused_alike(
+        &sb,
+        &args,
+        &[],
+        "--gossip 0.0.0.0:7946 is not an address peers can reach",
+    );
+}
