@@ -66,6 +66,22 @@ pub struct Health<S> {
     app: Arc<App<S>>,
 }
 
+/// At most [`SHOWN_BYTES`] of a name a client sent, for an error
+/// message: it travels in a header, which a long name would bloat.
+fn shown(name: &str) -> String {
+    if name.len() <= SHOWN_BYTES {
+        return name.to_owned();
+    }
+    let mut end = SHOWN_BYTES;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} bytes)", &name[..end], name.len())
+}
+
+/// How much of an unknown name an error repeats.
+const SHOWN_BYTES: usize = 128;
+
 fn answer(status: ServingStatus) -> HealthCheckResponse {
     HealthCheckResponse {
         status: status.into(),
@@ -87,7 +103,8 @@ impl<S: Store> health_server::Health for Health<S> {
         match status(service, self.app.readiness()) {
             Some(s) => Ok(Response::new(answer(s))),
             None => Err(Status::not_found(format!(
-                "no service {service:?} here: this server answers for {SERVICES:?}"
+                "no service {:?} here: this server answers for {SERVICES:?}",
+                shown(service)
             ))),
         }
     }
@@ -157,5 +174,14 @@ mod tests {
         ] {
             assert_eq!(status(unknown, Readiness::Ready), None, "{unknown:?}");
         }
+    }
+
+    #[test]
+    fn an_unknown_name_is_repeated_short() {
+        assert_eq!(shown("a.B"), "a.B");
+        let long = "é".repeat(1000);
+        let s = shown(&long);
+        assert!(s.len() < 150, "{s}");
+        assert!(s.ends_with("... (2000 bytes)"), "{s}");
     }
 }
