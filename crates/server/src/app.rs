@@ -182,8 +182,12 @@ impl<S: Store> App<S> {
     /// failing, a cluster node finishing its join), so the server calls
     /// this periodically; shutdown calls it at once.
     pub fn refresh_readiness(&self) -> Readiness {
-        let now = self.readiness();
+        let mut now = Readiness::Ready;
+        // Read under the channel's lock, so a refresh that read "ready"
+        // just before shutdown began cannot publish it after the refresh
+        // that says "stopping".
         self.readiness.send_if_modified(|published| {
+            now = self.readiness();
             let changed = *published != now;
             *published = now;
             changed
