@@ -6,6 +6,8 @@
 //! - [`rls`]: Envoy's rate-limit service v3
 //!   (`envoy.service.ratelimit.v3`), from the maintained `envoy-types`
 //!   crate, so what Envoy sends is decoded by the official definitions.
+//! - [`FILE_DESCRIPTOR_SET`]: the descriptors of both, for gRPC server
+//!   reflection.
 
 #![deny(missing_docs)]
 
@@ -16,6 +18,14 @@ pub mod json;
 pub mod v1 {
     tonic::include_proto!("tollgate.v1");
 }
+
+/// The encoded `FileDescriptorSet` of the native API and of Envoy's
+/// rate-limit service v3 with every file it imports (Google's well-known
+/// types included): what gRPC server reflection serves, so tools such as
+/// `grpcurl` can list, describe and call both services. The native API's
+/// files keep their comments; Envoy's are compiled, at the version of
+/// `envoy-types` this build uses, without them.
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptors.bin"));
 
 /// Envoy's rate-limit service v3 and the types it uses.
 pub mod rls {

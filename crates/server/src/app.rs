@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use tokio::sync::watch;
 use tollgate_config::Config;
 use tollgate_core::Nanos;
 use tollgate_service::{Clock, Limiter, Service, ServiceOptions, Sessions, View};
@@ -59,6 +60,40 @@ pub struct App<S> {
     /// When the app was built, for `/status`'s uptime.
     pub started: std::time::Instant,
     stopping: std::sync::atomic::AtomicBool,
+    /// The readiness last published to watchers (gRPC health's Watch).
+    readiness: watch::Sender<Readiness>,
+}
+
+/// Whether the server should receive traffic and, if not, why: the one
+/// rule `/readyz`, gRPC health and the Status RPC all answer by
+/// ([`App::readiness`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Readiness {
+    /// It decides requests.
+    Ready,
+    /// Its store cannot decide now: Redis unreachable, a cluster node
+    /// still joining (or with a clock too far off, or a different
+    /// secret from its seeds).
+    StoreUnavailable,
+    /// Shutdown has begun: a load balancer should stop sending before
+    /// the listeners close. Final.
+    Stopping,
+}
+
+impl Readiness {
+    /// Whether traffic should come.
+    pub fn is_ready(self) -> bool {
+        self == Readiness::Ready
+    }
+
+    /// A word for `/readyz`'s body.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Readiness::Ready => "ready",
+            Readiness::StoreUnavailable => "store unavailable",
+            Readiness::Stopping => "stopping",
+        }
+    }
 }
 
 impl<S: Store> App<S> {
@@ -98,6 +133,7 @@ impl<S: Store> App<S> {
             decision_log: None,
             started: std::time::Instant::now(),
             stopping: std::sync::atomic::AtomicBool::new(false),
+            readiness: watch::Sender::new(Readiness::Ready),
         })
     }
 
@@ -121,10 +157,49 @@ impl<S: Store> App<S> {
         self.stopping.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Marks shutdown as begun.
+    /// Marks shutdown as begun, and tells readiness watchers at once.
     pub fn begin_stopping(&self) {
         self.stopping
             .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.refresh_readiness();
+    }
+
+    /// Whether the server should receive traffic now, and if not, why.
+    /// Shutdown comes first: a stopping server is not made ready again by
+    /// its store.
+    pub fn readiness(&self) -> Readiness {
+        if self.is_stopping() {
+            Readiness::Stopping
+        } else if !self.limiter().store().is_ready() {
+            Readiness::StoreUnavailable
+        } else {
+            Readiness::Ready
+        }
+    }
+
+    /// Publishes [`App::readiness`] to watchers if it changed, and returns
+    /// it. A store's readiness changes without an event (a Redis ping
+    /// failing, a cluster node finishing its join), so the server calls
+    /// this periodically; shutdown calls it at once.
+    pub fn refresh_readiness(&self) -> Readiness {
+        let mut now = Readiness::Ready;
+        // Read under the channel's lock, so a refresh that read "ready"
+        // just before shutdown began cannot publish it after the refresh
+        // that says "stopping".
+        self.readiness.send_if_modified(|published| {
+            now = self.readiness();
+            let changed = *published != now;
+            *published = now;
+            changed
+        });
+        now
+    }
+
+    /// The published readiness, which changes as [`App::refresh_readiness`]
+    /// notices; refreshed first, so it starts from now.
+    pub fn watch_readiness(&self) -> watch::Receiver<Readiness> {
+        self.refresh_readiness();
+        self.readiness.subscribe()
     }
 
     /// The config in force.
@@ -218,9 +293,9 @@ impl<S: Store> App<S> {
     }
 
     /// Whether the server should receive traffic: not stopping, and its
-    /// store can decide.
+    /// store can decide ([`App::readiness`]).
     pub fn is_ready(&self) -> bool {
-        !self.is_stopping() && self.limiter().store().is_ready()
+        self.readiness().is_ready()
     }
 
     /// Records a refused reload: the old config keeps serving.

@@ -2,6 +2,8 @@
 //!
 //! - [`native`]: the native gRPC API, with sessions that hold copies;
 //! - [`rls`]: Envoy's rate-limit service v3 on the same gRPC port;
+//! - [`health`] and [`reflection`]: gRPC health checking, following
+//!   readiness as `/readyz` does, and server reflection, on that port too;
 //! - [`http`]: the HTTP/JSON API, envoyproxy/ratelimit's `/json`, and the
 //!   admin endpoints (`/status`, `/healthz`, `/readyz`, `/metrics`,
 //!   `/v1/config`);
@@ -21,10 +23,12 @@ pub mod clock;
 pub mod convert;
 pub mod decision_log;
 pub mod errors;
+pub mod health;
 pub mod http;
 pub mod listen;
 pub mod metrics;
 pub mod native;
+pub mod reflection;
 pub mod reload;
 pub mod rls;
 pub mod rls_json;
@@ -41,7 +45,7 @@ use tollgate_proto::rls::rate_limit_service_server::RateLimitServiceServer;
 use tollgate_proto::v1::tollgate_server::TollgateServer;
 use tollgate_store::Store;
 
-pub use app::{App, ConfigStatus};
+pub use app::{App, ConfigStatus, Readiness};
 pub use listen::ConnectionLimits;
 
 /// Why the server could not start or stopped with an error.
@@ -61,6 +65,10 @@ pub enum ServerError {
     /// The gRPC server failed.
     #[error("gRPC server: {0}")]
     Grpc(#[from] tonic::transport::Error),
+    /// A descriptor set compiled into the binary for gRPC reflection does
+    /// not decode.
+    #[error("gRPC reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
 }
 
 /// Where and how the server listens.
@@ -182,12 +190,18 @@ impl<S: Store> Server<S> {
             rls::Rls::new(Arc::clone(&app)).with_headers(options.rls_headers),
         )
         .max_decoding_message_size(max);
+        let health = health::service(Arc::clone(&app), max);
+        let reflection_v1 = reflection::v1(max)?;
+        let reflection_v1alpha = reflection::v1alpha(max)?;
         let grpc_server = tonic::transport::Server::builder()
             .max_concurrent_streams(Some(options.max_streams_per_connection))
             .http2_keepalive_interval(Some(options.keepalive_interval))
             .http2_keepalive_timeout(Some(options.keepalive_timeout))
             .add_service(native)
             .add_service(rls)
+            .add_service(health)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha)
             .serve_with_incoming_shutdown(
                 listen::grpc::incoming(
                     // tonic applies its own TCP settings only to listeners
@@ -221,6 +235,11 @@ impl<S: Store> Server<S> {
             options.housekeeping_interval,
             stop_rx.clone(),
         ));
+        let readiness = tokio::spawn(publish_readiness(
+            Arc::clone(&app),
+            options.housekeeping_interval,
+            stop_rx.clone(),
+        ));
         let signal = async {
             shutdown.await;
             app.begin_stopping();
@@ -246,6 +265,7 @@ impl<S: Store> Server<S> {
         };
         let ((grpc_result, ()), ()) = tokio::join!(servers, signal);
         let _ = housekeeping.await;
+        let _ = readiness.await;
         // Sessions end with their streams; anything left (HTTP holds) is
         // released here, waiting for the store at most the grace period.
         let released = app.service.close_all(grace).await;
@@ -285,6 +305,26 @@ async fn housekeeping<S: Store>(
         }
         ::metrics::gauge!(metrics::SESSIONS).set(app.sessions().len() as f64);
         reported = report_holds(&app, reported);
+    }
+}
+
+/// Publishes the app's readiness to its watchers (gRPC health's Watch)
+/// every `every`, until stopped: a store's readiness changes without an
+/// event. Shutdown beginning is published at once by
+/// [`App::begin_stopping`], not here.
+async fn publish_readiness<S: Store>(
+    app: Arc<App<S>>,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        app.refresh_readiness();
     }
 }
 

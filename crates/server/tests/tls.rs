@@ -18,6 +18,9 @@ use tollgate_proto::v1::{self, tollgate_client::TollgateClient};
 use tollgate_server::tls::{Tls, TlsFiles};
 use tollgate_server::{ConnectionLimits, ServerOptions};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
 
 const CONFIG: &str = "namespaces:\n  - name: app\n    resources:\n      - { name: api, algorithm: gcra, rate: 10/s, burst: 5 }\n";
 
@@ -349,4 +352,122 @@ fn bad_tls_files_are_named_without_their_content() {
     // And the Debug form shows no key.
     let ok = Tls::load(&files(&cert, &key)).unwrap();
     assert!(!format!("{ok:?}").contains("BEGIN"));
+}
+
+/// A health client whose TLS offers no ALPN (as a proxy's health checker
+/// may be configured), with `identity` as its client certificate.
+async fn health_without_alpn(
+    server: &TestServer,
+    ca: &Ca,
+    identity: (String, String),
+) -> HealthClient<Channel> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pki_types::CertificateDer::pem_slice_iter(ca.pem().as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let chain = rustls_pki_types::CertificateDer::pem_slice_iter(identity.0.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(identity.1.as_bytes()).unwrap();
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .unwrap();
+    assert!(config.alpn_protocols.is_empty());
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let addr = server.grpc;
+    // TLS is done by the connector, so the endpoint's own scheme is plain.
+    let channel = tonic::transport::Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_: http::Uri| {
+            let connector = connector.clone();
+            async move {
+                let tcp = tokio::net::TcpStream::connect(addr).await?;
+                let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+                let tls = connector.connect(name, tcp).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
+            }
+        }))
+        .await
+        .unwrap();
+    HealthClient::new(channel)
+}
+
+async fn serving(client: &mut HealthClient<Channel>, service: &str) -> Result<i32, tonic::Status> {
+    let answer = client
+        .check(HealthCheckRequest {
+            service: service.to_owned(),
+        })
+        .await?;
+    Ok(answer.into_inner().status)
+}
+
+/// gRPC health checks (as Envoy's `grpc_health_check` sends them, over
+/// its own connection) through mutual TLS and the gRPC port's connection
+/// limits: with or without ALPN, Check and Watch answer, and a health
+/// connection counts against the cap like any other. (A checker without a
+/// client certificate is refused in the handshake, before any service:
+/// `mutual_tls_refuses_strangers_on_both_ports`.)
+#[tokio::test]
+async fn health_checks_over_mutual_tls_with_or_without_alpn_within_the_connection_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let server_ca = Ca::new("server CA");
+    let client_ca = Ca::new("client CA");
+    let limits = ConnectionLimits {
+        max_connections: 2,
+        handshake_timeout: Duration::from_secs(10),
+        header_timeout: Duration::from_secs(10),
+        ..ConnectionLimits::default()
+    };
+    let server = start_limited(dir.path(), &server_ca, Some(&client_ca), limits).await;
+    let serving_now = ServingStatus::Serving as i32;
+
+    // tonic's client offers h2 by ALPN.
+    let mut tls = Channel::from_shared(format!("https://{}", server.grpc))
+        .unwrap()
+        .tls_config(
+            ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(server_ca.pem()))
+                .domain_name("localhost")
+                .identity({
+                    let (cert, key) = client_ca.leaf("envoy");
+                    Identity::from_pem(cert, key)
+                }),
+        )
+        .unwrap()
+        .connect()
+        .await
+        .map(HealthClient::new)
+        .unwrap();
+    for name in [
+        "",
+        "tollgate.v1.Tollgate",
+        "envoy.service.ratelimit.v3.RateLimitService",
+    ] {
+        assert_eq!(
+            serving(&mut tls, name).await.unwrap(),
+            serving_now,
+            "{name:?}"
+        );
+    }
+    let mut watch = tls
+        .watch(HealthCheckRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(watch.message().await.unwrap().unwrap().status, serving_now);
+
+    // One that offers none.
+    let mut bare = health_without_alpn(&server, &server_ca, client_ca.leaf("checker")).await;
+    assert_eq!(serving(&mut bare, "").await.unwrap(), serving_now);
+
+    // Both places are taken: a third connection is closed at once.
+    let mut third = tokio::net::TcpStream::connect(server.grpc).await.unwrap();
+    assert!(closed(&mut third).await, "one over the cap was kept");
+
+    // Checks keep coming over the connections already open.
+    for _ in 0..10 {
+        assert_eq!(serving(&mut tls, "").await.unwrap(), serving_now);
+        assert_eq!(serving(&mut bare, "").await.unwrap(), serving_now);
+    }
+    drop(watch);
 }

@@ -63,14 +63,15 @@ pub(super) async fn healthz() -> &'static str {
 /// needs no warm-up), and 503 from the moment shutdown begins, so a load
 /// balancer stops sending before the listeners close, and while its store
 /// cannot decide (Redis unreachable), so traffic goes to servers that can.
+/// gRPC health answers by the same rule ([`crate::app::App::readiness`]).
 pub(super) async fn readyz<S: Store>(State(http): State<Http<S>>) -> Response {
-    if http.app.is_stopping() {
-        (StatusCode::SERVICE_UNAVAILABLE, "stopping").into_response()
-    } else if !http.app.limiter().store().is_ready() {
-        (StatusCode::SERVICE_UNAVAILABLE, "store unavailable").into_response()
+    let readiness = http.app.readiness();
+    let status = if readiness.is_ready() {
+        StatusCode::OK
     } else {
-        "ready".into_response()
-    }
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, readiness.as_str()).into_response()
 }
 
 /// `GET /metrics`: Prometheus text format, when a recorder is installed.
