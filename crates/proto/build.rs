@@ -1,33 +1,36 @@
-//! Compiles `proto/tollgate/v1/tollgate.proto` with protox, a pure-Rust
-//! protobuf compiler, so building needs no system `protoc`.
+//! Compiles the protos under `proto/` with protox, a pure-Rust protobuf
+//! compiler, so building needs no system `protoc`:
+//!
+//! - `tollgate/v1/tollgate.proto`, the native API;
+//! - `envoy/service/ratelimit/v3/rls.proto` and the three files it imports,
+//!   Envoy's rate-limit service v3 as tollgate serves it (the wire contract
+//!   of Envoy's own definitions, checked against them by a test).
 //!
 //! It also writes the descriptors that gRPC server reflection serves
-//! (`descriptors.bin` in `OUT_DIR`): tollgate's proto and Envoy's
-//! rate-limit service v3 with everything it imports. `envoy-types` ships
-//! Envoy's `.proto` files but no descriptors of them (its maintainer
-//! declined to add them, since the crate holds hundreds of services), so
-//! they are compiled here from the copy of `envoy-types` this build uses:
-//! the one in Cargo's registry at the version `Cargo.lock` names, or, for a
-//! vendored build, the directory `TOLLGATE_ENVOY_TYPES_DIR` names.
+//! (`descriptors.bin` in `OUT_DIR`): both, with their comments, and
+//! Google's well-known types they import.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// The Envoy service tollgate serves, the root of the descriptors taken
-/// from `envoy-types`.
-const RLS_PROTO: &str = "envoy/service/ratelimit/v3/rls.proto";
+/// The native API.
+const TOLLGATE_PROTO: &str = "tollgate/v1/tollgate.proto";
 
-/// Where `envoy-types` keeps the protos `RLS_PROTO` imports, under its
-/// `proto/` directory (Envoy's API, protoc-gen-validate, xDS and udpa
-/// annotations); Google's well-known types are protox's own.
-const ENVOY_INCLUDES: [&str; 3] = ["data-plane-api", "protoc-gen-validate", "xds"];
+/// Envoy's rate-limit service, and what it imports.
+const RLS_PROTOS: [&str; 4] = [
+    "envoy/service/ratelimit/v3/rls.proto",
+    "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
+    "envoy/config/core/v3/base.proto",
+    "envoy/type/v3/ratelimit_unit.proto",
+];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let root = manifest.join("../../proto");
-    let file = root.join("tollgate/v1/tollgate.proto");
-    println!("cargo:rerun-if-changed={}", file.display());
-    let fds = protox::compile([&file], [&root])?;
-    write_descriptors(manifest, fds.clone())?;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    for file in std::iter::once(TOLLGATE_PROTO).chain(RLS_PROTOS) {
+        println!("cargo:rerun-if-changed={}", root.join(file).display());
+    }
+    let native = protox::compile([TOLLGATE_PROTO], [&root])?;
+    let rls = protox::compile([RLS_PROTOS[0]], [&root])?;
+    write_descriptors(&native, &rls)?;
     // The messages double as the HTTP API's JSON bodies: field names as in
     // the proto, absent fields default, unknown fields refused.
     let serde_message =
@@ -45,83 +48,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ".tollgate.v1.RateResponse.limited_by",
             "#[serde(with = \"crate::json::limited_by\")]",
         )
-        .compile_fds(fds)?;
+        .compile_fds(native)?;
+    // Envoy's types, with Google's well-known types generated beside them
+    // (so `Duration` and `UInt64Value` are plain messages, as in Envoy's
+    // own Rust bindings), in one module tree: `envoy_rls.rs`.
+    tonic_prost_build::configure()
+        .compile_well_known_types(true)
+        .include_file("envoy_rls.rs")
+        .compile_fds(rls)?;
     Ok(())
 }
 
-/// Writes `descriptors.bin`: `tollgate` (with its comments, which
-/// reflection clients show) and Envoy's RLS with its imports (without
-/// source info, which would triple its size for comments nobody reads
-/// through tollgate), each file once.
+/// Writes `descriptors.bin`: both sets, each file once.
 fn write_descriptors(
-    manifest: &Path,
-    mut set: prost_types::FileDescriptorSet,
+    native: &prost_types::FileDescriptorSet,
+    rls: &prost_types::FileDescriptorSet,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let envoy = envoy_types_dir(manifest)?.join("proto");
-    let includes: Vec<PathBuf> = ENVOY_INCLUDES.iter().map(|d| envoy.join(d)).collect();
-    let rls = protox::Compiler::new(&includes)?
-        .include_imports(true)
-        .include_source_info(false)
-        .open_file(RLS_PROTO)?
-        .file_descriptor_set();
-    for file in rls.file {
+    let mut set = native.clone();
+    for file in &rls.file {
         if !set.file.iter().any(|f| f.name == file.name) {
-            set.file.push(file);
+            set.file.push(file.clone());
         }
     }
-    let out = PathBuf::from(std::env::var("OUT_DIR")?).join("descriptors.bin");
+    let out = Path::new(&std::env::var("OUT_DIR")?).join("descriptors.bin");
     std::fs::write(out, prost::Message::encode_to_vec(&set))?;
     Ok(())
-}
-
-/// The `envoy-types` package directory this build compiles.
-fn envoy_types_dir(manifest: &Path) -> Result<PathBuf, String> {
-    println!("cargo:rerun-if-env-changed=TOLLGATE_ENVOY_TYPES_DIR");
-    if let Some(dir) = std::env::var_os("TOLLGATE_ENVOY_TYPES_DIR") {
-        return Ok(PathBuf::from(dir));
-    }
-    let lock = manifest.join("../../Cargo.lock");
-    println!("cargo:rerun-if-changed={}", lock.display());
-    let text = std::fs::read_to_string(&lock)
-        .map_err(|e| format!("cannot read {}: {e}", lock.display()))?;
-    let version = locked_version(&text, "envoy-types")
-        .ok_or_else(|| format!("{} names no envoy-types package", lock.display()))?;
-    let cargo_home = std::env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
-        .ok_or("neither CARGO_HOME nor HOME is set")?;
-    let registry = cargo_home.join("registry/src");
-    let package = format!("envoy-types-{version}");
-    let found = std::fs::read_dir(&registry)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|index| index.path().join(&package))
-        .find(|dir| {
-            dir.join("proto")
-                .join(ENVOY_INCLUDES[0])
-                .join(RLS_PROTO)
-                .is_file()
-        });
-    found.ok_or_else(|| {
-        format!(
-            "cannot find {package}'s proto files under {}: for a vendored build, set \
-             TOLLGATE_ENVOY_TYPES_DIR to the envoy-types package directory",
-            registry.display()
-        )
-    })
-}
-
-/// The version `Cargo.lock` gives package `name` (the first, should there
-/// be several).
-fn locked_version<'a>(lock: &'a str, name: &str) -> Option<&'a str> {
-    let wanted = format!("name = \"{name}\"");
-    let mut lines = lock.lines();
-    while let Some(line) = lines.next() {
-        if line.trim() == wanted {
-            let version = lines.next()?.trim().strip_prefix("version = \"")?;
-            return version.strip_suffix('"');
-        }
-    }
-    None
 }

@@ -12,7 +12,7 @@
 //! refusal is the HTTP API's error shape and status
 //! ([`crate::http::error_response`]).
 //!
-//! envoy-types has no serde support, so the JSON shapes are written here
+//! The generated RLS types have no serde support, so the JSON shapes are written here
 //! and converted to and from the wire types; the decision itself is
 //! [`crate::rls`]'s, the same as over gRPC.
 

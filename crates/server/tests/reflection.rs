@@ -240,12 +240,26 @@ async fn both_apis_can_be_called_with_nothing_but_the_reflected_descriptors() {
     assert!(answer.allowed, "{answer:?}");
     assert_eq!(answer.granted, 2, "{answer:?}");
 
-    // Envoy's RLS: its file imports Envoy's core types, validation
-    // annotations and Google's well-known types, all of which must come.
+    // Envoy's RLS: its file imports the descriptor, header and unit
+    // files and Google's well-known types, all of which must come.
     let set = r
         .closure("envoy.service.ratelimit.v3.RateLimitService.ShouldRateLimit")
         .await;
-    assert!(set.file.len() > 10, "{} files", set.file.len());
+    let mut names: Vec<&str> = set.file.iter().map(|f| f.name()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "envoy/config/core/v3/base.proto",
+            "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
+            "envoy/service/ratelimit/v3/rls.proto",
+            "envoy/type/v3/ratelimit_unit.proto",
+            "google/protobuf/duration.proto",
+            "google/protobuf/struct.proto",
+            "google/protobuf/timestamp.proto",
+            "google/protobuf/wrappers.proto",
+        ]
+    );
     let pool = DescriptorPool::from_file_descriptor_set(set).unwrap();
     let service = pool
         .get_service_by_name("envoy.service.ratelimit.v3.RateLimitService")
