@@ -57,6 +57,10 @@ pub struct App<S> {
     pub store_name: &'static str,
     /// Where sampled decisions are recorded, if anywhere.
     pub decision_log: Option<crate::decision_log::DecisionLog>,
+    /// Records a span per decision, when traces are exported
+    /// (`serve --otlp-endpoint`); `None` keeps the decision path free of
+    /// any tracing work.
+    pub spans: Option<crate::spans::Spans>,
     /// When the app was built, for `/status`'s uptime.
     pub started: std::time::Instant,
     stopping: std::sync::atomic::AtomicBool,
@@ -131,6 +135,7 @@ impl<S: Store> App<S> {
             metrics: None,
             store_name,
             decision_log: None,
+            spans: None,
             started: std::time::Instant::now(),
             stopping: std::sync::atomic::AtomicBool::new(false),
             readiness: watch::Sender::new(Readiness::Ready),
@@ -150,6 +155,45 @@ impl<S: Store> App<S> {
     /// Now, by the app's clock.
     pub fn now(&self) -> Nanos {
         self.service.now()
+    }
+
+    /// Now by the app's clock when decision spans are on (a span starts
+    /// here), else `None` without reading the clock.
+    pub fn span_start(&self) -> Option<Nanos> {
+        self.spans.as_ref().map(|_| self.now())
+    }
+
+    /// Records the span of `decision`, whose service call ran from
+    /// `started` (from [`App::span_start`]) to `ended`, by the app's
+    /// clock; nothing when spans are off.
+    pub fn record_span(
+        &self,
+        caller: &crate::spans::Caller,
+        (started, ended): (Nanos, Nanos),
+        decision: &crate::spans::Decision<'_>,
+    ) {
+        if let Some(spans) = &self.spans {
+            spans.record(caller, started, ended, decision);
+        }
+    }
+
+    /// The caller's trace context from gRPC metadata, when spans are on.
+    pub fn caller_from_grpc(
+        &self,
+        metadata: &tonic::metadata::MetadataMap,
+    ) -> crate::spans::Caller {
+        match &self.spans {
+            Some(spans) => spans.caller_from_grpc(metadata),
+            None => crate::spans::Caller::NONE,
+        }
+    }
+
+    /// The caller's trace context from HTTP headers, when spans are on.
+    pub fn caller_from_http(&self, headers: &http::HeaderMap) -> crate::spans::Caller {
+        match &self.spans {
+            Some(spans) => spans.caller_from_http(headers),
+            None => crate::spans::Caller::NONE,
+        }
     }
 
     /// Whether shutdown has begun (`/readyz` then answers 503).

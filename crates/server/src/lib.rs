@@ -9,6 +9,8 @@
 //!   `/v1/config`);
 //! - [`listen`]: what each port admits: a connection cap and deadlines
 //!   for handshakes, request heads, idle connections and bodies.
+//! - [`spans`]: an OpenTelemetry span per decision, in the caller's
+//!   trace, exported in batches without holding a decision up.
 //!
 //! Surfaces only decode, call the service and encode; no limiting logic
 //! lives here. [`Server`] binds both ports, runs background duties (HTTP
@@ -32,6 +34,7 @@ pub mod reflection;
 pub mod reload;
 pub mod rls;
 pub mod rls_json;
+pub mod spans;
 pub mod tls;
 
 use std::future::Future;

@@ -29,6 +29,12 @@ pub const CONNECTIONS_REFUSED: &str = "tollgate_connections_refused_total";
 /// Connections closed (or requests answered 408) for being too slow, by
 /// `listener` and `phase` (`handshake`, `header`, `idle`, `body`).
 pub const CONNECTIONS_TIMED_OUT: &str = "tollgate_connections_timed_out_total";
+/// Decision spans dropped because the export queue was full (the
+/// collector slow or down) or exporting had stopped.
+pub const SPANS_DROPPED: &str = "tollgate_spans_dropped_total";
+/// Decision spans handed to the exporter, by `outcome` (`ok`, or `error`
+/// when the collector refused them or did not answer in time).
+pub const SPANS_EXPORTED: &str = "tollgate_spans_exported_total";
 
 /// Installs the process-wide Prometheus recorder; its handle renders
 /// `/metrics`. Errors if a recorder is already installed.
@@ -91,6 +97,14 @@ fn describe() {
     describe_counter!(RELOADS, "Config reloads by outcome.");
     describe_gauge!(CONFIG_REVISION, "Revision of the config in force.");
     describe_gauge!(CONFIG_ERROR, "1 while the last config reload was refused.");
+    describe_counter!(
+        SPANS_DROPPED,
+        "Decision spans dropped: the export queue was full or exporting had stopped."
+    );
+    describe_counter!(
+        SPANS_EXPORTED,
+        "Decision spans sent to the OTLP collector, by outcome."
+    );
 }
 
 /// Sets the config metrics for the config a server starts with (its

@@ -24,6 +24,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::app::App;
 use crate::errors::{grpc_code, status};
+use crate::spans::{Caller, Decision, Outcome};
 use crate::{clock, convert, decision_log, metrics as m};
 
 /// Implements `tollgate.v1.Tollgate`.
@@ -39,11 +40,13 @@ impl<S> Native<S> {
     }
 }
 
-/// Answers one rate request, recording metrics.
+/// Answers one rate request, recording metrics and, when spans are on, a
+/// span that is a child of `caller`'s trace.
 pub async fn rate<S: Store>(
     app: &App<S>,
     surface: &'static str,
     req: &v1::RateRequest,
+    caller: &Caller,
 ) -> Result<v1::RateResponse, ServiceError> {
     let started = Instant::now();
     let now = app.now();
@@ -52,6 +55,27 @@ pub async fn rate<S: Store>(
         Err(e) => Err(e),
     };
     metrics::histogram!(m::LATENCY, "surface" => surface).record(started.elapsed().as_secs_f64());
+    if app.spans.is_some() {
+        let ended = app.now();
+        let (outcome, granted) = match &result {
+            Ok(o) => (Outcome::of_grant(o.allowed), o.granted),
+            Err(e) => (Outcome::Error(e.reason()), 0),
+        };
+        app.record_span(
+            caller,
+            (now, ended),
+            &Decision {
+                name: "tollgate.rate",
+                surface,
+                namespace: &req.namespace,
+                resource: Some(&req.resource),
+                descriptors: None,
+                hits: req.hits_or_default(),
+                granted,
+                outcome,
+            },
+        );
+    }
     match result {
         Ok(o) => {
             m::rate_decision(
@@ -100,7 +124,8 @@ impl<S: Store> v1::tollgate_server::Tollgate for Native<S> {
         &self,
         request: Request<v1::RateRequest>,
     ) -> Result<Response<v1::RateResponse>, Status> {
-        rate(&self.app, "grpc", request.get_ref())
+        let caller = self.app.caller_from_grpc(request.metadata());
+        rate(&self.app, "grpc", request.get_ref(), &caller)
             .await
             .map(Response::new)
             .map_err(|e| status(&e))
@@ -138,6 +163,9 @@ impl<S: Store> v1::tollgate_server::Tollgate for Native<S> {
         request: Request<Streaming<v1::SessionRequest>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
         let session = self.app.service.open(None).map_err(|e| status(&e))?;
+        // Every operation of the session is a child of the trace the
+        // stream was opened in.
+        let caller = self.app.caller_from_grpc(request.metadata());
         let (tx, rx) = mpsc::channel(16);
         let app = Arc::clone(&self.app);
         let shutdown = self.shutdown.clone();
@@ -147,6 +175,7 @@ impl<S: Store> v1::tollgate_server::Tollgate for Native<S> {
             request.into_inner(),
             tx,
             shutdown,
+            caller,
         ));
         // Should the task ever panic, its session must still end: a gRPC
         // session has no lease that would release its holds otherwise.
@@ -167,6 +196,7 @@ async fn run_session<S: Store>(
     mut inbound: Streaming<v1::SessionRequest>,
     tx: mpsc::Sender<Result<v1::SessionResponse, Status>>,
     mut shutdown: watch::Receiver<bool>,
+    caller: Caller,
 ) {
     let id = session.id();
     tracing::debug!(session = %id, "session opened");
@@ -189,7 +219,7 @@ async fn run_session<S: Store>(
             }
             break;
         };
-        let reply = answer(&app, &session, message.op).await;
+        let reply = answer(&app, &session, message.op, &caller).await;
         let closing = matches!(reply, Some(Answer::Closed(_)));
         if closing {
             // Released before the answer (unless the store does not confirm
@@ -216,17 +246,26 @@ async fn run_session<S: Store>(
 }
 
 /// Answers one session operation.
-async fn answer<S: Store>(app: &App<S>, session: &Arc<Session>, op: Option<Op>) -> Option<Answer> {
+async fn answer<S: Store>(
+    app: &App<S>,
+    session: &Arc<Session>,
+    op: Option<Op>,
+    caller: &Caller,
+) -> Option<Answer> {
+    let via = Via {
+        surface: "session",
+        caller,
+    };
     let result = match op {
         None => Err(ServiceError::Malformed(
             "a session request needs an operation".into(),
         )),
         Some(Op::Close(c)) => return Some(Answer::Closed(c)),
-        Some(Op::Request(r)) => rate(app, "session", &r).await.map(Answer::Request),
-        Some(Op::Reserve(r)) => reserve(app, session, &r).await.map(Answer::Reserve),
-        Some(Op::Release(r)) => release(app, session, &r).await.map(Answer::Release),
-        Some(Op::Transfer(r)) => transfer(app, session, &r).await.map(Answer::Transfer),
-        Some(Op::Seize(r)) => seize(app, session, &r).await.map(Answer::Seize),
+        Some(Op::Request(r)) => rate(app, "session", &r, caller).await.map(Answer::Request),
+        Some(Op::Reserve(r)) => reserve(app, session, &r, via).await.map(Answer::Reserve),
+        Some(Op::Release(r)) => release(app, session, &r, via).await.map(Answer::Release),
+        Some(Op::Transfer(r)) => transfer(app, session, &r, via).await.map(Answer::Transfer),
+        Some(Op::Seize(r)) => seize(app, session, &r, via).await.map(Answer::Seize),
     };
     Some(result.unwrap_or_else(|e| {
         m::error("session", e.reason());
@@ -236,6 +275,53 @@ async fn answer<S: Store>(app: &App<S>, session: &Arc<Session>, op: Option<Op>) 
             message: crate::errors::message(&e),
         })
     }))
+}
+
+/// Where a copy operation came from, for its span: the surface (`session`
+/// or `http`) and the caller's trace context.
+#[derive(Clone, Copy, Debug)]
+pub struct Via<'a> {
+    /// The surface, as in the metrics.
+    pub surface: &'static str,
+    /// The caller's trace context.
+    pub caller: &'a Caller,
+}
+
+impl Via<'_> {
+    /// Records the span of a copy operation that began at `started` (when
+    /// spans are on) and ended with `result`.
+    #[allow(clippy::too_many_arguments)]
+    fn record<S: Store, T>(
+        self,
+        app: &App<S>,
+        started: Option<tollgate_core::Nanos>,
+        name: &'static str,
+        target: (&str, &str),
+        copies: u64,
+        result: &Result<T, ServiceError>,
+        outcome: impl FnOnce(&T) -> (Outcome, u64),
+    ) {
+        let Some(started) = started else { return };
+        let ended = app.now();
+        let (outcome, granted) = match result {
+            Ok(t) => outcome(t),
+            Err(e) => (Outcome::Error(e.reason()), 0),
+        };
+        app.record_span(
+            self.caller,
+            (started, ended),
+            &Decision {
+                name,
+                surface: self.surface,
+                namespace: target.0,
+                resource: Some(target.1),
+                descriptors: None,
+                hits: copies,
+                granted,
+                outcome,
+            },
+        );
+    }
 }
 
 /// Copies named by a request: the groups it names, or any when it names
@@ -249,7 +335,9 @@ pub async fn reserve<S: Store>(
     app: &App<S>,
     session: &Arc<Session>,
     r: &v1::ReserveRequest,
+    via: Via<'_>,
 ) -> Result<v1::ReserveResponse, ServiceError> {
+    let started = app.span_start();
     let reservation = app
         .service
         .reserve(
@@ -257,8 +345,20 @@ pub async fn reserve<S: Store>(
             target(&r.namespace, &r.resource, &r.domain),
             Hits::between(r.min_copies.unwrap_or(r.copies), r.copies),
         )
-        .await?;
-    Ok(convert::reserve_response(&reservation))
+        .await;
+    via.record(
+        app,
+        started,
+        "tollgate.reserve",
+        (&r.namespace, &r.resource),
+        r.copies,
+        &reservation,
+        |o| {
+            let granted = o.reservation.granted;
+            (Outcome::of_grant(granted > 0), granted)
+        },
+    );
+    Ok(convert::reserve_response(&reservation?))
 }
 
 /// Releases from `session`.
@@ -266,7 +366,9 @@ pub async fn release<S: Store>(
     app: &App<S>,
     session: &Arc<Session>,
     r: &v1::ReleaseRequest,
+    via: Via<'_>,
 ) -> Result<v1::ReleaseResponse, ServiceError> {
+    let started = app.span_start();
     let done = app
         .service
         .release(
@@ -275,7 +377,17 @@ pub async fn release<S: Store>(
             groups(&r.groups),
             r.copies,
         )
-        .await?;
+        .await;
+    via.record(
+        app,
+        started,
+        "tollgate.release",
+        (&r.namespace, &r.resource),
+        r.copies,
+        &done,
+        |d| (Outcome::Done, d.released),
+    );
+    let done = done?;
     Ok(v1::ReleaseResponse {
         released: done.released,
         still_held: done.still_held,
@@ -291,7 +403,29 @@ pub async fn transfer<S: Store>(
     app: &App<S>,
     session: &Arc<Session>,
     r: &v1::TransferRequest,
+    via: Via<'_>,
 ) -> Result<v1::TransferResponse, ServiceError> {
+    let started = app.span_start();
+    let id = transfer_now(app, session, r).await;
+    via.record(
+        app,
+        started,
+        "tollgate.transfer",
+        (&r.namespace, &r.resource),
+        r.copies,
+        &id,
+        |_| (Outcome::Done, r.copies),
+    );
+    Ok(v1::TransferResponse {
+        transfer_id: id?.to_string(),
+    })
+}
+
+async fn transfer_now<S: Store>(
+    app: &App<S>,
+    session: &Arc<Session>,
+    r: &v1::TransferRequest,
+) -> Result<TransferId, ServiceError> {
     if r.ttl_ms == 0 {
         return Err(ServiceError::Malformed("ttl_ms must be at least 1".into()));
     }
@@ -301,8 +435,7 @@ pub async fn transfer<S: Store>(
              held until then"
         )));
     }
-    let id = app
-        .service
+    app.service
         .transfer(
             session,
             target(&r.namespace, &r.resource, &r.domain),
@@ -310,10 +443,7 @@ pub async fn transfer<S: Store>(
             r.copies,
             clock::ms(r.ttl_ms),
         )
-        .await?;
-    Ok(v1::TransferResponse {
-        transfer_id: id.to_string(),
-    })
+        .await
 }
 
 /// Seizes into `session`.
@@ -321,13 +451,29 @@ pub async fn seize<S: Store>(
     app: &App<S>,
     session: &Arc<Session>,
     r: &v1::SeizeRequest,
+    via: Via<'_>,
 ) -> Result<v1::SeizeResponse, ServiceError> {
-    let id: TransferId = r
-        .transfer_id
-        .parse()
-        .map_err(|e| ServiceError::Store(tollgate_store::StoreError::Copy(e)))?;
-    let seized = app.service.seize(session, id).await?;
-    Ok(convert::seize_response(&seized))
+    let started = app.span_start();
+    let seized = match r.transfer_id.parse::<TransferId>() {
+        Ok(id) => app.service.seize(session, id).await,
+        Err(e) => Err(ServiceError::Store(tollgate_store::StoreError::Copy(e))),
+    }
+    .map(|s| convert::seize_response(&s));
+    // The names are the staged copies' (a seize names only the transfer).
+    let (namespace, resource) = match &seized {
+        Ok(s) => (s.namespace.as_str(), s.resource.as_str()),
+        Err(_) => ("", ""),
+    };
+    via.record(
+        app,
+        started,
+        "tollgate.seize",
+        (namespace, resource),
+        seized.as_ref().map_or(0, |s| s.copies),
+        &seized,
+        |s| (Outcome::Granted, s.copies),
+    );
+    seized
 }
 
 fn target<'a>(namespace: &'a str, resource: &'a str, domain: &'a str) -> Target<'a> {

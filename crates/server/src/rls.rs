@@ -32,6 +32,7 @@ use tonic::{Request, Response, Status};
 
 use crate::app::App;
 use crate::errors::{malformed, status};
+use crate::spans::{Caller, Decision, Outcome};
 use crate::{decision_log, metrics as m};
 
 /// The response header naming the limit of the descriptor closest to its
@@ -75,7 +76,8 @@ impl<S: Store> tollgate_proto::rls::rate_limit_service_server::RateLimitService 
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        decide(&self.app, request.get_ref(), self.headers, "rls")
+        let caller = self.app.caller_from_grpc(request.metadata());
+        decide(&self.app, request.get_ref(), self.headers, "rls", &caller)
             .await
             .map(Response::new)
             .map_err(|e| status(&e))
@@ -98,24 +100,64 @@ pub async fn should_rate_limit_with<S: Store>(
     req: &RateLimitRequest,
     headers: bool,
 ) -> Result<RateLimitResponse, ServiceError> {
-    decide(app, req, headers, "rls").await
+    decide(app, req, headers, "rls", &Caller::NONE).await
 }
 
 /// [`should_rate_limit_with`], recording metrics under `surface` (the JSON
-/// form counts as its own surface).
+/// form counts as its own surface) and, when spans are on, a span that is
+/// a child of `caller`'s trace.
 pub(crate) async fn decide<S: Store>(
     app: &App<S>,
     req: &RateLimitRequest,
     headers: bool,
     surface: &'static str,
+    caller: &Caller,
 ) -> Result<RateLimitResponse, ServiceError> {
     let started = Instant::now();
-    let result = answer(app, req, headers, surface).await;
+    let mut traced = Traced::default();
+    let result = answer(app, req, headers, surface, &mut traced).await;
     metrics::histogram!(m::LATENCY, "surface" => surface).record(started.elapsed().as_secs_f64());
     if let Err(e) = &result {
         m::error(surface, e.reason());
     }
+    if app.spans.is_some() {
+        let (outcome, granted) = match &result {
+            Ok(r) if r.overall_code == Code::Ok as i32 => (Outcome::Granted, traced.hits),
+            Ok(_) => (Outcome::Rejected, 0),
+            Err(e) => (Outcome::Error(e.reason()), 0),
+        };
+        // A request refused before the store was asked spent no time there.
+        let times = traced.store.unwrap_or_else(|| {
+            let now = app.now();
+            (now, now)
+        });
+        app.record_span(
+            caller,
+            times,
+            &Decision {
+                name: "tollgate.should_rate_limit",
+                surface,
+                namespace: &req.domain,
+                resource: None,
+                descriptors: Some(&req.descriptors),
+                hits: traced.hits,
+                granted,
+                outcome,
+            },
+        );
+    }
     result
+}
+
+/// What [`answer`] learns that a decision span reports.
+#[derive(Default)]
+struct Traced {
+    /// When the store was asked and when it answered (app clock), if it
+    /// was asked and spans are on.
+    store: Option<(Nanos, Nanos)>,
+    /// The hits charged to every descriptor (0 when the request was
+    /// refused before they were worked out).
+    hits: u64,
 }
 
 async fn answer<S: Store>(
@@ -123,8 +165,10 @@ async fn answer<S: Store>(
     req: &RateLimitRequest,
     headers: bool,
     surface: &'static str,
+    traced: &mut Traced,
 ) -> Result<RateLimitResponse, ServiceError> {
     let Checked { descriptors, hits } = check(req)?;
+    traced.hits = hits;
     let now = app.now();
     let outcome = app
         .service
@@ -133,7 +177,11 @@ async fn answer<S: Store>(
             descriptors: &descriptors,
             hits,
         })
-        .await?;
+        .await;
+    if app.spans.is_some() {
+        traced.store = Some((now, app.now()));
+    }
+    let outcome = outcome?;
     // Loaded after the decision: only a reload landing in between could
     // make it differ from the limiter's, and then the freshest limits are
     // the better ones to report.

@@ -32,23 +32,48 @@ use tollgate_store::Store;
 
 use crate::app::App;
 use crate::errors::malformed;
+use crate::http::TraceContext;
 use crate::metrics as m;
 use crate::rls::{code_name, unit_name};
+use crate::spans::{Decision, Outcome};
 
 /// The metrics surface of this endpoint.
 const SURFACE: &str = "rls_json";
 
 /// `POST /json`: decides a protojson `RateLimitRequest` (see the module
 /// documentation for the shapes and statuses).
-pub async fn json<S: Store>(State(app): State<Arc<App<S>>>, body: axum::body::Bytes) -> Response {
+pub async fn json<S: Store>(
+    State(app): State<Arc<App<S>>>,
+    TraceContext(caller): TraceContext,
+    body: axum::body::Bytes,
+) -> Response {
     let request = match parse(&body) {
         Ok(r) => r,
         Err(message) => {
             m::error(SURFACE, "malformed_request");
-            return crate::http::error_response(&malformed(message));
+            // A body that is not a request is still decided (refused):
+            // it gets a span, without names.
+            let refused = malformed(message);
+            if let Some(started) = app.span_start() {
+                app.record_span(
+                    &caller,
+                    (started, started),
+                    &Decision {
+                        name: "tollgate.should_rate_limit",
+                        surface: SURFACE,
+                        namespace: "",
+                        resource: None,
+                        descriptors: None,
+                        hits: 0,
+                        granted: 0,
+                        outcome: Outcome::Error(refused.reason()),
+                    },
+                );
+            }
+            return crate::http::error_response(&refused);
         }
     };
-    match crate::rls::decide(&app, &request, false, SURFACE).await {
+    match crate::rls::decide(&app, &request, false, SURFACE, &caller).await {
         Ok(response) => {
             let status = if response.overall_code == Code::OverLimit as i32 {
                 StatusCode::TOO_MANY_REQUESTS

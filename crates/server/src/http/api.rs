@@ -19,9 +19,10 @@ use tollgate_service::{Service, ServiceError, Session};
 use tollgate_store::Store;
 
 use super::body::{fail, ApiError, JsonBody, OptionalJsonBody};
-use super::Http;
+use super::{Http, TraceContext};
 use crate::app::App;
 use crate::errors::malformed;
+use crate::native::Via;
 use crate::{clock, native};
 
 /// A hold's lease when the request names none.
@@ -35,9 +36,10 @@ const NANOS_PER_SECOND: u64 = 1_000_000_000;
 /// `POST /v1/request`: 200 when granted, 429 with `Retry-After` when not.
 pub(super) async fn request<S: Store>(
     State(http): State<Http<S>>,
+    TraceContext(caller): TraceContext,
     JsonBody(req): JsonBody<v1::RateRequest>,
 ) -> Result<Response, ApiError> {
-    let answer = native::rate(&http.app, "http", &req)
+    let answer = native::rate(&http.app, "http", &req, &caller)
         .await
         .map_err(|e| ApiError::service(&e))?;
     if answer.allowed {
@@ -60,6 +62,7 @@ pub(super) async fn request<S: Store>(
 /// when nothing was.
 pub(super) async fn reserve<S: Store>(
     State(http): State<Http<S>>,
+    TraceContext(caller): TraceContext,
     JsonBody(req): JsonBody<v1::ReserveRequest>,
 ) -> Result<Response, ApiError> {
     let app = &http.app;
@@ -69,7 +72,7 @@ pub(super) async fn reserve<S: Store>(
     }
     let lease = lease(req.lease_ms).map_err(fail)?;
     let fresh = Fresh::open(app, lease)?;
-    match native::reserve(app, &fresh.session, &req).await {
+    match native::reserve(app, &fresh.session, &req, http_via(&caller)).await {
         Ok(mut answer) if answer.granted > 0 => {
             answer.hold_id = fresh.keep().id().to_string();
             Ok(Json(answer).into_response())
@@ -82,11 +85,14 @@ pub(super) async fn reserve<S: Store>(
 /// `POST /v1/release`: gives back copies of a hold; an emptied hold ends.
 pub(super) async fn release<S: Store>(
     State(http): State<Http<S>>,
+    TraceContext(caller): TraceContext,
     JsonBody(req): JsonBody<v1::ReleaseRequest>,
 ) -> Result<Json<v1::ReleaseResponse>, ApiError> {
     let app = &http.app;
     let session = app.service.hold(&req.hold_id).map_err(fail)?;
-    let answer = native::release(app, &session, &req).await.map_err(fail)?;
+    let answer = native::release(app, &session, &req, http_via(&caller))
+        .await
+        .map_err(fail)?;
     end_if_empty(app, &session);
     Ok(Json(answer))
 }
@@ -96,11 +102,14 @@ pub(super) async fn release<S: Store>(
 /// or their ttl ends).
 pub(super) async fn transfer<S: Store>(
     State(http): State<Http<S>>,
+    TraceContext(caller): TraceContext,
     JsonBody(req): JsonBody<v1::TransferRequest>,
 ) -> Result<Json<v1::TransferResponse>, ApiError> {
     let app = &http.app;
     let session = app.service.hold(&req.hold_id).map_err(fail)?;
-    let answer = native::transfer(app, &session, &req).await.map_err(fail)?;
+    let answer = native::transfer(app, &session, &req, http_via(&caller))
+        .await
+        .map_err(fail)?;
     end_if_empty(app, &session);
     Ok(Json(answer))
 }
@@ -108,6 +117,7 @@ pub(super) async fn transfer<S: Store>(
 /// `POST /v1/seize`: takes staged copies into a new hold.
 pub(super) async fn seize<S: Store>(
     State(http): State<Http<S>>,
+    TraceContext(caller): TraceContext,
     JsonBody(req): JsonBody<v1::SeizeRequest>,
 ) -> Result<Json<v1::SeizeResponse>, ApiError> {
     let app = &http.app;
@@ -116,7 +126,7 @@ pub(super) async fn seize<S: Store>(
     }
     let lease = lease(req.lease_ms).map_err(fail)?;
     let fresh = Fresh::open(app, lease)?;
-    let mut answer = native::seize(app, &fresh.session, &req)
+    let mut answer = native::seize(app, &fresh.session, &req, http_via(&caller))
         .await
         .map_err(fail)?;
     answer.hold_id = fresh.keep().id().to_string();
@@ -180,6 +190,13 @@ pub(super) async fn drop_hold<S: Store>(
         released: closed.released,
         pending: closed.pending,
     }))
+}
+
+fn http_via(caller: &crate::spans::Caller) -> Via<'_> {
+    Via {
+        surface: "http",
+        caller,
+    }
 }
 
 /// The service answers an empty namespace with "unknown namespace ``" and,

@@ -17,7 +17,7 @@ mod body;
 
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, FromRef};
+use axum::extract::{DefaultBodyLimit, FromRef, FromRequestParts};
 use axum::middleware::map_response_with_state;
 use axum::routing::{delete, get, post};
 use tollgate_store::Store;
@@ -47,6 +47,33 @@ impl<S> Clone for Http<S> {
 impl<S> FromRef<Http<S>> for Arc<App<S>> {
     fn from_ref(http: &Http<S>) -> Arc<App<S>> {
         Arc::clone(&http.app)
+    }
+}
+
+/// The caller's W3C trace context (`traceparent`, `tracestate`), read from
+/// the headers only when decision spans are on; an extractor for handlers
+/// mounted with the router's state or with the app alone (`/json`).
+pub struct TraceContext(pub crate::spans::Caller);
+
+impl<S: Store> FromRequestParts<Http<S>> for TraceContext {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut http::request::Parts,
+        state: &Http<S>,
+    ) -> Result<TraceContext, Self::Rejection> {
+        Ok(TraceContext(state.app.caller_from_http(&parts.headers)))
+    }
+}
+
+impl<S: Store> FromRequestParts<Arc<App<S>>> for TraceContext {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut http::request::Parts,
+        app: &Arc<App<S>>,
+    ) -> Result<TraceContext, Self::Rejection> {
+        Ok(TraceContext(app.caller_from_http(&parts.headers)))
     }
 }
 

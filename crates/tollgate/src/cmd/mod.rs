@@ -6,6 +6,7 @@ pub mod client;
 pub mod config_api;
 pub mod connections;
 pub mod echo;
+pub mod otlp;
 pub mod replay;
 pub mod serve;
 pub mod shell;

@@ -143,6 +143,9 @@ pub struct ServeArgs {
     /// Connection cap and handshake, header, idle and body timeouts.
     #[command(flatten)]
     pub connections: super::connections::ServeConnectionArgs,
+    /// Trace export: a span per decision over OTLP (off by default).
+    #[command(flatten)]
+    pub otlp: super::otlp::OtlpArgs,
     /// Add RateLimit-Limit/Remaining/Reset headers to Envoy RLS answers.
     #[arg(long, env = "TOLLGATE_RLS_RESPONSE_HEADERS")]
     pub rls_response_headers: bool,
@@ -866,6 +869,13 @@ async fn serve_with<S: Store>(
                 .context("cannot open the decision log")?,
         );
     }
+    let exporting = match super::otlp::start(&args.otlp)? {
+        Some((spans, exporting)) => {
+            app.spans = Some(spans);
+            Some(exporting)
+        }
+        None => None,
+    };
     match tollgate_server::metrics::install() {
         Ok(handle) => {
             app.metrics = Some(handle);
@@ -956,7 +966,15 @@ async fn serve_with<S: Store>(
             let _ = stop_tx.send(true);
         }
     };
-    server.run(shutdown).await?;
+    let served = server.run(shutdown).await;
+    // Every decision has been answered: export the spans still queued,
+    // within the grace period.
+    if let Some(exporting) = exporting {
+        exporting
+            .finish(Duration::from_millis(args.shutdown_grace_ms))
+            .await;
+    }
+    served?;
     // Leave the cluster after the last request: peers stop probing us.
     let _ = gossip_stop.send(true);
     if let Some(task) = gossip_task {
