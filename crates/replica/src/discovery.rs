@@ -409,10 +409,14 @@ impl Discovery {
 
     /// Resolves every refresh interval and sends the seeds to `seeds`
     /// whenever they change, until every receiver is gone (the node
-    /// stopped). The first round runs at once.
+    /// stopped; a look-up in flight is abandoned). The first round runs at
+    /// once.
     pub async fn run(mut self, seeds: watch::Sender<Vec<SocketAddr>>) {
         loop {
-            let found = self.resolve().await;
+            let found = tokio::select! {
+                found = self.resolve() => found,
+                () = seeds.closed() => return,
+            };
             seeds.send_if_modified(|current| {
                 if *current == found {
                     false
