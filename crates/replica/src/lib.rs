@@ -9,10 +9,13 @@
 //! - [`node`]: the sans-IO node (membership with foca, gossip rounds,
 //!   full-state transfer, clock checks) that a runtime drives;
 //! - [`runtime`]: the node on a tokio UDP socket;
+//! - [`discovery`]: seed peers found by DNS (`--peers dns:NAME:PORT`),
+//!   re-resolved while the node runs;
 //! - [`sim`]: the node on a simulated network and simulated time.
 
 #![deny(missing_docs)]
 
+pub mod discovery;
 pub mod metrics;
 pub mod node;
 pub mod replica;

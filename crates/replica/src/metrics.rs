@@ -26,6 +26,9 @@ pub const STATE_KEYS: &str = "tollgate_replica_keys";
 pub const STATE_SIZE: &str = "tollgate_replica_state_size";
 /// Live peers.
 pub const PEERS_ALIVE: &str = "tollgate_cluster_peers_alive";
+/// Seed peers the node announces to (given, or found by DNS), other than
+/// itself.
+pub const SEEDS: &str = "tollgate_cluster_seeds";
 /// The largest clock offset measured to a peer, in seconds.
 pub const SKEW: &str = "tollgate_cluster_clock_skew_seconds";
 /// Whether the clock is within the configured skew (1) or not (0).
@@ -54,6 +57,10 @@ pub fn describe() {
     describe_gauge!(STATE_KEYS, "Keys held by the replica.");
     describe_gauge!(STATE_SIZE, "Elements or entries held over every key.");
     describe_gauge!(PEERS_ALIVE, "Live peers.");
+    describe_gauge!(
+        SEEDS,
+        "Seed peers announced to (given, or found by DNS), other than this node."
+    );
     describe_gauge!(
         SKEW,
         Unit::Seconds,

@@ -43,6 +43,13 @@
 //!   [`Body::Full`] chunks. When the last chunk arrives (every chunk
 //!   counted) the node decides. If no peer answers within the join
 //!   timeout, the node starts alone: it is the first of its cluster.
+//! - **Seeds** are given at start, or found by DNS and replaced while the
+//!   node runs ([`Node::set_seeds`]). Seeds that are not members are
+//!   announced to every second. A node with no seeds decides at once, as
+//!   the first of its cluster, unless its seeds come from discovery: an
+//!   empty DNS answer may only mean the peers are not listed yet, so it
+//!   waits one join timeout before deciding alone. Peers listed later are
+//!   joined as a healed partition is: full states both ways.
 //! - **Gossip**: one timer per gossip class; each round sends one
 //!   neighbour the class's part of its delta ([`Replica::take_round`]).
 //!   Urgent payloads (eager pushes, epoch pull answers) go out as soon as
@@ -114,8 +121,15 @@ pub struct NodeConfig {
     pub node: NodeId,
     /// The gossip address peers reach this node at.
     pub addr: SocketAddr,
-    /// Seed peers to announce to.
+    /// Seed peers to announce to (this node's own address is ignored).
+    /// [`Node::set_seeds`] replaces them while the node runs.
     pub seeds: Vec<SocketAddr>,
+    /// Whether the seeds come from discovery (DNS) and may arrive after
+    /// start ([`Node::set_seeds`]). A node without seeds is then not the
+    /// first of its cluster at once: its peers may only not be listed
+    /// yet, so it waits one join timeout for them, as a node whose seeds
+    /// are silent does, before it decides alone.
+    pub seeds_discovered: bool,
     /// The cluster's key: encrypts and authenticates every datagram.
     pub key: ClusterKey,
     /// This run's boot stamp (wall-clock nanoseconds at start), the first
@@ -130,7 +144,10 @@ pub struct NodeConfig {
     pub join_timeout: Nanos,
     /// How often clocks are probed.
     pub probe_interval: Nanos,
-    /// Expected members, for foca's suspicion and dissemination settings.
+    /// Expected members, for foca's dissemination settings (how many
+    /// times a membership update is piggybacked). Grows when
+    /// [`Node::set_seeds`] lists more seeds: a DNS name lists the whole
+    /// cluster.
     pub expected_size: u32,
     /// How often a full state goes to one random member, to repair what
     /// lost datagrams dropped; zero turns it off.
@@ -186,6 +203,11 @@ const HOUSEKEEPING: Duration = Duration::from_secs(1);
 /// Join timeouts a node waits through, asking a member each time, before
 /// it decides alone.
 const JOIN_ATTEMPTS: u32 = 2;
+
+/// Most seeds a node keeps: a DNS answer listing more is cut to the
+/// lowest addresses (announcing to each seed that is not a member every
+/// second must stay cheap).
+pub const MAX_SEEDS: usize = 1024;
 
 /// Full-state transfers tracked at once while joining.
 const MAX_STREAMS: usize = 16;
@@ -253,6 +275,9 @@ pub struct Node {
     foca: Foca<Peer, PostcardCodec, SmallRng, NoCustomBroadcast>,
     runtime: AccumulatingRuntime<Peer>,
     tag: u64,
+    /// The cluster size foca is configured for (see
+    /// [`NodeConfig::expected_size`]).
+    cluster_size: u32,
     /// This node's incarnation: the boot stamp, or larger once a peer
     /// said it knew a later life (or foca renewed a downed identity). The
     /// bump of foca's identity, and the `incarnation` of every header.
@@ -310,20 +335,8 @@ impl Node {
             node: config.node.0,
             bump: config.incarnation,
         };
-        let size = NonZeroU32::new(config.expected_size.max(1)).unwrap_or(NonZeroU32::MIN);
-        let mut foca_config = foca::Config::new_lan(size);
-        foca_config.max_packet_size = NonZeroUsize::new(FOCA_PACKET).unwrap_or(NonZeroUsize::MIN);
-        foca_config.probe_period = Duration::from_millis(500);
-        foca_config.probe_rtt = Duration::from_millis(200);
-        foca_config.suspect_to_down_after = Duration::from_secs(2);
-        foca_config.periodic_announce = Some(foca::PeriodicParams {
-            frequency: Duration::from_secs(2),
-            num_members: NonZeroUsize::MIN,
-        });
-        foca_config.periodic_announce_to_down_members = Some(foca::PeriodicParams {
-            frequency: Duration::from_secs(3),
-            num_members: NonZeroUsize::new(2).unwrap_or(NonZeroUsize::MIN),
-        });
+        let cluster_size = config.expected_size.max(1);
+        let foca_config = foca_config(cluster_size);
         let foca = Foca::new(
             me,
             foca_config,
@@ -332,6 +345,7 @@ impl Node {
         );
         Node {
             tag: wire::cluster_tag(&config.cluster),
+            cluster_size,
             incarnation: config.incarnation,
             config,
             replica,
@@ -396,7 +410,10 @@ impl Node {
     }
 
     /// Starts the node: announces it to the seeds and sets its timers. A
-    /// node without seeds is the first of its cluster and decides at once.
+    /// node without seeds is the first of its cluster and decides at once,
+    /// unless its seeds come from discovery
+    /// ([`NodeConfig::seeds_discovered`]): it then waits for them until
+    /// its join timeout.
     pub fn start(&mut self, now: Nanos) -> Output {
         let mut out = Output::default();
         self.started_at = now;
@@ -407,7 +424,14 @@ impl Node {
             "gossip node started"
         );
         metrics::gauge!(m::KEY_MISMATCH).set(0.0);
-        if self.announce_to_seeds() == 0 {
+        self.config.seeds =
+            normalize_seeds(std::mem::take(&mut self.config.seeds), self.config.addr);
+        metrics::gauge!(m::SEEDS).set(self.config.seeds.len() as f64);
+        // Without seeds the node is the first of its cluster and decides
+        // at once, unless seeds come from discovery: then an empty list
+        // may only mean its peers are not listed yet, and the join timer
+        // decides (alone, if nobody turned up by then).
+        if self.announce_to_seeds() == 0 && !self.config.seeds_discovered {
             self.replica.set_synced(true);
         }
         self.drain_membership(now, &mut out);
@@ -449,6 +473,49 @@ impl Node {
             }
         }
         seeds.len()
+    }
+
+    /// Replaces the seeds with `seeds` (what DNS lists now): this node's
+    /// own address is dropped, duplicates too, and at most [`MAX_SEEDS`]
+    /// are kept. Seeds that are not members are announced to at once (and
+    /// every second after, as at start), so a node that started before its
+    /// peers were listed joins them now: before its join timeout, with a
+    /// full state from one of them; after it (it decided alone meanwhile),
+    /// by exchanging full states, as a healed partition does. Seeds that
+    /// are gone from the list are not announced to any more; members stay
+    /// members until membership finds them down. A longer list also
+    /// raises the cluster size foca disseminates for.
+    pub fn set_seeds(&mut self, seeds: Vec<SocketAddr>, now: Nanos) -> Output {
+        let mut out = Output::default();
+        let seeds = normalize_seeds(seeds, self.config.addr);
+        if seeds == self.config.seeds {
+            return out;
+        }
+        tracing::info!(seeds = ?seeds, "seed peers changed");
+        self.config.seeds = seeds;
+        metrics::gauge!(m::SEEDS).set(self.config.seeds.len() as f64);
+        let size =
+            u32::try_from(self.config.seeds.len().max(self.members.len()) + 1).unwrap_or(u32::MAX);
+        if size > self.cluster_size {
+            match self.foca.set_config(foca_config(size)) {
+                Ok(()) => self.cluster_size = size,
+                Err(e) => tracing::debug!(error = %e, "cannot resize membership"),
+            }
+        }
+        self.announce_to_seeds();
+        self.drain_membership(now, &mut out);
+        out
+    }
+
+    /// The seeds this node announces to (see [`Node::set_seeds`]).
+    pub fn seeds(&self) -> &[SocketAddr] {
+        &self.config.seeds
+    }
+
+    /// The cluster size membership is configured for: the larger of
+    /// [`NodeConfig::expected_size`] and the longest seed list since.
+    pub fn cluster_size(&self) -> u32 {
+        self.cluster_size
     }
 
     /// Leaves the cluster gracefully (peers stop waiting for this node).
@@ -1185,6 +1252,45 @@ fn kind(body: &Body) -> &'static str {
         Body::Outdated { .. } => "outdated",
         Body::Unauthenticated => "unauthenticated",
     }
+}
+
+/// Membership's settings for a cluster of about `size` members: foca's
+/// LAN defaults (its piggybacking grows with the size), with faster
+/// probes and a 2 s suspicion, packets that fit a datagram, and frequent
+/// announces so a node that started alone finds its seeds soon.
+fn foca_config(size: u32) -> foca::Config {
+    let size = NonZeroU32::new(size).unwrap_or(NonZeroU32::MIN);
+    let mut config = foca::Config::new_lan(size);
+    config.max_packet_size = NonZeroUsize::new(FOCA_PACKET).unwrap_or(NonZeroUsize::MIN);
+    config.probe_period = Duration::from_millis(500);
+    config.probe_rtt = Duration::from_millis(200);
+    config.suspect_to_down_after = Duration::from_secs(2);
+    config.periodic_announce = Some(foca::PeriodicParams {
+        frequency: Duration::from_secs(2),
+        num_members: NonZeroUsize::MIN,
+    });
+    config.periodic_announce_to_down_members = Some(foca::PeriodicParams {
+        frequency: Duration::from_secs(3),
+        num_members: NonZeroUsize::new(2).unwrap_or(NonZeroUsize::MIN),
+    });
+    config
+}
+
+/// `seeds` sorted, without duplicates and without `own` (this node's
+/// address), cut to [`MAX_SEEDS`].
+fn normalize_seeds(mut seeds: Vec<SocketAddr>, own: SocketAddr) -> Vec<SocketAddr> {
+    seeds.retain(|s| *s != own);
+    seeds.sort_unstable();
+    seeds.dedup();
+    if seeds.len() > MAX_SEEDS {
+        tracing::warn!(
+            seeds = seeds.len(),
+            kept = MAX_SEEDS,
+            "more seed peers than a node keeps: the lowest addresses are kept"
+        );
+        seeds.truncate(MAX_SEEDS);
+    }
+    seeds
 }
 
 fn nanos(n: Nanos) -> Duration {

@@ -66,12 +66,16 @@ impl Timers {
 
 /// Runs `node` on `socket` until `stop` turns true, then leaves the
 /// cluster. `faults` is the fault file, if any (see the module docs).
+/// `seeds`, when given, sends the node new seed lists
+/// ([`Node::set_seeds`]): DNS discovery
+/// ([`crate::discovery::Discovery::run`]); it stops when the node does.
 pub async fn run(
     mut node: Node,
     socket: UdpSocket,
     clock: Clock,
     mut stop: watch::Receiver<bool>,
     faults: Option<PathBuf>,
+    mut seeds: Option<watch::Receiver<Vec<SocketAddr>>>,
 ) {
     let replica: Arc<Replica> = Arc::clone(node.replica());
     let mut timers = Timers::default();
@@ -117,6 +121,14 @@ pub async fn run(
                 let out = node.flush_urgent(clock());
                 apply(&socket, out, &mut timers, &blocked).await;
             }
+            update = next_seeds(&mut seeds) => match update {
+                Some(list) => {
+                    let out = node.set_seeds(list, clock());
+                    apply(&socket, out, &mut timers, &blocked).await;
+                }
+                // Discovery ended: the node keeps the seeds it has.
+                None => seeds = None,
+            },
             _ = fault_tick.tick(), if faults.is_some() => {
                 if let Some(path) = &faults {
                     let now = read_faults(path);
@@ -137,6 +149,19 @@ pub async fn run(
             }
         }
     }
+}
+
+/// The next seed list `seeds` sends; `None` once its sender is gone.
+/// Without a receiver, never ready.
+async fn next_seeds(
+    seeds: &mut Option<watch::Receiver<Vec<SocketAddr>>>,
+) -> Option<Vec<SocketAddr>> {
+    let Some(rx) = seeds.as_mut() else {
+        return std::future::pending().await;
+    };
+    rx.changed().await.ok()?;
+    let list = rx.borrow_and_update().clone();
+    Some(list)
 }
 
 async fn apply(

@@ -85,6 +85,10 @@ pub struct SimNet {
     strays: Vec<(usize, SocketAddr)>,
     /// Each node's secret, when not [`SECRET`] (used at its next boot).
     secrets: HashMap<usize, Vec<u8>>,
+    /// Each node's seeds as discovery last gave them, when they come from
+    /// discovery ([`SimNet::discovering`]); otherwise every node is
+    /// seeded with every other.
+    discovered: Option<Vec<Vec<SocketAddr>>>,
     /// Datagrams delivered.
     pub delivered: u64,
     /// Bytes delivered.
@@ -124,11 +128,17 @@ impl SimNet {
         anti_entropy: Nanos,
         options: impl Fn(NodeId) -> ReplicaOptions,
     ) -> SimNet {
-        let addrs: Vec<SocketAddr> = (0..n).map(addr_of).collect();
-        let mut net = SimNet {
+        let mut net = SimNet::unbooted(n, start, latency, seed, anti_entropy);
+        net.boot_all(seed, options);
+        net
+    }
+
+    /// `n` nodes' network with no node booted yet.
+    fn unbooted(n: usize, start: Nanos, latency: Nanos, seed: u64, anti_entropy: Nanos) -> SimNet {
+        SimNet {
             nodes: Vec::new(),
             replicas: Vec::new(),
-            addrs: addrs.clone(),
+            addrs: (0..n).map(addr_of).collect(),
             queue: BinaryHeap::new(),
             events: HashMap::new(),
             next: 0,
@@ -143,17 +153,57 @@ impl SimNet {
             recorded: None,
             strays: Vec::new(),
             secrets: HashMap::new(),
+            discovered: None,
             delivered: 0,
             bytes: 0,
-        };
-        for i in 0..n {
-            let replica = Arc::new(Replica::new(options(NodeId(i as u64 + 1))));
-            net.replicas.push(replica);
-            net.nodes.push(None);
-            let stamp = net.now.as_u64();
-            net.boot(i, seed.wrapping_add(i as u64), stamp);
         }
+    }
+
+    /// `n` nodes whose seeds come from discovery, as DNS would give them:
+    /// node `i` starts with `seeds(i)` (nodes by index; a node's own
+    /// address is ignored), and [`SimNet::set_seeds`] changes them later.
+    /// Otherwise as [`SimNet::new`].
+    pub fn discovering(
+        n: usize,
+        start: Nanos,
+        latency: Nanos,
+        seed: u64,
+        seeds: impl Fn(usize) -> Vec<usize>,
+        options: impl Fn(NodeId) -> ReplicaOptions,
+    ) -> SimNet {
+        let mut net = SimNet::unbooted(n, start, latency, seed, Nanos::from_secs(30));
+        net.discovered = Some(
+            (0..n)
+                .map(|i| seeds(i).into_iter().map(addr_of).collect())
+                .collect(),
+        );
+        net.boot_all(seed, options);
         net
+    }
+
+    fn boot_all(&mut self, seed: u64, options: impl Fn(NodeId) -> ReplicaOptions) {
+        for i in 0..self.addrs.len() {
+            let replica = Arc::new(Replica::new(options(NodeId(i as u64 + 1))));
+            self.replicas.push(replica);
+            self.nodes.push(None);
+            let stamp = self.now.as_u64();
+            self.boot(i, seed.wrapping_add(i as u64), stamp);
+        }
+    }
+
+    /// Gives node `i` the seeds `seeds` (nodes by index), as a DNS refresh
+    /// would ([`Node::set_seeds`]); they are also its seeds at its next
+    /// restart.
+    pub fn set_seeds(&mut self, i: usize, seeds: &[usize]) {
+        let addrs: Vec<SocketAddr> = seeds.iter().copied().map(addr_of).collect();
+        if let Some(discovered) = self.discovered.as_mut() {
+            discovered[i] = addrs.clone();
+        }
+        let clock = self.clock(i);
+        if let Some(node) = self.nodes[i].as_mut() {
+            let out = node.set_seeds(addrs, clock);
+            self.apply(i, out);
+        }
     }
 
     fn config(&self, i: usize, incarnation: u64) -> NodeConfig {
@@ -161,7 +211,11 @@ impl SimNet {
             cluster: CLUSTER.into(),
             node: NodeId(i as u64 + 1),
             addr: self.addrs[i],
-            seeds: self.addrs.clone(),
+            seeds: match &self.discovered {
+                Some(seeds) => seeds[i].clone(),
+                None => self.addrs.clone(),
+            },
+            seeds_discovered: self.discovered.is_some(),
             key: self
                 .secrets
                 .get(&i)
@@ -170,7 +224,12 @@ impl SimNet {
             max_clock_skew: Nanos::from_millis(250),
             join_timeout: Nanos::from_secs(3),
             probe_interval: Nanos::from_secs(1),
-            expected_size: u32::try_from(self.addrs.len()).unwrap_or(u32::MAX),
+            // As the server sizes it: the seeds it starts with and itself.
+            expected_size: u32::try_from(match &self.discovered {
+                Some(seeds) => seeds[i].iter().filter(|a| **a != self.addrs[i]).count() + 1,
+                None => self.addrs.len(),
+            })
+            .unwrap_or(u32::MAX),
             anti_entropy: self.anti_entropy,
         }
     }

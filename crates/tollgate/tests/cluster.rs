@@ -9,8 +9,10 @@
 //! cluster cannot serve are refused at startup, a skewed clock makes
 //! the nodes unready while they keep limiting, a node restarted with its
 //! clock stepped back rejoins, a domain longer than gossip carries is
-//! refused with a clear error, and a node with another secret says so and
-//! is not ready.
+//! refused with a clear error, a node with another secret says so and
+//! is not ready, and nodes whose only seeds are a DNS name (`--peers
+//! dns:NAME:PORT`, asked of a DNS server the test runs) form one cluster,
+//! including a node that DNS listed alone at first.
 //!
 //! Every node listens on free ports (`127.0.0.1:0`) and every test has its
 //! own sandbox. "Eventually" conditions are polled with generous
@@ -24,6 +26,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::dns::{Answer, DnsServer};
 use common::serving::Serving;
 use common::Sandbox;
 use serde_json::Value;
@@ -1171,5 +1174,191 @@ fn a_node_with_another_secret_says_so_and_is_not_ready() {
                 "a secret in the logs: {text}"
             );
         }
+    }
+}
+
+// ---------------------------------------------------------------------
+// 10. Peers found by DNS (issue 19)
+// ---------------------------------------------------------------------
+
+/// What a node logs when its peers' name lists no address.
+const DNS_LISTS_NOTHING: &str = "DNS lists no address for the peers' name: asking again every \
+                                 refresh (a node listed before its peers joins them when they \
+                                 are listed)";
+
+/// Three loopback addresses: DNS gives addresses and `dns:NAME:PORT` one
+/// port for all of them, so nodes on one machine listen on different
+/// loopback addresses at the same port, as pods do on their own IPs.
+const LOOPBACKS: [&str; 3] = ["127.0.0.1", "127.0.0.2", "127.0.0.3"];
+
+/// A UDP port free on every address of `ips` (bound on each, then
+/// released).
+fn port_free_on(ips: &[&str]) -> u16 {
+    for _ in 0..100 {
+        let first = UdpSocket::bind((ips[0], 0)).unwrap();
+        let port = first.local_addr().unwrap().port();
+        if ips[1..]
+            .iter()
+            .all(|ip| UdpSocket::bind((*ip, port)).is_ok())
+        {
+            return port;
+        }
+    }
+    panic!("no UDP port free on all of {ips:?}");
+}
+
+/// Starts node `id` with gossip on `ip:port`, whose only seeds are the
+/// addresses DNS lists for `name` (asked of `dns`, every 200 ms).
+fn dns_node(dir: &Sandbox, dns: &DnsServer, id: &str, ip: &str, port: u16, name: &str) -> Serving {
+    let peers = format!("dns:{name}:{port}");
+    let server = dns.addr.to_string();
+    Serving::start_node(
+        dir,
+        "t",
+        id,
+        &format!("{ip}:{port}"),
+        &[],
+        &[
+            "--peers",
+            &peers,
+            "--dns-server",
+            &server,
+            "--peers-refresh-ms",
+            "200",
+        ],
+    )
+}
+
+/// The gossip addresses `s` logged a "member up" for.
+fn members_up(s: &Serving) -> Vec<String> {
+    let mut up: Vec<String> = s
+        .logged("member up")
+        .iter()
+        .filter_map(|l| l["fields"]["peer"].as_str().map(str::to_owned))
+        .collect();
+    up.sort();
+    up.dedup();
+    up
+}
+
+#[test]
+fn three_nodes_that_find_each_other_by_dns_form_one_cluster_and_share_limits() {
+    let dir = sandbox("cluster-dns");
+    let dns = DnsServer::start();
+    let port = port_free_on(&LOOPBACKS);
+    dns.set_addrs("peers.test", &LOOPBACKS);
+    let nodes: Vec<Serving> = LOOPBACKS
+        .iter()
+        .enumerate()
+        .map(|(i, ip)| dns_node(&dir, &dns, &format!("n{}", i + 1), ip, port, "peers.test"))
+        .collect();
+    wait_formed(&nodes, 2);
+    for (i, s) in nodes.iter().enumerate() {
+        let others: Vec<String> = LOOPBACKS
+            .iter()
+            .filter(|ip| **ip != LOOPBACKS[i])
+            .map(|ip| format!("{ip}:{port}"))
+            .collect();
+        assert_eq!(members_up(s), others, "node {}'s members", i + 1);
+        // Its own address is not a seed.
+        assert_eq!(s.metric("tollgate_cluster_seeds"), Some(2.0));
+    }
+    assert!(dns.questions("peers.test") >= 3);
+    // One cluster: what each grants, every node counts.
+    for s in &nodes {
+        for _ in 0..5 {
+            assert!(hit(s, "q", "u"));
+        }
+    }
+    converge(&nodes, "q", "u", CAPACITY - 15);
+}
+
+#[test]
+fn a_node_alone_in_dns_is_ready_and_joins_its_peers_once_dns_lists_them() {
+    let dir = sandbox("cluster-dns-alone");
+    let dns = DnsServer::start();
+    let port = port_free_on(&LOOPBACKS);
+    // Two nodes already form a cluster under a name of their own.
+    dns.set_addrs("pair.test", &LOOPBACKS[1..]);
+    let mut pair: Vec<Serving> = (1..3)
+        .map(|i| {
+            dns_node(
+                &dir,
+                &dns,
+                &format!("n{}", i + 1),
+                LOOPBACKS[i],
+                port,
+                "pair.test",
+            )
+        })
+        .collect();
+    wait_formed(&pair, 1);
+    // The third node's name lists only itself: after its join timeout it
+    // decides alone, the first of its cluster, and is ready.
+    dns.set_addrs("all.test", &LOOPBACKS[..1]);
+    let alone = dns_node(&dir, &dns, "n1", LOOPBACKS[0], port, "all.test");
+    eventually("the node alone in DNS is ready", || {
+        match alone.http("GET", "/readyz", None).0 {
+            200 => Ok(()),
+            s => Err(format!("/readyz {s}; events: {:#?}", events(&alone))),
+        }
+    });
+    assert_eq!(alive(&alone), Some(0.0));
+    assert_eq!(alone.metric("tollgate_cluster_seeds"), Some(0.0));
+    for _ in 0..3 {
+        assert!(hit(&alone, "q", "u"));
+    }
+    for _ in 0..2 {
+        assert!(hit(&pair[0], "q", "u"));
+    }
+    // The name lists nothing for a while: said once, however often it is
+    // asked again (an A and an AAAA question per refresh), and the node
+    // keeps serving.
+    dns.set("all.test", Answer::Empty);
+    let asked = dns.questions("all.test");
+    eventually("the node asks DNS again, three times", || {
+        let now = dns.questions("all.test");
+        if now >= asked + 6 {
+            Ok(())
+        } else {
+            Err(format!("{} questions since", now - asked))
+        }
+    });
+    assert_eq!(alone.logged(DNS_LISTS_NOTHING).len(), 1);
+    assert_eq!(alone.http("GET", "/readyz", None).0, 200);
+    // Now DNS lists everyone: the node joins the pair, and every node
+    // ends with what both sides granted.
+    dns.set_addrs("all.test", &LOOPBACKS);
+    let nodes = [alone, pair.remove(0), pair.remove(0)];
+    wait_formed(&nodes, 2);
+    converge(&nodes, "q", "u", CAPACITY - 5);
+}
+
+#[test]
+fn a_bad_dns_peer_is_refused_at_startup_naming_the_expected_form() {
+    let dir = sandbox("cluster-dns-refused");
+    for (peers, want) in [
+        ("dns:peers.test", "`dns:peers.test` has no port"),
+        ("dns:peers.test:http", "`http` is not a port"),
+        ("peers.test:7946", "`peers.test:7946` is not an address"),
+    ] {
+        let (code, stderr) = serve_must_exit(
+            &dir,
+            &[
+                "--config",
+                "tollgate.yaml",
+                "--cluster",
+                "t",
+                "--node-id",
+                "n1",
+                "--cluster-secret-file",
+                "secret",
+                "--peers",
+                peers,
+            ],
+        );
+        assert!(code.is_some_and(|c| c != 0), "{code:?} {stderr}");
+        assert!(stderr.contains(want), "{peers}: {stderr}");
+        assert!(stderr.contains("dns:NAME:PORT"), "{peers}: {stderr}");
     }
 }

@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, watch};
 use tollgate_core::replicated::strategy::{Replication, StrategyKind};
 use tollgate_core::replicated::NodeId;
 use tollgate_redis::{ClientCert, ConnectError, ConnectOptions, RedisOptions, RedisStore, TlsPart};
+use tollgate_replica::discovery::{Discovery, DnsResolver, Seed};
 use tollgate_replica::wire::ClusterKey;
 use tollgate_replica::{Node, NodeConfig, Replica, ReplicaOptions, ReplicaStore};
 use tollgate_server::app::ApiPart;
@@ -223,9 +224,24 @@ pub struct ServeArgs {
     /// from --gossip (an unspecified --gossip such as 0.0.0.0 needs it).
     #[arg(long, env = "TOLLGATE_GOSSIP_ADVERTISE")]
     pub gossip_advertise: Option<SocketAddr>,
-    /// Seed peers' gossip addresses, comma-separated; others are learned.
+    /// Seed peers, comma-separated: gossip addresses (IP:PORT), or
+    /// dns:NAME:PORT for every A and AAAA record of NAME (a Kubernetes
+    /// headless Service), re-resolved every --peers-refresh-ms; other
+    /// members are learned from them.
     #[arg(long, env = "TOLLGATE_PEERS", value_delimiter = ',')]
-    pub peers: Vec<SocketAddr>,
+    pub peers: Vec<Seed>,
+    /// How often dns: peers are resolved again (milliseconds).
+    #[arg(
+        long,
+        env = "TOLLGATE_PEERS_REFRESH_MS",
+        default_value_t = 10_000,
+        value_parser = clap::value_parser!(u64).range(100..)
+    )]
+    pub peers_refresh_ms: u64,
+    /// The DNS server dns: peers are resolved with (IP:PORT), instead of
+    /// the system's (/etc/resolv.conf).
+    #[arg(long, env = "TOLLGATE_DNS_SERVER")]
+    pub dns_server: Option<SocketAddr>,
     /// File holding the cluster's shared secret, which authenticates every
     /// gossip datagram (or TOLLGATE_CLUSTER_SECRET; never logged).
     #[arg(long, env = "TOLLGATE_CLUSTER_SECRET_FILE")]
@@ -785,17 +801,39 @@ async fn serve_cluster(args: ServeArgs, settings: ClusterSettings, initial: Init
         let shifted = i128::from(now) + i128::from(offset) * 1_000_000;
         tollgate_core::Nanos::new(u64::try_from(shifted.max(0)).unwrap_or(u64::MAX))
     });
+    // Plain addresses are seeds from the start; dns: names are resolved
+    // by a task that gives the running node every new list (DNS
+    // discovery, docs/replicated.md).
+    let seeds = Discovery::addresses(&args.peers);
+    let discovery = if Discovery::has_names(&args.peers) {
+        let resolver = match args.dns_server {
+            Some(server) => DnsResolver::server(server)
+                .with_context(|| format!("cannot use --dns-server {server}"))?,
+            None => DnsResolver::system().context(
+                "--peers has dns: names, which need a DNS resolver; name one with --dns-server",
+            )?,
+        };
+        Some(Discovery::new(
+            args.peers.clone(),
+            resolver,
+            Duration::from_millis(args.peers_refresh_ms),
+        ))
+    } else {
+        None
+    };
     let node_config = NodeConfig {
         cluster: cluster.clone(),
         node,
         addr,
-        seeds: args.peers.clone(),
+        seeds: seeds.clone(),
+        seeds_discovered: discovery.is_some(),
         key: ClusterKey::new(secret, &cluster),
         incarnation: clock().as_u64(),
         max_clock_skew: tollgate_server::clock::ms(args.max_clock_skew_ms),
         join_timeout: tollgate_server::clock::ms(args.join_timeout_ms),
         probe_interval: tollgate_server::clock::ms(1000),
-        expected_size: u32::try_from(args.peers.len() + 1).unwrap_or(u32::MAX),
+        // Grows as DNS lists more peers (Node::set_seeds).
+        expected_size: u32::try_from(seeds.len() + 1).unwrap_or(u32::MAX),
         anti_entropy: tollgate_server::clock::ms(args.anti_entropy_ms),
     };
     let store = ReplicaStore::new(Arc::clone(&replica));
@@ -805,8 +843,10 @@ async fn serve_cluster(args: ServeArgs, settings: ClusterSettings, initial: Init
         clock,
         faults: args.gossip_fault_file.clone(),
         addr,
+        discovery: discovery.map(|d| (d, seeds)),
     };
-    tracing::info!(cluster = %cluster, node = %node_name, gossip = %addr, peers = ?args.peers, "joining the cluster");
+    let peers: Vec<String> = args.peers.iter().map(ToString::to_string).collect();
+    tracing::info!(cluster = %cluster, node = %node_name, gossip = %addr, peers = ?peers, "joining the cluster");
     serve_with(args, store, "replicated", initial, None, Some(gossip)).await
 }
 
@@ -828,6 +868,8 @@ struct Gossip {
     clock: tollgate_replica::runtime::Clock,
     faults: Option<PathBuf>,
     addr: SocketAddr,
+    /// DNS discovery of seeds, with the seeds the node starts with.
+    discovery: Option<(Discovery, Vec<SocketAddr>)>,
 }
 
 /// Serves `config` over `store` until SIGTERM or SIGINT.
@@ -906,12 +948,19 @@ async fn serve_with<S: Store>(
     let (gossip_stop, gossip_stopped) = watch::channel(false);
     let gossip_addr = gossip.as_ref().map(|g| g.addr);
     let gossip_task = gossip.map(|g| {
+        // Discovery stops when the node's receiver is dropped.
+        let seeds = g.discovery.map(|(discovery, initial)| {
+            let (tx, rx) = watch::channel(initial);
+            tokio::spawn(discovery.run(tx));
+            rx
+        });
         tokio::spawn(tollgate_replica::runtime::run(
             g.node,
             g.socket,
             g.clock,
             gossip_stopped,
             g.faults,
+            seeds,
         ))
     });
     let grpc = server.grpc_addr()?;

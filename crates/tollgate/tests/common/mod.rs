@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod config_api;
+pub mod dns;
 pub mod serving;
 
 use std::fmt;
