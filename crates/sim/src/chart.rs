@@ -145,25 +145,33 @@ pub fn line_chart(
     Ok(())
 }
 
-/// Writes `series` as an SVG line chart to `path` and as a PNG next to it
-/// (the same name, `.png`): the PNG is the SVG rasterized in pure Rust
-/// (resvg), with the system's fonts if it has any (without them the text
-/// is left out, the lines are drawn). Returns both paths.
-pub fn line_chart_svg_png(
+/// Writes `series` as an SVG line chart to `path` and, in a build with the
+/// `png` feature, as a PNG next to it (the same name, `.png`): the PNG is
+/// the SVG rasterized in pure Rust (resvg), with the system's fonts if it
+/// has any (without them the text is left out, the lines are drawn).
+/// Returns the paths written.
+pub fn line_chart_files(
     path: &Path,
     title: &str,
     x_label: &str,
     y_label: &str,
     series: &[Series],
-) -> Result<[std::path::PathBuf; 2], ChartError> {
+) -> Result<Vec<std::path::PathBuf>, ChartError> {
     let svg = line_chart_svg(title, x_label, y_label, series)?;
     std::fs::write(path, &svg)?;
-    let png = path.with_extension("png");
-    std::fs::write(&png, svg_to_png(&svg)?)?;
-    Ok([path.to_path_buf(), png])
+    #[cfg_attr(not(feature = "png"), allow(unused_mut))]
+    let mut written = vec![path.to_path_buf()];
+    #[cfg(feature = "png")]
+    {
+        let png = path.with_extension("png");
+        std::fs::write(&png, svg_to_png(&svg)?)?;
+        written.push(png);
+    }
+    Ok(written)
 }
 
 /// Rasterizes an SVG document to PNG bytes at its own size.
+#[cfg(feature = "png")]
 pub fn svg_to_png(svg: &str) -> Result<Vec<u8>, ChartError> {
     let mut options = resvg::usvg::Options {
         font_family: "DejaVu Sans".to_owned(),

@@ -1081,7 +1081,7 @@ impl StudyResult {
         for c in Contender::ALL {
             let path = dir.join(format!("windows-{}.svg", c.key()));
             let title = format!("{} vs perfect sliding window", c.label(&self.params));
-            let paths = chart::line_chart_svg_png(
+            let paths = chart::line_chart_files(
                 &path,
                 &title,
                 "time (s)",
@@ -1091,7 +1091,7 @@ impl StudyResult {
             written.extend(paths);
         }
         let path = dir.join("windows-all.svg");
-        let paths = chart::line_chart_svg_png(
+        let paths = chart::line_chart_files(
             &path,
             "window algorithms vs perfect sliding window (all arrivals counted)",
             "time (s)",
@@ -1100,7 +1100,7 @@ impl StudyResult {
         )?;
         written.extend(paths);
         let path = dir.join("windows-granted.svg");
-        let paths = chart::line_chart_svg_png(
+        let paths = chart::line_chart_files(
             &path,
             &format!("hits granted in the last {w} at the limit"),
             "time (s)",

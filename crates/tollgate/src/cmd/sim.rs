@@ -108,9 +108,9 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1.0)]
     pub sample_s: f64,
     /// Write results.csv, results.json, each strategy's time series (CSV)
-    /// and charts of rejections, memory and bandwidth over time (SVG and
-    /// PNG) to
-    /// this directory (created if missing).
+    /// and charts of rejections, memory and bandwidth over time (SVG, and
+    /// PNG in a build with the `png` feature) to this directory (created if
+    /// missing).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Print the results as JSON instead of a table.
@@ -485,7 +485,7 @@ fn write_charts(dir: &Path, set: &DataSet, outcomes: &[Outcome]) -> Result<()> {
     ];
     for (file, title, y, series) in charts {
         let path = dir.join(file);
-        chart::line_chart_svg_png(&path, &title, "seconds", y, &series)
+        chart::line_chart_files(&path, &title, "seconds", y, &series)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     }
     Ok(())
