@@ -41,17 +41,6 @@ use serde_json::{json, Value};
 use tollgate_config::yaml;
 use tollgate_redis::testing::RedisServer;
 
-/// What deploy/ uses that other branches of issue 19 add. The tests that
-/// meet them fail until those branches are merged; they are listed here,
-/// in one place, so that after the merge one can see that each is
-/// exercised (`every_usage_from_other_branches_is_exercised`):
-/// - the gRPC health service: the startup probes' `grpc:` (checked by a
-///   real Health/Check call in `probes_are_answered_by_a_real_server`);
-/// - `--peers dns:NAME:PORT`: the cluster's peers (checked by
-///   `serve --check` in `every_tollgate_command_line_passes_serve_check`);
-/// - `--otlp-endpoint`: the chart's `otlpEndpoint` value (same test).
-const FROM_OTHER_BRANCHES: &[&str] = &["grpc:", "dns:", "--otlp-endpoint"];
-
 /// The repository's `deploy/`.
 fn deploy() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
@@ -817,17 +806,6 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
-}
-
-#[test]
-fn every_usage_from_other_branches_is_exercised() {
-    let text: String = walk(&deploy()).iter().map(|p| read(p)).collect();
-    for usage in FROM_OTHER_BRANCHES {
-        assert!(
-            text.contains(usage),
-            "{usage} is no longer in deploy/: update FROM_OTHER_BRANCHES"
-        );
-    }
 }
 
 // ---------------------------------------------------------------------
