@@ -19,8 +19,16 @@
 //! Resolution is hickory's stub resolver on tokio, configured from the
 //! system (`/etc/resolv.conf`: servers, search domains, `ndots`) unless a
 //! server is named ([`DnsResolver::server`], `--dns-server`). Answers are
-//! cached for their TTL, as any resolver does; CoreDNS gives a headless
-//! Service's records a TTL of 5 seconds.
+//! cached for at most a second ([`MAX_CACHE`]), whatever their TTL: the
+//! refresh interval is the cache that matters, and a node that is still
+//! joining must see a new answer within its join timeout.
+//!
+//! While the node may still be joining (the first join timeout after
+//! start, [`Discovery::joining`]), the names are asked about every sixth
+//! of that timeout rather than every refresh: pods of a StatefulSet that
+//! start together are listed within moments of each other, and a node
+//! that saw only itself in the first answer would otherwise decide alone
+//! until the next refresh.
 //!
 //! Parsing ([`Seed`]'s `FromStr`) is separate from resolving, so bad
 //! flags are refused at startup with an error naming the problem and the
@@ -229,12 +237,22 @@ impl fmt::Debug for DnsResolver {
     }
 }
 
+/// The longest an answer is reused: see the [module docs](self).
+pub const MAX_CACHE: Duration = Duration::from_secs(1);
+
+/// Answers kept for at most [`MAX_CACHE`], positive or negative.
+fn cap_cache(options: &mut hickory_resolver::config::ResolverOpts) {
+    options.positive_max_ttl = Some(MAX_CACHE);
+    options.negative_max_ttl = Some(MAX_CACHE);
+}
+
 impl DnsResolver {
     /// The resolver the system is configured with (`/etc/resolv.conf`:
     /// its servers, search domains and options).
     pub fn system() -> Result<DnsResolver, DiscoveryError> {
         let mut builder = TokioResolver::builder_tokio().map_err(DiscoveryError::SystemConfig)?;
         builder.options_mut().ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
+        cap_cache(builder.options_mut());
         let inner = builder.build().map_err(DiscoveryError::Build)?;
         Ok(DnsResolver { inner })
     }
@@ -260,6 +278,7 @@ impl DnsResolver {
         let options = builder.options_mut();
         options.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
         options.use_hosts_file = ResolveHosts::Never;
+        cap_cache(options);
         let inner = builder.build().map_err(DiscoveryError::Build)?;
         Ok(DnsResolver { inner })
     }
@@ -302,6 +321,9 @@ pub struct Discovery {
     seeds: Vec<Seed>,
     resolver: DnsResolver,
     refresh: Duration,
+    /// How long after start the node may still be joining: names are
+    /// asked about more often until then.
+    joining: Duration,
     /// Each name's last outcome: a change is logged.
     outcome: HashMap<DnsSeed, Outcome>,
     /// Each name's last addresses found, kept while look-ups fail.
@@ -316,8 +338,28 @@ impl Discovery {
             seeds,
             resolver,
             refresh,
+            joining: Duration::ZERO,
             outcome: HashMap::new(),
             found: HashMap::new(),
+        }
+    }
+
+    /// Asks more often during the first `join_timeout` after start (every
+    /// sixth of it, at least every 50 ms, at most every refresh), while
+    /// the node may still be joining; see the [module docs](self).
+    pub fn joining(mut self, join_timeout: Duration) -> Discovery {
+        self.joining = join_timeout;
+        self
+    }
+
+    /// How long to wait before the next round, `elapsed` after start.
+    fn interval(&self, elapsed: Duration) -> Duration {
+        if elapsed < self.joining {
+            (self.joining / 6)
+                .max(Duration::from_millis(50))
+                .min(self.refresh)
+        } else {
+            self.refresh
         }
     }
 
@@ -407,11 +449,12 @@ impl Discovery {
         }
     }
 
-    /// Resolves every refresh interval and sends the seeds to `seeds`
+    /// Resolves every refresh interval (more often while joining) and sends the seeds to `seeds`
     /// whenever they change, until every receiver is gone (the node
     /// stopped; a look-up in flight is abandoned). The first round runs at
     /// once.
     pub async fn run(mut self, seeds: watch::Sender<Vec<SocketAddr>>) {
+        let started = tokio::time::Instant::now();
         loop {
             let found = tokio::select! {
                 found = self.resolve() => found,
@@ -426,7 +469,7 @@ impl Discovery {
                 }
             });
             tokio::select! {
-                () = tokio::time::sleep(self.refresh) => {}
+                () = tokio::time::sleep(self.interval(started.elapsed())) => {}
                 () = seeds.closed() => return,
             }
         }
@@ -478,6 +521,28 @@ mod tests {
             "dns:localhost:7946".parse::<Seed>().unwrap(),
             dns("localhost", 7946)
         );
+    }
+
+    /// While joining, names are asked about every sixth of the join
+    /// timeout (within 50 ms and the refresh), then every refresh.
+    #[test]
+    fn names_are_asked_about_more_often_while_joining() {
+        let resolver = DnsResolver::server("127.0.0.1:53".parse().unwrap()).unwrap();
+        let ms = Duration::from_millis;
+        let d =
+            Discovery::new(vec![dns("peers.test", 7946)], resolver, ms(10_000)).joining(ms(3_000));
+        assert_eq!(d.interval(ms(0)), ms(500));
+        assert_eq!(d.interval(ms(2_999)), ms(500));
+        assert_eq!(d.interval(ms(3_000)), ms(10_000));
+        let resolver = DnsResolver::server("127.0.0.1:53".parse().unwrap()).unwrap();
+        let fast = Discovery::new(vec![], resolver, ms(200)).joining(ms(60));
+        assert_eq!(fast.interval(ms(0)), ms(50));
+        let resolver = DnsResolver::server("127.0.0.1:53".parse().unwrap()).unwrap();
+        let short = Discovery::new(vec![], resolver, ms(100)).joining(ms(30_000));
+        assert_eq!(short.interval(ms(0)), ms(100));
+        let resolver = DnsResolver::server("127.0.0.1:53".parse().unwrap()).unwrap();
+        let never = Discovery::new(vec![], resolver, ms(10_000));
+        assert_eq!(never.interval(ms(0)), ms(10_000));
     }
 
     #[test]

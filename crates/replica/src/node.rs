@@ -487,7 +487,16 @@ impl Node {
     /// raises the cluster size foca disseminates for.
     pub fn set_seeds(&mut self, seeds: Vec<SocketAddr>, now: Nanos) -> Output {
         let mut out = Output::default();
-        let seeds = normalize_seeds(seeds, self.config.addr);
+        // A dual-stack Service lists every pod under both families, this
+        // node included; its socket speaks only its advertised address's
+        // family, so the other family's addresses are unreachable (and one
+        // of them is itself).
+        let own = self.config.addr;
+        let seeds = seeds
+            .into_iter()
+            .filter(|s| s.is_ipv4() == own.is_ipv4())
+            .collect();
+        let seeds = normalize_seeds(seeds, own);
         if seeds == self.config.seeds {
             return out;
         }

@@ -195,7 +195,12 @@ impl SimNet {
     /// would ([`Node::set_seeds`]); they are also its seeds at its next
     /// restart.
     pub fn set_seeds(&mut self, i: usize, seeds: &[usize]) {
-        let addrs: Vec<SocketAddr> = seeds.iter().copied().map(addr_of).collect();
+        self.set_seed_addrs(i, seeds.iter().copied().map(addr_of).collect());
+    }
+
+    /// Gives node `i` the seeds `addrs`, as a DNS refresh would; see
+    /// [`SimNet::set_seeds`].
+    pub fn set_seed_addrs(&mut self, i: usize, addrs: Vec<SocketAddr>) {
         if let Some(discovered) = self.discovered.as_mut() {
             discovered[i] = addrs.clone();
         }

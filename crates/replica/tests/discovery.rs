@@ -5,6 +5,7 @@
 //! `dns:NAME:PORT`, looking names up) is tested in `discovery.rs`'s unit
 //! tests and end to end in `crates/tollgate/tests/cluster.rs`.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tollgate_core::replicated::strategy::{Replication, StrategyKind};
@@ -181,4 +182,15 @@ fn seed_lists_drop_the_node_itself_and_are_bounded() {
     // The same list again changes nothing.
     net.set_seeds(0, &many);
     assert_eq!(net.node(0).unwrap().seeds().len(), MAX_SEEDS);
+}
+
+/// A dual-stack headless Service lists every pod under IPv4 and IPv6; a
+/// node advertising an IPv4 address keeps only the IPv4 ones (its socket
+/// cannot reach the others, and one of them is itself).
+#[test]
+fn seeds_of_the_other_address_family_are_dropped() {
+    let mut net = SimNet::discovering(2, START, Nanos::from_millis(1), 4, |_| vec![], options);
+    let v6 = |i: usize| SocketAddr::new(std::net::Ipv6Addr::LOCALHOST.into(), addr_of(i).port());
+    net.set_seed_addrs(0, vec![addr_of(0), v6(0), addr_of(1), v6(1)]);
+    assert_eq!(net.node(0).unwrap().seeds(), &[addr_of(1)]);
 }

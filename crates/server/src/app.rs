@@ -80,7 +80,7 @@ pub enum Readiness {
     /// secret from its seeds).
     StoreUnavailable,
     /// Shutdown has begun: a load balancer should stop sending before
-    /// the listeners close. Final.
+    /// the listeners close (after the shutdown delay). Final.
     Stopping,
 }
 

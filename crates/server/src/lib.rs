@@ -103,6 +103,10 @@ pub struct ServerOptions {
     /// closes them anyway (a client that stopped reading would otherwise
     /// hold it up forever).
     pub shutdown_grace: Duration,
+    /// How long a shutdown keeps serving, already not ready (`/readyz`
+    /// 503, gRPC health `NOT_SERVING`), before it stops accepting: the
+    /// time a load balancer needs to notice and stop sending here.
+    pub shutdown_delay: Duration,
     /// Add `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset`
     /// to Envoy RLS answers (envoyproxy/ratelimit's
     /// `LIMIT_RESPONSE_HEADERS_ENABLED`).
@@ -125,6 +129,7 @@ impl Default for ServerOptions {
             tls: None,
             rls_headers: false,
             shutdown_grace: Duration::from_secs(10),
+            shutdown_delay: Duration::ZERO,
             connection_limits: ConnectionLimits::default(),
         }
     }
@@ -243,9 +248,19 @@ impl<S: Store> Server<S> {
             options.housekeeping_interval,
             stop_rx.clone(),
         ));
+        let delay = options.shutdown_delay;
         let signal = async {
             shutdown.await;
             app.begin_stopping();
+            if !delay.is_zero() {
+                // Not ready, still serving: load balancers stop sending
+                // before the listeners close.
+                tracing::info!(
+                    ?delay,
+                    "shutting down: not ready, serving until the delay ends"
+                );
+                tokio::time::sleep(delay).await;
+            }
             tracing::info!("shutting down: ending sessions, finishing in-flight requests");
             let _ = stop_tx.send(true);
         };

@@ -162,6 +162,56 @@ async fn a_watch_sees_not_serving_at_shutdown_and_ends_without_holding_the_shutd
         .unwrap();
 }
 
+/// Review of issue 19: readiness went to "stopping" in the same instant
+/// the listeners closed, so a load balancer never saw it before new
+/// connections were refused. With a shutdown delay the server says
+/// "stopping" (gRPC health and `/readyz`) and still serves decisions.
+#[tokio::test]
+async fn during_the_shutdown_delay_the_server_is_not_ready_and_still_answers() {
+    let options = ServerOptions {
+        shutdown_delay: Duration::from_secs(3600),
+        ..ServerOptions::default()
+    };
+    let mut s = TestServer::start_with(CONFIG, Default::default(), options).await;
+    let mut c = client(&s).await;
+    assert_eq!(check(&mut c, "").await.ok(), Some(ServingStatus::Serving));
+    s.begin_stop();
+    let mut status = check(&mut c, "").await.ok();
+    for _ in 0..3000 {
+        if status == Some(ServingStatus::NotServing) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        status = check(&mut c, "").await.ok();
+    }
+    assert_eq!(status, Some(ServingStatus::NotServing));
+    let http = reqwest::Client::new();
+    let ready = http.get(s.http_url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 503);
+    assert_eq!(ready.text().await.unwrap(), "stopping");
+    // New connections are still accepted and decisions still made.
+    let fresh = reqwest::Client::new();
+    let answer = fresh
+        .post(s.http_url("/v1/request"))
+        .body(r#"{"namespace":"app","resource":"api","domain":"d"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let mut native = s.native().await;
+    let granted = native
+        .request(tollgate_proto::v1::RateRequest {
+            namespace: "app".into(),
+            resource: "api".into(),
+            domain: "d".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(granted.allowed, "{granted:?}");
+}
+
 #[tokio::test]
 async fn a_watch_of_an_unknown_name_says_service_unknown_rather_than_failing() {
     let s = TestServer::start(CONFIG).await;

@@ -1334,6 +1334,81 @@ fn a_node_alone_in_dns_is_ready_and_joins_its_peers_once_dns_lists_them() {
     converge(&nodes, "q", "u", CAPACITY - 5);
 }
 
+/// Review of issue 19: DNS was asked once at start and then only every
+/// refresh (10 s by default), so a node whose first answer listed only
+/// itself (pods of a StatefulSet starting together) decided alone at its
+/// join timeout, before it could see its peers. While joining it now asks
+/// every sixth of the join timeout: here the refresh (60 s) is far past
+/// the join timeout (30 s), so only the faster asking lets the node see
+/// its peers, listed just after its first question, and join them rather
+/// than decide alone.
+#[test]
+fn a_joining_node_asks_dns_again_before_its_join_timeout() {
+    let dir = sandbox("cluster-dns-joining");
+    let dns = DnsServer::start();
+    let port = port_free_on(&LOOPBACKS);
+    dns.set_addrs("pair.test", &LOOPBACKS[1..]);
+    let pair: Vec<Serving> = (1..3)
+        .map(|i| {
+            dns_node(
+                &dir,
+                &dns,
+                &format!("n{}", i + 1),
+                LOOPBACKS[i],
+                port,
+                "pair.test",
+            )
+        })
+        .collect();
+    wait_formed(&pair, 1);
+    dns.set_addrs("all.test", &LOOPBACKS[..1]);
+    let peers = format!("dns:all.test:{port}");
+    let server = dns.addr.to_string();
+    let joining = Serving::start_node(
+        &dir,
+        "t",
+        "n1",
+        &format!("{}:{port}", LOOPBACKS[0]),
+        &[],
+        &[
+            "--peers",
+            &peers,
+            "--dns-server",
+            &server,
+            "--peers-refresh-ms",
+            "60000",
+            "--join-timeout-ms",
+            "30000",
+        ],
+    );
+    // Its first answer lists only itself; only then are the others listed.
+    eventually("the joining node has its first answer", || {
+        match joining.logged("peers found in DNS").len() {
+            0 => Err(format!("events: {:#?}", events(&joining))),
+            _ => Ok(()),
+        }
+    });
+    dns.set_addrs("all.test", &LOOPBACKS);
+    eventually("the joining node is ready", || {
+        match joining.http("GET", "/readyz", None).0 {
+            200 => Ok(()),
+            s => Err(format!("/readyz {s}; events: {:#?}", events(&joining))),
+        }
+    });
+    assert!(
+        joining
+            .logged(
+                "no member sent a full state: deciding alone (the first of the cluster, \
+                 or every member is joining too)"
+            )
+            .is_empty(),
+        "it decided alone: {:#?}",
+        events(&joining)
+    );
+    assert_eq!(members_up(&joining).len(), 2, "{:#?}", events(&joining));
+    drop(pair);
+}
+
 #[test]
 fn a_bad_dns_peer_is_refused_at_startup_naming_the_expected_form() {
     let dir = sandbox("cluster-dns-refused");

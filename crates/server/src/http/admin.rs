@@ -61,7 +61,8 @@ pub(super) async fn healthz() -> &'static str {
 /// `GET /readyz`: the server answers requests. It is ready as soon as its
 /// ports are bound (the config is loaded before that, and the memory store
 /// needs no warm-up), and 503 from the moment shutdown begins, so a load
-/// balancer stops sending before the listeners close, and while its store
+/// balancer stops sending before the listeners close (they stay open for
+/// the shutdown delay, [`crate::ServerOptions::shutdown_delay`]), and while its store
 /// cannot decide (Redis unreachable), so traffic goes to servers that can.
 /// gRPC health answers by the same rule ([`crate::app::App::readiness`]).
 pub(super) async fn readyz<S: Store>(State(http): State<Http<S>>) -> Response {

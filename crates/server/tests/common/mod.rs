@@ -118,6 +118,14 @@ impl TestServer {
             .unwrap()
     }
 
+    /// Begins a graceful shutdown without waiting for it.
+    #[allow(dead_code)] // not every test file shuts down this way
+    pub fn begin_stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+
     /// Stops the server gracefully and waits until it has.
     pub async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {

@@ -141,6 +141,12 @@ pub struct ServeArgs {
     /// (milliseconds).
     #[arg(long, env = "TOLLGATE_SHUTDOWN_GRACE_MS", default_value_t = 10_000)]
     pub shutdown_grace_ms: u64,
+    /// How long a shutdown keeps serving after it begins, with /readyz and
+    /// gRPC health already saying "stopping", before the ports close
+    /// (milliseconds): time for a load balancer (Kubernetes' endpoints) to
+    /// stop sending new requests here.
+    #[arg(long, env = "TOLLGATE_SHUTDOWN_DELAY_MS", default_value_t = 0)]
+    pub shutdown_delay_ms: u64,
     /// Connection cap and handshake, header, idle and body timeouts.
     #[command(flatten)]
     pub connections: super::connections::ServeConnectionArgs,
@@ -813,11 +819,14 @@ async fn serve_cluster(args: ServeArgs, settings: ClusterSettings, initial: Init
                 "--peers has dns: names, which need a DNS resolver; name one with --dns-server",
             )?,
         };
-        Some(Discovery::new(
-            args.peers.clone(),
-            resolver,
-            Duration::from_millis(args.peers_refresh_ms),
-        ))
+        Some(
+            Discovery::new(
+                args.peers.clone(),
+                resolver,
+                Duration::from_millis(args.peers_refresh_ms),
+            )
+            .joining(Duration::from_millis(args.join_timeout_ms)),
+        )
     } else {
         None
     };
@@ -937,6 +946,7 @@ async fn serve_with<S: Store>(
         tls,
         rls_headers: args.rls_response_headers,
         shutdown_grace: Duration::from_millis(args.shutdown_grace_ms),
+        shutdown_delay: Duration::from_millis(args.shutdown_delay_ms),
         grpc: args.grpc,
         http: args.http,
         max_message_bytes: args.max_message_bytes,
