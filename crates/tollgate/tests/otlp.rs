@@ -454,6 +454,8 @@ fn spans_still_queued_are_exported_when_the_server_stops() {
 #[test]
 fn a_bad_endpoint_or_a_ca_without_tls_is_refused_at_startup() {
     let dir = Sandbox::new("otlp-bad");
+    // Read and parsed at startup, not at the first export.
+    dir.write("junk.pem", "not a certificate\n");
     for (args, expected) in [
         (
             vec!["--otlp-endpoint", "collector:4317"],
@@ -476,6 +478,15 @@ fn a_bad_endpoint_or_a_ca_without_tls_is_refused_at_startup() {
                 "missing.pem",
             ],
             "cannot read --otlp-ca missing.pem",
+        ),
+        (
+            vec![
+                "--otlp-endpoint",
+                "https://collector:4317",
+                "--otlp-ca",
+                "junk.pem",
+            ],
+            "--otlp-ca junk.pem: no CERTIFICATE block found",
         ),
     ] {
         let mut all = vec!["serve", "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"];
