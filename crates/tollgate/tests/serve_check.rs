@@ -8,7 +8,8 @@
 mod common;
 
 use std::net::{TcpListener, UdpSocket};
-use std::process::{Command, Stdio};
+use std::process::Command;
+use std::time::Duration;
 
 use common::{Run, Sandbox};
 use tollgate_redis::testing::{free_port, TestCerts};
@@ -39,15 +40,12 @@ namespaces:
 ";
 
 /// Runs `tollgate serve ARGS` in the sandbox with `env` (and no
-/// `TOLLGATE_*` variable of the caller's).
+/// `TOLLGATE_*` variable of the caller's). A `serve` that does not refuse
+/// would serve on: it is killed after a minute (exit code `None`), so the
+/// test fails instead of hanging.
 fn serve_run(sb: &Sandbox, args: &[&str], env: &[(&str, &str)]) -> Run {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
-    cmd.arg("serve")
-        .args(args)
-        .current_dir(&sb.dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.arg("serve").args(args).current_dir(&sb.dir);
     for (k, _) in std::env::vars() {
         if k.starts_with("TOLLGATE_") {
             cmd.env_remove(k);
@@ -56,15 +54,10 @@ fn serve_run(sb: &Sandbox, args: &[&str], env: &[(&str, &str)]) -> Run {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd.output().unwrap();
-    Run {
-        args: std::iter::once("serve".to_owned())
-            .chain(args.iter().map(|s| (*s).to_owned()))
-            .collect(),
-        code: out.status.code(),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
+    let shown = std::iter::once("serve".to_owned())
+        .chain(args.iter().map(|s| (*s).to_owned()))
+        .collect();
+    common::run_bounded(cmd, shown, Duration::from_secs(60))
 }
 
 /// `serve --check ARGS`.
