@@ -25,7 +25,8 @@ pub enum TlsError {
     /// A file could not be read.
     #[error("cannot read {what} {path}: {source}")]
     Read {
-        /// `certificate`, `private key` or `client CA`.
+        /// `certificate`, `private key`, `client CA`, or the flag that
+        /// named the file.
         what: &'static str,
         /// The file.
         path: PathBuf,
@@ -35,7 +36,8 @@ pub enum TlsError {
     /// A file holds no usable PEM item of the kind needed.
     #[error("{what} {path}: {problem}")]
     Pem {
-        /// `certificate`, `private key` or `client CA`.
+        /// `certificate`, `private key`, `client CA`, or the flag that
+        /// named the file.
         what: &'static str,
         /// The file.
         path: PathBuf,
@@ -106,6 +108,31 @@ fn certs(
     Ok(certs)
 }
 
+/// The CA certificates of `pem` (from `path`) as trust anchors: at least
+/// one, each one rustls can verify a chain against.
+fn roots(what: &'static str, path: &Path, pem: &[u8]) -> Result<RootCertStore, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for c in certs(what, path, pem)? {
+        roots.add(c).map_err(|e| TlsError::Pem {
+            what,
+            path: path.to_owned(),
+            problem: format!("not a usable CA certificate: {e}"),
+        })?;
+    }
+    Ok(roots)
+}
+
+/// Reads the PEM CA certificates in `path` and checks them as the server's
+/// own client CA is checked (at least one, each a usable trust anchor),
+/// for a client that takes the PEM itself (tonic's, to an OpenTelemetry
+/// collector): the file's bytes. `what` names the file in errors (the
+/// flag that gave it, say).
+pub fn read_ca(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
+    let pem = read(what, path)?;
+    roots(what, path, &pem)?;
+    Ok(pem)
+}
+
 impl Tls {
     /// Reads and checks the files: the certificate and key must parse and
     /// match, the client CA (if any) must hold at least one certificate.
@@ -127,12 +154,7 @@ impl Tls {
         let builder = ServerConfig::builder();
         let builder = match (&files.client_ca, &client_ca_pem) {
             (Some(path), Some(pem)) => {
-                let mut roots = RootCertStore::empty();
-                for c in certs("client CA", path, pem)? {
-                    roots.add(c).map_err(|e| {
-                        TlsError::Config(format!("client CA {}: {e}", path.display()))
-                    })?;
-                }
+                let roots = roots("client CA", path, pem)?;
                 let verifier = WebPkiClientVerifier::builder(Arc::new(roots))
                     .build()
                     .map_err(|e| TlsError::Config(e.to_string()))?;

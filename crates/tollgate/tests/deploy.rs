@@ -111,8 +111,9 @@ fn merge(into: &mut Value, from: &Value) {
     }
 }
 
-/// The chart rendered with `overrides`, release `tollgate`, as documents.
-fn rendered(overrides: &Value) -> Vec<Value> {
+/// The chart rendered with `overrides`, release `tollgate`: (template
+/// name, text), or the render's error.
+fn render_chart(overrides: &Value) -> Result<Vec<(String, String)>, String> {
     let dir = deploy().join("helm/tollgate/templates");
     let mut files: Vec<(String, String)> = std::fs::read_dir(&dir)
         .unwrap()
@@ -126,9 +127,12 @@ fn rendered(overrides: &Value) -> Vec<Value> {
         .collect();
     files.sort();
     let chart = helm::Chart::parse(&files).unwrap_or_else(|e| panic!("the chart: {e}"));
-    let out = chart
-        .render(&values(overrides), "tollgate")
-        .unwrap_or_else(|e| panic!("rendering {overrides}: {e}"));
+    chart.render(&values(overrides), "tollgate")
+}
+
+/// The chart rendered with `overrides`, release `tollgate`, as documents.
+fn rendered(overrides: &Value) -> Vec<Value> {
+    let out = render_chart(overrides).unwrap_or_else(|e| panic!("rendering {overrides}: {e}"));
     out.iter()
         .flat_map(|(name, text)| documents(name, text))
         .collect()
@@ -205,6 +209,73 @@ fn the_chart_renders_the_plain_manifests_of_each_mode() {
         !own.keys().any(|(_, name)| name.contains("redis")),
         "{own:?}"
     );
+    // Another cluster domain: in the peers' name, still fully qualified.
+    let other = by_name(rendered(
+        &json!({ "mode": "cluster", "clusterDomain": "corp.example" }),
+    ));
+    let args = &other[&("StatefulSet".to_owned(), "tollgate".to_owned())]["spec"]["template"]
+        ["spec"]["containers"][0]["args"];
+    let args: Vec<&str> = args
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let peers = args.iter().position(|a| *a == "--peers").unwrap();
+    assert_eq!(
+        args[peers + 1],
+        "dns:tollgate-peers.$(POD_NAMESPACE).svc.corp.example.:7946"
+    );
+}
+
+/// The args of the tollgate container of the chart's server with
+/// `overrides`.
+fn server_args(overrides: &Value) -> Vec<String> {
+    let docs = rendered(overrides);
+    let server = docs
+        .iter()
+        .find(|d| {
+            matches!(d["kind"].as_str(), Some("Deployment" | "StatefulSet"))
+                && d["metadata"]["name"] == "tollgate"
+        })
+        .unwrap_or_else(|| panic!("no server in {docs:?}"));
+    server["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Regression: a mode the chart does not know (`Redis`) rendered a
+/// Deployment without a store, and values were put in the manifest
+/// unquoted.
+#[test]
+fn the_chart_refuses_an_unknown_mode_and_quotes_urls() {
+    for mode in ["Redis", "", "clustered"] {
+        let e = render_chart(&json!({ "mode": mode }))
+            .map(|_| ())
+            .expect_err(&format!("mode {mode:?} rendered"));
+        assert!(
+            e.contains("mode must be memory, redis or cluster"),
+            "{mode:?}: {e}"
+        );
+    }
+    // Characters YAML would read otherwise in a plain scalar (a comment
+    // after ` #`, a leading `*` alias, a `: ` mapping): kept as given.
+    for url in [
+        "rediss://:p#ss@redis.example:6380/1",
+        "redis://redis.example:6379/0 #1",
+        "*redis.example",
+        "redis://h: 1",
+    ] {
+        let args = server_args(&json!({ "mode": "redis", "redis": { "url": url } }));
+        let store = args.iter().position(|a| a == "--store").unwrap();
+        assert_eq!(args[store + 1], url, "{args:?}");
+        let args = server_args(&json!({ "otlpEndpoint": url }));
+        let otlp = args.iter().position(|a| a == "--otlp-endpoint").unwrap();
+        assert_eq!(args[otlp + 1], url, "{args:?}");
+    }
 }
 
 // ---------------------------------------------------------------------
@@ -556,6 +627,32 @@ fn check_workloads(what: &str, docs: &[Value], image: &Image, seen: &mut Seen) {
             argv.extend(args.iter().cloned());
             let listening = check(&cname, &sb.dir, &argv, &env);
 
+            // The kubelet's SIGKILL comes after the longest shutdown: the
+            // delay, open connections' grace, releasing holds and flushing
+            // spans (each up to the grace), leaving the gossip cluster.
+            let flag = |name: &str| -> Option<u64> {
+                let i = args.iter().position(|a| a == name)?;
+                Some(args[i + 1].parse().unwrap())
+            };
+            let delay = flag("--shutdown-delay-ms")
+                .unwrap_or_else(|| panic!("{cname}: no --shutdown-delay-ms"));
+            assert!(delay > 0, "{cname}: endpoints need time to drop the pod");
+            let grace = flag("--shutdown-grace-ms").unwrap_or_else(|| {
+                env.iter()
+                    .find(|(k, _)| k == "TOLLGATE_SHUTDOWN_GRACE_MS")
+                    .map_or(10_000, |(_, v)| v.parse().unwrap())
+            });
+            let budget = pod["spec"]["terminationGracePeriodSeconds"]
+                .as_u64()
+                .unwrap_or(30)
+                * 1000;
+            let longest = delay + 3 * grace + 2000;
+            assert!(
+                budget >= longest,
+                "{cname}: terminationGracePeriodSeconds {} s is below the longest shutdown, {longest} ms",
+                budget / 1000
+            );
+
             // Ports: declared, and the ones it listens on.
             let mut ports: BTreeMap<String, (u16, String)> = BTreeMap::new();
             for p in container["ports"].as_array().unwrap() {
@@ -661,11 +758,13 @@ fn check_workloads(what: &str, docs: &[Value], image: &Image, seen: &mut Seen) {
                 let dns = args[peers + 1].strip_prefix("dns:").unwrap();
                 let (host, port) = dns.rsplit_once(':').unwrap();
                 assert_eq!(host.split('.').next(), Some(headless), "{cname}: {dns}");
-                assert_eq!(
-                    host,
-                    format!("{headless}.default.svc.cluster.local"),
-                    "{cname}"
+                assert!(
+                    host.starts_with(&format!("{headless}.default.svc.")),
+                    "{cname}: {dns}"
                 );
+                // Fully qualified: without the final dot every look-up
+                // first walks the pod's search list (ndots:5).
+                assert!(host.ends_with('.'), "{cname}: {dns} has no final dot");
                 assert_eq!(port.parse::<u16>().ok(), listening.gossip, "{cname}: {dns}");
             }
         }
@@ -754,6 +853,12 @@ fn every_tollgate_command_line_passes_serve_check() {
             &mut seen,
         );
     }
+    check_workloads(
+        "the chart, mode cluster, with another cluster domain",
+        &rendered(&json!({ "mode": "cluster", "clusterDomain": "corp.example" })),
+        &image,
+        &mut seen,
+    );
     check_workloads(
         "the chart, mode redis, with a Redis of one's own",
         &rendered(&json!({ "mode": "redis", "redis": { "url": "rediss://redis.example:6380/1" } })),

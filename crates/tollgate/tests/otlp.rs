@@ -454,6 +454,8 @@ fn spans_still_queued_are_exported_when_the_server_stops() {
 #[test]
 fn a_bad_endpoint_or_a_ca_without_tls_is_refused_at_startup() {
     let dir = Sandbox::new("otlp-bad");
+    // Read and parsed at startup, not at the first export.
+    dir.write("junk.pem", "not a certificate\n");
     for (args, expected) in [
         (
             vec!["--otlp-endpoint", "collector:4317"],
@@ -477,11 +479,21 @@ fn a_bad_endpoint_or_a_ca_without_tls_is_refused_at_startup() {
             ],
             "cannot read --otlp-ca missing.pem",
         ),
+        (
+            vec![
+                "--otlp-endpoint",
+                "https://collector:4317",
+                "--otlp-ca",
+                "junk.pem",
+            ],
+            "--otlp-ca junk.pem: no CERTIFICATE block found",
+        ),
     ] {
         let mut all = vec!["serve", "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"];
         all.extend(args);
-        let run = dir.run(&all);
-        assert!(!run.success(), "{run}");
+        // Bounded: a server that accepted the setup would serve on.
+        let run = dir.run_within(&all, Duration::from_secs(60));
+        assert_eq!(run.code, Some(1), "{run}");
         assert!(run.stderr.contains(expected), "{run}");
         assert!(run.stderr.contains("--otlp-endpoint"), "{run}");
     }

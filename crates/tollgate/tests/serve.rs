@@ -280,3 +280,96 @@ fn a_name_with_a_newline_cannot_forge_a_text_log_line() {
         );
     }
 }
+
+/// Regression: the SIGTERM and SIGINT handlers were installed only once
+/// the ports were bound, so a SIGTERM while `serve` waited at startup (for
+/// the config API, for Redis) met the default action, which for PID 1 in a
+/// container is to ignore it: the pod hung until the kubelet's SIGKILL.
+/// Here (not PID 1) the old server died of the signal, without exit code
+/// or log line.
+#[test]
+fn a_sigterm_while_waiting_for_the_config_api_at_startup_stops_the_server() {
+    use std::io::{BufRead, BufReader};
+    use std::net::TcpListener;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    // A config API that accepts connections and never answers.
+    let api = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", api.local_addr().unwrap());
+    let (accepted_tx, accepted) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in api.incoming() {
+            held.push(conn);
+            let _ = accepted_tx.send(());
+        }
+    });
+    let dir = Sandbox::new("serve-stop-starting");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["serve", "--log-format", "json", "--config-api", &url])
+        .args(["--config-api-startup-ms", "600000"])
+        .args(["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        .current_dir(&dir.dir)
+        .env_remove("TOLLGATE_CONFIG")
+        .env("TOLLGATE_CONFIG_API_TOKEN", "a-read-token")
+        .env("TOLLGATE_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<String>>()
+    });
+    // Connected to the config API: the server is in its startup wait.
+    if accepted.recv_timeout(Duration::from_secs(60)).is_err() {
+        let _ = child.kill();
+        panic!("the server never asked the config API");
+    }
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "still waiting for the config API after SIGTERM: {:?}",
+                reader.join()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let lines = reader.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}: {lines:#?}");
+    let logs: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let stopped = logs
+        .iter()
+        .find(|l| l["fields"]["message"] == "stopped while starting: exiting without serving")
+        .unwrap_or_else(|| panic!("no line says why it exited: {lines:#?}"));
+    assert_eq!(stopped["fields"]["signal"], "SIGTERM", "{stopped}");
+    assert_eq!(
+        stopped["fields"]["waiting_for"], "the config API",
+        "{stopped}"
+    );
+    assert!(
+        !logs
+            .iter()
+            .any(|l| l["fields"]["message"] == "tollgate listening"),
+        "{lines:#?}"
+    );
+}

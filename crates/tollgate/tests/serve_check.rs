@@ -8,7 +8,8 @@
 mod common;
 
 use std::net::{TcpListener, UdpSocket};
-use std::process::{Command, Stdio};
+use std::process::Command;
+use std::time::Duration;
 
 use common::{Run, Sandbox};
 use tollgate_redis::testing::{free_port, TestCerts};
@@ -39,15 +40,12 @@ namespaces:
 ";
 
 /// Runs `tollgate serve ARGS` in the sandbox with `env` (and no
-/// `TOLLGATE_*` variable of the caller's).
+/// `TOLLGATE_*` variable of the caller's). A `serve` that does not refuse
+/// would serve on: it is killed after a minute (exit code `None`), so the
+/// test fails instead of hanging.
 fn serve_run(sb: &Sandbox, args: &[&str], env: &[(&str, &str)]) -> Run {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
-    cmd.arg("serve")
-        .args(args)
-        .current_dir(&sb.dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.arg("serve").args(args).current_dir(&sb.dir);
     for (k, _) in std::env::vars() {
         if k.starts_with("TOLLGATE_") {
             cmd.env_remove(k);
@@ -56,15 +54,10 @@ fn serve_run(sb: &Sandbox, args: &[&str], env: &[(&str, &str)]) -> Run {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd.output().unwrap();
-    Run {
-        args: std::iter::once("serve".to_owned())
-            .chain(args.iter().map(|s| (*s).to_owned()))
-            .collect(),
-        code: out.status.code(),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
+    let shown = std::iter::once("serve".to_owned())
+        .chain(args.iter().map(|s| (*s).to_owned()))
+        .collect();
+    common::run_bounded(cmd, shown, Duration::from_secs(60))
 }
 
 /// `serve --check ARGS`.
@@ -603,4 +596,102 @@ fn a_bad_cluster_secret_or_node_is_refused() {
         &[],
         "--gossip 0.0.0.0:7946 is not an address peers can reach",
     );
+}
+
+#[test]
+fn a_good_trace_export_passes_without_contacting_the_collector() {
+    let sb = Sandbox::new("check-otlp");
+    sb.write("tollgate.yaml", CONFIG);
+    sb.write("ca.pem", TestCerts::generate().ca);
+    // No collector runs there, and none is looked up.
+    let endpoint = "https://collector.invalid:4317";
+    let run = check(
+        &sb,
+        &[
+            "--config",
+            "tollgate.yaml",
+            "--otlp-endpoint",
+            endpoint,
+            "--otlp-ca",
+            "ca.pem",
+        ],
+        &[
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "none"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "api-key=abc"),
+            ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
+            ("OTEL_TRACES_SAMPLER_ARG", "0.01"),
+        ],
+    );
+    assert!(run.success(), "{run}");
+    assert_eq!(field(run.stdout.trim(), "otlp"), Some(endpoint), "{run}");
+}
+
+/// Regression: `serve --check` did not check the trace export at all
+/// (`--otlp-endpoint collector:4317`, a missing `--otlp-ca` printed `ok`
+/// while `serve` exited 1), and `OTEL_EXPORTER_OTLP_COMPRESSION`, documented
+/// as refused, was ignored by both.
+#[test]
+fn bad_trace_export_settings_are_refused_as_serve_refuses_them() {
+    let sb = Sandbox::new("check-otlp-bad");
+    sb.write("tollgate.yaml", CONFIG);
+    sb.write("ca.pem", TestCerts::generate().ca);
+    sb.write("junk.pem", "not a certificate\n");
+    let with = |extra: &[&'static str]| {
+        let mut args = vec!["--config", "tollgate.yaml"];
+        args.extend_from_slice(extra);
+        args
+    };
+    let http = ["--otlp-endpoint", "http://collector:4317"];
+    for (args, env, want) in [
+        (
+            with(&["--otlp-endpoint", "collector:4317"]),
+            vec![],
+            "cannot export traces to --otlp-endpoint collector:4317: the URL must start with http:// or https://",
+        ),
+        (
+            with(&["--otlp-endpoint", "http://collector:4317", "--otlp-ca", "ca.pem"]),
+            vec![],
+            "--otlp-ca ca.pem needs an https:// endpoint",
+        ),
+        (
+            with(&["--otlp-endpoint", "https://collector:4317", "--otlp-ca", "missing.pem"]),
+            vec![],
+            "cannot read --otlp-ca missing.pem",
+        ),
+        (
+            with(&["--otlp-endpoint", "https://collector:4317", "--otlp-ca", "junk.pem"]),
+            vec![],
+            "--otlp-ca junk.pem: no CERTIFICATE block found",
+        ),
+        (
+            with(&http),
+            vec![("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")],
+            "OTEL_EXPORTER_OTLP_COMPRESSION=\"gzip\": compression is not built into tollgate",
+        ),
+        (
+            with(&http),
+            vec![("OTEL_EXPORTER_OTLP_HEADERS", "an-api-key-without-its-name")],
+            "OTEL_EXPORTER_OTLP_HEADERS (NAME=VALUE,NAME=VALUE): entry 1 is not NAME=VALUE",
+        ),
+        (
+            with(&http),
+            vec![("OTEL_EXPORTER_OTLP_TIMEOUT", "10s")],
+            "OTEL_EXPORTER_OTLP_TIMEOUT=\"10s\" is not a whole number of milliseconds",
+        ),
+        (
+            with(&http),
+            vec![("OTEL_TRACES_SAMPLER", "sometimes")],
+            "OTEL_TRACES_SAMPLER=\"sometimes\" is not a sampler tollgate has",
+        ),
+    ] {
+        refused_alike(&sb, &args, &env, want);
+    }
+    // Export off: the variables are not read, so not refused.
+    let run = check(
+        &sb,
+        &with(&[]),
+        &[("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")],
+    );
+    assert!(run.success(), "{run}");
+    assert_eq!(field(run.stdout.trim(), "otlp"), None, "{run}");
 }

@@ -1,7 +1,9 @@
 //! `tollgate serve`: the limiting server.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -457,6 +459,8 @@ struct Prepared {
     follower: Option<Follower>,
     tls: Option<tollgate_server::tls::Tls>,
     backend: Backend,
+    /// The trace export, checked (its CA read, its variables parsed).
+    otlp: Option<super::otlp::Settings>,
 }
 
 /// Checks the flags, the config (against the rules of the store it will
@@ -477,12 +481,14 @@ fn prepare(args: &ServeArgs) -> Result<Prepared> {
         )?),
         _ => None,
     };
+    let otlp = super::otlp::settings(&args.otlp)?;
     Ok(Prepared {
         config,
         warnings,
         follower,
         tls,
         backend,
+        otlp,
     })
 }
 
@@ -517,6 +523,9 @@ fn check(args: &ServeArgs) -> Result<()> {
                 line += &format!(" advertise={a}");
             }
         }
+    }
+    if let Some(otlp) = &p.otlp {
+        line += &format!(" otlp={}", otlp.endpoint());
     }
     line += &format!(
         " config={} namespaces={} resources={resources} warnings={}",
@@ -724,17 +733,60 @@ async fn follow(args: &ServeArgs, mut follower: Follower) -> Result<(Follower, A
     }
 }
 
+/// SIGTERM or SIGINT, whichever comes first: its name.
+type StopSignal = Pin<Box<dyn Future<Output = &'static str> + Send>>;
+
+/// Installs the SIGTERM and SIGINT handlers (from here on neither kills
+/// the process) and returns the future that completes when one arrives.
+fn stop_signal() -> Result<StopSignal> {
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    Ok(Box::pin(async move {
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        }
+    }))
+}
+
+/// Waits for a startup step that may take long (`waiting_for` says what
+/// it waits for), or for SIGTERM or SIGINT: `None` when the signal came
+/// first, and the server exits without serving.
+async fn unless_stopped<T>(
+    stop: &mut StopSignal,
+    waiting_for: &str,
+    step: impl Future<Output = Result<T>>,
+) -> Result<Option<T>> {
+    tokio::select! {
+        done = step => done.map(Some),
+        signal = stop => {
+            tracing::info!(signal, waiting_for, "stopped while starting: exiting without serving");
+            Ok(None)
+        }
+    }
+}
+
 async fn serve(args: ServeArgs) -> Result<()> {
+    // Before anything that can wait (the config API, Redis): as PID 1 in a
+    // container a signal without a handler is ignored, so a SIGTERM while
+    // starting would go unheard until the kubelet's SIGKILL. This same
+    // future later stops the server.
+    let mut stop = stop_signal()?;
     let Prepared {
         config,
         warnings,
         follower,
         tls,
         backend,
+        otlp,
     } = prepare(&args)?;
     let (config, warnings, follow) = match follower {
         Some(follower) => {
-            let (follower, part) = follow(&args, follower).await?;
+            let Some((follower, part)) =
+                unless_stopped(&mut stop, "the config API", follow(&args, follower)).await?
+            else {
+                return Ok(());
+            };
             let (config, warnings) =
                 tollgate_server::app::compose(args.config.as_deref(), Some(&part))
                     .map_err(|e| anyhow::anyhow!("{e}"))
@@ -751,6 +803,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
         warnings,
         follow,
         tls,
+        otlp,
+        stop,
     };
     match backend {
         Backend::Memory => {
@@ -763,10 +817,15 @@ async fn serve(args: ServeArgs) -> Result<()> {
 }
 
 /// Serves from Redis.
-async fn serve_redis(args: ServeArgs, options: RedisOptions, initial: Initial) -> Result<()> {
-    let store = RedisStore::connect(options)
-        .await
-        .map_err(|e| args.redis_error(e))?;
+async fn serve_redis(args: ServeArgs, options: RedisOptions, mut initial: Initial) -> Result<()> {
+    let connect = async {
+        RedisStore::connect(options)
+            .await
+            .map_err(|e| args.redis_error(e))
+    };
+    let Some(store) = unless_stopped(&mut initial.stop, "Redis", connect).await? else {
+        return Ok(());
+    };
     tracing::info!(server = store.server_id(), "connected to Redis");
     tokio::spawn({
         let store = store.clone();
@@ -860,13 +919,15 @@ async fn serve_cluster(args: ServeArgs, settings: ClusterSettings, initial: Init
 }
 
 /// What a server starts with: the config, its warnings, the config API it
-/// follows (with the part of the config that came from it), and its TLS
-/// material.
+/// follows (with the part of the config that came from it), its TLS
+/// material, its trace export, and the signal that stops it.
 struct Initial {
     config: tollgate_config::Config,
     warnings: Vec<String>,
     follow: Option<(Follower, ApiPart)>,
     tls: Option<tollgate_server::tls::Tls>,
+    otlp: Option<super::otlp::Settings>,
+    stop: StopSignal,
 }
 
 /// The gossip node of a replicated server, started once the config is
@@ -895,6 +956,8 @@ async fn serve_with<S: Store>(
         warnings,
         follow,
         tls,
+        otlp,
+        stop,
     } = initial;
     let mut app = App::new(
         store,
@@ -920,7 +983,7 @@ async fn serve_with<S: Store>(
                 .context("cannot open the decision log")?,
         );
     }
-    let exporting = match super::otlp::start(&args.otlp)? {
+    let exporting = match otlp.map(super::otlp::start).transpose()? {
         Some((spans, exporting)) => {
             app.spans = Some(spans);
             Some(exporting)
@@ -977,7 +1040,6 @@ async fn serve_with<S: Store>(
     let http = server.http_addr()?;
     tracing::info!(%grpc, %http, gossip = ?gossip_addr, transport = scheme, store = store_name, config = %args.config.as_ref().map_or("bundled example".into(), |p| p.display().to_string()), "tollgate listening");
 
-    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut hup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
     let (hup_tx, hup_rx) = mpsc::channel(1);
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -1015,8 +1077,7 @@ async fn serve_with<S: Store>(
                 }
             };
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
-                _ = term.recv() => tracing::info!("SIGTERM received"),
+                signal = stop => tracing::info!("{signal} received"),
                 Some(r) = resign => {
                     tracing::error!(reason = %r.0, "resigned from the copy log: shutting down");
                     *resigned.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(r);

@@ -58,6 +58,17 @@ impl Sandbox {
         run_in(&self.dir, args, None)
     }
 
+    /// Runs `tollgate args...` in the sandbox, killing it if it has not
+    /// exited within `limit` (then its exit code is `None`): for a command
+    /// that must refuse, and that would serve forever if it did not.
+    pub fn run_within(&self, args: &[&str], limit: std::time::Duration) -> Run {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+        cmd.args(args)
+            .current_dir(&self.dir)
+            .env_remove("TOLLGATE_CONFIG");
+        run_bounded(cmd, args.iter().map(|s| (*s).to_owned()).collect(), limit)
+    }
+
     /// Runs `tollgate args...` in the sandbox with `stdin` piped in.
     pub fn run_with_stdin(&self, args: &[&str], stdin: &[u8]) -> Run {
         run_in(&self.dir, args, Some(stdin))
@@ -135,6 +146,48 @@ fn run_in(dir: &Path, args: &[&str], stdin: Option<&[u8]>) -> Run {
         code: out.status.code(),
         stdout: String::from_utf8(out.stdout).unwrap(),
         stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+/// Runs `cmd` (no stdin) and collects its output, killing it if it has not
+/// exited within `limit`: its exit code is then `None` and its stderr ends
+/// with a line saying so.
+pub fn run_bounded(mut cmd: Command, args: Vec<String>, limit: std::time::Duration) -> Run {
+    use std::io::Read;
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("the tollgate binary runs");
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            String::from_utf8(bytes).unwrap()
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let deadline = std::time::Instant::now() + limit;
+    let (code, killed) = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break (status.code(), false);
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break (None, true);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut stderr = stderr.join().unwrap();
+    if killed {
+        stderr += &format!("\n(killed: still running after {limit:?})\n");
+    }
+    Run {
+        args,
+        code,
+        stdout: stdout.join().unwrap(),
+        stderr,
     }
 }
 

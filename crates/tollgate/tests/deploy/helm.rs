@@ -6,11 +6,14 @@
 //!
 //! The subset (Go template semantics, Helm's functions):
 //! - `{{ .Values.a.b }}`, `{{ .Release.Name }}`, optionally piped to
-//!   `nindent N` or `indent N`;
+//!   one of `nindent N`, `indent N` or `quote` (Go's `%q`: a YAML
+//!   double-quoted scalar);
 //! - `{{ if COND }}` ... `{{ else }}` ... `{{ end }}`, COND being `PATH`
 //!   (truthy), `not PATH`, `eq PATH "text"` or `ne PATH "text"`;
 //! - `{{ define "name" }}` ... `{{ end }}` (in `_*.tpl` files) and
 //!   `{{ include "name" . }}`, optionally piped like a value;
+//! - `{{ fail "message" }}`, which stops the render with the message (a
+//!   literal message only);
 //! - `{{/* comments */}}`;
 //! - `{{-` and `-}}`, which trim the white space before or after.
 
@@ -25,12 +28,14 @@ enum Node {
     Value(Vec<String>, Option<Pipe>),
     Include(String, Option<Pipe>),
     If(Cond, Vec<Node>, Vec<Node>),
+    Fail(String),
 }
 
 #[derive(Debug, Clone)]
 enum Pipe {
     Indent(usize),
     Nindent(usize),
+    Quote,
 }
 
 #[derive(Debug, Clone)]
@@ -124,6 +129,7 @@ fn pipe(text: Option<&str>) -> Result<Option<Pipe>, String> {
     match words.as_slice() {
         ["nindent", w] => Ok(Some(Pipe::Nindent(n(w)?))),
         ["indent", w] => Ok(Some(Pipe::Indent(n(w)?))),
+        ["quote"] => Ok(Some(Pipe::Quote)),
         _ => Err(format!("unsupported pipeline `| {text}`")),
     }
 }
@@ -158,6 +164,9 @@ fn action(text: &str) -> Result<Action, String> {
             Ok(a)
         }
     };
+    if let Some(message) = head.strip_prefix("fail ") {
+        return no_pipe(Action::Emit(Node::Fail(literal(message.trim())?)));
+    }
     match words.as_slice() {
         ["else"] => no_pipe(Action::Else),
         ["end"] => no_pipe(Action::End),
@@ -306,6 +315,8 @@ impl Chart {
                     };
                     self.emit(if yes { then } else { otherwise }, ctx, out, depth)?;
                 }
+                // Helm stops the whole render ("execution error at ...").
+                Node::Fail(message) => return Err(message.clone()),
             }
         }
         Ok(())
@@ -344,8 +355,8 @@ fn truthy(v: &Value) -> bool {
     }
 }
 
-/// Helm's `indent` (every line, the first included, gets N spaces) and
-/// `nindent` (a newline, then `indent`).
+/// Helm's `indent` (every line, the first included, gets N spaces),
+/// `nindent` (a newline, then `indent`) and `quote` (Go's `%q`).
 fn piped(text: String, pipe: &Option<Pipe>) -> String {
     let indent = |n: usize| {
         let pad = " ".repeat(n);
@@ -355,7 +366,35 @@ fn piped(text: String, pipe: &Option<Pipe>) -> String {
         None => text.clone(),
         Some(Pipe::Indent(n)) => indent(*n),
         Some(Pipe::Nindent(n)) => format!("\n{}", indent(*n)),
+        Some(Pipe::Quote) => quoted(&text),
     }
+}
+
+/// `text` as Go's `%q` writes it, which Helm's `quote` uses: in double
+/// quotes, with `"` and `\` escaped and control characters written as
+/// escapes; every one of them is also a YAML double-quoted escape.
+fn quoted(text: &str) -> String {
+    let mut out = String::from('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{b}' => out.push_str("\\v"),
+            '\u{c}' => out.push_str("\\f"),
+            c if c.is_control() && u32::from(c) < 0x80 => {
+                out.push_str(&format!("\\x{:02x}", u32::from(c)));
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 #[cfg(test)]
@@ -404,10 +443,43 @@ mod tests {
     }
 
     #[test]
+    fn quote_writes_a_yaml_double_quoted_scalar_as_go_does() {
+        let v = serde_json::json!({
+            "url": "rediss://:p#ss@redis.example:6380/1",
+            "odd": "say \"yes\"\\no\n\u{1}",
+            "n": 5,
+        });
+        assert_eq!(
+            render("- {{ .Values.url | quote }}", v.clone()).unwrap(),
+            "- \"rediss://:p#ss@redis.example:6380/1\""
+        );
+        assert_eq!(
+            render("{{ .Values.odd | quote }}", v.clone()).unwrap(),
+            r#""say \"yes\"\\no\n\x01""#
+        );
+        assert_eq!(render("{{ .Values.n | quote }}", v).unwrap(), "\"5\"");
+    }
+
+    #[test]
+    fn fail_stops_the_render_only_where_it_is_reached() {
+        let v = serde_json::json!({"mode": "x"});
+        let guard = "{{- if ne .Values.mode \"x\" }}{{ fail \"mode must be x\" }}{{- end }}ok";
+        assert_eq!(render(guard, v).unwrap(), "ok");
+        let e = render(guard, serde_json::json!({"mode": "y"})).unwrap_err();
+        assert!(e.contains("mode must be x"), "{e}");
+    }
+
+    #[test]
     fn anything_outside_the_subset_is_refused() {
         let v = serde_json::json!({"x": [1], "y": "a"});
         for bad in [
-            "{{ .Values.y | quote }}",
+            "{{ .Values.y | squote }}",
+            "{{ .Values.y | quote | nindent 2 }}",
+            "{{ .Values.y | quote 2 }}",
+            "{{ fail .Values.y }}",
+            "{{ fail \"a\" \"b\" }}",
+            "{{ fail \"x\" | quote }}",
+            "{{ fail }}",
             "{{ range .Values.x }}{{ end }}",
             "{{ toYaml .Values.x }}",
             "{{ .Values.x }}",
