@@ -65,7 +65,10 @@ pub fn watch<S: Store>(
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let mut last = fingerprint(&path);
     async move {
-        let mut tick = tokio::time::interval(every);
+        // The first look is one interval away: the file was read just now
+        // (a tick at once would race an edit made right after this call,
+        // and reload without SIGHUP where a long interval promised none).
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let forced = tokio::select! {

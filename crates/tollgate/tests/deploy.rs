@@ -32,7 +32,6 @@ mod helm;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::serving::Serving;
@@ -367,25 +366,7 @@ fn port_of(addr: &str) -> u16 {
 
 /// Runs `tollgate ARGS` in `dir` with `env` and no other `TOLLGATE_*`.
 fn tollgate(dir: &Path, args: &[String], env: &[(String, String)]) -> Run {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
-    cmd.args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, _) in std::env::vars() {
-        if k.starts_with("TOLLGATE_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.envs(env.iter().map(|(k, v)| (k, v)));
-    let out = cmd.output().unwrap();
-    Run {
-        args: args.to_vec(),
-        code: out.status.code(),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
+    common::run_clean(dir, args, env)
 }
 
 /// `serve --check` on `argv` (the image's entrypoint, without the binary,

@@ -8,8 +8,6 @@
 mod common;
 
 use std::net::{TcpListener, UdpSocket};
-use std::process::Command;
-use std::time::Duration;
 
 use common::{Run, Sandbox};
 use tollgate_redis::testing::{free_port, TestCerts};
@@ -44,20 +42,9 @@ namespaces:
 /// would serve on: it is killed after a minute (exit code `None`), so the
 /// test fails instead of hanging.
 fn serve_run(sb: &Sandbox, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
-    cmd.arg("serve").args(args).current_dir(&sb.dir);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("TOLLGATE_") {
-            cmd.env_remove(k);
-        }
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let shown = std::iter::once("serve".to_owned())
-        .chain(args.iter().map(|s| (*s).to_owned()))
-        .collect();
-    common::run_bounded(cmd, shown, Duration::from_secs(60))
+    let mut all = vec!["serve"];
+    all.extend_from_slice(args);
+    common::run_clean(&sb.dir, &all, env)
 }
 
 /// `serve --check ARGS`.

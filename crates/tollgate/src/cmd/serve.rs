@@ -1038,7 +1038,6 @@ async fn serve_with<S: Store>(
     });
     let grpc = server.grpc_addr()?;
     let http = server.http_addr()?;
-    tracing::info!(%grpc, %http, gossip = ?gossip_addr, transport = scheme, store = store_name, config = %args.config.as_ref().map_or("bundled example".into(), |p| p.display().to_string()), "tollgate listening");
 
     let mut hup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
     let (hup_tx, hup_rx) = mpsc::channel(1);
@@ -1063,6 +1062,10 @@ async fn serve_with<S: Store>(
             let _ = hup_tx.try_send(());
         }
     });
+    // Said once SIGHUP is handled and the config file is watched: what a
+    // caller does on seeing this line (a reload, an edit of the file) is
+    // taken as it would be at any later time.
+    tracing::info!(%grpc, %http, gossip = ?gossip_addr, transport = scheme, store = store_name, config = %args.config.as_ref().map_or("bundled example".into(), |p| p.display().to_string()), "tollgate listening");
     // Resigning from the copy log ends the server (Charon §4.3.2): its
     // sessions' holds were released by another server, so it must not keep
     // them. A supervisor restarts it with a new id.

@@ -149,6 +149,23 @@ fn run_in(dir: &Path, args: &[&str], stdin: Option<&[u8]>) -> Run {
     }
 }
 
+/// `tollgate ARGS` in `dir` with `env` and none of the caller's `TOLLGATE_*`
+/// variables (a flag's variable in the test's environment would change
+/// what is tested), run as [`run_bounded`] does within a minute.
+#[allow(dead_code)] // not every test file runs the binary this way
+pub fn run_clean<S: AsRef<str>>(dir: &Path, args: &[S], env: &[(S, S)]) -> Run {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    cmd.args(args.iter().map(AsRef::as_ref)).current_dir(dir);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("TOLLGATE_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.envs(env.iter().map(|(k, v)| (k.as_ref(), v.as_ref())));
+    let shown = args.iter().map(|a| a.as_ref().to_owned()).collect();
+    run_bounded(cmd, shown, std::time::Duration::from_secs(60))
+}
+
 /// Runs `cmd` (no stdin) and collects its output, killing it if it has not
 /// exited within `limit`: its exit code is then `None` and its stderr ends
 /// with a line saying so.
