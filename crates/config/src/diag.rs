@@ -17,7 +17,13 @@ pub struct Pos {
 
 impl fmt::Display for Pos {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}", self.file, self.line, self.col)
+        // Line 0 is the file as a whole (it could not be read): no
+        // position to give.
+        if self.line == 0 {
+            write!(f, "{}", self.file)
+        } else {
+            write!(f, "{}:{}:{}", self.file, self.line, self.col)
+        }
     }
 }
 
@@ -59,6 +65,19 @@ impl ConfigError {
         ConfigError {
             errors: vec![Diagnostic::new(pos, message)],
         }
+    }
+}
+
+impl ConfigError {
+    /// The diagnostics, one per line, without the `error: ` that
+    /// [`Display`](fmt::Display) starts each with: for a caller that says
+    /// "error" itself (a server's log, a wrapped error).
+    pub fn plain(&self) -> String {
+        self.errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 }
 

@@ -63,7 +63,12 @@ pub fn load_path(path: &Path) -> Result<Loaded, ConfigError> {
                 line: 0,
                 col: 0,
             },
-            format!("cannot read: {e}"),
+            match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    format!("cannot read: {e} (check the path; `--config` takes a YAML file or a directory of them)")
+                }
+                _ => format!("cannot read: {e}"),
+            },
         )
     };
     let files = config_files(path).map_err(|e| io_err(e, path))?;

@@ -581,9 +581,11 @@ impl Params<'_, '_> {
             self.missing("rate", diags);
             return None;
         };
-        let text = diags.take(n.as_str("rate"))?;
+        // A number is read as its text, so `rate: 10` is told what a rate
+        // looks like rather than that it is not a string.
+        let text = diags.take(n.scalar_text("rate"))?;
         diags.take(
-            parse_rate(text)
+            parse_rate(&text)
                 .map_err(|e| Diagnostic::new(&n.pos, format!("{}: rate {e}", self.context))),
         )
     }

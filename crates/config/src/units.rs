@@ -37,6 +37,13 @@ pub fn parse_duration(text: &str) -> Result<Nanos, String> {
     if t.is_empty() {
         return Err("empty duration".into());
     }
+    if t.contains(char::is_whitespace) {
+        // Else `1h 30m` is reported as an unknown unit `h `.
+        let joined: String = t.split_whitespace().collect();
+        return Err(format!(
+            "`{t}` has a space in it: write a duration without spaces, e.g. `{joined}`"
+        ));
+    }
     let mut total: u128 = 0;
     let mut rest = t;
     while !rest.is_empty() {

@@ -89,6 +89,49 @@ fn bad_rate_and_negative_limit_are_named() {
     );
 }
 
+/// Issue 23: `rate: 10` said "`rate` must be a string, found a number",
+/// and `window: "1h 30m"` "unknown unit `h `": neither said what to write.
+#[test]
+fn a_number_for_a_rate_and_a_spaced_duration_say_what_to_write() {
+    let e = errors(
+        "namespaces:\n  - name: n\n    resources:\n      - { name: a, algorithm: gcra, rate: 10 }\n      - { name: b, algorithm: fixed_window, limit: 5, window: \"1h 30m\" }\n",
+    );
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(
+        e[0].starts_with("t.yaml:4:")
+            && e[0].contains("`10` is not a rate (expected e.g. 10/s, 100/min, 5000/300s)"),
+        "{}",
+        e[0]
+    );
+    assert!(
+        e[1].starts_with("t.yaml:5:")
+            && e[1].contains(
+                "`1h 30m` has a space in it: write a duration without spaces, e.g. `1h30m`"
+            ),
+        "{}",
+        e[1]
+    );
+}
+
+/// Issue 23: a missing file was reported at `limits.yaml:0:0`; a file that
+/// cannot be read has no line to point at, and the message says what to
+/// check.
+#[test]
+fn a_missing_file_is_named_without_a_position() {
+    let dir = std::env::temp_dir().join(format!("tollgate-missing-{}", std::process::id()));
+    let path = dir.join("limits.yaml");
+    let e = tollgate_config::load_path(&path).unwrap_err();
+    let shown = e.plain();
+    assert_eq!(
+        shown,
+        format!(
+            "{}: cannot read: No such file or directory (os error 2) (check the path; `--config` takes a YAML file or a directory of them)",
+            path.display()
+        )
+    );
+    assert_eq!(e.to_string(), format!("error: {shown}"));
+}
+
 #[test]
 fn duplicate_names_point_at_the_first() {
     let e = one_error("namespaces:\n  - name: n\n    resources:\n      - { name: a, algorithm: unlimited }\n      - { name: a, algorithm: deny }\n");

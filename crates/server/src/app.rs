@@ -363,15 +363,13 @@ pub fn compose(
     let mut config = Config::default();
     let mut warnings = Vec::new();
     if let Some(path) = file {
-        let loaded =
-            tollgate_config::load_path(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let loaded = tollgate_config::load_path(path).map_err(|e| e.plain())?;
         warnings.extend(loaded.warnings.iter().map(ToString::to_string));
         config = loaded.config;
     }
     if let Some(api) = api {
         let what = format!("config API revision {}", api.revision);
-        let loaded =
-            tollgate_config::load_str(&what, &api.text).map_err(|e| format!("{what}: {e}"))?;
+        let loaded = tollgate_config::load_str(&what, &api.text).map_err(|e| e.plain())?;
         warnings.extend(loaded.warnings.iter().map(ToString::to_string));
         for ns in loaded.config.namespaces {
             if config.namespaces.iter().any(|n| n.name == ns.name) {

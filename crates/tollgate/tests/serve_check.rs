@@ -86,6 +86,20 @@ fn refused_alike(sb: &Sandbox, args: &[&str], env: &[(&str, &str)], want: &str) 
     );
 }
 
+/// Issue 23: a missing config file was reported as
+/// `error: cannot load the config limits.yaml: error: limits.yaml:0:0: ...`:
+/// the file named twice, "error" said twice, and a position it has not.
+#[test]
+fn a_missing_config_file_is_named_once_and_says_what_to_check() {
+    let sb = Sandbox::new("check-missing-config");
+    let want = "error: cannot load the config: limits.yaml: cannot read: No such file or \
+                directory (os error 2) (check the path; `--config` takes a YAML file or a \
+                directory of them)";
+    refused_alike(&sb, &["--config", "limits.yaml"], &[], want);
+    let checked = check(&sb, &["--config", "limits.yaml"], &[]);
+    assert_eq!(error_line(&checked), want, "{checked}");
+}
+
 /// The `key=value` fields of a summary line.
 fn field<'a>(summary: &'a str, key: &str) -> Option<&'a str> {
     summary

@@ -556,11 +556,11 @@ fn local_config(
             .context("cannot load the config");
     }
     let loaded = match &args.config {
+        // Each diagnostic names the file: the wrapper says only what failed.
         Some(path) => tollgate_config::load_path(path)
-            .map_err(|e| anyhow::anyhow!("{e}"))
-            .with_context(|| format!("cannot load the config {}", path.display()))?,
+            .map_err(|e| anyhow::anyhow!("cannot load the config: {}", e.plain()))?,
         None => tollgate_config::load_str("examples/tollgate.yaml (bundled)", BUNDLED)
-            .map_err(|e| anyhow::anyhow!("{e}"))?,
+            .map_err(|e| anyhow::anyhow!("cannot load the config: {}", e.plain()))?,
     };
     let warnings = loaded.warnings.iter().map(ToString::to_string).collect();
     Ok((loaded.config, warnings))
