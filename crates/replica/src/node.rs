@@ -491,11 +491,21 @@ impl Node {
         // node included; its socket speaks only its advertised address's
         // family, so the other family's addresses are unreachable (and one
         // of them is itself).
+        // An IPv4 address is written as this node's own is (plain, or
+        // mapped into IPv6 for a dual-stack socket), so it can be sent to.
         let own = self.config.addr;
-        let seeds = seeds
+        let listed = seeds.len();
+        let seeds: Vec<SocketAddr> = seeds
             .into_iter()
-            .filter(|s| s.is_ipv4() == own.is_ipv4())
+            .filter_map(|s| same_family(s, own))
             .collect();
+        if listed > 0 && seeds.is_empty() {
+            tracing::warn!(
+                listed,
+                own = %own,
+                "every seed found is of the other address family than --gossip-advertise: none kept"
+            );
+        }
         let seeds = normalize_seeds(seeds, own);
         if seeds == self.config.seeds {
             return out;
@@ -1287,6 +1297,21 @@ fn foca_config(size: u32) -> foca::Config {
 
 /// `seeds` sorted, without duplicates and without `own` (this node's
 /// address), cut to [`MAX_SEEDS`].
+/// `seed` written in `own`'s address family (an IPv4 address plain or
+/// mapped into IPv6, as `own` is), or `None` if it is of the other family.
+fn same_family(seed: SocketAddr, own: SocketAddr) -> Option<SocketAddr> {
+    use std::net::IpAddr;
+    let ip = match (seed.ip().to_canonical(), own.ip()) {
+        (IpAddr::V4(v4), IpAddr::V4(_)) => IpAddr::V4(v4),
+        (IpAddr::V4(v4), IpAddr::V6(o)) if o.to_ipv4_mapped().is_some() => {
+            IpAddr::V6(v4.to_ipv6_mapped())
+        }
+        (IpAddr::V6(v6), IpAddr::V6(o)) if o.to_ipv4_mapped().is_none() => IpAddr::V6(v6),
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, seed.port()))
+}
+
 fn normalize_seeds(mut seeds: Vec<SocketAddr>, own: SocketAddr) -> Vec<SocketAddr> {
     seeds.retain(|s| *s != own);
     seeds.sort_unstable();
@@ -1304,4 +1329,34 @@ fn normalize_seeds(mut seeds: Vec<SocketAddr>, own: SocketAddr) -> Vec<SocketAdd
 
 fn nanos(n: Nanos) -> Duration {
     Duration::from_nanos(n.as_u64())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::same_family;
+    use std::net::SocketAddr;
+
+    /// A seed is kept only in the node's own family, written as the
+    /// node's own address is (plain IPv4, or IPv4 mapped into IPv6 for a
+    /// dual-stack socket).
+    #[test]
+    fn seeds_are_written_in_the_nodes_own_family() {
+        let a = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let v4 = a("10.0.0.1:7946");
+        let mapped = a("[::ffff:10.0.0.1]:7946");
+        let v6 = a("[fd00::1]:7946");
+        let seed_v4 = a("10.0.0.2:7946");
+        let seed_mapped = a("[::ffff:10.0.0.2]:7946");
+        let seed_v6 = a("[fd00::2]:7946");
+        assert_eq!(same_family(seed_v4, v4), Some(seed_v4));
+        assert_eq!(same_family(seed_mapped, v4), Some(seed_v4));
+        assert_eq!(same_family(seed_v6, v4), None);
+        assert_eq!(same_family(seed_v4, mapped), Some(seed_mapped));
+        assert_eq!(same_family(seed_v6, mapped), None);
+        assert_eq!(same_family(seed_v6, v6), Some(seed_v6));
+        assert_eq!(same_family(seed_v4, v6), None);
+        assert_eq!(same_family(seed_mapped, v6), None);
+    }
 }

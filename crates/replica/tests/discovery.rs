@@ -193,4 +193,11 @@ fn seeds_of_the_other_address_family_are_dropped() {
     let v6 = |i: usize| SocketAddr::new(std::net::Ipv6Addr::LOCALHOST.into(), addr_of(i).port());
     net.set_seed_addrs(0, vec![addr_of(0), v6(0), addr_of(1), v6(1)]);
     assert_eq!(net.node(0).unwrap().seeds(), &[addr_of(1)]);
+    // An IPv4-mapped IPv6 address is an IPv4 address.
+    let mapped = SocketAddr::new(
+        std::net::Ipv4Addr::LOCALHOST.to_ipv6_mapped().into(),
+        addr_of(1).port(),
+    );
+    net.set_seed_addrs(0, vec![v6(1), mapped]);
+    assert_eq!(net.node(0).unwrap().seeds(), &[addr_of(1)]);
 }

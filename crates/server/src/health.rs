@@ -57,13 +57,23 @@ pub fn status(service: &str, readiness: Readiness) -> Option<ServingStatus> {
 
 /// The `grpc.health.v1.Health` service of `app`, taking messages of at
 /// most `max_message_bytes`.
-pub fn service<S: Store>(app: Arc<App<S>>, max_message_bytes: usize) -> HealthServer<Health<S>> {
-    HealthServer::new(Health { app }).max_decoding_message_size(max_message_bytes)
+///
+/// `stopped` turns true when the server stops accepting connections (the
+/// end of the shutdown delay): a Watch ends then, not when shutdown
+/// begins, so a client that watches again at once is not answered by a
+/// loop of calls that end as they start while the port still accepts.
+pub fn service<S: Store>(
+    app: Arc<App<S>>,
+    stopped: tokio::sync::watch::Receiver<bool>,
+    max_message_bytes: usize,
+) -> HealthServer<Health<S>> {
+    HealthServer::new(Health { app, stopped }).max_decoding_message_size(max_message_bytes)
 }
 
 /// Answers health checks from the app's readiness.
 pub struct Health<S> {
     app: Arc<App<S>>,
+    stopped: tokio::sync::watch::Receiver<bool>,
 }
 
 /// At most [`SHOWN_BYTES`] of a name a client sent, for an error
@@ -112,31 +122,39 @@ impl<S: Store> health_server::Health for Health<S> {
     type WatchStream = Answers;
 
     /// Sends the status now and at every change; when shutdown begins,
-    /// sends `NOT_SERVING` and ends, so a watcher never holds a graceful
-    /// shutdown up.
+    /// sends `NOT_SERVING`, and ends when the server stops accepting
+    /// connections (after the shutdown delay), so a watcher never holds a
+    /// graceful shutdown up.
     async fn watch(
         &self,
         request: Request<HealthCheckRequest>,
     ) -> Result<Response<Answers>, Status> {
         let service = request.into_inner().service;
         let readiness = self.app.watch_readiness();
+        let stopped = self.stopped.clone();
         let answers = futures_util::stream::unfold(
-            Some((readiness, None)),
-            move |state: Option<(_, Option<ServingStatus>)>| {
+            Some((readiness, stopped, None)),
+            move |state: Option<(_, tokio::sync::watch::Receiver<bool>, Option<ServingStatus>)>| {
                 let service = service.clone();
                 async move {
-                    let (mut readiness, sent) = state?;
+                    let (mut readiness, mut stopped, sent) = state?;
                     loop {
                         let now = *readiness.borrow_and_update();
                         let status = status(&service, now).unwrap_or(ServingStatus::ServiceUnknown);
-                        let last = now == Readiness::Stopping;
                         if sent != Some(status) {
-                            let next = (!last).then_some((readiness, Some(status)));
-                            return Some((Ok(answer(status)), next));
+                            return Some((
+                                Ok(answer(status)),
+                                Some((readiness, stopped, Some(status))),
+                            ));
                         }
-                        // Gone with the app, or stopping with nothing new
-                        // to say (an unknown name): the call ends.
-                        if last || readiness.changed().await.is_err() {
+                        if now == Readiness::Stopping {
+                            // Said; the call ends with the listeners (an
+                            // error means the server is gone: end too).
+                            let _ = stopped.wait_for(|s| *s).await;
+                            return None;
+                        }
+                        if readiness.changed().await.is_err() {
+                            // Gone with the app.
                             return None;
                         }
                     }

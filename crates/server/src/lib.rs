@@ -141,6 +141,21 @@ pub struct Server<S> {
     options: ServerOptions,
     grpc: TcpListener,
     http: TcpListener,
+    hurry: Hurry,
+}
+
+/// Cuts a shutdown's delay short ([`ServerOptions::shutdown_delay`]): for
+/// a shutdown that must not wait for load balancers (a server that
+/// resigned from the copy log, whose holds another server already
+/// released), or an operator's second signal.
+#[derive(Clone, Debug, Default)]
+pub struct Hurry(Arc<tokio::sync::Notify>);
+
+impl Hurry {
+    /// Ends the shutdown delay now, or skips it if it has not begun.
+    pub fn now(&self) {
+        self.0.notify_one();
+    }
 }
 
 impl<S: Store> Server<S> {
@@ -162,7 +177,13 @@ impl<S: Store> Server<S> {
             options,
             grpc,
             http,
+            hurry: Hurry::default(),
         })
+    }
+
+    /// A handle that cuts the shutdown delay short.
+    pub fn hurry(&self) -> Hurry {
+        self.hurry.clone()
     }
 
     /// The bound gRPC address.
@@ -184,6 +205,7 @@ impl<S: Store> Server<S> {
             options,
             grpc,
             http,
+            hurry,
         } = self;
         let (stop_tx, stop_rx) = watch::channel(false);
         let stopped = |mut rx: watch::Receiver<bool>| async move {
@@ -198,7 +220,7 @@ impl<S: Store> Server<S> {
             rls::Rls::new(Arc::clone(&app)).with_headers(options.rls_headers),
         )
         .max_decoding_message_size(max);
-        let health = health::service(Arc::clone(&app), max);
+        let health = health::service(Arc::clone(&app), stop_rx.clone(), max);
         let reflection_v1 = reflection::v1(max)?;
         let reflection_v1alpha = reflection::v1alpha(max)?;
         let grpc_server = tonic::transport::Server::builder()
@@ -259,7 +281,10 @@ impl<S: Store> Server<S> {
                     ?delay,
                     "shutting down: not ready, serving until the delay ends"
                 );
-                tokio::time::sleep(delay).await;
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = hurry.0.notified() => tracing::info!("shutdown delay cut short"),
+                }
             }
             tracing::info!("shutting down: ending sessions, finishing in-flight requests");
             let _ = stop_tx.send(true);

@@ -23,7 +23,9 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 #[non_exhaustive]
 pub enum TlsError {
     /// A file could not be read.
-    #[error("cannot read {what} {path}: {source}")]
+    // The cause is in the message and not a `source`: anyhow's chain
+    // would print it a second time.
+    #[error("cannot read {what} {path}: {cause}")]
     Read {
         /// `certificate`, `private key`, `client CA`, or the flag that
         /// named the file.
@@ -31,7 +33,7 @@ pub enum TlsError {
         /// The file.
         path: PathBuf,
         /// Why.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A file holds no usable PEM item of the kind needed.
     #[error("{what} {path}: {problem}")]
@@ -79,10 +81,10 @@ impl std::fmt::Debug for Tls {
 }
 
 fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read {
+    std::fs::read(path).map_err(|cause| TlsError::Read {
         what,
         path: path.to_owned(),
-        source,
+        cause,
     })
 }
 

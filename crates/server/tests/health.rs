@@ -107,7 +107,7 @@ async fn check_answers_for_the_server_the_native_api_and_the_rls_and_not_found_o
 
 #[tokio::test]
 async fn check_and_readyz_say_not_serving_from_the_moment_shutdown_begins() {
-    let s = TestServer::start(CONFIG).await;
+    let mut s = TestServer::start(CONFIG).await;
     let mut c = client(&s).await;
     let mut watches = Vec::new();
     for name in NAMES {
@@ -127,18 +127,20 @@ async fn check_and_readyz_say_not_serving_from_the_moment_shutdown_begins() {
             "{name:?}"
         );
     }
+    for (name, w) in NAMES.into_iter().zip(watches.iter_mut()) {
+        assert_eq!(next(w).await, Some(ServingStatus::NotServing), "{name:?}");
+    }
+    // A Watch opened now says so at once.
+    let mut late = watch(&mut c, "").await;
+    assert_eq!(next(&mut late).await, Some(ServingStatus::NotServing));
+    // Each ends when the listeners close (at once here: no shutdown
+    // delay), not before, so a client that watches again at once is not
+    // answered by a loop of calls while the port still accepts.
+    s.begin_stop();
     for (name, mut w) in NAMES.into_iter().zip(watches) {
-        assert_eq!(
-            next(&mut w).await,
-            Some(ServingStatus::NotServing),
-            "{name:?}"
-        );
         assert_eq!(next(&mut w).await, None, "{name:?}: the Watch ends");
     }
-    // A Watch opened now says so at once, and ends.
-    let mut w = watch(&mut c, "").await;
-    assert_eq!(next(&mut w).await, Some(ServingStatus::NotServing));
-    assert_eq!(next(&mut w).await, None);
+    assert_eq!(next(&mut late).await, None);
 }
 
 #[tokio::test]
@@ -210,15 +212,25 @@ async fn during_the_shutdown_delay_the_server_is_not_ready_and_still_answers() {
         .unwrap()
         .into_inner();
     assert!(granted.allowed, "{granted:?}");
+    // A Watch opened during the delay is told, and stays open until the
+    // listeners close: here, when the delay is cut short (as a second
+    // signal or a resignation does).
+    let mut w = watch(&mut c, "").await;
+    assert_eq!(next(&mut w).await, Some(ServingStatus::NotServing));
+    s.hurry.now();
+    assert_eq!(next(&mut w).await, None, "the Watch ends with the delay");
+    tokio::time::timeout(BOUND, s.stopped())
+        .await
+        .expect("the server did not stop once its delay was cut short");
 }
 
 #[tokio::test]
 async fn a_watch_of_an_unknown_name_says_service_unknown_rather_than_failing() {
-    let s = TestServer::start(CONFIG).await;
+    let mut s = TestServer::start(CONFIG).await;
     let mut c = client(&s).await;
     let mut w = watch(&mut c, "no.such.Service").await;
     assert_eq!(next(&mut w).await, Some(ServingStatus::ServiceUnknown));
     // It stays open until shutdown, then ends with nothing more to say.
-    s.app.begin_stopping();
+    s.begin_stop();
     assert_eq!(next(&mut w).await, None);
 }

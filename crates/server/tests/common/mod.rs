@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tollgate_proto::rls::rate_limit_service_client::RateLimitServiceClient;
 use tollgate_proto::v1::tollgate_client::TollgateClient;
-use tollgate_server::{App, Server, ServerOptions};
+use tollgate_server::{App, Hurry, Server, ServerOptions};
 use tollgate_service::{Clock, ManualClock, ServiceOptions, SessionLimits, SystemClock};
 use tollgate_store::MemoryStore;
 
@@ -20,6 +20,9 @@ pub struct TestServer {
     pub app: Arc<App<MemoryStore>>,
     pub grpc: SocketAddr,
     pub http: SocketAddr,
+    /// Cuts the shutdown delay short.
+    #[allow(dead_code)] // not every test file uses a shutdown delay
+    pub hurry: Hurry,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
@@ -82,6 +85,7 @@ impl TestServer {
         let server = Server::bind(Arc::clone(&app), options).await.unwrap();
         let grpc = server.grpc_addr().unwrap();
         let http = server.http_addr().unwrap();
+        let hurry = server.hurry();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             server
@@ -95,6 +99,7 @@ impl TestServer {
             app,
             grpc,
             http,
+            hurry,
             stop: Some(stop),
             task: Some(task),
         }
@@ -123,6 +128,14 @@ impl TestServer {
     pub fn begin_stop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
+        }
+    }
+
+    /// Waits until the server has stopped (after [`TestServer::begin_stop`]).
+    #[allow(dead_code)] // not every test file shuts down this way
+    pub async fn stopped(mut self) {
+        if let Some(task) = self.task.take() {
+            task.await.unwrap();
         }
     }
 

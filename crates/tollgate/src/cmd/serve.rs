@@ -1070,6 +1070,7 @@ async fn serve_with<S: Store>(
     // sessions' holds were released by another server, so it must not keep
     // them. A supervisor restarts it with a new id.
     let resigned = Arc::new(std::sync::Mutex::new(None));
+    let hurry = server.hurry();
     let shutdown = {
         let resigned = Arc::clone(&resigned);
         async move {
@@ -1080,10 +1081,24 @@ async fn serve_with<S: Store>(
                 }
             };
             tokio::select! {
-                signal = stop => tracing::info!("{signal} received"),
+                signal = stop => {
+                    tracing::info!("{signal} received");
+                    // A second signal skips what is left of the shutdown
+                    // delay.
+                    if let Ok(again) = stop_signal() {
+                        let hurry = hurry.clone();
+                        tokio::spawn(async move {
+                            let signal = again.await;
+                            tracing::info!("{signal} received again: not waiting for the shutdown delay");
+                            hurry.now();
+                        });
+                    }
+                }
                 Some(r) = resign => {
                     tracing::error!(reason = %r.0, "resigned from the copy log: shutting down");
                     *resigned.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(r);
+                    // Its holds were released by another server: no delay.
+                    hurry.now();
                 }
             }
             let _ = stop_tx.send(true);

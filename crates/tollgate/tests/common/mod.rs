@@ -157,7 +157,8 @@ pub fn run_clean<S: AsRef<str>>(dir: &Path, args: &[S], env: &[(S, S)]) -> Run {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
     cmd.args(args.iter().map(AsRef::as_ref)).current_dir(dir);
     for (k, _) in std::env::vars() {
-        if k.starts_with("TOLLGATE_") {
+        // OTEL_* too: `serve` refuses values the trace exporter cannot use.
+        if k.starts_with("TOLLGATE_") || k.starts_with("OTEL_") {
             cmd.env_remove(k);
         }
     }
