@@ -450,6 +450,18 @@ fn bad_tls_files_are_refused_naming_the_file() {
         &[],
         "cannot read certificate missing.pem",
     );
+    // Issue 23: the cause was said twice (in the message and as its source).
+    let run = check(
+        &sb,
+        &with(&["--tls-cert", "missing.pem", "--tls-key", "server.key"]),
+        &[],
+    );
+    assert!(
+        error_line(&run).ends_with(
+            "cannot read certificate missing.pem: No such file or directory (os error 2)"
+        ),
+        "{run}"
+    );
     refused_alike(
         &sb,
         &with(&["--tls-cert", "junk.pem", "--tls-key", "server.key"]),
