@@ -61,6 +61,15 @@ pub enum ConnectError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The key prefix would break Redis Cluster's hash tags.
+    #[error(
+        "bad --store-prefix `{prefix}`: it must not contain `{{` or `}}` \
+         (tollgate puts each key's hash tag in braces itself)"
+    )]
+    BadPrefix {
+        /// The prefix.
+        prefix: String,
+    },
     /// TLS material was given for a URL that does not use TLS.
     #[error(
         "TLS certificates were given for `{url}`, which does not use TLS: \
@@ -154,7 +163,10 @@ impl Target {
             reason: reason.to_owned(),
         };
         let (scheme, rest) = url.split_once("://").ok_or_else(|| {
-            bad("expected redis://, rediss://, redis-cluster:// or rediss-cluster://")
+            bad(
+                "expected `memory` (the embedded store), or a URL: redis://, rediss://, \
+                 redis-cluster:// or rediss-cluster://",
+            )
         })?;
         match scheme {
             "redis" | "rediss" => {

@@ -72,12 +72,8 @@ impl RedisOptions {
     /// it first, so both refuse the same options with the same error.
     pub fn check(&self) -> Result<Target, ConnectError> {
         if self.prefix.contains(['{', '}']) {
-            return Err(ConnectError::BadUrl {
-                url: redact(&self.url),
-                reason: format!(
-                    "the key prefix `{}` must not contain `{{` or `}}`",
-                    self.prefix
-                ),
+            return Err(ConnectError::BadPrefix {
+                prefix: self.prefix.clone(),
             });
         }
         let target = Target::parse(&self.url)?;

@@ -506,10 +506,16 @@ fn bad_store_urls_and_redis_settings_are_refused() {
             "unknown scheme `postgres`",
         ),
         (vec!["--store", "localhost:6379"], "bad Redis URL"),
+        // Issue 23: `memory` was not among the choices a bad store named.
+        (
+            vec!["--store", "mem"],
+            "bad Redis URL `mem`: expected `memory` (the embedded store), or a URL",
+        ),
         (vec!["--store", "redis-cluster://"], "no seed nodes"),
         (
             vec!["--store", &plain, "--store-prefix", "a{b}:"],
-            "must not contain `{` or `}`",
+            // Issue 23: this was reported as a bad Redis URL.
+            "error: bad --store-prefix `a{b}:`: it must not contain `{` or `}`",
         ),
         (
             vec!["--store", &plain, "--redis-ca-file", "ca.pem"],

@@ -348,6 +348,10 @@ impl ServeArgs {
     /// `err` of the Redis store, in the words of the flags: the URL
     /// (without its password) and the TLS flag it is about.
     fn redis_error(&self, err: ConnectError) -> anyhow::Error {
+        if matches!(err, ConnectError::BadPrefix { .. }) {
+            // It names its flag; the URL is not at fault.
+            return anyhow::Error::new(err);
+        }
         let store = tollgate_redis::conn::redact(&self.store);
         let context = match self.redis_tls_culprit(&err) {
             Some(flags) => format!("cannot use --store {store} with {flags}"),
