@@ -370,25 +370,33 @@ fn it_refuses_to_start_without_tokens_or_with_a_bad_database() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no tokens"));
     let tokens = dir.write("tokens", format!("admin:a:{ADMIN}\n"));
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args([
-            "config-api",
-            "--listen",
-            "127.0.0.1:0",
-            "--database",
-            "mysql://nope/x",
-        ])
-        .arg("--tokens-file")
-        .arg(&tokens)
-        .current_dir(&dir.dir)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("cannot open the database"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // Issue 23: a file name was answered with "relative URL without a
+    // base: relative URL without a base".
+    for database in ["mysql://nope/x", "tollgate.db"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args([
+                "config-api",
+                "--listen",
+                "127.0.0.1:0",
+                "--database",
+                database,
+            ])
+            .arg("--tokens-file")
+            .arg(&tokens)
+            .current_dir(&dir.dir)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "--database {database}: not a database URL: give sqlite:FILE (a SQLite file, \
+                 created if missing) or postgres://USER@HOST/DATABASE"
+            )),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("relative URL"), "{stderr}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -121,6 +121,17 @@ fn tokens(args: &ConfigApiArgs) -> Result<Tokens> {
 
 async fn serve(args: ConfigApiArgs) -> Result<()> {
     let tokens = tokens(&args)?;
+    // Else sqlx answers a file name with "relative URL without a base".
+    if !["sqlite:", "postgres://", "postgresql://"]
+        .iter()
+        .any(|scheme| args.database.starts_with(scheme))
+    {
+        anyhow::bail!(
+            "--database {}: not a database URL: give sqlite:FILE (a SQLite file, created if \
+             missing) or postgres://USER@HOST/DATABASE",
+            tollgate_redis::conn::redact(&args.database)
+        );
+    }
     let password = match &args.database_password_file {
         Some(p) => Some(
             std::fs::read_to_string(p)
