@@ -555,7 +555,10 @@ mod tests {
             .map(|_| ())
             .unwrap_err()
             .to_string();
-        assert!(err.contains("expected redis://"), "{err}");
+        assert!(
+            err.contains("expected `memory` (the embedded store), or a URL: redis://"),
+            "{err}"
+        );
     }
 
     #[test]
