@@ -200,6 +200,28 @@ fn the_bundled_trace_replays_event_by_event_then_summarizes() {
     assert_eq!(row("nope", "*"), ["1", "1", "0", "0", "1"]);
 }
 
+/// Issue 23: a JSON array instead of JSON lines was skipped line by line
+/// with serde's messages, and the run exited 0 having replayed nothing.
+#[test]
+fn a_json_array_is_refused_as_such_with_how_to_convert_it() {
+    let sb = Sandbox::new("replay-array");
+    sb.write("c.yaml", ONE_WINDOW);
+    sb.write(
+        "t.json",
+        "\n[\n  {\"time_ms\": 1, \"domain\": \"a\"},\n  {\"time_ms\": 2, \"domain\": \"a\"}\n]\n",
+    );
+    let run = sb.run(&["replay", "-c", "c.yaml", "-t", "t.json"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(
+        run.stderr.contains(
+            "trace line 2: the trace is a JSON array, but replay reads JSON lines, one object \
+             per line (convert it with `jq -c '.[]' FILE`)"
+        ),
+        "{run}"
+    );
+    assert!(split_events(&run.stdout).0.is_empty(), "{run}");
+}
+
 #[test]
 fn malformed_lines_are_reported_with_their_number_and_skipped() {
     let sb = Sandbox::new("replay-malformed");

@@ -167,6 +167,7 @@ impl Replay {
     ) -> Result<()> {
         let mut count = 0u64;
         let mut number = 0u64;
+        let mut first = true;
         let mut bytes = Vec::new();
         // Split on bytes, not `lines()`: a line that is not UTF-8 is one
         // malformed line to report and skip, not a read error that ends
@@ -199,6 +200,14 @@ impl Replay {
             };
             if line.trim().is_empty() {
                 continue;
+            }
+            if std::mem::take(&mut first) && line.trim_start().starts_with('[') {
+                // Else every line of it is skipped as malformed and the
+                // run "succeeds" having replayed nothing.
+                bail!(
+                    "trace line {number}: the trace is a JSON array, but replay reads JSON \
+                     lines, one object per line (convert it with `jq -c '.[]' FILE`)"
+                );
             }
             let event = match trace::parse(line) {
                 Ok(e) => e,
