@@ -739,8 +739,12 @@ fn replay_of_hostile_traces_ends_in_warnings_naming_each_line() {
                 }
                 let run = dir.run(&args);
                 assert!(!run.stderr.contains("panicked"), "{run}");
+                // A trace that opens with an array is refused whole, even
+                // when lenient (issue 23): it is not JSON lines at all.
+                let array = run.stderr.contains("the trace is a JSON array");
                 match (strict, run.code) {
                     (false, Some(0)) | (true, Some(0 | 1)) => {}
+                    (false, Some(1)) if array => {}
                     _ => panic!("exit {:?}{run}", run.code),
                 }
                 for l in run.stderr.lines() {
@@ -750,7 +754,7 @@ fn replay_of_hostile_traces_ends_in_warnings_naming_each_line() {
                         "a line of standard error that names no trace line: {l:?}{run}"
                     );
                 }
-                if !strict {
+                if !strict && !array {
                     let summary: Value =
                         serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}{run}"));
                     let warned = run
