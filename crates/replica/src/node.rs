@@ -487,26 +487,7 @@ impl Node {
     /// raises the cluster size foca disseminates for.
     pub fn set_seeds(&mut self, seeds: Vec<SocketAddr>, now: Nanos) -> Output {
         let mut out = Output::default();
-        // A dual-stack Service lists every pod under both families, this
-        // node included; its socket speaks only its advertised address's
-        // family, so the other family's addresses are unreachable (and one
-        // of them is itself).
-        // An IPv4 address is written as this node's own is (plain, or
-        // mapped into IPv6 for a dual-stack socket), so it can be sent to.
-        let own = self.config.addr;
-        let listed = seeds.len();
-        let seeds: Vec<SocketAddr> = seeds
-            .into_iter()
-            .filter_map(|s| same_family(s, own))
-            .collect();
-        if listed > 0 && seeds.is_empty() {
-            tracing::warn!(
-                listed,
-                own = %own,
-                "every seed found is of the other address family than --gossip-advertise: none kept"
-            );
-        }
-        let seeds = normalize_seeds(seeds, own);
+        let seeds = normalize_seeds(seeds, self.config.addr);
         if seeds == self.config.seeds {
             return out;
         }
@@ -1295,8 +1276,6 @@ fn foca_config(size: u32) -> foca::Config {
     config
 }
 
-/// `seeds` sorted, without duplicates and without `own` (this node's
-/// address), cut to [`MAX_SEEDS`].
 /// `seed` written in `own`'s address family (an IPv4 address plain or
 /// mapped into IPv6, as `own` is), or `None` if it is of the other family.
 fn same_family(seed: SocketAddr, own: SocketAddr) -> Option<SocketAddr> {
@@ -1312,7 +1291,24 @@ fn same_family(seed: SocketAddr, own: SocketAddr) -> Option<SocketAddr> {
     Some(SocketAddr::new(ip, seed.port()))
 }
 
-fn normalize_seeds(mut seeds: Vec<SocketAddr>, own: SocketAddr) -> Vec<SocketAddr> {
+/// `seeds` in `own`'s address family ([`same_family`]), sorted, without
+/// duplicates and without `own` (this node's address), cut to
+/// [`MAX_SEEDS`]. The family matters because a dual-stack Service lists
+/// every pod under both families, this node included, and the node's
+/// socket speaks only its advertised address's family.
+fn normalize_seeds(seeds: Vec<SocketAddr>, own: SocketAddr) -> Vec<SocketAddr> {
+    let listed = seeds.len();
+    let mut seeds: Vec<SocketAddr> = seeds
+        .into_iter()
+        .filter_map(|s| same_family(s, own))
+        .collect();
+    if listed > 0 && seeds.is_empty() {
+        tracing::warn!(
+            listed,
+            own = %own,
+            "every seed is of the other address family than --gossip-advertise: none kept"
+        );
+    }
     seeds.retain(|s| *s != own);
     seeds.sort_unstable();
     seeds.dedup();
