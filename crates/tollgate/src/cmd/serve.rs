@@ -504,11 +504,7 @@ fn check(args: &ServeArgs) -> Result<()> {
         eprintln!("warning: {w}");
     }
     let resources: usize = p.config.namespaces.iter().map(|n| n.resources.len()).sum();
-    let transport = match &p.tls {
-        Some(t) if t.is_mutual() => "mutual-tls",
-        Some(_) => "tls",
-        None => "plain",
-    };
+    let transport = transport(p.tls.as_ref());
     let mut line = format!(
         "ok: grpc={} http={} transport={transport} store={}",
         args.grpc,
@@ -1004,11 +1000,7 @@ async fn serve_with<S: Store>(
         Err(e) => tracing::warn!(error = %e, "metrics disabled"),
     }
     let app = Arc::new(app);
-    let scheme = match &tls {
-        Some(t) if t.is_mutual() => "mutual TLS",
-        Some(_) => "TLS",
-        None => "plain text",
-    };
+    let scheme = transport(tls.as_ref());
     let options = ServerOptions {
         tls,
         rls_headers: args.rls_response_headers,
@@ -1069,7 +1061,7 @@ async fn serve_with<S: Store>(
     // Said once SIGHUP is handled and the config file is watched: what a
     // caller does on seeing this line (a reload, an edit of the file) is
     // taken as it would be at any later time.
-    tracing::info!(%grpc, %http, gossip = ?gossip_addr, transport = scheme, store = store_name, config = %args.config.as_ref().map_or("bundled example".into(), |p| p.display().to_string()), "tollgate listening");
+    tracing::info!(%grpc, %http, gossip = gossip_addr.map(tracing::field::display), transport = %scheme, store = %store_name, config = %args.config.as_ref().map_or("bundled example".into(), |p| p.display().to_string()), "tollgate listening");
     // Resigning from the copy log ends the server (Charon §4.3.2): its
     // sessions' holds were released by another server, so it must not keep
     // them. A supervisor restarts it with a new id.
@@ -1130,4 +1122,14 @@ async fn serve_with<S: Store>(
         anyhow::bail!("resigned from the copy log: {}", r.0);
     }
     Ok(())
+}
+
+/// How clients reach the server, as `serve --check` and the listening log
+/// line name it: `plain`, `tls` or `mutual-tls`.
+fn transport(tls: Option<&tollgate_server::tls::Tls>) -> &'static str {
+    match tls {
+        Some(t) if t.is_mutual() => "mutual-tls",
+        Some(_) => "tls",
+        None => "plain",
+    }
 }

@@ -205,10 +205,8 @@ impl Serving {
         }
         let line = line
             .unwrap_or_else(|| panic!("no listening line; logs: {:?}", self.logs.lock().unwrap()));
-        let field = line["fields"]["gossip"].as_str().unwrap_or("");
-        field
-            .strip_prefix("Some(")
-            .and_then(|s| s.strip_suffix(')'))
+        line["fields"]["gossip"]
+            .as_str()
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("no gossip address in {line}"))
     }
