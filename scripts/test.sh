@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of tollgate: formatting, lints, unit, property and
 # end-to-end tests. Installs what the tests need when it is missing
-# (redis-server, PostgreSQL and Chromium, from Debian's packages), so it works on a
+# (redis-server, PostgreSQL, Chromium, jq, curl and openssl, from Debian's packages), so it works on a
 # fresh Debian machine with only the Rust toolchain. The tests start their
 # own servers on free loopback ports; nothing here starts a service.
 set -euo pipefail
@@ -47,6 +47,10 @@ command -v chromium-browser >/dev/null 2>&1 || need_package chromium chromium
 # scripts/chaos.sh (the fault-injection suite over many seeds) sums its
 # report with jq.
 need_package jq jq
+# The docs' examples (crates/tollgate/tests/docs/) run as a reader runs
+# them: with curl and openssl.
+need_package curl curl
+need_package openssl openssl
 
 
 echo "== cargo fmt --check"

@@ -192,7 +192,8 @@ fn mask(s: &str) -> (String, Vec<String>) {
         let boundary = i == 0 || !b[i - 1].is_ascii_alphanumeric();
         if boundary
             && b.len() - i >= 32
-            && is_id(&s[i..i + 32])
+            // Hex digits are ASCII, so the slice below is on char boundaries.
+            && b[i..i + 32].iter().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
             && b.get(i + 32).is_none_or(|c| !c.is_ascii_alphanumeric())
         {
             ids.push(s[i..i + 32].to_owned());
@@ -401,6 +402,8 @@ mod tests {
         output(&e, "{\"status\":\"SERVING\"}", &mut ids).unwrap();
         output(&page("uptime     5.572s"), "uptime     38.1ms", &mut ids).unwrap();
         assert!(output(&page("window 10s"), "window 20s", &mut ids).is_err());
+        // Text that is not ASCII next to where an id could start.
+        assert!(output(&page("é0123456789abcdef0123456789abcdeé"), "x", &mut ids).is_err());
         assert!(output(&e, "{\"status\":\"NOT_SERVING\"}", &mut ids).is_err());
     }
 }
