@@ -387,7 +387,7 @@ impl Server {
         let mut grpc = v1::tollgate_client::TollgateClient::new(channel);
         match tokio::time::timeout(timeout, grpc.status(v1::StatusRequest {})).await {
             Ok(Ok(r)) => Ok(r.into_inner()),
-            Ok(Err(s)) => Err(crate::session::status_failure(&s)),
+            Ok(Err(s)) => Err(self.diagnose(crate::session::status_failure(&s)).await),
             Err(_) => Err(Failure::Unreachable(format!(
                 "{} did not answer within {timeout:?}",
                 self.name

@@ -58,6 +58,7 @@ mod error;
 mod hold;
 pub mod metrics;
 mod session;
+mod tls;
 
 pub use acquire::{AcquireBuilder, Acquired};
 pub use client::{Client, Grant, HoldBuilder, RequestBuilder, Via};

@@ -29,6 +29,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 use crate::backoff::{jitter, Clock};
 use crate::config::{ClientConfig, Tls};
 use crate::metrics as m;
+use crate::tls::Probe;
 
 /// Why a call to one server did not get an answer.
 #[derive(Clone, Debug)]
@@ -58,6 +59,20 @@ impl Failure {
                 ..
             }
         )
+    }
+
+    /// Whether the failure came from the connection rather than from the
+    /// server's service: no `tollgate-reason` (the server names the
+    /// reason of every error it answers), and a code the transport gives
+    /// (an HTTP/2 stream cut off, a connection closed under a call).
+    fn is_transport(&self) -> bool {
+        use tonic::Code::*;
+        match self {
+            Failure::Unreachable(_) => true,
+            Failure::Status { code, reason, .. } => {
+                reason.is_empty() && matches!(code, Internal | Unknown | Unavailable | Cancelled)
+            }
+        }
     }
 
     /// Whether the caller is at fault (retrying elsewhere cannot help),
@@ -392,6 +407,9 @@ pub(crate) struct Server {
     reconnect_base: Duration,
     reconnect_max: Duration,
     open_timeout: Duration,
+    /// Finds out what the server refused when a call fails on the
+    /// connection (see [`crate::tls`]).
+    probe: Probe,
 }
 
 #[derive(Default)]
@@ -416,7 +434,12 @@ impl Server {
             format!("http://{uri}")
         };
         let mut endpoint = Endpoint::from_shared(full.clone())
-            .map_err(|e| format!("bad server address {uri:?}: {e}"))?
+            .map_err(|e| format!("bad server address {uri:?}: {e}"))?;
+        let https = full.starts_with("https://");
+        // Before tonic's TLS settings, whose errors name nothing.
+        let probe = Probe::new(endpoint.uri(), config.tls.as_ref(), https)
+            .map_err(|e| format!("TLS for {uri:?}: {e}"))?;
+        endpoint = endpoint
             .connect_timeout(config.connect_timeout)
             .tcp_nodelay(true)
             // A half-open connection (a server that vanished without a
@@ -424,10 +447,10 @@ impl Server {
             .http2_keep_alive_interval(Duration::from_secs(10))
             .keep_alive_timeout(Duration::from_secs(5))
             .keep_alive_while_idle(true);
-        if full.starts_with("https://") {
+        if https {
             endpoint = endpoint
                 .tls_config(tls_config(config.tls.as_ref()))
-                .map_err(|e| format!("TLS for {uri:?}: {e}"))?;
+                .map_err(|e| format!("TLS for {uri:?}: {}", error_chain(&e)))?;
         }
         Ok(Server {
             name: uri.to_owned(),
@@ -439,6 +462,7 @@ impl Server {
             open_timeout: config
                 .connect_timeout
                 .saturating_add(config.request_timeout),
+            probe,
         })
     }
 
@@ -460,7 +484,10 @@ impl Server {
         // then stalls (TLS, headers) must not hang callers past it.
         let opened = tokio::time::timeout(self.open_timeout, async {
             let channel = self.channel().await?;
-            open(channel, self.name.clone()).await
+            match open(channel, self.name.clone()).await {
+                Err(f) => Err(self.diagnose(f).await),
+                opened => opened,
+            }
         })
         .await
         .unwrap_or_else(|_| {
@@ -541,7 +568,7 @@ impl Server {
         let mut grpc = v1::tollgate_client::TollgateClient::new(channel);
         let answer = match tokio::time::timeout(timeout, grpc.request(request)).await {
             Ok(Ok(r)) => Ok(r.into_inner()),
-            Ok(Err(status)) => Err(status_failure(&status)),
+            Ok(Err(status)) => Err(self.diagnose(status_failure(&status)).await),
             Err(_) => Err(Failure::Unreachable(format!(
                 "{} did not answer within {timeout:?}",
                 self.name
@@ -588,15 +615,38 @@ impl Server {
     /// A connection for a unary call (`status`).
     pub(crate) async fn channel(&self) -> Result<Channel, Failure> {
         self.endpoint.connect().await.map_err(|e| {
-            let why = error_chain(&e);
-            // A refused certificate looks like any failed connection and
-            // would fail open quietly: say it loudly.
-            let lower = why.to_ascii_lowercase();
-            if lower.contains("certificate") || lower.contains("handshake") || lower.contains("tls") {
-                tracing::error!(server = %self.name, error = ?why, "TLS with the server failed; check the client's certificate and CA");
-            }
+            let why = match self.probe.explain(&e) {
+                Some(tls) => {
+                    self.tls_failed(&tls);
+                    tls
+                }
+                None => error_chain(&e),
+            };
             Failure::Unreachable(format!("cannot connect to {}: {why}", self.name))
         })
+    }
+
+    /// `failure` of a call, or what the server refused when the call
+    /// failed on its connection: a server that refused this client's
+    /// certificate closes the connection after the handshake, and the
+    /// call only hears `Cancelled` (see [`crate::tls`]).
+    pub(crate) async fn diagnose(&self, failure: Failure) -> Failure {
+        if !failure.is_transport() {
+            return failure;
+        }
+        match tokio::time::timeout(self.open_timeout, self.probe.run()).await {
+            Ok(Some(why)) => {
+                self.tls_failed(&why);
+                Failure::Unreachable(format!("{}: {why}", self.name))
+            }
+            _ => failure,
+        }
+    }
+
+    /// A refused certificate (either side's) looks like any failed
+    /// connection and would fail open quietly: say it loudly.
+    fn tls_failed(&self, why: &str) {
+        tracing::error!(server = %self.name, error = why, "TLS with the server failed");
     }
 
     /// Records that `session` did not answer: it is dropped and the

@@ -29,6 +29,12 @@ pub const CONNECTIONS_REFUSED: &str = "tollgate_connections_refused_total";
 /// Connections closed (or requests answered 408) for being too slow, by
 /// `listener` and `phase` (`handshake`, `header`, `idle`, `body`).
 pub const CONNECTIONS_TIMED_OUT: &str = "tollgate_connections_timed_out_total";
+/// TLS handshakes that failed, by `listener` and `reason`
+/// (`no_client_cert`, `client_cert_untrusted`, `client_cert_v1`,
+/// `client_cert_expired`, `client_cert_refused`, `client_alert`,
+/// `not_tls`, `protocol`, `closed`). Timeouts are
+/// [`CONNECTIONS_TIMED_OUT`]'s.
+pub const TLS_HANDSHAKE_FAILURES: &str = "tollgate_tls_handshake_failures_total";
 /// Decision spans dropped because the export queue was full (the
 /// collector slow or down) or exporting had stopped.
 pub const SPANS_DROPPED: &str = "tollgate_spans_dropped_total";
@@ -77,6 +83,10 @@ fn describe_connections() {
     describe_counter!(
         CONNECTIONS_TIMED_OUT,
         "Connections closed, or requests answered 408, for being too slow, by listener and phase."
+    );
+    describe_counter!(
+        TLS_HANDSHAKE_FAILURES,
+        "TLS handshakes that failed, by listener and reason (the log line says more, at most every 10 s per reason)."
     );
 }
 

@@ -14,9 +14,38 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig};
+use rustls::{CertificateError, RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+/// Where the rules for certificates, and commands that make certificates
+/// that work, are written down (for errors that send the reader there).
+pub(crate) const HOW_TO_MAKE_CERTIFICATES: &str = "docs/server.md, \"Making certificates\"";
+
+/// Whether rustls refused a certificate for being X.509 v1. webpki reads
+/// v3 certificates only (a v1 certificate has no extensions: no
+/// subjectAltName, key usage or CA flag to check), so a v1 server
+/// certificate cannot be served and a v1 client certificate is refused
+/// in the handshake. A v1 CA certificate is fine as a trust anchor.
+pub(crate) fn is_x509_v1(e: &CertificateError) -> bool {
+    matches!(webpki_error(e), Some(webpki::Error::UnsupportedCertVersion))
+}
+
+/// Whether rustls refused a certificate for being a CA's (basicConstraints
+/// CA:TRUE) where a leaf was expected: a self-signed certificate made with
+/// `openssl req -x509`, say, presented as a client's own.
+pub(crate) fn is_ca_as_leaf(e: &CertificateError) -> bool {
+    matches!(webpki_error(e), Some(webpki::Error::CaUsedAsEndEntity))
+}
+
+/// webpki's error behind rustls's, which passes the ones it has no variant
+/// for through as `Other`.
+fn webpki_error(e: &CertificateError) -> Option<&webpki::Error> {
+    match e {
+        CertificateError::Other(other) => other.0.downcast_ref::<webpki::Error>(),
+        _ => None,
+    }
+}
 
 /// A TLS setting that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -164,9 +193,17 @@ impl Tls {
             }
             _ => builder.with_no_client_auth(),
         };
-        let mut config = builder
-            .with_single_cert(chain, key)
-            .map_err(|e| TlsError::Config(format!("certificate and key: {e}")))?;
+        let mut config = builder.with_single_cert(chain, key).map_err(|e| match &e {
+            rustls::Error::InvalidCertificate(c) if is_x509_v1(c) => TlsError::Pem {
+                what: "certificate",
+                path: files.cert.clone(),
+                problem: format!(
+                    "an X.509 v1 certificate, which TLS clients refuse: re-issue it as v3, \
+                     with the server's names in subjectAltName ({HOW_TO_MAKE_CERTIFICATES})"
+                ),
+            },
+            _ => TlsError::Config(format!("certificate and key: {e}")),
+        })?;
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(Tls {
             mutual: client_ca_pem.is_some(),

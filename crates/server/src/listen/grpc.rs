@@ -24,6 +24,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::transport::server::{Connected, TcpConnectInfo, TcpIncoming};
 
+use super::handshake::Handshakes;
 use super::{accept_failed, timed_out, ConnectionLimits, Gate, Io, Permit, Throttle};
 
 /// What a client sends first on HTTP/2: `PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`.
@@ -57,6 +58,9 @@ async fn accept(
     ready: mpsc::Sender<GrpcIo>,
 ) {
     let errors = Throttle::new(std::time::Duration::from_secs(10));
+    let handshakes = acceptor
+        .as_ref()
+        .map(|_| Arc::new(Handshakes::new(gate.listener())));
     loop {
         let next = tokio::select! {
             next = tcp.next() => next,
@@ -84,13 +88,16 @@ async fn accept(
         };
         // In a task of its own, so a slow handshake holds up no other.
         let (acceptor, ready, limits) = (acceptor.clone(), ready.clone(), limits.clone());
+        let handshakes = handshakes.clone();
         tokio::spawn(async move {
             let peer = info.remote_addr;
             let tls = tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream));
             let tls = match tls.await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {
-                    tracing::debug!(?peer, error = %e, "TLS handshake failed");
+                    if let Some(h) = &handshakes {
+                        h.failed(peer, &e);
+                    }
                     return;
                 }
                 Err(_) => {

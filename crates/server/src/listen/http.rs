@@ -46,6 +46,7 @@ use tokio::time::{Instant, Sleep};
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
+use super::handshake::Handshakes;
 use super::{accept_failed, timed_out, ConnectionLimits, Gate, Io, Permit, Throttle};
 
 /// How an HTTP port is served.
@@ -89,6 +90,7 @@ pub async fn serve(
     let grace = port.shutdown_grace;
     let shared = Arc::new(Shared {
         router,
+        handshakes: port.tls.as_ref().map(|_| Handshakes::new(port.listener)),
         acceptor: port.tls.map(TlsAcceptor::from),
         limits: port.limits,
         listener: port.listener,
@@ -140,6 +142,8 @@ pub async fn serve(
 struct Shared {
     router: Router,
     acceptor: Option<TlsAcceptor>,
+    /// Failed handshakes, counted and logged (with TLS only).
+    handshakes: Option<Handshakes>,
     limits: ConnectionLimits,
     listener: &'static str,
     body_timeout_response: fn(Duration) -> Response,
@@ -164,7 +168,9 @@ async fn connection(
         done = handshake => match done {
             Ok(Ok(tls)) => tls,
             Ok(Err(e)) => {
-                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                if let Some(h) = &shared.handshakes {
+                    h.failed(Some(peer), &e);
+                }
                 return;
             }
             Err(_) => {

@@ -21,6 +21,9 @@
 //! (`tollgate_connections_refused_total`) and logged at most once every
 //! ten seconds, so that a flood cannot flood the log too.
 //!
+//! A failed TLS handshake is counted and logged, with its reason in words
+//! and at most once every ten seconds per reason ([`handshake`]).
+//!
 //! This module knows nothing of the limiting service: it depends only on
 //! hyper, rustls and the metric names, so the config API (served by the
 //! same binary) uses it as it is.
@@ -69,6 +72,7 @@ macro_rules! write_through {
 pub(crate) use write_through;
 
 pub mod grpc;
+mod handshake;
 pub mod http;
 
 use std::pin::Pin;
