@@ -260,6 +260,33 @@ fn overrides_cannot_set_resource_wide_fields() {
     );
 }
 
+/// Issue 23: an override's unknown field listed the fields only a resource
+/// may have (`name, kind, shadow_mode, domains, global_limit`) as expected,
+/// and suggested `shadow_mode` for `shadow_mod`, which an override may not
+/// set either.
+#[test]
+fn an_overrides_unknown_field_lists_only_what_an_override_takes() {
+    let e = errors("namespaces:\n  - name: n\n    resources:\n      - name: a\n        algorithm: token_bucket\n        capacity: 10\n        rate: 1/s\n        domains:\n          acme: { wibble: 3 }\n          globex: { shadow_mod: true }\n          initech: { capasity: 3 }\n          umbrella: { algorithm: gcra, rate: 1/s, bogus: 1 }\n");
+    assert_eq!(
+        e,
+        [
+            "t.yaml:9:19: unknown field `wibble` in resource `a`, domain `acme` (expected one of: algorithm, hard_limit, capacity, rate, initial_tokens)",
+            "t.yaml:10:21: unknown field `shadow_mod` in resource `a`, domain `globex` (expected one of: algorithm, hard_limit, capacity, rate, initial_tokens)",
+            "t.yaml:11:22: unknown field `capasity` in resource `a`, domain `initech`, did you mean `capacity`?",
+            "t.yaml:12:51: unknown field `bogus` in resource `a`, domain `umbrella` (expected one of: algorithm, hard_limit, rate, burst)",
+        ]
+    );
+    // A resource-wide field in an override is told so, once, not also
+    // called unknown.
+    let e = errors("namespaces:\n  - name: n\n    resources:\n      - name: a\n        algorithm: gcra\n        rate: 1/s\n        domains: { d: { shadow_mode: true, name: x } }\n");
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(
+        e.iter()
+            .all(|m| m.contains("applies to the whole resource")),
+        "{e:?}"
+    );
+}
+
 #[test]
 fn every_error_is_reported_at_once() {
     let e = errors("namespaces:\n  - name: n\n    resources:\n      - { name: a, algorithm: gcra }\n      - { name: b, algorithm: nope }\n      - { name: c, kind: weird }\n");
