@@ -24,7 +24,7 @@ pub mod sessions;
 pub mod view;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use error::ServiceError;
+pub use error::{Holding, NotHeld, ServiceError};
 pub use limiter::{
     DescriptorOutcome, DescriptorRequest, DescriptorStatus, LimitedBy, Limiter, RateOutcome,
     RateRequest, ReserveOutcome,
