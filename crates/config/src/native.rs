@@ -423,16 +423,14 @@ fn read_rate_spec(
     let mut hard_limit = positive_limit(fields, "hard_limit", context, diags);
     if let (Some(h), Some(g)) = (hard_limit, global_limit) {
         if h > g {
-            // An override inheriting the resource's hard limit was warned
-            // about with the resource.
-            if own.has("hard_limit") {
-                diags.warn(
-                    fields.pos_of("hard_limit"),
-                    format!(
-                        "{context}: hard_limit {h} is above the global_limit {g}; lowered to {g}"
-                    ),
-                );
-            }
+            // A refining override that inherits the resource's hard limit
+            // is warned about too (at the resource's `hard_limit`, where
+            // `fields` found it): each domain whose limit changes is told,
+            // as `check-config` prints the lowered value in each.
+            diags.warn(
+                fields.pos_of("hard_limit"),
+                format!("{context}: hard_limit {h} is above the global_limit {g}; lowered to {g}"),
+            );
             hard_limit = Some(g);
         }
     }

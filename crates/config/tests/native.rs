@@ -328,14 +328,24 @@ fn messages_carry_their_context() {
     );
     let e = one_error("namespaces:\n  - name: n\n    resources:\n      - { name: a, algorithm: fixed_window, limit: 1, window: 10 }\n");
     assert!(e.contains("resource `a`: `window` needs a unit"), "{e}");
-    // A lowered hard limit is reported once, not again for each override
-    // that inherits it.
+    // A lowered hard limit is reported for the resource and again for each
+    // refining override that inherits it (issue 23: config.md promised it,
+    // and each override's printed normal form shows the lowered value), at
+    // the resource's `hard_limit`.
     let loaded = load_str(
         "t.yaml",
         "namespaces:\n  - name: n\n    resources:\n      - name: a\n        algorithm: gcra\n        rate: 1/s\n        hard_limit: 50\n        global_limit: 10\n        domains: { x: { burst: 2 }, y: { burst: 3 } }\n",
     )
     .unwrap();
-    assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+    let warnings: Vec<String> = loaded.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(
+        warnings,
+        [
+            "t.yaml:7:9: resource `a`: hard_limit 50 is above the global_limit 10; lowered to 10",
+            "t.yaml:7:9: resource `a`, domain `x`: hard_limit 50 is above the global_limit 10; lowered to 10",
+            "t.yaml:7:9: resource `a`, domain `y`: hard_limit 50 is above the global_limit 10; lowered to 10",
+        ]
+    );
 }
 
 /// Regression (issue 16, item 11): a document nested 100,000 levels deep

@@ -208,3 +208,58 @@ descriptors:
     assert!(run.stderr.starts_with("error: envoy.yaml:4:"), "{run}");
     assert!(run.stderr.contains("fortnight"), "{run}");
 }
+
+/// Issue 23 (config.md §4): a hard limit lowered to the global limit was
+/// warned about once, for the resource, while `check-config` printed the
+/// lowered value in every refining override too. Each domain whose hard
+/// limit is lowered now gets its own warning, and the normal form shows the
+/// lowered value.
+#[test]
+fn a_lowered_hard_limit_is_warned_about_for_each_override_it_lowers() {
+    let sb = Sandbox::new("check-hard-limit");
+    sb.write(
+        "ov.yaml",
+        "\
+namespaces:
+  - name: n
+    resources:
+      - name: a
+        algorithm: token_bucket
+        capacity: 10
+        rate: 1/s
+        hard_limit: 5
+        global_limit: 3
+        domains:
+          refine: { capacity: 20 }
+          own: { hard_limit: 4 }
+          replace: { algorithm: gcra, rate: 5/s }
+",
+    );
+    let run = sb.run(&["check-config", "ov.yaml"]);
+    assert!(run.success(), "{run}");
+    assert_eq!(
+        run.stderr,
+        "\
+warning: ov.yaml:8:9: resource `a`: hard_limit 5 is above the global_limit 3; lowered to 3
+warning: ov.yaml:8:9: resource `a`, domain `refine`: hard_limit 5 is above the global_limit 3; lowered to 3
+warning: ov.yaml:12:18: resource `a`, domain `own`: hard_limit 4 is above the global_limit 3; lowered to 3
+",
+        "{run}"
+    );
+    for line in [
+        "        hard_limit: 3\n        global_limit: 3\n",
+        "          refine: { algorithm: token_bucket, capacity: 20, rate: 1/1s, hard_limit: 3 }\n",
+        "          own: { algorithm: token_bucket, capacity: 10, rate: 1/1s, hard_limit: 3 }\n",
+        // A replacing override inherits no hard limit: nothing to lower.
+        "          replace: { algorithm: gcra, rate: 5/1s, burst: 1 }\n",
+    ] {
+        assert!(run.stdout.contains(line), "{line}{run}");
+    }
+    sb.write("normal.yaml", &run.stdout);
+    let again = sb.run(&["check-config", "normal.yaml"]);
+    assert_eq!(
+        (again.stdout.as_str(), again.stderr.as_str()),
+        (run.stdout.as_str(), ""),
+        "{again}"
+    );
+}
