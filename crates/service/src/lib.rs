@@ -31,4 +31,4 @@ pub use limiter::{
 };
 pub use service::{Closed, Released, Service, ServiceOptions, Target};
 pub use sessions::{Session, SessionId, SessionLimits, Sessions};
-pub use view::View;
+pub use view::{Unservable, View};
