@@ -34,6 +34,10 @@ const RATE_COMMON: &[&str] = &[
     "hard_limit",
     "replication",
 ];
+/// Fields a rate resource's domain override may have besides its
+/// algorithm's: [`RATE_COMMON`] without [`NOT_PER_DOMAIN`], so an unknown
+/// field in an override is told only what an override may say.
+const PER_DOMAIN: &[&str] = &["algorithm", "hard_limit"];
 /// Fields of a resource that a domain override may not set.
 const NOT_PER_DOMAIN: &[&str] = &[
     "name",
@@ -358,7 +362,7 @@ fn read_rate_resource(
     let errors_before = diags.errors.len();
     let global_limit = positive_limit(f, "global_limit", context, diags);
     let base = f.without(NOT_PER_DOMAIN);
-    let default = read_rate_spec(&base, &base, context, global_limit, diags);
+    let default = read_rate_spec(&base, &base, context, RATE_COMMON, global_limit, diags);
     let mut domains = BTreeMap::new();
     if let Some(d) = f.get("domains") {
         if let Some(map) = diags.take(d.as_map("domains")) {
@@ -382,7 +386,13 @@ fn read_rate_resource(
                 } else {
                     base.overlay(&over)
                 };
-                if let Some(spec) = read_rate_spec(&fields, &over, &dcontext, global_limit, diags) {
+                // The fields refused above are not reported again as
+                // unknown; the rest are checked against what an override
+                // accepts.
+                let own = over.without(NOT_PER_DOMAIN);
+                if let Some(spec) =
+                    read_rate_spec(&fields, &own, &dcontext, PER_DOMAIN, global_limit, diags)
+                {
                     domains.insert(domain.to_owned(), spec);
                 }
             }
@@ -399,28 +409,28 @@ fn read_rate_resource(
 }
 
 /// Reads the algorithm and hard limit from `fields`; unknown fields are
-/// reported against `own` (the mapping the user wrote them in).
+/// reported against `own` (the mapping the user wrote them in), which may
+/// have the fields in `extra` besides the algorithm's parameters.
 fn read_rate_spec(
     fields: &Fields<'_>,
     own: &Fields<'_>,
     context: &str,
+    extra: &[&str],
     global_limit: Option<u64>,
     diags: &mut Diagnostics,
 ) -> Option<RateSpec> {
-    let algorithm = read_algorithm(fields, own, context, RATE_COMMON, diags)?;
+    let algorithm = read_algorithm(fields, own, context, extra, diags)?;
     let mut hard_limit = positive_limit(fields, "hard_limit", context, diags);
     if let (Some(h), Some(g)) = (hard_limit, global_limit) {
         if h > g {
-            // An override inheriting the resource's hard limit was warned
-            // about with the resource.
-            if own.has("hard_limit") {
-                diags.warn(
-                    fields.pos_of("hard_limit"),
-                    format!(
-                        "{context}: hard_limit {h} is above the global_limit {g}; lowered to {g}"
-                    ),
-                );
-            }
+            // A refining override that inherits the resource's hard limit
+            // is warned about too (at the resource's `hard_limit`, where
+            // `fields` found it): each domain whose limit changes is told,
+            // as `check-config` prints the lowered value in each.
+            diags.warn(
+                fields.pos_of("hard_limit"),
+                format!("{context}: hard_limit {h} is above the global_limit {g}; lowered to {g}"),
+            );
             hard_limit = Some(g);
         }
     }

@@ -563,9 +563,12 @@ async fn service_errors_have_their_status_and_reason() {
     let a = post(&s, "/v1/reserve", reserve("acme", 1)).await;
     let id = a.body["hold_id"].as_str().unwrap().to_owned();
     let a = post(&s, "/v1/release", hold_body(&id, "acme", 2)).await;
-    a.error(StatusCode::CONFLICT, 9, "not_held");
+    let message = a.error(StatusCode::CONFLICT, 9, "not_held");
+    assert_eq!(message, "this hold holds only 1 copy of resource `sandbox` for domain `acme`, so it cannot release 2; it holds 1 copy of `sandbox` for domain `acme` in no group");
+    // Issue 23: the wrong domain is told whose copies the hold has.
     let a = post(&s, "/v1/release", hold_body(&id, "globex", 1)).await;
-    a.error(StatusCode::CONFLICT, 9, "not_held");
+    let message = a.error(StatusCode::CONFLICT, 9, "not_held");
+    assert_eq!(message, "this hold holds no copies of resource `sandbox` for domain `globex`, so it cannot release 1; it holds 1 copy of `sandbox` for domain `acme` in no group");
     assert_eq!(holds(&s.app, "acme").await, (1, 1));
     assert_eq!(s.app.sessions().len(), 1);
 }

@@ -1,6 +1,9 @@
 //! Why the service could not answer a request (Charon §3.1's error classes).
 
+use std::fmt;
+
 use thiserror::Error;
+use tollgate_core::copies::{Copies, Groups, InGroups};
 use tollgate_store::StoreError;
 
 /// A request the service cannot answer. Being limited is not an error.
@@ -56,6 +59,10 @@ pub enum ServiceError {
     /// been given back.
     #[error("the session is closed")]
     SessionClosed,
+    /// A release or transfer asked a session for copies its record does
+    /// not hold (Charon §3.1 client error 4, as the session sees it).
+    #[error("{0}")]
+    NotHeld(Box<NotHeld>),
     /// The store refused or failed (releasing what is not held is client
     /// error 4).
     #[error(transparent)]
@@ -88,6 +95,7 @@ impl ServiceError {
             ServiceError::TooManySessions(_) => "too_many_sessions",
             ServiceError::TooManyHolds(_) => "too_many_holds",
             ServiceError::SessionClosed => "session_closed",
+            ServiceError::NotHeld(_) => "not_held",
             ServiceError::Store(StoreError::Copy(tollgate_core::copies::CopyError::NotHeld {
                 ..
             })) => "not_held",
@@ -105,5 +113,93 @@ impl ServiceError {
             ServiceError::Store(StoreError::Unsupported(_)) => "unsupported_by_store",
             ServiceError::Store(_) => "store_unavailable",
         }
+    }
+}
+
+/// What a session was asked to release or transfer and could not, with
+/// what it does hold, so the message names the domain, groups and
+/// resource the caller should have named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotHeld {
+    /// `hold` for an HTTP hold (a leased session), `session` for a gRPC
+    /// session: the word the caller knows it by.
+    pub holder: &'static str,
+    /// `release` or `transfer`.
+    pub operation: &'static str,
+    /// The namespace asked for.
+    pub namespace: String,
+    /// The resource asked for.
+    pub resource: String,
+    /// The domain asked for.
+    pub domain: String,
+    /// The groups asked for, if the request named any.
+    pub groups: Option<Groups>,
+    /// Copies the session holds under what was asked for.
+    pub held: u64,
+    /// Copies asked for.
+    pub requested: u64,
+    /// What the session holds: those of the domain and resource asked for
+    /// first, then of the resource, then the rest, each by most copies; at
+    /// most [`NotHeld::SHOWN`] entries.
+    pub holds: Vec<Holding>,
+    /// Entries the session holds beyond those in `holds`.
+    pub more: usize,
+}
+
+impl NotHeld {
+    /// Entries of the session's record a message lists: a session may
+    /// hold under a thousand, and an error should stay a line.
+    pub const SHOWN: usize = 5;
+}
+
+/// Copies a session holds of one resource, for one domain, in one set of
+/// groups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holding {
+    /// The resource's namespace.
+    pub namespace: String,
+    /// The resource.
+    pub resource: String,
+    /// The domain the copies were reserved for.
+    pub domain: String,
+    /// The groups they are counted in.
+    pub groups: Groups,
+    /// How many.
+    pub copies: u64,
+}
+
+impl fmt::Display for NotHeld {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let held = match self.held {
+            0 => Copies(0).to_string(),
+            n => format!("only {}", Copies(n)),
+        };
+        write!(
+            f,
+            "this {} holds {held} of resource `{}` for domain `{}`",
+            self.holder, self.resource, self.domain
+        )?;
+        if let Some(groups) = &self.groups {
+            write!(f, " {}", InGroups(groups))?;
+        }
+        write!(f, ", so it cannot {} {}; ", self.operation, self.requested)?;
+        if self.holds.is_empty() {
+            return write!(f, "it holds no copies at all");
+        }
+        f.write_str("it holds ")?;
+        for (i, h) in self.holds.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{} of `{}`", Copies(h.copies), h.resource)?;
+            if h.namespace != self.namespace {
+                write!(f, " (namespace `{}`)", h.namespace)?;
+            }
+            write!(f, " for domain `{}` {}", h.domain, InGroups(&h.groups))?;
+        }
+        if self.more > 0 {
+            write!(f, ", and {} more", self.more)?;
+        }
+        Ok(())
     }
 }

@@ -615,13 +615,13 @@ impl<S: Store> Service<S> {
     ) -> Result<(PoolKey, Vec<(HoldKey, u64)>), ServiceError> {
         self.check_target(target)?;
         let pool = PoolKey::new(target.namespace, target.resource);
-        match session.take(&pool, target.domain, groups, copies) {
+        match session.take(&pool, target.domain, groups, copies, operation) {
             Ok(taken) => Ok((pool, taken)),
-            Err(e @ ServiceError::Store(StoreError::Copy(CopyError::NotHeld { held: 0, .. }))) => {
+            Err(ServiceError::NotHeld(e)) if e.held == 0 => {
                 // Nothing of it here: a better error if the name is wrong.
                 self.limiter
                     .copy_pool(target.namespace, target.resource, operation)?;
-                Err(e)
+                Err(ServiceError::NotHeld(e))
             }
             Err(e) => Err(e),
         }

@@ -5,6 +5,7 @@
 //! request.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::Arc;
 
 use tollgate_config::{
@@ -16,6 +17,60 @@ use tollgate_core::{Limit, Nanos};
 use tollgate_store::{LimitId, PoolKey};
 
 use crate::fingerprint::limit_id;
+
+/// A limit of a config that a store cannot serve: where it is, and why
+/// (the reason says what to change).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unservable {
+    /// The namespace.
+    pub namespace: String,
+    /// The resource.
+    pub resource: String,
+    /// The domain override the limit belongs to; `None` for the resource's
+    /// own limits.
+    pub domain: Option<String>,
+    /// Why, and what to change.
+    pub reason: String,
+}
+
+impl fmt::Display for Unservable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "namespace `{}`, resource `{}`",
+            self.namespace, self.resource
+        )?;
+        if let Some(d) = &self.domain {
+            write!(f, ", domain `{d}`")?;
+        }
+        write!(f, ": {}", self.reason)
+    }
+}
+
+/// Puts `problems` in the order their resources are written in `config`
+/// (a view's namespaces are a map), the resource's own before its
+/// overrides', and drops repeats.
+pub fn in_config_order(config: &Config, problems: &mut Vec<Unservable>) {
+    let place = |p: &Unservable| {
+        config
+            .namespaces
+            .iter()
+            .position(|n| n.name == p.namespace)
+            .map(|i| {
+                let r = config.namespaces[i]
+                    .resources
+                    .iter()
+                    .position(|r| r.name == p.resource);
+                (i, r)
+            })
+    };
+    problems.sort_by(|a, b| {
+        place(a)
+            .cmp(&place(b))
+            .then_with(|| a.domain.cmp(&b.domain))
+    });
+    problems.dedup();
+}
 
 /// A built algorithm and the id its state is kept under.
 #[derive(Clone, Debug)]
@@ -181,13 +236,16 @@ impl View {
     /// was compiled from) and answers the limit to decide with, or why it
     /// cannot run. A replicated limit's id also covers its replication
     /// (strategy and gossip parameters), so changing them starts its state
-    /// fresh and nodes that disagree never mix states. The error names the
-    /// namespace and resource.
+    /// fresh and nodes that disagree never mix states. The error lists
+    /// every limit `prepare` refused, so one run shows all there is to
+    /// change; a domain override refused for the reason its resource was is
+    /// not listed again.
     pub fn adapt(
         &mut self,
         config: &Config,
         mut prepare: impl FnMut(&Compiled, Option<&Replication>) -> Result<Limit, String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Vec<Unservable>> {
+        let mut problems: Vec<Unservable> = Vec::new();
         for ns in self.namespaces.values_mut() {
             let Some(configured) = config.namespace(&ns.name) else {
                 continue;
@@ -199,18 +257,40 @@ impl View {
                 let ResourceView::Rate(rate) = &mut r.view else {
                     continue;
                 };
-                let mut compiled: Vec<&mut Compiled> = Vec::new();
-                for d in std::iter::once(&mut rate.default).chain(rate.domains.values_mut()) {
+                // Each limit with the domain override it belongs to (none:
+                // the resource's own), the resource's first.
+                let mut compiled: Vec<(Option<&str>, &mut Compiled)> = Vec::new();
+                let mut domains: Vec<(&String, &mut DomainLimits)> =
+                    rate.domains.iter_mut().collect();
+                domains.sort_by(|a, b| a.0.cmp(b.0));
+                let all = std::iter::once((None, &mut rate.default))
+                    .chain(domains.into_iter().map(|(k, v)| (Some(k.as_str()), v)));
+                for (domain, d) in all {
                     if let Main::Limited(c) = &mut d.main {
-                        compiled.push(c);
+                        compiled.push((domain, c));
                     }
-                    compiled.extend(d.hard.as_mut());
+                    compiled.extend(d.hard.as_mut().map(|c| (domain, c)));
                 }
-                compiled.extend(rate.global.as_mut());
-                for c in compiled {
-                    let limit = prepare(c, replication).map_err(|reason| {
-                        format!("namespace `{}`, resource `{}`: {reason}", ns.name, r.name)
-                    })?;
+                compiled.extend(rate.global.as_mut().map(|c| (None, c)));
+                let mut refused: Vec<String> = Vec::new();
+                for (domain, c) in compiled {
+                    let limit = match prepare(c, replication) {
+                        Ok(limit) => limit,
+                        Err(reason) => {
+                            if domain.is_none() || !refused.contains(&reason) {
+                                problems.push(Unservable {
+                                    namespace: ns.name.clone(),
+                                    resource: r.name.clone(),
+                                    domain: domain.map(str::to_owned),
+                                    reason: reason.clone(),
+                                });
+                            }
+                            if domain.is_none() {
+                                refused.push(reason);
+                            }
+                            continue;
+                        }
+                    };
                     if let Limit::Replicated(how) = &limit {
                         // Whatever chose the replication (the resource or
                         // the cluster's default), nodes that replicate a
@@ -225,7 +305,11 @@ impl View {
                 }
             }
         }
-        Ok(())
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
     }
 
     /// Every limit with state, with the namespace and resource it belongs

@@ -623,3 +623,107 @@ proptest! {
         });
     }
 }
+
+/// Issue 23: `not_held` said ``domain `globex` holds 2 copies in groups []``
+/// of a hold whose copies are in group `big`, and a release naming the
+/// wrong domain did not say whose copies the hold has. The refusal now
+/// names the holder, what was asked, and what it holds instead.
+#[tokio::test]
+async fn not_held_says_what_the_session_holds_instead() {
+    const GROUPS: &str = "namespaces:\n  - name: app\n    resources:\n      - { name: sandbox, kind: concurrency, domain_limit: 3, groups: [ { name: big, members: [acme, globex], limit: 20 } ] }\n      - { name: other, kind: concurrency, domain_limit: 3 }\n      - { name: api, algorithm: gcra, rate: 1/s }\n";
+    let loaded = tollgate_config::load_str("t.yaml", GROUPS).unwrap();
+    let clock = Arc::new(ManualClock::new(Nanos::from_secs(1_000)));
+    let limiter = Limiter::new(MemoryStore::new(), View::new(&loaded.config, Nanos::ZERO));
+    let svc = Arc::new(Service::new(limiter, clock as _, ServiceOptions::default()));
+    let at = |resource, domain| Target {
+        namespace: "app",
+        resource,
+        domain,
+    };
+    fn message<T: std::fmt::Debug>(r: Result<T, ServiceError>) -> String {
+        let e = r.unwrap_err();
+        assert_eq!(e.reason(), "not_held", "{e}");
+        e.to_string()
+    }
+    let big = vec!["big".to_string()];
+    let small = vec!["small".to_string()];
+    // An HTTP hold: a session with a lease.
+    let hold = svc.open(Some(Nanos::from_secs(60))).unwrap();
+    let r = svc
+        .reserve(&hold, at("sandbox", "globex"), Request::exactly(2))
+        .await
+        .unwrap();
+    assert_eq!(r.reservation.groups, big);
+    let has = "it holds 2 copies of `sandbox` for domain `globex` in group `big`";
+    assert_eq!(
+        message(svc.release(&hold, at("sandbox", "globex"), None, 3).await),
+        format!("this hold holds only 2 copies of resource `sandbox` for domain `globex`, so it cannot release 3; {has}")
+    );
+    assert_eq!(
+        message(svc.release(&hold, at("sandbox", "acme"), None, 1).await),
+        format!("this hold holds no copies of resource `sandbox` for domain `acme`, so it cannot release 1; {has}")
+    );
+    assert_eq!(
+        message(svc.release(&hold, at("sandbox", "globex"), Some(&small), 1).await),
+        format!("this hold holds no copies of resource `sandbox` for domain `globex` in group `small`, so it cannot release 1; {has}")
+    );
+    assert_eq!(
+        message(
+            svc.transfer(&hold, at("other", "globex"), None, 1, Nanos::from_secs(5))
+                .await
+        ),
+        format!("this hold holds no copies of resource `other` for domain `globex`, so it cannot transfer 1; {has}")
+    );
+    // Nothing moved; naming it right works.
+    assert_eq!(counted_in(&svc, "sandbox", "globex"), 2);
+    svc.release(&hold, at("sandbox", "globex"), Some(&big), 1)
+        .await
+        .unwrap();
+
+    // A gRPC session (no lease) that holds nothing, then many entries:
+    // the message lists the ones asked about first and stays bounded.
+    let session = svc.open(None).unwrap();
+    assert_eq!(
+        message(svc.release(&session, at("sandbox", "globex"), None, 1).await),
+        "this session holds no copies of resource `sandbox` for domain `globex`, so it cannot release 1; it holds no copies at all"
+    );
+    for domain in ["d1", "d2", "d3", "d4", "d5", "d6"] {
+        svc.reserve(&session, at("other", domain), Request::exactly(1))
+            .await
+            .unwrap();
+    }
+    svc.reserve(&session, at("sandbox", "acme"), Request::exactly(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        message(svc.release(&session, at("sandbox", "acme"), None, 2).await),
+        "this session holds only 1 copy of resource `sandbox` for domain `acme`, so it cannot release 2; it holds 1 copy of `sandbox` for domain `acme` in group `big`, 1 copy of `other` for domain `d1` in no group, 1 copy of `other` for domain `d2` in no group, 1 copy of `other` for domain `d3` in no group, 1 copy of `other` for domain `d4` in no group, and 2 more"
+    );
+    // A wrong resource name is still told it is wrong, not "not held".
+    let e = svc
+        .release(&session, at("nope", "acme"), None, 1)
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason(), "unknown_resource", "{e}");
+    let e = svc
+        .release(&session, at("api", "acme"), None, 1)
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason(), "wrong_resource_kind", "{e}");
+}
+
+/// Copies of `resource` the memory store counts for `domain`.
+fn counted_in(svc: &Service<MemoryStore>, resource: &str, domain: &str) -> u64 {
+    svc.limiter()
+        .store()
+        .reserve_now(
+            &PoolKey::new("app", resource),
+            &CopyLimits::new(u64::MAX, None),
+            domain,
+            Request::between(0, 0),
+            Nanos::ZERO,
+        )
+        .unwrap()
+        .context
+        .domain_holds
+}

@@ -208,3 +208,136 @@ descriptors:
     assert!(run.stderr.starts_with("error: envoy.yaml:4:"), "{run}");
     assert!(run.stderr.contains("fortnight"), "{run}");
 }
+
+/// Issue 23 (config.md §4): a hard limit lowered to the global limit was
+/// warned about once, for the resource, while `check-config` printed the
+/// lowered value in every refining override too. Each domain whose hard
+/// limit is lowered now gets its own warning, and the normal form shows the
+/// lowered value.
+#[test]
+fn a_lowered_hard_limit_is_warned_about_for_each_override_it_lowers() {
+    let sb = Sandbox::new("check-hard-limit");
+    sb.write(
+        "ov.yaml",
+        "\
+namespaces:
+  - name: n
+    resources:
+      - name: a
+        algorithm: token_bucket
+        capacity: 10
+        rate: 1/s
+        hard_limit: 5
+        global_limit: 3
+        domains:
+          refine: { capacity: 20 }
+          own: { hard_limit: 4 }
+          replace: { algorithm: gcra, rate: 5/s }
+",
+    );
+    let run = sb.run(&["check-config", "ov.yaml"]);
+    assert!(run.success(), "{run}");
+    assert_eq!(
+        run.stderr,
+        "\
+warning: ov.yaml:8:9: resource `a`: hard_limit 5 is above the global_limit 3; lowered to 3
+warning: ov.yaml:8:9: resource `a`, domain `refine`: hard_limit 5 is above the global_limit 3; lowered to 3
+warning: ov.yaml:12:18: resource `a`, domain `own`: hard_limit 4 is above the global_limit 3; lowered to 3
+",
+        "{run}"
+    );
+    for line in [
+        "        hard_limit: 3\n        global_limit: 3\n",
+        "          refine: { algorithm: token_bucket, capacity: 20, rate: 1/1s, hard_limit: 3 }\n",
+        "          own: { algorithm: token_bucket, capacity: 10, rate: 1/1s, hard_limit: 3 }\n",
+        // A replacing override inherits no hard limit: nothing to lower.
+        "          replace: { algorithm: gcra, rate: 5/1s, burst: 1 }\n",
+    ] {
+        assert!(run.stdout.contains(line), "{line}{run}");
+    }
+    sb.write("normal.yaml", &run.stdout);
+    let again = sb.run(&["check-config", "normal.yaml"]);
+    assert_eq!(
+        (again.stdout.as_str(), again.stderr.as_str()),
+        (run.stdout.as_str(), ""),
+        "{again}"
+    );
+}
+
+/// Issue 23: `check-config` could not check a file for a replicated
+/// cluster, which refused the README's and the bundled config one resource
+/// per run. `check-config --cluster` holds a file to the cluster's rules
+/// without starting anything and lists every resource to change.
+#[test]
+fn check_config_cluster_holds_a_file_to_a_clusters_rules() {
+    let sb = Sandbox::new("check-cluster");
+    // The example written for a cluster passes, printed as usual.
+    let ok = sb.run(&["check-config", "--cluster", &example("cluster.yaml")]);
+    assert!(ok.success(), "{ok}");
+    assert!(
+        ok.stdout.starts_with("namespaces:\n  - name: web\n"),
+        "{ok}"
+    );
+    assert_eq!(ok.stderr, "", "{ok}");
+    // It is an ordinary config too, and loads beside the bundled one.
+    let plain = sb.run(&["check-config", "--quiet", &example("")]);
+    assert!(plain.success(), "{plain}");
+
+    // The bundled example: valid, but not for a cluster; every resource a
+    // cluster cannot serve is listed at once, and nothing is printed.
+    let bundled = example("tollgate.yaml");
+    assert!(sb.run(&["check-config", "-q", &bundled]).success());
+    let run = sb.run(&["check-config", "--cluster", &bundled]);
+    assert_eq!((run.code, run.stdout.as_str()), (Some(1), ""), "{run}");
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(
+        lines[0],
+        "error: the config cannot run on the replicated store (9 problems, each saying what to change):",
+        "{run}"
+    );
+    let listed: Vec<&str> = lines[1..]
+        .iter()
+        .map(|l| {
+            l.strip_prefix("  namespace `default`, resource `")
+                .and_then(|r| r.split('`').next())
+                .unwrap_or_else(|| panic!("{l}{run}"))
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        ["feed", "exact", "hourly", "queue", "guava", "warm", "login", "batch", "sandbox"],
+        "{run}"
+    );
+    assert!(
+        lines[1..].iter().all(|l| l.contains("Redis store")),
+        "each says what to do instead{run}"
+    );
+
+    // The default strategy is `serve --replication`'s, checked by name.
+    let epoch = sb.run(&[
+        "check-config",
+        "--cluster",
+        "--replication",
+        "epoch",
+        "-q",
+        &example("cluster.yaml"),
+    ]);
+    assert!(epoch.success(), "{epoch}");
+    let bad = sb.run(&[
+        "check-config",
+        "--cluster",
+        "--replication",
+        "gossip",
+        &bundled,
+    ]);
+    assert_eq!(bad.code, Some(2), "{bad}");
+    assert!(
+        bad.stderr
+            .contains("[possible values: counter, queue, epoch]"),
+        "{bad}"
+    );
+    // --replication means nothing without --cluster.
+    let alone = sb.run(&["check-config", "--replication", "epoch", &bundled]);
+    assert_eq!(alone.code, Some(2), "{alone}");
+    assert!(alone.stderr.contains("--cluster"), "{alone}");
+}

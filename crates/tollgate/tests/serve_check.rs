@@ -422,6 +422,75 @@ fn a_config_its_store_cannot_serve_is_refused() {
     );
 }
 
+/// Issue 23: a config a cluster cannot serve was refused one resource per
+/// run, so fixing a file took as many runs as it had problems. Now `serve
+/// --cluster` (and `serve --check`) lists every one, in the config's
+/// order, each saying what to change; a domain override is listed only
+/// when it is refused for a reason of its own.
+#[test]
+fn a_cluster_refuses_a_config_listing_every_resource_to_change() {
+    let sb = Sandbox::new("check-cluster-all");
+    sb.write(
+        "mixed.yaml",
+        "\
+namespaces:
+  - name: default
+    resources:
+      - { name: api, algorithm: token_bucket, capacity: 10, rate: 1/s }
+      - { name: sandbox, kind: concurrency, domain_limit: 3 }
+      - name: feed
+        algorithm: sliding_window
+        limit: 100
+        window: 1m
+        domains: { acme: { limit: 200 } }
+      - name: burst
+        algorithm: gcra
+        rate: 5/s
+        domains: { acme: { algorithm: fixed_window, limit: 5, window: 1m } }
+      - { name: exact, algorithm: sliding_log, limit: 5, window: 10s }
+      - { name: warm, algorithm: token_bucket, capacity: 10, rate: 1/s, initial_tokens: 0 }
+",
+    );
+    sb.write("secret", "0123456789abcdef0123456789abcdef");
+    let node = [
+        "--config",
+        "mixed.yaml",
+        "--cluster",
+        "prod",
+        "--node-id",
+        "n1",
+        "--gossip",
+        "127.0.0.1:0",
+        "--cluster-secret-file",
+        "secret",
+    ];
+    let want = "\
+error: the config cannot run on the replicated store (5 problems, each saying what to change):
+  namespace `default`, resource `sandbox`: copy-limited (concurrency) resources need one owner of truth, which a replicated cluster does not have; remove it from this config, or serve it from the Redis store (--store redis://...)
+  namespace `default`, resource `feed`: `sliding_window` cannot be replicated in a gossip cluster; use `token_bucket` or `gcra` (replicated as queue), or serve it from the Redis store
+  namespace `default`, resource `burst`, domain `acme`: `fixed_window` cannot be replicated in a gossip cluster; use `token_bucket` or `gcra` (replicated as queue), or serve it from the Redis store
+  namespace `default`, resource `exact`: a `sliding_log` is replicated only with `window: 1s` and neither `min_gap` nor `count_rejected`; change it so, use `token_bucket` or `gcra`, or serve it from the Redis store
+  namespace `default`, resource `warm`: `initial_tokens` cannot be replicated: every node starts a key full; remove `initial_tokens`, or serve it from the Redis store
+";
+    let checked = check(&sb, &node, &[]);
+    assert_eq!(
+        (
+            checked.code,
+            checked.stdout.as_str(),
+            checked.stderr.as_str()
+        ),
+        (Some(1), "", want),
+        "{checked}"
+    );
+    let mut args = vec!["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"];
+    args.extend_from_slice(&node);
+    let served = serve_run(&sb, &args, &[]);
+    assert_eq!(served.code, Some(1), "{served}");
+    assert!(served.stderr.ends_with(want), "serve refuses alike{served}");
+    // The same file on the memory store is fine.
+    assert!(check(&sb, &["--config", "mixed.yaml"], &[]).success());
+}
+
 #[test]
 fn bad_tls_files_are_refused_naming_the_file() {
     let sb = Sandbox::new("check-tls");

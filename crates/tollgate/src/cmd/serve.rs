@@ -655,7 +655,7 @@ fn replica(args: &ServeArgs, settings: &ClusterSettings) -> Arc<Replica> {
 /// The error of a config the store cannot serve (the same from `serve`
 /// and `serve --check`).
 fn refused(store_name: &str, reason: &str) -> anyhow::Error {
-    anyhow::anyhow!("the config cannot run on the {store_name} store: {reason}")
+    anyhow::anyhow!(super::check_config::refusal(store_name, reason))
 }
 
 /// Holds `config` to the rules of the store it will run on, without a
