@@ -111,8 +111,9 @@ impl Api {
         });
     }
 
-    /// The router.
-    pub fn router(self) -> Router {
+    /// The router, serving `extra`'s routes too (the binary's
+    /// `/metrics`), with the same error shape.
+    pub fn router(self, extra: Router) -> Router {
         let v1 = Router::new()
             .route("/v1/namespaces", get(list_namespaces))
             .route(
@@ -143,26 +144,53 @@ impl Api {
             .route("/v1/import", axum::routing::post(import))
             .route("/v1/audit", get(audit))
             .route_layer(middleware::from_fn_with_state(self.clone(), authenticate));
-        Router::new()
+        let api = Router::new()
             .merge(v1)
             .route("/healthz", get(|| async { "ok" }))
             .route("/", get(crate::ui::page))
             .route("/ui", get(crate::ui::page))
             .route("/readyz", get(readyz))
-            .layer(middleware::map_response(errors_as_json))
+            .fallback(no_endpoint)
             .with_state(self)
+            .merge(extra);
+        // Around the whole router, not layered onto each route: a route's
+        // `Allow` header is added outside its layers, and the 405's
+        // message lists it.
+        Router::new()
+            .fallback_service(api)
+            .layer(middleware::from_fn(errors_as_json))
     }
 }
 
 /// The longest text of one of axum's own rejections kept in the message.
 const REJECTION_TEXT_BYTES: usize = 1024;
 
+/// What the API serves, for the message of a request to a path it does
+/// not: the caller learns where to go instead of an empty 404.
+const ENDPOINTS: &str =
+    "/v1/namespaces[/{ns}[/resources/{r}[/domains/{d} | /groups/{g}[/members/{m}]]]], \
+     /v1/config, /v1/config/wait, /v1/export, /v1/import, /v1/audit, /healthz, /readyz, /metrics \
+     and the web page at / (docs/config-api.md)";
+
+/// A path the API does not serve: 404 `not_found`, naming the path and
+/// the endpoints there are.
+async fn no_endpoint(uri: axum::http::Uri) -> ApiError {
+    ApiError::not_found(tollgate_server::errors::bounded(format!(
+        "no endpoint at {}; the config API serves {ENDPOINTS}",
+        uri.path()
+    )))
+}
+
 /// Gives axum's own refusals the API's error shape: a body that is not
 /// UTF-8 (`/v1/import`), a path segment that is not valid percent-encoding,
-/// a bad query, a body over the limit, an unknown path or method. axum
-/// answers those in plain text before any handler runs, and clients of
-/// this API parse one shape.
-async fn errors_as_json(response: Response) -> Response {
+/// a body over the limit, a method a path does not take. axum answers
+/// those in plain text (or with an empty body) before any handler runs,
+/// and clients of this API parse one shape. A 405 names the method and
+/// the ones the path takes (also in `Allow`).
+async fn errors_as_json(request: Request, next: Next) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let response = next.run(request).await;
     let status = response.status();
     let is_json = response
         .headers()
@@ -176,13 +204,26 @@ async fn errors_as_json(response: Response) -> Response {
         .await
         .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
         .unwrap_or_default();
-    let message = if text.is_empty() {
-        status
-            .canonical_reason()
-            .unwrap_or("refused")
-            .to_lowercase()
-    } else {
-        text
+    let allowed = parts
+        .headers
+        .get(header::ALLOW)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(',').map(str::trim).collect::<Vec<_>>().join(", "));
+    let message = match (status, allowed) {
+        (StatusCode::METHOD_NOT_ALLOWED, Some(allowed)) => {
+            format!("{path} does not take {method}; it takes {allowed}")
+        }
+        (StatusCode::NOT_FOUND, _) if text.is_empty() => {
+            format!("no endpoint at {path}; the config API serves {ENDPOINTS}")
+        }
+        _ if text.is_empty() => format!(
+            "{method} {path}: {}",
+            status
+                .canonical_reason()
+                .unwrap_or("refused")
+                .to_lowercase()
+        ),
+        _ => text,
     };
     let reason = match status {
         StatusCode::NOT_FOUND => "not_found",
@@ -191,6 +232,7 @@ async fn errors_as_json(response: Response) -> Response {
         StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
         _ => "malformed_request",
     };
+    let message = tollgate_server::errors::bounded(message);
     let mut answer = ApiError::new(status, reason, message).into_response();
     // Keep what tells the client what to do next (`Allow`, `Retry-After`).
     for name in [header::ALLOW, header::RETRY_AFTER] {
@@ -634,29 +676,101 @@ async fn delete_member(
     member(&api, &caller, path, false).await
 }
 
-#[derive(Deserialize)]
-struct Since {
-    #[serde(default)]
-    since: i64,
-    #[serde(default)]
-    timeout_ms: Option<u64>,
+/// A request's query parameters, checked against the ones its endpoint
+/// takes: an unknown one is refused (a misspelt `since` would otherwise
+/// read everything), and each value is parsed with a message naming the
+/// parameter and what it takes, not serde's.
+struct Params {
+    endpoint: &'static str,
+    values: HashMap<String, String>,
 }
 
-async fn delta(State(api): State<Api>, Query(q): Query<Since>) -> Result<Json<Value>, ApiError> {
-    let d = api.db.delta(q.since).await?;
+impl Params {
+    fn new(
+        endpoint: &'static str,
+        takes: &[&str],
+        Query(values): Query<HashMap<String, String>>,
+    ) -> Result<Params, ApiError> {
+        if let Some(unknown) = values.keys().find(|k| !takes.contains(&k.as_str())) {
+            let takes: Vec<String> = takes.iter().map(|t| format!("`{t}`")).collect();
+            return Err(ApiError::malformed(tollgate_server::errors::bounded(
+                format!(
+                    "unknown query parameter {unknown:?}; {endpoint} takes {}",
+                    takes.join(", ")
+                ),
+            )));
+        }
+        Ok(Params { endpoint, values })
+    }
+
+    /// The whole number `name`, at least `min`; `what` says what it is
+    /// for the message when it is not one.
+    fn number(&self, name: &str, min: i64, what: &str) -> Result<Option<i64>, ApiError> {
+        let Some(text) = self.values.get(name) else {
+            return Ok(None);
+        };
+        match text.trim().parse::<i64>() {
+            Ok(n) if n >= min => Ok(Some(n)),
+            _ => Err(ApiError::malformed(tollgate_server::errors::bounded(
+                format!(
+                    "query parameter `{name}` of {} must be {what}, not {text:?}",
+                    self.endpoint
+                ),
+            ))),
+        }
+    }
+
+    /// `since`: the revision a caller has (0, everything, when absent).
+    fn since(&self) -> Result<i64, ApiError> {
+        Ok(self
+            .number(
+                "since",
+                0,
+                "a revision: a whole number from 0 (0: everything)",
+            )?
+            .unwrap_or(0))
+    }
+}
+
+async fn delta(
+    State(api): State<Api>,
+    query: Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    let since = Params::new("GET /v1/config", &["since"], query)?.since()?;
+    delta_after(&api, since).await
+}
+
+async fn delta_after(api: &Api, since: i64) -> Result<Json<Value>, ApiError> {
+    let d = api.db.delta(since).await?;
     Ok(Json(serde_json::to_value(d).unwrap_or(Value::Null)))
 }
 
+/// The longest a long poll waits, whatever `timeout_ms` asks.
+const MAX_WAIT_MS: i64 = 300_000;
+
 /// A long poll: answers with the delta as soon as the revision passes
 /// `since`, or when `timeout_ms` (default 30 s, at most 5 minutes) ends.
-async fn wait(State(api): State<Api>, Query(q): Query<Since>) -> Result<Json<Value>, ApiError> {
-    let timeout = Duration::from_millis(q.timeout_ms.unwrap_or(30_000).min(300_000));
+async fn wait(
+    State(api): State<Api>,
+    query: Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    let params = Params::new("GET /v1/config/wait", &["since", "timeout_ms"], query)?;
+    let since = params.since()?;
+    let timeout_ms = params
+        .number(
+            "timeout_ms",
+            0,
+            "a whole number of milliseconds from 0 (at most 300000 are waited)",
+        )?
+        .unwrap_or(30_000)
+        .min(MAX_WAIT_MS);
+    let timeout = Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
     let mut rx = api.revision.subscribe();
     // A caller ahead of this database (it was replaced or restored) is
     // answered at once: the delta's revision and instance tell it to
     // start over.
-    let _ = tokio::time::timeout(timeout, rx.wait_for(|r| *r != q.since)).await;
-    delta(State(api), Query(q)).await
+    let _ = tokio::time::timeout(timeout, rx.wait_for(|r| *r != since)).await;
+    delta_after(&api, since).await
 }
 
 async fn export(State(api): State<Api>) -> Result<Response, ApiError> {
@@ -699,19 +813,20 @@ async fn import(
     ))
 }
 
-#[derive(Deserialize)]
-struct AuditQuery {
-    #[serde(default)]
-    since: i64,
-    #[serde(default)]
-    limit: Option<i64>,
-}
-
 async fn audit(
     State(api): State<Api>,
-    Query(q): Query<AuditQuery>,
+    query: Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
-    let entries = api.db.audit(q.since, limit).await?;
+    let params = Params::new("GET /v1/audit", &["since", "limit"], query)?;
+    let since = params.since()?;
+    let limit = params
+        .number(
+            "limit",
+            1,
+            "a whole number of entries from 1 (at most 1000 are answered)",
+        )?
+        .unwrap_or(100)
+        .min(1000);
+    let entries = api.db.audit(since, limit).await?;
     Ok(Json(json!({ "entries": entries })))
 }

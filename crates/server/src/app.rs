@@ -1,7 +1,6 @@
 //! The state every surface shares: the service (limiter, sessions, clock),
 //! the config's status, the metrics handle.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::watch;
@@ -13,8 +12,9 @@ use tollgate_store::Store;
 /// What `/status` reports of the config in force.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct ConfigStatus {
-    /// Where it was loaded from (`None`: built in).
-    pub source: Option<PathBuf>,
+    /// Where it comes from, for people: the file or directory, `config
+    /// API URL`, or both as `FILE + config API URL` (`None`: built in).
+    pub source: Option<String>,
     /// Increments with every successful load.
     pub revision: u64,
     /// When the config in force was loaded (Unix ms).
@@ -109,7 +109,7 @@ impl<S: Store> App<S> {
         store: S,
         store_name: &'static str,
         config: Config,
-        source: Option<PathBuf>,
+        source: Option<String>,
         warnings: Vec<String>,
         options: ServiceOptions,
         clock: Arc<dyn Clock>,

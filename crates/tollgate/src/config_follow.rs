@@ -120,24 +120,120 @@ impl View {
     }
 }
 
+/// Where the server's token for the API comes from: named in the
+/// messages of a refusal, and read again after one (a fixed file is taken
+/// without a restart).
+#[derive(Clone, Debug)]
+pub enum TokenSource {
+    /// `--config-api-token-file`.
+    File(PathBuf),
+    /// `TOLLGATE_CONFIG_API_TOKEN`.
+    Env,
+}
+
+impl std::fmt::Display for TokenSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TokenSource::File(path) => write!(f, "--config-api-token-file {}", path.display()),
+            TokenSource::Env => f.write_str("TOLLGATE_CONFIG_API_TOKEN"),
+        }
+    }
+}
+
+impl TokenSource {
+    /// The token it holds: the text, surrounding whitespace (a final
+    /// newline) ignored. An empty one, or one of several lines, is refused
+    /// here rather than sent and refused by the API.
+    pub fn read(&self) -> Result<String> {
+        let text = match self {
+            TokenSource::File(path) => {
+                let bytes = std::fs::read(path)
+                    .with_context(|| format!("cannot read --config-api-token-file {}", path.display()))?;
+                String::from_utf8(bytes).with_context(|| format!("{self} is not UTF-8"))?
+            }
+            TokenSource::Env => std::env::var("TOLLGATE_CONFIG_API_TOKEN").map_err(|_| {
+                anyhow::anyhow!(
+                    "--config-api needs a token: --config-api-token-file or TOLLGATE_CONFIG_API_TOKEN"
+                )
+            })?,
+        };
+        let token = text.trim();
+        if token.is_empty() {
+            bail!("{self} is empty: {TOKEN_FORMAT}");
+        }
+        if token.chars().any(char::is_control) {
+            bail!("{self} holds more than one line: {TOKEN_FORMAT}");
+        }
+        Ok(token.to_owned())
+    }
+}
+
+/// What the server's token is, for messages about a wrong one.
+const TOKEN_FORMAT: &str = "it must hold a `read` token of the config API alone \
+    (the TOKEN of a `read:NAME:TOKEN` line of the API's tokens file)";
+
+/// The API refused the server's token (401, or 403): waiting does not
+/// help, a token does.
+#[derive(Debug)]
+pub struct TokenRefused {
+    base: String,
+    source: TokenSource,
+    status: reqwest::StatusCode,
+    /// The API's message, when it sent its error shape.
+    message: String,
+    /// The token looks like a whole line of the tokens file.
+    whole_line: bool,
+}
+
+impl std::fmt::Display for TokenRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the config API at {} refused the token in {} ({}: {}); {TOKEN_FORMAT}",
+            self.base, self.source, self.status, self.message
+        )?;
+        if self.whole_line {
+            f.write_str("; it holds a whole `ROLE:NAME:TOKEN` line: keep only the TOKEN part")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for TokenRefused {}
+
 /// How to reach the API.
 pub struct Follower {
     http: reqwest::Client,
     base: String,
     token: String,
+    token_source: TokenSource,
     poll: Duration,
     view: View,
 }
 
+/// Why a fetch failed, for the log while following: a new kind of failure
+/// is logged at once, the same one again every 20 failures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Trouble {
+    /// No answer (connection refused, timed out, TLS failed).
+    Unreachable,
+    /// 401 or 403: the token.
+    Refused,
+    /// Another error status, or an answer that is not a delta.
+    BadAnswer,
+}
+
 impl Follower {
     /// A follower of the API at `base` (`http://` or `https://`), with
-    /// `token` (a `read` token), trusting `ca` (PEM) for TLS if given.
+    /// the token of `token_source` (a `read` token), trusting `ca` (PEM)
+    /// for TLS if given.
     pub fn new(
         base: &str,
-        token: String,
+        token_source: TokenSource,
         ca: Option<&PathBuf>,
         poll: Duration,
     ) -> Result<Follower> {
+        let token = token_source.read()?;
         let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .timeout(poll + Duration::from_secs(30));
@@ -155,6 +251,7 @@ impl Follower {
                 .context("cannot build the config API client")?,
             base: base.trim_end_matches('/').to_owned(),
             token,
+            token_source,
             poll,
             view: View::default(),
         })
@@ -184,10 +281,42 @@ impl Follower {
             .text()
             .await
             .context("reading the config API's answer")?;
+        if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
+            let message = serde_json::from_str::<Value>(&text)
+                .ok()
+                .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+                .unwrap_or_else(|| text.chars().take(200).collect());
+            let whole_line = ["read:", "admin:"]
+                .iter()
+                .any(|role| self.token.starts_with(role));
+            return Err(TokenRefused {
+                base: self.base.clone(),
+                source: self.token_source.clone(),
+                status,
+                message,
+                whole_line,
+            }
+            .into());
+        }
         if !status.is_success() {
             bail!("the config API answered {status}: {text}");
         }
         serde_json::from_str(&text).context("the config API's answer is not JSON")
+    }
+
+    /// After a refusal: reads the token again, so a fixed token file is
+    /// taken without a restart. Says so when the token changed.
+    fn reread_token(&mut self) {
+        match self.token_source.read() {
+            Ok(token) if token != self.token => {
+                tracing::info!(token = %self.token_source, "read a new config API token");
+                self.token = token;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = ?format!("{e:#}"), "cannot read the config API token again")
+            }
+        }
     }
 
     /// Gets the whole config now (at startup): the part to start with.
@@ -205,6 +334,7 @@ impl Follower {
         mut stop: watch::Receiver<bool>,
     ) {
         let mut failures = 0u32;
+        let mut last_trouble = None;
         // The view was reset and must be put in force even if its revision
         // is the one it had.
         let mut reset = false;
@@ -219,8 +349,31 @@ impl Follower {
                     failures = failures.saturating_add(1);
                     let wait = Duration::from_millis(100u64 << failures.min(6))
                         .min(Duration::from_secs(5));
-                    if failures == 1 || failures % 20 == 0 {
-                        tracing::warn!(error = ?format!("{e:#}"), "config API unreachable; keeping the config in force");
+                    let trouble = if e.downcast_ref::<TokenRefused>().is_some() {
+                        Trouble::Refused
+                    } else if e.downcast_ref::<reqwest::Error>().is_some() {
+                        Trouble::Unreachable
+                    } else {
+                        Trouble::BadAnswer
+                    };
+                    if last_trouble != Some(trouble) || failures % 20 == 0 {
+                        let error = format!("{e:#}");
+                        let in_force = self.view.revision;
+                        match trouble {
+                            Trouble::Refused => {
+                                tracing::error!(error = ?error, api_revision = in_force, "the config API refused this server's token; keeping the config in force, and reading the token again before each retry")
+                            }
+                            Trouble::Unreachable => {
+                                tracing::warn!(error = ?error, api_revision = in_force, "config API unreachable; keeping the config in force")
+                            }
+                            Trouble::BadAnswer => {
+                                tracing::warn!(error = ?error, api_revision = in_force, "the config API answered with an error; keeping the config in force")
+                            }
+                        }
+                    }
+                    last_trouble = Some(trouble);
+                    if trouble == Trouble::Refused {
+                        self.reread_token();
                     }
                     tokio::select! {
                         _ = tokio::time::sleep(wait) => {}
@@ -232,6 +385,7 @@ impl Follower {
             if failures > 0 {
                 tracing::info!("config API reachable again");
                 failures = 0;
+                last_trouble = None;
             }
             let before = self.view.revision;
             // Another database (replaced, restored) or one that went back

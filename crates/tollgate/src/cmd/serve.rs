@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config_follow::Follower;
+use crate::config_follow::{Follower, TokenRefused, TokenSource};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use tokio::signal::unix::{signal, SignalKind};
@@ -529,9 +529,11 @@ fn check(args: &ServeArgs) -> Result<()> {
     }
     line += &format!(
         " config={} namespaces={} resources={resources} warnings={}",
-        args.config
-            .as_ref()
-            .map_or("bundled".into(), |p| p.display().to_string()),
+        match (&args.config, &args.config_api) {
+            (Some(path), _) => path.display().to_string(),
+            (None, Some(_)) => "none".into(),
+            (None, None) => "bundled".into(),
+        },
         p.config.namespaces.len(),
         p.warnings.len()
     );
@@ -540,6 +542,21 @@ fn check(args: &ServeArgs) -> Result<()> {
     }
     println!("{line}");
     Ok(())
+}
+
+/// Where the config comes from, as `/status` and the Status RPC report
+/// it: the file (or directory), the config API, or both; `None` for the
+/// bundled example.
+fn config_source(args: &ServeArgs) -> Option<String> {
+    let file = args.config.as_ref().map(|p| p.display().to_string());
+    let api = args
+        .config_api
+        .as_deref()
+        .map(|url| format!("config API {}", url.trim_end_matches('/')));
+    match (file, api) {
+        (Some(file), Some(api)) => Some(format!("{file} + {api}")),
+        (file, api) => file.or(api),
+    }
 }
 
 /// The config `serve` starts from before any config API answers: the
@@ -693,26 +710,16 @@ fn follower(args: &ServeArgs) -> Result<Option<Follower>> {
         return Ok(None);
     };
     let token = match &args.config_api_token_file {
-        Some(path) => String::from_utf8(read_flag_file("--config-api-token-file", path)?)
-            .context("the config API token is not UTF-8")?,
-        None => std::env::var("TOLLGATE_CONFIG_API_TOKEN").map_err(|_| {
-            anyhow::anyhow!(
-                "--config-api needs a token: --config-api-token-file or TOLLGATE_CONFIG_API_TOKEN"
-            )
-        })?,
+        Some(path) => TokenSource::File(path.clone()),
+        None => TokenSource::Env,
     };
     let poll = Duration::from_millis(args.config_api_poll_ms.max(100));
-    Follower::new(
-        url,
-        token.trim().to_owned(),
-        args.config_api_ca.as_ref(),
-        poll,
-    )
-    .map(Some)
+    Follower::new(url, token, args.config_api_ca.as_ref(), poll).map(Some)
 }
 
 /// Gets the config API's whole config, retrying for
-/// `--config-api-startup-ms`.
+/// `--config-api-startup-ms`; a refused token is not retried (waiting
+/// does not fix it).
 async fn follow(args: &ServeArgs, mut follower: Follower) -> Result<(Follower, ApiPart)> {
     let url = args.config_api.as_deref().unwrap_or_default();
     let deadline = tokio::time::Instant::now() + Duration::from_millis(args.config_api_startup_ms);
@@ -723,6 +730,7 @@ async fn follow(args: &ServeArgs, mut follower: Follower) -> Result<(Follower, A
                 tracing::info!(url = %url, api_revision = part.revision, "config from the config API");
                 return Ok((follower, part));
             }
+            Err(e) if e.downcast_ref::<TokenRefused>().is_some() => return Err(e),
             Err(e) if tokio::time::Instant::now() + wait < deadline => {
                 tracing::warn!(error = ?format!("{e:#}"), "waiting for the config API");
                 tokio::time::sleep(wait).await;
@@ -963,7 +971,7 @@ async fn serve_with<S: Store>(
         store,
         store_name,
         config,
-        args.config.clone(),
+        config_source(&args),
         warnings,
         ServiceOptions {
             sessions: SessionLimits {
@@ -1038,6 +1046,11 @@ async fn serve_with<S: Store>(
     let mut hup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
     let (hup_tx, hup_rx) = mpsc::channel(1);
     let (stop_tx, stop_rx) = watch::channel(false);
+    let shown_config = match (config_source(&args), &follow) {
+        (Some(source), Some((_, part))) => format!("{source} at revision {}", part.revision),
+        (Some(source), None) => source,
+        (None, _) => "bundled example".to_owned(),
+    };
     if let Some((follower, part)) = follow {
         app.adopt_api_part(part);
         tokio::spawn(follower.run(Arc::clone(&app), args.config.clone(), stop_rx.clone()));
@@ -1061,7 +1074,7 @@ async fn serve_with<S: Store>(
     // Said once SIGHUP is handled and the config file is watched: what a
     // caller does on seeing this line (a reload, an edit of the file) is
     // taken as it would be at any later time.
-    tracing::info!(%grpc, %http, gossip = gossip_addr.map(tracing::field::display), transport = %scheme, store = %store_name, config = %args.config.as_ref().map_or("bundled example".into(), |p| p.display().to_string()), "tollgate listening");
+    tracing::info!(%grpc, %http, gossip = gossip_addr.map(tracing::field::display), transport = %scheme, store = %store_name, config = %shown_config, "tollgate listening");
     // Resigning from the copy log ends the server (Charon §4.3.2): its
     // sessions' holds were released by another server, so it must not keep
     // them. A supervisor restarts it with a new id.
