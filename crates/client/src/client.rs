@@ -12,6 +12,7 @@ use crate::config::ClientConfig;
 use crate::error::{Error, Rejected, Rejection};
 use crate::hold::Hold;
 use crate::metrics as m;
+use crate::outage::Outage;
 use crate::session::{Delivered, Failure, Server, Session};
 
 /// How a call was granted.
@@ -23,7 +24,8 @@ pub enum Via {
     /// error such as `store_unavailable`): granted the minimum without a
     /// server (Charon §4.3's degraded mode). A server that answered and
     /// refused (too many sessions, store at capacity) is never taken for
-    /// this: see [`Error::AtCapacity`].
+    /// this: see [`Error::AtCapacity`]. The grant's (or hold's) outage
+    /// says which servers were tried and how each failed.
     Degraded,
     /// A server rejected it and the kill switch turned the rejection into
     /// a grant of the minimum.
@@ -44,6 +46,9 @@ pub struct Grant {
     pub attempts: u32,
     /// Time spent, sleeps included.
     pub waited: Duration,
+    /// Why no server answered, when [`Via::Degraded`]: every server
+    /// tried, each with its error. `None` otherwise.
+    pub outage: Option<Outage>,
 }
 
 impl Grant {
@@ -165,22 +170,22 @@ impl Client {
             )),
             Ok(_) => Err(wrong_kind()),
             Err(Call::Refused(f)) => Err(refused(f)),
-            Err(Call::Unavailable(why)) => Err(Error::Unavailable(why)),
+            Err(Call::Unavailable(outage)) => Err(Error::Unavailable(outage.to_string())),
         }
     }
 
     /// The first answering server's status (version, store, readiness,
     /// config revision, sessions).
     pub async fn status(&self) -> Result<(String, v1::StatusResponse), Error> {
-        let mut last = String::from("no server");
+        let mut outage = Outage::default();
         for server in &self.inner.servers {
             match server.status(self.inner.config.request_timeout).await {
                 Ok(s) => return Ok((server.name.clone(), s)),
                 Err(f) if f.is_client_error() || f.is_refusal() => return Err(refused(f)),
-                Err(f) => last = f.to_string(),
+                Err(f) => outage.push(&server.name, f),
             }
         }
-        Err(Error::Unavailable(last))
+        Err(Error::Unavailable(outage.to_string()))
     }
 }
 
@@ -196,8 +201,8 @@ pub(crate) enum Read<T> {
 pub(crate) enum Ended<T> {
     /// A server granted it.
     Granted(T),
-    /// No server answered: grant the minimum, degraded.
-    Degraded,
+    /// No server answered: grant the minimum, degraded, saying why.
+    Degraded(Outage),
     /// A server rejected it and the kill switch grants the minimum.
     Overridden(Rejected),
 }
@@ -212,8 +217,9 @@ pub(crate) enum Call {
     /// A server answered with a refusal: the caller's mistake, or (when
     /// every server that answered refused) want of room. Not failed open.
     Refused(Failure),
-    /// No server answered (or every one failed with a server error).
-    Unavailable(String),
+    /// No server answered (or every one failed with a server error):
+    /// each server tried, with its failure.
+    Unavailable(Outage),
 }
 
 /// The error a refusing answer ends a call with.
@@ -248,7 +254,7 @@ impl Inner {
     pub(crate) async fn call(&self, op: Op) -> Result<(Delivered, Option<Arc<Session>>), Call> {
         let n = self.servers.len();
         let first = self.preferred.load(Ordering::Relaxed) as usize % n.max(1);
-        let mut last = String::new();
+        let mut outage = Outage::default();
         let mut refusal = None;
         for i in 0..n {
             let index = (first + i) % n;
@@ -274,7 +280,7 @@ impl Inner {
                 Err(f) if f.is_refusal() => refusal = Some(f),
                 // Unreachable, or a server error: another server may do
                 // better.
-                Err(f) => last = f.to_string(),
+                Err(f) => outage.push(&server.name, f),
             }
         }
         if let Some(f) = refusal {
@@ -282,7 +288,7 @@ impl Inner {
             return Err(Call::Refused(f));
         }
         metrics::gauge!(m::SERVING).set(0.0);
-        Err(Call::Unavailable(last))
+        Err(Call::Unavailable(outage))
     }
 
     /// Sends `op` on `server`'s session (opening one if needed). A session
@@ -297,7 +303,7 @@ impl Inner {
             Ok(answer) => Ok((answer, session)),
             Err(f) => {
                 if matches!(f, Failure::Unreachable(_)) || !session.is_alive() {
-                    server.failed(&session);
+                    server.failed(&session, &f);
                 }
                 Err(f)
             }
@@ -328,13 +334,13 @@ impl Inner {
             let (answer, session) = match self.call(op.clone()).await {
                 Ok((delivered, session)) => (delivered.claim(), session),
                 Err(Call::Refused(f)) => return Err(refused(f)),
-                Err(Call::Unavailable(why)) => {
+                Err(Call::Unavailable(outage)) => {
                     if !self.config.fail_open {
-                        return Err(Error::Unavailable(why));
+                        return Err(Error::Unavailable(outage.to_string()));
                     }
-                    self.degraded(what, &why);
+                    self.degraded(what, &outage);
                     let waited = clock.now().saturating_sub(start);
-                    return Ok((Ended::Degraded, attempts, waited));
+                    return Ok((Ended::Degraded(outage), attempts, waited));
                 }
             };
             let waited = clock.now().saturating_sub(start);
@@ -363,7 +369,7 @@ impl Inner {
     }
 
     /// Logs that a call failed open, at most once per [`LOG_EVERY`].
-    fn degraded(&self, op: &'static str, why: &str) {
+    fn degraded(&self, op: &'static str, why: &Outage) {
         metrics::counter!(m::DEGRADED, "op" => op).increment(1);
         let now = u64::try_from(self.config.clock.now().as_millis())
             .unwrap_or(u64::MAX)
@@ -376,7 +382,7 @@ impl Inner {
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            tracing::warn!(op, reason = ?why, "no tollgate server answered; granting the minimum (degraded)");
+            tracing::warn!(op, reason = %why, "no tollgate server answered; granting the minimum (degraded)");
         }
     }
 }
@@ -389,8 +395,7 @@ impl Server {
             Ok(Ok(r)) => Ok(r.into_inner()),
             Ok(Err(s)) => Err(self.diagnose(crate::session::status_failure(&s)).await),
             Err(_) => Err(Failure::Unreachable(format!(
-                "{} did not answer within {timeout:?}",
-                self.name
+                "did not answer within {timeout:?}"
             ))),
         }
     }
@@ -455,15 +460,15 @@ impl RequestBuilder {
                 _ => Err(wrong_kind()),
             })
             .await?;
-        let (granted, via, response) = match ended {
-            Ended::Granted(r) => (r.granted, Via::Server, Some(r)),
-            Ended::Degraded => (min, Via::Degraded, None),
+        let (granted, via, response, outage) = match ended {
+            Ended::Granted(r) => (r.granted, Via::Server, Some(r), None),
+            Ended::Degraded(outage) => (min, Via::Degraded, None, Some(outage)),
             Ended::Overridden(last) => {
                 let response = match last {
                     Rejected::Rate(r) => Some(r),
                     Rejected::Hold(_) => None,
                 };
-                (min, Via::KillSwitch, response)
+                (min, Via::KillSwitch, response, None)
             }
         };
         Ok(Grant {
@@ -472,6 +477,7 @@ impl RequestBuilder {
             response,
             attempts,
             waited,
+            outage,
         })
     }
 }
@@ -532,7 +538,7 @@ impl HoldBuilder {
                 _ => Err(wrong_kind()),
             })
             .await?;
-        let via = match ended {
+        let (via, outage) = match ended {
             Ended::Granted((response, session)) => {
                 return Ok(Hold::on_server(
                     session,
@@ -544,8 +550,8 @@ impl HoldBuilder {
                     Some((response, attempts, waited)),
                 ))
             }
-            Ended::Degraded => Via::Degraded,
-            Ended::Overridden(_) => Via::KillSwitch,
+            Ended::Degraded(outage) => (Via::Degraded, Some(outage)),
+            Ended::Overridden(_) => (Via::KillSwitch, None),
         };
         Ok(Hold::local(
             &request.namespace,
@@ -555,6 +561,7 @@ impl HoldBuilder {
             via,
             attempts,
             waited,
-        ))
+        )
+        .with_outage(outage))
     }
 }

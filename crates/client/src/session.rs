@@ -34,7 +34,9 @@ use crate::tls::Probe;
 /// Why a call to one server did not get an answer.
 #[derive(Clone, Debug)]
 pub(crate) enum Failure {
-    /// Could not connect, the stream broke, or no answer in time.
+    /// Could not connect, the stream broke, or no answer in time. The
+    /// text does not name the server: whoever asked it adds the name
+    /// (an [`Outage`](crate::Outage) lists each server with its failure).
     Unreachable(String),
     /// The server answered with an error.
     Status {
@@ -215,20 +217,16 @@ impl Session {
                 reply: Some(reply),
                 restore,
             })
-            .map_err(|_| Failure::Unreachable(format!("the session to {} ended", self.endpoint)))?;
+            .map_err(|_| Failure::Unreachable("the session ended".to_owned()))?;
         match tokio::time::timeout(timeout, &mut answer).await {
             Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(Failure::Unreachable(format!(
-                "the session to {} ended",
-                self.endpoint
-            ))),
+            Ok(Err(_)) => Err(Failure::Unreachable("the session ended".to_owned())),
             Err(_) => {
                 // An answer arriving from now on is dropped with the
                 // receiver, and its guard releases what it granted.
                 answer.close();
                 Err(Failure::Unreachable(format!(
-                    "{} did not answer within {timeout:?}",
-                    self.endpoint
+                    "did not answer within {timeout:?}"
                 )))
             }
         }
@@ -337,7 +335,7 @@ async fn open(channel: Channel, endpoint: String) -> Result<Arc<Session>, Failur
         for (_, (_, reply, _)) in pending {
             if let Some(reply) = reply {
                 let _ = reply.send(Err(Failure::Unreachable(format!(
-                    "the session to {endpoint} ended: {why}"
+                    "the session ended: {why}"
                 ))));
             }
         }
@@ -421,6 +419,9 @@ struct State {
     failures: u32,
     /// Not before this (clock time) after a failure.
     retry_at: Option<Duration>,
+    /// What the last failure was: a call refused during the backoff says
+    /// it, not only that the server failed.
+    last_failure: String,
 }
 
 impl Server {
@@ -492,8 +493,8 @@ impl Server {
         .await
         .unwrap_or_else(|_| {
             Err(Failure::Unreachable(format!(
-                "{} did not open a session within {:?}",
-                self.name, self.open_timeout
+                "did not open a session within {:?}",
+                self.open_timeout
             )))
         });
         let mut state = self.state();
@@ -517,7 +518,7 @@ impl Server {
             Err(f) if f.is_client_error() || f.is_refusal() => Err(f),
             Err(f) => {
                 if state.session.as_ref().is_none_or(|s| !s.is_alive()) {
-                    self.failed_locked(&mut state);
+                    self.failed_locked(&mut state, &f);
                 }
                 Err(f)
             }
@@ -549,8 +550,8 @@ impl Server {
                     .await
                     .unwrap_or_else(|_| {
                         Err(Failure::Unreachable(format!(
-                            "{} did not accept a connection within {:?}",
-                            self.name, self.open_timeout
+                            "did not accept a connection within {:?}",
+                            self.open_timeout
                         )))
                     });
                 match connected {
@@ -559,7 +560,7 @@ impl Server {
                         c
                     }
                     Err(f) => {
-                        self.channel_failed();
+                        self.channel_failed(&f);
                         return Err(f);
                     }
                 }
@@ -570,12 +571,11 @@ impl Server {
             Ok(Ok(r)) => Ok(r.into_inner()),
             Ok(Err(status)) => Err(self.diagnose(status_failure(&status)).await),
             Err(_) => Err(Failure::Unreachable(format!(
-                "{} did not answer within {timeout:?}",
-                self.name
+                "did not answer within {timeout:?}"
             ))),
         };
         match &answer {
-            Err(Failure::Unreachable(_)) => self.channel_failed(),
+            Err(f @ Failure::Unreachable(_)) => self.channel_failed(f),
             _ => {
                 let mut state = self.state();
                 if state.failures > 0 {
@@ -592,8 +592,8 @@ impl Server {
     fn backing_off(&self, state: &State) -> Result<(), Failure> {
         match state.retry_at {
             Some(at) if self.clock.now() < at => Err(Failure::Unreachable(format!(
-                "{} failed recently; next attempt in {:?}",
-                self.name,
+                "failed recently ({}); next attempt in {:?}",
+                state.last_failure,
                 at.saturating_sub(self.clock.now())
             ))),
             _ => Ok(()),
@@ -604,11 +604,11 @@ impl Server {
     /// connects anew) and the server is not tried again before its
     /// reconnection backoff. A live session is left alone: its own stream
     /// tells whether it still works.
-    fn channel_failed(&self) {
+    fn channel_failed(&self, why: &Failure) {
         let mut state = self.state();
         state.channel = None;
         let session = state.session.take();
-        self.failed_locked(&mut state);
+        self.failed_locked(&mut state, why);
         state.session = session;
     }
 
@@ -622,7 +622,8 @@ impl Server {
                 }
                 None => error_chain(&e),
             };
-            Failure::Unreachable(format!("cannot connect to {}: {why}", self.name))
+            // The server's name is added where failures are collected.
+            Failure::Unreachable(format!("cannot connect: {why}"))
         })
     }
 
@@ -637,7 +638,7 @@ impl Server {
         match tokio::time::timeout(self.open_timeout, self.probe.run()).await {
             Ok(Some(why)) => {
                 self.tls_failed(&why);
-                Failure::Unreachable(format!("{}: {why}", self.name))
+                Failure::Unreachable(why)
             }
             _ => failure,
         }
@@ -652,19 +653,20 @@ impl Server {
     /// Records that `session` did not answer: it is dropped and the
     /// server is not tried again before its reconnection backoff (unless a
     /// newer session replaced it meanwhile).
-    pub(crate) fn failed(&self, session: &Arc<Session>) {
+    pub(crate) fn failed(&self, session: &Arc<Session>, why: &Failure) {
         let mut state = self.state();
         let current = match &state.session {
             None => true,
             Some(s) => Arc::ptr_eq(s, session),
         };
         if current {
-            self.failed_locked(&mut state);
+            self.failed_locked(&mut state, why);
         }
     }
 
-    fn failed_locked(&self, state: &mut State) {
+    fn failed_locked(&self, state: &mut State, why: &Failure) {
         state.session = None;
+        state.last_failure = why.to_string();
         let nominal = self
             .reconnect_base
             .saturating_mul(1u32.checked_shl(state.failures.min(16)).unwrap_or(u32::MAX))
