@@ -298,17 +298,16 @@ fn chart_writes_well_formed_svg_with_the_series_names() {
     let dir = scratch("chart");
     let path = dir.join("chart.svg");
     let series = [
-        Series::new(
+        Series::reference(
             "perfect sliding window",
             vec![(0.0, 0.0), (30.0, 60.0), (60.0, 100.0)],
-            LineStyle::REFERENCE,
         ),
         Series::new(
             "fixed window",
             vec![(0.0, 0.0), (30.0, 50.0), (60.0, f64::NAN), (61.0, 2.0)],
-            LineStyle::dashed(0),
+            LineStyle::series(0),
         ),
-        Series::new("empty", vec![], LineStyle::solid(1)),
+        Series::new("empty", vec![], LineStyle::series(1)),
     ];
     line_chart(&path, "count in the window", "time (s)", "hits", &series).unwrap();
     let svg = std::fs::read_to_string(&path).unwrap();
