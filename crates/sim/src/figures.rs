@@ -98,9 +98,12 @@ pub fn figures(set_name: &str, outcomes: &[Outcome]) -> Vec<Figure> {
             .collect()
     };
     let mut rejections = Vec::new();
-    // Every run sees the same centralized limiter; the longest series
-    // (the slowest strategy to converge) carries its count to the end.
-    if let Some(longest) = outcomes.iter().max_by_key(|o| o.series.len()) {
+    // Every run sees the same centralized limiter; the series that ends
+    // last (the slowest strategy to converge) carries its count to the
+    // end. By time, not by samples: two runs with as many samples can end
+    // up to a sample interval apart.
+    let end = |o: &&Outcome| o.series.last().map_or(f64::NEG_INFINITY, |s| s.t);
+    if let Some(longest) = outcomes.iter().max_by(|a, b| end(a).total_cmp(&end(b))) {
         rejections.push(Series::reference(
             "centralized",
             longest

@@ -141,6 +141,26 @@ fn every_strategy_and_the_ground_truth_differ_in_colour_and_in_dash() {
 }
 
 #[test]
+fn the_ground_truth_runs_to_the_latest_end_whatever_the_order_of_runs() {
+    let (name, outcomes) = all_strategies();
+    let long = outcomes[0].clone();
+    let end = long.series.last().map(|s| s.t).unwrap();
+    // The short run comes first and has more samples, packed into half the
+    // time: the first run, or the one with the most samples, would both
+    // end the line early.
+    let mut short = long.clone();
+    short.strategy = outcomes[1].strategy.clone();
+    for sample in &mut short.series {
+        sample.t /= 2.0;
+    }
+    let last = short.series.last().cloned().unwrap();
+    short.series.extend([last.clone(), last]);
+    let charts = figures(&name, &[short, long]);
+    let truth = charts[0].series.iter().find(|s| s.reference).unwrap();
+    assert_eq!(truth.points.last().map(|p| p.0), Some(end));
+}
+
+#[test]
 fn the_simulations_charts_give_each_line_its_own_look() {
     let (name, outcomes) = all_strategies();
     let charts = figures(&name, &outcomes);
@@ -163,9 +183,13 @@ fn the_simulations_charts_give_each_line_its_own_look() {
     let truth: Vec<&Series> = rejections.series.iter().filter(|s| s.reference).collect();
     assert_eq!(truth.len(), 1);
     assert_eq!(truth[0].name, "centralized");
-    // Its count reaches the end of the longest run, not the first's.
-    let longest = outcomes.iter().map(|o| o.series.len()).max().unwrap();
-    assert_eq!(truth[0].points.len(), longest);
+    // Its count reaches the end of the run that ends last.
+    let end = outcomes
+        .iter()
+        .filter_map(|o| o.series.last())
+        .map(|s| s.t)
+        .fold(f64::NEG_INFINITY, f64::max);
+    assert_eq!(truth[0].points.last().map(|p| p.0), Some(end));
     // The lines as drawn: nine strokes, each its own colour.
     let svg = rejections.svg().unwrap();
     let drawn: HashSet<String> = series_strokes(&svg).into_iter().collect();
@@ -299,6 +323,9 @@ fn a_dash_pattern_runs_on_through_the_points_of_a_line() {
     assert_eq!(dash_runs(&line, &[]), [line.to_vec()]);
     assert_eq!(dash_runs(&line, &[0, 0]), [line.to_vec()]);
     assert!(dash_runs(&line[..1], &[10, 5]).is_empty());
+    // Points that cannot be drawn end nothing: no endless loop, no line.
+    assert!(dash_runs(&[(0.0, 0.0), (f64::INFINITY, 0.0)], &[10, 5]).is_empty());
+    assert!(dash_runs(&[(0.0, 0.0), (f64::NAN, 1.0)], &[10, 5]).is_empty());
     // Every style's pattern draws something and skips something.
     for index in 0..8 {
         let style = LineStyle::series(index);

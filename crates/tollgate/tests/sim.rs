@@ -246,6 +246,11 @@ fn bad_arguments_are_refused_by_name() {
     for (args, named) in [
         (vec!["--dataset", "Z"], "Z"),
         (vec!["--strategies", "counter,psychic"], "psychic"),
+        // Twice the same run would share one series file and one look.
+        (
+            vec!["--strategies", "counter,queue,counter"],
+            "`counter` is named twice (as strategy 1 and 3)",
+        ),
         (vec!["--assign", "nearest"], "nearest"),
         (vec!["--loss", "2"], "--loss"),
         (vec!["--capacity", "0"], "--capacity"),

@@ -104,9 +104,11 @@ impl LineStyle {
 /// The drawn stretches of `path` under the dash `pattern` (see
 /// [`LineStyle::dash`]): each a polyline of at least two points, measured
 /// along the whole path, so the pattern carries on through its vertices.
-/// A solid pattern gives the path itself.
+/// A solid pattern gives the path itself. A path with a point that is not
+/// finite cannot be drawn, and gives nothing (an infinite segment would
+/// never end its pattern).
 pub fn dash_runs(path: &[(f64, f64)], pattern: &[u32]) -> Vec<Vec<(f64, f64)>> {
-    if path.len() < 2 {
+    if path.len() < 2 || path.iter().any(|p| !p.0.is_finite() || !p.1.is_finite()) {
         return Vec::new();
     }
     // A pattern of zeros would never advance: it is solid, as in SVG.

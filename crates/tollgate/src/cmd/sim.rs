@@ -216,6 +216,23 @@ fn simulate(args: &RunArgs) -> Result<()> {
             })
         })
         .collect::<Result<_>>()?;
+    // A second run of the same strategy would overwrite the first's
+    // series file and wear a line of its own for the same thing.
+    if let Some((i, name)) = args
+        .strategies
+        .iter()
+        .enumerate()
+        .find(|(i, name)| args.strategies[..*i].contains(name))
+    {
+        anyhow::bail!(
+            "--strategies: `{name}` is named twice (as strategy {} and {})",
+            args.strategies[..i]
+                .iter()
+                .position(|n| n == name)
+                .map_or(0, |p| p + 1),
+            i + 1
+        );
+    }
     let assign = Assign::parse(&args.assign).ok_or_else(|| {
         anyhow::anyhow!(
             "--assign {}: expected consistent-hash, round-robin, sticky or random",
