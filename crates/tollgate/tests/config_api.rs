@@ -1076,6 +1076,59 @@ async fn every_refusal_names_the_problem_in_the_error_shape() {
         let got = v["error"]["message"].as_str().unwrap_or_default();
         assert!(got.contains(message), "{what}: {got}");
     }
+
+    // Review of issue 23: what a client sends is quoted in the message,
+    // bounded: a 5000-character path, `since` and unknown key each give
+    // a message of about 1 KiB that still says what is wrong.
+    let long = "x".repeat(5000);
+    let digits = "9".repeat(5000);
+    let long_cases = [
+        (
+            format!("/v1/{long}"),
+            404,
+            "not_found",
+            "no endpoint at /v1/xxx",
+        ),
+        (
+            format!("/v1/config?since={digits}"),
+            400,
+            "malformed_request",
+            "query parameter `since` of GET /v1/config is too large: it must be a revision",
+        ),
+        (
+            format!("/v1/config?{long}=1"),
+            400,
+            "malformed_request",
+            "unknown query parameter \"xxx",
+        ),
+    ];
+    for (path, status, reason, message) in long_cases {
+        let resp = api
+            .http
+            .get(api.url(&path))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap();
+        let what = format!("GET {}...", &path[..20]);
+        assert_eq!(resp.status().as_u16(), status, "{what}");
+        let v: Value = resp.json().await.unwrap();
+        assert_eq!(v["error"]["reason"], reason, "{what}: {v}");
+        let got = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(got.starts_with(message), "{what}: {got}");
+        assert!(got.contains("bytes cut]"), "{what}: {got}");
+        assert!(got.len() <= 1100, "{what}: {} bytes", got.len());
+    }
+    // A number past i64::MAX for a bounded parameter is its bound, as any
+    // large one was (`since` ahead of the database: answered at once).
+    api.get(&format!(
+        "/v1/config/wait?since=1&timeout_ms={}",
+        "9".repeat(40)
+    ))
+    .await;
+    api.get(&format!("/v1/audit?limit={}", "9".repeat(40)))
+        .await;
+
     // What the follower and the web page send is still taken.
     api.get("/v1/config?since=0").await;
     api.get("/v1/config/wait?since=0&timeout_ms=0").await;
