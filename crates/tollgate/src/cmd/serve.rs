@@ -286,7 +286,7 @@ pub struct ServeArgs {
 }
 
 /// The bytes of the file `flag` names.
-fn read_flag_file(flag: &str, path: &Path) -> Result<Vec<u8>> {
+pub(crate) fn read_flag_file(flag: &str, path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("cannot read {flag} {}", path.display()))
 }
 
@@ -721,7 +721,7 @@ fn follower(args: &ServeArgs) -> Result<Option<Follower>> {
 /// `--config-api-startup-ms`; a refused token is not retried (waiting
 /// does not fix it).
 async fn follow(args: &ServeArgs, mut follower: Follower) -> Result<(Follower, ApiPart)> {
-    let url = args.config_api.as_deref().unwrap_or_default();
+    let url = follower.shown_url().to_owned();
     let deadline = tokio::time::Instant::now() + Duration::from_millis(args.config_api_startup_ms);
     let mut wait = Duration::from_millis(100);
     loop {
