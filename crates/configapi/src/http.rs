@@ -12,7 +12,7 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, MethodRouter};
 use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -111,9 +111,11 @@ impl Api {
         });
     }
 
-    /// The router, serving `extra`'s routes too (the binary's
-    /// `/metrics`), with the same error shape.
-    pub fn router(self, extra: Router) -> Router {
+    /// The router, serving `extra`'s routes too (the binary's `/metrics`,
+    /// when it serves one), with the same error shape. The paths of
+    /// `extra` join the list of endpoints a 404 names, so the list says
+    /// what this process serves.
+    pub fn router(self, extra: Vec<(&'static str, MethodRouter)>) -> Router {
         let v1 = Router::new()
             .route("/v1/namespaces", get(list_namespaces))
             .route(
@@ -144,15 +146,20 @@ impl Api {
             .route("/v1/import", axum::routing::post(import))
             .route("/v1/audit", get(audit))
             .route_layer(middleware::from_fn_with_state(self.clone(), authenticate));
-        let api = Router::new()
+        let mut api = Router::new()
             .merge(v1)
             .route("/healthz", get(|| async { "ok" }))
             .route("/", get(crate::ui::page))
             .route("/ui", get(crate::ui::page))
             .route("/readyz", get(readyz))
-            .fallback(no_endpoint)
-            .with_state(self)
-            .merge(extra);
+            .with_state(self);
+        let paths: Vec<&str> = extra.iter().map(|(path, _)| *path).collect();
+        let served: Arc<str> = endpoints(&paths).into();
+        for (path, route) in extra {
+            api = api.route(path, route);
+        }
+        let api = api
+            .fallback(move |uri: axum::http::Uri| std::future::ready(no_endpoint(&uri, &served)));
         // Around the whole router, not layered onto each route: a route's
         // `Allow` header is added outside its layers, and the 405's
         // message lists it.
@@ -165,18 +172,33 @@ impl Api {
 /// The longest text of one of axum's own rejections kept in the message.
 const REJECTION_TEXT_BYTES: usize = 1024;
 
-/// What the API serves, for the message of a request to a path it does
-/// not: the caller learns where to go instead of an empty 404.
-const ENDPOINTS: &str =
-    "/v1/namespaces[/{ns}[/resources/{r}[/domains/{d} | /groups/{g}[/members/{m}]]]], \
-     /v1/config, /v1/config/wait, /v1/export, /v1/import, /v1/audit, /healthz, /readyz, /metrics \
-     and the web page at / (docs/config-api.md)";
+/// What the API serves, `extra` (the paths the binary mounts) included,
+/// for the message of a request to a path it does not: the caller learns
+/// where to go instead of an empty 404.
+fn endpoints(extra: &[&str]) -> String {
+    let mut served = vec![
+        "/v1/namespaces[/{ns}[/resources/{r}[/domains/{d} | /groups/{g}[/members/{m}]]]]",
+        "/v1/config",
+        "/v1/config/wait",
+        "/v1/export",
+        "/v1/import",
+        "/v1/audit",
+        "/healthz",
+        "/readyz",
+    ];
+    served.extend_from_slice(extra);
+    format!(
+        "{} and the web page at / (docs/config-api.md)",
+        served.join(", ")
+    )
+}
 
 /// A path the API does not serve: 404 `not_found`, naming the path and
-/// the endpoints there are.
-async fn no_endpoint(uri: axum::http::Uri) -> ApiError {
+/// the endpoints there are (`served`). The only place a 404 for a path
+/// is made: [`errors_as_json`] leaves this JSON answer as it is.
+fn no_endpoint(uri: &axum::http::Uri, served: &str) -> ApiError {
     ApiError::not_found(tollgate_server::errors::bounded(format!(
-        "no endpoint at {}; the config API serves {ENDPOINTS}",
+        "no endpoint at {}; the config API serves {served}",
         uri.path()
     )))
 }
@@ -212,9 +234,6 @@ async fn errors_as_json(request: Request, next: Next) -> Response {
     let message = match (status, allowed) {
         (StatusCode::METHOD_NOT_ALLOWED, Some(allowed)) => {
             format!("{path} does not take {method}; it takes {allowed}")
-        }
-        (StatusCode::NOT_FOUND, _) if text.is_empty() => {
-            format!("no endpoint at {path}; the config API serves {ENDPOINTS}")
         }
         _ if text.is_empty() => format!(
             "{method} {path}: {}",
@@ -679,19 +698,23 @@ async fn delete_member(
 /// A request's query parameters, checked against the ones its endpoint
 /// takes: an unknown one is refused (a misspelt `since` would otherwise
 /// read everything), and each value is parsed with a message naming the
-/// parameter and what it takes, not serde's.
+/// parameter and what it takes, not serde's. Kept in the order of the
+/// query string, so the first unknown one is the one named.
 struct Params {
     endpoint: &'static str,
-    values: HashMap<String, String>,
+    values: Vec<(String, String)>,
 }
+
+/// The query string as its pairs, in order.
+type Pairs = Query<Vec<(String, String)>>;
 
 impl Params {
     fn new(
         endpoint: &'static str,
         takes: &[&str],
-        Query(values): Query<HashMap<String, String>>,
+        Query(values): Pairs,
     ) -> Result<Params, ApiError> {
-        if let Some(unknown) = values.keys().find(|k| !takes.contains(&k.as_str())) {
+        if let Some((unknown, _)) = values.iter().find(|(k, _)| !takes.contains(&k.as_str())) {
             let takes: Vec<String> = takes.iter().map(|t| format!("`{t}`")).collect();
             return Err(ApiError::malformed(tollgate_server::errors::bounded(
                 format!(
@@ -703,20 +726,39 @@ impl Params {
         Ok(Params { endpoint, values })
     }
 
-    /// The whole number `name`, at least `min`; `what` says what it is
-    /// for the message when it is not one.
-    fn number(&self, name: &str, min: i64, what: &str) -> Result<Option<i64>, ApiError> {
-        let Some(text) = self.values.get(name) else {
+    /// The whole number `name` (the last one given), at least `min`, and
+    /// at most `cap` if there is one: a larger number, however large, is
+    /// taken as `cap`. `what` says what it is for the message when it is
+    /// not one.
+    fn number(
+        &self,
+        name: &str,
+        min: i64,
+        cap: Option<i64>,
+        what: &str,
+    ) -> Result<Option<i64>, ApiError> {
+        let Some((_, text)) = self.values.iter().rev().find(|(k, _)| k == name) else {
             return Ok(None);
         };
-        match text.trim().parse::<i64>() {
-            Ok(n) if n >= min => Ok(Some(n)),
-            _ => Err(ApiError::malformed(tollgate_server::errors::bounded(
+        let refused = |problem: &str, bound: String| {
+            Err(ApiError::malformed(tollgate_server::errors::bounded(
                 format!(
-                    "query parameter `{name}` of {} must be {what}, not {text:?}",
+                    "query parameter `{name}` of {} {problem} {what}{bound}, not {text:?}",
                     self.endpoint
                 ),
-            ))),
+            )))
+        };
+        match text.trim().parse::<i64>() {
+            Ok(n) if n < min => refused("must be", String::new()),
+            Ok(n) => Ok(Some(cap.map_or(n, |cap| n.min(cap)))),
+            Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => match cap {
+                Some(cap) => Ok(Some(cap)),
+                None => refused(
+                    "is too large: it must be",
+                    format!(", at most {}", i64::MAX),
+                ),
+            },
+            Err(_) => refused("must be", String::new()),
         }
     }
 
@@ -726,16 +768,14 @@ impl Params {
             .number(
                 "since",
                 0,
+                None,
                 "a revision: a whole number from 0 (0: everything)",
             )?
             .unwrap_or(0))
     }
 }
 
-async fn delta(
-    State(api): State<Api>,
-    query: Query<HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
+async fn delta(State(api): State<Api>, query: Pairs) -> Result<Json<Value>, ApiError> {
     let since = Params::new("GET /v1/config", &["since"], query)?.since()?;
     delta_after(&api, since).await
 }
@@ -750,20 +790,17 @@ const MAX_WAIT_MS: i64 = 300_000;
 
 /// A long poll: answers with the delta as soon as the revision passes
 /// `since`, or when `timeout_ms` (default 30 s, at most 5 minutes) ends.
-async fn wait(
-    State(api): State<Api>,
-    query: Query<HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
+async fn wait(State(api): State<Api>, query: Pairs) -> Result<Json<Value>, ApiError> {
     let params = Params::new("GET /v1/config/wait", &["since", "timeout_ms"], query)?;
     let since = params.since()?;
     let timeout_ms = params
         .number(
             "timeout_ms",
             0,
+            Some(MAX_WAIT_MS),
             "a whole number of milliseconds from 0 (at most 300000 are waited)",
         )?
-        .unwrap_or(30_000)
-        .min(MAX_WAIT_MS);
+        .unwrap_or(30_000);
     let timeout = Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
     let mut rx = api.revision.subscribe();
     // A caller ahead of this database (it was replaced or restored) is
@@ -813,20 +850,95 @@ async fn import(
     ))
 }
 
-async fn audit(
-    State(api): State<Api>,
-    query: Query<HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
+async fn audit(State(api): State<Api>, query: Pairs) -> Result<Json<Value>, ApiError> {
     let params = Params::new("GET /v1/audit", &["since", "limit"], query)?;
     let since = params.since()?;
     let limit = params
         .number(
             "limit",
             1,
+            Some(1000),
             "a whole number of entries from 1 (at most 1000 are answered)",
         )?
-        .unwrap_or(100)
-        .min(1000);
+        .unwrap_or(100);
     let entries = api.db.audit(since, limit).await?;
     Ok(Json(json!({ "entries": entries })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(query: &[(&str, &str)], takes: &[&str]) -> Result<Params, ApiError> {
+        let pairs = query
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Params::new("GET /v1/test", takes, Query(pairs))
+    }
+
+    /// Review of issue 23: /metrics was listed as served whether or not
+    /// the binary mounted it.
+    #[test]
+    fn the_endpoints_listed_are_the_ones_mounted() {
+        assert!(!endpoints(&[]).contains("/metrics"), "{}", endpoints(&[]));
+        let with = endpoints(&["/metrics"]);
+        assert!(
+            with.contains("/healthz, /readyz, /metrics and the web page at /"),
+            "{with}"
+        );
+    }
+
+    /// Review of issue 23: with several unknown parameters, the one named
+    /// depended on a HashMap's order; it is the first of the query.
+    #[test]
+    fn the_first_unknown_parameter_of_the_query_is_named() {
+        for _ in 0..20 {
+            let e = params(
+                &[("since", "1"), ("zeta", "1"), ("alpha", "2"), ("mid", "3")],
+                &["since"],
+            )
+            .err()
+            .unwrap();
+            assert!(
+                e.message.starts_with("unknown query parameter \"zeta\";"),
+                "{}",
+                e.message
+            );
+        }
+    }
+
+    /// Review of issue 23: a number past i64::MAX was called "not a whole
+    /// number"; a bounded parameter (`timeout_ms`, `limit`) takes it as
+    /// its bound, as a large one below i64::MAX always was.
+    #[test]
+    fn a_number_too_large_is_called_so_or_taken_as_the_bound() {
+        let huge = "9".repeat(30);
+        let p = params(&[("since", &huge)], &["since"]).unwrap();
+        let e = p.since().unwrap_err();
+        assert_eq!(e.reason, "malformed_request");
+        assert!(
+            e.message.starts_with(
+                "query parameter `since` of GET /v1/test is too large: it must be a revision: \
+                 a whole number from 0 (0: everything), at most 9223372036854775807, not \"999"
+            ),
+            "{}",
+            e.message
+        );
+        let p = params(&[("timeout_ms", &huge)], &["timeout_ms"]).unwrap();
+        assert_eq!(
+            p.number("timeout_ms", 0, Some(300), "ms").unwrap(),
+            Some(300)
+        );
+        let p = params(&[("timeout_ms", "301")], &["timeout_ms"]).unwrap();
+        assert_eq!(
+            p.number("timeout_ms", 0, Some(300), "ms").unwrap(),
+            Some(300)
+        );
+        let p = params(&[("timeout_ms", "-1")], &["timeout_ms"]).unwrap();
+        assert!(p.number("timeout_ms", 0, Some(300), "ms").is_err());
+        // The last of a parameter given twice counts, as it always did.
+        let p = params(&[("since", "1"), ("since", "2")], &["since"]).unwrap();
+        assert_eq!(p.since().unwrap(), 2);
+    }
 }

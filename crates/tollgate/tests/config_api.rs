@@ -771,6 +771,9 @@ async fn a_refused_token_stops_serve_at_once_naming_the_token_it_needs() {
             "{run}"
         );
         assert!(!run.stderr.contains("did not answer"), "{run}");
+        // Review of issue 23: the token itself is never shown.
+        assert!(!run.stderr.contains(READER), "{run}");
+        assert!(!run.stderr.contains("not-a-token-of-this-api"), "{run}");
     }
 
     // The same from the environment names the variable.
@@ -835,6 +838,20 @@ async fn a_token_refused_while_following_is_logged_and_the_config_keeps_serving(
     let url = format!("http://{}", api.addr);
     let server = common::serving::Serving::start(&dir, &follow_args(&url, &token), &[]);
     until_revision(&server, first);
+    // Another with the token in the variable, which cannot change.
+    let from_env = common::serving::Serving::start(
+        &dir,
+        &[
+            "--config-api",
+            &url,
+            "--grpc",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+        ],
+        &[("TOLLGATE_CONFIG_API_TOKEN", READER)],
+    );
+    until_revision(&from_env, first);
 
     // The API comes back on the same address and database, without this
     // server's token.
@@ -851,7 +868,7 @@ async fn a_token_refused_while_following_is_logged_and_the_config_keeps_serving(
     let refused = until_logged(
         &server,
         "the config API refused this server's token; keeping the config in force, and reading \
-         the token again before each retry",
+         the token file again before each retry",
     );
     assert_eq!(refused["level"], "ERROR", "{refused}");
     let error = refused["fields"]["error"].as_str().unwrap_or_default();
@@ -863,6 +880,18 @@ async fn a_token_refused_while_following_is_logged_and_the_config_keeps_serving(
         "{refused}"
     );
     assert_eq!(refused["fields"]["api_revision"], first, "{refused}");
+    // Review of issue 23: the server with the variable was promised a
+    // read of the token before each retry, which cannot change it.
+    let refused = until_logged(
+        &from_env,
+        "the config API refused this server's token; keeping the config in force and retrying \
+         (TOLLGATE_CONFIG_API_TOKEN is read at start only: a new token needs a restart)",
+    );
+    let error = refused["fields"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("refused the token in TOLLGATE_CONFIG_API_TOKEN (401 Unauthorized"),
+        "{refused}"
+    );
     // The config in force keeps serving.
     assert!(hit(&server, "shop", "api"));
     let (_, status) = server.json("GET", "/status", None);
@@ -878,8 +907,92 @@ async fn a_token_refused_while_following_is_logged_and_the_config_keeps_serving(
         )
         .await;
     until_revision(&server, r["revision"].as_i64().unwrap());
-    until_logged(&server, "read a new config API token");
+    let new_token = until_logged(&server, "read a new config API token");
+    assert_eq!(
+        new_token["fields"]["token_source"],
+        format!("--config-api-token-file {}", token.display()),
+        "{new_token}"
+    );
+    // Review of issue 23: the end of a refusal was logged as "config API
+    // reachable again"; it says the token was accepted.
+    until_logged(&server, "the config API accepted this server's token again");
+    assert!(server.logged("config API reachable again").is_empty());
     assert!(hit(&server, "shop", "search"));
+    // Review of issue 23: neither token is ever logged.
+    let env_logs = from_env.logs.lock().unwrap().clone();
+    for line in server.logs.lock().unwrap().iter().chain(&env_logs) {
+        let text = line.to_string();
+        assert!(!text.contains(READER) && !text.contains(other), "{text}");
+    }
+}
+
+/// A stand-in for a proxy before the config API that answers every
+/// request 401 with the request itself (its `Authorization` header
+/// among it) and 5000 more bytes: as a JSON error's message when `json`,
+/// else as plain text.
+fn echoing_proxy(json: bool) -> std::net::SocketAddr {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut head = String::new();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                head += &line;
+            }
+            let echo = format!("{head}{}", "x".repeat(5000));
+            let (kind, body) = if json {
+                let v = json!({"error": {"reason": "unauthorized", "message": echo}});
+                ("application/json", v.to_string())
+            } else {
+                ("text/plain", echo)
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 401 Unauthorized\r\ncontent-type: {kind}\r\ncontent-length: {}\r\n\
+                 connection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    addr
+}
+
+/// Review of issue 23: a refusal's text went into the error as sent (up
+/// to 200 characters of a plain body, a JSON message whole), so a proxy
+/// that echoes the request put `Bearer TOKEN` on standard error and in
+/// the log. The token is replaced, and the text is bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_that_echoes_the_token_does_not_show_it() {
+    let dir = Sandbox::new("config-api-echo");
+    let secret = "echoed-secret-token-0123456789";
+    let token = dir.write("read-token", format!("{secret}\n"));
+    for json in [false, true] {
+        let url = format!("http://{}", echoing_proxy(json));
+        let mut args = vec!["serve"];
+        args.extend(follow_args(&url, &token));
+        let run = dir.run_within(&args, Duration::from_secs(60));
+        assert_eq!(run.code, Some(1), "{run}");
+        assert!(!run.stderr.contains(secret), "json: {json}{run}");
+        let error = run
+            .stderr
+            .lines()
+            .find(|l| l.starts_with("error: "))
+            .unwrap_or_else(|| panic!("no error line{run}"));
+        assert!(
+            error.starts_with(&format!("error: the config API at {url} refused the token")),
+            "{run}"
+        );
+        assert!(error.contains("authorization: Bearer <token>"), "{run}");
+        assert!(error.contains("bytes cut]"), "{run}");
+        assert!(error.len() < 1500, "{} bytes{run}", error.len());
+    }
 }
 
 /// Regression (issue 23): a server following the API alone logged
@@ -1076,6 +1189,59 @@ async fn every_refusal_names_the_problem_in_the_error_shape() {
         let got = v["error"]["message"].as_str().unwrap_or_default();
         assert!(got.contains(message), "{what}: {got}");
     }
+
+    // Review of issue 23: what a client sends is quoted in the message,
+    // bounded: a 5000-character path, `since` and unknown key each give
+    // a message of about 1 KiB that still says what is wrong.
+    let long = "x".repeat(5000);
+    let digits = "9".repeat(5000);
+    let long_cases = [
+        (
+            format!("/v1/{long}"),
+            404,
+            "not_found",
+            "no endpoint at /v1/xxx",
+        ),
+        (
+            format!("/v1/config?since={digits}"),
+            400,
+            "malformed_request",
+            "query parameter `since` of GET /v1/config is too large: it must be a revision",
+        ),
+        (
+            format!("/v1/config?{long}=1"),
+            400,
+            "malformed_request",
+            "unknown query parameter \"xxx",
+        ),
+    ];
+    for (path, status, reason, message) in long_cases {
+        let resp = api
+            .http
+            .get(api.url(&path))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap();
+        let what = format!("GET {}...", &path[..20]);
+        assert_eq!(resp.status().as_u16(), status, "{what}");
+        let v: Value = resp.json().await.unwrap();
+        assert_eq!(v["error"]["reason"], reason, "{what}: {v}");
+        let got = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(got.starts_with(message), "{what}: {got}");
+        assert!(got.contains("bytes cut]"), "{what}: {got}");
+        assert!(got.len() <= 1100, "{what}: {} bytes", got.len());
+    }
+    // A number past i64::MAX for a bounded parameter is its bound, as any
+    // large one was (`since` ahead of the database: answered at once).
+    api.get(&format!(
+        "/v1/config/wait?since=1&timeout_ms={}",
+        "9".repeat(40)
+    ))
+    .await;
+    api.get(&format!("/v1/audit?limit={}", "9".repeat(40)))
+        .await;
+
     // What the follower and the web page send is still taken.
     api.get("/v1/config?since=0").await;
     api.get("/v1/config/wait?since=0&timeout_ms=0").await;

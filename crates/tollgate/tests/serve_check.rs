@@ -341,6 +341,39 @@ fn a_config_api_is_not_contacted_and_its_token_and_ca_are_checked() {
         &[],
         "must be an http:// or https:// URL",
     );
+
+    // Review of issue 23: a user and password in the URL were shown
+    // whole (in `/status`, which needs no token, and in the log) and sent
+    // as a second `Authorization` header. They are refused, not shown.
+    let with_password = format!("https://fleet:hunter2@127.0.0.1:{}", free_port());
+    let args = [
+        "--config-api",
+        &with_password,
+        "--config-api-token-file",
+        "token",
+    ];
+    refused_alike(&sb, &args, &[], "the URL holds a user or password");
+    let run = check(&sb, &args, &[]);
+    assert!(!run.stderr.contains("hunter2"), "{run}");
+    assert!(run.stderr.contains("https://***@127.0.0.1:"), "{run}");
+
+    // Review of issue 23: a variable that is not unicode was reported as
+    // missing ("needs a token").
+    use std::os::unix::ffi::OsStrExt;
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    cmd.args(["serve", "--check", "--config-api", &url])
+        .current_dir(&sb.dir)
+        .env(
+            "TOLLGATE_CONFIG_API_TOKEN",
+            std::ffi::OsStr::from_bytes(b"token\xff"),
+        );
+    let run = common::run_bounded(cmd, vec![], std::time::Duration::from_secs(60));
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(
+        error_line(&run)
+            .starts_with("error: TOLLGATE_CONFIG_API_TOKEN is not valid UTF-8: it must hold"),
+        "{run}"
+    );
 }
 
 #[test]

@@ -171,13 +171,13 @@ async fn serve(args: ConfigApiArgs) -> Result<()> {
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(%addr, scheme, database = %shown, "tollgate config-api listening");
     let metrics = match tollgate_server::metrics::install_for_listeners() {
-        Ok(metrics) => axum::Router::new().route(
+        Ok(metrics) => vec![(
             "/metrics",
             axum::routing::get(move || std::future::ready(metrics.render())),
-        ),
+        )],
         Err(e) => {
             tracing::warn!(error = %e, "metrics disabled");
-            axum::Router::new()
+            Vec::new()
         }
     };
     let router = api.router(metrics);

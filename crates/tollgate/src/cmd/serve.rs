@@ -286,7 +286,7 @@ pub struct ServeArgs {
 }
 
 /// The bytes of the file `flag` names.
-fn read_flag_file(flag: &str, path: &Path) -> Result<Vec<u8>> {
+pub(crate) fn read_flag_file(flag: &str, path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("cannot read {flag} {}", path.display()))
 }
 
@@ -505,6 +505,7 @@ fn check(args: &ServeArgs) -> Result<()> {
     }
     let resources: usize = p.config.namespaces.iter().map(|n| n.resources.len()).sum();
     let transport = transport(p.tls.as_ref());
+    let origin = ConfigOrigin::of(args);
     let mut line = format!(
         "ok: grpc={} http={} transport={transport} store={}",
         args.grpc,
@@ -529,33 +530,66 @@ fn check(args: &ServeArgs) -> Result<()> {
     }
     line += &format!(
         " config={} namespaces={} resources={resources} warnings={}",
-        match (&args.config, &args.config_api) {
-            (Some(path), _) => path.display().to_string(),
-            (None, Some(_)) => "none".into(),
-            (None, None) => "bundled".into(),
-        },
+        origin.file_field(),
         p.config.namespaces.len(),
         p.warnings.len()
     );
-    if let Some(url) = &args.config_api {
+    if let Some(url) = &origin.api {
         line += &format!(" config_api={url} (not contacted)");
     }
     println!("{line}");
     Ok(())
 }
 
-/// Where the config comes from, as `/status` and the Status RPC report
-/// it: the file (or directory), the config API, or both; `None` for the
-/// bundled example.
-fn config_source(args: &ServeArgs) -> Option<String> {
-    let file = args.config.as_ref().map(|p| p.display().to_string());
-    let api = args
-        .config_api
-        .as_deref()
-        .map(|url| format!("config API {}", url.trim_end_matches('/')));
-    match (file, api) {
-        (Some(file), Some(api)) => Some(format!("{file} + {api}")),
-        (file, api) => file.or(api),
+/// Where the config comes from, named the same way by `serve --check`,
+/// `/status` (and the Status RPC) and the listening line: the file (or
+/// directory) and the config API, each when given; neither is the
+/// bundled example. The API's URL is shown without a user or password:
+/// `/status` needs no token.
+struct ConfigOrigin {
+    file: Option<String>,
+    api: Option<String>,
+}
+
+impl ConfigOrigin {
+    fn of(args: &ServeArgs) -> ConfigOrigin {
+        ConfigOrigin {
+            file: args.config.as_ref().map(|p| p.display().to_string()),
+            api: args
+                .config_api
+                .as_deref()
+                .map(|url| tollgate_redis::conn::redact(url.trim_end_matches('/'))),
+        }
+    }
+
+    /// As `/status` reports it: `FILE`, `config API URL` or `FILE +
+    /// config API URL`; `None` for the bundled example.
+    fn source(&self) -> Option<String> {
+        let api = self.api.as_ref().map(|url| format!("config API {url}"));
+        match (&self.file, api) {
+            (Some(file), Some(api)) => Some(format!("{file} + {api}")),
+            (file, api) => file.clone().or(api),
+        }
+    }
+
+    /// For the listening line: the source, with the config API's
+    /// revision in force when it follows one.
+    fn label(&self, api_revision: Option<i64>) -> String {
+        match (self.source(), api_revision) {
+            (Some(source), Some(revision)) => format!("{source} at revision {revision}"),
+            (Some(source), None) => source,
+            (None, _) => "bundled example".to_owned(),
+        }
+    }
+
+    /// `serve --check`'s `config=`: the file, `none` when the config API
+    /// alone gives the config, or `bundled`.
+    fn file_field(&self) -> &str {
+        match (&self.file, &self.api) {
+            (Some(file), _) => file,
+            (None, Some(_)) => "none",
+            (None, None) => "bundled",
+        }
     }
 }
 
@@ -721,7 +755,7 @@ fn follower(args: &ServeArgs) -> Result<Option<Follower>> {
 /// `--config-api-startup-ms`; a refused token is not retried (waiting
 /// does not fix it).
 async fn follow(args: &ServeArgs, mut follower: Follower) -> Result<(Follower, ApiPart)> {
-    let url = args.config_api.as_deref().unwrap_or_default();
+    let url = follower.shown_url().to_owned();
     let deadline = tokio::time::Instant::now() + Duration::from_millis(args.config_api_startup_ms);
     let mut wait = Duration::from_millis(100);
     loop {
@@ -971,7 +1005,7 @@ async fn serve_with<S: Store>(
         store,
         store_name,
         config,
-        config_source(&args),
+        ConfigOrigin::of(&args).source(),
         warnings,
         ServiceOptions {
             sessions: SessionLimits {
@@ -1046,11 +1080,8 @@ async fn serve_with<S: Store>(
     let mut hup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
     let (hup_tx, hup_rx) = mpsc::channel(1);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let shown_config = match (config_source(&args), &follow) {
-        (Some(source), Some((_, part))) => format!("{source} at revision {}", part.revision),
-        (Some(source), None) => source,
-        (None, _) => "bundled example".to_owned(),
-    };
+    let shown_config =
+        ConfigOrigin::of(&args).label(follow.as_ref().map(|(_, part)| part.revision));
     if let Some((follower, part)) = follow {
         app.adopt_api_part(part);
         tokio::spawn(follower.run(Arc::clone(&app), args.config.clone(), stop_rx.clone()));
@@ -1144,5 +1175,51 @@ fn transport(tls: Option<&tollgate_server::tls::Tls>) -> &'static str {
         Some(t) if t.is_mutual() => "mutual-tls",
         Some(_) => "tls",
         None => "plain",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn origin(args: &[&str]) -> ConfigOrigin {
+        let cli = Cli::parse_from(std::iter::once("serve").chain(args.iter().copied()));
+        ConfigOrigin::of(&cli.serve)
+    }
+
+    /// Review of issue 23: the config was named three ways in three
+    /// places, and a config API URL's user and password were shown in
+    /// `/status`, which needs no token.
+    #[test]
+    fn the_config_is_named_one_way_without_a_urls_password() {
+        let api = origin(&["--config-api", "https://fleet:hunter2@config.internal/"]);
+        assert_eq!(
+            api.source().as_deref(),
+            Some("config API https://***@config.internal")
+        );
+        assert_eq!(
+            api.label(Some(7)),
+            "config API https://***@config.internal at revision 7"
+        );
+        assert_eq!(api.file_field(), "none");
+
+        let both = origin(&["--config", "limits.yaml", "--config-api", "http://h:8090"]);
+        assert_eq!(
+            both.source().as_deref(),
+            Some("limits.yaml + config API http://h:8090")
+        );
+        assert_eq!(both.file_field(), "limits.yaml");
+
+        let bundled = origin(&[]);
+        assert_eq!(bundled.source(), None);
+        assert_eq!(bundled.label(None), "bundled example");
+        assert_eq!(bundled.file_field(), "bundled");
     }
 }
