@@ -69,6 +69,17 @@ const RELEASE_FAILURES: &str = "tollgate_session_release_failures_total";
 const IN_FLIGHT: &str = "tollgate_copy_ops_in_flight";
 /// Counter: copy operations refused because too many were in flight.
 const SHED: &str = "tollgate_copy_ops_shed_total";
+/// Counter: copy operations refused for a name longer than
+/// [`ServiceOptions::max_name_bytes`], or for naming more than
+/// [`MAX_NAMED_GROUPS`] groups.
+const NAMES_TOO_LONG: &str = "tollgate_names_too_long_total";
+
+/// The most groups a release or transfer may name. A hold's groups are
+/// those its domain was in when it was reserved, a handful in any config;
+/// a release naming more names no hold, and one naming none takes from
+/// any (the largest first). Bounds what a request makes the service
+/// compare, and what a refusal could echo.
+pub const MAX_NAMED_GROUPS: usize = 64;
 
 /// Which resource, for whom.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -214,7 +225,7 @@ impl<S: Store> Service<S> {
     fn check_name(&self, what: &str, name: &str) -> Result<(), ServiceError> {
         let max = self.options.max_name_bytes;
         if name.len() > max {
-            metrics::counter!("tollgate_names_too_long_total").increment(1);
+            metrics::counter!(NAMES_TOO_LONG).increment(1);
             return Err(ServiceError::Malformed(format!(
                 "the {what} is {} bytes long; the limit is {max} bytes",
                 name.len()
@@ -242,6 +253,24 @@ impl<S: Store> Service<S> {
         self.check_name("namespace", t.namespace)?;
         self.check_name("resource", t.resource)?;
         self.check_name("domain", t.domain)
+    }
+
+    /// Refuses a list of groups longer than [`MAX_NAMED_GROUPS`], or with
+    /// a name longer than [`ServiceOptions::max_name_bytes`]: the rule of
+    /// the other names of a copy operation.
+    fn check_groups(&self, groups: Option<&[String]>) -> Result<(), ServiceError> {
+        let Some(groups) = groups else {
+            return Ok(());
+        };
+        if groups.len() > MAX_NAMED_GROUPS {
+            metrics::counter!(NAMES_TOO_LONG).increment(1);
+            return Err(ServiceError::Malformed(format!(
+                "the request names {} groups; the limit is {MAX_NAMED_GROUPS} (a hold is in \
+                 the groups its domain was in when it was reserved; name none to take from any)",
+                groups.len()
+            )));
+        }
+        groups.iter().try_for_each(|g| self.check_name("group", g))
     }
 
     /// Opens a session; with `lease = Some(ttl)` it lapses `ttl` from now
@@ -614,6 +643,7 @@ impl<S: Store> Service<S> {
         operation: &'static str,
     ) -> Result<(PoolKey, Vec<(HoldKey, u64)>), ServiceError> {
         self.check_target(target)?;
+        self.check_groups(groups)?;
         let pool = PoolKey::new(target.namespace, target.resource);
         match session.take(&pool, target.domain, groups, copies, operation) {
             Ok(taken) => Ok((pool, taken)),
