@@ -404,15 +404,30 @@ impl<S: Store> Service<S> {
                 Some((e, first)) => {
                     // Refused (not held, or this server resigned): the
                     // store did not release these, so the session still
-                    // holds them.
+                    // holds them. A refused release changes nothing, so
+                    // what it released of other holds is counted again
+                    // and recorded before the caller hears of it. What
+                    // the store will not count again stays released, and
+                    // the caller is told so: a release of that much, not
+                    // an error (the hold is what the answer says).
                     let back: Vec<_> = std::iter::once(first).chain(rest).collect();
+                    let gone = svc.restore_released(&session, done).await;
                     let leftovers = session.give_back(back);
-                    let delivered = handoff.deliver(|| Err(ServiceError::Store(e)));
+                    handoff.deliver(|| {
+                        if gone.is_empty() {
+                            return Err(ServiceError::Store(e));
+                        }
+                        Ok(Released {
+                            released: saturating_sum(gone.iter().map(|(_, n)| *n)),
+                            still_held: session.held_of(&pool, &domain),
+                        })
+                    });
                     for (key, n) in leftovers {
                         svc.release_for_good(&key, n, "a refused release whose session closed")
                             .await;
                     }
-                    delivered
+                    // Nothing left to undo: the rest was put back above.
+                    return;
                 }
                 None => {
                     let released = saturating_sum(done.iter().map(|(_, n)| *n));
@@ -665,6 +680,19 @@ impl<S: Store> Service<S> {
             return;
         }
         self.undone("release");
+        self.restore_released(session, done).await;
+    }
+
+    /// Counts again copies the store released for `session` and puts them
+    /// back in its record (or releases them again if it ended meanwhile:
+    /// released is what its close did with everything else). Returns what
+    /// the store would not count again, which stays released (logged).
+    async fn restore_released(
+        &self,
+        session: &Session,
+        done: Vec<(HoldKey, u64)>,
+    ) -> Vec<(HoldKey, u64)> {
+        let mut gone = Vec::new();
         for (key, n) in done {
             if session.is_closed() {
                 // Released is what the close would have done anyway.
@@ -683,10 +711,12 @@ impl<S: Store> Service<S> {
                     }
                 }
                 Err(e) => {
-                    tracing::error!(pool = ?key.pool.0, domain = ?key.domain, copies = n, error = %e, "could not count again copies whose release was abandoned; they stay released")
+                    tracing::error!(pool = ?key.pool.0, domain = ?key.domain, copies = n, error = %e, "could not count again released copies; they stay released");
+                    gone.push((key, n));
                 }
             }
         }
+        gone
     }
 
     /// Records seized copies taken back by an undone transfer, or releases

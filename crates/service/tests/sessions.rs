@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,6 +29,10 @@ const CONFIG: &str = "namespaces:\n  - name: app\n    resources:\n      - { name
 struct Stalling {
     inner: MemoryStore,
     open: watch::Sender<bool>,
+    /// While false, `restore` is refused as by a Redis store whose server
+    /// resigned (the one store state in which copies cannot be counted
+    /// again).
+    restores: AtomicBool,
 }
 
 impl Stalling {
@@ -35,6 +40,7 @@ impl Stalling {
         Stalling {
             inner: MemoryStore::new(),
             open: watch::channel(true).0,
+            restores: AtomicBool::new(true),
         }
     }
 
@@ -87,6 +93,11 @@ impl Store for Stalling {
 
     async fn restore(&self, held: Held<'_>, op: OpId) -> Result<(), StoreError> {
         self.gate().await;
+        if !self.restores.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable(
+                "this server resigned from the copy log".into(),
+            ));
+        }
         self.inner.restore(held, op).await
     }
 
@@ -726,6 +737,109 @@ fn counted_in(svc: &Service<MemoryStore>, resource: &str, domain: &str) -> u64 {
         .unwrap()
         .context
         .domain_holds
+}
+
+/// A pool whose domain `d` is in group `big` (`grouped`) or in none.
+fn pool_config(grouped: bool) -> tollgate_config::Config {
+    let groups = if grouped {
+        ", groups: [ { name: big, members: [d], limit: 100 } ]"
+    } else {
+        ""
+    };
+    let yaml = format!(
+        "namespaces:\n  - name: app\n    resources:\n      - {{ name: pool, kind: concurrency, domain_limit: 100{groups} }}\n"
+    );
+    tollgate_config::load_str("t.yaml", &yaml).unwrap().config
+}
+
+/// A session holding 3 copies of `pool` for `d` in group `big` and 1 in no
+/// group (its domain left the group between the two reserves), and the
+/// store's count of the second taken away behind the session's back, so
+/// the store refuses a release of it.
+async fn two_holds_the_second_unknown_to_the_store<S: Store>(
+    svc: &Arc<Service<S>>,
+    memory: impl Fn(&S) -> &MemoryStore,
+) -> Arc<Session> {
+    let limiter = svc.limiter();
+    limiter.set_view(View::new(&pool_config(true), Nanos::ZERO));
+    let s = svc.open(None).unwrap();
+    let r = svc
+        .reserve(&s, target("pool"), Request::exactly(3))
+        .await
+        .unwrap();
+    assert_eq!(r.reservation.groups, vec!["big".to_owned()]);
+    limiter.set_view(View::new(&pool_config(false), Nanos::ZERO));
+    let r = svc
+        .reserve(&s, target("pool"), Request::exactly(1))
+        .await
+        .unwrap();
+    assert!(r.reservation.groups.is_empty());
+    memory(limiter.store())
+        .release_now(&PoolKey::new("app", "pool"), "d", &vec![], 1)
+        .unwrap();
+    assert_eq!(s.held(), 4);
+    s
+}
+
+/// Review of issue 23: a release naming no groups took 3 copies from the
+/// hold in group `big` and 1 from the hold in no group; the store released
+/// the first and refused the second (`not_held`), and the caller was told
+/// the release failed while the first 3 stayed released and out of the
+/// session's record. A refused release now changes nothing.
+#[tokio::test]
+async fn a_release_the_store_refuses_halfway_changes_nothing() {
+    let loaded = tollgate_config::load_str("t.yaml", CONFIG).unwrap();
+    let clock = Arc::new(ManualClock::new(Nanos::from_secs(1_000)));
+    let limiter = Limiter::new(MemoryStore::new(), View::new(&loaded.config, Nanos::ZERO));
+    let svc = Arc::new(Service::new(limiter, clock as _, ServiceOptions::default()));
+    let s = two_holds_the_second_unknown_to_the_store(&svc, |m| m).await;
+    let e = svc
+        .release(&s, target("pool"), None, 4)
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason(), "not_held", "{e}");
+    settled(&svc).await;
+    assert_eq!(s.held(), 4, "the session holds what it held");
+    let pool = PoolKey::new("app", "pool");
+    let big = vec!["big".to_owned()];
+    assert_eq!(
+        svc.limiter()
+            .store()
+            .reserve_now(
+                &pool,
+                &CopyLimits::new(u64::MAX, None),
+                "d",
+                Request::between(0, 0),
+                Nanos::ZERO,
+            )
+            .unwrap()
+            .context
+            .domain_holds,
+        3,
+        "and the store counts the 3 in `big` again"
+    );
+    // They are released as any others are.
+    let done = svc
+        .release(&s, target("pool"), Some(&big), 3)
+        .await
+        .unwrap();
+    assert_eq!((done.released, done.still_held), (3, 1));
+}
+
+/// The other half of the rule above: when the store cannot count copies
+/// again (a Redis server that resigned), what it released stays released,
+/// and the caller is told that much was released rather than an error, so
+/// the hold is what the answer says.
+#[tokio::test]
+async fn a_release_refused_halfway_that_cannot_be_undone_answers_what_was_released() {
+    let svc = service();
+    let s = two_holds_the_second_unknown_to_the_store(&svc, |st| &st.inner).await;
+    svc.limiter().store().restores.store(false, Ordering::SeqCst);
+    let done = svc.release(&s, target("pool"), None, 4).await.unwrap();
+    assert_eq!((done.released, done.still_held), (3, 1));
+    settled(&svc).await;
+    assert_eq!(s.held(), 1, "the session holds what the answer says");
+    assert_eq!(counted(&svc, "pool"), 0);
 }
 
 /// Review of issue 23: the `groups` of a release or transfer were bounded
