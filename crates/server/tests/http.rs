@@ -581,7 +581,9 @@ async fn service_errors_have_their_status_and_reason() {
 async fn not_held_with_kilobyte_names_stays_whole_and_names_the_holding() {
     let domain = |tag: char| format!("{tag}{}", "é".repeat(511));
     let (held, asked) = (domain('a'), domain('b'));
-    let groups: Vec<String> = (0..20).map(|i| format!("g{i:02}{}", "x".repeat(1000))).collect();
+    let groups: Vec<String> = (0..20)
+        .map(|i| format!("g{i:02}{}", "x".repeat(1000)))
+        .collect();
     let mut yaml = String::from(
         "namespaces:\n  - name: app\n    resources:\n      - name: sandbox\n        kind: concurrency\n        domain_limit: 3\n        groups:\n",
     );
@@ -604,7 +606,9 @@ async fn not_held_with_kilobyte_names_stays_whole_and_names_the_holding() {
     assert!(!message.contains("bytes cut"), "{message}");
     let cut = format!("{}…", &held[..63]);
     assert!(
-        message.contains(&format!("; it holds 1 copy of `sandbox` for domain `{cut}` in groups `")),
+        message.contains(&format!(
+            "; it holds 1 copy of `sandbox` for domain `{cut}` in groups `"
+        )),
         "{message}"
     );
     assert!(message.ends_with(" and 18 more"), "{message}");

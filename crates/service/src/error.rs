@@ -218,7 +218,12 @@ impl fmt::Display for NotHeld {
             if h.namespace != self.namespace {
                 let _ = write!(entry, " (namespace `{}`)", Name(&h.namespace));
             }
-            let _ = write!(entry, " for domain `{}` {}", Name(&h.domain), Listed(&h.groups));
+            let _ = write!(
+                entry,
+                " for domain `{}` {}",
+                Name(&h.domain),
+                Listed(&h.groups)
+            );
             if shown > 0 {
                 if out.len() + 2 + entry.len() + tail > Self::MAX_BYTES {
                     break;

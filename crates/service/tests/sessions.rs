@@ -793,10 +793,7 @@ async fn a_release_the_store_refuses_halfway_changes_nothing() {
     let limiter = Limiter::new(MemoryStore::new(), View::new(&loaded.config, Nanos::ZERO));
     let svc = Arc::new(Service::new(limiter, clock as _, ServiceOptions::default()));
     let s = two_holds_the_second_unknown_to_the_store(&svc, |m| m).await;
-    let e = svc
-        .release(&s, target("pool"), None, 4)
-        .await
-        .unwrap_err();
+    let e = svc.release(&s, target("pool"), None, 4).await.unwrap_err();
     assert_eq!(e.reason(), "not_held", "{e}");
     settled(&svc).await;
     assert_eq!(s.held(), 4, "the session holds what it held");
@@ -834,7 +831,10 @@ async fn a_release_the_store_refuses_halfway_changes_nothing() {
 async fn a_release_refused_halfway_that_cannot_be_undone_answers_what_was_released() {
     let svc = service();
     let s = two_holds_the_second_unknown_to_the_store(&svc, |st| &st.inner).await;
-    svc.limiter().store().restores.store(false, Ordering::SeqCst);
+    svc.limiter()
+        .store()
+        .restores
+        .store(false, Ordering::SeqCst);
     let done = svc.release(&s, target("pool"), None, 4).await.unwrap();
     assert_eq!((done.released, done.still_held), (3, 1));
     settled(&svc).await;
@@ -853,13 +853,18 @@ async fn a_release_refused_halfway_that_cannot_be_undone_answers_what_was_releas
 async fn not_held_stays_within_its_budget_and_groups_are_bounded() {
     // 1 KiB domains (two-byte characters, to be cut at one), groups half
     // that, each domain in all eight.
-    let domains: Vec<String> = (1..=7).map(|i| format!("d{i}{}", "é".repeat(511))).collect();
+    let domains: Vec<String> = (1..=7)
+        .map(|i| format!("d{i}{}", "é".repeat(511)))
+        .collect();
     let groups: Vec<String> = (0..8).map(|i| format!("g{i}{}", "x".repeat(510))).collect();
     let mut yaml = String::from(
         "namespaces:\n  - name: app\n    resources:\n      - name: sandbox\n        kind: concurrency\n        domain_limit: 10\n        groups:\n",
     );
     for g in &groups {
-        yaml += &format!("          - {{ name: {g}, limit: 100, members: [{}] }}\n", domains.join(", "));
+        yaml += &format!(
+            "          - {{ name: {g}, limit: 100, members: [{}] }}\n",
+            domains.join(", ")
+        );
     }
     let loaded = tollgate_config::load_str("t.yaml", &yaml).unwrap();
     let clock = Arc::new(ManualClock::new(Nanos::from_secs(1_000)));
@@ -885,7 +890,11 @@ async fn not_held_stays_within_its_budget_and_groups_are_bounded() {
         .unwrap_err();
     assert_eq!(e.reason(), "not_held", "{e}");
     let message = e.to_string();
-    assert!(message.len() <= NotHeld::MAX_BYTES, "{} bytes: {message}", message.len());
+    assert!(
+        message.len() <= NotHeld::MAX_BYTES,
+        "{} bytes: {message}",
+        message.len()
+    );
     let cut = |name: &str| {
         let mut end = NotHeld::NAME_BYTES;
         while !name.is_char_boundary(end) {
@@ -937,7 +946,11 @@ async fn not_held_stays_within_its_budget_and_groups_are_bounded() {
 #[test]
 fn the_longest_not_held_message_fits_its_budget() {
     let long = |c: &str| c.repeat(4096);
-    let groups = |n: usize| (0..n).map(|i| format!("{i}{}", long("g"))).collect::<Vec<_>>();
+    let groups = |n: usize| {
+        (0..n)
+            .map(|i| format!("{i}{}", long("g")))
+            .collect::<Vec<_>>()
+    };
     let holding = tollgate_service::Holding {
         namespace: long("m"),
         resource: long("r"),
@@ -959,11 +972,18 @@ fn the_longest_not_held_message_fits_its_budget() {
             more: usize::MAX,
         };
         let message = e.to_string();
-        assert!(message.len() <= NotHeld::MAX_BYTES, "{} bytes: {message}", message.len());
+        assert!(
+            message.len() <= NotHeld::MAX_BYTES,
+            "{} bytes: {message}",
+            message.len()
+        );
         assert!(
             message.contains(&format!("; it holds {} copies of `rrrr", u64::MAX)),
             "{message}"
         );
-        assert!(message.ends_with(&format!(", and {} more", usize::MAX)), "{message}");
+        assert!(
+            message.ends_with(&format!(", and {} more", usize::MAX)),
+            "{message}"
+        );
     }
 }
