@@ -3,7 +3,7 @@
 //! Reads the position-carrying tree, validates every field and applies the
 //! normalization of Charon §4.1, reporting each change as a warning.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tollgate_core::copies::CopyLimits;
 use tollgate_core::replicated::strategy::{Eager, Replication, StrategyKind};
@@ -185,7 +185,7 @@ fn read_resource(node: &Node, diags: &mut Diagnostics) -> Option<Resource> {
         Some(k) => diags.take(k.as_str("kind"))?.to_owned(),
     };
     let shadow = flag(&f, "shadow_mode", diags);
-    let (kind, replication) = match kind.as_str() {
+    let (kind, replication, refining) = match kind.as_str() {
         "rate" => {
             // Both are read before either can give up, so that one run
             // reports the problems of each.
@@ -195,11 +195,13 @@ fn read_resource(node: &Node, diags: &mut Diagnostics) -> Option<Resource> {
             if diags.errors.len() > before {
                 return None;
             }
-            (ResourceKind::Rate(rate?), replication)
+            let (rate, refining) = rate?;
+            (ResourceKind::Rate(rate), replication, refining)
         }
         "concurrency" => (
             ResourceKind::Concurrency(read_concurrency(&f, &context, diags)?),
             None,
+            BTreeSet::new(),
         ),
         other => {
             let hint = did_you_mean(other, &["rate", "concurrency"])
@@ -220,6 +222,7 @@ fn read_resource(node: &Node, diags: &mut Diagnostics) -> Option<Resource> {
         shadow,
         replication,
         envoy: None,
+        refining,
         pos: node.pos.clone(),
     })
 }
@@ -354,16 +357,19 @@ fn read_replication_map(
     (diags.errors.len() == before).then_some(r)
 }
 
+/// A rate resource's limits, and the domains whose override refines them
+/// ([`Resource::refining`]).
 fn read_rate_resource(
     f: &Fields<'_>,
     context: &str,
     diags: &mut Diagnostics,
-) -> Option<RateResource> {
+) -> Option<(RateResource, BTreeSet<String>)> {
     let errors_before = diags.errors.len();
     let global_limit = positive_limit(f, "global_limit", context, diags);
     let base = f.without(NOT_PER_DOMAIN);
     let default = read_rate_spec(&base, &base, context, RATE_COMMON, global_limit, diags);
     let mut domains = BTreeMap::new();
+    let mut refining = BTreeSet::new();
     if let Some(d) = f.get("domains") {
         if let Some(map) = diags.take(d.as_map("domains")) {
             for (domain, _, value) in map.iter() {
@@ -384,6 +390,7 @@ fn read_rate_resource(
                 let fields = if over.has("algorithm") {
                     over.clone()
                 } else {
+                    refining.insert(domain.to_owned());
                     base.overlay(&over)
                 };
                 // The fields refused above are not reported again as
@@ -401,11 +408,14 @@ fn read_rate_resource(
     if diags.errors.len() > errors_before {
         return None;
     }
-    Some(RateResource {
-        default: default?,
-        domains,
-        global_limit,
-    })
+    Some((
+        RateResource {
+            default: default?,
+            domains,
+            global_limit,
+        },
+        refining,
+    ))
 }
 
 /// Reads the algorithm and hard limit from `fields`; unknown fields are

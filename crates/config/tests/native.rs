@@ -407,3 +407,23 @@ fn deeply_nested_yaml_is_an_error_naming_the_bound_not_a_stack_overflow() {
     let e = tollgate_config::yaml::parse("t.yaml", &over).unwrap_err();
     assert_eq!((e.pos.line, e.pos.col), (1, 67), "{e}");
 }
+
+/// An override that names no `algorithm:` refines its resource; one that
+/// names one replaces it, even with the same algorithm. Errors about a
+/// store's rules tell an inherited limit of its resource alone, so the
+/// resolved config keeps which is which.
+#[test]
+fn a_resource_knows_which_overrides_refine_it() {
+    let config = load_str(
+        "r.yaml",
+        "namespaces:\n  - name: n\n    resources:\n      - name: hourly\n        algorithm: fixed_window\n        limit: 100\n        window: 1h\n        domains:\n          acme: { limit: 500 }\n          globex: { algorithm: fixed_window, limit: 5, window: 1m }\n          initech: { hard_limit: 3 }\n      - { name: pool, kind: concurrency, domain_limit: 3, domains: { acme: { domain_limit: 5 } } }\n",
+    )
+    .unwrap()
+    .config;
+    let resources = &config.namespaces[0].resources;
+    assert_eq!(
+        resources[0].refining.iter().collect::<Vec<_>>(),
+        ["acme", "initech"]
+    );
+    assert!(resources[1].refining.is_empty());
+}

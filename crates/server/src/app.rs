@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::watch;
 use tollgate_config::Config;
 use tollgate_core::Nanos;
-use tollgate_service::{Clock, Limiter, Service, ServiceOptions, Sessions, View};
+use tollgate_service::{Clock, Limiter, Service, ServiceOptions, Sessions, Unservable, View};
 use tollgate_store::Store;
 
 /// What `/status` reports of the config in force.
@@ -102,8 +102,8 @@ impl Readiness {
 
 impl<S: Store> App<S> {
     /// An app over `store` with `config`, loaded from `source`, reading
-    /// time from `clock`; an error says why the store cannot serve the
-    /// config ([`Limiter::compile`]).
+    /// time from `clock`; the error lists every limit the store cannot
+    /// serve, each saying why ([`Limiter::compile_all`]).
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: S,
@@ -113,10 +113,10 @@ impl<S: Store> App<S> {
         warnings: Vec<String>,
         options: ServiceOptions,
         clock: Arc<dyn Clock>,
-    ) -> Result<App<S>, String> {
+    ) -> Result<App<S>, Vec<Unservable>> {
         let now = clock.now();
         let limiter = Limiter::new(store, View::default());
-        limiter.set_view(limiter.compile(&config, now)?);
+        limiter.set_view(limiter.compile_all(&config, now)?);
         Ok(App {
             service: Arc::new(Service::new(limiter, clock, options)),
             config: Mutex::new((

@@ -1,9 +1,9 @@
 //! Why the service could not answer a request (Charon §3.1's error classes).
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 
 use thiserror::Error;
-use tollgate_core::copies::{Copies, Groups, InGroups};
+use tollgate_core::copies::{Copies, Groups};
 use tollgate_store::StoreError;
 
 /// A request the service cannot answer. Being limited is not an error.
@@ -150,8 +150,20 @@ impl NotHeld {
     /// Entries of the session's record a message lists: a session may
     /// hold under a thousand, and an error should stay a line.
     pub const SHOWN: usize = 5;
+    /// The most bytes the message takes: below the 1 KiB every surface
+    /// allows an error message (`tollgate_server::errors::MAX_MESSAGE_BYTES`),
+    /// so no surface cuts it, which would cut the middle out of what the
+    /// session holds. Entries that do not fit are counted in "and N more".
+    pub const MAX_BYTES: usize = 1000;
+    /// The bytes of one name (a domain, a resource, a group) the message
+    /// echoes; a longer one is cut there and ends in `…`. Names may be as
+    /// long as `max_name_bytes`, and the message lists several.
+    pub const NAME_BYTES: usize = 64;
+    /// The bytes one list of groups takes before the rest are counted
+    /// (`and 3 more`): a handful of short names, two cut ones; always at
+    /// least one.
+    pub const GROUPS_BYTES: usize = 160;
 }
-
 /// Copies a session holds of one resource, for one domain, in one set of
 /// groups.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,36 +182,107 @@ pub struct Holding {
 
 impl fmt::Display for NotHeld {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Built whole, then written: entries are added while they fit in
+        // `MAX_BYTES` (the first always does: every part of it is cut to
+        // `NAME_BYTES` and `GROUPS_BYTES`).
+        let mut out = String::with_capacity(Self::MAX_BYTES);
         let held = match self.held {
             0 => Copies(0).to_string(),
             n => format!("only {}", Copies(n)),
         };
-        write!(
-            f,
+        let _ = write!(
+            out,
             "this {} holds {held} of resource `{}` for domain `{}`",
-            self.holder, self.resource, self.domain
-        )?;
+            self.holder,
+            Name(&self.resource),
+            Name(&self.domain)
+        );
         if let Some(groups) = &self.groups {
-            write!(f, " {}", InGroups(groups))?;
+            let _ = write!(out, " {}", Listed(groups));
         }
-        write!(f, ", so it cannot {} {}; ", self.operation, self.requested)?;
+        let _ = write!(
+            out,
+            ", so it cannot {} {}; ",
+            self.operation, self.requested
+        );
         if self.holds.is_empty() {
-            return write!(f, "it holds no copies at all");
+            out.push_str("it holds no copies at all");
+            return f.write_str(&out);
         }
-        f.write_str("it holds ")?;
-        for (i, h) in self.holds.iter().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            write!(f, "{} of `{}`", Copies(h.copies), h.resource)?;
+        out.push_str("it holds ");
+        // Room kept for the count of what is left out, at its largest.
+        let tail = format!(", and {} more", self.more.saturating_add(self.holds.len())).len();
+        let mut shown = 0;
+        for h in &self.holds {
+            let mut entry = format!("{} of `{}`", Copies(h.copies), Name(&h.resource));
             if h.namespace != self.namespace {
-                write!(f, " (namespace `{}`)", h.namespace)?;
+                let _ = write!(entry, " (namespace `{}`)", Name(&h.namespace));
             }
-            write!(f, " for domain `{}` {}", h.domain, InGroups(&h.groups))?;
+            let _ = write!(
+                entry,
+                " for domain `{}` {}",
+                Name(&h.domain),
+                Listed(&h.groups)
+            );
+            if shown > 0 {
+                if out.len() + 2 + entry.len() + tail > Self::MAX_BYTES {
+                    break;
+                }
+                out.push_str(", ");
+            }
+            out.push_str(&entry);
+            shown += 1;
         }
-        if self.more > 0 {
-            write!(f, ", and {} more", self.more)?;
+        let left = self.more.saturating_add(self.holds.len() - shown);
+        if left > 0 {
+            let _ = write!(out, ", and {left} more");
         }
-        Ok(())
+        f.write_str(&out)
+    }
+}
+
+/// A name as a message echoes it: at most [`NotHeld::NAME_BYTES`] bytes of
+/// it (cut at a character), then `…` if it was longer.
+struct Name<'a>(&'a str);
+
+impl fmt::Display for Name<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.len() <= NotHeld::NAME_BYTES {
+            return f.write_str(self.0);
+        }
+        let mut end = NotHeld::NAME_BYTES;
+        while !self.0.is_char_boundary(end) {
+            end -= 1;
+        }
+        write!(f, "{}…", &self.0[..end])
+    }
+}
+
+/// Groups as a message says them ([`InGroups`]), each a [`Name`], as many
+/// as fit in [`NotHeld::GROUPS_BYTES`] (at least one), the rest counted:
+/// ``in groups `a`, `b` and 2 more``.
+struct Listed<'a>(&'a [String]);
+
+impl fmt::Display for Listed<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut list = String::new();
+        let mut shown = 0;
+        for g in self.0 {
+            let item = format!("`{}`", Name(g));
+            if shown > 0 {
+                if list.len() + 2 + item.len() > NotHeld::GROUPS_BYTES {
+                    break;
+                }
+                list.push_str(", ");
+            }
+            list.push_str(&item);
+            shown += 1;
+        }
+        match (self.0.len(), self.0.len() - shown) {
+            (0, _) => f.write_str("in no group"),
+            (1, _) => write!(f, "in group {list}"),
+            (_, 0) => write!(f, "in groups {list}"),
+            (_, more) => write!(f, "in groups {list} and {more} more"),
+        }
     }
 }

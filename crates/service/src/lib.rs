@@ -29,6 +29,6 @@ pub use limiter::{
     DescriptorOutcome, DescriptorRequest, DescriptorStatus, LimitedBy, Limiter, RateOutcome,
     RateRequest, ReserveOutcome,
 };
-pub use service::{Closed, Released, Service, ServiceOptions, Target};
+pub use service::{Closed, Released, Service, ServiceOptions, Target, MAX_NAMED_GROUPS};
 pub use sessions::{Session, SessionId, SessionLimits, Sessions};
 pub use view::{Unservable, View};

@@ -200,7 +200,8 @@ impl<S: Store> Limiter<S> {
     /// Compiles `config` into a view this limiter's store can serve: every
     /// limit goes through [`Store::prepare`] (a replicated store makes it
     /// its cluster's CRDT), copy-limited resources are refused by a store
-    /// that keeps no copy pools, and [`Limiter::check_view`] must pass.
+    /// that keeps no copy pools, and the store must be able to decide each
+    /// ([`Store::check_limit`]).
     /// The store then learns the limits it is about to serve
     /// ([`Store::serve_limits`]): call this only to put the view in force.
     /// The error names, one line each, every namespace and resource the
@@ -245,9 +246,9 @@ impl<S: Store> Limiter<S> {
             // Limits `prepare` refused were left as they were, so the
             // store's check would only refuse them again.
             Err(refused) => problems.extend(refused),
-            Ok(()) => problems.extend(unservable_with(&view, |limit| {
-                self.store.check_limit(limit)
-            })),
+            Ok(()) => {
+                problems.extend(view.unservable(config, |limit| self.store.check_limit(limit)))
+            }
         }
         if !problems.is_empty() {
             in_config_order(config, &mut problems);
@@ -259,12 +260,6 @@ impl<S: Store> Limiter<S> {
                 .collect(),
         );
         Ok(view)
-    }
-
-    /// Checks that the store can decide every limit of `view`; the error
-    /// names the namespace, the resource and why.
-    pub fn check_view(&self, view: &View) -> Result<(), String> {
-        check_view_with(view, |limit| self.store.check_limit(limit))
     }
 
     /// The store.
@@ -738,46 +733,4 @@ fn unconfigured(hits: u64) -> RateOutcome {
         unconfigured: true,
         algorithm: "unlimited",
     }
-}
-
-/// Checks every limit of `view` with `check` (a store's
-/// [`Store::check_limit`]); the error names the namespace, the resource and
-/// why, one line per limit refused. Lets a caller hold a config against the
-/// rules of a store it has not built (`tollgate serve --check` and Redis,
-/// whose rules are [`Store::check_limit`] without a connection).
-pub fn check_view_with(
-    view: &View,
-    check: impl Fn(&Limit) -> Result<(), String>,
-) -> Result<(), String> {
-    let problems = unservable_with(view, check);
-    if problems.is_empty() {
-        return Ok(());
-    }
-    Err(problems
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("\n"))
-}
-
-/// Every limit of `view` that `check` refuses, with where it is and why.
-pub fn unservable_with(
-    view: &View,
-    check: impl Fn(&Limit) -> Result<(), String>,
-) -> Vec<Unservable> {
-    let mut problems: Vec<Unservable> = view
-        .limits()
-        .filter_map(|(namespace, resource, c)| {
-            check(&c.limit).err().map(|reason| Unservable {
-                namespace: namespace.to_owned(),
-                resource: resource.to_owned(),
-                domain: None,
-                reason,
-            })
-        })
-        .collect();
-    // A view's namespaces are a map: a stable order for the reader.
-    problems.sort_by(|a, b| (&a.namespace, &a.resource).cmp(&(&b.namespace, &b.resource)));
-    problems.dedup();
-    problems
 }

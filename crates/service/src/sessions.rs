@@ -290,23 +290,31 @@ impl Session {
 /// What a record holds, for a refusal to say: the entries of `pool` and
 /// `domain` first, then of `pool`, then the rest, each by most copies; at
 /// most [`NotHeld::SHOWN`] of them, and how many more there are.
+///
+/// Runs under the session's lock on every refusal, over a record of up to
+/// `max_holds` entries: the few shown are selected in linear time, and
+/// only they are sorted and cloned.
 fn holdings(holds: &HashMap<HoldKey, u64>, pool: &PoolKey, domain: &str) -> (Vec<Holding>, usize) {
-    let mut entries: Vec<(&HoldKey, u64)> = holds.iter().map(|(k, n)| (k, *n)).collect();
     let rank = |k: &HoldKey| match (k.pool == *pool, k.domain == domain) {
         (true, true) => 0,
         (true, false) => 1,
         _ => 2,
     };
-    entries.sort_by(|(a, m), (b, n)| {
+    let order = |(a, m): &(&HoldKey, u64), (b, n): &(&HoldKey, u64)| {
         rank(a)
             .cmp(&rank(b))
             .then(n.cmp(m))
             .then_with(|| (&a.pool.0, &a.domain, &a.groups).cmp(&(&b.pool.0, &b.domain, &b.groups)))
-    });
+    };
+    let mut entries: Vec<(&HoldKey, u64)> = holds.iter().map(|(k, n)| (k, *n)).collect();
     let more = entries.len().saturating_sub(NotHeld::SHOWN);
+    if more > 0 {
+        entries.select_nth_unstable_by(NotHeld::SHOWN - 1, order);
+        entries.truncate(NotHeld::SHOWN);
+    }
+    entries.sort_unstable_by(order);
     let shown = entries
         .into_iter()
-        .take(NotHeld::SHOWN)
         .map(|(k, copies)| {
             let (namespace, resource) = k.pool.parts();
             Holding {

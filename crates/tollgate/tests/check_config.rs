@@ -341,3 +341,148 @@ fn check_config_cluster_holds_a_file_to_a_clusters_rules() {
     assert_eq!(alone.code, Some(2), "{alone}");
     assert!(alone.stderr.contains("--cluster"), "{alone}");
 }
+
+/// Review of issue 23: a domain override refused for the text its
+/// resource was refused for was not listed, so an override that replaces
+/// the algorithm with another the cluster cannot serve either (a
+/// `fixed_window` of its own on a `fixed_window` resource, a token bucket
+/// with its own `initial_tokens`) showed up only once the resource was
+/// fixed. Such an override is listed; one that refines the resource (names
+/// no `algorithm:`) inherits its limit and is told of the resource alone.
+#[test]
+fn check_config_cluster_lists_overrides_that_replace_the_algorithm() {
+    let sb = Sandbox::new("check-cluster-overrides");
+    sb.write(
+        "overrides.yaml",
+        "\
+namespaces:
+  - name: default
+    resources:
+      - name: hourly
+        algorithm: fixed_window
+        limit: 100
+        window: 1h
+        domains:
+          acme: { limit: 500 }
+          globex: { algorithm: fixed_window, limit: 5, window: 1m }
+      - name: warm
+        algorithm: token_bucket
+        capacity: 10
+        rate: 1/s
+        initial_tokens: 0
+        domains:
+          acme: { capacity: 20 }
+          globex: { algorithm: token_bucket, capacity: 5, rate: 1/s, initial_tokens: 1 }
+",
+    );
+    let run = sb.run(&["check-config", "--cluster", "-q", "overrides.yaml"]);
+    let window = "`fixed_window` cannot be replicated in a gossip cluster; use `token_bucket` or `gcra` (replicated as queue), or serve it from the Redis store";
+    let initial = "`initial_tokens` cannot be replicated: every node starts a key full; remove `initial_tokens`, or serve it from the Redis store";
+    assert_eq!(
+        (run.code, run.stderr.as_str()),
+        (
+            Some(1),
+            format!(
+                "\
+error: the config cannot run on the replicated store (4 problems, each saying what to change):
+  namespace `default`, resource `hourly`: {window}
+  namespace `default`, resource `hourly`, domain `globex`: {window}
+  namespace `default`, resource `warm`: {initial}
+  namespace `default`, resource `warm`, domain `globex`: {initial}
+"
+            )
+            .as_str()
+        ),
+        "{run}"
+    );
+}
+
+/// Review of issue 23: `check-config --cluster` and `serve --cluster` each
+/// built their own cluster to check a config on, and parsed the default
+/// strategy each their own way: check-config ignored `TOLLGATE_REPLICATION`
+/// (checking as `queue` a cluster that runs `epoch`), and refused a bad
+/// name with another error than serve. Both now check on the same cluster
+/// with the same flag: the same lines, the same errors.
+#[test]
+fn check_config_cluster_and_serve_check_the_same_cluster_with_the_same_flag() {
+    let sb = Sandbox::new("check-cluster-alike");
+    sb.write(
+        "hourly.yaml",
+        "namespaces:\n  - name: default\n    resources:\n      - { name: hourly, algorithm: fixed_window, limit: 100, window: 1h }\n",
+    );
+    sb.write("secret", "0123456789abcdef0123456789abcdef");
+    let checked = |env: &[(&str, &str)], flags: &[&str]| {
+        let mut args = vec!["check-config", "--cluster", "-q", "hourly.yaml"];
+        args.extend_from_slice(flags);
+        common::run_clean(&sb.dir, &args, env)
+    };
+    let served = |env: &[(&str, &str)], flags: &[&str]| {
+        let mut args = vec![
+            "serve",
+            "--check",
+            "--config",
+            "hourly.yaml",
+            "--cluster",
+            "prod",
+            "--node-id",
+            "n1",
+            "--gossip",
+            "127.0.0.1:0",
+            "--cluster-secret-file",
+            "secret",
+        ];
+        args.extend_from_slice(flags);
+        common::run_clean(&sb.dir, &args, env)
+    };
+    let want = |strategy: &str| {
+        format!(
+            "error: the config cannot run on the replicated store: namespace `default`, resource \
+             `hourly`: `fixed_window` cannot be replicated in a gossip cluster; use \
+             `token_bucket` or `gcra` (replicated as {strategy}), or serve it from the Redis \
+             store\n"
+        )
+    };
+    for (env, flags, strategy) in [
+        (&[][..], &[][..], "queue"),
+        (&[("TOLLGATE_REPLICATION", "epoch")][..], &[][..], "epoch"),
+        (&[][..], &["--replication", "counter"][..], "counter"),
+    ] {
+        let a = checked(env, flags);
+        let b = served(env, flags);
+        assert_eq!(
+            (a.code, a.stderr.as_str()),
+            (Some(1), want(strategy).as_str()),
+            "{a}"
+        );
+        assert_eq!(
+            (b.code, b.stderr.as_str()),
+            (Some(1), want(strategy).as_str()),
+            "{b}"
+        );
+    }
+    // A name that is no strategy: the same refusal, from the flag or the
+    // variable, naming the names there are.
+    for (env, flags) in [
+        (&[("TOLLGATE_REPLICATION", "gossip")][..], &[][..]),
+        (&[][..], &["--replication", "gossip"][..]),
+    ] {
+        let a = checked(env, flags);
+        let b = served(env, flags);
+        assert_eq!(a.code, Some(2), "{a}");
+        assert_eq!((b.code, &b.stderr), (Some(2), &a.stderr), "{b}");
+        assert!(
+            a.stderr.starts_with(
+                "error: invalid value 'gossip' for '--replication <STRATEGY>'\n  [possible values: counter, queue, epoch]\n"
+            ),
+            "{a}"
+        );
+    }
+    // The variable is the cluster's setting, set for `serve`: without
+    // --cluster, check-config does not use it, and is not refused for it.
+    let plain = common::run_clean(
+        &sb.dir,
+        &["check-config", "-q", "hourly.yaml"],
+        &[("TOLLGATE_REPLICATION", "epoch")],
+    );
+    assert!(plain.success(), "{plain}");
+}

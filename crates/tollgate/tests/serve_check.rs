@@ -9,8 +9,9 @@ mod common;
 
 use std::net::{TcpListener, UdpSocket};
 
+use common::config_api::{ConfigApi, ADMIN, READER};
 use common::{Run, Sandbox};
-use tollgate_redis::testing::{free_port, TestCerts};
+use tollgate_redis::testing::{free_port, RedisServer, TestCerts};
 
 const CONFIG: &str = "\
 namespaces:
@@ -524,6 +525,122 @@ error: the config cannot run on the replicated store (5 problems, each saying wh
     assert!(check(&sb, &["--config", "mixed.yaml"], &[]).success());
 }
 
+/// Review of issue 23: `serve --check` listed what Redis cannot serve
+/// sorted by name, without the domain override a problem is in (and
+/// dropped only repeats that sorted next to each other), while `serve`,
+/// compiling on the Redis store it connected to, listed them in the
+/// config's order with the override named. Both now give the same lines.
+/// `serve` compiles on Redis when its config comes from a config API
+/// (with a file, it refuses before connecting, as --check does); the API
+/// keeps namespaces and resources by name, so the file is written so too,
+/// and every override resolved, so none here refines a refused limit (one
+/// would be listed from the API, told of its resource alone from a file:
+/// `Resource::refining`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_and_serve_check_list_what_redis_cannot_serve_alike() {
+    const HUGE_MANY: &str = "\
+namespaces:
+  - name: alpha
+    resources:
+      - { name: c, algorithm: fixed_window, limit: 9007199254740993, window: 1m }
+  - name: zeta
+    resources:
+      - name: a
+        algorithm: fixed_window
+        limit: 10
+        window: 1m
+        domains:
+          acme: { algorithm: fixed_window, limit: 9007199254740993, window: 1m }
+          globex: { hard_limit: 3 }
+      - { name: b, algorithm: fixed_window, limit: 9007199254740993, window: 1h }
+";
+    let sb = Sandbox::new("check-redis-alike");
+    sb.write("huge.yaml", HUGE_MANY);
+    let too_large = "is too large for the Redis store (at most 4503599627370495)";
+    let want = format!(
+        "\
+error: the config cannot run on the redis store (3 problems, each saying what to change):
+  namespace `alpha`, resource `c`: limit 9007199254740993 {too_large}
+  namespace `zeta`, resource `a`, domain `acme`: limit 9007199254740993 {too_large}
+  namespace `zeta`, resource `b`: limit 9007199254740993 {too_large}
+"
+    );
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let checked = check(&sb, &["--config", "huge.yaml", "--store", &url], &[]);
+    assert_eq!(
+        (checked.code, checked.stderr.as_str()),
+        (Some(1), want.as_str()),
+        "{checked}"
+    );
+    let api = ConfigApi::start(&sb, &common::config_api::sqlite(&sb, "api.db"), &[]);
+    let (status, r) = api
+        .call(Some(ADMIN), "POST", "/v1/import", Some(HUGE_MANY))
+        .await;
+    assert_eq!(status, 200, "{r}");
+    let token = sb.write("read-token", format!("{READER}\n"));
+    let api_url = format!("http://{}", api.addr);
+    let served = serve_run(
+        &sb,
+        &[
+            "--grpc",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--config-api",
+            &api_url,
+            "--config-api-token-file",
+            token.to_str().unwrap(),
+            "--store",
+            &url,
+        ],
+        &[],
+    );
+    assert_eq!(served.code, Some(1), "{served}");
+    assert!(
+        served.stderr.ends_with(&want),
+        "serve on Redis lists the same lines{served}"
+    );
+}
+
+/// The same review: the list is in the order the config writes its
+/// namespaces and resources, not sorted by name.
+#[test]
+fn serve_check_lists_what_redis_cannot_serve_in_the_configs_order() {
+    let sb = Sandbox::new("check-redis-order");
+    sb.write(
+        "huge.yaml",
+        "\
+namespaces:
+  - name: zeta
+    resources:
+      - { name: b, algorithm: fixed_window, limit: 9007199254740993, window: 1h }
+      - { name: a, algorithm: fixed_window, limit: 9007199254740993, window: 1h }
+  - name: alpha
+    resources:
+      - { name: c, algorithm: fixed_window, limit: 9007199254740993, window: 1h }
+",
+    );
+    let url = format!("redis://127.0.0.1:{}", free_port());
+    let run = check(&sb, &["--config", "huge.yaml", "--store", &url], &[]);
+    assert_eq!(run.code, Some(1), "{run}");
+    let listed: Vec<&str> = run
+        .stderr
+        .lines()
+        .skip(1)
+        .map(|l| l.split(':').next().unwrap())
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            "  namespace `zeta`, resource `b`",
+            "  namespace `zeta`, resource `a`",
+            "  namespace `alpha`, resource `c`"
+        ],
+        "{run}"
+    );
+}
+
 #[test]
 fn bad_tls_files_are_refused_naming_the_file() {
     let sb = Sandbox::new("check-tls");
@@ -706,9 +823,24 @@ fn a_bad_cluster_secret_or_node_is_refused() {
         &[],
         "needs --node-id",
     );
+    // A strategy that is none is refused by the flag's parser, as every
+    // other malformed flag is (exit 2), alike by serve and --check.
     let mut args = node("secret");
     args.extend(["--replication", "gossip"]);
-    refused_alike(&sb, &args, &[], "--replication gossip");
+    let checked = check(&sb, &args, &[]);
+    assert_eq!(checked.code, Some(2), "{checked}");
+    assert!(
+        checked
+            .stderr
+            .starts_with("error: invalid value 'gossip' for '--replication <STRATEGY>'"),
+        "{checked}"
+    );
+    let served = serve_run(&sb, &args, &[]);
+    assert_eq!(
+        (served.code, &served.stderr),
+        (Some(2), &checked.stderr),
+        "{served}"
+    );
     let mut args = node("secret");
     args[7] = "0.0.0.0:7946";
     refused_alike(

@@ -2,11 +2,8 @@
 //! config; with `--cluster`, also hold it to a replicated cluster's rules.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use tollgate_core::replicated::strategy::{Replication, StrategyKind};
-use tollgate_replica::{Replica, ReplicaOptions, ReplicaStore};
-use tollgate_service::{Limiter, View};
+use super::store_rules::{self, Strategy};
 
 /// Arguments of `tollgate check-config`.
 #[derive(clap::Args, Debug)]
@@ -22,27 +19,43 @@ pub struct CheckConfigArgs {
     #[arg(long)]
     pub cluster: bool,
     /// With --cluster: how resources without `replication:` are replicated,
-    /// as `serve --replication` says.
-    #[arg(long, value_name = "STRATEGY", default_value = "queue",
-          value_parser = ["counter", "queue", "epoch"], requires = "cluster")]
-    pub replication: String,
+    /// as `serve --replication` says (the same flag and variable).
+    #[arg(
+        long,
+        value_name = "STRATEGY",
+        env = "TOLLGATE_REPLICATION",
+        value_enum,
+        default_value = "queue"
+    )]
+    pub replication: Strategy,
 }
 
 /// Validates; prints warnings on stderr and the normalized config on
 /// stdout. Returns whether the config is valid (and, with `--cluster`,
-/// whether a cluster can serve it).
-pub fn run(args: &CheckConfigArgs) -> bool {
+/// whether a cluster can serve it). `given` are the command's matches, to
+/// refuse `--replication` without `--cluster` on the command line (clap's
+/// `requires` would refuse `TOLLGATE_REPLICATION` too, which a cluster
+/// node's environment sets for `serve`).
+pub fn run(args: &CheckConfigArgs, given: Option<&clap::ArgMatches>) -> bool {
+    let on_command_line = given.and_then(|m| m.value_source("replication"))
+        == Some(clap::parser::ValueSource::CommandLine);
+    if on_command_line && !args.cluster {
+        let mut command = clap::Command::new("tollgate check-config");
+        command = <CheckConfigArgs as clap::Args>::augment_args(command);
+        let error = command.error(
+            clap::error::ErrorKind::MissingRequiredArgument,
+            "--replication says how a cluster replicates; it needs --cluster",
+        );
+        error.exit();
+    }
     match tollgate_config::load_path(&args.config) {
         Ok(loaded) => {
             for w in &loaded.warnings {
                 eprintln!("warning: {w}");
             }
             if args.cluster {
-                // The value parser admits only the three names.
-                let strategy =
-                    StrategyKind::parse(&args.replication).unwrap_or(StrategyKind::Queue);
-                if let Err(e) = on_cluster(&loaded.config, strategy) {
-                    eprintln!("error: {}", refusal("replicated", &e));
+                if let Err(problems) = store_rules::on_cluster(&loaded.config, args.replication.0) {
+                    eprintln!("error: {}", store_rules::refusal("replicated", &problems));
                     return false;
                 }
             }
@@ -55,34 +68,5 @@ pub fn run(args: &CheckConfigArgs) -> bool {
             eprintln!("{e}");
             false
         }
-    }
-}
-
-/// Compiles `config` as a node of a replicated cluster whose default
-/// strategy is `strategy` would (`Limiter::compile` on a replica store:
-/// the rules `serve --cluster` applies), without starting a node. The
-/// error has one line per limit the cluster cannot serve.
-fn on_cluster(config: &tollgate_config::Config, strategy: StrategyKind) -> Result<(), String> {
-    let replica = Replica::new(ReplicaOptions {
-        default: Replication::new(strategy),
-        ..ReplicaOptions::default()
-    });
-    Limiter::new(ReplicaStore::new(Arc::new(replica)), View::default())
-        .compile(config, tollgate_server::clock::now())
-        .map(drop)
-}
-
-/// The error for a config the `store_name` store cannot serve: `reasons`
-/// has one line per limit refused (as `Limiter::compile` gives them); all
-/// are listed, so one run shows everything to change.
-pub(crate) fn refusal(store_name: &str, reasons: &str) -> String {
-    let lines: Vec<&str> = reasons.lines().filter(|l| !l.trim().is_empty()).collect();
-    match lines.as_slice() {
-        [one] => format!("the config cannot run on the {store_name} store: {one}"),
-        many => format!(
-            "the config cannot run on the {store_name} store ({} problems, each saying what to change):\n  {}",
-            many.len(),
-            many.join("\n  ")
-        ),
     }
 }

@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::store_rules::{self, Strategy};
 use crate::config_follow::{Follower, TokenRefused, TokenSource};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
@@ -20,8 +21,7 @@ use tollgate_replica::wire::ClusterKey;
 use tollgate_replica::{Node, NodeConfig, Replica, ReplicaOptions, ReplicaStore};
 use tollgate_server::app::ApiPart;
 use tollgate_server::{App, Server, ServerOptions};
-use tollgate_service::limiter::check_view_with;
-use tollgate_service::{Limiter, ServiceOptions, SessionLimits, SystemClock, View};
+use tollgate_service::{Limiter, ServiceOptions, SessionLimits, SystemClock, Unservable, View};
 use tollgate_store::{MemoryStore, Store};
 
 /// The config served when none is given: the bundled example.
@@ -256,8 +256,14 @@ pub struct ServeArgs {
     pub cluster_secret_file: Option<PathBuf>,
     /// How resources without `replication:` are replicated: `counter`,
     /// `queue` or `epoch`.
-    #[arg(long, env = "TOLLGATE_REPLICATION", default_value = "queue")]
-    pub replication: String,
+    #[arg(
+        long,
+        value_name = "STRATEGY",
+        env = "TOLLGATE_REPLICATION",
+        value_enum,
+        default_value = "queue"
+    )]
+    pub replication: Strategy,
     /// Largest clock offset to a peer before the server reports itself
     /// unhealthy (/readyz 503); it keeps limiting (milliseconds).
     #[arg(long, env = "TOLLGATE_MAX_CLOCK_SKEW_MS", default_value_t = 250)]
@@ -657,12 +663,6 @@ fn cluster_settings(args: &ServeArgs, cluster: &str) -> Result<ClusterSettings> 
     let Some(node_name) = args.node_id.clone() else {
         anyhow::bail!("--cluster {cluster} needs --node-id: a name unique in the cluster, kept across restarts");
     };
-    let strategy = StrategyKind::parse(&args.replication).ok_or_else(|| {
-        anyhow::anyhow!(
-            "--replication {}: expected `counter`, `queue` or `epoch`",
-            args.replication
-        )
-    })?;
     // The socket binds the address it is given, so an unspecified one
     // stays unspecified once bound: known before binding.
     match args.gossip_advertise {
@@ -680,7 +680,7 @@ fn cluster_settings(args: &ServeArgs, cluster: &str) -> Result<ClusterSettings> 
         node: NodeId(tollgate_replica::wire::cluster_tag(&node_name)),
         node_name,
         secret,
-        strategy,
+        strategy: args.replication.0,
     })
 }
 
@@ -705,36 +705,26 @@ fn replica(args: &ServeArgs, settings: &ClusterSettings) -> Arc<Replica> {
 
 /// The error of a config the store cannot serve (the same from `serve`
 /// and `serve --check`).
-fn refused(store_name: &str, reason: &str) -> anyhow::Error {
-    anyhow::anyhow!(super::check_config::refusal(store_name, reason))
+fn refused(store_name: &str, problems: &[Unservable]) -> anyhow::Error {
+    anyhow::anyhow!(store_rules::refusal(store_name, problems))
 }
 
 /// Holds `config` to the rules of the store it will run on, without a
 /// connection: it is compiled as the server compiles it, on a store of the
-/// same kind that is dropped afterwards.
+/// same kind that is dropped afterwards ([`store_rules`]).
 fn check_config_on(
     args: &ServeArgs,
     backend: &Backend,
     config: &tollgate_config::Config,
 ) -> Result<()> {
-    let now = tollgate_server::clock::now();
     let compiled = match backend {
         Backend::Memory => Limiter::new(memory_store(args), View::default())
-            .compile(config, now)
+            .compile_all(config, tollgate_server::clock::now())
             .map(drop),
-        // The Redis store compiles a config as the memory store does, then
-        // holds every limit to its scripts' exact range: its
-        // `check_limit`, which needs no connection.
-        Backend::Redis(_) => Limiter::new(MemoryStore::default(), View::default())
-            .compile(config, now)
-            .and_then(|view| check_view_with(&view, tollgate_redis::check_limit)),
-        Backend::Cluster(settings) => {
-            Limiter::new(ReplicaStore::new(replica(args, settings)), View::default())
-                .compile(config, now)
-                .map(drop)
-        }
+        Backend::Redis(_) => store_rules::on_redis(config),
+        Backend::Cluster(settings) => store_rules::on_cluster(config, settings.strategy),
     };
-    compiled.map_err(|e| refused(backend.name(), &e))
+    compiled.map_err(|problems| refused(backend.name(), &problems))
 }
 
 /// The config API's client (`--config-api`), with its token read and its
