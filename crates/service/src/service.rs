@@ -74,11 +74,13 @@ const SHED: &str = "tollgate_copy_ops_shed_total";
 /// [`MAX_NAMED_GROUPS`] groups.
 const NAMES_TOO_LONG: &str = "tollgate_names_too_long_total";
 
-/// The most groups a release or transfer may name. A hold's groups are
-/// those its domain was in when it was reserved, a handful in any config;
-/// a release naming more names no hold, and one naming none takes from
-/// any (the largest first). Bounds what a request makes the service
-/// compare, and what a refusal could echo.
+/// The most groups a release or transfer that names no hold may name. A
+/// hold's groups are those its domain was in when it was reserved: a list
+/// equal to them is always taken, however long (the client names them back
+/// as the reserve gave them). A list that names no hold is refused past
+/// this bound as malformed, not echoed in a `not_held`: it bounds what a
+/// stranger's request makes the service compare against its bounds and
+/// could have echoed.
 pub const MAX_NAMED_GROUPS: usize = 64;
 
 /// Which resource, for whom.
@@ -255,9 +257,10 @@ impl<S: Store> Service<S> {
         self.check_name("domain", t.domain)
     }
 
-    /// Refuses a list of groups longer than [`MAX_NAMED_GROUPS`], or with
-    /// a name longer than [`ServiceOptions::max_name_bytes`]: the rule of
-    /// the other names of a copy operation.
+    /// Refuses a list of groups that names no hold when it is longer than
+    /// [`MAX_NAMED_GROUPS`], or has a name longer than
+    /// [`ServiceOptions::max_name_bytes`]: the rule of the other names of a
+    /// copy operation.
     fn check_groups(&self, groups: Option<&[String]>) -> Result<(), ServiceError> {
         let Some(groups) = groups else {
             return Ok(());
@@ -658,14 +661,20 @@ impl<S: Store> Service<S> {
         operation: &'static str,
     ) -> Result<(PoolKey, Vec<(HoldKey, u64)>), ServiceError> {
         self.check_target(target)?;
-        self.check_groups(groups)?;
         let pool = PoolKey::new(target.namespace, target.resource);
         match session.take(&pool, target.domain, groups, copies, operation) {
             Ok(taken) => Ok((pool, taken)),
-            Err(ServiceError::NotHeld(e)) if e.held == 0 => {
-                // Nothing of it here: a better error if the name is wrong.
-                self.limiter
-                    .copy_pool(target.namespace, target.resource, operation)?;
+            Err(ServiceError::NotHeld(e)) => {
+                // The groups of a hold are those the config put its domain
+                // in, however many and however long: a list that names one
+                // is taken above. Only a list that names none is held to
+                // the bounds, before anything of it is echoed.
+                self.check_groups(groups)?;
+                if e.held == 0 {
+                    // Nothing of it here: a better error if the name is wrong.
+                    self.limiter
+                        .copy_pool(target.namespace, target.resource, operation)?;
+                }
                 Err(ServiceError::NotHeld(e))
             }
             Err(e) => Err(e),

@@ -941,6 +941,46 @@ async fn not_held_stays_within_its_budget_and_groups_are_bounded() {
     assert_eq!(s.held(), 6, "nothing moved");
 }
 
+/// Regression: the bounds on named groups refused releases of holds the
+/// config itself made. A domain in more groups than a request may name,
+/// with a group name longer than a name may be, reserves; its release and
+/// transfer naming exactly the groups the reserve answered are taken.
+#[tokio::test]
+async fn a_hold_in_more_groups_than_a_request_may_name_is_released_by_naming_them() {
+    let mut groups: Vec<String> = (0..=MAX_NAMED_GROUPS).map(|i| format!("g{i}")).collect();
+    groups[0] = format!("g{}", "x".repeat(2000));
+    let mut yaml = String::from(
+        "namespaces:\n  - name: app\n    resources:\n      - name: sandbox\n        kind: concurrency\n        domain_limit: 10\n        groups:\n",
+    );
+    for g in &groups {
+        yaml += &format!("          - {{ name: {g}, limit: 100, members: [acme] }}\n");
+    }
+    let loaded = tollgate_config::load_str("t.yaml", &yaml).unwrap();
+    let clock = Arc::new(ManualClock::new(Nanos::from_secs(1_000)));
+    let limiter = Limiter::new(MemoryStore::new(), View::new(&loaded.config, Nanos::ZERO));
+    let svc = Arc::new(Service::new(limiter, clock as _, ServiceOptions::default()));
+    let at = Target {
+        namespace: "app",
+        resource: "sandbox",
+        domain: "acme",
+    };
+    let s = svc.open(None).unwrap();
+    let granted = svc.reserve(&s, at, Request::exactly(3)).await.unwrap();
+    let named = granted.reservation.groups.clone();
+    assert_eq!(named.len(), MAX_NAMED_GROUPS + 1);
+    svc.release(&s, at, Some(&named), 1).await.unwrap();
+    svc.transfer(&s, at, Some(&named), 1, Nanos::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(s.held(), 1);
+    // The same list with one name changed names no hold: bounded, refused.
+    let mut other = named.clone();
+    other[1] = "nope".into();
+    let e = svc.release(&s, at, Some(&other), 1).await.unwrap_err();
+    assert_eq!(e.reason(), "malformed_request", "{e}");
+    assert_eq!(s.held(), 1, "nothing moved");
+}
+
 /// However long every name and however many entries, a `not_held` message
 /// stays within [`NotHeld::MAX_BYTES`] and names the first holding.
 #[test]

@@ -354,18 +354,25 @@ impl Follower {
         let url = reqwest::Url::parse(base)
             .ok()
             .filter(|u| matches!(u.scheme(), "http" | "https"));
-        let Some(url) = url else {
-            bail!("--config-api must be an http:// or https:// URL, not {shown:?}");
-        };
         // reqwest would send them as a second `Authorization` header,
-        // beside the token's; the API reads one, and would refuse.
-        if !url.username().is_empty() || url.password().is_some() {
+        // beside the token's; the API reads one, and would refuse. The text
+        // is checked as well as the parse: a password with a `/` in it
+        // parses as a host, a port and a path with no user at all, or not
+        // at all.
+        let userinfo = shown != base.trim_end_matches('/')
+            || url
+                .as_ref()
+                .is_some_and(|u| !u.username().is_empty() || u.password().is_some());
+        if userinfo {
             bail!(
                 "--config-api {shown}: the URL holds a user or password, which the config API \
                  does not take; remove `USER:PASSWORD@` (the server's credential is the read \
                  token, in --config-api-token-file or {TOKEN_VARIABLE})"
             );
         }
+        let Some(url) = url else {
+            bail!("--config-api must be an http:// or https:// URL, not {shown:?}");
+        };
         let token = token_source.read()?;
         let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
@@ -783,6 +790,9 @@ mod tests {
         for url in [
             "https://fleet:hunter2@config.internal:8090",
             "http://hunter2@config.internal",
+            // A `/` in the password: parsed as host `fleet`, port 12.
+            "https://fleet:12/hunter2@config.internal",
+            "https://fleet:ab/hunter2@config.internal",
         ] {
             let e = Follower::new(url, TokenSource::File(token.clone()), None, Duration::ZERO)
                 .err()

@@ -52,7 +52,8 @@ pub struct ServeArgs {
     pub config: Option<PathBuf>,
     /// Follow the configuration API at this URL (`http://` or `https://`):
     /// its namespaces are served, with the config file's if both are given.
-    #[arg(long, env = "TOLLGATE_CONFIG_API")]
+    // The URL's value stays out of --help: it may hold a password.
+    #[arg(long, env = "TOLLGATE_CONFIG_API", hide_env_values = true)]
     pub config_api: Option<String>,
     /// A `read` token of the config API, read from this file (never
     /// logged); or set TOLLGATE_CONFIG_API_TOKEN.
@@ -164,7 +165,13 @@ pub struct ServeArgs {
     /// Where limit state lives: `memory` (embedded, the default), or Redis
     /// shared by a fleet of servers: `redis://HOST:PORT/DB`, `rediss://`
     /// (TLS), `redis-cluster://SEED,SEED,...` or `rediss-cluster://`.
-    #[arg(long, env = "TOLLGATE_STORE", default_value = "memory")]
+    // The URL's value stays out of --help: it may hold a password.
+    #[arg(
+        long,
+        env = "TOLLGATE_STORE",
+        default_value = "memory",
+        hide_env_values = true
+    )]
     pub store: String,
     /// Prefix of every Redis key, so one Redis can serve several
     /// deployments.
