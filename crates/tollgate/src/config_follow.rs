@@ -370,9 +370,9 @@ impl Follower {
                  token, in --config-api-token-file or {TOKEN_VARIABLE})"
             );
         }
-        let Some(url) = url else {
+        if url.is_none() {
             bail!("--config-api must be an http:// or https:// URL, not {shown:?}");
-        };
+        }
         let token = token_source.read()?;
         let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
