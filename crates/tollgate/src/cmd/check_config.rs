@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::store_rules::{self, Strategy};
+use super::store_rules;
 
 /// Arguments of `tollgate check-config`.
 #[derive(clap::Args, Debug)]
@@ -18,16 +18,8 @@ pub struct CheckConfigArgs {
     /// what to change. Nothing is started or contacted.
     #[arg(long)]
     pub cluster: bool,
-    /// With --cluster: how resources without `replication:` are replicated,
-    /// as `serve --replication` says (the same flag and variable).
-    #[arg(
-        long,
-        value_name = "STRATEGY",
-        env = "TOLLGATE_REPLICATION",
-        value_enum,
-        default_value = "queue"
-    )]
-    pub replication: Strategy,
+    #[command(flatten)]
+    pub replication: store_rules::ReplicationArg,
 }
 
 /// Validates; prints warnings on stderr and the normalized config on
@@ -54,7 +46,9 @@ pub fn run(args: &CheckConfigArgs, given: Option<&clap::ArgMatches>) -> bool {
                 eprintln!("warning: {w}");
             }
             if args.cluster {
-                if let Err(problems) = store_rules::on_cluster(&loaded.config, args.replication.0) {
+                if let Err(problems) =
+                    store_rules::on_cluster(&loaded.config, args.replication.strategy.0)
+                {
                     eprintln!("error: {}", store_rules::refusal("replicated", &problems));
                     return false;
                 }

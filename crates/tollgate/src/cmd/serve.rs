@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::store_rules::{self, Strategy};
+use super::store_rules;
 use crate::config_follow::{Follower, TokenRefused, TokenSource};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
@@ -261,16 +261,8 @@ pub struct ServeArgs {
     /// gossip datagram (or TOLLGATE_CLUSTER_SECRET; never logged).
     #[arg(long, env = "TOLLGATE_CLUSTER_SECRET_FILE")]
     pub cluster_secret_file: Option<PathBuf>,
-    /// How resources without `replication:` are replicated: `counter`,
-    /// `queue` or `epoch`.
-    #[arg(
-        long,
-        value_name = "STRATEGY",
-        env = "TOLLGATE_REPLICATION",
-        value_enum,
-        default_value = "queue"
-    )]
-    pub replication: Strategy,
+    #[command(flatten)]
+    pub replication: store_rules::ReplicationArg,
     /// Largest clock offset to a peer before the server reports itself
     /// unhealthy (/readyz 503); it keeps limiting (milliseconds).
     #[arg(long, env = "TOLLGATE_MAX_CLOCK_SKEW_MS", default_value_t = 250)]
@@ -687,7 +679,7 @@ fn cluster_settings(args: &ServeArgs, cluster: &str) -> Result<ClusterSettings> 
         node: NodeId(tollgate_replica::wire::cluster_tag(&node_name)),
         node_name,
         secret,
-        strategy: args.replication.0,
+        strategy: args.replication.strategy.0,
     })
 }
 

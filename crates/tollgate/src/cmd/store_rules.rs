@@ -23,6 +23,23 @@ use tollgate_store::MemoryStore;
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Strategy(pub StrategyKind);
 
+/// `--replication`, one flag for `serve` and `check-config` (same name,
+/// variable, values and default), flattened into each.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ReplicationArg {
+    /// How a cluster replicates resources without `replication:`:
+    /// `counter`, `queue` or `epoch`.
+    #[arg(
+        id = "replication",
+        long = "replication",
+        value_name = "STRATEGY",
+        env = "TOLLGATE_REPLICATION",
+        value_enum,
+        default_value = "queue"
+    )]
+    pub strategy: Strategy,
+}
+
 impl ValueEnum for Strategy {
     fn value_variants<'a>() -> &'a [Strategy] {
         &[
