@@ -32,8 +32,8 @@ use redis::{
     Client, ClientTlsConfig, FromRedisValue, IntoConnectionInfo, RedisError, RedisResult,
     ScriptInvocation, TlsCertificates,
 };
-use tollgate_tls::{certificates, private_key, trust_anchors, Anchors};
 use thiserror::Error;
+use tollgate_tls::{certificates, private_key, trust_anchors, Anchors};
 
 /// Where the store's Redis is, as given on the command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -308,16 +308,17 @@ impl ConnectOptions {
         // Every CA certificate must be usable: redis-rs refuses a bundle
         // with one it cannot add, at the first connection.
         let roots = match &self.tls_ca {
-            Some(pem) => trust_anchors(pem, Anchors::Every)
-                .map_err(|e| (TlsPart::Ca, e.to_string()))?,
+            Some(pem) => {
+                trust_anchors(pem, Anchors::Every).map_err(|e| (TlsPart::Ca, e.to_string()))?
+            }
             None => rustls::RootCertStore::empty(),
         };
         if let Some(client) = &self.tls_client {
-            let chain = certificates(&client.cert_pem)
-                .map_err(|e| (TlsPart::ClientCert, e.to_string()))?;
+            let chain =
+                certificates(&client.cert_pem).map_err(|e| (TlsPart::ClientCert, e.to_string()))?;
             // The error names the PEM block, never the key's bytes.
-            let key = private_key(&client.key_pem)
-                .map_err(|e| (TlsPart::ClientKey, e.to_string()))?;
+            let key =
+                private_key(&client.key_pem).map_err(|e| (TlsPart::ClientKey, e.to_string()))?;
             rustls::ClientConfig::builder()
                 .with_root_certificates(roots)
                 .with_client_auth_cert(chain, key)

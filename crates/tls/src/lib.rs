@@ -276,12 +276,12 @@ mod tests {
 
     #[test]
     fn webpki_errors_behind_rustls_are_named() {
-        let other = |e: webpki::Error| {
-            CertificateError::Other(rustls::OtherError(Arc::new(e)))
-        };
+        let other = |e: webpki::Error| CertificateError::Other(rustls::OtherError(Arc::new(e)));
         assert!(is_x509_v1(&other(webpki::Error::UnsupportedCertVersion)));
         assert!(!is_x509_v1(&CertificateError::UnknownIssuer));
         assert!(is_ca_as_leaf(&other(webpki::Error::CaUsedAsEndEntity)));
-        assert!(!is_ca_as_leaf(&other(webpki::Error::UnsupportedCertVersion)));
+        assert!(!is_ca_as_leaf(&other(
+            webpki::Error::UnsupportedCertVersion
+        )));
     }
 }
