@@ -14,6 +14,9 @@
 //! grow the metric either). A connection closed during its handshake
 //! without a word (a TCP health check, a port scan) is counted and
 //! logged at `debug` only: load balancers do it every few seconds.
+//!
+//! A connection whose handshake failed is closed gently ([`linger`]), so
+//! that the client reads the alert rustls sent rather than a reset.
 
 //!
 //! The words are fixed where they can be; where they quote rustls (a
@@ -27,6 +30,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use rustls::{AlertDescription, CertificateError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tollgate_tls::{bounded, is_ca_as_leaf, is_x509_v1, HOW_TO_MAKE_CERTIFICATES};
 
 use super::Throttle;
@@ -146,6 +151,39 @@ impl Handshakes {
     }
 }
 
+/// How long a connection whose handshake failed is kept open to be read
+/// out ([`linger`]).
+const LINGER: Duration = Duration::from_secs(1);
+
+/// How many bytes are read out of such a connection at most.
+const LINGER_BYTES: usize = 64 * 1024;
+
+/// Closes a connection whose handshake failed so that the client reads
+/// the alert rustls wrote: the write side is shut (the alert, then the
+/// end), and what the client still sends is read and dropped until it
+/// closes, for at most [`LINGER`] and [`LINGER_BYTES`]. Closing at once
+/// while the client's bytes wait unread (its HTTP/2 preface, sent right
+/// after its side of a TLS 1.3 handshake, or the plain text it spoke)
+/// makes the kernel answer with a reset, and a reset makes the client's
+/// kernel drop whatever it had not read yet, the alert included: the
+/// client then knows only that the connection was reset. The connection
+/// keeps its place under the port's cap meanwhile, so a flood of failing
+/// handshakes holds no more than the cap.
+pub(crate) async fn linger(mut tcp: TcpStream) {
+    let _ = tcp.shutdown().await;
+    let _ = tokio::time::timeout(LINGER, async {
+        let mut buf = [0u8; 4096];
+        let mut left = LINGER_BYTES;
+        while left > 0 {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    })
+    .await;
+}
+
 /// Why a handshake failed, for the metric and in words for the log.
 fn classify(e: &io::Error) -> (Reason, String) {
     use rustls::Error as E;
@@ -241,9 +279,9 @@ fn classify(e: &io::Error) -> (Reason, String) {
         // handshake's own. Not a verdict on trust, so said as it is.
         E::AlertReceived(A::DecryptError) => (
             Reason::ClientAlert,
-            "the client could not verify a signature (TLS alert DecryptError): one in this \
-             server's certificate chain (does the client trust another CA of the same name as \
-             the one that signed --tls-cert, made again?), or one of the handshake"
+            "the client could not verify a signature (TLS alert DecryptError): most often \
+             one in this server's certificate chain, the client trusting another CA of the same \
+             name as the one that signed --tls-cert (a CA made again); else one of the handshake"
                 .to_owned(),
         ),
         E::AlertReceived(a) => (
