@@ -165,22 +165,22 @@ impl Client {
             )),
             Ok(_) => Err(wrong_kind()),
             Err(Call::Refused(f)) => Err(refused(f)),
-            Err(Call::Unavailable(why)) => Err(Error::Unavailable(why)),
+            Err(Call::Unavailable(f)) => Err(unavailable(f)),
         }
     }
 
     /// The first answering server's status (version, store, readiness,
     /// config revision, sessions).
     pub async fn status(&self) -> Result<(String, v1::StatusResponse), Error> {
-        let mut last = String::from("no server");
+        let mut unanswered = Unanswered::default();
         for server in &self.inner.servers {
             match server.status(self.inner.config.request_timeout).await {
                 Ok(s) => return Ok((server.name.clone(), s)),
                 Err(f) if f.is_client_error() || f.is_refusal() => return Err(refused(f)),
-                Err(f) => last = f.to_string(),
+                Err(f) => unanswered.note(f),
             }
         }
-        Err(Error::Unavailable(last))
+        Err(unavailable(unanswered.failure()))
     }
 }
 
@@ -212,8 +212,33 @@ pub(crate) enum Call {
     /// A server answered with a refusal: the caller's mistake, or (when
     /// every server that answered refused) want of room. Not failed open.
     Refused(Failure),
-    /// No server answered (or every one failed with a server error).
-    Unavailable(String),
+    /// No server answered (or every one failed with a server error): the
+    /// failure that says most ([`Unanswered::failure`]).
+    Unavailable(Failure),
+}
+
+/// The failures of servers that did not answer a call, kept to say why.
+#[derive(Default)]
+struct Unanswered {
+    last: Option<Failure>,
+    tls: Option<Failure>,
+}
+
+impl Unanswered {
+    fn note(&mut self, f: Failure) {
+        match f {
+            Failure::Tls(_) => self.tls = Some(f),
+            f => self.last = Some(f),
+        }
+    }
+
+    /// A TLS failure if any server had one (a setting the caller can fix,
+    /// rather than an outage), else the last failure.
+    fn failure(self) -> Failure {
+        self.tls
+            .or(self.last)
+            .unwrap_or_else(|| Failure::Unreachable("no server".to_owned()))
+    }
 }
 
 /// The error a refusing answer ends a call with.
@@ -234,6 +259,16 @@ pub(crate) fn refused(f: Failure) -> Error {
             message,
         },
         Failure::Unreachable(why) => Error::Unavailable(why),
+        Failure::Tls(why) => Error::Tls(why),
+    }
+}
+
+/// The error a call ends with when no server answered, `f` the failure
+/// that says most.
+pub(crate) fn unavailable(f: Failure) -> Error {
+    match f {
+        Failure::Tls(why) => Error::Tls(why),
+        f => Error::Unavailable(f.to_string()),
     }
 }
 
@@ -248,7 +283,7 @@ impl Inner {
     pub(crate) async fn call(&self, op: Op) -> Result<(Delivered, Option<Arc<Session>>), Call> {
         let n = self.servers.len();
         let first = self.preferred.load(Ordering::Relaxed) as usize % n.max(1);
-        let mut last = String::new();
+        let mut unanswered = Unanswered::default();
         let mut refusal = None;
         for i in 0..n {
             let index = (first + i) % n;
@@ -274,7 +309,7 @@ impl Inner {
                 Err(f) if f.is_refusal() => refusal = Some(f),
                 // Unreachable, or a server error: another server may do
                 // better.
-                Err(f) => last = f.to_string(),
+                Err(f) => unanswered.note(f),
             }
         }
         if let Some(f) = refusal {
@@ -282,7 +317,7 @@ impl Inner {
             return Err(Call::Refused(f));
         }
         metrics::gauge!(m::SERVING).set(0.0);
-        Err(Call::Unavailable(last))
+        Err(Call::Unavailable(unanswered.failure()))
     }
 
     /// Sends `op` on `server`'s session (opening one if needed). A session
@@ -296,7 +331,7 @@ impl Inner {
         match session.call(op, None, self.config.request_timeout).await {
             Ok(answer) => Ok((answer, session)),
             Err(f) => {
-                if matches!(f, Failure::Unreachable(_)) || !session.is_alive() {
+                if f.is_unanswered() || !session.is_alive() {
                     server.failed(&session);
                 }
                 Err(f)
@@ -328,11 +363,11 @@ impl Inner {
             let (answer, session) = match self.call(op.clone()).await {
                 Ok((delivered, session)) => (delivered.claim(), session),
                 Err(Call::Refused(f)) => return Err(refused(f)),
-                Err(Call::Unavailable(why)) => {
+                Err(Call::Unavailable(f)) => {
                     if !self.config.fail_open {
-                        return Err(Error::Unavailable(why));
+                        return Err(unavailable(f));
                     }
-                    self.degraded(what, &why);
+                    self.degraded(what, &f.to_string());
                     let waited = clock.now().saturating_sub(start);
                     return Ok((Ended::Degraded, attempts, waited));
                 }
@@ -385,9 +420,12 @@ impl Server {
     async fn status(&self, timeout: Duration) -> Result<v1::StatusResponse, Failure> {
         let channel = self.channel().await?;
         let mut grpc = v1::tollgate_client::TollgateClient::new(channel);
-        match tokio::time::timeout(timeout, grpc.status(v1::StatusRequest {})).await {
+        let deadline = tokio::time::Instant::now() + timeout;
+        match tokio::time::timeout_at(deadline, grpc.status(v1::StatusRequest {})).await {
             Ok(Ok(r)) => Ok(r.into_inner()),
-            Ok(Err(s)) => Err(self.diagnose(crate::session::status_failure(&s)).await),
+            Ok(Err(s)) => Err(self
+                .diagnose(crate::session::status_failure(&s), deadline)
+                .await),
             Err(_) => Err(Failure::Unreachable(format!(
                 "{} did not answer within {timeout:?}",
                 self.name

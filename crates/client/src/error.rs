@@ -38,6 +38,16 @@ pub enum Error {
     /// error such as `store_unavailable`) and fail-open is off.
     #[error("no tollgate server answered: {0}")]
     Unavailable(String),
+    /// No server answered, and TLS with one of them failed in a way a
+    /// setting fixes: the server requires a client certificate or does
+    /// not trust this one, or its certificate is not signed by the CA
+    /// given or does not carry the name connected to. The message says
+    /// which, and what to pass. Otherwise the same as
+    /// [`Error::Unavailable`] (a call with fail-open on was granted
+    /// degraded instead); separate so that a caller can tell a
+    /// misconfiguration, which waiting does not mend, from an outage.
+    #[error("no tollgate server answered: {0}")]
+    Tls(String),
     /// The hold's session ended (its server went away): the server has
     /// released what it held, so there is nothing left to release or
     /// transfer.

@@ -36,6 +36,12 @@ use crate::tls::Probe;
 pub(crate) enum Failure {
     /// Could not connect, the stream broke, or no answer in time.
     Unreachable(String),
+    /// No answer because TLS with the server failed in a way a setting
+    /// fixes (the server requires a client certificate, or refused this
+    /// one; its certificate is not trusted, or lacks the name): like
+    /// [`Failure::Unreachable`] for failover and fail-open, but named, so
+    /// a caller can tell a misconfiguration from an outage.
+    Tls(String),
     /// The server answered with an error.
     Status {
         code: tonic::Code,
@@ -69,6 +75,8 @@ impl Failure {
         use tonic::Code::*;
         match self {
             Failure::Unreachable(_) => true,
+            // Already said why.
+            Failure::Tls(_) => false,
             Failure::Status { code, reason, .. } => {
                 reason.is_empty() && matches!(code, Internal | Unknown | Unavailable | Cancelled)
             }
@@ -82,7 +90,7 @@ impl Failure {
     pub(crate) fn is_client_error(&self) -> bool {
         use tonic::Code::*;
         match self {
-            Failure::Unreachable(_) => false,
+            Failure::Unreachable(_) | Failure::Tls(_) => false,
             // The server ended the session under the caller: another
             // session (or server) will do.
             Failure::Status { reason, .. } if reason == "session_closed" => false,
@@ -99,9 +107,23 @@ impl Failure {
         }
     }
 
+    /// Why TLS failed, if that is the failure.
+    fn tls(&self) -> Option<&str> {
+        match self {
+            Failure::Tls(why) => Some(why),
+            _ => None,
+        }
+    }
+
+    /// Whether nobody answered (unreachable, or TLS failed): the server
+    /// is backed off from.
+    pub(crate) fn is_unanswered(&self) -> bool {
+        matches!(self, Failure::Unreachable(_) | Failure::Tls(_))
+    }
+
     fn describe(&self) -> String {
         match self {
-            Failure::Unreachable(why) => why.clone(),
+            Failure::Unreachable(why) | Failure::Tls(why) => why.clone(),
             Failure::Status {
                 code,
                 reason,
@@ -409,7 +431,7 @@ pub(crate) struct Server {
     open_timeout: Duration,
     /// Finds out what the server refused when a call fails on the
     /// connection (see [`crate::tls`]).
-    probe: Probe,
+    probe: Arc<Probe>,
 }
 
 #[derive(Default)]
@@ -421,6 +443,9 @@ struct State {
     failures: u32,
     /// Not before this (clock time) after a failure.
     retry_at: Option<Duration>,
+    /// Why TLS failed, when it did the last time: said again while the
+    /// server is backed off from.
+    tls: Option<String>,
 }
 
 impl Server {
@@ -437,8 +462,14 @@ impl Server {
             .map_err(|e| format!("bad server address {uri:?}: {e}"))?;
         let https = full.starts_with("https://");
         // Before tonic's TLS settings, whose errors name nothing.
-        let probe = Probe::new(endpoint.uri(), config.tls.as_ref(), https)
-            .map_err(|e| format!("TLS for {uri:?}: {e}"))?;
+        let probe = Probe::new(
+            endpoint.uri(),
+            config.tls.as_ref(),
+            https,
+            config.connect_timeout,
+            Arc::clone(&config.clock),
+        )
+        .map_err(|e| format!("TLS for {uri:?}: {e}"))?;
         endpoint = endpoint
             .connect_timeout(config.connect_timeout)
             .tcp_nodelay(true)
@@ -462,7 +493,7 @@ impl Server {
             open_timeout: config
                 .connect_timeout
                 .saturating_add(config.request_timeout),
-            probe,
+            probe: Arc::new(probe),
         })
     }
 
@@ -482,10 +513,11 @@ impl Server {
         }
         // The connect timeout covers only TCP: a server that accepts and
         // then stalls (TLS, headers) must not hang callers past it.
-        let opened = tokio::time::timeout(self.open_timeout, async {
+        let deadline = tokio::time::Instant::now() + self.open_timeout;
+        let opened = tokio::time::timeout_at(deadline, async {
             let channel = self.channel().await?;
             match open(channel, self.name.clone()).await {
-                Err(f) => Err(self.diagnose(f).await),
+                Err(f) => Err(self.diagnose(f, deadline).await),
                 opened => opened,
             }
         })
@@ -504,6 +536,7 @@ impl Server {
                 }
                 state.failures = 0;
                 state.retry_at = None;
+                state.tls = None;
                 // Two callers may race to open: keep the first, so holds
                 // share one session.
                 if let Some(s) = state.session.as_ref().filter(|s| s.is_alive()) {
@@ -517,7 +550,7 @@ impl Server {
             Err(f) if f.is_client_error() || f.is_refusal() => Err(f),
             Err(f) => {
                 if state.session.as_ref().is_none_or(|s| !s.is_alive()) {
-                    self.failed_locked(&mut state);
+                    self.failed_locked(&mut state, f.tls());
                 }
                 Err(f)
             }
@@ -559,23 +592,24 @@ impl Server {
                         c
                     }
                     Err(f) => {
-                        self.channel_failed();
+                        self.channel_failed(&f);
                         return Err(f);
                     }
                 }
             }
         };
         let mut grpc = v1::tollgate_client::TollgateClient::new(channel);
-        let answer = match tokio::time::timeout(timeout, grpc.request(request)).await {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let answer = match tokio::time::timeout_at(deadline, grpc.request(request)).await {
             Ok(Ok(r)) => Ok(r.into_inner()),
-            Ok(Err(status)) => Err(self.diagnose(status_failure(&status)).await),
+            Ok(Err(status)) => Err(self.diagnose(status_failure(&status), deadline).await),
             Err(_) => Err(Failure::Unreachable(format!(
                 "{} did not answer within {timeout:?}",
                 self.name
             ))),
         };
         match &answer {
-            Err(Failure::Unreachable(_)) => self.channel_failed(),
+            Err(f) if f.is_unanswered() => self.channel_failed(f),
             _ => {
                 let mut state = self.state();
                 if state.failures > 0 {
@@ -583,6 +617,7 @@ impl Server {
                 }
                 state.failures = 0;
                 state.retry_at = None;
+                state.tls = None;
             }
         }
         answer
@@ -590,11 +625,16 @@ impl Server {
 
     /// Whether the server is in its reconnection backoff.
     fn backing_off(&self, state: &State) -> Result<(), Failure> {
-        match state.retry_at {
-            Some(at) if self.clock.now() < at => Err(Failure::Unreachable(format!(
+        let now = self.clock.now();
+        match (state.retry_at, &state.tls) {
+            (Some(at), Some(why)) if now < at => Err(Failure::Tls(format!(
+                "{why} (failed recently; next attempt in {:?})",
+                at.saturating_sub(now)
+            ))),
+            (Some(at), None) if now < at => Err(Failure::Unreachable(format!(
                 "{} failed recently; next attempt in {:?}",
                 self.name,
-                at.saturating_sub(self.clock.now())
+                at.saturating_sub(now)
             ))),
             _ => Ok(()),
         }
@@ -604,49 +644,49 @@ impl Server {
     /// connects anew) and the server is not tried again before its
     /// reconnection backoff. A live session is left alone: its own stream
     /// tells whether it still works.
-    fn channel_failed(&self) {
+    fn channel_failed(&self, failure: &Failure) {
         let mut state = self.state();
         state.channel = None;
         let session = state.session.take();
-        self.failed_locked(&mut state);
+        self.failed_locked(&mut state, failure.tls());
         state.session = session;
     }
 
     /// A connection for a unary call (`status`).
     pub(crate) async fn channel(&self) -> Result<Channel, Failure> {
-        self.endpoint.connect().await.map_err(|e| {
-            let why = match self.probe.explain(&e) {
-                Some(tls) => {
-                    self.tls_failed(&tls);
-                    tls
-                }
-                None => error_chain(&e),
-            };
-            Failure::Unreachable(format!("cannot connect to {}: {why}", self.name))
+        self.endpoint.connect().await.map_err(|e| match self.probe.explain(&e) {
+            Some(why) => {
+                // A refused certificate (either side's) looks like any
+                // failed connection and would fail open quietly: say it
+                // loudly. Once per attempt, and attempts back off.
+                tracing::error!(server = %self.name, error = %why, "TLS with the server failed");
+                Failure::Tls(format!("cannot connect to {}: {why}", self.name))
+            }
+            None => Failure::Unreachable(format!(
+                "cannot connect to {}: {}",
+                self.name,
+                error_chain(&e)
+            )),
         })
     }
 
     /// `failure` of a call, or what the server refused when the call
     /// failed on its connection: a server that refused this client's
     /// certificate closes the connection after the handshake, and the
-    /// call only hears `Cancelled` (see [`crate::tls`]).
-    pub(crate) async fn diagnose(&self, failure: Failure) -> Failure {
+    /// call only hears `Cancelled` (see [`crate::tls`]). Waits for the
+    /// probe until `deadline`, the end of the call's own time, at most.
+    pub(crate) async fn diagnose(
+        &self,
+        failure: Failure,
+        deadline: tokio::time::Instant,
+    ) -> Failure {
         if !failure.is_transport() {
             return failure;
         }
-        match tokio::time::timeout(self.open_timeout, self.probe.run()).await {
-            Ok(Some(why)) => {
-                self.tls_failed(&why);
-                Failure::Unreachable(format!("{}: {why}", self.name))
-            }
-            _ => failure,
+        match self.probe.refused(deadline).await {
+            Some(why) => Failure::Tls(format!("{}: {why}", self.name)),
+            None => failure,
         }
-    }
-
-    /// A refused certificate (either side's) looks like any failed
-    /// connection and would fail open quietly: say it loudly.
-    fn tls_failed(&self, why: &str) {
-        tracing::error!(server = %self.name, error = why, "TLS with the server failed");
     }
 
     /// Records that `session` did not answer: it is dropped and the
@@ -659,11 +699,14 @@ impl Server {
             Some(s) => Arc::ptr_eq(s, session),
         };
         if current {
-            self.failed_locked(&mut state);
+            self.failed_locked(&mut state, None);
         }
     }
 
-    fn failed_locked(&self, state: &mut State) {
+    /// Backs off from the server after a failure; `tls` is why TLS
+    /// failed, when it did.
+    fn failed_locked(&self, state: &mut State, tls: Option<&str>) {
+        state.tls = tls.map(str::to_owned);
         state.session = None;
         let nominal = self
             .reconnect_base
