@@ -708,8 +708,9 @@ async fn mutual_tls_needs_the_clients_certificate() {
         .await
         .unwrap();
     assert_eq!(g.via, Via::Server);
+    // Refused for want of a certificate: a TLS failure, not an outage.
     let refused = tls(false).request("app", "api", "acme").send().await;
-    assert!(matches!(refused, Err(Error::Unavailable(_))), "{refused:?}");
+    assert!(matches!(refused, Err(Error::Tls(_))), "{refused:?}");
     // The CLI with files.
     let client_cert = dir.write("client.pem", &certs.client_cert);
     let client_key = dir.write("client.key", &certs.client_key);
