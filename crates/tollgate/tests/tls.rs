@@ -256,15 +256,15 @@ async fn a_client_without_a_certificate_is_told_the_server_requires_one() {
         ca: Some(certs.ca.clone().into_bytes()),
         ..Tls::default()
     });
-    let refused = Client::new(config)
-        .unwrap()
-        .request("default", "api", "acme")
-        .send()
-        .await;
-    // Told apart from an outage.
-    match refused {
-        Err(Error::Tls(why)) => assert!(told(&why), "{why}"),
-        other => panic!("{other:?}"),
+    let client = Client::new(config).unwrap();
+    // Told apart from an outage; and the next call, which comes while the
+    // client backs off from the server (or finds the probe's finding
+    // still fresh), says the same.
+    for _ in 0..2 {
+        match client.request("default", "api", "acme").send().await {
+            Err(Error::Tls(why)) => assert!(told(&why), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     let line = handshake_failure(&server, "no_client_cert");
