@@ -24,7 +24,11 @@ const RLS_PROTOS: [&str; 4] = [
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    // Read when the script runs, not baked in when it is compiled: a build
+    // script compiled for one checkout can be reused by another (a second
+    // worktree sharing the target directory), and must read that one's files.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR")?;
+    let root = Path::new(&manifest).join("../../proto");
     for file in std::iter::once(TOLLGATE_PROTO).chain(RLS_PROTOS) {
         println!("cargo:rerun-if-changed={}", root.join(file).display());
     }

@@ -12,6 +12,7 @@ use crate::config::ClientConfig;
 use crate::error::{Error, Rejected, Rejection};
 use crate::hold::Hold;
 use crate::metrics as m;
+use crate::outage::Outage;
 use crate::session::{Delivered, Failure, Server, Session};
 
 /// How a call was granted.
@@ -23,7 +24,8 @@ pub enum Via {
     /// error such as `store_unavailable`): granted the minimum without a
     /// server (Charon §4.3's degraded mode). A server that answered and
     /// refused (too many sessions, store at capacity) is never taken for
-    /// this: see [`Error::AtCapacity`].
+    /// this: see [`Error::AtCapacity`]. The grant's (or hold's) outage
+    /// says which servers were tried and how each failed.
     Degraded,
     /// A server rejected it and the kill switch turned the rejection into
     /// a grant of the minimum.
@@ -44,6 +46,9 @@ pub struct Grant {
     pub attempts: u32,
     /// Time spent, sleeps included.
     pub waited: Duration,
+    /// Why no server answered, when [`Via::Degraded`]: every server
+    /// tried, each with its error. `None` otherwise.
+    pub outage: Option<Outage>,
 }
 
 impl Grant {
@@ -165,22 +170,22 @@ impl Client {
             )),
             Ok(_) => Err(wrong_kind()),
             Err(Call::Refused(f)) => Err(refused(f)),
-            Err(Call::Unavailable(f)) => Err(unavailable(f)),
+            Err(Call::Unavailable(outage)) => Err(unavailable(outage)),
         }
     }
 
     /// The first answering server's status (version, store, readiness,
     /// config revision, sessions).
     pub async fn status(&self) -> Result<(String, v1::StatusResponse), Error> {
-        let mut unanswered = Unanswered::default();
+        let mut outage = Outage::default();
         for server in &self.inner.servers {
             match server.status(self.inner.config.request_timeout).await {
                 Ok(s) => return Ok((server.name.clone(), s)),
                 Err(f) if f.is_client_error() || f.is_refusal() => return Err(refused(f)),
-                Err(f) => unanswered.note(f),
+                Err(f) => outage.push(&server.name, f),
             }
         }
-        Err(unavailable(unanswered.failure()))
+        Err(unavailable(outage))
     }
 }
 
@@ -196,8 +201,8 @@ pub(crate) enum Read<T> {
 pub(crate) enum Ended<T> {
     /// A server granted it.
     Granted(T),
-    /// No server answered: grant the minimum, degraded.
-    Degraded,
+    /// No server answered: grant the minimum, degraded, saying why.
+    Degraded(Outage),
     /// A server rejected it and the kill switch grants the minimum.
     Overridden(Rejected),
 }
@@ -212,33 +217,9 @@ pub(crate) enum Call {
     /// A server answered with a refusal: the caller's mistake, or (when
     /// every server that answered refused) want of room. Not failed open.
     Refused(Failure),
-    /// No server answered (or every one failed with a server error): the
-    /// failure that says most ([`Unanswered::failure`]).
-    Unavailable(Failure),
-}
-
-/// The failures of servers that did not answer a call, kept to say why.
-#[derive(Default)]
-struct Unanswered {
-    last: Option<Failure>,
-    tls: Option<Failure>,
-}
-
-impl Unanswered {
-    fn note(&mut self, f: Failure) {
-        match f {
-            Failure::Tls(_) => self.tls = Some(f),
-            f => self.last = Some(f),
-        }
-    }
-
-    /// A TLS failure if any server had one (a setting the caller can fix,
-    /// rather than an outage), else the last failure.
-    fn failure(self) -> Failure {
-        self.tls
-            .or(self.last)
-            .unwrap_or_else(|| Failure::Unreachable("no server".to_owned()))
-    }
+    /// No server answered (or every one failed with a server error):
+    /// each server tried, with its failure.
+    Unavailable(Outage),
 }
 
 /// The error a refusing answer ends a call with.
@@ -263,12 +244,14 @@ pub(crate) fn refused(f: Failure) -> Error {
     }
 }
 
-/// The error a call ends with when no server answered, `f` the failure
-/// that says most.
-pub(crate) fn unavailable(f: Failure) -> Error {
-    match f {
-        Failure::Tls(why) => Error::Tls(why),
-        f => Error::Unavailable(f.to_string()),
+/// The error a call ends with when no server answered: [`Error::Tls`]
+/// if TLS failed with any server tried (a setting the caller can fix,
+/// rather than an outage), else [`Error::Unavailable`].
+pub(crate) fn unavailable(outage: Outage) -> Error {
+    if outage.tls_failed() {
+        Error::Tls(outage.to_string())
+    } else {
+        Error::Unavailable(outage.to_string())
     }
 }
 
@@ -283,7 +266,7 @@ impl Inner {
     pub(crate) async fn call(&self, op: Op) -> Result<(Delivered, Option<Arc<Session>>), Call> {
         let n = self.servers.len();
         let first = self.preferred.load(Ordering::Relaxed) as usize % n.max(1);
-        let mut unanswered = Unanswered::default();
+        let mut outage = Outage::default();
         let mut refusal = None;
         for i in 0..n {
             let index = (first + i) % n;
@@ -309,7 +292,7 @@ impl Inner {
                 Err(f) if f.is_refusal() => refusal = Some(f),
                 // Unreachable, or a server error: another server may do
                 // better.
-                Err(f) => unanswered.note(f),
+                Err(f) => outage.push(&server.name, f),
             }
         }
         if let Some(f) = refusal {
@@ -317,7 +300,7 @@ impl Inner {
             return Err(Call::Refused(f));
         }
         metrics::gauge!(m::SERVING).set(0.0);
-        Err(Call::Unavailable(unanswered.failure()))
+        Err(Call::Unavailable(outage))
     }
 
     /// Sends `op` on `server`'s session (opening one if needed). A session
@@ -332,7 +315,7 @@ impl Inner {
             Ok(answer) => Ok((answer, session)),
             Err(f) => {
                 if f.is_unanswered() || !session.is_alive() {
-                    server.failed(&session);
+                    server.failed(&session, &f);
                 }
                 Err(f)
             }
@@ -363,13 +346,13 @@ impl Inner {
             let (answer, session) = match self.call(op.clone()).await {
                 Ok((delivered, session)) => (delivered.claim(), session),
                 Err(Call::Refused(f)) => return Err(refused(f)),
-                Err(Call::Unavailable(f)) => {
+                Err(Call::Unavailable(outage)) => {
                     if !self.config.fail_open {
-                        return Err(unavailable(f));
+                        return Err(unavailable(outage));
                     }
-                    self.degraded(what, &f.to_string());
+                    self.degraded(what, &outage);
                     let waited = clock.now().saturating_sub(start);
-                    return Ok((Ended::Degraded, attempts, waited));
+                    return Ok((Ended::Degraded(outage), attempts, waited));
                 }
             };
             let waited = clock.now().saturating_sub(start);
@@ -398,7 +381,7 @@ impl Inner {
     }
 
     /// Logs that a call failed open, at most once per [`LOG_EVERY`].
-    fn degraded(&self, op: &'static str, why: &str) {
+    fn degraded(&self, op: &'static str, why: &Outage) {
         metrics::counter!(m::DEGRADED, "op" => op).increment(1);
         let now = u64::try_from(self.config.clock.now().as_millis())
             .unwrap_or(u64::MAX)
@@ -411,7 +394,7 @@ impl Inner {
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            tracing::warn!(op, reason = ?why, "no tollgate server answered; granting the minimum (degraded)");
+            tracing::warn!(op, reason = %why, "no tollgate server answered; granting the minimum (degraded)");
         }
     }
 }
@@ -427,8 +410,7 @@ impl Server {
                 .diagnose(crate::session::status_failure(&s), deadline)
                 .await),
             Err(_) => Err(Failure::Unreachable(format!(
-                "{} did not answer within {timeout:?}",
-                self.name
+                "did not answer within {timeout:?}"
             ))),
         }
     }
@@ -493,15 +475,15 @@ impl RequestBuilder {
                 _ => Err(wrong_kind()),
             })
             .await?;
-        let (granted, via, response) = match ended {
-            Ended::Granted(r) => (r.granted, Via::Server, Some(r)),
-            Ended::Degraded => (min, Via::Degraded, None),
+        let (granted, via, response, outage) = match ended {
+            Ended::Granted(r) => (r.granted, Via::Server, Some(r), None),
+            Ended::Degraded(outage) => (min, Via::Degraded, None, Some(outage)),
             Ended::Overridden(last) => {
                 let response = match last {
                     Rejected::Rate(r) => Some(r),
                     Rejected::Hold(_) => None,
                 };
-                (min, Via::KillSwitch, response)
+                (min, Via::KillSwitch, response, None)
             }
         };
         Ok(Grant {
@@ -510,6 +492,7 @@ impl RequestBuilder {
             response,
             attempts,
             waited,
+            outage,
         })
     }
 }
@@ -570,7 +553,7 @@ impl HoldBuilder {
                 _ => Err(wrong_kind()),
             })
             .await?;
-        let via = match ended {
+        let (via, outage) = match ended {
             Ended::Granted((response, session)) => {
                 return Ok(Hold::on_server(
                     session,
@@ -582,8 +565,8 @@ impl HoldBuilder {
                     Some((response, attempts, waited)),
                 ))
             }
-            Ended::Degraded => Via::Degraded,
-            Ended::Overridden(_) => Via::KillSwitch,
+            Ended::Degraded(outage) => (Via::Degraded, Some(outage)),
+            Ended::Overridden(_) => (Via::KillSwitch, None),
         };
         Ok(Hold::local(
             &request.namespace,
@@ -593,6 +576,7 @@ impl HoldBuilder {
             via,
             attempts,
             waited,
-        ))
+        )
+        .with_outage(outage))
     }
 }

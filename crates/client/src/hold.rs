@@ -9,6 +9,7 @@ use tollgate_proto::v1::{self, session_request::Op, session_response::Result as 
 
 use crate::client::Via;
 use crate::error::Error;
+use crate::outage::Outage;
 use crate::session::{Failure, Session};
 
 /// Copies of one resource held for one domain.
@@ -34,6 +35,8 @@ pub struct Hold {
     response: Option<v1::ReserveResponse>,
     attempts: u32,
     waited: Duration,
+    /// Why no server answered, for a degraded hold.
+    outage: Option<Outage>,
 }
 
 /// How long a hold's own calls (release, transfer) wait for an answer.
@@ -64,6 +67,7 @@ impl Hold {
             response,
             attempts,
             waited,
+            outage: None,
         }
     }
 
@@ -87,7 +91,14 @@ impl Hold {
             response: None,
             attempts,
             waited,
+            outage: None,
         }
+    }
+
+    /// The hold, with why no server answered (a degraded hold's).
+    pub(crate) fn with_outage(mut self, outage: Option<Outage>) -> Hold {
+        self.outage = outage;
+        self
     }
 
     /// Copies still held.
@@ -103,6 +114,12 @@ impl Hold {
     /// Granted without a server (degraded mode): it holds nothing anywhere.
     pub fn is_degraded(&self) -> bool {
         self.via == Via::Degraded
+    }
+
+    /// Why no server answered, for a degraded hold: every server tried,
+    /// each with its error. `None` otherwise.
+    pub fn outage(&self) -> Option<&Outage> {
+        self.outage.as_ref()
     }
 
     /// The server's answer to the reserve (limits and holds at that time);
@@ -170,6 +187,10 @@ impl Hold {
             Err(Failure::Unreachable(_)) if !session.is_alive() => {
                 self.held.store(0, Ordering::Release);
                 Err(Error::HoldLost)
+            }
+            // Failures do not name their server; the hold's is this one.
+            Err(Failure::Unreachable(why)) => {
+                Err(Error::Unavailable(format!("{}: {why}", session.endpoint)))
             }
             Err(f) => Err(crate::client::refused(f)),
         }

@@ -14,8 +14,9 @@
 //!   dropped, panics included; a crashed client's session ends and the
 //!   server releases for it.
 //! - **Fail-open.** When no server answers, or one fails with a server
-//!   error, a call grants its minimum and says so ([`Via::Degraded`]), with
-//!   a metric and a rate-limited log line; service resumes by itself. A
+//!   error, a call grants its minimum and says so ([`Via::Degraded`], with
+//!   an [`Outage`] naming each server tried and its error), with a metric
+//!   and a rate-limited log line; service resumes by itself. A
 //!   server that answers but has no room (too many sessions, store at
 //!   capacity) has answered: the other servers are tried, and the call
 //!   ends in [`Error::AtCapacity`], never in a degraded grant.
@@ -57,6 +58,7 @@ mod config;
 mod error;
 mod hold;
 pub mod metrics;
+mod outage;
 mod session;
 mod tls;
 
@@ -65,4 +67,5 @@ pub use client::{Client, Grant, HoldBuilder, RequestBuilder, Via};
 pub use config::{kill_switch_from_env, ClientConfig, Tls, KILL_SWITCH_ENV};
 pub use error::{Error, Rejected, Rejection};
 pub use hold::Hold;
+pub use outage::{FailureKind, Outage, Unanswered};
 pub use tollgate_proto::v1;

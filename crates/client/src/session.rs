@@ -34,7 +34,9 @@ use crate::tls::Probe;
 /// Why a call to one server did not get an answer.
 #[derive(Clone, Debug)]
 pub(crate) enum Failure {
-    /// Could not connect, the stream broke, or no answer in time.
+    /// Could not connect, the stream broke, or no answer in time. The
+    /// text does not name the server: whoever asked it adds the name
+    /// (an [`Outage`](crate::Outage) lists each server with its failure).
     Unreachable(String),
     /// No answer because TLS with the server failed in a way a setting
     /// fixes (the server requires a client certificate, or refused this
@@ -237,20 +239,16 @@ impl Session {
                 reply: Some(reply),
                 restore,
             })
-            .map_err(|_| Failure::Unreachable(format!("the session to {} ended", self.endpoint)))?;
+            .map_err(|_| Failure::Unreachable("the session ended".to_owned()))?;
         match tokio::time::timeout(timeout, &mut answer).await {
             Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(Failure::Unreachable(format!(
-                "the session to {} ended",
-                self.endpoint
-            ))),
+            Ok(Err(_)) => Err(Failure::Unreachable("the session ended".to_owned())),
             Err(_) => {
                 // An answer arriving from now on is dropped with the
                 // receiver, and its guard releases what it granted.
                 answer.close();
                 Err(Failure::Unreachable(format!(
-                    "{} did not answer within {timeout:?}",
-                    self.endpoint
+                    "did not answer within {timeout:?}"
                 )))
             }
         }
@@ -359,7 +357,7 @@ async fn open(channel: Channel, endpoint: String) -> Result<Arc<Session>, Failur
         for (_, (_, reply, _)) in pending {
             if let Some(reply) = reply {
                 let _ = reply.send(Err(Failure::Unreachable(format!(
-                    "the session to {endpoint} ended: {why}"
+                    "the session ended: {why}"
                 ))));
             }
         }
@@ -443,9 +441,12 @@ struct State {
     failures: u32,
     /// Not before this (clock time) after a failure.
     retry_at: Option<Duration>,
-    /// Why TLS failed, when it did the last time: said again while the
-    /// server is backed off from.
-    tls: Option<String>,
+    /// What the last failure was: a call refused during the backoff says
+    /// it, not only that the server failed.
+    last_failure: String,
+    /// Whether the last failure was TLS's: a call refused during the
+    /// backoff is then a TLS failure too, told apart from an outage.
+    last_tls: bool,
 }
 
 impl Server {
@@ -524,8 +525,8 @@ impl Server {
         .await
         .unwrap_or_else(|_| {
             Err(Failure::Unreachable(format!(
-                "{} did not open a session within {:?}",
-                self.name, self.open_timeout
+                "did not open a session within {:?}",
+                self.open_timeout
             )))
         });
         let mut state = self.state();
@@ -536,7 +537,6 @@ impl Server {
                 }
                 state.failures = 0;
                 state.retry_at = None;
-                state.tls = None;
                 // Two callers may race to open: keep the first, so holds
                 // share one session.
                 if let Some(s) = state.session.as_ref().filter(|s| s.is_alive()) {
@@ -550,7 +550,7 @@ impl Server {
             Err(f) if f.is_client_error() || f.is_refusal() => Err(f),
             Err(f) => {
                 if state.session.as_ref().is_none_or(|s| !s.is_alive()) {
-                    self.failed_locked(&mut state, f.tls());
+                    self.failed_locked(&mut state, &f);
                 }
                 Err(f)
             }
@@ -582,8 +582,8 @@ impl Server {
                     .await
                     .unwrap_or_else(|_| {
                         Err(Failure::Unreachable(format!(
-                            "{} did not accept a connection within {:?}",
-                            self.name, self.open_timeout
+                            "did not accept a connection within {:?}",
+                            self.open_timeout
                         )))
                     });
                 match connected {
@@ -604,8 +604,7 @@ impl Server {
             Ok(Ok(r)) => Ok(r.into_inner()),
             Ok(Err(status)) => Err(self.diagnose(status_failure(&status), deadline).await),
             Err(_) => Err(Failure::Unreachable(format!(
-                "{} did not answer within {timeout:?}",
-                self.name
+                "did not answer within {timeout:?}"
             ))),
         };
         match &answer {
@@ -617,7 +616,6 @@ impl Server {
                 }
                 state.failures = 0;
                 state.retry_at = None;
-                state.tls = None;
             }
         }
         answer
@@ -626,16 +624,19 @@ impl Server {
     /// Whether the server is in its reconnection backoff.
     fn backing_off(&self, state: &State) -> Result<(), Failure> {
         let now = self.clock.now();
-        match (state.retry_at, &state.tls) {
-            (Some(at), Some(why)) if now < at => Err(Failure::Tls(format!(
-                "{why} (failed recently; next attempt in {:?})",
-                at.saturating_sub(now)
-            ))),
-            (Some(at), None) if now < at => Err(Failure::Unreachable(format!(
-                "{} failed recently; next attempt in {:?}",
-                self.name,
-                at.saturating_sub(now)
-            ))),
+        match state.retry_at {
+            Some(at) if now < at => {
+                let why = format!(
+                    "failed recently ({}); next attempt in {:?}",
+                    state.last_failure,
+                    at.saturating_sub(now)
+                );
+                Err(if state.last_tls {
+                    Failure::Tls(why)
+                } else {
+                    Failure::Unreachable(why)
+                })
+            }
             _ => Ok(()),
         }
     }
@@ -644,29 +645,26 @@ impl Server {
     /// connects anew) and the server is not tried again before its
     /// reconnection backoff. A live session is left alone: its own stream
     /// tells whether it still works.
-    fn channel_failed(&self, failure: &Failure) {
+    fn channel_failed(&self, why: &Failure) {
         let mut state = self.state();
         state.channel = None;
         let session = state.session.take();
-        self.failed_locked(&mut state, failure.tls());
+        self.failed_locked(&mut state, why);
         state.session = session;
     }
 
     /// A connection for a unary call (`status`).
     pub(crate) async fn channel(&self) -> Result<Channel, Failure> {
+        // The server's name is added where failures are collected.
         self.endpoint.connect().await.map_err(|e| match self.probe.explain(&e) {
             Some(why) => {
                 // A refused certificate (either side's) looks like any
                 // failed connection and would fail open quietly: say it
                 // loudly. Once per attempt, and attempts back off.
                 tracing::error!(server = %self.name, error = %why, "TLS with the server failed");
-                Failure::Tls(format!("cannot connect to {}: {why}", self.name))
+                Failure::Tls(format!("cannot connect: {why}"))
             }
-            None => Failure::Unreachable(format!(
-                "cannot connect to {}: {}",
-                self.name,
-                error_chain(&e)
-            )),
+            None => Failure::Unreachable(format!("cannot connect: {}", error_chain(&e))),
         })
     }
 
@@ -683,8 +681,9 @@ impl Server {
         if !failure.is_transport() {
             return failure;
         }
+        // The probe logs what it found, once per probe.
         match self.probe.refused(deadline).await {
-            Some(why) => Failure::Tls(format!("{}: {why}", self.name)),
+            Some(why) => Failure::Tls(why),
             None => failure,
         }
     }
@@ -692,22 +691,23 @@ impl Server {
     /// Records that `session` did not answer: it is dropped and the
     /// server is not tried again before its reconnection backoff (unless a
     /// newer session replaced it meanwhile).
-    pub(crate) fn failed(&self, session: &Arc<Session>) {
+    pub(crate) fn failed(&self, session: &Arc<Session>, why: &Failure) {
         let mut state = self.state();
         let current = match &state.session {
             None => true,
             Some(s) => Arc::ptr_eq(s, session),
         };
         if current {
-            self.failed_locked(&mut state, None);
+            self.failed_locked(&mut state, why);
         }
     }
 
-    /// Backs off from the server after a failure; `tls` is why TLS
-    /// failed, when it did.
-    fn failed_locked(&self, state: &mut State, tls: Option<&str>) {
-        state.tls = tls.map(str::to_owned);
+    /// Backs off from the server after a failure, keeping `why` to say
+    /// during the backoff.
+    fn failed_locked(&self, state: &mut State, why: &Failure) {
         state.session = None;
+        state.last_failure = why.to_string();
+        state.last_tls = why.tls().is_some();
         let nominal = self
             .reconnect_base
             .saturating_mul(1u32.checked_shl(state.failures.min(16)).unwrap_or(u32::MAX))

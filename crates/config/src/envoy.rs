@@ -380,6 +380,7 @@ impl Reader<'_> {
             }),
             shadow,
             replication: None,
+            refining: Default::default(),
             envoy: Some(EnvoyMeta {
                 name,
                 replaces,

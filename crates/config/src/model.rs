@@ -3,7 +3,7 @@
 //! Everything here is validated and normalized; building a [`Limit`] from
 //! an [`AlgorithmSpec`] that came out of the loader cannot fail.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use tollgate_core::copies::CopyLimits;
@@ -72,6 +72,15 @@ pub struct Resource {
     pub replication: Option<Replication>,
     /// envoyproxy/ratelimit details, for resources loaded from its format.
     pub envoy: Option<EnvoyMeta>,
+    /// The domains of a rate resource whose override refines its limits
+    /// (names no `algorithm:`, so inherits the algorithm and every
+    /// parameter it does not set) rather than replacing them. Like `pos`,
+    /// where the config came from, not what it limits (an override is
+    /// resolved either way): an error about a limit an override inherits
+    /// is told of the resource alone. Empty for envoyproxy/ratelimit files
+    /// and for the config API's documents, which store every override
+    /// resolved, with its `algorithm:`.
+    pub refining: BTreeSet<String>,
     /// Where it was defined.
     pub pos: Pos,
 }

@@ -3,7 +3,7 @@
 //! Reads the position-carrying tree, validates every field and applies the
 //! normalization of Charon §4.1, reporting each change as a warning.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tollgate_core::copies::CopyLimits;
 use tollgate_core::replicated::strategy::{Eager, Replication, StrategyKind};
@@ -34,6 +34,10 @@ const RATE_COMMON: &[&str] = &[
     "hard_limit",
     "replication",
 ];
+/// Fields a rate resource's domain override may have besides its
+/// algorithm's: [`RATE_COMMON`] without [`NOT_PER_DOMAIN`], so an unknown
+/// field in an override is told only what an override may say.
+const PER_DOMAIN: &[&str] = &["algorithm", "hard_limit"];
 /// Fields of a resource that a domain override may not set.
 const NOT_PER_DOMAIN: &[&str] = &[
     "name",
@@ -181,7 +185,7 @@ fn read_resource(node: &Node, diags: &mut Diagnostics) -> Option<Resource> {
         Some(k) => diags.take(k.as_str("kind"))?.to_owned(),
     };
     let shadow = flag(&f, "shadow_mode", diags);
-    let (kind, replication) = match kind.as_str() {
+    let (kind, replication, refining) = match kind.as_str() {
         "rate" => {
             // Both are read before either can give up, so that one run
             // reports the problems of each.
@@ -191,11 +195,13 @@ fn read_resource(node: &Node, diags: &mut Diagnostics) -> Option<Resource> {
             if diags.errors.len() > before {
                 return None;
             }
-            (ResourceKind::Rate(rate?), replication)
+            let (rate, refining) = rate?;
+            (ResourceKind::Rate(rate), replication, refining)
         }
         "concurrency" => (
             ResourceKind::Concurrency(read_concurrency(&f, &context, diags)?),
             None,
+            BTreeSet::new(),
         ),
         other => {
             let hint = did_you_mean(other, &["rate", "concurrency"])
@@ -216,6 +222,7 @@ fn read_resource(node: &Node, diags: &mut Diagnostics) -> Option<Resource> {
         shadow,
         replication,
         envoy: None,
+        refining,
         pos: node.pos.clone(),
     })
 }
@@ -350,16 +357,19 @@ fn read_replication_map(
     (diags.errors.len() == before).then_some(r)
 }
 
+/// A rate resource's limits, and the domains whose override refines them
+/// ([`Resource::refining`]).
 fn read_rate_resource(
     f: &Fields<'_>,
     context: &str,
     diags: &mut Diagnostics,
-) -> Option<RateResource> {
+) -> Option<(RateResource, BTreeSet<String>)> {
     let errors_before = diags.errors.len();
     let global_limit = positive_limit(f, "global_limit", context, diags);
     let base = f.without(NOT_PER_DOMAIN);
-    let default = read_rate_spec(&base, &base, context, global_limit, diags);
+    let default = read_rate_spec(&base, &base, context, RATE_COMMON, global_limit, diags);
     let mut domains = BTreeMap::new();
+    let mut refining = BTreeSet::new();
     if let Some(d) = f.get("domains") {
         if let Some(map) = diags.take(d.as_map("domains")) {
             for (domain, _, value) in map.iter() {
@@ -380,9 +390,16 @@ fn read_rate_resource(
                 let fields = if over.has("algorithm") {
                     over.clone()
                 } else {
+                    refining.insert(domain.to_owned());
                     base.overlay(&over)
                 };
-                if let Some(spec) = read_rate_spec(&fields, &over, &dcontext, global_limit, diags) {
+                // The fields refused above are not reported again as
+                // unknown; the rest are checked against what an override
+                // accepts.
+                let own = over.without(NOT_PER_DOMAIN);
+                if let Some(spec) =
+                    read_rate_spec(&fields, &own, &dcontext, PER_DOMAIN, global_limit, diags)
+                {
                     domains.insert(domain.to_owned(), spec);
                 }
             }
@@ -391,36 +408,39 @@ fn read_rate_resource(
     if diags.errors.len() > errors_before {
         return None;
     }
-    Some(RateResource {
-        default: default?,
-        domains,
-        global_limit,
-    })
+    Some((
+        RateResource {
+            default: default?,
+            domains,
+            global_limit,
+        },
+        refining,
+    ))
 }
 
 /// Reads the algorithm and hard limit from `fields`; unknown fields are
-/// reported against `own` (the mapping the user wrote them in).
+/// reported against `own` (the mapping the user wrote them in), which may
+/// have the fields in `extra` besides the algorithm's parameters.
 fn read_rate_spec(
     fields: &Fields<'_>,
     own: &Fields<'_>,
     context: &str,
+    extra: &[&str],
     global_limit: Option<u64>,
     diags: &mut Diagnostics,
 ) -> Option<RateSpec> {
-    let algorithm = read_algorithm(fields, own, context, RATE_COMMON, diags)?;
+    let algorithm = read_algorithm(fields, own, context, extra, diags)?;
     let mut hard_limit = positive_limit(fields, "hard_limit", context, diags);
     if let (Some(h), Some(g)) = (hard_limit, global_limit) {
         if h > g {
-            // An override inheriting the resource's hard limit was warned
-            // about with the resource.
-            if own.has("hard_limit") {
-                diags.warn(
-                    fields.pos_of("hard_limit"),
-                    format!(
-                        "{context}: hard_limit {h} is above the global_limit {g}; lowered to {g}"
-                    ),
-                );
-            }
+            // A refining override that inherits the resource's hard limit
+            // is warned about too (at the resource's `hard_limit`, where
+            // `fields` found it): each domain whose limit changes is told,
+            // as `check-config` prints the lowered value in each.
+            diags.warn(
+                fields.pos_of("hard_limit"),
+                format!("{context}: hard_limit {h} is above the global_limit {g}; lowered to {g}"),
+            );
             hard_limit = Some(g);
         }
     }

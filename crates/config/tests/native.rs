@@ -260,6 +260,33 @@ fn overrides_cannot_set_resource_wide_fields() {
     );
 }
 
+/// Issue 23: an override's unknown field listed the fields only a resource
+/// may have (`name, kind, shadow_mode, domains, global_limit`) as expected,
+/// and suggested `shadow_mode` for `shadow_mod`, which an override may not
+/// set either.
+#[test]
+fn an_overrides_unknown_field_lists_only_what_an_override_takes() {
+    let e = errors("namespaces:\n  - name: n\n    resources:\n      - name: a\n        algorithm: token_bucket\n        capacity: 10\n        rate: 1/s\n        domains:\n          acme: { wibble: 3 }\n          globex: { shadow_mod: true }\n          initech: { capasity: 3 }\n          umbrella: { algorithm: gcra, rate: 1/s, bogus: 1 }\n");
+    assert_eq!(
+        e,
+        [
+            "t.yaml:9:19: unknown field `wibble` in resource `a`, domain `acme` (expected one of: algorithm, hard_limit, capacity, rate, initial_tokens)",
+            "t.yaml:10:21: unknown field `shadow_mod` in resource `a`, domain `globex` (expected one of: algorithm, hard_limit, capacity, rate, initial_tokens)",
+            "t.yaml:11:22: unknown field `capasity` in resource `a`, domain `initech`, did you mean `capacity`?",
+            "t.yaml:12:51: unknown field `bogus` in resource `a`, domain `umbrella` (expected one of: algorithm, hard_limit, rate, burst)",
+        ]
+    );
+    // A resource-wide field in an override is told so, once, not also
+    // called unknown.
+    let e = errors("namespaces:\n  - name: n\n    resources:\n      - name: a\n        algorithm: gcra\n        rate: 1/s\n        domains: { d: { shadow_mode: true, name: x } }\n");
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(
+        e.iter()
+            .all(|m| m.contains("applies to the whole resource")),
+        "{e:?}"
+    );
+}
+
 #[test]
 fn every_error_is_reported_at_once() {
     let e = errors("namespaces:\n  - name: n\n    resources:\n      - { name: a, algorithm: gcra }\n      - { name: b, algorithm: nope }\n      - { name: c, kind: weird }\n");
@@ -301,14 +328,24 @@ fn messages_carry_their_context() {
     );
     let e = one_error("namespaces:\n  - name: n\n    resources:\n      - { name: a, algorithm: fixed_window, limit: 1, window: 10 }\n");
     assert!(e.contains("resource `a`: `window` needs a unit"), "{e}");
-    // A lowered hard limit is reported once, not again for each override
-    // that inherits it.
+    // A lowered hard limit is reported for the resource and again for each
+    // refining override that inherits it (issue 23: config.md promised it,
+    // and each override's printed normal form shows the lowered value), at
+    // the resource's `hard_limit`.
     let loaded = load_str(
         "t.yaml",
         "namespaces:\n  - name: n\n    resources:\n      - name: a\n        algorithm: gcra\n        rate: 1/s\n        hard_limit: 50\n        global_limit: 10\n        domains: { x: { burst: 2 }, y: { burst: 3 } }\n",
     )
     .unwrap();
-    assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+    let warnings: Vec<String> = loaded.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(
+        warnings,
+        [
+            "t.yaml:7:9: resource `a`: hard_limit 50 is above the global_limit 10; lowered to 10",
+            "t.yaml:7:9: resource `a`, domain `x`: hard_limit 50 is above the global_limit 10; lowered to 10",
+            "t.yaml:7:9: resource `a`, domain `y`: hard_limit 50 is above the global_limit 10; lowered to 10",
+        ]
+    );
 }
 
 /// Regression (issue 16, item 11): a document nested 100,000 levels deep
@@ -369,4 +406,24 @@ fn deeply_nested_yaml_is_an_error_naming_the_bound_not_a_stack_overflow() {
     let over = format!("x: {}1{}\n", "[".repeat(64), "]".repeat(64));
     let e = tollgate_config::yaml::parse("t.yaml", &over).unwrap_err();
     assert_eq!((e.pos.line, e.pos.col), (1, 67), "{e}");
+}
+
+/// An override that names no `algorithm:` refines its resource; one that
+/// names one replaces it, even with the same algorithm. Errors about a
+/// store's rules tell an inherited limit of its resource alone, so the
+/// resolved config keeps which is which.
+#[test]
+fn a_resource_knows_which_overrides_refine_it() {
+    let config = load_str(
+        "r.yaml",
+        "namespaces:\n  - name: n\n    resources:\n      - name: hourly\n        algorithm: fixed_window\n        limit: 100\n        window: 1h\n        domains:\n          acme: { limit: 500 }\n          globex: { algorithm: fixed_window, limit: 5, window: 1m }\n          initech: { hard_limit: 3 }\n      - { name: pool, kind: concurrency, domain_limit: 3, domains: { acme: { domain_limit: 5 } } }\n",
+    )
+    .unwrap()
+    .config;
+    let resources = &config.namespaces[0].resources;
+    assert_eq!(
+        resources[0].refining.iter().collect::<Vec<_>>(),
+        ["acme", "initech"]
+    );
+    assert!(resources[1].refining.is_empty());
 }

@@ -12,7 +12,7 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, MethodRouter};
 use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -111,8 +111,11 @@ impl Api {
         });
     }
 
-    /// The router.
-    pub fn router(self) -> Router {
+    /// The router, serving `extra`'s routes too (the binary's `/metrics`,
+    /// when it serves one), with the same error shape. The paths of
+    /// `extra` join the list of endpoints a 404 names, so the list says
+    /// what this process serves.
+    pub fn router(self, extra: Vec<(&'static str, MethodRouter)>) -> Router {
         let v1 = Router::new()
             .route("/v1/namespaces", get(list_namespaces))
             .route(
@@ -143,26 +146,73 @@ impl Api {
             .route("/v1/import", axum::routing::post(import))
             .route("/v1/audit", get(audit))
             .route_layer(middleware::from_fn_with_state(self.clone(), authenticate));
-        Router::new()
+        let mut api = Router::new()
             .merge(v1)
             .route("/healthz", get(|| async { "ok" }))
             .route("/", get(crate::ui::page))
             .route("/ui", get(crate::ui::page))
             .route("/readyz", get(readyz))
-            .layer(middleware::map_response(errors_as_json))
-            .with_state(self)
+            .with_state(self);
+        let paths: Vec<&str> = extra.iter().map(|(path, _)| *path).collect();
+        let served: Arc<str> = endpoints(&paths).into();
+        for (path, route) in extra {
+            api = api.route(path, route);
+        }
+        let api = api
+            .fallback(move |uri: axum::http::Uri| std::future::ready(no_endpoint(&uri, &served)));
+        // Around the whole router, not layered onto each route: a route's
+        // `Allow` header is added outside its layers, and the 405's
+        // message lists it.
+        Router::new()
+            .fallback_service(api)
+            .layer(middleware::from_fn(errors_as_json))
     }
 }
 
 /// The longest text of one of axum's own rejections kept in the message.
 const REJECTION_TEXT_BYTES: usize = 1024;
 
+/// What the API serves, `extra` (the paths the binary mounts) included,
+/// for the message of a request to a path it does not: the caller learns
+/// where to go instead of an empty 404.
+fn endpoints(extra: &[&str]) -> String {
+    let mut served = vec![
+        "/v1/namespaces[/{ns}[/resources/{r}[/domains/{d} | /groups/{g}[/members/{m}]]]]",
+        "/v1/config",
+        "/v1/config/wait",
+        "/v1/export",
+        "/v1/import",
+        "/v1/audit",
+        "/healthz",
+        "/readyz",
+    ];
+    served.extend_from_slice(extra);
+    format!(
+        "{} and the web page at / (docs/config-api.md)",
+        served.join(", ")
+    )
+}
+
+/// A path the API does not serve: 404 `not_found`, naming the path and
+/// the endpoints there are (`served`). The only place a 404 for a path
+/// is made: [`errors_as_json`] leaves this JSON answer as it is.
+fn no_endpoint(uri: &axum::http::Uri, served: &str) -> ApiError {
+    ApiError::not_found(tollgate_server::errors::bounded(format!(
+        "no endpoint at {}; the config API serves {served}",
+        uri.path()
+    )))
+}
+
 /// Gives axum's own refusals the API's error shape: a body that is not
 /// UTF-8 (`/v1/import`), a path segment that is not valid percent-encoding,
-/// a bad query, a body over the limit, an unknown path or method. axum
-/// answers those in plain text before any handler runs, and clients of
-/// this API parse one shape.
-async fn errors_as_json(response: Response) -> Response {
+/// a body over the limit, a method a path does not take. axum answers
+/// those in plain text (or with an empty body) before any handler runs,
+/// and clients of this API parse one shape. A 405 names the method and
+/// the ones the path takes (also in `Allow`).
+async fn errors_as_json(request: Request, next: Next) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let response = next.run(request).await;
     let status = response.status();
     let is_json = response
         .headers()
@@ -176,13 +226,23 @@ async fn errors_as_json(response: Response) -> Response {
         .await
         .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
         .unwrap_or_default();
-    let message = if text.is_empty() {
-        status
-            .canonical_reason()
-            .unwrap_or("refused")
-            .to_lowercase()
-    } else {
-        text
+    let allowed = parts
+        .headers
+        .get(header::ALLOW)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(',').map(str::trim).collect::<Vec<_>>().join(", "));
+    let message = match (status, allowed) {
+        (StatusCode::METHOD_NOT_ALLOWED, Some(allowed)) => {
+            format!("{path} does not take {method}; it takes {allowed}")
+        }
+        _ if text.is_empty() => format!(
+            "{method} {path}: {}",
+            status
+                .canonical_reason()
+                .unwrap_or("refused")
+                .to_lowercase()
+        ),
+        _ => text,
     };
     let reason = match status {
         StatusCode::NOT_FOUND => "not_found",
@@ -191,6 +251,7 @@ async fn errors_as_json(response: Response) -> Response {
         StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
         _ => "malformed_request",
     };
+    let message = tollgate_server::errors::bounded(message);
     let mut answer = ApiError::new(status, reason, message).into_response();
     // Keep what tells the client what to do next (`Allow`, `Retry-After`).
     for name in [header::ALLOW, header::RETRY_AFTER] {
@@ -634,29 +695,119 @@ async fn delete_member(
     member(&api, &caller, path, false).await
 }
 
-#[derive(Deserialize)]
-struct Since {
-    #[serde(default)]
-    since: i64,
-    #[serde(default)]
-    timeout_ms: Option<u64>,
+/// A request's query parameters, checked against the ones its endpoint
+/// takes: an unknown one is refused (a misspelt `since` would otherwise
+/// read everything), and each value is parsed with a message naming the
+/// parameter and what it takes, not serde's. Kept in the order of the
+/// query string, so the first unknown one is the one named.
+struct Params {
+    endpoint: &'static str,
+    values: Vec<(String, String)>,
 }
 
-async fn delta(State(api): State<Api>, Query(q): Query<Since>) -> Result<Json<Value>, ApiError> {
-    let d = api.db.delta(q.since).await?;
+/// The query string as its pairs, in order.
+type Pairs = Query<Vec<(String, String)>>;
+
+impl Params {
+    fn new(
+        endpoint: &'static str,
+        takes: &[&str],
+        Query(values): Pairs,
+    ) -> Result<Params, ApiError> {
+        if let Some((unknown, _)) = values.iter().find(|(k, _)| !takes.contains(&k.as_str())) {
+            let takes: Vec<String> = takes.iter().map(|t| format!("`{t}`")).collect();
+            return Err(ApiError::malformed(tollgate_server::errors::bounded(
+                format!(
+                    "unknown query parameter {unknown:?}; {endpoint} takes {}",
+                    takes.join(", ")
+                ),
+            )));
+        }
+        Ok(Params { endpoint, values })
+    }
+
+    /// The whole number `name` (the last one given), at least `min`, and
+    /// at most `cap` if there is one: a larger number, however large, is
+    /// taken as `cap`. `what` says what it is for the message when it is
+    /// not one.
+    fn number(
+        &self,
+        name: &str,
+        min: i64,
+        cap: Option<i64>,
+        what: &str,
+    ) -> Result<Option<i64>, ApiError> {
+        let Some((_, text)) = self.values.iter().rev().find(|(k, _)| k == name) else {
+            return Ok(None);
+        };
+        let refused = |problem: &str, bound: String| {
+            Err(ApiError::malformed(tollgate_server::errors::bounded(
+                format!(
+                    "query parameter `{name}` of {} {problem} {what}{bound}, not {text:?}",
+                    self.endpoint
+                ),
+            )))
+        };
+        match text.trim().parse::<i64>() {
+            Ok(n) if n < min => refused("must be", String::new()),
+            Ok(n) => Ok(Some(cap.map_or(n, |cap| n.min(cap)))),
+            Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => match cap {
+                Some(cap) => Ok(Some(cap)),
+                None => refused(
+                    "is too large: it must be",
+                    format!(", at most {}", i64::MAX),
+                ),
+            },
+            Err(_) => refused("must be", String::new()),
+        }
+    }
+
+    /// `since`: the revision a caller has (0, everything, when absent).
+    fn since(&self) -> Result<i64, ApiError> {
+        Ok(self
+            .number(
+                "since",
+                0,
+                None,
+                "a revision: a whole number from 0 (0: everything)",
+            )?
+            .unwrap_or(0))
+    }
+}
+
+async fn delta(State(api): State<Api>, query: Pairs) -> Result<Json<Value>, ApiError> {
+    let since = Params::new("GET /v1/config", &["since"], query)?.since()?;
+    delta_after(&api, since).await
+}
+
+async fn delta_after(api: &Api, since: i64) -> Result<Json<Value>, ApiError> {
+    let d = api.db.delta(since).await?;
     Ok(Json(serde_json::to_value(d).unwrap_or(Value::Null)))
 }
 
+/// The longest a long poll waits, whatever `timeout_ms` asks.
+const MAX_WAIT_MS: i64 = 300_000;
+
 /// A long poll: answers with the delta as soon as the revision passes
 /// `since`, or when `timeout_ms` (default 30 s, at most 5 minutes) ends.
-async fn wait(State(api): State<Api>, Query(q): Query<Since>) -> Result<Json<Value>, ApiError> {
-    let timeout = Duration::from_millis(q.timeout_ms.unwrap_or(30_000).min(300_000));
+async fn wait(State(api): State<Api>, query: Pairs) -> Result<Json<Value>, ApiError> {
+    let params = Params::new("GET /v1/config/wait", &["since", "timeout_ms"], query)?;
+    let since = params.since()?;
+    let timeout_ms = params
+        .number(
+            "timeout_ms",
+            0,
+            Some(MAX_WAIT_MS),
+            "a whole number of milliseconds from 0 (at most 300000 are waited)",
+        )?
+        .unwrap_or(30_000);
+    let timeout = Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
     let mut rx = api.revision.subscribe();
     // A caller ahead of this database (it was replaced or restored) is
     // answered at once: the delta's revision and instance tell it to
     // start over.
-    let _ = tokio::time::timeout(timeout, rx.wait_for(|r| *r != q.since)).await;
-    delta(State(api), Query(q)).await
+    let _ = tokio::time::timeout(timeout, rx.wait_for(|r| *r != since)).await;
+    delta_after(&api, since).await
 }
 
 async fn export(State(api): State<Api>) -> Result<Response, ApiError> {
@@ -699,19 +850,95 @@ async fn import(
     ))
 }
 
-#[derive(Deserialize)]
-struct AuditQuery {
-    #[serde(default)]
-    since: i64,
-    #[serde(default)]
-    limit: Option<i64>,
+async fn audit(State(api): State<Api>, query: Pairs) -> Result<Json<Value>, ApiError> {
+    let params = Params::new("GET /v1/audit", &["since", "limit"], query)?;
+    let since = params.since()?;
+    let limit = params
+        .number(
+            "limit",
+            1,
+            Some(1000),
+            "a whole number of entries from 1 (at most 1000 are answered)",
+        )?
+        .unwrap_or(100);
+    let entries = api.db.audit(since, limit).await?;
+    Ok(Json(json!({ "entries": entries })))
 }
 
-async fn audit(
-    State(api): State<Api>,
-    Query(q): Query<AuditQuery>,
-) -> Result<Json<Value>, ApiError> {
-    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
-    let entries = api.db.audit(q.since, limit).await?;
-    Ok(Json(json!({ "entries": entries })))
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(query: &[(&str, &str)], takes: &[&str]) -> Result<Params, ApiError> {
+        let pairs = query
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Params::new("GET /v1/test", takes, Query(pairs))
+    }
+
+    /// Review of issue 23: /metrics was listed as served whether or not
+    /// the binary mounted it.
+    #[test]
+    fn the_endpoints_listed_are_the_ones_mounted() {
+        assert!(!endpoints(&[]).contains("/metrics"), "{}", endpoints(&[]));
+        let with = endpoints(&["/metrics"]);
+        assert!(
+            with.contains("/healthz, /readyz, /metrics and the web page at /"),
+            "{with}"
+        );
+    }
+
+    /// Review of issue 23: with several unknown parameters, the one named
+    /// depended on a HashMap's order; it is the first of the query.
+    #[test]
+    fn the_first_unknown_parameter_of_the_query_is_named() {
+        for _ in 0..20 {
+            let e = params(
+                &[("since", "1"), ("zeta", "1"), ("alpha", "2"), ("mid", "3")],
+                &["since"],
+            )
+            .err()
+            .unwrap();
+            assert!(
+                e.message.starts_with("unknown query parameter \"zeta\";"),
+                "{}",
+                e.message
+            );
+        }
+    }
+
+    /// Review of issue 23: a number past i64::MAX was called "not a whole
+    /// number"; a bounded parameter (`timeout_ms`, `limit`) takes it as
+    /// its bound, as a large one below i64::MAX always was.
+    #[test]
+    fn a_number_too_large_is_called_so_or_taken_as_the_bound() {
+        let huge = "9".repeat(30);
+        let p = params(&[("since", &huge)], &["since"]).unwrap();
+        let e = p.since().unwrap_err();
+        assert_eq!(e.reason, "malformed_request");
+        assert!(
+            e.message.starts_with(
+                "query parameter `since` of GET /v1/test is too large: it must be a revision: \
+                 a whole number from 0 (0: everything), at most 9223372036854775807, not \"999"
+            ),
+            "{}",
+            e.message
+        );
+        let p = params(&[("timeout_ms", &huge)], &["timeout_ms"]).unwrap();
+        assert_eq!(
+            p.number("timeout_ms", 0, Some(300), "ms").unwrap(),
+            Some(300)
+        );
+        let p = params(&[("timeout_ms", "301")], &["timeout_ms"]).unwrap();
+        assert_eq!(
+            p.number("timeout_ms", 0, Some(300), "ms").unwrap(),
+            Some(300)
+        );
+        let p = params(&[("timeout_ms", "-1")], &["timeout_ms"]).unwrap();
+        assert!(p.number("timeout_ms", 0, Some(300), "ms").is_err());
+        // The last of a parameter given twice counts, as it always did.
+        let p = params(&[("since", "1"), ("since", "2")], &["since"]).unwrap();
+        assert_eq!(p.since().unwrap(), 2);
+    }
 }

@@ -77,7 +77,7 @@ impl std::str::FromStr for TransferId {
 #[non_exhaustive]
 pub enum CopyError {
     /// Releasing or transferring more than is held.
-    #[error("domain `{domain}` holds {held} copies in groups [{groups}], cannot release {requested}", groups = .groups.join(", "))]
+    #[error("domain `{domain}` holds {} {}, cannot release {requested}", Copies(*.held), InGroups(.groups))]
     NotHeld {
         /// The domain.
         domain: String,
@@ -97,6 +97,46 @@ pub enum CopyError {
     /// The transfer id is already in use.
     #[error("transfer id {0} is already staged")]
     DuplicateTransfer(TransferId),
+}
+
+/// A count of copies as a message says it: `no copies`, `1 copy`,
+/// `3 copies`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Copies(pub u64);
+
+impl fmt::Display for Copies {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            0 => f.write_str("no copies"),
+            1 => f.write_str("1 copy"),
+            n => write!(f, "{n} copies"),
+        }
+    }
+}
+
+/// The groups copies are counted in, as a message says it: `in no group`,
+/// ``in group `big` ``, ``in groups `a`, `b` ``. (A list printed as
+/// `groups []` read as if the domain were in no group at all.)
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct InGroups<'a>(pub &'a [String]);
+
+impl fmt::Display for InGroups<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            [] => f.write_str("in no group"),
+            [one] => write!(f, "in group `{one}`"),
+            many => {
+                f.write_str("in groups ")?;
+                for (i, g) in many.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "`{g}`")?;
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 /// One group's figures in a response.

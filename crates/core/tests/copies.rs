@@ -268,6 +268,39 @@ fn release_errors_leave_counts_unchanged() {
     assert_eq!(pool.group_holds("g"), 0);
 }
 
+/// Issue 23: `not_held` said ``holds 2 copies in groups []``, which read
+/// as if the domain were in no group at all; the groups are now named as
+/// the set the copies are counted in.
+#[test]
+fn not_held_names_the_groups_in_words() {
+    let limits = CopyLimits::new(5, None)
+        .with_group("big", 5, ["a"])
+        .unwrap()
+        .with_group("eu", 5, ["a"])
+        .unwrap();
+    let mut pool = CopyPool::default();
+    let both = take(&mut pool, &limits, "a", 2);
+    let message = |r: Result<_, CopyError>| r.unwrap_err().to_string();
+    assert_eq!(
+        message(pool.release("a", &both, 3)),
+        "domain `a` holds 2 copies in groups `big`, `eu`, cannot release 3"
+    );
+    assert_eq!(
+        message(pool.release("a", &groups(&["big"]), 1)),
+        "domain `a` holds no copies in group `big`, cannot release 1"
+    );
+    assert_eq!(
+        message(pool.release("a", &[], 1)),
+        "domain `a` holds no copies in no group, cannot release 1"
+    );
+    let mut pool = CopyPool::default();
+    let none = take(&mut pool, &CopyLimits::new(5, None), "b", 1);
+    assert_eq!(
+        message(pool.release("b", &none, 2)),
+        "domain `b` holds 1 copy in no group, cannot release 2"
+    );
+}
+
 #[test]
 fn transfer_then_seize_moves_the_hold() {
     let limits = CopyLimits::new(5, Some(5))

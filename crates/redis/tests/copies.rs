@@ -75,6 +75,12 @@ async fn reserve_release_transfer_and_seize_answer_what_the_memory_store_answers
         got,
         StoreError::Copy(CopyError::NotHeld { held: 4, .. })
     ));
+    // Issue 23: the groups read as the set the copies are counted in, not
+    // as ``groups [big]`` (or ``groups []`` for none).
+    assert_eq!(
+        got.to_string(),
+        "domain `acme` holds 4 copies in group `big`, cannot release 9"
+    );
     assert_eq!(
         redis
             .release(held(&pool, &big, 0), OpId::random())

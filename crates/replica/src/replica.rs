@@ -281,7 +281,8 @@ impl Replica {
             Limit::TokenBucket(tb) => {
                 if tb.initial_tokens() != tb.capacity() {
                     return Err(
-                        "`initial_tokens` cannot be replicated: every node starts a key full"
+                        "`initial_tokens` cannot be replicated: every node starts a key full; \
+                         remove `initial_tokens`, or serve it from the Redis store"
                             .into(),
                     );
                 }
@@ -296,6 +297,14 @@ impl Replica {
                 (l.limit(), Rate::per_second(l.limit()))
             }
             Limit::Replicated(_) => return Ok(limit),
+            Limit::SlidingLog(_) => {
+                return Err(
+                    "a `sliding_log` is replicated only with `window: 1s` and neither `min_gap` \
+                     nor `count_rejected`; change it so, use `token_bucket` or `gcra`, or serve \
+                     it from the Redis store"
+                        .into(),
+                )
+            }
             other => {
                 return Err(format!(
                     "`{}` cannot be replicated in a gossip cluster; use `token_bucket` or `gcra` \

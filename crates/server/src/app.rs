@@ -1,20 +1,20 @@
 //! The state every surface shares: the service (limiter, sessions, clock),
 //! the config's status, the metrics handle.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::watch;
 use tollgate_config::Config;
 use tollgate_core::Nanos;
-use tollgate_service::{Clock, Limiter, Service, ServiceOptions, Sessions, View};
+use tollgate_service::{Clock, Limiter, Service, ServiceOptions, Sessions, Unservable, View};
 use tollgate_store::Store;
 
 /// What `/status` reports of the config in force.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct ConfigStatus {
-    /// Where it was loaded from (`None`: built in).
-    pub source: Option<PathBuf>,
+    /// Where it comes from, for people: the file or directory, `config
+    /// API URL`, or both as `FILE + config API URL` (`None`: built in).
+    pub source: Option<String>,
     /// Increments with every successful load.
     pub revision: u64,
     /// When the config in force was loaded (Unix ms).
@@ -102,21 +102,21 @@ impl Readiness {
 
 impl<S: Store> App<S> {
     /// An app over `store` with `config`, loaded from `source`, reading
-    /// time from `clock`; an error says why the store cannot serve the
-    /// config ([`Limiter::compile`]).
+    /// time from `clock`; the error lists every limit the store cannot
+    /// serve, each saying why ([`Limiter::compile_all`]).
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: S,
         store_name: &'static str,
         config: Config,
-        source: Option<PathBuf>,
+        source: Option<String>,
         warnings: Vec<String>,
         options: ServiceOptions,
         clock: Arc<dyn Clock>,
-    ) -> Result<App<S>, String> {
+    ) -> Result<App<S>, Vec<Unservable>> {
         let now = clock.now();
         let limiter = Limiter::new(store, View::default());
-        limiter.set_view(limiter.compile(&config, now)?);
+        limiter.set_view(limiter.compile_all(&config, now)?);
         Ok(App {
             service: Arc::new(Service::new(limiter, clock, options)),
             config: Mutex::new((

@@ -46,6 +46,10 @@ pub const STORE_UNAVAILABLE: &str =
 /// call, which a client may take for an outage (issue 16).
 pub const MAX_MESSAGE_BYTES: usize = 1024;
 
+// `not_held` keeps to a budget of its own, so that no surface cuts the
+// middle (what the session holds) out of it.
+const _: () = assert!(tollgate_service::NotHeld::MAX_BYTES <= MAX_MESSAGE_BYTES);
+
 /// `text` cut to about [`MAX_MESSAGE_BYTES`]: its beginning and its end
 /// (where a message's explanation usually is), with the number of bytes
 /// left out in between.

@@ -142,10 +142,7 @@ impl<S: Store> v1::tollgate_server::Tollgate for Native<S> {
             store: app.store_name.to_owned(),
             uptime_ms: u64::try_from(app.started.elapsed().as_millis()).unwrap_or(u64::MAX),
             ready: app.is_ready(),
-            config_source: config
-                .source
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
+            config_source: config.source.unwrap_or_default(),
             config_revision: config.revision,
             config_loaded_at_ms: config.loaded_at_ms,
             config_last_error: config.last_error,

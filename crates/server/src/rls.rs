@@ -20,12 +20,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tollgate_config::model::{EnvoyLimit, EnvoyUnit};
-use tollgate_core::Nanos;
+use tollgate_core::{Algorithm, Nanos, Request as Hits};
 use tollgate_proto::rls::rate_limit_response::{
     self, rate_limit::Unit, Code, DescriptorStatus as WireStatus, RateLimit,
 };
 use tollgate_proto::rls::{HeaderValue, RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
-use tollgate_service::view::{NamespaceView, ResourceEntry};
+use tollgate_service::view::{Main, NamespaceView, ResourceEntry, ResourceView};
 use tollgate_service::{DescriptorRequest, DescriptorStatus, ServiceError};
 use tollgate_store::Store;
 use tonic::{Request, Response, Status};
@@ -350,7 +350,9 @@ fn entry_of<'v>(
 ///   (`requests_per_unit` per `unit`, and its `name`); an algorithm
 ///   extension that is not "N per unit" reports its headline limit with
 ///   unit `UNKNOWN`. `limit_remaining` and `duration_until_reset` come from
-///   the decision. A descriptor no decision was made for (a
+///   the decision, except that a descriptor over its limit has 0 remaining
+///   and a reset that is never 0 (see `docs/envoy-rls.md` §3). A
+///   descriptor no decision was made for (a
 ///   `requests_per_unit: 0` limit, or any descriptor of a request such a
 ///   limit rejected before anything was looked at) has 0 remaining and
 ///   resets at the end of its unit's window, as upstream computes it.
@@ -379,10 +381,22 @@ fn wire_status(s: &DescriptorStatus, entry: Option<&ResourceEntry>, now: Nanos) 
         }),
         (None, None) => None,
     };
-    out.limit_remaining = s.decision.map_or(0, |d| saturate(d.remaining));
+    // Over its limit (rejected, or shadowed and over): 0 remaining, as
+    // upstream answers, even when the counter kept room for fewer hits
+    // than were asked (all or nothing charged none of them). A 429 saying
+    // "5 remaining" reads as a bug to every client of Envoy's headers.
+    let over = !s.allowed || s.shadowed;
+    out.limit_remaining = match s.decision {
+        Some(d) if !over => saturate(d.remaining),
+        _ => 0,
+    };
     let reset = match (s.decision, limit) {
-        (Some(d), _) => Some(d.reset_after),
-        (None, Some(l)) => Some(until_window_end(l, now)),
+        (Some(d), _) if !over || d.reset_after > Nanos::ZERO => Some(d.reset_after),
+        // Over with a counter holding nothing: the request alone asks
+        // more than the limit. "Fresh now" would invite a retry that
+        // fails the same way; say when the window it was judged in ends.
+        (_, Some(l)) => Some(until_window_end(l, now)),
+        (Some(_), None) => Some(fresh_again_once_spent(entry, s.domain.as_deref(), now)),
         (None, None) => None,
     };
     if let Some(reset) = reset {
@@ -394,6 +408,29 @@ fn wire_status(s: &DescriptorStatus, entry: Option<&ResourceEntry>, now: Nanos) 
         d.nanos = i32::try_from(reset.as_u64() % 1_000_000_000).unwrap_or(0);
     }
     out
+}
+
+/// For a limit that is not "N per unit" (an algorithm extension), how
+/// long its counter would take to be fresh again if it were used up now:
+/// what an over-limit descriptor reports when its counter holds nothing.
+/// Zero when the entry has no algorithm to ask.
+fn fresh_again_once_spent(
+    entry: Option<&ResourceEntry>,
+    domain: Option<&str>,
+    now: Nanos,
+) -> Nanos {
+    let Some(ResourceView::Rate(rate)) = entry.map(|e| &e.view) else {
+        return Nanos::ZERO;
+    };
+    let Main::Limited(compiled) = &rate.for_domain(domain.unwrap_or_default()).main else {
+        return Nanos::ZERO;
+    };
+    let limit = &compiled.limit;
+    let mut state = limit.fresh();
+    // Every hit it has room for, from a fresh state: used up.
+    limit
+        .decide(&mut state, now, Hits::between(1, u64::MAX))
+        .reset_after
 }
 
 /// Time until the current epoch-aligned window of `limit`'s unit ends.

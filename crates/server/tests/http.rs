@@ -563,11 +563,55 @@ async fn service_errors_have_their_status_and_reason() {
     let a = post(&s, "/v1/reserve", reserve("acme", 1)).await;
     let id = a.body["hold_id"].as_str().unwrap().to_owned();
     let a = post(&s, "/v1/release", hold_body(&id, "acme", 2)).await;
-    a.error(StatusCode::CONFLICT, 9, "not_held");
+    let message = a.error(StatusCode::CONFLICT, 9, "not_held");
+    assert_eq!(message, "this hold holds only 1 copy of resource `sandbox` for domain `acme`, so it cannot release 2; it holds 1 copy of `sandbox` for domain `acme` in no group");
+    // Issue 23: the wrong domain is told whose copies the hold has.
     let a = post(&s, "/v1/release", hold_body(&id, "globex", 1)).await;
-    a.error(StatusCode::CONFLICT, 9, "not_held");
+    let message = a.error(StatusCode::CONFLICT, 9, "not_held");
+    assert_eq!(message, "this hold holds no copies of resource `sandbox` for domain `globex`, so it cannot release 1; it holds 1 copy of `sandbox` for domain `acme` in no group");
     assert_eq!(holds(&s.app, "acme").await, (1, 1));
     assert_eq!(s.app.sessions().len(), 1);
+}
+
+/// Review of issue 23: `not_held` echoed every group a release named and
+/// every name of what the hold holds, unbounded; with 1 KiB names it went
+/// over the 1 KiB a surface sends, and the cut took out its middle: what
+/// the hold holds. It now keeps within the bound, naming the holding.
+#[tokio::test]
+async fn not_held_with_kilobyte_names_stays_whole_and_names_the_holding() {
+    let domain = |tag: char| format!("{tag}{}", "é".repeat(511));
+    let (held, asked) = (domain('a'), domain('b'));
+    let groups: Vec<String> = (0..20)
+        .map(|i| format!("g{i:02}{}", "x".repeat(1000)))
+        .collect();
+    let mut yaml = String::from(
+        "namespaces:\n  - name: app\n    resources:\n      - name: sandbox\n        kind: concurrency\n        domain_limit: 3\n        groups:\n",
+    );
+    for g in &groups {
+        yaml += &format!("          - {{ name: {g}, limit: 9, members: [{held}, {asked}] }}\n");
+    }
+    let s = TestServer::start(&yaml).await;
+    let a = post(&s, "/v1/reserve", reserve(&held, 1)).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    let id = a.body["hold_id"].as_str().unwrap().to_owned();
+    let mut body = hold_body(&id, &asked, 1);
+    body["groups"] = json!(groups);
+    let a = post(&s, "/v1/release", body).await;
+    let message = a.error(StatusCode::CONFLICT, 9, "not_held");
+    assert!(
+        message.len() <= tollgate_server::errors::MAX_MESSAGE_BYTES,
+        "{} bytes: {message}",
+        message.len()
+    );
+    assert!(!message.contains("bytes cut"), "{message}");
+    let cut = format!("{}…", &held[..63]);
+    assert!(
+        message.contains(&format!(
+            "; it holds 1 copy of `sandbox` for domain `{cut}` in groups `"
+        )),
+        "{message}"
+    );
+    assert!(message.ends_with(" and 18 more"), "{message}");
 }
 
 #[tokio::test]

@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio_stream::wrappers::TcpListenerStream;
+use tollgate_core::Nanos;
 use tollgate_proto::rls::descriptor;
 use tollgate_proto::rls::rate_limit_response::rate_limit::Unit;
 use tollgate_proto::rls::rate_limit_response::{Code, DescriptorStatus};
@@ -28,6 +29,7 @@ use tollgate_proto::rls::rate_limit_service_server::RateLimitServiceServer;
 use tollgate_proto::rls::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 use tollgate_server::rls::Rls;
 use tollgate_server::App;
+use tollgate_service::ManualClock;
 use tollgate_store::MemoryStore;
 use tonic::transport::Channel;
 
@@ -125,6 +127,11 @@ fn reset_secs(s: &DescriptorStatus) -> f64 {
 
 /// An app over `yaml`, for servers this file builds itself.
 fn app(yaml: &str) -> Arc<App<MemoryStore>> {
+    app_at(yaml, Arc::new(tollgate_service::SystemClock))
+}
+
+/// [`app`], reading time from `clock`.
+fn app_at(yaml: &str, clock: Arc<dyn tollgate_service::Clock>) -> Arc<App<MemoryStore>> {
     let loaded = tollgate_config::load_str("test.yaml", yaml).unwrap();
     Arc::new(
         App::new(
@@ -134,7 +141,7 @@ fn app(yaml: &str) -> Arc<App<MemoryStore>> {
             None,
             vec![],
             tollgate_service::ServiceOptions::default(),
-            std::sync::Arc::new(tollgate_service::SystemClock),
+            clock,
         )
         .unwrap(),
     )
@@ -296,10 +303,14 @@ async fn hits_addend_zero_is_one_and_larger_values_count() {
     assert_eq!(r.statuses[0].limit_remaining, 9);
     let r = ask(&mut rls, hits(5)).await;
     assert_eq!(r.statuses[0].limit_remaining, 4);
-    // 5 more do not fit in 4: rejected, nothing charged.
+    // 5 more do not fit in 4: rejected, nothing charged. Over its limit,
+    // the descriptor says 0 remaining (as upstream); a check without
+    // charging still finds the 4.
     let r = ask(&mut rls, hits(5)).await;
     assert_eq!(code(r.overall_code), Code::OverLimit);
-    assert_eq!(r.statuses[0].limit_remaining, 4);
+    assert_eq!(r.statuses[0].limit_remaining, 0);
+    let check = request("shop", vec![with_hits(descriptor(&[("hits", "a")]), 0)], 0);
+    assert_eq!(ask(&mut rls, check).await.statuses[0].limit_remaining, 4);
     // A descriptor's own hits_addend overrides the request's.
     let own = request("shop", vec![with_hits(descriptor(&[("hits", "a")]), 3)], 5);
     let r = ask(&mut rls, own).await;
@@ -320,7 +331,151 @@ async fn hits_addend_zero_is_one_and_larger_values_count() {
     );
     let r = ask(&mut rls, huge).await;
     assert_eq!(code(r.overall_code), Code::OverLimit);
-    assert_eq!(r.statuses[0].limit_remaining, 1);
+    assert_eq!(r.statuses[0].limit_remaining, 0);
+}
+
+/// Issue 23: 6 hits on the 5-a-day `message_type_marketing.to_number`
+/// limit of examples/envoy-messaging.yaml answered OVER_LIMIT with
+/// `limit_remaining: 5` and `duration_until_reset: 0s` (the counter, which
+/// all-or-nothing left untouched). Over its limit a descriptor says 0
+/// remaining and when its window ends, over gRPC and `/json` alike.
+#[tokio::test]
+async fn more_hits_than_the_limit_are_over_with_nothing_remaining_until_the_window_ends() {
+    const MESSAGING: &str = include_str!("../../../examples/envoy-messaging.yaml");
+    // 10:00 UTC: the day's window ends in 14 hours.
+    let day = 86_400;
+    let clock = Arc::new(ManualClock::new(Nanos::from_secs(19_000 * day + 36_000)));
+    let server = TestServer::start_clocked(MESSAGING, Arc::clone(&clock)).await;
+    let mut rls = server.rls().await;
+    let marketing = |number: &str, hits: u32| {
+        request(
+            "messaging",
+            vec![descriptor(&[
+                ("message_type", "marketing"),
+                ("to_number", number),
+            ])],
+            hits,
+        )
+    };
+    let r = ask(&mut rls, marketing("4145551234", 6)).await;
+    assert_eq!(code(r.overall_code), Code::OverLimit);
+    let s = &r.statuses[0];
+    assert_eq!(code(s.code), Code::OverLimit);
+    assert_eq!(limit_of(s), (5, Unit::Day));
+    assert_eq!(s.limit_remaining, 0);
+    assert_eq!(reset_secs(s), 50_400.0);
+    // Nothing was charged: the next hit finds all 5.
+    let r = ask(&mut rls, marketing("4145551234", 1)).await;
+    assert_eq!(code(r.overall_code), Code::Ok);
+    assert_eq!(r.statuses[0].limit_remaining, 4);
+    assert_eq!(reset_secs(&r.statuses[0]), 50_400.0);
+
+    let body = json!({"domain": "messaging", "descriptors": [{"entries": [
+        {"key": "message_type", "value": "marketing"},
+        {"key": "to_number", "value": "4145559999"}]}], "hitsAddend": 6});
+    let r = reqwest::Client::new()
+        .post(server.http_url("/json"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        v,
+        json!({"overallCode": "OVER_LIMIT", "statuses": [{"code": "OVER_LIMIT",
+            "currentLimit": {"requestsPerUnit": 5, "unit": "DAY"},
+            "limitRemaining": 0, "durationUntilReset": "50400s"}]})
+    );
+
+    // The RateLimit-* headers describe it the same way.
+    let (mut rls, _stop) = rls_with_headers(app_at(MESSAGING, clock)).await;
+    let r = ask(&mut rls, marketing("4145551234", 6)).await;
+    assert_eq!(
+        headers_of(&r),
+        [
+            ("RateLimit-Limit", "5"),
+            ("RateLimit-Remaining", "0"),
+            ("RateLimit-Reset", "50400")
+        ]
+    );
+}
+
+/// The example of docs/envoy-rls.md §4: the headers of the first and the
+/// 101st request of a day on the 100-a-day `to_number` limit, at 10:00 UTC.
+#[tokio::test]
+async fn the_documented_header_example_holds() {
+    const MESSAGING: &str = include_str!("../../../examples/envoy-messaging.yaml");
+    let clock = Arc::new(ManualClock::new(Nanos::from_secs(19_000 * 86_400 + 36_000)));
+    let (mut rls, _stop) = rls_with_headers(app_at(MESSAGING, clock)).await;
+    let number = || {
+        request(
+            "messaging",
+            vec![descriptor(&[("to_number", "4145551234")])],
+            0,
+        )
+    };
+    let r = ask(&mut rls, number()).await;
+    assert_eq!(code(r.overall_code), Code::Ok);
+    assert_eq!(
+        headers_of(&r),
+        [
+            ("RateLimit-Limit", "100"),
+            ("RateLimit-Remaining", "99"),
+            ("RateLimit-Reset", "50400")
+        ]
+    );
+    for _ in 1..100 {
+        ask(&mut rls, number()).await;
+    }
+    let r = ask(&mut rls, number()).await;
+    assert_eq!(code(r.overall_code), Code::OverLimit);
+    assert_eq!(
+        headers_of(&r),
+        [
+            ("RateLimit-Limit", "100"),
+            ("RateLimit-Remaining", "0"),
+            ("RateLimit-Reset", "50400")
+        ]
+    );
+}
+
+/// The response headers to add, as `(name, value)`.
+fn headers_of(r: &RateLimitResponse) -> Vec<(&str, &str)> {
+    r.response_headers_to_add
+        .iter()
+        .map(|h| (h.key.as_str(), h.value.as_str()))
+        .collect()
+}
+
+/// The same rule for limits that are not "N per unit" and for shadow
+/// mode: over with a fresh counter says 0 remaining and the time a used-up
+/// counter takes to be fresh again.
+#[tokio::test]
+async fn more_hits_than_an_extension_or_shadow_limit_report_nothing_remaining() {
+    let clock = Arc::new(ManualClock::new(Nanos::from_secs(1_700_000_000)));
+    let server = TestServer::start_clocked(CONFIG, Arc::clone(&clock)).await;
+    let mut rls = server.rls().await;
+    // A token bucket of 4 refilling 1 a minute: empty to full is 4 minutes.
+    let r = ask(
+        &mut rls,
+        request("shop", vec![descriptor(&[("bucket", "x")])], 5),
+    )
+    .await;
+    assert_eq!(code(r.overall_code), Code::OverLimit);
+    assert_eq!(limit_of(&r.statuses[0]), (4, Unit::Unknown));
+    assert_eq!(r.statuses[0].limit_remaining, 0);
+    assert_eq!(reset_secs(&r.statuses[0]), 240.0);
+    // A shadow limit of 1 a day, asked for 2: OK, but over, so 0 left.
+    let r = ask(
+        &mut rls,
+        request("shop", vec![descriptor(&[("shadow", "y")])], 2),
+    )
+    .await;
+    assert_eq!(code(r.overall_code), Code::Ok);
+    assert_eq!(code(r.statuses[0].code), Code::Ok);
+    assert_eq!(r.statuses[0].limit_remaining, 0);
+    assert!(reset_secs(&r.statuses[0]) > 0.0);
 }
 
 #[tokio::test]

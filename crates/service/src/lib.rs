@@ -24,11 +24,11 @@ pub mod sessions;
 pub mod view;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use error::ServiceError;
+pub use error::{Holding, NotHeld, ServiceError};
 pub use limiter::{
     DescriptorOutcome, DescriptorRequest, DescriptorStatus, LimitedBy, Limiter, RateOutcome,
     RateRequest, ReserveOutcome,
 };
-pub use service::{Closed, Released, Service, ServiceOptions, Target};
+pub use service::{Closed, Released, Service, ServiceOptions, Target, MAX_NAMED_GROUPS};
 pub use sessions::{Session, SessionId, SessionLimits, Sessions};
-pub use view::View;
+pub use view::{Unservable, View};

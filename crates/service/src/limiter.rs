@@ -15,7 +15,10 @@ use tollgate_core::{Decision, Limit, Mode, Nanos, PlanDecision, Request, TierInf
 use tollgate_store::{Key, OpId, Plan, PoolKey, Store};
 
 use crate::error::ServiceError;
-use crate::view::{DomainLimits, Main, NamespaceView, RateView, ResourceEntry, ResourceView, View};
+use crate::view::{
+    in_config_order, DomainLimits, Main, NamespaceView, RateView, ResourceEntry, ResourceView,
+    Unservable, View,
+};
 
 /// A request for hits of a rate-limited resource (Charon §3.1 `request`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -197,42 +200,66 @@ impl<S: Store> Limiter<S> {
     /// Compiles `config` into a view this limiter's store can serve: every
     /// limit goes through [`Store::prepare`] (a replicated store makes it
     /// its cluster's CRDT), copy-limited resources are refused by a store
-    /// that keeps no copy pools, and [`Limiter::check_view`] must pass.
+    /// that keeps no copy pools, and the store must be able to decide each
+    /// ([`Store::check_limit`]).
     /// The store then learns the limits it is about to serve
     /// ([`Store::serve_limits`]): call this only to put the view in force.
-    /// The error names the namespace, the resource and why.
+    /// The error names, one line each, every namespace and resource the
+    /// store cannot serve, why, and what to change ([`Limiter::compile_all`]).
     pub fn compile(&self, config: &Config, created_at: Nanos) -> Result<View, String> {
+        self.compile_all(config, created_at).map_err(|problems| {
+            problems
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+    }
+
+    /// [`Limiter::compile`], refusing with every limit the store cannot
+    /// serve, in the order the config writes them, so one run shows all
+    /// there is to change.
+    pub fn compile_all(&self, config: &Config, created_at: Nanos) -> Result<View, Vec<Unservable>> {
+        let mut problems = Vec::new();
         if !self.store.holds_copies() {
             for ns in &config.namespaces {
                 for r in &ns.resources {
                     if matches!(r.kind, ResourceKind::Concurrency(_)) {
-                        return Err(format!(
-                            "namespace `{}`, resource `{}`: copy-limited (concurrency) resources \
-                             need one owner of truth, which a replicated cluster does not have; \
-                             serve them from the Redis store (--store redis://...)",
-                            ns.name, r.name
-                        ));
+                        problems.push(Unservable {
+                            namespace: ns.name.clone(),
+                            resource: r.name.clone(),
+                            domain: None,
+                            reason: "copy-limited (concurrency) resources need one owner of \
+                                     truth, which a replicated cluster does not have; remove it \
+                                     from this config, or serve it from the Redis store \
+                                     (--store redis://...)"
+                                .into(),
+                        });
                     }
                 }
             }
         }
         let mut view = View::new(config, created_at);
-        view.adapt(config, |c, replication| {
+        match view.adapt(config, |c, replication| {
             self.store.prepare(Limit::clone(&c.limit), replication)
-        })?;
-        self.check_view(&view)?;
+        }) {
+            // Limits `prepare` refused were left as they were, so the
+            // store's check would only refuse them again.
+            Err(refused) => problems.extend(refused),
+            Ok(()) => {
+                problems.extend(view.unservable(config, |limit| self.store.check_limit(limit)))
+            }
+        }
+        if !problems.is_empty() {
+            in_config_order(config, &mut problems);
+            return Err(problems);
+        }
         self.store.serve_limits(
             view.limits()
                 .map(|(_, _, c)| (c.id, Arc::clone(&c.limit)))
                 .collect(),
         );
         Ok(view)
-    }
-
-    /// Checks that the store can decide every limit of `view`; the error
-    /// names the namespace, the resource and why.
-    pub fn check_view(&self, view: &View) -> Result<(), String> {
-        check_view_with(view, |limit| self.store.check_limit(limit))
     }
 
     /// The store.
@@ -706,21 +733,4 @@ fn unconfigured(hits: u64) -> RateOutcome {
         unconfigured: true,
         algorithm: "unlimited",
     }
-}
-
-/// Checks every limit of `view` with `check` (a store's
-/// [`Store::check_limit`]); the error names the namespace, the resource and
-/// why. Lets a caller hold a config against the rules of a store it has
-/// not built (`tollgate serve --check` and Redis, whose rules are
-/// [`Store::check_limit`] without a connection).
-pub fn check_view_with(
-    view: &View,
-    check: impl Fn(&Limit) -> Result<(), String>,
-) -> Result<(), String> {
-    for (namespace, resource, c) in view.limits() {
-        check(&c.limit).map_err(|reason| {
-            format!("namespace `{namespace}`, resource `{resource}`: {reason}")
-        })?;
-    }
-    Ok(())
 }

@@ -69,6 +69,17 @@ const RELEASE_FAILURES: &str = "tollgate_session_release_failures_total";
 const IN_FLIGHT: &str = "tollgate_copy_ops_in_flight";
 /// Counter: copy operations refused because too many were in flight.
 const SHED: &str = "tollgate_copy_ops_shed_total";
+/// Counter: copy operations refused for a name longer than
+/// [`ServiceOptions::max_name_bytes`], or for naming more than
+/// [`MAX_NAMED_GROUPS`] groups.
+const NAMES_TOO_LONG: &str = "tollgate_names_too_long_total";
+
+/// The most groups a release or transfer may name. A hold's groups are
+/// those its domain was in when it was reserved, a handful in any config;
+/// a release naming more names no hold, and one naming none takes from
+/// any (the largest first). Bounds what a request makes the service
+/// compare, and what a refusal could echo.
+pub const MAX_NAMED_GROUPS: usize = 64;
 
 /// Which resource, for whom.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -214,7 +225,7 @@ impl<S: Store> Service<S> {
     fn check_name(&self, what: &str, name: &str) -> Result<(), ServiceError> {
         let max = self.options.max_name_bytes;
         if name.len() > max {
-            metrics::counter!("tollgate_names_too_long_total").increment(1);
+            metrics::counter!(NAMES_TOO_LONG).increment(1);
             return Err(ServiceError::Malformed(format!(
                 "the {what} is {} bytes long; the limit is {max} bytes",
                 name.len()
@@ -242,6 +253,24 @@ impl<S: Store> Service<S> {
         self.check_name("namespace", t.namespace)?;
         self.check_name("resource", t.resource)?;
         self.check_name("domain", t.domain)
+    }
+
+    /// Refuses a list of groups longer than [`MAX_NAMED_GROUPS`], or with
+    /// a name longer than [`ServiceOptions::max_name_bytes`]: the rule of
+    /// the other names of a copy operation.
+    fn check_groups(&self, groups: Option<&[String]>) -> Result<(), ServiceError> {
+        let Some(groups) = groups else {
+            return Ok(());
+        };
+        if groups.len() > MAX_NAMED_GROUPS {
+            metrics::counter!(NAMES_TOO_LONG).increment(1);
+            return Err(ServiceError::Malformed(format!(
+                "the request names {} groups; the limit is {MAX_NAMED_GROUPS} (a hold is in \
+                 the groups its domain was in when it was reserved; name none to take from any)",
+                groups.len()
+            )));
+        }
+        groups.iter().try_for_each(|g| self.check_name("group", g))
     }
 
     /// Opens a session; with `lease = Some(ttl)` it lapses `ttl` from now
@@ -375,15 +404,30 @@ impl<S: Store> Service<S> {
                 Some((e, first)) => {
                     // Refused (not held, or this server resigned): the
                     // store did not release these, so the session still
-                    // holds them.
+                    // holds them. A refused release changes nothing, so
+                    // what it released of other holds is counted again
+                    // and recorded before the caller hears of it. What
+                    // the store will not count again stays released, and
+                    // the caller is told so: a release of that much, not
+                    // an error (the hold is what the answer says).
                     let back: Vec<_> = std::iter::once(first).chain(rest).collect();
+                    let gone = svc.restore_released(&session, done).await;
                     let leftovers = session.give_back(back);
-                    let delivered = handoff.deliver(|| Err(ServiceError::Store(e)));
+                    handoff.deliver(|| {
+                        if gone.is_empty() {
+                            return Err(ServiceError::Store(e));
+                        }
+                        Ok(Released {
+                            released: saturating_sum(gone.iter().map(|(_, n)| *n)),
+                            still_held: session.held_of(&pool, &domain),
+                        })
+                    });
                     for (key, n) in leftovers {
                         svc.release_for_good(&key, n, "a refused release whose session closed")
                             .await;
                     }
-                    delivered
+                    // Nothing left to undo: the rest was put back above.
+                    return;
                 }
                 None => {
                     let released = saturating_sum(done.iter().map(|(_, n)| *n));
@@ -614,14 +658,15 @@ impl<S: Store> Service<S> {
         operation: &'static str,
     ) -> Result<(PoolKey, Vec<(HoldKey, u64)>), ServiceError> {
         self.check_target(target)?;
+        self.check_groups(groups)?;
         let pool = PoolKey::new(target.namespace, target.resource);
-        match session.take(&pool, target.domain, groups, copies) {
+        match session.take(&pool, target.domain, groups, copies, operation) {
             Ok(taken) => Ok((pool, taken)),
-            Err(e @ ServiceError::Store(StoreError::Copy(CopyError::NotHeld { held: 0, .. }))) => {
+            Err(ServiceError::NotHeld(e)) if e.held == 0 => {
                 // Nothing of it here: a better error if the name is wrong.
                 self.limiter
                     .copy_pool(target.namespace, target.resource, operation)?;
-                Err(e)
+                Err(ServiceError::NotHeld(e))
             }
             Err(e) => Err(e),
         }
@@ -635,6 +680,19 @@ impl<S: Store> Service<S> {
             return;
         }
         self.undone("release");
+        self.restore_released(session, done).await;
+    }
+
+    /// Counts again copies the store released for `session` and puts them
+    /// back in its record (or releases them again if it ended meanwhile:
+    /// released is what its close did with everything else). Returns what
+    /// the store would not count again, which stays released (logged).
+    async fn restore_released(
+        &self,
+        session: &Session,
+        done: Vec<(HoldKey, u64)>,
+    ) -> Vec<(HoldKey, u64)> {
+        let mut gone = Vec::new();
         for (key, n) in done {
             if session.is_closed() {
                 // Released is what the close would have done anyway.
@@ -653,10 +711,12 @@ impl<S: Store> Service<S> {
                     }
                 }
                 Err(e) => {
-                    tracing::error!(pool = ?key.pool.0, domain = ?key.domain, copies = n, error = %e, "could not count again copies whose release was abandoned; they stay released")
+                    tracing::error!(pool = ?key.pool.0, domain = ?key.domain, copies = n, error = %e, "could not count again released copies; they stay released");
+                    gone.push((key, n));
                 }
             }
         }
+        gone
     }
 
     /// Records seized copies taken back by an undone transfer, or releases

@@ -29,7 +29,7 @@ use tollgate_core::copies::{normalize_groups, CopyError, Groups};
 use tollgate_core::Nanos;
 use tollgate_store::{Held, PoolKey, StoreError};
 
-use crate::error::ServiceError;
+use crate::error::{Holding, NotHeld, ServiceError};
 
 /// A session's id: random, so that knowing one's own tells nothing about
 /// another's (an HTTP hold id is a capability).
@@ -174,12 +174,14 @@ impl Session {
     /// Removes `copies` of `pool` held for `domain` from the record (from
     /// holds in exactly `groups` if given, else the largest first), or
     /// nothing; the caller then owns them until the store answers.
+    /// `operation` names what they are taken for in a refusal.
     pub(crate) fn take(
         &self,
         pool: &PoolKey,
         domain: &str,
         groups: Option<&[String]>,
         copies: u64,
+        operation: &'static str,
     ) -> Result<Vec<(HoldKey, u64)>, ServiceError> {
         if copies == 0 {
             return Err(ServiceError::Store(StoreError::Copy(CopyError::ZeroCopies)));
@@ -200,11 +202,23 @@ impl Session {
             .collect();
         let held = saturating_sum(candidates.iter().map(|(_, n)| *n));
         if held < copies {
-            return Err(ServiceError::Store(StoreError::Copy(CopyError::NotHeld {
+            let (namespace, resource) = pool.parts();
+            let (holds, more) = holdings(&state.holds, pool, domain);
+            return Err(ServiceError::NotHeld(Box::new(NotHeld {
+                holder: if state.lease.is_some() {
+                    "hold"
+                } else {
+                    "session"
+                },
+                operation,
+                namespace,
+                resource,
                 domain: domain.to_owned(),
-                groups: wanted.unwrap_or_default(),
+                groups: wanted,
                 held,
                 requested: copies,
+                holds,
+                more,
             })));
         }
         // Largest holds first: a release naming no groups touches as few
@@ -271,6 +285,48 @@ impl Session {
             *total = total.saturating_add(*n);
         }
     }
+}
+
+/// What a record holds, for a refusal to say: the entries of `pool` and
+/// `domain` first, then of `pool`, then the rest, each by most copies; at
+/// most [`NotHeld::SHOWN`] of them, and how many more there are.
+///
+/// Runs under the session's lock on every refusal, over a record of up to
+/// `max_holds` entries: the few shown are selected in linear time, and
+/// only they are sorted and cloned.
+fn holdings(holds: &HashMap<HoldKey, u64>, pool: &PoolKey, domain: &str) -> (Vec<Holding>, usize) {
+    let rank = |k: &HoldKey| match (k.pool == *pool, k.domain == domain) {
+        (true, true) => 0,
+        (true, false) => 1,
+        _ => 2,
+    };
+    let order = |(a, m): &(&HoldKey, u64), (b, n): &(&HoldKey, u64)| {
+        rank(a)
+            .cmp(&rank(b))
+            .then(n.cmp(m))
+            .then_with(|| (&a.pool.0, &a.domain, &a.groups).cmp(&(&b.pool.0, &b.domain, &b.groups)))
+    };
+    let mut entries: Vec<(&HoldKey, u64)> = holds.iter().map(|(k, n)| (k, *n)).collect();
+    let more = entries.len().saturating_sub(NotHeld::SHOWN);
+    if more > 0 {
+        entries.select_nth_unstable_by(NotHeld::SHOWN - 1, order);
+        entries.truncate(NotHeld::SHOWN);
+    }
+    entries.sort_unstable_by(order);
+    let shown = entries
+        .into_iter()
+        .map(|(k, copies)| {
+            let (namespace, resource) = k.pool.parts();
+            Holding {
+                namespace,
+                resource,
+                domain: k.domain.clone(),
+                groups: k.groups.clone(),
+                copies,
+            }
+        })
+        .collect();
+    (shown, more)
 }
 
 /// The sum of `counts`, saturating: a session may hold `u64::MAX` copies

@@ -4,7 +4,8 @@
 //! Built once per config (load or reload), then shared read-only by every
 //! request.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::fmt;
 use std::sync::Arc;
 
 use tollgate_config::{
@@ -16,6 +17,107 @@ use tollgate_core::{Limit, Nanos};
 use tollgate_store::{LimitId, PoolKey};
 
 use crate::fingerprint::limit_id;
+
+/// A limit of a config that a store cannot serve: where it is, and why
+/// (the reason says what to change).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Unservable {
+    /// The namespace.
+    pub namespace: String,
+    /// The resource.
+    pub resource: String,
+    /// The domain override the limit belongs to; `None` for the resource's
+    /// own limits.
+    pub domain: Option<String>,
+    /// Why, and what to change.
+    pub reason: String,
+}
+
+impl fmt::Display for Unservable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "namespace `{}`, resource `{}`",
+            self.namespace, self.resource
+        )?;
+        if let Some(d) = &self.domain {
+            write!(f, ", domain `{d}`")?;
+        }
+        write!(f, ": {}", self.reason)
+    }
+}
+
+/// Puts `problems` in the order their resources are written in `config`
+/// (a view's namespaces are a map), each resource's own before its
+/// overrides' (otherwise as they were: a stable sort), and drops repeats.
+/// The places are looked up once, not in every comparison.
+pub fn in_config_order(config: &Config, problems: &mut Vec<Unservable>) {
+    let places: HashMap<(&str, &str), (usize, usize)> = config
+        .namespaces
+        .iter()
+        .enumerate()
+        .flat_map(|(i, ns)| {
+            ns.resources
+                .iter()
+                .enumerate()
+                .map(move |(j, r)| ((ns.name.as_str(), r.name.as_str()), (i, j)))
+        })
+        .collect();
+    problems.sort_by_cached_key(|p| {
+        let place = places
+            .get(&(p.namespace.as_str(), p.resource.as_str()))
+            .copied()
+            // Not in the config (it cannot be): after everything.
+            .unwrap_or((usize::MAX, usize::MAX));
+        (place, p.domain.is_some())
+    });
+    let mut seen = HashSet::new();
+    problems.retain(|p| seen.insert(p.clone()));
+}
+
+/// Which limit of a resource (or of one of its domain overrides) a
+/// refusal is about.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Part {
+    /// The algorithm.
+    Main,
+    /// The per-domain hard limit.
+    Hard,
+    /// The global limit (the resource's alone).
+    Global,
+}
+
+/// What a store refused of one resource's limits, as the problems to
+/// list, added to `out` in the order given (the resource's own first).
+/// A limit of an override that refines the resource ([`Resource::refining`])
+/// is the resource's, inherited: refused with the resource's same limit,
+/// it is told once, of the resource, as changing the resource changes it.
+/// An override that replaces the resource's limits (names its own
+/// `algorithm:`) is listed for its own refusals whatever they say: it has
+/// to be changed too, even to an algorithm that reads alike.
+fn list_refused(
+    namespace: &str,
+    resource: &Resource,
+    refused: Vec<(Option<&str>, Part, String)>,
+    out: &mut Vec<Unservable>,
+) {
+    let own: Vec<Part> = refused
+        .iter()
+        .filter(|(domain, _, _)| domain.is_none())
+        .map(|(_, part, _)| *part)
+        .collect();
+    for (domain, part, reason) in refused {
+        if domain.is_some_and(|d| resource.refining.contains(d)) && own.contains(&part) {
+            continue;
+        }
+        out.push(Unservable {
+            namespace: namespace.to_owned(),
+            resource: resource.name.clone(),
+            domain: domain.map(str::to_owned),
+            reason,
+        });
+    }
+}
 
 /// A built algorithm and the id its state is kept under.
 #[derive(Clone, Debug)]
@@ -67,6 +169,48 @@ impl RateView {
     /// The limits for `domain`.
     pub fn for_domain(&self, domain: &str) -> &DomainLimits {
         self.domains.get(domain).unwrap_or(&self.default)
+    }
+
+    /// Every limit with state, with the override it belongs to (`None`:
+    /// the resource's own) and which it is: the resource's first, then
+    /// its overrides' by domain (as a config writes them).
+    fn placed(&self) -> Vec<(Option<&str>, Part, &Compiled)> {
+        let mut domains: Vec<(&String, &DomainLimits)> = self.domains.iter().collect();
+        domains.sort_by(|a, b| a.0.cmp(b.0));
+        let mut out = Vec::new();
+        let all = std::iter::once((None, &self.default))
+            .chain(domains.into_iter().map(|(k, v)| (Some(k.as_str()), v)));
+        for (domain, d) in all {
+            if let Main::Limited(c) = &d.main {
+                out.push((domain, Part::Main, c));
+            }
+            out.extend(d.hard.as_ref().map(|c| (domain, Part::Hard, c)));
+        }
+        out.extend(self.global.as_ref().map(|c| (None, Part::Global, c)));
+        out
+    }
+
+    /// [`RateView::placed`], to rebuild the limits.
+    fn placed_mut(&mut self) -> Vec<(Option<&str>, Part, &mut Compiled)> {
+        let RateView {
+            default,
+            domains,
+            global,
+            ..
+        } = self;
+        let mut domains: Vec<(&String, &mut DomainLimits)> = domains.iter_mut().collect();
+        domains.sort_by(|a, b| a.0.cmp(b.0));
+        let mut out = Vec::new();
+        let all = std::iter::once((None, default))
+            .chain(domains.into_iter().map(|(k, v)| (Some(k.as_str()), v)));
+        for (domain, d) in all {
+            if let Main::Limited(c) = &mut d.main {
+                out.push((domain, Part::Main, c));
+            }
+            out.extend(d.hard.as_mut().map(|c| (domain, Part::Hard, c)));
+        }
+        out.extend(global.as_mut().map(|c| (None, Part::Global, c)));
+        out
     }
 }
 
@@ -181,36 +325,37 @@ impl View {
     /// was compiled from) and answers the limit to decide with, or why it
     /// cannot run. A replicated limit's id also covers its replication
     /// (strategy and gossip parameters), so changing them starts its state
-    /// fresh and nodes that disagree never mix states. The error names the
-    /// namespace and resource.
+    /// fresh and nodes that disagree never mix states. The error lists
+    /// every limit `prepare` refused, in the config's order, so one run
+    /// shows all there is to change; a limit a refining override inherits
+    /// is told of its resource alone ([`list_refused`]).
     pub fn adapt(
         &mut self,
         config: &Config,
         mut prepare: impl FnMut(&Compiled, Option<&Replication>) -> Result<Limit, String>,
-    ) -> Result<(), String> {
-        for ns in self.namespaces.values_mut() {
-            let Some(configured) = config.namespace(&ns.name) else {
+    ) -> Result<(), Vec<Unservable>> {
+        let mut problems: Vec<Unservable> = Vec::new();
+        for configured_ns in &config.namespaces {
+            let Some(ns) = self.namespaces.get_mut(&configured_ns.name) else {
                 continue;
             };
-            for r in &mut ns.resources {
-                let replication = configured
-                    .resource(&r.name)
-                    .and_then(|c| c.replication.as_ref());
-                let ResourceView::Rate(rate) = &mut r.view else {
+            for configured in &configured_ns.resources {
+                let Some(&i) = ns.by_name.get(&configured.name) else {
                     continue;
                 };
-                let mut compiled: Vec<&mut Compiled> = Vec::new();
-                for d in std::iter::once(&mut rate.default).chain(rate.domains.values_mut()) {
-                    if let Main::Limited(c) = &mut d.main {
-                        compiled.push(c);
-                    }
-                    compiled.extend(d.hard.as_mut());
-                }
-                compiled.extend(rate.global.as_mut());
-                for c in compiled {
-                    let limit = prepare(c, replication).map_err(|reason| {
-                        format!("namespace `{}`, resource `{}`: {reason}", ns.name, r.name)
-                    })?;
+                let ResourceView::Rate(rate) = &mut ns.resources[i].view else {
+                    continue;
+                };
+                let replication = configured.replication.as_ref();
+                let mut refused = Vec::new();
+                for (domain, part, c) in rate.placed_mut() {
+                    let limit = match prepare(c, replication) {
+                        Ok(limit) => limit,
+                        Err(reason) => {
+                            refused.push((domain, part, reason));
+                            continue;
+                        }
+                    };
                     if let Limit::Replicated(how) = &limit {
                         // Whatever chose the replication (the resource or
                         // the cluster's default), nodes that replicate a
@@ -223,9 +368,48 @@ impl View {
                     }
                     c.limit = Arc::new(limit);
                 }
+                list_refused(&ns.name, configured, refused, &mut problems);
             }
         }
-        Ok(())
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// Every limit of this view (compiled from `config`) that `check`
+    /// refuses, with its namespace, resource and domain override, in the
+    /// config's order, as [`View::adapt`] lists them. Lets a caller hold a
+    /// config to the rules of a store it has not built (`tollgate serve
+    /// --check` and Redis, whose rules are [`tollgate_store::Store::check_limit`]
+    /// without a connection) and get the list the store itself would give.
+    pub fn unservable(
+        &self,
+        config: &Config,
+        mut check: impl FnMut(&Limit) -> Result<(), String>,
+    ) -> Vec<Unservable> {
+        let mut problems = Vec::new();
+        for configured_ns in &config.namespaces {
+            let Some(ns) = self.namespaces.get(&configured_ns.name) else {
+                continue;
+            };
+            for configured in &configured_ns.resources {
+                let Some(ResourceView::Rate(rate)) = ns.resource(&configured.name).map(|r| &r.view)
+                else {
+                    continue;
+                };
+                let refused = rate
+                    .placed()
+                    .into_iter()
+                    .filter_map(|(domain, part, c)| {
+                        check(&c.limit).err().map(|reason| (domain, part, reason))
+                    })
+                    .collect();
+                list_refused(&ns.name, configured, refused, &mut problems);
+            }
+        }
+        problems
     }
 
     /// Every limit with state, with the namespace and resource it belongs

@@ -1477,3 +1477,47 @@ fn futures_are_send(l: &Limiter<MemoryStore>) {
         OpId::random(),
     ));
 }
+
+/// Review of issue 23: problems were put in the config's order by a
+/// comparator that looked each place up (a scan per comparison), and
+/// repeats were dropped only when they sorted next to each other. Now the
+/// order is the config's, each resource's own problems before its
+/// overrides', and every repeat goes.
+#[test]
+fn problems_are_put_in_the_configs_order_without_repeats() {
+    use tollgate_service::view::in_config_order;
+    use tollgate_service::Unservable;
+    let config = load_str(
+        "t.yaml",
+        "namespaces:\n  - name: zeta\n    resources:\n      - { name: b, algorithm: unlimited }\n      - { name: a, algorithm: unlimited }\n  - name: alpha\n    resources:\n      - { name: c, algorithm: unlimited }\n",
+    )
+    .unwrap()
+    .config;
+    let problem =
+        |namespace: &str, resource: &str, domain: Option<&str>, reason: &str| Unservable {
+            namespace: namespace.into(),
+            resource: resource.into(),
+            domain: domain.map(Into::into),
+            reason: reason.into(),
+        };
+    let mut problems = vec![
+        problem("alpha", "c", None, "one"),
+        problem("zeta", "a", Some("acme"), "two"),
+        problem("zeta", "a", None, "three"),
+        problem("zeta", "a", Some("acme"), "four"),
+        problem("zeta", "b", None, "five"),
+        problem("alpha", "c", None, "one"),
+        problem("zeta", "a", Some("acme"), "two"),
+    ];
+    in_config_order(&config, &mut problems);
+    assert_eq!(
+        problems,
+        [
+            problem("zeta", "b", None, "five"),
+            problem("zeta", "a", None, "three"),
+            problem("zeta", "a", Some("acme"), "two"),
+            problem("zeta", "a", Some("acme"), "four"),
+            problem("alpha", "c", None, "one"),
+        ]
+    );
+}

@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,8 +17,8 @@ use tokio::sync::watch;
 use tollgate_core::copies::{CopyLimits, Reservation, TransferId};
 use tollgate_core::{Mode, Nanos, PlanDecision, Request};
 use tollgate_service::{
-    Limiter, ManualClock, Service, ServiceError, ServiceOptions, Session, SessionLimits, Target,
-    View,
+    Limiter, ManualClock, NotHeld, Service, ServiceError, ServiceOptions, Session, SessionLimits,
+    Target, View, MAX_NAMED_GROUPS,
 };
 use tollgate_store::{Held, MemoryStore, OpId, Plan, PoolKey, Seized, Store, StoreError};
 
@@ -28,6 +29,10 @@ const CONFIG: &str = "namespaces:\n  - name: app\n    resources:\n      - { name
 struct Stalling {
     inner: MemoryStore,
     open: watch::Sender<bool>,
+    /// While false, `restore` is refused as by a Redis store whose server
+    /// resigned (the one store state in which copies cannot be counted
+    /// again).
+    restores: AtomicBool,
 }
 
 impl Stalling {
@@ -35,6 +40,7 @@ impl Stalling {
         Stalling {
             inner: MemoryStore::new(),
             open: watch::channel(true).0,
+            restores: AtomicBool::new(true),
         }
     }
 
@@ -87,6 +93,11 @@ impl Store for Stalling {
 
     async fn restore(&self, held: Held<'_>, op: OpId) -> Result<(), StoreError> {
         self.gate().await;
+        if !self.restores.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable(
+                "this server resigned from the copy log".into(),
+            ));
+        }
         self.inner.restore(held, op).await
     }
 
@@ -621,5 +632,358 @@ proptest! {
             settled(&svc).await;
             assert_eq!(counted(&svc, "pool"), 0, "nothing left once every session closed");
         });
+    }
+}
+
+/// Issue 23: `not_held` said ``domain `globex` holds 2 copies in groups []``
+/// of a hold whose copies are in group `big`, and a release naming the
+/// wrong domain did not say whose copies the hold has. The refusal now
+/// names the holder, what was asked, and what it holds instead.
+#[tokio::test]
+async fn not_held_says_what_the_session_holds_instead() {
+    const GROUPS: &str = "namespaces:\n  - name: app\n    resources:\n      - { name: sandbox, kind: concurrency, domain_limit: 3, groups: [ { name: big, members: [acme, globex], limit: 20 } ] }\n      - { name: other, kind: concurrency, domain_limit: 3 }\n      - { name: api, algorithm: gcra, rate: 1/s }\n";
+    let loaded = tollgate_config::load_str("t.yaml", GROUPS).unwrap();
+    let clock = Arc::new(ManualClock::new(Nanos::from_secs(1_000)));
+    let limiter = Limiter::new(MemoryStore::new(), View::new(&loaded.config, Nanos::ZERO));
+    let svc = Arc::new(Service::new(limiter, clock as _, ServiceOptions::default()));
+    let at = |resource, domain| Target {
+        namespace: "app",
+        resource,
+        domain,
+    };
+    fn message<T: std::fmt::Debug>(r: Result<T, ServiceError>) -> String {
+        let e = r.unwrap_err();
+        assert_eq!(e.reason(), "not_held", "{e}");
+        e.to_string()
+    }
+    let big = vec!["big".to_string()];
+    let small = vec!["small".to_string()];
+    // An HTTP hold: a session with a lease.
+    let hold = svc.open(Some(Nanos::from_secs(60))).unwrap();
+    let r = svc
+        .reserve(&hold, at("sandbox", "globex"), Request::exactly(2))
+        .await
+        .unwrap();
+    assert_eq!(r.reservation.groups, big);
+    let has = "it holds 2 copies of `sandbox` for domain `globex` in group `big`";
+    assert_eq!(
+        message(svc.release(&hold, at("sandbox", "globex"), None, 3).await),
+        format!("this hold holds only 2 copies of resource `sandbox` for domain `globex`, so it cannot release 3; {has}")
+    );
+    assert_eq!(
+        message(svc.release(&hold, at("sandbox", "acme"), None, 1).await),
+        format!("this hold holds no copies of resource `sandbox` for domain `acme`, so it cannot release 1; {has}")
+    );
+    assert_eq!(
+        message(svc.release(&hold, at("sandbox", "globex"), Some(&small), 1).await),
+        format!("this hold holds no copies of resource `sandbox` for domain `globex` in group `small`, so it cannot release 1; {has}")
+    );
+    assert_eq!(
+        message(
+            svc.transfer(&hold, at("other", "globex"), None, 1, Nanos::from_secs(5))
+                .await
+        ),
+        format!("this hold holds no copies of resource `other` for domain `globex`, so it cannot transfer 1; {has}")
+    );
+    // Nothing moved; naming it right works.
+    assert_eq!(counted_in(&svc, "sandbox", "globex"), 2);
+    svc.release(&hold, at("sandbox", "globex"), Some(&big), 1)
+        .await
+        .unwrap();
+
+    // A gRPC session (no lease) that holds nothing, then many entries:
+    // the message lists the ones asked about first and stays bounded.
+    let session = svc.open(None).unwrap();
+    assert_eq!(
+        message(svc.release(&session, at("sandbox", "globex"), None, 1).await),
+        "this session holds no copies of resource `sandbox` for domain `globex`, so it cannot release 1; it holds no copies at all"
+    );
+    for domain in ["d1", "d2", "d3", "d4", "d5", "d6"] {
+        svc.reserve(&session, at("other", domain), Request::exactly(1))
+            .await
+            .unwrap();
+    }
+    svc.reserve(&session, at("sandbox", "acme"), Request::exactly(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        message(svc.release(&session, at("sandbox", "acme"), None, 2).await),
+        "this session holds only 1 copy of resource `sandbox` for domain `acme`, so it cannot release 2; it holds 1 copy of `sandbox` for domain `acme` in group `big`, 1 copy of `other` for domain `d1` in no group, 1 copy of `other` for domain `d2` in no group, 1 copy of `other` for domain `d3` in no group, 1 copy of `other` for domain `d4` in no group, and 2 more"
+    );
+    // A wrong resource name is still told it is wrong, not "not held".
+    let e = svc
+        .release(&session, at("nope", "acme"), None, 1)
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason(), "unknown_resource", "{e}");
+    let e = svc
+        .release(&session, at("api", "acme"), None, 1)
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason(), "wrong_resource_kind", "{e}");
+}
+
+/// Copies of `resource` the memory store counts for `domain`.
+fn counted_in(svc: &Service<MemoryStore>, resource: &str, domain: &str) -> u64 {
+    svc.limiter()
+        .store()
+        .reserve_now(
+            &PoolKey::new("app", resource),
+            &CopyLimits::new(u64::MAX, None),
+            domain,
+            Request::between(0, 0),
+            Nanos::ZERO,
+        )
+        .unwrap()
+        .context
+        .domain_holds
+}
+
+/// A pool whose domain `d` is in group `big` (`grouped`) or in none.
+fn pool_config(grouped: bool) -> tollgate_config::Config {
+    let groups = if grouped {
+        ", groups: [ { name: big, members: [d], limit: 100 } ]"
+    } else {
+        ""
+    };
+    let yaml = format!(
+        "namespaces:\n  - name: app\n    resources:\n      - {{ name: pool, kind: concurrency, domain_limit: 100{groups} }}\n"
+    );
+    tollgate_config::load_str("t.yaml", &yaml).unwrap().config
+}
+
+/// A session holding 3 copies of `pool` for `d` in group `big` and 1 in no
+/// group (its domain left the group between the two reserves), and the
+/// store's count of the second taken away behind the session's back, so
+/// the store refuses a release of it.
+async fn two_holds_the_second_unknown_to_the_store<S: Store>(
+    svc: &Arc<Service<S>>,
+    memory: impl Fn(&S) -> &MemoryStore,
+) -> Arc<Session> {
+    let limiter = svc.limiter();
+    limiter.set_view(View::new(&pool_config(true), Nanos::ZERO));
+    let s = svc.open(None).unwrap();
+    let r = svc
+        .reserve(&s, target("pool"), Request::exactly(3))
+        .await
+        .unwrap();
+    assert_eq!(r.reservation.groups, vec!["big".to_owned()]);
+    limiter.set_view(View::new(&pool_config(false), Nanos::ZERO));
+    let r = svc
+        .reserve(&s, target("pool"), Request::exactly(1))
+        .await
+        .unwrap();
+    assert!(r.reservation.groups.is_empty());
+    memory(limiter.store())
+        .release_now(&PoolKey::new("app", "pool"), "d", &vec![], 1)
+        .unwrap();
+    assert_eq!(s.held(), 4);
+    s
+}
+
+/// Review of issue 23: a release naming no groups took 3 copies from the
+/// hold in group `big` and 1 from the hold in no group; the store released
+/// the first and refused the second (`not_held`), and the caller was told
+/// the release failed while the first 3 stayed released and out of the
+/// session's record. A refused release now changes nothing.
+#[tokio::test]
+async fn a_release_the_store_refuses_halfway_changes_nothing() {
+    let loaded = tollgate_config::load_str("t.yaml", CONFIG).unwrap();
+    let clock = Arc::new(ManualClock::new(Nanos::from_secs(1_000)));
+    let limiter = Limiter::new(MemoryStore::new(), View::new(&loaded.config, Nanos::ZERO));
+    let svc = Arc::new(Service::new(limiter, clock as _, ServiceOptions::default()));
+    let s = two_holds_the_second_unknown_to_the_store(&svc, |m| m).await;
+    let e = svc.release(&s, target("pool"), None, 4).await.unwrap_err();
+    assert_eq!(e.reason(), "not_held", "{e}");
+    settled(&svc).await;
+    assert_eq!(s.held(), 4, "the session holds what it held");
+    let pool = PoolKey::new("app", "pool");
+    let big = vec!["big".to_owned()];
+    assert_eq!(
+        svc.limiter()
+            .store()
+            .reserve_now(
+                &pool,
+                &CopyLimits::new(u64::MAX, None),
+                "d",
+                Request::between(0, 0),
+                Nanos::ZERO,
+            )
+            .unwrap()
+            .context
+            .domain_holds,
+        3,
+        "and the store counts the 3 in `big` again"
+    );
+    // They are released as any others are.
+    let done = svc
+        .release(&s, target("pool"), Some(&big), 3)
+        .await
+        .unwrap();
+    assert_eq!((done.released, done.still_held), (3, 1));
+}
+
+/// The other half of the rule above: when the store cannot count copies
+/// again (a Redis server that resigned), what it released stays released,
+/// and the caller is told that much was released rather than an error, so
+/// the hold is what the answer says.
+#[tokio::test]
+async fn a_release_refused_halfway_that_cannot_be_undone_answers_what_was_released() {
+    let svc = service();
+    let s = two_holds_the_second_unknown_to_the_store(&svc, |st| &st.inner).await;
+    svc.limiter()
+        .store()
+        .restores
+        .store(false, Ordering::SeqCst);
+    let done = svc.release(&s, target("pool"), None, 4).await.unwrap();
+    assert_eq!((done.released, done.still_held), (3, 1));
+    settled(&svc).await;
+    assert_eq!(s.held(), 1, "the session holds what the answer says");
+    assert_eq!(counted(&svc, "pool"), 0);
+}
+
+/// Review of issue 23: the `groups` of a release or transfer were bounded
+/// neither in number nor in length (`namespace`, `resource` and `domain`
+/// are), and `not_held` echoed them all, with every name of what the
+/// session holds: five holdings with 1 KiB names made a message over the
+/// 1 KiB a surface sends, which then cut out its middle, the list of what
+/// is held. Groups are now bounded as names are, and the message stays
+/// within its budget naming what is held first.
+#[tokio::test]
+async fn not_held_stays_within_its_budget_and_groups_are_bounded() {
+    // 1 KiB domains (two-byte characters, to be cut at one), groups half
+    // that, each domain in all eight.
+    let domains: Vec<String> = (1..=7)
+        .map(|i| format!("d{i}{}", "é".repeat(511)))
+        .collect();
+    let groups: Vec<String> = (0..8).map(|i| format!("g{i}{}", "x".repeat(510))).collect();
+    let mut yaml = String::from(
+        "namespaces:\n  - name: app\n    resources:\n      - name: sandbox\n        kind: concurrency\n        domain_limit: 10\n        groups:\n",
+    );
+    for g in &groups {
+        yaml += &format!(
+            "          - {{ name: {g}, limit: 100, members: [{}] }}\n",
+            domains.join(", ")
+        );
+    }
+    let loaded = tollgate_config::load_str("t.yaml", &yaml).unwrap();
+    let clock = Arc::new(ManualClock::new(Nanos::from_secs(1_000)));
+    let limiter = Limiter::new(MemoryStore::new(), View::new(&loaded.config, Nanos::ZERO));
+    let svc = Arc::new(Service::new(limiter, clock as _, ServiceOptions::default()));
+    let at = |domain| Target {
+        namespace: "app",
+        resource: "sandbox",
+        domain,
+    };
+    let s = svc.open(None).unwrap();
+    assert_eq!(domains[0].len(), 1024);
+    for d in &domains[..6] {
+        svc.reserve(&s, at(d), Request::exactly(1)).await.unwrap();
+    }
+    // As many groups as a request may name, each as long as a name may be.
+    let named: Vec<String> = (0..MAX_NAMED_GROUPS)
+        .map(|i| format!("{i:04}{}", "n".repeat(1020)))
+        .collect();
+    let e = svc
+        .release(&s, at(&domains[6]), Some(&named), 1)
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason(), "not_held", "{e}");
+    let message = e.to_string();
+    assert!(
+        message.len() <= NotHeld::MAX_BYTES,
+        "{} bytes: {message}",
+        message.len()
+    );
+    let cut = |name: &str| {
+        let mut end = NotHeld::NAME_BYTES;
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}…", &name[..end])
+    };
+    assert!(
+        message.starts_with(&format!(
+            "this session holds no copies of resource `sandbox` for domain `{}` in groups `{}`, `{}` and 62 more, so it cannot release 1; it holds 1 copy of `sandbox` for domain `{}` in groups `{}`, `{}` and 6 more",
+            cut(&domains[6]),
+            cut(&named[0]),
+            cut(&named[1]),
+            cut(&domains[0]),
+            cut(&groups[0]),
+            cut(&groups[1]),
+        )),
+        "{message}"
+    );
+    assert!(message.ends_with(" more"), "{message}");
+
+    // One group more than the bound, or one byte more in a group's name,
+    // is refused as a malformed request saying the bound.
+    let mut too_many = named.clone();
+    too_many.push("g".into());
+    let e = svc
+        .release(&s, at(&domains[0]), Some(&too_many), 1)
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason(), "malformed_request", "{e}");
+    assert!(
+        e.to_string().contains("names 65 groups; the limit is 64"),
+        "{e}"
+    );
+    let long = vec!["g".repeat(1025)];
+    let e = svc
+        .transfer(&s, at(&domains[0]), Some(&long), 1, Nanos::from_secs(5))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "malformed request: the group is 1025 bytes long; the limit is 1024 bytes"
+    );
+    assert_eq!(s.held(), 6, "nothing moved");
+}
+
+/// However long every name and however many entries, a `not_held` message
+/// stays within [`NotHeld::MAX_BYTES`] and names the first holding.
+#[test]
+fn the_longest_not_held_message_fits_its_budget() {
+    let long = |c: &str| c.repeat(4096);
+    let groups = |n: usize| {
+        (0..n)
+            .map(|i| format!("{i}{}", long("g")))
+            .collect::<Vec<_>>()
+    };
+    let holding = tollgate_service::Holding {
+        namespace: long("m"),
+        resource: long("r"),
+        domain: long("ü"),
+        groups: groups(1000),
+        copies: u64::MAX,
+    };
+    for operation in ["release", "transfer"] {
+        let e = NotHeld {
+            holder: "session",
+            operation,
+            namespace: long("n"),
+            resource: long("r"),
+            domain: long("d"),
+            groups: Some(groups(MAX_NAMED_GROUPS)),
+            held: u64::MAX,
+            requested: u64::MAX,
+            holds: vec![holding.clone(); NotHeld::SHOWN],
+            more: usize::MAX,
+        };
+        let message = e.to_string();
+        assert!(
+            message.len() <= NotHeld::MAX_BYTES,
+            "{} bytes: {message}",
+            message.len()
+        );
+        assert!(
+            message.contains(&format!("; it holds {} copies of `rrrr", u64::MAX)),
+            "{message}"
+        );
+        assert!(
+            message.ends_with(&format!(", and {} more", usize::MAX)),
+            "{message}"
+        );
     }
 }

@@ -11,12 +11,15 @@
 //!   centralized ground truth;
 //! - [`windows`]: fixed window, the two-window approximation, N
 //!   sub-windows and the sliding log against a perfect sliding window;
+//! - [`figures`]: the simulation's charts of rejections, memory and
+//!   bandwidth over time;
 //! - [`chart`]: SVG line charts (plotters' SVG backend, no system fonts).
 
 #![deny(missing_docs)]
 
 pub mod chart;
 pub mod dataset;
+pub mod figures;
 pub mod run;
 pub mod windows;
 

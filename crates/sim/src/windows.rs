@@ -313,14 +313,16 @@ impl Contender {
         }
     }
 
-    fn style(self) -> LineStyle {
-        match self {
-            // Orange dashed, as the post's fixed-window figure.
-            Contender::FixedWindow => LineStyle::dashed(0),
-            Contender::TwoWindows => LineStyle::solid(1),
-            Contender::SubWindows => LineStyle::solid(2),
-            Contender::SlidingLog => LineStyle::solid(3),
-        }
+    /// Its line in the charts: the first is orange and dashed, as the
+    /// post's fixed-window figure; each differs from the others, and from
+    /// the perfect window's, in colour and dash.
+    pub fn style(self) -> LineStyle {
+        LineStyle::series(match self {
+            Contender::FixedWindow => 0,
+            Contender::TwoWindows => 1,
+            Contender::SubWindows => 2,
+            Contender::SlidingLog => 3,
+        })
     }
 }
 
@@ -988,13 +990,12 @@ impl StudyResult {
     }
 
     /// The charts' series over [`WindowParams::chart_span`]: the perfect
-    /// count (grey) and `which` contenders' estimates.
+    /// count (the reference, drawn on top) and `which` contenders' estimates.
     pub fn estimate_series(&self, which: &[Contender]) -> Vec<Series> {
         let s = &self.series;
-        let mut out = vec![Series::new(
+        let mut out = vec![Series::reference(
             "perfect sliding window",
             self.points(&s.perfect),
-            LineStyle::REFERENCE,
         )];
         for (i, c) in Contender::ALL.iter().enumerate() {
             if which.contains(c) {
@@ -1010,14 +1011,14 @@ impl StudyResult {
     }
 
     /// The hits granted in the last window over [`WindowParams::chart_span`]
-    /// at the limit: the perfect window (grey), every contender, and the
+    /// at the limit: the perfect window (the reference, drawn on top), every
+    /// contender, and the
     /// limit itself.
     pub fn granted_series(&self) -> Vec<Series> {
         let s = &self.series;
-        let mut out = vec![Series::new(
+        let mut out = vec![Series::reference(
             "perfect sliding window",
             self.points(&s.perfect_granted),
-            LineStyle::REFERENCE,
         )];
         for (i, c) in Contender::ALL.iter().enumerate() {
             let values = s.granted.get(i).map_or(&[][..], Vec::as_slice);
@@ -1032,11 +1033,7 @@ impl StudyResult {
         out.push(Series::new(
             format!("limit ({})", self.params.limit),
             vec![(0.0, limit), (span, limit)],
-            LineStyle {
-                color: (0, 0, 0),
-                width: 1,
-                dashed: true,
-            },
+            LineStyle::GUIDE,
         ));
         out
     }

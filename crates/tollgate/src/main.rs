@@ -9,7 +9,7 @@ mod trace;
 
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// The version and the git commit it was built from (build.rs).
 pub(crate) const VERSION: &str = concat!(
@@ -64,9 +64,15 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Parsed in two steps to keep the matches: `check-config` tells a flag
+    // given on its command line from the same setting in the environment.
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match cli.command {
-        Command::CheckConfig(args) => exit(cmd::check_config::run(&args)),
+        Command::CheckConfig(args) => {
+            let given = matches.subcommand_matches("check-config");
+            exit(cmd::check_config::run(&args, given))
+        }
         Command::Bench(args) => edge(cmd::bench::run(args)),
         Command::Sim(args) => edge(cmd::sim::run(&args)),
         Command::BenchEcho(args) => edge(cmd::echo::run(args)),

@@ -832,3 +832,62 @@ async fn a_full_session_table_refuses_holds_but_never_switches_limiting_off() {
     assert_eq!((hold.copies(), hold.via()), (1, Via::Server));
     hold.release_all().await.unwrap();
 }
+
+/// Regression (issue 23): with no server answering, `tollgate request`
+/// printed `granted 1 via degraded; ` (an empty `; ` and no reason) and
+/// nothing on stderr. It now names each server with its error, on stdout,
+/// in `--json` and in a warning on stderr that says what to do.
+#[test]
+fn a_degraded_cli_grant_names_the_server_and_why() {
+    let dir = Sandbox::new("client-cli-degraded");
+    // A port the system just handed out, closed again: nothing listens.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let refused = |text: &str| text.to_lowercase().contains("connection refused");
+
+    let out = dir.run(&["request", "app", "api", "acme", "--server", &closed]);
+    assert_eq!(out.code, Some(0), "{out}");
+    let line = out.stdout.trim_end();
+    assert!(
+        line.starts_with(&format!(
+            "granted 1 via degraded (no server answered: {closed}: cannot connect: "
+        )),
+        "{out}"
+    );
+    assert!(line.ends_with(')') && refused(line), "{out}");
+    assert!(
+        out.stderr.starts_with(&format!(
+            "warning: no tollgate server answered ({closed}: cannot connect: "
+        )),
+        "{out}"
+    );
+    assert!(refused(&out.stderr), "{out}");
+    assert!(out.stderr.contains("--no-fail-open"), "{out}");
+
+    let out = dir.run(&[
+        "request", "app", "api", "acme", "--server", &closed, "--json",
+    ]);
+    assert_eq!(out.code, Some(0), "{out}");
+    let v: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(v["via"], "degraded", "{v}");
+    assert_eq!(v["outage"][0]["server"], closed.as_str(), "{v}");
+    assert!(refused(v["outage"][0]["error"].as_str().unwrap()), "{v}");
+
+    let out = dir.run(&[
+        "hold", "app", "pool", "acme", "--server", &closed, "--for", "0s",
+    ]);
+    assert_eq!(out.code, Some(0), "{out}");
+    assert!(
+        out.stdout.starts_with(&format!(
+            "held 1 copies of app/pool for acme via degraded (no server answered: {closed}: "
+        )),
+        "{out}"
+    );
+    assert!(
+        out.stderr.contains("warning: no tollgate server answered"),
+        "{out}"
+    );
+}

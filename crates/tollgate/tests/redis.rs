@@ -259,3 +259,61 @@ fn a_failed_store_is_answered_without_its_address_and_logged_redacted() {
         "{logs:?}"
     );
 }
+
+/// Issue 23: over HTTP on a server storing in Redis, `not_held` said
+/// ``domain `globex` holds 2 copies in groups []`` of copies counted in
+/// group `big`, and a release naming another domain did not say whose
+/// copies the hold has. Both refusals now name the hold's domain, resource
+/// and groups, and change nothing in Redis.
+#[test]
+fn not_held_names_the_domain_resource_and_groups_the_hold_has() {
+    let dir = Sandbox::new("redis-not-held");
+    dir.write(
+        "tollgate.yaml",
+        "namespaces:\n  - name: default\n    resources:\n      - { name: sandbox, kind: concurrency, domain_limit: 3, groups: [ { name: big, members: [acme, globex], limit: 20 } ] }\n",
+    );
+    let redis = RedisServer::start();
+    let s = serve(&dir, &redis.url(), &[]);
+    let (status, v) = s.json(
+        "POST",
+        "/v1/reserve",
+        Some(r#"{"namespace":"default","resource":"sandbox","domain":"globex","copies":2,"lease_ms":600000}"#),
+    );
+    assert_eq!(
+        (status, &v["groups"]),
+        (200, &serde_json::json!(["big"])),
+        "{v}"
+    );
+    let id = v["hold_id"].as_str().unwrap().to_owned();
+    let release = |domain: &str, copies: u64| {
+        let (status, v) = s.json(
+            "POST",
+            "/v1/release",
+            Some(&format!(
+                r#"{{"hold_id":"{id}","namespace":"default","resource":"sandbox","domain":"{domain}","copies":{copies}}}"#
+            )),
+        );
+        assert_eq!(
+            (status, &v["error"]["reason"]),
+            (409, &serde_json::json!("not_held")),
+            "{v}"
+        );
+        v["error"]["message"].as_str().unwrap().to_owned()
+    };
+    let has = "it holds 2 copies of `sandbox` for domain `globex` in group `big`";
+    assert_eq!(
+        release("globex", 3),
+        format!("this hold holds only 2 copies of resource `sandbox` for domain `globex`, so it cannot release 3; {has}")
+    );
+    assert_eq!(
+        release("acme", 1),
+        format!("this hold holds no copies of resource `sandbox` for domain `acme`, so it cannot release 1; {has}")
+    );
+    // Nothing was released: the domain's limit still has room for one.
+    let (status, v) = s.json(
+        "POST",
+        "/v1/reserve",
+        Some(r#"{"namespace":"default","resource":"sandbox","domain":"globex","copies":2,"min_copies":1,"lease_ms":600000}"#),
+    );
+    assert_eq!((status, &v["granted"]), (200, &serde_json::json!(1)), "{v}");
+}

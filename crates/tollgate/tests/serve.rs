@@ -373,3 +373,57 @@ fn a_sigterm_while_waiting_for_the_config_api_at_startup_stops_the_server() {
         "{lines:#?}"
     );
 }
+
+/// `serve --rls-response-headers` (or `TOLLGATE_RLS_RESPONSE_HEADERS=true`)
+/// puts envoyproxy/ratelimit's `RateLimit-*` headers in Envoy RLS answers,
+/// as docs/envoy-rls.md §4 says; without it there are none.
+#[test]
+fn rls_response_headers_are_on_only_when_asked_for() {
+    use tollgate_proto::rls::rate_limit_service_client::RateLimitServiceClient;
+    use tollgate_proto::rls::{descriptor, RateLimitRequest};
+
+    let dir = Sandbox::new("serve-rls-headers");
+    let config = common::example("envoy-messaging.yaml");
+    let base = ["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0", "--config"];
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    for (flag, env, on) in [
+        (None, None, false),
+        (Some("--rls-response-headers"), None, true),
+        (None, Some(("TOLLGATE_RLS_RESPONSE_HEADERS", "true")), true),
+    ] {
+        let mut args: Vec<&str> = base.to_vec();
+        args.push(&config);
+        args.extend(flag);
+        let server = Serving::start(&dir, &args, &env.into_iter().collect::<Vec<_>>());
+        let headers: Vec<(String, String)> = runtime.block_on(async {
+            let mut rls = RateLimitServiceClient::connect(format!("http://{}", server.grpc))
+                .await
+                .unwrap();
+            let r = rls
+                .should_rate_limit(RateLimitRequest {
+                    domain: "messaging".into(),
+                    descriptors: vec![descriptor(&[("to_number", "4145551234")])],
+                    hits_addend: 1,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            r.response_headers_to_add
+                .into_iter()
+                .map(|h| (h.key, h.value))
+                .collect()
+        });
+        let names: Vec<&str> = headers.iter().map(|(k, _)| k.as_str()).collect();
+        if on {
+            assert_eq!(
+                names,
+                ["RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"],
+                "{flag:?} {env:?}"
+            );
+            assert_eq!(headers[0].1, "100");
+            assert_eq!(headers[1].1, "99");
+        } else {
+            assert!(headers.is_empty(), "{headers:?}");
+        }
+    }
+}

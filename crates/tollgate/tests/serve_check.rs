@@ -9,8 +9,9 @@ mod common;
 
 use std::net::{TcpListener, UdpSocket};
 
+use common::config_api::{ConfigApi, ADMIN, READER};
 use common::{Run, Sandbox};
-use tollgate_redis::testing::{free_port, TestCerts};
+use tollgate_redis::testing::{free_port, RedisServer, TestCerts};
 
 const CONFIG: &str = "\
 namespaces:
@@ -341,6 +342,39 @@ fn a_config_api_is_not_contacted_and_its_token_and_ca_are_checked() {
         &[],
         "must be an http:// or https:// URL",
     );
+
+    // Review of issue 23: a user and password in the URL were shown
+    // whole (in `/status`, which needs no token, and in the log) and sent
+    // as a second `Authorization` header. They are refused, not shown.
+    let with_password = format!("https://fleet:hunter2@127.0.0.1:{}", free_port());
+    let args = [
+        "--config-api",
+        &with_password,
+        "--config-api-token-file",
+        "token",
+    ];
+    refused_alike(&sb, &args, &[], "the URL holds a user or password");
+    let run = check(&sb, &args, &[]);
+    assert!(!run.stderr.contains("hunter2"), "{run}");
+    assert!(run.stderr.contains("https://***@127.0.0.1:"), "{run}");
+
+    // Review of issue 23: a variable that is not unicode was reported as
+    // missing ("needs a token").
+    use std::os::unix::ffi::OsStrExt;
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    cmd.args(["serve", "--check", "--config-api", &url])
+        .current_dir(&sb.dir)
+        .env(
+            "TOLLGATE_CONFIG_API_TOKEN",
+            std::ffi::OsStr::from_bytes(b"token\xff"),
+        );
+    let run = common::run_bounded(cmd, vec![], std::time::Duration::from_secs(60));
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(
+        error_line(&run)
+            .starts_with("error: TOLLGATE_CONFIG_API_TOKEN is not valid UTF-8: it must hold"),
+        "{run}"
+    );
 }
 
 #[test]
@@ -418,6 +452,191 @@ fn a_config_its_store_cannot_serve_is_refused() {
         error_line(&run).contains(
             "the config cannot run on the redis store: namespace `default`, resource `api`: limit 9007199254740993 is too large for the Redis store"
         ),
+        "{run}"
+    );
+}
+
+/// Issue 23: a config a cluster cannot serve was refused one resource per
+/// run, so fixing a file took as many runs as it had problems. Now `serve
+/// --cluster` (and `serve --check`) lists every one, in the config's
+/// order, each saying what to change; a domain override is listed only
+/// when it is refused for a reason of its own.
+#[test]
+fn a_cluster_refuses_a_config_listing_every_resource_to_change() {
+    let sb = Sandbox::new("check-cluster-all");
+    sb.write(
+        "mixed.yaml",
+        "\
+namespaces:
+  - name: default
+    resources:
+      - { name: api, algorithm: token_bucket, capacity: 10, rate: 1/s }
+      - { name: sandbox, kind: concurrency, domain_limit: 3 }
+      - name: feed
+        algorithm: sliding_window
+        limit: 100
+        window: 1m
+        domains: { acme: { limit: 200 } }
+      - name: burst
+        algorithm: gcra
+        rate: 5/s
+        domains: { acme: { algorithm: fixed_window, limit: 5, window: 1m } }
+      - { name: exact, algorithm: sliding_log, limit: 5, window: 10s }
+      - { name: warm, algorithm: token_bucket, capacity: 10, rate: 1/s, initial_tokens: 0 }
+",
+    );
+    sb.write("secret", "0123456789abcdef0123456789abcdef");
+    let node = [
+        "--config",
+        "mixed.yaml",
+        "--cluster",
+        "prod",
+        "--node-id",
+        "n1",
+        "--gossip",
+        "127.0.0.1:0",
+        "--cluster-secret-file",
+        "secret",
+    ];
+    let want = "\
+error: the config cannot run on the replicated store (5 problems, each saying what to change):
+  namespace `default`, resource `sandbox`: copy-limited (concurrency) resources need one owner of truth, which a replicated cluster does not have; remove it from this config, or serve it from the Redis store (--store redis://...)
+  namespace `default`, resource `feed`: `sliding_window` cannot be replicated in a gossip cluster; use `token_bucket` or `gcra` (replicated as queue), or serve it from the Redis store
+  namespace `default`, resource `burst`, domain `acme`: `fixed_window` cannot be replicated in a gossip cluster; use `token_bucket` or `gcra` (replicated as queue), or serve it from the Redis store
+  namespace `default`, resource `exact`: a `sliding_log` is replicated only with `window: 1s` and neither `min_gap` nor `count_rejected`; change it so, use `token_bucket` or `gcra`, or serve it from the Redis store
+  namespace `default`, resource `warm`: `initial_tokens` cannot be replicated: every node starts a key full; remove `initial_tokens`, or serve it from the Redis store
+";
+    let checked = check(&sb, &node, &[]);
+    assert_eq!(
+        (
+            checked.code,
+            checked.stdout.as_str(),
+            checked.stderr.as_str()
+        ),
+        (Some(1), "", want),
+        "{checked}"
+    );
+    let mut args = vec!["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"];
+    args.extend_from_slice(&node);
+    let served = serve_run(&sb, &args, &[]);
+    assert_eq!(served.code, Some(1), "{served}");
+    assert!(served.stderr.ends_with(want), "serve refuses alike{served}");
+    // The same file on the memory store is fine.
+    assert!(check(&sb, &["--config", "mixed.yaml"], &[]).success());
+}
+
+/// Review of issue 23: `serve --check` listed what Redis cannot serve
+/// sorted by name, without the domain override a problem is in (and
+/// dropped only repeats that sorted next to each other), while `serve`,
+/// compiling on the Redis store it connected to, listed them in the
+/// config's order with the override named. Both now give the same lines.
+/// `serve` compiles on Redis when its config comes from a config API
+/// (with a file, it refuses before connecting, as --check does); the API
+/// keeps namespaces and resources by name, so the file is written so too,
+/// and every override resolved, so none here refines a refused limit (one
+/// would be listed from the API, told of its resource alone from a file:
+/// `Resource::refining`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_and_serve_check_list_what_redis_cannot_serve_alike() {
+    const HUGE_MANY: &str = "\
+namespaces:
+  - name: alpha
+    resources:
+      - { name: c, algorithm: fixed_window, limit: 9007199254740993, window: 1m }
+  - name: zeta
+    resources:
+      - name: a
+        algorithm: fixed_window
+        limit: 10
+        window: 1m
+        domains:
+          acme: { algorithm: fixed_window, limit: 9007199254740993, window: 1m }
+          globex: { hard_limit: 3 }
+      - { name: b, algorithm: fixed_window, limit: 9007199254740993, window: 1h }
+";
+    let sb = Sandbox::new("check-redis-alike");
+    sb.write("huge.yaml", HUGE_MANY);
+    let too_large = "is too large for the Redis store (at most 4503599627370495)";
+    let want = format!(
+        "\
+error: the config cannot run on the redis store (3 problems, each saying what to change):
+  namespace `alpha`, resource `c`: limit 9007199254740993 {too_large}
+  namespace `zeta`, resource `a`, domain `acme`: limit 9007199254740993 {too_large}
+  namespace `zeta`, resource `b`: limit 9007199254740993 {too_large}
+"
+    );
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let checked = check(&sb, &["--config", "huge.yaml", "--store", &url], &[]);
+    assert_eq!(
+        (checked.code, checked.stderr.as_str()),
+        (Some(1), want.as_str()),
+        "{checked}"
+    );
+    let api = ConfigApi::start(&sb, &common::config_api::sqlite(&sb, "api.db"), &[]);
+    let (status, r) = api
+        .call(Some(ADMIN), "POST", "/v1/import", Some(HUGE_MANY))
+        .await;
+    assert_eq!(status, 200, "{r}");
+    let token = sb.write("read-token", format!("{READER}\n"));
+    let api_url = format!("http://{}", api.addr);
+    let served = serve_run(
+        &sb,
+        &[
+            "--grpc",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--config-api",
+            &api_url,
+            "--config-api-token-file",
+            token.to_str().unwrap(),
+            "--store",
+            &url,
+        ],
+        &[],
+    );
+    assert_eq!(served.code, Some(1), "{served}");
+    assert!(
+        served.stderr.ends_with(&want),
+        "serve on Redis lists the same lines{served}"
+    );
+}
+
+/// The same review: the list is in the order the config writes its
+/// namespaces and resources, not sorted by name.
+#[test]
+fn serve_check_lists_what_redis_cannot_serve_in_the_configs_order() {
+    let sb = Sandbox::new("check-redis-order");
+    sb.write(
+        "huge.yaml",
+        "\
+namespaces:
+  - name: zeta
+    resources:
+      - { name: b, algorithm: fixed_window, limit: 9007199254740993, window: 1h }
+      - { name: a, algorithm: fixed_window, limit: 9007199254740993, window: 1h }
+  - name: alpha
+    resources:
+      - { name: c, algorithm: fixed_window, limit: 9007199254740993, window: 1h }
+",
+    );
+    let url = format!("redis://127.0.0.1:{}", free_port());
+    let run = check(&sb, &["--config", "huge.yaml", "--store", &url], &[]);
+    assert_eq!(run.code, Some(1), "{run}");
+    let listed: Vec<&str> = run
+        .stderr
+        .lines()
+        .skip(1)
+        .map(|l| l.split(':').next().unwrap())
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            "  namespace `zeta`, resource `b`",
+            "  namespace `zeta`, resource `a`",
+            "  namespace `alpha`, resource `c`"
+        ],
         "{run}"
     );
 }
@@ -604,9 +823,24 @@ fn a_bad_cluster_secret_or_node_is_refused() {
         &[],
         "needs --node-id",
     );
+    // A strategy that is none is refused by the flag's parser, as every
+    // other malformed flag is (exit 2), alike by serve and --check.
     let mut args = node("secret");
     args.extend(["--replication", "gossip"]);
-    refused_alike(&sb, &args, &[], "--replication gossip");
+    let checked = check(&sb, &args, &[]);
+    assert_eq!(checked.code, Some(2), "{checked}");
+    assert!(
+        checked
+            .stderr
+            .starts_with("error: invalid value 'gossip' for '--replication <STRATEGY>'"),
+        "{checked}"
+    );
+    let served = serve_run(&sb, &args, &[]);
+    assert_eq!(
+        (served.code, &served.stderr),
+        (Some(2), &checked.stderr),
+        "{served}"
+    );
     let mut args = node("secret");
     args[7] = "0.0.0.0:7946";
     refused_alike(

@@ -67,6 +67,90 @@ fn a_data_set_runs_through_each_strategy_and_writes_its_results() {
         .contains("centralized"));
 }
 
+/// Issue 23 ("Pictures"): on B-extreme, `counter` and `queue+freq+near`
+/// were the same orange in rejections.png and the grey centralized line
+/// disappeared under the others. Now every line has its own colour, the
+/// centralized limiter is drawn last, and every line's final value is
+/// written beside it.
+#[test]
+fn the_rejections_chart_tells_every_line_apart_and_shows_where_each_ends() {
+    let dir = Sandbox::new("sim-chart");
+    let out = dir.path("out");
+    // Every strategy (the default), B-extreme at capacity 20, 3 nodes.
+    let run = dir.run(&[
+        "sim",
+        "--dataset",
+        "B-extreme",
+        "--capacity",
+        "20",
+        "--nodes",
+        "3",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(run.success(), "{run}");
+    let svg = std::fs::read_to_string(out.join("rejections.svg")).unwrap();
+    // The data lines, in drawing order: strokes 2 or 3 pixels wide above
+    // the legend (which sits below the 500-pixel chart).
+    let mut strokes: Vec<&str> = Vec::new();
+    for tag in svg.split("<polyline").skip(1) {
+        let width = attr(tag, "stroke-width").unwrap();
+        let below = attr(tag, "points")
+            .unwrap()
+            .split_whitespace()
+            .any(|p| p.split_once(',').unwrap().1.parse::<i32>().unwrap() >= 500);
+        if width != "1" && !below {
+            strokes.push(attr(tag, "stroke").unwrap());
+        }
+    }
+    let mut colours = strokes.clone();
+    colours.sort_unstable();
+    colours.dedup();
+    assert_eq!(
+        colours.len(),
+        9,
+        "eight strategies and the centralized: {colours:?}"
+    );
+    assert_eq!(
+        strokes.last(),
+        Some(&"#000000"),
+        "the centralized line is drawn last"
+    );
+    // Final values: each strategy's last count, and the centralized one.
+    let texts: Vec<&str> = svg
+        .split("<text")
+        .skip(1)
+        .map(|t| t[t.find('>').unwrap() + 1..t.find("</text>").unwrap()].trim())
+        .collect();
+    let mut central = 0;
+    for strategy in [
+        "counter",
+        "queue",
+        "queue-freq",
+        "queue-linf",
+        "queue-freq-linf",
+        "epoch",
+        "queue-near",
+        "queue-freq-near",
+    ] {
+        let csv = std::fs::read_to_string(out.join(format!("series-{strategy}.csv"))).unwrap();
+        let last: Vec<&str> = csv.lines().last().unwrap().split(',').collect();
+        // t_s,requests,rejections,central_rejections,...
+        assert!(texts.contains(&last[2]), "{strategy}'s final {}", last[2]);
+        central = central.max(last[3].parse::<u64>().unwrap());
+    }
+    assert!(
+        texts.contains(&central.to_string().as_str()),
+        "centralized {central}"
+    );
+}
+
+fn attr<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
+    let start = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+    let len = tag[start..].find('"')?;
+    Some(&tag[start..start + len])
+}
+
 #[test]
 fn the_table_names_every_strategy() {
     let dir = Sandbox::new("sim-table");
@@ -162,6 +246,11 @@ fn bad_arguments_are_refused_by_name() {
     for (args, named) in [
         (vec!["--dataset", "Z"], "Z"),
         (vec!["--strategies", "counter,psychic"], "psychic"),
+        // Twice the same run would share one series file and one look.
+        (
+            vec!["--strategies", "counter,queue,counter"],
+            "`counter` is named twice (as strategy 1 and 3)",
+        ),
         (vec!["--assign", "nearest"], "nearest"),
         (vec!["--loss", "2"], "--loss"),
         (vec!["--capacity", "0"], "--capacity"),

@@ -1,7 +1,9 @@
 //! `tollgate check-config`: validate, show warnings and the normalized
-//! config.
+//! config; with `--cluster`, also hold it to a replicated cluster's rules.
 
 use std::path::PathBuf;
+
+use super::store_rules::{self, Strategy};
 
 /// Arguments of `tollgate check-config`.
 #[derive(clap::Args, Debug)]
@@ -11,15 +13,51 @@ pub struct CheckConfigArgs {
     /// Print only errors and warnings, not the normalized config.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Also check that a replicated cluster (`serve --cluster`) can serve
+    /// the config: every resource it cannot replicate is an error saying
+    /// what to change. Nothing is started or contacted.
+    #[arg(long)]
+    pub cluster: bool,
+    /// With --cluster: how resources without `replication:` are replicated,
+    /// as `serve --replication` says (the same flag and variable).
+    #[arg(
+        long,
+        value_name = "STRATEGY",
+        env = "TOLLGATE_REPLICATION",
+        value_enum,
+        default_value = "queue"
+    )]
+    pub replication: Strategy,
 }
 
 /// Validates; prints warnings on stderr and the normalized config on
-/// stdout. Returns whether the config is valid.
-pub fn run(args: &CheckConfigArgs) -> bool {
+/// stdout. Returns whether the config is valid (and, with `--cluster`,
+/// whether a cluster can serve it). `given` are the command's matches, to
+/// refuse `--replication` without `--cluster` on the command line (clap's
+/// `requires` would refuse `TOLLGATE_REPLICATION` too, which a cluster
+/// node's environment sets for `serve`).
+pub fn run(args: &CheckConfigArgs, given: Option<&clap::ArgMatches>) -> bool {
+    let on_command_line = given.and_then(|m| m.value_source("replication"))
+        == Some(clap::parser::ValueSource::CommandLine);
+    if on_command_line && !args.cluster {
+        let mut command = clap::Command::new("tollgate check-config");
+        command = <CheckConfigArgs as clap::Args>::augment_args(command);
+        let error = command.error(
+            clap::error::ErrorKind::MissingRequiredArgument,
+            "--replication says how a cluster replicates; it needs --cluster",
+        );
+        error.exit();
+    }
     match tollgate_config::load_path(&args.config) {
         Ok(loaded) => {
             for w in &loaded.warnings {
                 eprintln!("warning: {w}");
+            }
+            if args.cluster {
+                if let Err(problems) = store_rules::on_cluster(&loaded.config, args.replication.0) {
+                    eprintln!("error: {}", store_rules::refusal("replicated", &problems));
+                    return false;
+                }
             }
             if !args.quiet {
                 print!("{}", tollgate_config::emit::to_yaml(&loaded.config));

@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use serde_json::{json, Value};
-use tollgate_client::{Client, ClientConfig, Error, Grant, Hold, Rejected, Tls, Via};
+use tollgate_client::{Client, ClientConfig, Error, Grant, Hold, Outage, Rejected, Tls, Via};
 
 /// Exit code of a granted call.
 const GRANTED: u8 = 0;
@@ -294,51 +294,92 @@ fn print_grant(grant: &Grant, json_out: bool) -> Result<()> {
         .as_ref()
         .map(serde_json::to_value)
         .transpose()?;
+    warn_degraded(grant.outage.as_ref());
     if json_out {
-        println!(
-            "{}",
-            json!({
-                "outcome": "granted",
-                "granted": grant.granted,
-                "via": via(grant.via),
-                "attempts": grant.attempts,
-                "waited_ms": grant.waited.as_millis() as u64,
-                "response": response,
-            })
-        );
+        let mut out = json!({
+            "outcome": "granted",
+            "granted": grant.granted,
+            "via": via(grant.via),
+            "attempts": grant.attempts,
+            "waited_ms": grant.waited.as_millis() as u64,
+            "response": response,
+        });
+        add_outage(&mut out, grant.outage.as_ref());
+        println!("{out}");
     } else {
-        let detail = response.as_ref().map(describe).unwrap_or_default();
-        println!("granted {} via {}; {detail}", grant.granted, via(grant.via));
+        println!(
+            "granted {} via {}{}",
+            grant.granted,
+            via(grant.via),
+            why(response.as_ref(), grant.outage.as_ref())
+        );
     }
     Ok(())
 }
 
+/// What follows `via ...` in a text line: why a degraded grant has no
+/// server (`(no server answered: a: error; b: error)`), else `; ` and the
+/// response's limits, or nothing when there is no response.
+fn why(response: Option<&Value>, outage: Option<&Outage>) -> String {
+    if let Some(outage) = outage {
+        return format!(" (no server answered: {outage})");
+    }
+    match response.map(describe) {
+        Some(detail) if !detail.is_empty() => format!("; {detail}"),
+        _ => String::new(),
+    }
+}
+
+/// On stderr, for a degraded grant: limiting was off for this call, why,
+/// and what to do about it.
+fn warn_degraded(outage: Option<&Outage>) {
+    if let Some(outage) = outage {
+        eprintln!(
+            "warning: no tollgate server answered ({outage}), so the minimum was granted \
+             without limiting (fail-open); check that a server runs at --server \
+             (TOLLGATE_SERVER), or pass --no-fail-open to fail instead"
+        );
+    }
+}
+
+/// A degraded answer's `outage`: each server tried and its error.
+fn add_outage(out: &mut Value, outage: Option<&Outage>) {
+    if let (Some(outage), Some(map)) = (outage, out.as_object_mut()) {
+        let tried: Vec<Value> = outage
+            .tried
+            .iter()
+            .map(|u| json!({"server": u.server, "error": u.error}))
+            .collect();
+        map.insert("outage".to_owned(), Value::Array(tried));
+    }
+}
+
 fn print_hold(hold: &Hold, json_out: bool, what: &str) -> Result<()> {
     let response = hold.response().map(serde_json::to_value).transpose()?;
+    warn_degraded(hold.outage());
     if json_out {
-        println!(
-            "{}",
-            json!({
-                "outcome": what,
-                "copies": hold.copies(),
-                "via": via(hold.via()),
-                "namespace": hold.namespace(),
-                "resource": hold.resource(),
-                "domain": hold.domain(),
-                "groups": hold.groups(),
-                "attempts": hold.attempts(),
-                "response": response,
-            })
-        );
+        let mut out = json!({
+            "outcome": what,
+            "copies": hold.copies(),
+            "via": via(hold.via()),
+            "namespace": hold.namespace(),
+            "resource": hold.resource(),
+            "domain": hold.domain(),
+            "groups": hold.groups(),
+            "attempts": hold.attempts(),
+            "response": response,
+        });
+        add_outage(&mut out, hold.outage());
+        println!("{out}");
     } else {
-        let detail = response.as_ref().map(describe).unwrap_or_default();
         println!(
-            "{what} {} copies of {}/{} for {} via {}; {detail}",
+            "{what} {} copies of {}/{} for {} via {}{}",
             hold.copies(),
             hold.namespace(),
             hold.resource(),
             hold.domain(),
-            via(hold.via())
+            via(hold.via()),
+            why(response.as_ref(), hold.outage())
         );
     }
     // A script waits for this line before acting on the hold.

@@ -170,16 +170,17 @@ async fn serve(args: ConfigApiArgs) -> Result<()> {
     let addr = tcp.local_addr()?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(%addr, scheme, database = %shown, "tollgate config-api listening");
-    let mut router = api.router();
-    match tollgate_server::metrics::install_for_listeners() {
-        Ok(metrics) => {
-            router = router.route(
-                "/metrics",
-                axum::routing::get(move || std::future::ready(metrics.render())),
-            );
+    let metrics = match tollgate_server::metrics::install_for_listeners() {
+        Ok(metrics) => vec![(
+            "/metrics",
+            axum::routing::get(move || std::future::ready(metrics.render())),
+        )],
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics disabled");
+            Vec::new()
         }
-        Err(e) => tracing::warn!(error = %e, "metrics disabled"),
-    }
+    };
+    let router = api.router(metrics);
     let stop = async {
         let mut term = match signal(SignalKind::terminate()) {
             Ok(t) => t,

@@ -12,3 +12,4 @@ pub mod serve;
 pub mod shell;
 pub mod sim;
 pub mod sim_windows;
+pub mod store_rules;

@@ -7,7 +7,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config_follow::Follower;
+use super::store_rules::{self, Strategy};
+use crate::config_follow::{Follower, TokenRefused, TokenSource};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use tokio::signal::unix::{signal, SignalKind};
@@ -20,8 +21,7 @@ use tollgate_replica::wire::ClusterKey;
 use tollgate_replica::{Node, NodeConfig, Replica, ReplicaOptions, ReplicaStore};
 use tollgate_server::app::ApiPart;
 use tollgate_server::{App, Server, ServerOptions};
-use tollgate_service::limiter::check_view_with;
-use tollgate_service::{Limiter, ServiceOptions, SessionLimits, SystemClock, View};
+use tollgate_service::{Limiter, ServiceOptions, SessionLimits, SystemClock, Unservable, View};
 use tollgate_store::{MemoryStore, Store};
 
 /// The config served when none is given: the bundled example.
@@ -256,8 +256,14 @@ pub struct ServeArgs {
     pub cluster_secret_file: Option<PathBuf>,
     /// How resources without `replication:` are replicated: `counter`,
     /// `queue` or `epoch`.
-    #[arg(long, env = "TOLLGATE_REPLICATION", default_value = "queue")]
-    pub replication: String,
+    #[arg(
+        long,
+        value_name = "STRATEGY",
+        env = "TOLLGATE_REPLICATION",
+        value_enum,
+        default_value = "queue"
+    )]
+    pub replication: Strategy,
     /// Largest clock offset to a peer before the server reports itself
     /// unhealthy (/readyz 503); it keeps limiting (milliseconds).
     #[arg(long, env = "TOLLGATE_MAX_CLOCK_SKEW_MS", default_value_t = 250)]
@@ -286,7 +292,7 @@ pub struct ServeArgs {
 }
 
 /// The bytes of the file `flag` names.
-fn read_flag_file(flag: &str, path: &Path) -> Result<Vec<u8>> {
+pub(crate) fn read_flag_file(flag: &str, path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("cannot read {flag} {}", path.display()))
 }
 
@@ -505,6 +511,7 @@ fn check(args: &ServeArgs) -> Result<()> {
     }
     let resources: usize = p.config.namespaces.iter().map(|n| n.resources.len()).sum();
     let transport = transport(p.tls.as_ref());
+    let origin = ConfigOrigin::of(args);
     let mut line = format!(
         "ok: grpc={} http={} transport={transport} store={}",
         args.grpc,
@@ -529,17 +536,67 @@ fn check(args: &ServeArgs) -> Result<()> {
     }
     line += &format!(
         " config={} namespaces={} resources={resources} warnings={}",
-        args.config
-            .as_ref()
-            .map_or("bundled".into(), |p| p.display().to_string()),
+        origin.file_field(),
         p.config.namespaces.len(),
         p.warnings.len()
     );
-    if let Some(url) = &args.config_api {
+    if let Some(url) = &origin.api {
         line += &format!(" config_api={url} (not contacted)");
     }
     println!("{line}");
     Ok(())
+}
+
+/// Where the config comes from, named the same way by `serve --check`,
+/// `/status` (and the Status RPC) and the listening line: the file (or
+/// directory) and the config API, each when given; neither is the
+/// bundled example. The API's URL is shown without a user or password:
+/// `/status` needs no token.
+struct ConfigOrigin {
+    file: Option<String>,
+    api: Option<String>,
+}
+
+impl ConfigOrigin {
+    fn of(args: &ServeArgs) -> ConfigOrigin {
+        ConfigOrigin {
+            file: args.config.as_ref().map(|p| p.display().to_string()),
+            api: args
+                .config_api
+                .as_deref()
+                .map(|url| tollgate_redis::conn::redact(url.trim_end_matches('/'))),
+        }
+    }
+
+    /// As `/status` reports it: `FILE`, `config API URL` or `FILE +
+    /// config API URL`; `None` for the bundled example.
+    fn source(&self) -> Option<String> {
+        let api = self.api.as_ref().map(|url| format!("config API {url}"));
+        match (&self.file, api) {
+            (Some(file), Some(api)) => Some(format!("{file} + {api}")),
+            (file, api) => file.clone().or(api),
+        }
+    }
+
+    /// For the listening line: the source, with the config API's
+    /// revision in force when it follows one.
+    fn label(&self, api_revision: Option<i64>) -> String {
+        match (self.source(), api_revision) {
+            (Some(source), Some(revision)) => format!("{source} at revision {revision}"),
+            (Some(source), None) => source,
+            (None, _) => "bundled example".to_owned(),
+        }
+    }
+
+    /// `serve --check`'s `config=`: the file, `none` when the config API
+    /// alone gives the config, or `bundled`.
+    fn file_field(&self) -> &str {
+        match (&self.file, &self.api) {
+            (Some(file), _) => file,
+            (None, Some(_)) => "none",
+            (None, None) => "bundled",
+        }
+    }
 }
 
 /// The config `serve` starts from before any config API answers: the
@@ -606,12 +663,6 @@ fn cluster_settings(args: &ServeArgs, cluster: &str) -> Result<ClusterSettings> 
     let Some(node_name) = args.node_id.clone() else {
         anyhow::bail!("--cluster {cluster} needs --node-id: a name unique in the cluster, kept across restarts");
     };
-    let strategy = StrategyKind::parse(&args.replication).ok_or_else(|| {
-        anyhow::anyhow!(
-            "--replication {}: expected `counter`, `queue` or `epoch`",
-            args.replication
-        )
-    })?;
     // The socket binds the address it is given, so an unspecified one
     // stays unspecified once bound: known before binding.
     match args.gossip_advertise {
@@ -629,7 +680,7 @@ fn cluster_settings(args: &ServeArgs, cluster: &str) -> Result<ClusterSettings> 
         node: NodeId(tollgate_replica::wire::cluster_tag(&node_name)),
         node_name,
         secret,
-        strategy,
+        strategy: args.replication.0,
     })
 }
 
@@ -654,36 +705,26 @@ fn replica(args: &ServeArgs, settings: &ClusterSettings) -> Arc<Replica> {
 
 /// The error of a config the store cannot serve (the same from `serve`
 /// and `serve --check`).
-fn refused(store_name: &str, reason: &str) -> anyhow::Error {
-    anyhow::anyhow!("the config cannot run on the {store_name} store: {reason}")
+fn refused(store_name: &str, problems: &[Unservable]) -> anyhow::Error {
+    anyhow::anyhow!(store_rules::refusal(store_name, problems))
 }
 
 /// Holds `config` to the rules of the store it will run on, without a
 /// connection: it is compiled as the server compiles it, on a store of the
-/// same kind that is dropped afterwards.
+/// same kind that is dropped afterwards ([`store_rules`]).
 fn check_config_on(
     args: &ServeArgs,
     backend: &Backend,
     config: &tollgate_config::Config,
 ) -> Result<()> {
-    let now = tollgate_server::clock::now();
     let compiled = match backend {
         Backend::Memory => Limiter::new(memory_store(args), View::default())
-            .compile(config, now)
+            .compile_all(config, tollgate_server::clock::now())
             .map(drop),
-        // The Redis store compiles a config as the memory store does, then
-        // holds every limit to its scripts' exact range: its
-        // `check_limit`, which needs no connection.
-        Backend::Redis(_) => Limiter::new(MemoryStore::default(), View::default())
-            .compile(config, now)
-            .and_then(|view| check_view_with(&view, tollgate_redis::check_limit)),
-        Backend::Cluster(settings) => {
-            Limiter::new(ReplicaStore::new(replica(args, settings)), View::default())
-                .compile(config, now)
-                .map(drop)
-        }
+        Backend::Redis(_) => store_rules::on_redis(config),
+        Backend::Cluster(settings) => store_rules::on_cluster(config, settings.strategy),
     };
-    compiled.map_err(|e| refused(backend.name(), &e))
+    compiled.map_err(|problems| refused(backend.name(), &problems))
 }
 
 /// The config API's client (`--config-api`), with its token read and its
@@ -693,28 +734,18 @@ fn follower(args: &ServeArgs) -> Result<Option<Follower>> {
         return Ok(None);
     };
     let token = match &args.config_api_token_file {
-        Some(path) => String::from_utf8(read_flag_file("--config-api-token-file", path)?)
-            .context("the config API token is not UTF-8")?,
-        None => std::env::var("TOLLGATE_CONFIG_API_TOKEN").map_err(|_| {
-            anyhow::anyhow!(
-                "--config-api needs a token: --config-api-token-file or TOLLGATE_CONFIG_API_TOKEN"
-            )
-        })?,
+        Some(path) => TokenSource::File(path.clone()),
+        None => TokenSource::Env,
     };
     let poll = Duration::from_millis(args.config_api_poll_ms.max(100));
-    Follower::new(
-        url,
-        token.trim().to_owned(),
-        args.config_api_ca.as_ref(),
-        poll,
-    )
-    .map(Some)
+    Follower::new(url, token, args.config_api_ca.as_ref(), poll).map(Some)
 }
 
 /// Gets the config API's whole config, retrying for
-/// `--config-api-startup-ms`.
+/// `--config-api-startup-ms`; a refused token is not retried (waiting
+/// does not fix it).
 async fn follow(args: &ServeArgs, mut follower: Follower) -> Result<(Follower, ApiPart)> {
-    let url = args.config_api.as_deref().unwrap_or_default();
+    let url = follower.shown_url().to_owned();
     let deadline = tokio::time::Instant::now() + Duration::from_millis(args.config_api_startup_ms);
     let mut wait = Duration::from_millis(100);
     loop {
@@ -723,6 +754,7 @@ async fn follow(args: &ServeArgs, mut follower: Follower) -> Result<(Follower, A
                 tracing::info!(url = %url, api_revision = part.revision, "config from the config API");
                 return Ok((follower, part));
             }
+            Err(e) if e.downcast_ref::<TokenRefused>().is_some() => return Err(e),
             Err(e) if tokio::time::Instant::now() + wait < deadline => {
                 tracing::warn!(error = ?format!("{e:#}"), "waiting for the config API");
                 tokio::time::sleep(wait).await;
@@ -963,7 +995,7 @@ async fn serve_with<S: Store>(
         store,
         store_name,
         config,
-        args.config.clone(),
+        ConfigOrigin::of(&args).source(),
         warnings,
         ServiceOptions {
             sessions: SessionLimits {
@@ -1038,6 +1070,8 @@ async fn serve_with<S: Store>(
     let mut hup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
     let (hup_tx, hup_rx) = mpsc::channel(1);
     let (stop_tx, stop_rx) = watch::channel(false);
+    let shown_config =
+        ConfigOrigin::of(&args).label(follow.as_ref().map(|(_, part)| part.revision));
     if let Some((follower, part)) = follow {
         app.adopt_api_part(part);
         tokio::spawn(follower.run(Arc::clone(&app), args.config.clone(), stop_rx.clone()));
@@ -1061,7 +1095,7 @@ async fn serve_with<S: Store>(
     // Said once SIGHUP is handled and the config file is watched: what a
     // caller does on seeing this line (a reload, an edit of the file) is
     // taken as it would be at any later time.
-    tracing::info!(%grpc, %http, gossip = gossip_addr.map(tracing::field::display), transport = %scheme, store = %store_name, config = %args.config.as_ref().map_or("bundled example".into(), |p| p.display().to_string()), "tollgate listening");
+    tracing::info!(%grpc, %http, gossip = gossip_addr.map(tracing::field::display), transport = %scheme, store = %store_name, config = %shown_config, "tollgate listening");
     // Resigning from the copy log ends the server (Charon §4.3.2): its
     // sessions' holds were released by another server, so it must not keep
     // them. A supervisor restarts it with a new id.
@@ -1131,5 +1165,51 @@ fn transport(tls: Option<&tollgate_server::tls::Tls>) -> &'static str {
         Some(t) if t.is_mutual() => "mutual-tls",
         Some(_) => "tls",
         None => "plain",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn origin(args: &[&str]) -> ConfigOrigin {
+        let cli = Cli::parse_from(std::iter::once("serve").chain(args.iter().copied()));
+        ConfigOrigin::of(&cli.serve)
+    }
+
+    /// Review of issue 23: the config was named three ways in three
+    /// places, and a config API URL's user and password were shown in
+    /// `/status`, which needs no token.
+    #[test]
+    fn the_config_is_named_one_way_without_a_urls_password() {
+        let api = origin(&["--config-api", "https://fleet:hunter2@config.internal/"]);
+        assert_eq!(
+            api.source().as_deref(),
+            Some("config API https://***@config.internal")
+        );
+        assert_eq!(
+            api.label(Some(7)),
+            "config API https://***@config.internal at revision 7"
+        );
+        assert_eq!(api.file_field(), "none");
+
+        let both = origin(&["--config", "limits.yaml", "--config-api", "http://h:8090"]);
+        assert_eq!(
+            both.source().as_deref(),
+            Some("limits.yaml + config API http://h:8090")
+        );
+        assert_eq!(both.file_field(), "limits.yaml");
+
+        let bundled = origin(&[]);
+        assert_eq!(bundled.source(), None);
+        assert_eq!(bundled.label(None), "bundled example");
+        assert_eq!(bundled.file_field(), "bundled");
     }
 }

@@ -10,8 +10,8 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use tollgate_core::{Nanos, Rate};
-use tollgate_sim::chart::{self, LineStyle, Series};
 use tollgate_sim::dataset::{self, DataSet, Kind, Params};
+use tollgate_sim::figures;
 use tollgate_sim::run::{self, Assign, Outcome, Partition, SimConfig, Strategy, Topology};
 use tollgate_sim::Arrival;
 
@@ -216,6 +216,23 @@ fn simulate(args: &RunArgs) -> Result<()> {
             })
         })
         .collect::<Result<_>>()?;
+    // A second run of the same strategy would overwrite the first's
+    // series file and wear a line of its own for the same thing.
+    if let Some((i, name)) = args
+        .strategies
+        .iter()
+        .enumerate()
+        .find(|(i, name)| args.strategies[..*i].contains(name))
+    {
+        anyhow::bail!(
+            "--strategies: `{name}` is named twice (as strategy {} and {})",
+            args.strategies[..i]
+                .iter()
+                .position(|n| n == name)
+                .map_or(0, |p| p + 1),
+            i + 1
+        );
+    }
     let assign = Assign::parse(&args.assign).ok_or_else(|| {
         anyhow::anyhow!(
             "--assign {}: expected consistent-hash, round-robin, sticky or random",
@@ -434,59 +451,13 @@ fn write_outputs(dir: &Path, set: &DataSet, outcomes: &[Outcome]) -> Result<()> 
 }
 
 /// rejections.svg, memory.svg and bandwidth.svg in `dir`: each strategy
-/// over time, with the centralized limiter as the grey reference line
-/// (the thesis's Figures 5.5–5.12).
+/// over time, with the centralized limiter as the reference line drawn on
+/// top (the thesis's Figures 5.5–5.12; [`figures`]).
 fn write_charts(dir: &Path, set: &DataSet, outcomes: &[Outcome]) -> Result<()> {
-    let per = |f: &dyn Fn(&run::Sample) -> f64| -> Vec<Series> {
-        outcomes
-            .iter()
-            .enumerate()
-            .map(|(i, o)| {
-                Series::new(
-                    o.strategy.clone(),
-                    o.series.iter().map(|s| (s.t, f(s))).collect(),
-                    LineStyle::solid(i),
-                )
-            })
-            .collect()
-    };
-    let mut rejections = Vec::new();
-    if let Some(first) = outcomes.first() {
-        rejections.push(Series::new(
-            "centralized",
-            first
-                .series
-                .iter()
-                .map(|s| (s.t, s.central_rejections as f64))
-                .collect(),
-            LineStyle::REFERENCE,
-        ));
-    }
-    rejections.extend(per(&|s| s.rejections as f64));
-    let charts = [
-        (
-            "rejections.svg",
-            format!("{}: rejections so far", set.name),
-            "rejections",
-            rejections,
-        ),
-        (
-            "memory.svg",
-            format!("{}: memory per node (states and deltas)", set.name),
-            "KiB per node",
-            per(&|s| s.memory / 1024.0),
-        ),
-        (
-            "bandwidth.svg",
-            format!("{}: gossip sent so far, all nodes", set.name),
-            "KiB",
-            per(&|s| s.gossip_bytes as f64 / 1024.0),
-        ),
-    ];
-    for (file, title, y, series) in charts {
-        let path = dir.join(file);
-        chart::line_chart_files(&path, &title, "seconds", y, &series)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    for figure in figures::figures(&set.name, outcomes) {
+        figure
+            .write(dir)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", dir.join(figure.file).display()))?;
     }
     Ok(())
 }

@@ -50,10 +50,20 @@ impl ConfigApi {
         extra: &[&str],
         ca: Option<&str>,
     ) -> ConfigApi {
-        let tokens = dir.write(
-            "tokens",
-            format!("admin:alice:{ADMIN}\nread:fleet:{READER}\n"),
-        );
+        let tokens = format!("admin:alice:{ADMIN}\nread:fleet:{READER}\n");
+        ConfigApi::start_with_tokens(dir, database, extra, ca, &tokens)
+    }
+
+    /// Starts it with `tokens` (the tokens file's text) instead of
+    /// [`ADMIN`] and [`READER`].
+    pub fn start_with_tokens(
+        dir: &Sandbox,
+        database: &str,
+        extra: &[&str],
+        ca: Option<&str>,
+        tokens: &str,
+    ) -> ConfigApi {
+        let tokens = dir.write("tokens", tokens);
         let listen = if extra.contains(&"--listen") {
             &[][..]
         } else {

@@ -168,16 +168,40 @@ fn line_why(expected: &str, actual: &str, ids: &mut Ids, why: &mut String) -> bo
     text(expected, actual, ids)
 }
 
-/// Text equality after masking timestamps and binding ids.
+/// Text equality after masking timestamps and binding ids; a `…` in the
+/// page's line stands for any text.
 fn text(expected: &str, actual: &str, ids: &mut Ids) -> bool {
     let (e, e_ids) = mask(expected);
     let (a, a_ids) = mask(actual);
-    e == a && e_ids.len() == a_ids.len() && e_ids.iter().zip(&a_ids).all(|(p, r)| ids.bind(p, r))
+    elided(&e, &a)
+        && e_ids.len() == a_ids.len()
+        && e_ids.iter().zip(&a_ids).all(|(p, r)| ids.bind(p, r))
+}
+
+/// Whether `actual` reads as `expected` with each `…` of it standing for
+/// any text (none: plain equality).
+fn elided(expected: &str, actual: &str) -> bool {
+    let mut pieces = expected.split('…');
+    let first = pieces.next().unwrap_or("");
+    let Some(mut rest) = actual.strip_prefix(first) else {
+        return false;
+    };
+    let pieces: Vec<&str> = pieces.collect();
+    let Some((last, middle)) = pieces.split_last() else {
+        return rest.is_empty();
+    };
+    for piece in middle {
+        match rest.find(piece) {
+            Some(at) => rest = &rest[at + piece.len()..],
+            None => return false,
+        }
+    }
+    rest.ends_with(last)
 }
 
 /// `s` with timestamps replaced by `<time>`, measured durations by
-/// `<duration>`, short commit hashes after
-/// `commit ` by `<commit>`, and ids by `<id>`; the ids, in order.
+/// `<duration>`, short commit hashes after `commit ` by `<commit>`, and
+/// ids by `<id>`; the ids, in order.
 fn mask(s: &str) -> (String, Vec<String>) {
     let mut out = String::new();
     let mut ids = Vec::new();
@@ -402,6 +426,10 @@ mod tests {
         output(&e, "{\"status\":\"SERVING\"}", &mut ids).unwrap();
         output(&page("uptime     5.572s"), "uptime     38.1ms", &mut ids).unwrap();
         assert!(output(&page("window 10s"), "window 20s", &mut ids).is_err());
+        output(&page("uptime     …"), "uptime     60ms", &mut ids).unwrap();
+        output(&page("a … c … e"), "a b c d e", &mut ids).unwrap();
+        assert!(output(&page("a … c"), "a b d", &mut ids).is_err());
+        assert!(output(&page("a…"), "b", &mut ids).is_err());
         // Text that is not ASCII next to where an id could start.
         assert!(output(&page("é0123456789abcdef0123456789abcdeé"), "x", &mut ids).is_err());
         assert!(output(&e, "{\"status\":\"NOT_SERVING\"}", &mut ids).is_err());
