@@ -706,7 +706,8 @@ impl Server {
     /// during the backoff.
     fn failed_locked(&self, state: &mut State, why: &Failure) {
         state.session = None;
-        state.last_failure = why.to_string();
+        // Said again in every call during the backoff: kept bounded.
+        state.last_failure = crate::outage::clean(why);
         state.last_tls = why.tls().is_some();
         let nominal = self
             .reconnect_base
