@@ -170,7 +170,7 @@ impl Client {
             )),
             Ok(_) => Err(wrong_kind()),
             Err(Call::Refused(f)) => Err(refused(f)),
-            Err(Call::Unavailable(outage)) => Err(unavailable(outage)),
+            Err(Call::Unavailable(outage)) => Err(outage.into()),
         }
     }
 
@@ -185,7 +185,7 @@ impl Client {
                 Err(f) => outage.push(&server.name, f),
             }
         }
-        Err(unavailable(outage))
+        Err(outage.into())
     }
 }
 
@@ -209,7 +209,7 @@ pub(crate) enum Ended<T> {
 
 /// An answer that does not match its question (a server bug).
 pub(crate) fn wrong_kind() -> Error {
-    Error::Unavailable("an answer of the wrong kind".to_owned())
+    Error::WrongAnswer
 }
 
 /// Why a call did not reach an answer.
@@ -239,19 +239,9 @@ pub(crate) fn refused(f: Failure) -> Error {
             reason,
             message,
         },
-        Failure::Unreachable(why) => Error::Unavailable(why),
-        Failure::Tls(why) => Error::Tls(why),
-    }
-}
-
-/// The error a call ends with when no server answered: [`Error::Tls`]
-/// if TLS failed with any server tried (a setting the caller can fix,
-/// rather than an outage), else [`Error::Unavailable`].
-pub(crate) fn unavailable(outage: Outage) -> Error {
-    if outage.tls_failed() {
-        Error::Tls(outage.to_string())
-    } else {
-        Error::Unavailable(outage.to_string())
+        // Never a refusal (is_refusal, is_client_error): callers keep
+        // these in an outage under their server's name before.
+        f @ (Failure::Unreachable(_) | Failure::Tls(_)) => Outage::one("a server", f).into(),
     }
 }
 
@@ -348,7 +338,7 @@ impl Inner {
                 Err(Call::Refused(f)) => return Err(refused(f)),
                 Err(Call::Unavailable(outage)) => {
                     if !self.config.fail_open {
-                        return Err(unavailable(outage));
+                        return Err(outage.into());
                     }
                     self.degraded(what, &outage);
                     let waited = clock.now().saturating_sub(start);

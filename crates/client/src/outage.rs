@@ -106,6 +106,13 @@ impl Outage {
         });
     }
 
+    /// An outage of one server.
+    pub(crate) fn one(server: &str, failure: Failure) -> Outage {
+        let mut outage = Outage::default();
+        outage.push(server, failure);
+        outage
+    }
+
     /// Whether TLS failed with any server tried: a misconfiguration
     /// rather than (only) an outage.
     pub fn tls_failed(&self) -> bool {

@@ -10,7 +10,7 @@
 use std::net::TcpListener;
 use std::time::Duration;
 
-use tollgate_client::{Client, ClientConfig, Error, Via};
+use tollgate_client::{Client, ClientConfig, Error, FailureKind, Via};
 
 /// A loopback address nothing listens on: a port the system just handed
 /// out, closed again before it is used.
@@ -85,9 +85,18 @@ async fn without_fail_open_the_error_names_each_server_and_its_error() {
         .send()
         .await
         .unwrap_err();
-    let Error::Unavailable(why) = &err else {
+    let Error::Unavailable(outage) = &err else {
         panic!("{err:?}")
     };
+    // The structured outage, as a degraded grant has it.
+    let servers: Vec<&str> = outage.tried.iter().map(|u| u.server.as_str()).collect();
+    assert_eq!(servers, [a.as_str(), b.as_str()]);
+    assert!(outage
+        .tried
+        .iter()
+        .all(|u| u.kind == FailureKind::Unreachable));
+    assert_eq!(err.outage(), Some(outage));
+    let why = &outage.to_string();
     assert!(why.starts_with(&format!("{a}: cannot connect: ")), "{why}");
     assert!(why.contains(&format!("; {b}: cannot connect: ")), "{why}");
     assert!(

@@ -18,7 +18,7 @@ use std::process::{Command, Output};
 use common::serving::Serving;
 use common::{Run, Sandbox};
 use serde_json::Value;
-use tollgate_client::{Client, ClientConfig, Error, Tls};
+use tollgate_client::{Client, ClientConfig, Error, FailureKind, Tls};
 use tollgate_redis::testing::TestCerts;
 
 /// The message of the server's line for a failed handshake.
@@ -262,7 +262,11 @@ async fn a_client_without_a_certificate_is_told_the_server_requires_one() {
     // still fresh), says the same.
     for _ in 0..2 {
         match client.request("default", "api", "acme").send().await {
-            Err(Error::Tls(why)) => assert!(told(&why), "{why}"),
+            Err(Error::Tls(outage)) => {
+                let why = &outage.tried[0].error;
+                assert_eq!(outage.tried[0].kind, FailureKind::Tls, "{outage:?}");
+                assert!(told(why), "{why}")
+            }
             other => panic!("{other:?}"),
         }
     }
@@ -536,7 +540,8 @@ async fn a_client_certificate_the_server_does_not_trust_is_named_on_both_sides()
         .send()
         .await;
     match refused {
-        Err(Error::Tls(why)) => {
+        Err(Error::Tls(outage)) => {
+            let why = outage.to_string();
             assert!(why.contains(no_trust) && why.contains("same name"), "{why}")
         }
         other => panic!("{other:?}"),
