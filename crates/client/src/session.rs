@@ -461,6 +461,18 @@ impl Server {
         };
         let mut endpoint = Endpoint::from_shared(full.clone())
             .map_err(|e| format!("bad server address {uri:?}: {e}"))?;
+        // A user or password would be shown in every outage, on stdout
+        // and in JSON; tollgate servers take none: refused, unshown.
+        if let Some((_, host)) = endpoint
+            .uri()
+            .authority()
+            .and_then(|a| a.as_str().rsplit_once('@'))
+        {
+            return Err(format!(
+                "bad server address for {host}: it has a user or password (before `@`), \
+                 which tollgate servers do not take; remove it"
+            ));
+        }
         let https = full.starts_with("https://");
         // Before tonic's TLS settings, whose errors name nothing.
         let probe = Probe::new(

@@ -104,3 +104,22 @@ async fn without_fail_open_the_error_names_each_server_and_its_error() {
         "{err}"
     );
 }
+
+/// Review of issue 23: an address with a user and password was kept as
+/// the server's name, and so printed in every outage (stdout, JSON,
+/// logs). It is refused when the client is made, without showing them.
+#[test]
+fn a_server_address_with_a_user_or_password_is_refused_unshown() {
+    for address in [
+        "http://admin:hunter2@127.0.0.1:8081",
+        "https://admin:hunter2@tollgate.internal:8081",
+        "admin:hunter2@127.0.0.1:8081",
+    ] {
+        let err = Client::new(ClientConfig::new([address])).unwrap_err();
+        let Error::Invalid(why) = &err else {
+            panic!("{address}: {err:?}")
+        };
+        assert!(why.contains("user or password"), "{why}");
+        assert!(!why.contains("hunter2") && !why.contains("admin"), "{why}");
+    }
+}
