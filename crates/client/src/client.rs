@@ -33,7 +33,11 @@ pub enum Via {
 }
 
 /// A granted rate request.
+///
+/// Non-exhaustive: only the client makes one, and later versions may say
+/// more about a grant without breaking callers that read its fields.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Grant {
     /// Hits granted (`min_hits` when degraded or overridden).
     pub granted: u64,

@@ -59,8 +59,10 @@ pub struct Outage {
     pub tried: Vec<Unanswered>,
 }
 
-/// One server that did not answer a call, and why.
+/// One server that did not answer a call, and why. Non-exhaustive: only
+/// the client makes one.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Unanswered {
     /// The server as the client was given it (`127.0.0.1:8081`,
     /// `https://tollgate.internal:8081`), at most [`MAX_ERROR_BYTES`].
