@@ -245,7 +245,12 @@ fn failed(e: Error, json_out: bool) -> Result<u8> {
                     add_outage(&mut out, Some(outage));
                     println!("{out}");
                 }
-                eprintln!("error: {e}; {}", advice(outage));
+                // A TLS failure already says what to pass.
+                if outage.tls_failed() {
+                    eprintln!("error: {e}");
+                } else {
+                    eprintln!("error: {e}; {}", advice(outage));
+                }
                 return Ok(ERROR);
             }
             Err(anyhow::anyhow!("{e}"))
