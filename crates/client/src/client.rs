@@ -33,7 +33,11 @@ pub enum Via {
 }
 
 /// A granted rate request.
+///
+/// Non-exhaustive: only the client makes one, and later versions may say
+/// more about a grant without breaking callers that read its fields.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Grant {
     /// Hits granted (`min_hits` when degraded or overridden).
     pub granted: u64,
@@ -170,7 +174,7 @@ impl Client {
             )),
             Ok(_) => Err(wrong_kind()),
             Err(Call::Refused(f)) => Err(refused(f)),
-            Err(Call::Unavailable(outage)) => Err(Error::Unavailable(outage.to_string())),
+            Err(Call::Unavailable(outage)) => Err(outage.into()),
         }
     }
 
@@ -185,7 +189,7 @@ impl Client {
                 Err(f) => outage.push(&server.name, f),
             }
         }
-        Err(Error::Unavailable(outage.to_string()))
+        Err(outage.into())
     }
 }
 
@@ -209,7 +213,7 @@ pub(crate) enum Ended<T> {
 
 /// An answer that does not match its question (a server bug).
 pub(crate) fn wrong_kind() -> Error {
-    Error::Unavailable("an answer of the wrong kind".to_owned())
+    Error::WrongAnswer
 }
 
 /// Why a call did not reach an answer.
@@ -239,7 +243,9 @@ pub(crate) fn refused(f: Failure) -> Error {
             reason,
             message,
         },
-        Failure::Unreachable(why) => Error::Unavailable(why),
+        // Never a refusal (is_refusal, is_client_error): callers keep
+        // these in an outage under their server's name before.
+        f @ (Failure::Unreachable(_) | Failure::Tls(_)) => Outage::one("a server", f).into(),
     }
 }
 
@@ -302,7 +308,7 @@ impl Inner {
         match session.call(op, None, self.config.request_timeout).await {
             Ok(answer) => Ok((answer, session)),
             Err(f) => {
-                if matches!(f, Failure::Unreachable(_)) || !session.is_alive() {
+                if f.is_unanswered() || !session.is_alive() {
                     server.failed(&session, &f);
                 }
                 Err(f)
@@ -336,7 +342,7 @@ impl Inner {
                 Err(Call::Refused(f)) => return Err(refused(f)),
                 Err(Call::Unavailable(outage)) => {
                     if !self.config.fail_open {
-                        return Err(Error::Unavailable(outage.to_string()));
+                        return Err(outage.into());
                     }
                     self.degraded(what, &outage);
                     let waited = clock.now().saturating_sub(start);
@@ -391,9 +397,12 @@ impl Server {
     async fn status(&self, timeout: Duration) -> Result<v1::StatusResponse, Failure> {
         let channel = self.channel().await?;
         let mut grpc = v1::tollgate_client::TollgateClient::new(channel);
-        match tokio::time::timeout(timeout, grpc.status(v1::StatusRequest {})).await {
+        let deadline = tokio::time::Instant::now() + timeout;
+        match tokio::time::timeout_at(deadline, grpc.status(v1::StatusRequest {})).await {
             Ok(Ok(r)) => Ok(r.into_inner()),
-            Ok(Err(s)) => Err(self.diagnose(crate::session::status_failure(&s)).await),
+            Ok(Err(s)) => Err(self
+                .diagnose(crate::session::status_failure(&s), deadline)
+                .await),
             Err(_) => Err(Failure::Unreachable(format!(
                 "did not answer within {timeout:?}"
             ))),

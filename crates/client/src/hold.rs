@@ -189,8 +189,8 @@ impl Hold {
                 Err(Error::HoldLost)
             }
             // Failures do not name their server; the hold's is this one.
-            Err(Failure::Unreachable(why)) => {
-                Err(Error::Unavailable(format!("{}: {why}", session.endpoint)))
+            Err(f @ (Failure::Unreachable(_) | Failure::Tls(_))) => {
+                Err(Outage::one(&session.endpoint, f).into())
             }
             Err(f) => Err(crate::client::refused(f)),
         }

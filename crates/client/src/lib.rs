@@ -67,5 +67,5 @@ pub use client::{Client, Grant, HoldBuilder, RequestBuilder, Via};
 pub use config::{kill_switch_from_env, ClientConfig, Tls, KILL_SWITCH_ENV};
 pub use error::{Error, Rejected, Rejection};
 pub use hold::Hold;
-pub use outage::{Outage, Unanswered};
+pub use outage::{FailureKind, Outage, Unanswered, MAX_ERROR_BYTES, SHOWN_SERVERS};
 pub use tollgate_proto::v1;

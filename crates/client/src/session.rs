@@ -38,6 +38,12 @@ pub(crate) enum Failure {
     /// text does not name the server: whoever asked it adds the name
     /// (an [`Outage`](crate::Outage) lists each server with its failure).
     Unreachable(String),
+    /// No answer because TLS with the server failed in a way a setting
+    /// fixes (the server requires a client certificate, or refused this
+    /// one; its certificate is not trusted, or lacks the name): like
+    /// [`Failure::Unreachable`] for failover and fail-open, but named, so
+    /// a caller can tell a misconfiguration from an outage.
+    Tls(String),
     /// The server answered with an error.
     Status {
         code: tonic::Code,
@@ -71,6 +77,8 @@ impl Failure {
         use tonic::Code::*;
         match self {
             Failure::Unreachable(_) => true,
+            // Already said why.
+            Failure::Tls(_) => false,
             Failure::Status { code, reason, .. } => {
                 reason.is_empty() && matches!(code, Internal | Unknown | Unavailable | Cancelled)
             }
@@ -84,7 +92,7 @@ impl Failure {
     pub(crate) fn is_client_error(&self) -> bool {
         use tonic::Code::*;
         match self {
-            Failure::Unreachable(_) => false,
+            Failure::Unreachable(_) | Failure::Tls(_) => false,
             // The server ended the session under the caller: another
             // session (or server) will do.
             Failure::Status { reason, .. } if reason == "session_closed" => false,
@@ -101,9 +109,23 @@ impl Failure {
         }
     }
 
+    /// Why TLS failed, if that is the failure.
+    fn tls(&self) -> Option<&str> {
+        match self {
+            Failure::Tls(why) => Some(why),
+            _ => None,
+        }
+    }
+
+    /// Whether nobody answered (unreachable, or TLS failed): the server
+    /// is backed off from.
+    pub(crate) fn is_unanswered(&self) -> bool {
+        matches!(self, Failure::Unreachable(_) | Failure::Tls(_))
+    }
+
     fn describe(&self) -> String {
         match self {
-            Failure::Unreachable(why) => why.clone(),
+            Failure::Unreachable(why) | Failure::Tls(why) => why.clone(),
             Failure::Status {
                 code,
                 reason,
@@ -407,7 +429,7 @@ pub(crate) struct Server {
     open_timeout: Duration,
     /// Finds out what the server refused when a call fails on the
     /// connection (see [`crate::tls`]).
-    probe: Probe,
+    probe: Arc<Probe>,
 }
 
 #[derive(Default)]
@@ -422,6 +444,9 @@ struct State {
     /// What the last failure was: a call refused during the backoff says
     /// it, not only that the server failed.
     last_failure: String,
+    /// Whether the last failure was TLS's: a call refused during the
+    /// backoff is then a TLS failure too, told apart from an outage.
+    last_tls: bool,
 }
 
 impl Server {
@@ -436,10 +461,28 @@ impl Server {
         };
         let mut endpoint = Endpoint::from_shared(full.clone())
             .map_err(|e| format!("bad server address {uri:?}: {e}"))?;
+        // A user or password would be shown in every outage, on stdout
+        // and in JSON; tollgate servers take none: refused, unshown.
+        if let Some((_, host)) = endpoint
+            .uri()
+            .authority()
+            .and_then(|a| a.as_str().rsplit_once('@'))
+        {
+            return Err(format!(
+                "bad server address for {host}: it has a user or password (before `@`), \
+                 which tollgate servers do not take; remove it"
+            ));
+        }
         let https = full.starts_with("https://");
         // Before tonic's TLS settings, whose errors name nothing.
-        let probe = Probe::new(endpoint.uri(), config.tls.as_ref(), https)
-            .map_err(|e| format!("TLS for {uri:?}: {e}"))?;
+        let probe = Probe::new(
+            endpoint.uri(),
+            config.tls.as_ref(),
+            https,
+            config.connect_timeout,
+            Arc::clone(&config.clock),
+        )
+        .map_err(|e| format!("TLS for {uri:?}: {e}"))?;
         endpoint = endpoint
             .connect_timeout(config.connect_timeout)
             .tcp_nodelay(true)
@@ -463,7 +506,7 @@ impl Server {
             open_timeout: config
                 .connect_timeout
                 .saturating_add(config.request_timeout),
-            probe,
+            probe: Arc::new(probe),
         })
     }
 
@@ -483,10 +526,11 @@ impl Server {
         }
         // The connect timeout covers only TCP: a server that accepts and
         // then stalls (TLS, headers) must not hang callers past it.
-        let opened = tokio::time::timeout(self.open_timeout, async {
+        let deadline = tokio::time::Instant::now() + self.open_timeout;
+        let opened = tokio::time::timeout_at(deadline, async {
             let channel = self.channel().await?;
             match open(channel, self.name.clone()).await {
-                Err(f) => Err(self.diagnose(f).await),
+                Err(f) => Err(self.diagnose(f, deadline).await),
                 opened => opened,
             }
         })
@@ -567,15 +611,16 @@ impl Server {
             }
         };
         let mut grpc = v1::tollgate_client::TollgateClient::new(channel);
-        let answer = match tokio::time::timeout(timeout, grpc.request(request)).await {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let answer = match tokio::time::timeout_at(deadline, grpc.request(request)).await {
             Ok(Ok(r)) => Ok(r.into_inner()),
-            Ok(Err(status)) => Err(self.diagnose(status_failure(&status)).await),
+            Ok(Err(status)) => Err(self.diagnose(status_failure(&status), deadline).await),
             Err(_) => Err(Failure::Unreachable(format!(
                 "did not answer within {timeout:?}"
             ))),
         };
         match &answer {
-            Err(f @ Failure::Unreachable(_)) => self.channel_failed(f),
+            Err(f) if f.is_unanswered() => self.channel_failed(f),
             _ => {
                 let mut state = self.state();
                 if state.failures > 0 {
@@ -590,12 +635,20 @@ impl Server {
 
     /// Whether the server is in its reconnection backoff.
     fn backing_off(&self, state: &State) -> Result<(), Failure> {
+        let now = self.clock.now();
         match state.retry_at {
-            Some(at) if self.clock.now() < at => Err(Failure::Unreachable(format!(
-                "failed recently ({}); next attempt in {:?}",
-                state.last_failure,
-                at.saturating_sub(self.clock.now())
-            ))),
+            Some(at) if now < at => {
+                let why = format!(
+                    "failed recently ({}); next attempt in {:?}",
+                    state.last_failure,
+                    at.saturating_sub(now)
+                );
+                Err(if state.last_tls {
+                    Failure::Tls(why)
+                } else {
+                    Failure::Unreachable(why)
+                })
+            }
             _ => Ok(()),
         }
     }
@@ -614,40 +667,37 @@ impl Server {
 
     /// A connection for a unary call (`status`).
     pub(crate) async fn channel(&self) -> Result<Channel, Failure> {
-        self.endpoint.connect().await.map_err(|e| {
-            let why = match self.probe.explain(&e) {
-                Some(tls) => {
-                    self.tls_failed(&tls);
-                    tls
-                }
-                None => error_chain(&e),
-            };
-            // The server's name is added where failures are collected.
-            Failure::Unreachable(format!("cannot connect: {why}"))
+        // The server's name is added where failures are collected.
+        self.endpoint.connect().await.map_err(|e| match self.probe.explain(&e) {
+            Some(why) => {
+                // A refused certificate (either side's) looks like any
+                // failed connection and would fail open quietly: say it
+                // loudly. Once per attempt, and attempts back off.
+                tracing::error!(server = %self.name, error = %why, "TLS with the server failed");
+                Failure::Tls(format!("cannot connect: {why}"))
+            }
+            None => Failure::Unreachable(format!("cannot connect: {}", error_chain(&e))),
         })
     }
 
     /// `failure` of a call, or what the server refused when the call
     /// failed on its connection: a server that refused this client's
     /// certificate closes the connection after the handshake, and the
-    /// call only hears `Cancelled` (see [`crate::tls`]).
-    pub(crate) async fn diagnose(&self, failure: Failure) -> Failure {
+    /// call only hears `Cancelled` (see [`crate::tls`]). Waits for the
+    /// probe until `deadline`, the end of the call's own time, at most.
+    pub(crate) async fn diagnose(
+        &self,
+        failure: Failure,
+        deadline: tokio::time::Instant,
+    ) -> Failure {
         if !failure.is_transport() {
             return failure;
         }
-        match tokio::time::timeout(self.open_timeout, self.probe.run()).await {
-            Ok(Some(why)) => {
-                self.tls_failed(&why);
-                Failure::Unreachable(why)
-            }
-            _ => failure,
+        // The probe logs what it found, once per probe.
+        match self.probe.refused(deadline).await {
+            Some(why) => Failure::Tls(why),
+            None => failure,
         }
-    }
-
-    /// A refused certificate (either side's) looks like any failed
-    /// connection and would fail open quietly: say it loudly.
-    fn tls_failed(&self, why: &str) {
-        tracing::error!(server = %self.name, error = why, "TLS with the server failed");
     }
 
     /// Records that `session` did not answer: it is dropped and the
@@ -664,9 +714,13 @@ impl Server {
         }
     }
 
+    /// Backs off from the server after a failure, keeping `why` to say
+    /// during the backoff.
     fn failed_locked(&self, state: &mut State, why: &Failure) {
         state.session = None;
-        state.last_failure = why.to_string();
+        // Said again in every call during the backoff: kept bounded.
+        state.last_failure = crate::outage::clean(why);
+        state.last_tls = why.tls().is_some();
         let nominal = self
             .reconnect_base
             .saturating_mul(1u32.checked_shl(state.failures.min(16)).unwrap_or(u32::MAX))

@@ -10,7 +10,7 @@
 use std::net::TcpListener;
 use std::time::Duration;
 
-use tollgate_client::{Client, ClientConfig, Error, Via};
+use tollgate_client::{Client, ClientConfig, Error, FailureKind, Via};
 
 /// A loopback address nothing listens on: a port the system just handed
 /// out, closed again before it is used.
@@ -85,13 +85,41 @@ async fn without_fail_open_the_error_names_each_server_and_its_error() {
         .send()
         .await
         .unwrap_err();
-    let Error::Unavailable(why) = &err else {
+    let Error::Unavailable(outage) = &err else {
         panic!("{err:?}")
     };
+    // The structured outage, as a degraded grant has it.
+    let servers: Vec<&str> = outage.tried.iter().map(|u| u.server.as_str()).collect();
+    assert_eq!(servers, [a.as_str(), b.as_str()]);
+    assert!(outage
+        .tried
+        .iter()
+        .all(|u| u.kind == FailureKind::Unreachable));
+    assert_eq!(err.outage(), Some(outage));
+    let why = &outage.to_string();
     assert!(why.starts_with(&format!("{a}: cannot connect: ")), "{why}");
     assert!(why.contains(&format!("; {b}: cannot connect: ")), "{why}");
     assert!(
         err.to_string().starts_with("no tollgate server answered: "),
         "{err}"
     );
+}
+
+/// Review of issue 23: an address with a user and password was kept as
+/// the server's name, and so printed in every outage (stdout, JSON,
+/// logs). It is refused when the client is made, without showing them.
+#[test]
+fn a_server_address_with_a_user_or_password_is_refused_unshown() {
+    for address in [
+        "http://admin:hunter2@127.0.0.1:8081",
+        "https://admin:hunter2@tollgate.internal:8081",
+        "admin:hunter2@127.0.0.1:8081",
+    ] {
+        let err = Client::new(ClientConfig::new([address])).unwrap_err();
+        let Error::Invalid(why) = &err else {
+            panic!("{address}: {err:?}")
+        };
+        assert!(why.contains("user or password"), "{why}");
+        assert!(!why.contains("hunter2") && !why.contains("admin"), "{why}");
+    }
 }

@@ -32,9 +32,8 @@ use redis::{
     Client, ClientTlsConfig, FromRedisValue, IntoConnectionInfo, RedisError, RedisResult,
     ScriptInvocation, TlsCertificates,
 };
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use thiserror::Error;
+use tollgate_tls::{certificates, private_key, trust_anchors, Anchors};
 
 /// Where the store's Redis is, as given on the command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -312,33 +311,20 @@ impl ConnectOptions {
         if self.tls_ca.is_none() && self.tls_client.is_none() {
             return Ok(None);
         }
-        let mut roots = rustls::RootCertStore::empty();
-        if let Some(pem) = &self.tls_ca {
-            let certs = CertificateDer::pem_slice_iter(pem)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| (TlsPart::Ca, format!("not PEM certificates: {e}")))?;
-            if certs.is_empty() {
-                return Err((TlsPart::Ca, "no PEM certificate in it".to_owned()));
+        // Every CA certificate must be usable: redis-rs refuses a bundle
+        // with one it cannot add, at the first connection.
+        let roots = match &self.tls_ca {
+            Some(pem) => {
+                trust_anchors(pem, Anchors::Every).map_err(|e| (TlsPart::Ca, e.to_string()))?
             }
-            for cert in certs {
-                roots.add(cert).map_err(|e| {
-                    (
-                        TlsPart::Ca,
-                        format!("a certificate that cannot be trusted: {e}"),
-                    )
-                })?;
-            }
-        }
+            None => rustls::RootCertStore::empty(),
+        };
         if let Some(client) = &self.tls_client {
-            let chain = CertificateDer::pem_slice_iter(&client.cert_pem)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| (TlsPart::ClientCert, format!("not PEM certificates: {e}")))?;
-            if chain.is_empty() {
-                return Err((TlsPart::ClientCert, "no PEM certificate in it".to_owned()));
-            }
-            // The parse error names the PEM section, never the key's bytes.
-            let key = PrivateKeyDer::from_pem_slice(&client.key_pem)
-                .map_err(|e| (TlsPart::ClientKey, format!("no PEM private key: {e}")))?;
+            let chain =
+                certificates(&client.cert_pem).map_err(|e| (TlsPart::ClientCert, e.to_string()))?;
+            // The error names the PEM block, never the key's bytes.
+            let key =
+                private_key(&client.key_pem).map_err(|e| (TlsPart::ClientKey, e.to_string()))?;
             rustls::ClientConfig::builder()
                 .with_root_certificates(roots)
                 .with_client_auth_cert(chain, key)

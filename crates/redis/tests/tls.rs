@@ -252,12 +252,12 @@ async fn unusable_tls_material_is_refused_naming_the_part_and_never_the_key() {
                 o
             },
             TlsPart::Ca,
-            "no PEM certificate",
+            "no CERTIFICATE block",
         ),
         (
             options(&url, Some(&certs), Some(client("", &certs.client_key))),
             TlsPart::ClientCert,
-            "no PEM certificate",
+            "no CERTIFICATE block",
         ),
         (
             options(
@@ -266,7 +266,7 @@ async fn unusable_tls_material_is_refused_naming_the_part_and_never_the_key() {
                 Some(client(&certs.client_cert, "garbage")),
             ),
             TlsPart::ClientKey,
-            "no PEM private key",
+            "no usable PRIVATE KEY block",
         ),
         // Another certificate's key.
         (

@@ -394,9 +394,20 @@ fn wire_status(s: &DescriptorStatus, entry: Option<&ResourceEntry>, now: Nanos) 
         (Some(d), _) if !over || d.reset_after > Nanos::ZERO => Some(d.reset_after),
         // Over with a counter holding nothing: the request alone asks
         // more than the limit. "Fresh now" would invite a retry that
-        // fails the same way; say when the window it was judged in ends.
-        (_, Some(l)) => Some(until_window_end(l, now)),
-        (Some(_), None) => Some(fresh_again_once_spent(entry, s.domain.as_deref(), now)),
+        // fails the same way; say when a used-up counter is fresh again,
+        // as its own algorithm tells (for a native limit, an epoch-aligned
+        // fixed window, the end of the unit's window; for an extension
+        // with a unit, such as a first_hit day, not UTC midnight).
+        (Some(_), l) => {
+            let fresh = fresh_again_once_spent(entry, s.domain.as_deref(), now);
+            match l {
+                Some(l) if fresh == Nanos::ZERO => Some(until_window_end(l, now)),
+                _ => Some(fresh),
+            }
+        }
+        // No decision (`requests_per_unit: 0` rejected it unlooked at):
+        // the end of the unit's window, as upstream computes it.
+        (None, Some(l)) => Some(until_window_end(l, now)),
         (None, None) => None,
     };
     if let Some(reset) = reset {

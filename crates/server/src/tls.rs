@@ -14,38 +14,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::server::WebPkiClientVerifier;
-use rustls::{CertificateError, RootCertStore, ServerConfig};
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-
-/// Where the rules for certificates, and commands that make certificates
-/// that work, are written down (for errors that send the reader there).
-pub(crate) const HOW_TO_MAKE_CERTIFICATES: &str = "docs/server.md, \"Making certificates\"";
-
-/// Whether rustls refused a certificate for being X.509 v1. webpki reads
-/// v3 certificates only (a v1 certificate has no extensions: no
-/// subjectAltName, key usage or CA flag to check), so a v1 server
-/// certificate cannot be served and a v1 client certificate is refused
-/// in the handshake. A v1 CA certificate is fine as a trust anchor.
-pub(crate) fn is_x509_v1(e: &CertificateError) -> bool {
-    matches!(webpki_error(e), Some(webpki::Error::UnsupportedCertVersion))
-}
-
-/// Whether rustls refused a certificate for being a CA's (basicConstraints
-/// CA:TRUE) where a leaf was expected: a self-signed certificate made with
-/// `openssl req -x509`, say, presented as a client's own.
-pub(crate) fn is_ca_as_leaf(e: &CertificateError) -> bool {
-    matches!(webpki_error(e), Some(webpki::Error::CaUsedAsEndEntity))
-}
-
-/// webpki's error behind rustls's, which passes the ones it has no variant
-/// for through as `Other`.
-fn webpki_error(e: &CertificateError) -> Option<&webpki::Error> {
-    match e {
-        CertificateError::Other(other) => other.0.downcast_ref::<webpki::Error>(),
-        _ => None,
-    }
-}
+use rustls::{RootCertStore, ServerConfig};
+use rustls_pki_types::CertificateDer;
+use tollgate_tls::{is_x509_v1, Anchors, PemError, HOW_TO_MAKE_CERTIFICATES};
 
 /// A TLS setting that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -117,50 +88,42 @@ fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
     })
 }
 
+/// `problem` with the file `path` (given for `what`).
+fn pem_error(what: &'static str, path: &Path, problem: PemError) -> TlsError {
+    TlsError::Pem {
+        what,
+        path: path.to_owned(),
+        problem: problem.to_string(),
+    }
+}
+
 fn certs(
     what: &'static str,
     path: &Path,
     pem: &[u8],
 ) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let certs = CertificateDer::pem_slice_iter(pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsError::Pem {
-            what,
-            path: path.to_owned(),
-            problem: format!("not valid PEM: {e}"),
-        })?;
-    if certs.is_empty() {
-        return Err(TlsError::Pem {
-            what,
-            path: path.to_owned(),
-            problem: "no CERTIFICATE block found".into(),
-        });
-    }
-    Ok(certs)
+    tollgate_tls::certificates(pem).map_err(|e| pem_error(what, path, e))
 }
 
-/// The CA certificates of `pem` (from `path`) as trust anchors: at least
-/// one, each one rustls can verify a chain against.
-fn roots(what: &'static str, path: &Path, pem: &[u8]) -> Result<RootCertStore, TlsError> {
-    let mut roots = RootCertStore::empty();
-    for c in certs(what, path, pem)? {
-        roots.add(c).map_err(|e| TlsError::Pem {
-            what,
-            path: path.to_owned(),
-            problem: format!("not a usable CA certificate: {e}"),
-        })?;
-    }
-    Ok(roots)
+/// The CA certificates of `pem` (from `path`) as trust anchors, `which`
+/// of them must be usable.
+fn roots(
+    what: &'static str,
+    path: &Path,
+    pem: &[u8],
+    which: Anchors,
+) -> Result<RootCertStore, TlsError> {
+    tollgate_tls::trust_anchors(pem, which).map_err(|e| pem_error(what, path, e))
 }
 
-/// Reads the PEM CA certificates in `path` and checks them as the server's
-/// own client CA is checked (at least one, each a usable trust anchor),
-/// for a client that takes the PEM itself (tonic's, to an OpenTelemetry
-/// collector): the file's bytes. `what` names the file in errors (the
-/// flag that gave it, say).
+/// Reads the PEM CA certificates in `path` and checks them as tonic will
+/// use them, for a client that takes the PEM itself (tonic's, to an
+/// OpenTelemetry collector): tonic skips a certificate it cannot parse,
+/// so at least one must be usable. Returns the file's bytes. `what` names
+/// the file in errors (the flag that gave it, say).
 pub fn read_ca(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
     let pem = read(what, path)?;
-    roots(what, path, &pem)?;
+    roots(what, path, &pem, Anchors::Usable)?;
     Ok(pem)
 }
 
@@ -176,16 +139,14 @@ impl Tls {
             .map(|p| read("client CA", p))
             .transpose()?;
         let chain = certs("certificate", &files.cert, &cert_pem)?;
-        let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|_| TlsError::Pem {
-            what: "private key",
-            path: files.key.clone(),
-            problem: "no usable PRIVATE KEY block found (PKCS#8, PKCS#1 or SEC1 PEM expected)"
-                .into(),
-        })?;
+        let key = tollgate_tls::private_key(&key_pem)
+            .map_err(|e| pem_error("private key", &files.key, e))?;
         let builder = ServerConfig::builder();
         let builder = match (&files.client_ca, &client_ca_pem) {
             (Some(path), Some(pem)) => {
-                let roots = roots("client CA", path, pem)?;
+                // Every certificate of the bundle: the server applies it
+                // itself, and a broken entry is better named than skipped.
+                let roots = roots("client CA", path, pem, Anchors::Every)?;
                 let verifier = WebPkiClientVerifier::builder(Arc::new(roots))
                     .build()
                     .map_err(|e| TlsError::Config(e.to_string()))?;

@@ -74,6 +74,8 @@ descriptors:
     rate_limit: { algorithm: sliding_log, limit: 2, window: 1h, name: hourly }
   - key: bucket
     rate_limit: { algorithm: token_bucket, capacity: 4, rate: 1/min }
+  - key: daily
+    rate_limit: { algorithm: fixed_window, limit: 2, window: 1d, align: first_hit }
 ---
 namespaces:
   - name: native
@@ -446,6 +448,28 @@ fn headers_of(r: &RateLimitResponse) -> Vec<(&str, &str)> {
         .iter()
         .map(|h| (h.key.as_str(), h.value.as_str()))
         .collect()
+}
+
+/// Review of issue 23: an extension whose window is a whole unit (a
+/// `fixed_window` of 1d aligned on the first hit) reports unit DAY, and
+/// its over-limit reset was the end of the UTC day, not when its own
+/// window (started by a first hit now) would end.
+#[tokio::test]
+async fn more_hits_than_a_first_hit_day_report_a_day_not_utc_midnight() {
+    // 10:00 UTC: midnight is 14 hours away; a first-hit window, 24.
+    let day = 86_400;
+    let clock = Arc::new(ManualClock::new(Nanos::from_secs(19_000 * day + 36_000)));
+    let server = TestServer::start_clocked(CONFIG, Arc::clone(&clock)).await;
+    let mut rls = server.rls().await;
+    let r = ask(
+        &mut rls,
+        request("shop", vec![descriptor(&[("daily", "z")])], 3),
+    )
+    .await;
+    assert_eq!(code(r.overall_code), Code::OverLimit);
+    assert_eq!(limit_of(&r.statuses[0]), (2, Unit::Day));
+    assert_eq!(r.statuses[0].limit_remaining, 0);
+    assert_eq!(reset_secs(&r.statuses[0]), 86_400.0);
 }
 
 /// The same rule for limits that are not "N per unit" and for shadow

@@ -20,7 +20,7 @@ use common::serving::Serving;
 use common::Sandbox;
 use serde_json::Value;
 use tollgate_client::backoff::{Backoff, Clock, Sleep};
-use tollgate_client::{Client, ClientConfig, Error, Rejected, Tls, Via};
+use tollgate_client::{Client, ClientConfig, Error, FailureKind, Rejected, Tls, Via};
 
 const CONFIG: &str = r#"
 namespaces:
@@ -483,10 +483,32 @@ async fn copies_transfer_between_two_servers_sharing_redis() {
         .request("app", "api", "acme")
         .send()
         .await;
-    let Err(Error::Unavailable(why)) = err else {
+    let Err(Error::Unavailable(outage)) = err else {
         panic!("{err:?}")
     };
+    let why = outage.to_string();
     assert!(why.contains("Unavailable"), "{why}");
+    assert_eq!(outage.tried[0].kind, FailureKind::Server, "{outage:?}");
+
+    // Review of issue 23: the CLI told to "check that a server runs at
+    // --server" of a server that runs and answered with an error.
+    let grpc = a.grpc.to_string();
+    let out = dir.run(&[
+        "request",
+        "app",
+        "api",
+        "acme",
+        "--server",
+        &grpc,
+        "--timeout-ms",
+        "30000",
+    ]);
+    assert_eq!(out.code, Some(0), "{out}");
+    assert!(
+        out.stderr.contains("the servers run but could not decide"),
+        "{out}"
+    );
+    assert!(!out.stderr.contains("check that a server runs"), "{out}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -708,8 +730,9 @@ async fn mutual_tls_needs_the_clients_certificate() {
         .await
         .unwrap();
     assert_eq!(g.via, Via::Server);
+    // Refused for want of a certificate: a TLS failure, not an outage.
     let refused = tls(false).request("app", "api", "acme").send().await;
-    assert!(matches!(refused, Err(Error::Unavailable(_))), "{refused:?}");
+    assert!(matches!(refused, Err(Error::Tls(_))), "{refused:?}");
     // The CLI with files.
     let client_cert = dir.write("client.pem", &certs.client_cert);
     let client_key = dir.write("client.key", &certs.client_key);
@@ -865,6 +888,10 @@ fn a_degraded_cli_grant_names_the_server_and_why() {
     );
     assert!(refused(&out.stderr), "{out}");
     assert!(out.stderr.contains("--no-fail-open"), "{out}");
+    assert!(
+        out.stderr.contains("check that a server runs at --server"),
+        "{out}"
+    );
 
     let out = dir.run(&[
         "request", "app", "api", "acme", "--server", &closed, "--json",
@@ -873,7 +900,42 @@ fn a_degraded_cli_grant_names_the_server_and_why() {
     let v: Value = serde_json::from_str(out.stdout.trim()).unwrap();
     assert_eq!(v["via"], "degraded", "{v}");
     assert_eq!(v["outage"][0]["server"], closed.as_str(), "{v}");
+    assert_eq!(v["outage"][0]["kind"], "unreachable", "{v}");
     assert!(refused(v["outage"][0]["error"].as_str().unwrap()), "{v}");
+
+    // Review of issue 23: with fail-open off, the JSON error only had the
+    // outage's words, not each server and its error apart.
+    let out = dir.run(&[
+        "request",
+        "app",
+        "api",
+        "acme",
+        "--server",
+        &closed,
+        "--json",
+        "--no-fail-open",
+    ]);
+    assert_eq!(out.code, Some(2), "{out}");
+    let v: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(v["outcome"], "error", "{v}");
+    assert_eq!(v["outage"][0]["server"], closed.as_str(), "{v}");
+    assert!(refused(v["outage"][0]["error"].as_str().unwrap()), "{v}");
+    assert!(
+        out.stderr.contains("check that a server runs at --server"),
+        "{out}"
+    );
+
+    // Review of issue 23: a transfer of a degraded hold said only that it
+    // cannot be transferred, not why no server held it.
+    let out = dir.run(&["transfer", "app", "pool", "acme", "--server", &closed]);
+    assert_eq!(out.code, Some(2), "{out}");
+    assert!(out.stderr.contains("cannot be transferred"), "{out}");
+    assert!(
+        out.stderr.contains(&format!(
+            "no tollgate server answered ({closed}: cannot connect: "
+        )),
+        "{out}"
+    );
 
     let out = dir.run(&[
         "hold", "app", "pool", "acme", "--server", &closed, "--for", "0s",

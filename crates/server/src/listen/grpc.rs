@@ -24,7 +24,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::transport::server::{Connected, TcpConnectInfo, TcpIncoming};
 
-use super::handshake::Handshakes;
+use super::handshake::{linger, Handshakes};
 use super::{accept_failed, timed_out, ConnectionLimits, Gate, Io, Permit, Throttle};
 
 /// What a client sends first on HTTP/2: `PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`.
@@ -91,13 +91,18 @@ async fn accept(
         let handshakes = handshakes.clone();
         tokio::spawn(async move {
             let peer = info.remote_addr;
-            let tls = tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream));
+            let tls = tokio::time::timeout(
+                limits.handshake_timeout,
+                acceptor.accept(stream).into_fallible(),
+            );
             let tls = match tls.await {
                 Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => {
+                Ok(Err((e, tcp))) => {
                     if let Some(h) = &handshakes {
                         h.failed(peer, &e);
                     }
+                    linger(tcp).await;
+                    drop(permit);
                     return;
                 }
                 Err(_) => {

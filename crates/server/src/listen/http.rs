@@ -46,7 +46,7 @@ use tokio::time::{Instant, Sleep};
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
-use super::handshake::Handshakes;
+use super::handshake::{linger, Handshakes};
 use super::{accept_failed, timed_out, ConnectionLimits, Gate, Io, Permit, Throttle};
 
 /// How an HTTP port is served.
@@ -163,23 +163,31 @@ async fn connection(
     let Some(acceptor) = &shared.acceptor else {
         return drive(Io::Plain(tcp), &shared, stop).await;
     };
-    let handshake = tokio::time::timeout(shared.limits.handshake_timeout, acceptor.accept(tcp));
-    let tls = tokio::select! {
-        done = handshake => match done {
-            Ok(Ok(tls)) => tls,
-            Ok(Err(e)) => {
-                if let Some(h) = &shared.handshakes {
-                    h.failed(Some(peer), &e);
-                }
-                return;
-            }
-            Err(_) => {
-                timed_out(shared.listener, "handshake");
-                tracing::debug!(%peer, "TLS handshake timed out");
-                return;
-            }
-        },
+    let handshake = tokio::time::timeout(
+        shared.limits.handshake_timeout,
+        acceptor.accept(tcp).into_fallible(),
+    );
+    let done = tokio::select! {
+        done = handshake => done,
         _ = stop.wait_for(|s| *s) => return,
+    };
+    let tls = match done {
+        Ok(Ok(tls)) => tls,
+        Ok(Err((e, tcp))) => {
+            if let Some(h) = &shared.handshakes {
+                h.failed(Some(peer), &e);
+            }
+            tokio::select! {
+                () = linger(tcp) => {}
+                _ = stop.wait_for(|s| *s) => {}
+            }
+            return;
+        }
+        Err(_) => {
+            timed_out(shared.listener, "handshake");
+            tracing::debug!(%peer, "TLS handshake timed out");
+            return;
+        }
     };
     drive(Io::Tls(Box::new(tls)), &shared, stop).await;
 }

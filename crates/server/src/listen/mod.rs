@@ -25,8 +25,9 @@
 //! and at most once every ten seconds per reason ([`handshake`]).
 //!
 //! This module knows nothing of the limiting service: it depends only on
-//! hyper, rustls and the metric names, so the config API (served by the
-//! same binary) uses it as it is.
+//! hyper, rustls, tollgate-tls (the words for refused certificates) and
+//! the metric names, so the config API (served by the same binary) uses
+//! it as it is.
 
 /// Implements `AsyncWrite` for a wrapper of a connection by writing
 /// straight through to its `io` field (the wrappers watch reads only).
@@ -165,14 +166,14 @@ impl Gate {
             return Some(Permit(self.clone()));
         }
         ::metrics::counter!(m::CONNECTIONS_REFUSED, "listener" => g.listener).increment(1);
-        g.refusals.note(|refused| {
+        if let Some(refused) = g.refusals.note(Instant::now()) {
             tracing::warn!(
                 listener = g.listener,
                 max_connections = g.max,
                 refused,
                 "connection limit reached: closing new connections at once (logged at most every 10 s)"
             );
-        });
+        }
         None
     }
 
@@ -193,10 +194,13 @@ impl Drop for Permit {
 }
 
 /// Lets one of many like events through to the log per period, with the
-/// number of events since the last one logged.
+/// number of events since the last one logged. It only decides: the
+/// caller logs, after the lock is released, so that events a stranger
+/// causes at its own rate never queue behind a log write.
 struct Throttle {
     every: Duration,
-    // A std mutex: nothing awaits while it is held.
+    // A std mutex: nothing awaits while it is held, and it is held for a
+    // comparison and two stores.
     state: Mutex<(Option<Instant>, u64)>,
 }
 
@@ -208,16 +212,22 @@ impl Throttle {
         }
     }
 
-    /// Counts an event; calls `log` with the count when the period since
-    /// the last call has passed.
-    fn note(&self, log: impl FnOnce(u64)) {
+    /// Counts an event at `now`: the number of events since the last one
+    /// logged (this one included) when a period has passed since then, so
+    /// it is to be logged, else `None`. The time is an argument so tests
+    /// drive it.
+    fn note(&self, now: Instant) -> Option<u64> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.1 += 1;
-        let due = state.0.is_none_or(|last| last.elapsed() >= self.every);
-        if due {
-            log(state.1);
-            *state = (Some(Instant::now()), 0);
+        let due = state
+            .0
+            .is_none_or(|last| now.saturating_duration_since(last) >= self.every);
+        if !due {
+            return None;
         }
+        let count = state.1;
+        *state = (Some(now), 0);
+        Some(count)
     }
 }
 
@@ -295,9 +305,9 @@ fn timed_out(listener: &'static str, phase: &'static str) {
 /// Accepting failed (out of file descriptors, say): log (throttled, as it
 /// repeats for as long as the cause lasts) and pause, rather than spin.
 async fn accept_failed(throttle: &Throttle, listener: &'static str, e: &std::io::Error) {
-    throttle.note(|failures| {
+    if let Some(failures) = throttle.note(Instant::now()) {
         tracing::warn!(listener, error = %e, failures, "accepting a connection failed (logged at most every 10 s)");
-    });
+    }
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
@@ -318,17 +328,17 @@ mod tests {
 
     #[test]
     fn the_throttle_logs_the_first_event_then_counts_the_rest() {
-        let throttle = Throttle::new(Duration::from_secs(3600));
-        let mut logged = Vec::new();
-        for _ in 0..5 {
-            throttle.note(|n| logged.push(n));
-        }
-        assert_eq!(logged, vec![1]);
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let throttle = Throttle::new(Duration::from_secs(10));
+        let logged: Vec<_> = (0..5).map(|i| throttle.note(at(i * 1000))).collect();
+        assert_eq!(logged, vec![Some(1), None, None, None, None]);
+        // A period after the last line: the four counted since, and this.
+        assert_eq!(throttle.note(at(10_000)), Some(5));
+        assert_eq!(throttle.note(at(19_999)), None);
+        assert_eq!(throttle.note(at(20_000)), Some(2));
         let throttle = Throttle::new(Duration::ZERO);
-        let mut logged = Vec::new();
-        for _ in 0..3 {
-            throttle.note(|n| logged.push(n));
-        }
-        assert_eq!(logged, vec![1, 1, 1]);
+        let logged: Vec<_> = (0..3).map(|_| throttle.note(start)).collect();
+        assert_eq!(logged, vec![Some(1), Some(1), Some(1)]);
     }
 }

@@ -11,7 +11,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use serde_json::{json, Value};
-use tollgate_client::{Client, ClientConfig, Error, Grant, Hold, Outage, Rejected, Tls, Via};
+use tollgate_client::{
+    Client, ClientConfig, Error, FailureKind, Grant, Hold, Outage, Rejected, Tls, Via,
+};
 
 /// Exit code of a granted call.
 const GRANTED: u8 = 0;
@@ -234,7 +236,35 @@ fn failed(e: Error, json_out: bool) -> Result<u8> {
             }
             Ok(REJECTED)
         }
-        e => Err(anyhow::anyhow!("{e}")),
+        e => {
+            // No server answered: the JSON error keeps each server and
+            // its error apart, as a degraded grant's does.
+            if let Some(outage) = e.outage() {
+                if json_out {
+                    let mut out = json!({ "outcome": "error", "error": e.to_string() });
+                    add_outage(&mut out, Some(outage));
+                    println!("{out}");
+                }
+                // A TLS failure already says what to pass.
+                if outage.tls_failed() {
+                    eprintln!("error: {e}");
+                } else {
+                    eprintln!("error: {e}; {}", advice(outage));
+                }
+                return Ok(ERROR);
+            }
+            Err(anyhow::anyhow!("{e}"))
+        }
+    }
+}
+
+/// A failure kind as the JSON `outage` names it.
+fn kind(k: FailureKind) -> &'static str {
+    match k {
+        FailureKind::Unreachable => "unreachable",
+        FailureKind::Tls => "tls",
+        FailureKind::Server => "server_error",
+        _ => "other",
     }
 }
 
@@ -336,9 +366,25 @@ fn warn_degraded(outage: Option<&Outage>) {
     if let Some(outage) = outage {
         eprintln!(
             "warning: no tollgate server answered ({outage}), so the minimum was granted \
-             without limiting (fail-open); check that a server runs at --server \
-             (TOLLGATE_SERVER), or pass --no-fail-open to fail instead"
+             without limiting (fail-open); {}, or pass --no-fail-open to fail instead",
+            advice(outage)
         );
+    }
+}
+
+/// What to check when no server answered, by how they failed: a server
+/// that answered with an error runs (its store may not), and a TLS
+/// failure is a setting, not a missing server.
+fn advice(outage: &Outage) -> &'static str {
+    let kinds = || outage.tried.iter().map(|u| u.kind);
+    if kinds().any(|k| k == FailureKind::Tls) {
+        "check the TLS settings (--tls-ca, --tls-cert and --tls-key, --tls-domain) against the server's"
+    } else if kinds().all(|k| k == FailureKind::Unreachable) {
+        "check that a server runs at --server (TOLLGATE_SERVER)"
+    } else if kinds().all(|k| k == FailureKind::Server) {
+        "the servers run but could not decide: see their logs and /status (their store)"
+    } else {
+        "check that the servers at --server (TOLLGATE_SERVER) run and reach their store"
     }
 }
 
@@ -348,7 +394,7 @@ fn add_outage(out: &mut Value, outage: Option<&Outage>) {
         let tried: Vec<Value> = outage
             .tried
             .iter()
-            .map(|u| json!({"server": u.server, "error": u.error}))
+            .map(|u| json!({"server": u.server, "error": u.error, "kind": kind(u.kind)}))
             .collect();
         map.insert("outage".to_owned(), Value::Array(tried));
     }
@@ -460,10 +506,19 @@ pub fn transfer(args: TransferArgs) -> ExitCode {
             Err(e) => return failed(e, json_out),
         };
         let copies = hold.copies();
-        let id = hold
-            .transfer(copies, args.ttl)
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let id = match hold.transfer(copies, args.ttl).await {
+            Ok(id) => id,
+            // A degraded hold holds nothing to transfer: say why no server
+            // granted it.
+            Err(e @ Error::NotOnServer) => match hold.outage() {
+                Some(outage) => anyhow::bail!(
+                    "{e}: no tollgate server answered ({outage}); {}",
+                    advice(outage)
+                ),
+                None => anyhow::bail!("{e}"),
+            },
+            Err(e) => anyhow::bail!("{e}"),
+        };
         if json_out {
             println!(
                 "{}",
