@@ -459,20 +459,18 @@ impl Server {
         } else {
             format!("http://{uri}")
         };
-        let mut endpoint = Endpoint::from_shared(full.clone())
-            .map_err(|e| format!("bad server address {uri:?}: {e}"))?;
         // A user or password would be shown in every outage, on stdout
-        // and in JSON; tollgate servers take none: refused, unshown.
-        if let Some((_, host)) = endpoint
-            .uri()
-            .authority()
-            .and_then(|a| a.as_str().rsplit_once('@'))
-        {
+        // and in JSON; tollgate servers take none: refused, unshown. Found
+        // in the text, before the parse, whose error would quote it (a
+        // password with a `/` in it does not parse as one).
+        if let Some((_, host)) = uri.rsplit_once('@') {
             return Err(format!(
                 "bad server address for {host}: it has a user or password (before `@`), \
                  which tollgate servers do not take; remove it"
             ));
         }
+        let mut endpoint = Endpoint::from_shared(full.clone())
+            .map_err(|e| format!("bad server address {uri:?}: {e}"))?;
         let https = full.starts_with("https://");
         // Before tonic's TLS settings, whose errors name nothing.
         let probe = Probe::new(
