@@ -16,6 +16,7 @@
 //!   domain, group and global limits, transfer and seize).
 //! - [`replicated`]: limit states a gossip cluster replicates (CRDTs and
 //!   their merges).
+//! - [`hash`]: the stable hash that names shared state (FNV-1a-64).
 //!
 //! What is not here: keys, storage, concurrency, configuration parsing.
 //! Arithmetic saturates; no input makes this crate panic.
@@ -27,6 +28,7 @@ pub mod algorithms;
 pub mod copies;
 pub mod decision;
 pub mod error;
+pub mod hash;
 pub mod limit;
 pub mod plan;
 pub mod rate;

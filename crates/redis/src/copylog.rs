@@ -42,15 +42,10 @@ use redis::{RedisError, Script, Value};
 use crate::conn::Conn;
 use crate::script;
 
-/// A 64-bit FNV-1a hash: a pool's affinity, which names its keys' hash tag
-/// and forms the high half of its transfer ids.
+/// A pool's affinity (its stable hash, [`tollgate_core::hash`]), which
+/// names its keys' hash tag and forms the high half of its transfer ids.
 pub(crate) fn affinity(pool: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in pool.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
+    tollgate_core::hash::fnv1a64(pool.as_bytes())
 }
 
 /// Why this server stopped holding copies.

@@ -272,20 +272,12 @@ impl WireError {
     }
 }
 
-/// The tag of a cluster's name that every datagram carries: FNV-1a-64 of
-/// its UTF-8 bytes. A fixed function (not the standard library's seeded
-/// hasher), so every process of every version computes the same tag. It
-/// tells clusters apart; it is not secret and authenticates nothing.
+/// The tag of a cluster's name that every datagram carries: the stable
+/// hash ([`tollgate_core::hash`], FNV-1a-64) of its UTF-8 bytes, so every
+/// process of every version computes the same tag. It tells clusters
+/// apart; it is not secret and authenticates nothing.
 pub const fn cluster_tag(name: &str) -> u64 {
-    let bytes = name.as_bytes();
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut i = 0;
-    while i < bytes.len() {
-        hash ^= bytes[i] as u64;
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-        i += 1;
-    }
-    hash
+    tollgate_core::hash::fnv1a64(name.as_bytes())
 }
 
 /// The key datagrams are encrypted and authenticated under, derived from

@@ -1,33 +1,25 @@
 //! Stable identities for configured limits.
 //!
-//! A [`LimitId`] is a 64-bit FNV-1a hash of the namespace, resource, role
-//! and canonical parameters. FNV is chosen over the std hasher because the
-//! value must be the same in every process and every release: the Redis
+//! A [`LimitId`] is the stable hash ([`tollgate_core::hash`], FNV-1a-64)
+//! of the namespace, resource, role and canonical parameters: the value
+//! must be the same in every process and every release, since the Redis
 //! store and the replicated cluster name shared state with it.
 
+use tollgate_core::hash::Fnv1a;
 use tollgate_store::LimitId;
-
-const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-const PRIME: u64 = 0x0000_0100_0000_01b3;
 
 /// The id of a limit from its parts (joined with a separator that cannot
 /// occur in them unescaped, so distinct parts never collide by
 /// concatenation).
 pub fn limit_id(parts: &[&str]) -> LimitId {
-    let mut h = OFFSET;
+    let mut h = Fnv1a::new();
     for (i, part) in parts.iter().enumerate() {
         if i > 0 {
-            h = step(h, 0);
+            h = h.byte(0);
         }
-        for b in part.bytes() {
-            h = step(h, b);
-        }
+        h = h.bytes(part.as_bytes());
     }
-    LimitId(h)
-}
-
-fn step(h: u64, b: u8) -> u64 {
-    (h ^ u64::from(b)).wrapping_mul(PRIME)
+    LimitId(h.finish())
 }
 
 #[cfg(test)]
