@@ -37,6 +37,7 @@
 
 use tollgate_core::algorithms::smooth::SmoothState;
 use tollgate_core::{Algorithm, Nanos, ParamError, Rate, Request, Schedule, Smooth};
+use tollgate_testing::JavaRandom;
 
 /// One stopwatch event: a sleep, in whole microseconds.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -398,60 +399,6 @@ fn try_acquire_negative_timeouts_are_no_wait() {
         sw.read_events_and_clear(),
         [R(0), U(900_000), U(100_000), R(0)]
     );
-}
-
-/// `java.util.Random`, bit for bit, so chunkings are those Guava's test
-/// would draw with the same seed.
-struct JavaRandom {
-    seed: u64,
-}
-
-impl JavaRandom {
-    const MULTIPLIER: u64 = 0x5_DEEC_E66D;
-    const MASK: u64 = (1 << 48) - 1;
-
-    fn new(seed: i64) -> JavaRandom {
-        JavaRandom {
-            seed: (seed as u64 ^ Self::MULTIPLIER) & Self::MASK,
-        }
-    }
-
-    fn next(&mut self, bits: u32) -> i32 {
-        self.seed = (self.seed.wrapping_mul(Self::MULTIPLIER).wrapping_add(0xB)) & Self::MASK;
-        (self.seed >> (48 - bits)) as i32
-    }
-
-    fn next_int(&mut self, bound: i32) -> i32 {
-        assert!(bound > 0);
-        let mut r = self.next(31);
-        let m = bound - 1;
-        if bound & m == 0 {
-            return ((i64::from(bound) * i64::from(r)) >> 31) as i32;
-        }
-        let mut u = r;
-        loop {
-            r = u % bound;
-            if u.wrapping_sub(r).wrapping_add(m) >= 0 {
-                return r;
-            }
-            u = self.next(31);
-        }
-    }
-}
-
-#[test]
-fn java_random_matches_the_jdk() {
-    // Printed by OpenJDK 17: `new Random(42).nextInt(10)` x5,
-    // `new Random(0).nextInt(16)` x3, `new Random(-5).nextInt(7)` x6.
-    let mut r = JavaRandom::new(42);
-    let got: Vec<i32> = (0..5).map(|_| r.next_int(10)).collect();
-    assert_eq!(got, [0, 3, 8, 4, 0]);
-    let mut r = JavaRandom::new(0);
-    let got: Vec<i32> = (0..3).map(|_| r.next_int(16)).collect();
-    assert_eq!(got, [11, 13, 3]);
-    let mut r = JavaRandom::new(-5);
-    let got: Vec<i32> = (0..6).map(|_| r.next_int(7)).collect();
-    assert_eq!(got, [5, 6, 2, 6, 1, 5]);
 }
 
 /// Guava's `measureTotalTimeMillis`: acquires `permits` in random chunks,

@@ -17,6 +17,7 @@
 mod common;
 
 use std::sync::Arc;
+use tollgate_testing::JavaRandom;
 
 use common::strategies::step;
 use common::{caller_clock_store, conform, gcra, runtime, Item, RedisServer, Step, T0};
@@ -188,45 +189,6 @@ async fn check_guava(server: &RedisServer, limit: Limit, calls: &[Call]) {
         assert!(granted.allowed, "try #{i} is on time");
         assert_eq!(granted.granted, c.permits, "try #{i}");
         assert_eq!(granted.wait, Nanos::ZERO, "try #{i}");
-    }
-}
-
-/// `java.util.Random`, bit for bit (as in tollgate-core's tests/guava.rs),
-/// to replay the scripts whose waits the Java port of Guava printed.
-struct JavaRandom {
-    seed: u64,
-}
-
-impl JavaRandom {
-    const MULTIPLIER: u64 = 0x5_DEEC_E66D;
-    const MASK: u64 = (1 << 48) - 1;
-
-    fn new(seed: i64) -> JavaRandom {
-        JavaRandom {
-            seed: (seed as u64 ^ Self::MULTIPLIER) & Self::MASK,
-        }
-    }
-
-    fn next(&mut self, bits: u32) -> i32 {
-        self.seed = (self.seed.wrapping_mul(Self::MULTIPLIER).wrapping_add(0xB)) & Self::MASK;
-        (self.seed >> (48 - bits)) as i32
-    }
-
-    fn next_int(&mut self, bound: i32) -> i32 {
-        assert!(bound > 0);
-        let mut r = self.next(31);
-        let m = bound - 1;
-        if bound & m == 0 {
-            return ((i64::from(bound) * i64::from(r)) >> 31) as i32;
-        }
-        let mut u = r;
-        loop {
-            r = u % bound;
-            if u.wrapping_sub(r).wrapping_add(m) >= 0 {
-                return r;
-            }
-            u = self.next(31);
-        }
     }
 }
 

@@ -143,19 +143,8 @@ fn alive(s: &Serving) -> Option<f64> {
 
 /// Polls `check` until it passes; panics with its last complaint after
 /// [`EVENTUALLY`].
-fn eventually(what: &str, mut check: impl FnMut() -> Result<(), String>) {
-    let deadline = Instant::now() + EVENTUALLY;
-    loop {
-        let last = match check() {
-            Ok(()) => return,
-            Err(e) => e,
-        };
-        assert!(
-            Instant::now() < deadline,
-            "never happened within {EVENTUALLY:?}: {what}; last: {last}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+fn eventually(what: &str, check: impl FnMut() -> Result<(), String>) {
+    tollgate_testing::eventually(what, EVENTUALLY, check);
 }
 
 /// One request of `hits` on `resource` for `domain`: the answer, which

@@ -104,16 +104,8 @@ fn rss(pid: u32) -> u64 {
     kb * 1024
 }
 
-fn eventually(what: &str, mut check: impl FnMut() -> Result<(), String>) {
-    let mut last = String::new();
-    for _ in 0..600 {
-        match check() {
-            Ok(()) => return,
-            Err(e) => last = e,
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("never happened: {what}: {last}");
+fn eventually(what: &str, check: impl FnMut() -> Result<(), String>) {
+    tollgate_testing::eventually(what, Duration::from_secs(30), check);
 }
 
 // ---------------------------------------------------------------------
