@@ -642,10 +642,7 @@ proptest! {
 #[tokio::test]
 async fn not_held_says_what_the_session_holds_instead() {
     const GROUPS: &str = "namespaces:\n  - name: app\n    resources:\n      - { name: sandbox, kind: concurrency, domain_limit: 3, groups: [ { name: big, members: [acme, globex], limit: 20 } ] }\n      - { name: other, kind: concurrency, domain_limit: 3 }\n      - { name: api, algorithm: gcra, rate: 1/s }\n";
-    let loaded = tollgate_config::load_str("t.yaml", GROUPS).unwrap();
-    let clock = Arc::new(ManualClock::new(Nanos::from_secs(1_000)));
-    let limiter = Limiter::new(MemoryStore::new(), View::new(&loaded.config, Nanos::ZERO));
-    let svc = Arc::new(Service::new(limiter, clock as _, ServiceOptions::default()));
+    let svc = memory_service(GROUPS);
     let at = |resource, domain| Target {
         namespace: "app",
         resource,
@@ -788,10 +785,7 @@ async fn two_holds_the_second_unknown_to_the_store<S: Store>(
 /// session's record. A refused release now changes nothing.
 #[tokio::test]
 async fn a_release_the_store_refuses_halfway_changes_nothing() {
-    let loaded = tollgate_config::load_str("t.yaml", CONFIG).unwrap();
-    let clock = Arc::new(ManualClock::new(Nanos::from_secs(1_000)));
-    let limiter = Limiter::new(MemoryStore::new(), View::new(&loaded.config, Nanos::ZERO));
-    let svc = Arc::new(Service::new(limiter, clock as _, ServiceOptions::default()));
+    let svc = memory_service(CONFIG);
     let s = two_holds_the_second_unknown_to_the_store(&svc, |m| m).await;
     let e = svc.release(&s, target("pool"), None, 4).await.unwrap_err();
     assert_eq!(e.reason(), "not_held", "{e}");
@@ -866,10 +860,7 @@ async fn not_held_stays_within_its_budget_and_groups_are_bounded() {
             domains.join(", ")
         );
     }
-    let loaded = tollgate_config::load_str("t.yaml", &yaml).unwrap();
-    let clock = Arc::new(ManualClock::new(Nanos::from_secs(1_000)));
-    let limiter = Limiter::new(MemoryStore::new(), View::new(&loaded.config, Nanos::ZERO));
-    let svc = Arc::new(Service::new(limiter, clock as _, ServiceOptions::default()));
+    let svc = memory_service(&yaml);
     let at = |domain| Target {
         namespace: "app",
         resource: "sandbox",
@@ -941,6 +932,14 @@ async fn not_held_stays_within_its_budget_and_groups_are_bounded() {
     assert_eq!(s.held(), 6, "nothing moved");
 }
 
+/// A service over a memory store with the config `yaml`, at a fixed time.
+fn memory_service(yaml: &str) -> Arc<Service<MemoryStore>> {
+    let loaded = tollgate_config::load_str("t.yaml", yaml).unwrap();
+    let clock = Arc::new(ManualClock::new(Nanos::from_secs(1_000)));
+    let limiter = Limiter::new(MemoryStore::new(), View::new(&loaded.config, Nanos::ZERO));
+    Arc::new(Service::new(limiter, clock as _, ServiceOptions::default()))
+}
+
 /// Regression: the bounds on named groups refused releases of holds the
 /// config itself made. A domain in more groups than a request may name,
 /// with a group name longer than a name may be, reserves; its release and
@@ -955,10 +954,7 @@ async fn a_hold_in_more_groups_than_a_request_may_name_is_released_by_naming_the
     for g in &groups {
         yaml += &format!("          - {{ name: {g}, limit: 100, members: [acme] }}\n");
     }
-    let loaded = tollgate_config::load_str("t.yaml", &yaml).unwrap();
-    let clock = Arc::new(ManualClock::new(Nanos::from_secs(1_000)));
-    let limiter = Limiter::new(MemoryStore::new(), View::new(&loaded.config, Nanos::ZERO));
-    let svc = Arc::new(Service::new(limiter, clock as _, ServiceOptions::default()));
+    let svc = memory_service(&yaml);
     let at = Target {
         namespace: "app",
         resource: "sandbox",

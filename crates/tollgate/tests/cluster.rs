@@ -1196,6 +1196,26 @@ fn port_free_on(ips: &[&str]) -> u16 {
     panic!("no UDP port free on all of {ips:?}");
 }
 
+/// Nodes n2 and n3 on the second and third loopback addresses, formed into
+/// a cluster under the DNS name `pair.test`, which lists only them.
+fn dns_pair(dir: &Sandbox, dns: &DnsServer, port: u16) -> Vec<Serving> {
+    dns.set_addrs("pair.test", &LOOPBACKS[1..]);
+    let pair: Vec<Serving> = (1..3)
+        .map(|i| {
+            dns_node(
+                dir,
+                dns,
+                &format!("n{}", i + 1),
+                LOOPBACKS[i],
+                port,
+                "pair.test",
+            )
+        })
+        .collect();
+    wait_formed(&pair, 1);
+    pair
+}
+
 /// Starts node `id` with gossip on `ip:port`, whose only seeds are the
 /// addresses DNS lists for `name` (asked of `dns`, every 200 ms).
 fn dns_node(dir: &Sandbox, dns: &DnsServer, id: &str, ip: &str, port: u16, name: &str) -> Serving {
@@ -1268,20 +1288,7 @@ fn a_node_alone_in_dns_is_ready_and_joins_its_peers_once_dns_lists_them() {
     let dns = DnsServer::start();
     let port = port_free_on(&LOOPBACKS);
     // Two nodes already form a cluster under a name of their own.
-    dns.set_addrs("pair.test", &LOOPBACKS[1..]);
-    let mut pair: Vec<Serving> = (1..3)
-        .map(|i| {
-            dns_node(
-                &dir,
-                &dns,
-                &format!("n{}", i + 1),
-                LOOPBACKS[i],
-                port,
-                "pair.test",
-            )
-        })
-        .collect();
-    wait_formed(&pair, 1);
+    let mut pair = dns_pair(&dir, &dns, port);
     // The third node's name lists only itself: after its join timeout it
     // decides alone, the first of its cluster, and is ready.
     dns.set_addrs("all.test", &LOOPBACKS[..1]);
@@ -1336,20 +1343,7 @@ fn a_joining_node_asks_dns_again_before_its_join_timeout() {
     let dir = sandbox("cluster-dns-joining");
     let dns = DnsServer::start();
     let port = port_free_on(&LOOPBACKS);
-    dns.set_addrs("pair.test", &LOOPBACKS[1..]);
-    let pair: Vec<Serving> = (1..3)
-        .map(|i| {
-            dns_node(
-                &dir,
-                &dns,
-                &format!("n{}", i + 1),
-                LOOPBACKS[i],
-                port,
-                "pair.test",
-            )
-        })
-        .collect();
-    wait_formed(&pair, 1);
+    let pair = dns_pair(&dir, &dns, port);
     dns.set_addrs("all.test", &LOOPBACKS[..1]);
     let peers = format!("dns:all.test:{port}");
     let server = dns.addr.to_string();
