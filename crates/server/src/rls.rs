@@ -421,10 +421,10 @@ fn wire_status(s: &DescriptorStatus, entry: Option<&ResourceEntry>, now: Nanos) 
     out
 }
 
-/// For a limit that is not "N per unit" (an algorithm extension), how
-/// long its counter would take to be fresh again if it were used up now:
-/// what an over-limit descriptor reports when its counter holds nothing.
-/// Zero when the entry has no algorithm to ask.
+/// How long the descriptor's counter would take to be fresh again if it
+/// were used up now, as its own algorithm decides (native limit or
+/// extension alike): what an over-limit descriptor reports when its
+/// counter holds nothing. Zero when the entry has no algorithm to ask.
 fn fresh_again_once_spent(
     entry: Option<&ResourceEntry>,
     domain: Option<&str>,

@@ -149,6 +149,19 @@ fn run_in(dir: &Path, args: &[&str], stdin: Option<&[u8]>) -> Run {
     }
 }
 
+/// Removes the test's own `TOLLGATE_*` and `OTEL_*` variables from what
+/// `cmd` inherits: a flag's variable in the test's environment would
+/// change what is tested (`OTEL_*` too: `serve` refuses values the trace
+/// exporter cannot use).
+pub fn without_callers_settings(cmd: &mut Command) -> &mut Command {
+    for (k, _) in std::env::vars() {
+        if k.starts_with("TOLLGATE_") || k.starts_with("OTEL_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
 /// `tollgate ARGS` in `dir` with `env` and none of the caller's `TOLLGATE_*`
 /// variables (a flag's variable in the test's environment would change
 /// what is tested), run as [`run_bounded`] does within a minute.
@@ -156,12 +169,7 @@ fn run_in(dir: &Path, args: &[&str], stdin: Option<&[u8]>) -> Run {
 pub fn run_clean<S: AsRef<str>>(dir: &Path, args: &[S], env: &[(S, S)]) -> Run {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
     cmd.args(args.iter().map(AsRef::as_ref)).current_dir(dir);
-    for (k, _) in std::env::vars() {
-        // OTEL_* too: `serve` refuses values the trace exporter cannot use.
-        if k.starts_with("TOLLGATE_") || k.starts_with("OTEL_") {
-            cmd.env_remove(k);
-        }
-    }
+    without_callers_settings(&mut cmd);
     cmd.envs(env.iter().map(|(k, v)| (k.as_ref(), v.as_ref())));
     let shown = args.iter().map(|a| a.as_ref().to_owned()).collect();
     run_bounded(cmd, shown, std::time::Duration::from_secs(60))

@@ -25,6 +25,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../common/mod.rs"]
+mod common;
 mod markdown;
 mod matching;
 mod session;

@@ -52,11 +52,7 @@ impl Session {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .process_group(0);
-        for (k, _) in std::env::vars() {
-            if k.starts_with("TOLLGATE_") || k.starts_with("OTEL_") {
-                cmd.env_remove(k);
-            }
-        }
+        crate::common::without_callers_settings(&mut cmd);
         cmd.envs(env.iter().map(|(k, v)| (k, v)));
         let mut child = cmd.spawn().expect("bash runs");
         let stdin = child.stdin.take().unwrap();
