@@ -607,17 +607,14 @@ fn local_config(
 ) -> Result<(tollgate_config::Config, Vec<String>)> {
     if follows_api {
         // The file's part alone: the API's is fetched when serving.
-        return tollgate_server::app::compose(args.config.as_deref(), None)
-            .map_err(|e| anyhow::anyhow!("{e}"))
-            .context("cannot load the config");
+        return compose(args, None);
     }
     let loaded = match &args.config {
-        // Each diagnostic names the file: the wrapper says only what failed.
-        Some(path) => tollgate_config::load_path(path)
-            .map_err(|e| anyhow::anyhow!("cannot load the config: {}", e.plain()))?,
-        None => tollgate_config::load_str("examples/tollgate.yaml (bundled)", BUNDLED)
-            .map_err(|e| anyhow::anyhow!("cannot load the config: {}", e.plain()))?,
-    };
+        Some(path) => tollgate_config::load_path(path),
+        None => tollgate_config::load_str("examples/tollgate.yaml (bundled)", BUNDLED),
+    }
+    // Each diagnostic names the file: the wrapper says only what failed.
+    .map_err(|e| anyhow::anyhow!("cannot load the config: {}", e.plain()))?;
     let warnings = loaded.warnings.iter().map(ToString::to_string).collect();
     Ok((loaded.config, warnings))
 }
@@ -704,6 +701,17 @@ fn replica(args: &ServeArgs, settings: &ClusterSettings) -> Arc<Replica> {
 
 /// The error of a config the store cannot serve (the same from `serve`
 /// and `serve --check`).
+/// The config file's part (if any) and the config API's `part` (if it
+/// follows one) as one config, as the server installs it.
+fn compose(
+    args: &ServeArgs,
+    part: Option<&tollgate_server::app::ApiPart>,
+) -> Result<(tollgate_config::Config, Vec<String>)> {
+    tollgate_server::app::compose(args.config.as_deref(), part)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .context("cannot load the config")
+}
+
 fn refused(store_name: &str, problems: &[Unservable]) -> anyhow::Error {
     anyhow::anyhow!(store_rules::refusal(store_name, problems))
 }
@@ -818,10 +826,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
             else {
                 return Ok(());
             };
-            let (config, warnings) =
-                tollgate_server::app::compose(args.config.as_deref(), Some(&part))
-                    .map_err(|e| anyhow::anyhow!("{e}"))
-                    .context("cannot load the config")?;
+            let (config, warnings) = compose(&args, Some(&part))?;
             (config, warnings, Some((follower, part)))
         }
         None => (config, warnings, None),
