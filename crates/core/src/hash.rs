@@ -52,6 +52,22 @@ impl Default for Fnv1a {
     }
 }
 
+/// Feeds what [`std::hash::Hash`] writes into the hash, so a value can
+/// be hashed the same in every process (unlike with the standard library's
+/// seeded hasher). Integers are written in the machine's byte order and
+/// lengths as `usize`, so the value is the same only between machines of
+/// one byte order and word size: use it where a difference costs a repair,
+/// never where it would lose data.
+impl std::hash::Hasher for Fnv1a {
+    fn write(&mut self, bytes: &[u8]) {
+        *self = self.bytes(bytes);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// FNV-1a-64 of `bytes`.
 pub const fn fnv1a64(bytes: &[u8]) -> u64 {
     Fnv1a::new().bytes(bytes).finish()

@@ -2,8 +2,12 @@
 //! without a store (seed 000, the thesis; seed 001, the gossiping interval
 //! limiter). See `docs/replicated.md`.
 //!
-//! - [`replica`]: one node's replicated state and the [`ReplicaStore`]
-//!   that decides on it;
+//! - [`replica`]: one node's replicated state, decided on and merged
+//!   under shard locks;
+//! - [`deltas`]: what each peer has not been sent yet, and who gets an
+//!   update ([`Dissemination`]);
+//! - [`digest`]: the short summaries anti-entropy compares;
+//! - [`store`]: the [`ReplicaStore`] the server decides on;
 //! - [`wire`]: the datagrams nodes exchange, encrypted and authenticated
 //!   with the cluster's secret;
 //! - [`node`]: the sans-IO node (membership with foca, gossip rounds,
@@ -15,13 +19,18 @@
 
 #![deny(missing_docs)]
 
+pub mod deltas;
+pub mod digest;
 pub mod discovery;
 pub mod metrics;
 pub mod node;
 pub mod replica;
 pub mod runtime;
 pub mod sim;
+pub mod store;
 pub mod wire;
 
+pub use deltas::{Class, Dissemination, Round};
 pub use node::{Node, NodeConfig, Output, Peer, Sent, Timer};
-pub use replica::{Class, Replica, ReplicaOptions, ReplicaStore, Round};
+pub use replica::{Absorbed, Replica, ReplicaOptions};
+pub use store::ReplicaStore;

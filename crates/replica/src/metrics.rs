@@ -40,6 +40,8 @@ pub const KEY_MISMATCH: &str = "tollgate_cluster_key_mismatch";
 pub const CONVERGENCE_LAG: &str = "tollgate_gossip_convergence_lag_seconds";
 /// Full states sent to joining peers, and received.
 pub const FULL_STATES: &str = "tollgate_gossip_full_states_total";
+/// Anti-entropy digests received, by outcome (`agreed`, `repaired`).
+pub const ANTI_ENTROPY: &str = "tollgate_gossip_anti_entropy_total";
 
 /// Registers the descriptions with the installed recorder.
 pub fn describe() {
@@ -78,4 +80,9 @@ pub fn describe() {
         "Age of the oldest pending payload."
     );
     describe_counter!(FULL_STATES, "Full states sent and received, by direction.");
+    describe_counter!(
+        ANTI_ENTROPY,
+        "Anti-entropy digests received, by outcome: agreed, or repaired (the buckets that differ \
+         were exchanged)."
+    );
 }

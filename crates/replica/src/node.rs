@@ -75,8 +75,10 @@ use tollgate_core::replicated::NodeId;
 use tollgate_core::Nanos;
 use tollgate_store::Key;
 
+use crate::deltas::{Class, Dissemination, Round};
+use crate::digest::Digest;
 use crate::metrics as m;
-use crate::replica::{Class, Replica, Round};
+use crate::replica::Replica;
 use crate::wire::{
     self, Admission, Batch, Body, ClusterKey, Header, Message, ReplayGuard, WireError, ANYONE,
 };
@@ -179,6 +181,9 @@ pub struct Sent {
     pub gossip_datagrams: u64,
     /// Their bytes.
     pub gossip_bytes: u64,
+    /// Updates they carried: queue elements, counter and epoch entries
+    /// (a measure of how many times each update crosses the network).
+    pub gossip_updates: u64,
     /// Datagrams of membership and clock probes.
     pub other_datagrams: u64,
     /// Their bytes.
@@ -214,6 +219,19 @@ const MAX_STREAMS: usize = 16;
 
 /// Least time between two full states sent to one member on request.
 const FULL_REQUEST_EVERY: Nanos = Nanos::from_secs(2);
+
+/// Least time between two anti-entropy answers (to a digest or a pull) to
+/// one member: each costs a pass over every key.
+const REPAIR_EVERY: Nanos = Nanos::SECOND;
+
+/// How long a peer relays to this node after this node grafted it; a
+/// relay that keeps bringing news is renewed when half of it is left.
+pub const RELAY_FOR: Nanos = Nanos::from_secs(60);
+
+/// How many reachable members a node that cannot reach some member asks
+/// to relay: two, so a ring (each node hears its two neighbours) passes
+/// news both ways.
+const GRAFTS: usize = 2;
 
 /// How long a node hears nothing it can authenticate, and only datagrams
 /// that fail authentication from its seeds or members, before it reports
@@ -299,6 +317,14 @@ pub struct Node {
     pings: HashMap<SocketAddr, Nanos>,
     /// When each member was last sent a full state on request.
     answered: HashMap<SocketAddr, Nanos>,
+    /// When each member last sent an authentic datagram: anti-entropy
+    /// picks among members heard lately, which a partial mesh (a ring)
+    /// can reach.
+    heard: HashMap<SocketAddr, Nanos>,
+    /// When each member's digest or pull was last answered.
+    repaired: HashMap<SocketAddr, Nanos>,
+    /// When each member was last asked to relay ([`Body::Graft`]).
+    grafted: HashMap<SocketAddr, Nanos>,
     sent: Sent,
     /// Drops by reason, as counted in the metric (for tests).
     dropped: HashMap<&'static str, u64>,
@@ -365,6 +391,9 @@ impl Node {
             last_asked: None,
             pings: HashMap::new(),
             answered: HashMap::new(),
+            heard: HashMap::new(),
+            repaired: HashMap::new(),
+            grafted: HashMap::new(),
             sent: Sent::default(),
             dropped: HashMap::new(),
             started_at: Nanos::ZERO,
@@ -582,6 +611,9 @@ impl Node {
         // source reflects nothing to that source.
         let member = self.member_addr(header.from, header.incarnation);
         let peer = member.unwrap_or(from);
+        if let Some(member) = member {
+            self.heard.insert(member, now);
+        }
         match body {
             Body::Membership(bytes) => {
                 if let Err(e) = self.foca.handle_data(&bytes, &mut self.runtime) {
@@ -591,8 +623,39 @@ impl Node {
                 self.drain_membership(now, &mut out);
             }
             Body::Delta { items } => {
-                self.replica.absorb(peer, items, now);
+                let absorbed = self.replica.absorb(peer, header.from, items, now);
+                // Under origin dissemination a peer sends third nodes'
+                // news only as a relay this node asked for: news it did
+                // not have otherwise keeps the relay going.
+                if absorbed.relayed && member.is_some() {
+                    self.graft(peer, now, &mut out);
+                }
             }
+            Body::Digest { at, buckets } => match member {
+                Some(member) => self.answer_digest(member, at, buckets, now, &mut out),
+                None => self.count_drop("not_a_member", 1),
+            },
+            Body::Pull { buckets } => match member {
+                Some(member) if self.may_repair(member, now) => {
+                    let items = self.replica.items_in(buckets, now);
+                    self.send_items(member, items, Batch::Repair, now, &mut out);
+                }
+                Some(_) => self.count_drop("repair_throttled", 1),
+                None => self.count_drop("not_a_member", 1),
+            },
+            Body::Repair { items } => {
+                let absorbed = self.replica.absorb(peer, header.from, items, now);
+                if absorbed.late && member.is_some() {
+                    self.graft(peer, now, &mut out);
+                }
+            }
+            Body::Graft => match member {
+                Some(member) => {
+                    tracing::debug!(peer = %member, "relaying to a member that lacked news");
+                    self.replica.graft(member, now.saturating_add(RELAY_FOR));
+                }
+                None => self.count_drop("not_a_member", 1),
+            },
             Body::FullRequest => match member {
                 Some(member) => self.answer_full_request(member, now, &mut out),
                 None => self.count_drop("not_a_member", 1),
@@ -603,7 +666,7 @@ impl Node {
                 last,
                 items,
             } => {
-                self.replica.absorb(peer, items, now);
+                self.replica.absorb(peer, header.from, items, now);
                 if self.replica.is_synced() {
                     // A member sent its state after a partition, or as
                     // anti-entropy: merged, nothing to count.
@@ -892,7 +955,9 @@ impl Node {
                 }
                 self.offsets.retain(|a, _| self.members.contains_key(a));
                 self.pings.retain(|a, _| self.members.contains_key(a));
+                self.heard.retain(|a, _| self.members.contains_key(a));
                 self.check_clocks();
+                self.graft_around_gaps(now, &mut out);
                 out.timers
                     .push((nanos(self.config.probe_interval), Timer::Probe));
             }
@@ -924,14 +989,13 @@ impl Node {
                 }
             }
             Timer::AntiEntropy => {
-                // Deltas are sent once; a datagram lost on a link no other
-                // node forwards over would be lost for good. A full state
-                // to one member now and then repairs any such gap.
-                if self.replica.is_synced() && !self.members.is_empty() {
-                    let mut members: Vec<SocketAddr> = self.members.keys().copied().collect();
-                    members.sort_unstable();
-                    let peer = members[self.rng.random_range(0..members.len())];
-                    self.send_full(peer, now, &mut out);
+                // Deltas are sent once; a datagram lost on the way, or a
+                // link that does not exist (a partial mesh), would leave a
+                // gap for good. A digest to one member now and then finds
+                // any such gap, and the two repair it.
+                if let Some(peer) = self.anti_entropy_peer(now) {
+                    let buckets = self.replica.digest(now).entries().collect();
+                    self.send_gossip(peer, Body::Digest { at: now, buckets }, now, &mut out);
                 }
                 out.timers
                     .push((nanos(self.config.anti_entropy), Timer::AntiEntropy));
@@ -963,7 +1027,7 @@ impl Node {
     pub fn flush_urgent(&mut self, now: Nanos) -> Output {
         let mut out = Output::default();
         for (peer, items) in self.replica.take_urgent() {
-            self.send_items(peer, items, None, now, &mut out);
+            self.send_items(peer, items, Batch::Delta, now, &mut out);
         }
         out
     }
@@ -971,9 +1035,18 @@ impl Node {
     fn gossip_round(&mut self, class: Class, now: Nanos, out: &mut Output) {
         for round in self.replica.take_round(class, now, &mut self.rng) {
             match round {
+                // A member out of reach would not receive it: under origin
+                // dissemination its news comes through the relays it
+                // asked for, and anti-entropy repairs the rest.
+                Round::Delta(peer, _)
+                    if self.replica.dissemination() == Dissemination::Origin
+                        && !self.reachable(peer, now) =>
+                {
+                    self.count_drop("unreachable", 1);
+                }
                 Round::Delta(peer, items) => {
                     metrics::gauge!(m::DELTA_SIZE).set(items.len() as f64);
-                    self.send_items(peer, items, None, now, out);
+                    self.send_items(peer, items, Batch::Delta, now, out);
                 }
                 Round::Resync(peer) => self.send_full(peer, now, out),
             }
@@ -985,7 +1058,136 @@ impl Node {
         let stream = self.next_stream;
         self.next_stream = self.next_stream.wrapping_add(1);
         metrics::counter!(m::FULL_STATES, "direction" => "sent").increment(1);
-        self.send_items(peer, items, Some(stream), now, out);
+        self.send_items(peer, items, Batch::Full { stream }, now, out);
+    }
+
+    /// Whether `member` was heard from in the last three probe intervals:
+    /// every member answers each probe, so one that did not is out of
+    /// this node's reach (a partial mesh, a broken link), or down.
+    fn reachable(&self, member: SocketAddr, now: Nanos) -> bool {
+        let recent = self.config.probe_interval.saturating_mul(3);
+        self.heard
+            .get(&member)
+            .is_some_and(|at| now.saturating_sub(*at) <= recent)
+    }
+
+    /// Under origin dissemination, news from a member this node cannot
+    /// reach comes only through others: when some member is out of
+    /// reach, this node asks [`GRAFTS`] of the members it hears to relay
+    /// (the lowest addresses, so the choice is stable), renewed while the
+    /// gap lasts. In a full mesh nobody asks, and nothing is relayed.
+    fn graft_around_gaps(&mut self, now: Nanos, out: &mut Output) {
+        if self.replica.dissemination() != Dissemination::Origin {
+            return;
+        }
+        let mut heard: Vec<SocketAddr> = Vec::new();
+        let mut gap = false;
+        for m in self.members.keys().copied() {
+            if self.reachable(m, now) {
+                heard.push(m);
+            } else {
+                gap = true;
+            }
+        }
+        if !gap {
+            return;
+        }
+        heard.sort_unstable();
+        for peer in heard.into_iter().take(GRAFTS) {
+            self.graft(peer, now, out);
+        }
+    }
+
+    /// The member anti-entropy talks to this time: one at random among
+    /// those heard from in the last three probe intervals (in a partial
+    /// mesh, the ones this node can reach), or among all when none was.
+    fn anti_entropy_peer(&mut self, now: Nanos) -> Option<SocketAddr> {
+        if !self.replica.is_synced() || self.members.is_empty() {
+            return None;
+        }
+        let mut members: Vec<SocketAddr> = self
+            .members
+            .keys()
+            .copied()
+            .filter(|m| self.reachable(*m, now))
+            .collect();
+        if members.is_empty() {
+            members = self.members.keys().copied().collect();
+        }
+        members.sort_unstable();
+        Some(members[self.rng.random_range(0..members.len())])
+    }
+
+    /// A member's digest: where this node's differs, it sends its keys of
+    /// those buckets and pulls the member's. Nothing when they agree.
+    fn answer_digest(
+        &mut self,
+        member: SocketAddr,
+        at: Nanos,
+        buckets: Vec<(u8, u64)>,
+        now: Nanos,
+        out: &mut Output,
+    ) {
+        if !self.replica.is_synced() {
+            self.count_drop("not_synced", 1);
+            return;
+        }
+        // A digest taken far from this node's time cannot be compared
+        // (what is settled differs): a clock this far off is reported
+        // unhealthy by the clock checks anyway.
+        if at.saturating_sub(now) > self.config.max_clock_skew.max(Nanos::SECOND) {
+            self.count_drop("digest_from_the_future", 1);
+            return;
+        }
+        if !self.may_repair(member, now) {
+            self.count_drop("repair_throttled", 1);
+            return;
+        }
+        let Some(theirs) = Digest::from_entries(buckets) else {
+            self.count_drop("malformed", 1);
+            return;
+        };
+        let differ = self.replica.digest(at).differs(&theirs);
+        metrics::counter!(m::ANTI_ENTROPY, "outcome" => if differ == 0 { "agreed" } else { "repaired" })
+            .increment(1);
+        if differ == 0 {
+            return;
+        }
+        let items = self.replica.items_in(differ, now);
+        self.send_items(member, items, Batch::Repair, now, out);
+        self.send_gossip(member, Body::Pull { buckets: differ }, now, out);
+    }
+
+    /// Whether a member's digest or pull may be answered now (at most once
+    /// a [`REPAIR_EVERY`] per member).
+    fn may_repair(&mut self, member: SocketAddr, now: Nanos) -> bool {
+        if self
+            .repaired
+            .get(&member)
+            .is_some_and(|at| now.saturating_sub(*at) < REPAIR_EVERY)
+        {
+            return false;
+        }
+        self.repaired.insert(member, now);
+        self.repaired.retain(|a, _| self.members.contains_key(a));
+        true
+    }
+
+    /// Asks `peer` to relay what it learns to this node for
+    /// [`RELAY_FOR`]; asked again only when half of that is left.
+    fn graft(&mut self, peer: SocketAddr, now: Nanos, out: &mut Output) {
+        let renew = RELAY_FOR.div_floor(2);
+        if self
+            .grafted
+            .get(&peer)
+            .is_some_and(|at| now.saturating_sub(*at) < renew)
+        {
+            return;
+        }
+        tracing::debug!(%peer, "asking a member to relay: it had news this node lacked");
+        self.grafted.insert(peer, now);
+        self.grafted.retain(|a, _| self.members.contains_key(a));
+        self.send_gossip(peer, Body::Graft, now, out);
     }
 
     /// A member asks for this node's whole state (`from` is its address
@@ -1098,6 +1300,9 @@ impl Node {
         let addr = peer.addr;
         self.replica.add_peer(addr);
         self.members.insert(addr, peer);
+        // A new member is given the probes' grace before it counts as out
+        // of reach.
+        self.heard.entry(addr).or_insert(now);
         if self.replica.is_synced() {
             // A member that was away (a partition, a restart, a node that
             // started alone) missed what was granted meanwhile, and its
@@ -1203,17 +1408,18 @@ impl Node {
         }
     }
 
-    /// Sends `items` to `to` as deltas, or as full-state chunks of
-    /// `stream`, in as many datagrams as they need.
+    /// Sends `items` to `to` as `batch` (deltas, repairs, or the chunks of
+    /// a full state), in as many datagrams as they need.
     fn send_items(
         &mut self,
         to: SocketAddr,
         items: Vec<(Key, Payload)>,
-        stream: Option<u64>,
+        batch: Batch,
         now: Nanos,
         out: &mut Output,
     ) {
-        if items.is_empty() && stream.is_none() {
+        let full = matches!(batch, Batch::Full { .. });
+        if items.is_empty() && !full {
             return;
         }
         let Some((node, incarnation)) = self.recipient(to) else {
@@ -1221,22 +1427,36 @@ impl Node {
         };
         let template = self.header(now, node, incarnation);
         let mut seq = self.seq;
-        let batch = match stream {
-            Some(stream) => Batch::Full { stream },
-            None => Batch::Delta,
-        };
         let packed = wire::encode_items(&self.config.key, &template, &mut seq, batch, &items);
+        self.sent.gossip_updates += items.iter().map(|(_, p)| p.updates() as u64).sum::<u64>();
         self.seq = seq;
         if packed.dropped > 0 {
             self.count_drop("unencodable", packed.dropped as u64);
         }
-        let kind = if stream.is_some() { "full" } else { "delta" };
+        let kind = match batch {
+            Batch::Full { .. } => "full",
+            Batch::Repair => "repair",
+            Batch::Delta => "delta",
+        };
         for bytes in packed.datagrams {
             metrics::counter!(m::MESSAGES_SENT, "kind" => kind).increment(1);
             metrics::counter!(m::BYTES_SENT).increment(bytes.len() as u64);
             self.sent.gossip_datagrams += 1;
             self.sent.gossip_bytes += bytes.len() as u64;
             out.sends.push((to, bytes));
+        }
+    }
+
+    /// Sends one datagram of state gossip (a digest, a pull, a graft) to a
+    /// member, counted as gossip rather than membership.
+    fn send_gossip(&mut self, addr: SocketAddr, body: Body, now: Nanos, out: &mut Output) {
+        let before = out.sends.len();
+        self.send_to_member(addr, body, now, out);
+        for (_, bytes) in &out.sends[before..] {
+            self.sent.other_datagrams -= 1;
+            self.sent.other_bytes -= bytes.len() as u64;
+            self.sent.gossip_datagrams += 1;
+            self.sent.gossip_bytes += bytes.len() as u64;
         }
     }
 }
@@ -1251,6 +1471,10 @@ fn kind(body: &Body) -> &'static str {
         Body::Pong { .. } => "pong",
         Body::Outdated { .. } => "outdated",
         Body::Unauthenticated => "unauthenticated",
+        Body::Digest { .. } => "digest",
+        Body::Pull { .. } => "pull",
+        Body::Repair { .. } => "repair",
+        Body::Graft => "graft",
     }
 }
 

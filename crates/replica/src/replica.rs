@@ -28,52 +28,27 @@
 //! and is held for a few map operations per peer. The cluster is for
 //! tens of nodes, not thousands (the thesis evaluates 30).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use rand::Rng;
 use smallvec::SmallVec;
+use tollgate_core::hash::Fnv1a;
 use tollgate_core::plan::{self, PlanEntry};
 use tollgate_core::replicated::strategy::{
-    Mark, Payload, ReplicatedLimit, ReplicatedState, Replication, StrategyKind,
+    Mark, Payload, ReplicatedLimit, ReplicatedState, Replication, Strategy, StrategyKind,
 };
 use tollgate_core::replicated::NodeId;
 use tollgate_core::{Algorithm, Limit, LimitState, Mode, Nanos, PlanDecision, Rate, Request};
-use tollgate_store::{Key, LimitId, Plan, PlanItem, Store, StoreError};
+use tollgate_store::{Key, LimitId, Plan, PlanItem, StoreError};
 
+use crate::deltas::{Class, Deltas, Dissemination, PeerAddr, Round, Update};
+use crate::digest::{Buckets, Digest};
 use crate::metrics as m;
 use crate::wire;
-
-/// A peer, as the deltas know it: its gossip address.
-pub type PeerAddr = SocketAddr;
-
-/// A gossip class: keys gossiped at the same interval with the same rule
-/// for choosing a neighbour. Each class has its own gossip timer.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Class {
-    /// How often a round runs.
-    pub interval: Nanos,
-    /// Least-informed neighbour first (§4.2.4) rather than uniformly random.
-    pub least_informed: bool,
-    /// Every neighbour each round (epoch reports, seed 001: a report must
-    /// reach every node within its epoch, or its traffic is never
-    /// subtracted there; reports are small and change once an epoch).
-    pub everyone: bool,
-}
-
-impl Class {
-    fn of(r: &Replication) -> Class {
-        Class {
-            interval: r.gossip_interval,
-            least_informed: r.least_informed && r.strategy == StrategyKind::Queue,
-            everyone: r.strategy == StrategyKind::Epoch,
-        }
-    }
-}
 
 /// Options of a [`Replica`].
 #[derive(Clone, Debug)]
@@ -88,6 +63,8 @@ pub struct ReplicaOptions {
     /// Most keys pending in one peer's delta; beyond it the delta is
     /// cleared and the peer gets a full state instead.
     pub max_delta_keys: usize,
+    /// How updates spread ([`Dissemination::Origin`] by default).
+    pub dissemination: Dissemination,
 }
 
 impl Default for ReplicaOptions {
@@ -97,6 +74,7 @@ impl Default for ReplicaOptions {
             default: Replication::new(StrategyKind::Queue),
             max_keys: 10_000_000,
             max_delta_keys: 100_000,
+            dissemination: Dissemination::Origin,
         }
     }
 }
@@ -106,33 +84,6 @@ struct Entry {
     state: LimitState,
     /// The last epoch report added to the deltas (epoch keys only).
     reported: Option<Payload>,
-}
-
-/// One key's payload waiting for a peer.
-struct Pending {
-    payload: Payload,
-    class: Class,
-    /// When it first waited: the convergence lag's start.
-    since: Nanos,
-}
-
-/// What one peer has not been sent yet.
-#[derive(Default)]
-struct PeerDelta {
-    items: HashMap<Key, Pending>,
-    /// Updates queued (§4.2.4's priority).
-    priority: u64,
-    /// The delta overflowed: send a full state instead.
-    resync: bool,
-}
-
-#[derive(Default)]
-struct Gossip {
-    peers: HashMap<PeerAddr, PeerDelta>,
-    /// Payloads to send now (eager pushes, pull answers), by peer.
-    urgent: Vec<(PeerAddr, Key, Payload)>,
-    /// Epoch keys with traffic whose reports are still to gossip.
-    epoch_keys: HashSet<Key>,
 }
 
 /// Counters of what the replica did, for metrics and tests.
@@ -157,12 +108,12 @@ pub struct Replica {
     shards: Box<[Mutex<HashMap<Key, Entry>>]>,
     hasher: std::collections::hash_map::RandomState,
     limits: RwLock<HashMap<LimitId, Arc<Limit>>>,
-    gossip: Mutex<Gossip>,
+    gossip: Mutex<Deltas>,
     synced: AtomicBool,
     healthy: AtomicBool,
     key_mismatch: AtomicBool,
     keys: AtomicU64,
-    last_sweep: AtomicU64,
+    pub(crate) last_sweep: AtomicU64,
     /// Counters.
     pub stats: ReplicaStats,
     /// Woken when urgent payloads wait ([`Replica::take_urgent`]).
@@ -181,7 +132,7 @@ impl std::fmt::Debug for Replica {
 const SHARDS: usize = 64;
 
 /// Least time between two sweeps through [`Store::sweep`].
-const SWEEP_EVERY: Nanos = Nanos::SECOND;
+pub(crate) const SWEEP_EVERY: Nanos = Nanos::SECOND;
 
 // A key's scope is at most this long (longer ones are digests), so every
 // key the store decides can be gossiped.
@@ -191,12 +142,13 @@ impl Replica {
     /// An empty replica. It decides nothing until [`Replica::set_synced`]
     /// (the node calls it once a full state arrived, or nobody answered).
     pub fn new(options: ReplicaOptions) -> Replica {
+        let dissemination = options.dissemination;
         Replica {
             options,
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: std::collections::hash_map::RandomState::new(),
             limits: RwLock::new(HashMap::new()),
-            gossip: Mutex::new(Gossip::default()),
+            gossip: Mutex::new(Deltas::new(dissemination)),
             synced: AtomicBool::new(false),
             healthy: AtomicBool::new(true),
             key_mismatch: AtomicBool::new(false),
@@ -407,7 +359,7 @@ impl Replica {
         for (i, (state, reported)) in taken.into_iter().enumerate() {
             let item = &items[i];
             if result.is_ok() {
-                news.push(news_of(item, &state, marks[i], now));
+                news.push(news_of(item, &state, marks[i], now, self.origin()));
             }
             let stored = reported.is_some();
             if !stored && !self.room_for_new(&item.limit, &state, now) {
@@ -448,7 +400,7 @@ impl Replica {
             let news = result
                 .as_ref()
                 .ok()
-                .map(|_| news_of(item, entries[0].state, mark, now));
+                .map(|_| news_of(item, entries[0].state, mark, now, self.origin()));
             (result, news)
         };
         let (result, news) = match shard.get_mut(&item.key) {
@@ -524,11 +476,11 @@ impl Replica {
     }
 
     /// Adds a local change to every peer's delta, pushing it at once to
-    /// peers for whom the key is frequent (§4.2.3, Listing 4.5). Returns
-    /// whether anything became urgent.
+    /// peers for whom the key is frequent (§4.2.3, Listing 4.5), or to
+    /// every peer near the limit. Returns whether anything became urgent.
     fn queue_local(
         &self,
-        gossip: &mut Gossip,
+        deltas: &mut Deltas,
         key: &Key,
         limit: &ReplicatedLimit,
         payload: Payload,
@@ -536,61 +488,39 @@ impl Replica {
         now: Nanos,
     ) -> bool {
         let class = Class::of(&limit.replication);
-        let nodes = gossip.peers.len() as u64 + 1;
-        let window = limit
-            .replication
-            .eager
-            .and_then(|e| e.window)
-            .unwrap_or_else(|| (limit.capacity() / nodes).max(1));
-        let eager = limit.replication.eager.map(|e| (window, e.threshold));
-        // Near the limit, a late update is what lets a request through:
-        // every neighbour gets the key's updates now.
-        let near = limit.replication.near_limit
-            && limit.kind() == StrategyKind::Queue
-            && available <= window;
-        let mut urgent = false;
-        let Gossip {
-            peers, urgent: out, ..
-        } = gossip;
-        for (addr, delta) in peers.iter_mut() {
-            let frequent = add(
-                delta,
-                key,
-                &payload,
-                class,
-                now,
-                self.options.max_delta_keys,
-                &self.stats,
-            )
-            .is_some_and(|pending| {
-                near || eager
-                    .is_some_and(|(window, threshold)| pending.is_frequent(window, threshold))
-            });
-            if frequent {
-                if let Some(Pending { payload: p, .. }) = delta.items.remove(key) {
-                    delta.priority = if delta.items.is_empty() {
-                        0
-                    } else {
-                        delta.priority.saturating_sub(p.updates() as u64)
-                    };
-                    out.push((*addr, key.clone(), p));
-                    self.stats.eager_pushes.fetch_add(1, Ordering::Relaxed);
-                    metrics::counter!(m::EAGER_PUSHES).increment(1);
-                    urgent = true;
-                }
-            }
+        let rule = PushRule::of(limit, available, deltas.peers.len() as u64 + 1);
+        let update = Update {
+            key,
+            payload: &payload,
+            class,
+            now,
+            max_keys: self.options.max_delta_keys,
+        };
+        let pushed = deltas.add_local(&update, &self.stats, |pending| rule.due(pending));
+        if pushed > 0 {
+            self.stats
+                .eager_pushes
+                .fetch_add(pushed as u64, Ordering::Relaxed);
+            metrics::counter!(m::EAGER_PUSHES).increment(pushed as u64);
         }
-        urgent
+        pushed > 0
     }
 
-    /// Merges what peer `from` sent (§4.2.1): each payload into its key's
-    /// state, each change into every other peer's delta, and, for an epoch
-    /// report that misses what this node knows, this node's report back
-    /// to `from` (seed 001's pull). Keys of unknown limits are skipped and
-    /// counted. Returns how many payloads changed the local state.
-    pub fn absorb(&self, from: PeerAddr, items: Vec<(Key, Payload)>, now: Nanos) -> usize {
+    /// Merges what peer `from` (node `sender`) sent (§4.2.1): each payload
+    /// into its key's state, each change into the deltas of the peers that
+    /// are to hear of it ([`Dissemination`]), and, for an epoch report
+    /// that misses what this node knows, this node's report back to `from`
+    /// (seed 001's pull). Keys of unknown limits are skipped and counted.
+    pub fn absorb(
+        &self,
+        from: PeerAddr,
+        sender: NodeId,
+        items: Vec<(Key, Payload)>,
+        now: Nanos,
+    ) -> Absorbed {
         let mut forwards: Vec<(Key, Payload, Class)> = Vec::new();
         let mut answers: Vec<(Key, Payload)> = Vec::new();
+        let mut out = Absorbed::default();
         for (key, payload) in items {
             let Some(limit) = self.limits.read().get(&key.limit).cloned() else {
                 self.stats.unknown_limits.fetch_add(1, Ordering::Relaxed);
@@ -618,6 +548,7 @@ impl Replica {
                 entry.state = limit.fresh();
                 continue;
             };
+            let news = relayed_news(state, &payload, sender, self.node());
             let changed = r.absorb(state, now, &payload);
             // A key this node swept (or never held) whose news is already
             // past its retention margin stays forgotten: adopting it would
@@ -631,6 +562,13 @@ impl Replica {
             let LimitState::Replicated(state) = &mut entry.state else {
                 continue;
             };
+            if let Some(born) = news {
+                out.relayed = true;
+                let settle = settle_time(Class::of(&r.replication));
+                if born.saturating_add(settle) <= now {
+                    out.late = true;
+                }
+            }
             if r.should_answer(state, &payload) {
                 if let Some(mine) = r.report(state, now) {
                     answers.push((key.clone(), mine));
@@ -652,30 +590,24 @@ impl Replica {
                 forwards.push((key, change, Class::of(&r.replication)));
             }
         }
-        let merged = forwards.len();
+        out.merged = forwards.len();
         self.stats
             .merges
-            .fetch_add(merged as u64, Ordering::Relaxed);
-        metrics::counter!(m::MERGES).increment(merged as u64);
+            .fetch_add(out.merged as u64, Ordering::Relaxed);
+        metrics::counter!(m::MERGES).increment(out.merged as u64);
         if forwards.is_empty() && answers.is_empty() {
-            return merged;
+            return out;
         }
         let mut gossip = self.gossip.lock();
-        for (addr, delta) in gossip.peers.iter_mut() {
-            if *addr == from {
-                continue;
-            }
-            for (key, change, class) in &forwards {
-                add(
-                    delta,
-                    key,
-                    change,
-                    *class,
-                    now,
-                    self.options.max_delta_keys,
-                    &self.stats,
-                );
-            }
+        for (key, change, class) in &forwards {
+            let update = Update {
+                key,
+                payload: change,
+                class: *class,
+                now,
+                max_keys: self.options.max_delta_keys,
+            };
+            gossip.add_learned(from, &update, &self.stats);
         }
         let woke = !answers.is_empty();
         for (key, payload) in answers {
@@ -685,7 +617,7 @@ impl Replica {
         if woke {
             self.wake.notify_one();
         }
-        merged
+        out
     }
 
     /// Every key's whole state, for a joining peer (§5.5).
@@ -708,17 +640,14 @@ impl Replica {
 
     /// A peer came up: it gets a delta of its own from now on.
     pub fn add_peer(&self, peer: PeerAddr) {
-        self.gossip.lock().peers.entry(peer).or_default();
+        self.gossip.lock().add_peer(peer);
         metrics::gauge!(m::PEERS_ALIVE).set(self.peer_count() as f64);
     }
 
     /// A peer went down or left: its delta is dropped (it receives a full
     /// state when it rejoins).
     pub fn remove_peer(&self, peer: PeerAddr) {
-        let mut gossip = self.gossip.lock();
-        gossip.peers.remove(&peer);
-        gossip.urgent.retain(|(p, _, _)| *p != peer);
-        drop(gossip);
+        self.gossip.lock().remove_peer(peer);
         metrics::gauge!(m::PEERS_ALIVE).set(self.peer_count() as f64);
     }
 
@@ -735,54 +664,38 @@ impl Replica {
     /// Payloads to send at once (eager pushes and pull answers), grouped by
     /// peer.
     pub fn take_urgent(&self) -> Vec<(PeerAddr, Vec<(Key, Payload)>)> {
-        let urgent = std::mem::take(&mut self.gossip.lock().urgent);
-        group(urgent)
+        self.gossip.lock().take_urgent()
+    }
+
+    /// How updates spread from this node.
+    pub fn dissemination(&self) -> Dissemination {
+        self.options.dissemination
+    }
+
+    fn origin(&self) -> bool {
+        self.options.dissemination == Dissemination::Origin
+    }
+
+    /// From now until `until`, `peer` hears what this node learns from
+    /// others (it asked: it lacked news this node had; origin
+    /// dissemination).
+    pub fn graft(&self, peer: PeerAddr, until: Nanos) {
+        self.gossip.lock().graft(peer, until);
+    }
+
+    /// Whether this node relays what it learns to `peer` at `now`.
+    pub fn relays_to(&self, peer: PeerAddr, now: Nanos) -> bool {
+        self.gossip.lock().relays_to(peer, now)
     }
 
     /// One gossip round of `class` (Listing 3.3 / §4.2.4): refreshes the
-    /// class's epoch reports, picks a neighbour (uniformly at random, or
-    /// the least informed one, ties broken at random) and takes the
-    /// class's part of its delta. `None` when there is no peer or nothing
-    /// to send. A peer whose delta overflowed gets `Resync` instead.
+    /// class's epoch reports and takes the deltas the round ships
+    /// ([`Dissemination`] says whose). Empty when there is no peer or
+    /// nothing to send. A peer whose delta overflowed gets `Resync`
+    /// instead.
     pub fn take_round(&self, class: Class, now: Nanos, rng: &mut impl Rng) -> Vec<Round> {
         self.refresh_reports(class, now);
-        let mut gossip = self.gossip.lock();
-        let mut addrs: Vec<PeerAddr> = gossip.peers.keys().copied().collect();
-        addrs.sort_unstable();
-        if class.everyone {
-            return addrs
-                .into_iter()
-                .filter_map(|peer| take_for(&mut gossip, peer, class))
-                .collect();
-        }
-        if addrs.is_empty() {
-            return Vec::new();
-        }
-        let peer = if class.least_informed {
-            // Only among peers with something to send: a peer whose
-            // updates all left by eager pushes can keep a priority (merged
-            // updates count less than their parts), and picking it every
-            // round would starve the others for good.
-            let priority = |a: &PeerAddr| {
-                gossip
-                    .peers
-                    .get(a)
-                    .filter(|d| d.resync || d.items.values().any(|p| p.class == class))
-                    .map(|d| d.priority)
-            };
-            let Some(best) = addrs.iter().filter_map(priority).max() else {
-                return Vec::new();
-            };
-            let top: Vec<PeerAddr> = addrs
-                .iter()
-                .copied()
-                .filter(|a| priority(a) == Some(best))
-                .collect();
-            top[rng.random_range(0..top.len())]
-        } else {
-            addrs[rng.random_range(0..addrs.len())]
-        };
-        take_for(&mut gossip, peer, class).into_iter().collect()
+        self.gossip.lock().take_round(class, rng)
     }
 
     /// Adds the changed reports of `class`'s epoch keys to every peer's
@@ -823,18 +736,15 @@ impl Replica {
         for key in done {
             gossip.epoch_keys.remove(&key);
         }
-        for delta in gossip.peers.values_mut() {
-            for (key, report) in &reports {
-                add(
-                    delta,
-                    key,
-                    report,
-                    class,
-                    now,
-                    self.options.max_delta_keys,
-                    &self.stats,
-                );
-            }
+        for (key, report) in &reports {
+            let update = Update {
+                key,
+                payload: report,
+                class,
+                now,
+                max_keys: self.options.max_delta_keys,
+            };
+            gossip.add_everywhere(&update, &self.stats);
         }
     }
 
@@ -860,27 +770,53 @@ impl Replica {
     /// How long the oldest payload still waiting for a peer has waited:
     /// how far behind the slowest replica may be (zero when nothing waits).
     pub fn convergence_lag(&self, now: Nanos) -> Nanos {
-        let gossip = self.gossip.lock();
-        let oldest = gossip
-            .peers
-            .values()
-            .flat_map(|d| d.items.values())
-            .map(|p| p.since)
-            .min();
-        oldest.map_or(Nanos::ZERO, |since| now.saturating_sub(since))
+        self.gossip.lock().lag(now)
     }
 
     /// Keys pending over every peer's delta, and the updates they carry.
     pub fn delta_sizes(&self) -> (usize, usize) {
-        let gossip = self.gossip.lock();
-        let keys = gossip.peers.values().map(|d| d.items.len()).sum();
-        let updates = gossip
-            .peers
-            .values()
-            .flat_map(|d| d.items.values())
-            .map(|p| p.payload.updates())
-            .sum();
-        (keys, updates)
+        self.gossip.lock().sizes()
+    }
+
+    /// The digest of this replica's settled state at `at` (see
+    /// [`crate::digest`]): what anti-entropy compares instead of sending a
+    /// full state.
+    pub fn digest(&self, at: Nanos) -> Digest {
+        let mut digest = Digest::default();
+        for shard in self.shards.iter() {
+            for (key, entry) in shard.lock().iter() {
+                if let (Limit::Replicated(r), LimitState::Replicated(s)) =
+                    (&*entry.limit, &entry.state)
+                {
+                    if let Some(h) = settled_hash(r, s, at) {
+                        digest.add(key, h);
+                    }
+                }
+            }
+        }
+        digest
+    }
+
+    /// Every key of `buckets` with its whole state: what anti-entropy
+    /// sends a peer whose digest differs there.
+    pub fn items_in(&self, buckets: Buckets, now: Nanos) -> Vec<(Key, Payload)> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock();
+            for (key, entry) in shard.iter_mut() {
+                if buckets & (1 << crate::digest::bucket_of(key)) == 0 {
+                    continue;
+                }
+                if let (Limit::Replicated(r), LimitState::Replicated(s)) =
+                    (&*entry.limit, &mut entry.state)
+                {
+                    if let Some(p) = r.full(s, now) {
+                        out.push((key.clone(), p));
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// The state of `key`, for tests and the status page.
@@ -906,20 +842,7 @@ impl Replica {
                     .sum::<usize>()
             })
             .sum();
-        let gossip = self.gossip.lock();
-        let deltas: usize = gossip
-            .peers
-            .values()
-            .map(|d| {
-                std::mem::size_of::<PeerDelta>()
-                    + d.items
-                        .iter()
-                        .map(|(k, p)| {
-                            std::mem::size_of_val(k) + k.scope().len() + p.payload.footprint()
-                        })
-                        .sum::<usize>()
-            })
-            .sum();
+        let deltas = self.gossip.lock().footprint();
         keys + deltas
     }
 
@@ -939,11 +862,7 @@ impl Replica {
         let Limit::Replicated(r) = &*limit else {
             return None;
         };
-        if let (
-            tollgate_core::replicated::strategy::Strategy::Queue(q),
-            ReplicatedState::Queue(s),
-        ) = (&r.strategy, &mut state)
-        {
+        if let (Strategy::Queue(q), ReplicatedState::Queue(s)) = (&r.strategy, &mut state) {
             q.prune(s, now);
         }
         r.full(&mut state, now)
@@ -966,6 +885,126 @@ impl Replica {
     }
 }
 
+/// When a key's pending updates for a peer go out at once rather than at
+/// the next round (§4.2.3, Listing 4.5, and near-limit propagation).
+#[derive(Clone, Copy, Debug)]
+struct PushRule {
+    /// Near the limit, a late update is what lets a request through:
+    /// every neighbour gets the key's updates now.
+    near: bool,
+    /// Frequency analysis: a pending payload of `window` elements at an
+    /// average gap of at most the threshold.
+    eager: Option<(u64, Nanos)>,
+}
+
+impl PushRule {
+    /// The rule for a key of `limit` with `available` tokens left, in a
+    /// cluster of `nodes`.
+    fn of(limit: &ReplicatedLimit, available: u64, nodes: u64) -> PushRule {
+        let window = limit
+            .replication
+            .eager
+            .and_then(|e| e.window)
+            .unwrap_or_else(|| (limit.capacity() / nodes.max(1)).max(1));
+        PushRule {
+            near: limit.replication.near_limit
+                && limit.kind() == StrategyKind::Queue
+                && available <= window,
+            eager: limit.replication.eager.map(|e| (window, e.threshold)),
+        }
+    }
+
+    /// Whether `pending` is to go out now.
+    fn due(&self, pending: &Payload) -> bool {
+        self.near
+            || self
+                .eager
+                .is_some_and(|(window, threshold)| pending.is_frequent(window, threshold))
+    }
+}
+
+/// What [`Replica::absorb`] found in what a peer sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Absorbed {
+    /// Payloads that changed the local state.
+    pub merged: usize,
+    /// Some of it was news from a third node (neither the sender nor this
+    /// one) that this node did not have: the sender relayed it.
+    pub relayed: bool,
+    /// Some of that news was older than a settle time
+    /// ([`settle_time`]): it should have arrived from its origin by now,
+    /// so the way from there to here is broken, and the sender is a way
+    /// around.
+    pub late: bool,
+}
+
+/// How long an update may take to arrive from its origin before its
+/// absence is a gap rather than news on its way: two gossip rounds of its
+/// class, and a second for latency, clock differences and eager pushes.
+pub fn settle_time(class: Class) -> Nanos {
+    class
+        .interval
+        .saturating_mul(2)
+        .saturating_add(Nanos::SECOND)
+}
+
+/// The oldest news `payload` brings to `state` from a node other than
+/// `sender` and `me`: the birth of the oldest such element new here (a
+/// queue), or time zero for a counter entry that grew (counters carry no
+/// time, so any such news counts as late). `None` when it brings none.
+fn relayed_news(
+    state: &ReplicatedState,
+    payload: &Payload,
+    sender: NodeId,
+    me: NodeId,
+) -> Option<Nanos> {
+    let third = |n: NodeId| n != sender && n != me;
+    match (state, payload) {
+        (ReplicatedState::Queue(q), Payload::Queue(p)) => p
+            .elements()
+            .filter(|e| third(e.id.node) && !q.contains(e.id))
+            .map(|e| e.id.birth)
+            .min(),
+        (ReplicatedState::Counter(c), Payload::Counter(p)) => p
+            .token_counter()
+            .iter()
+            .any(|(n, count)| third(*n) && *count > c.consumed_by(*n))
+            .then_some(Nanos::ZERO),
+        // Epoch reports aggregate every node's traffic and go to every
+        // neighbour each round: they never ask for a relay.
+        _ => None,
+    }
+}
+
+/// The hash of a key's settled view at `at` (see [`crate::digest`]);
+/// `None` when nothing of it is settled.
+fn settled_hash(limit: &ReplicatedLimit, state: &ReplicatedState, at: Nanos) -> Option<u64> {
+    let settle = settle_time(Class::of(&limit.replication));
+    match (&limit.strategy, state) {
+        (Strategy::Queue(tq), ReplicatedState::Queue(q)) => {
+            if at < settle {
+                return None;
+            }
+            let born_by = at.saturating_sub(settle);
+            let lives_past = at.saturating_add(settle);
+            let mut h = Fnv1a::new().bytes(&q.interval().as_u64().to_le_bytes());
+            let mut any = false;
+            for e in q.elements() {
+                if e.id.birth > born_by || e.death.saturating_add(tq.margin()) <= lives_past {
+                    continue;
+                }
+                any = true;
+                h = h.bytes(&crate::digest::stable_hash(e).to_le_bytes());
+            }
+            any.then(|| h.finish())
+        }
+        (Strategy::Counter(_), ReplicatedState::Counter(c)) if !c.is_empty() => {
+            Some(crate::digest::stable_hash(c))
+        }
+        _ => None,
+    }
+}
+
 /// Whether a key has been idle for longer than its retention margin, so
 /// every replica may forget it.
 fn is_expired(limit: &Limit, state: &LimitState, now: Nanos) -> bool {
@@ -976,40 +1015,6 @@ fn is_expired(limit: &Limit, state: &LimitState, now: Nanos) -> bool {
         }
         _ => true,
     }
-}
-
-/// Takes `class`'s part of `peer`'s delta (or its resync).
-fn take_for(gossip: &mut Gossip, peer: PeerAddr, class: Class) -> Option<Round> {
-    let delta = gossip.peers.get_mut(&peer)?;
-    if delta.resync {
-        delta.resync = false;
-        delta.items.clear();
-        delta.priority = 0;
-        return Some(Round::Resync(peer));
-    }
-    let keys: Vec<Key> = delta
-        .items
-        .iter()
-        .filter(|(_, p)| p.class == class)
-        .map(|(k, _)| k.clone())
-        .collect();
-    if keys.is_empty() {
-        return None;
-    }
-    let mut items = Vec::with_capacity(keys.len());
-    let mut sent = 0u64;
-    for k in keys {
-        if let Some(Pending { payload: p, .. }) = delta.items.remove(&k) {
-            sent = sent.saturating_add(p.updates() as u64);
-            items.push((k, p));
-        }
-    }
-    delta.priority = if class.least_informed {
-        0
-    } else {
-        delta.priority.saturating_sub(sent)
-    };
-    Some(Round::Delta(peer, items))
 }
 
 /// What a decision changed for the neighbours.
@@ -1029,11 +1034,28 @@ fn mark_of(limit: &Limit, state: &LimitState) -> Mark {
     }
 }
 
-fn news_of(item: &PlanItem, state: &LimitState, mark: Mark, now: Nanos) -> News {
+/// What a decision on `item` changed. Under origin dissemination the
+/// tokens counted as available are those left less the grants this node
+/// knows of from the last gossip interval: as many may have been granted
+/// elsewhere since, unseen until their origin's next round, so a key is
+/// near its limit that much earlier (a burst that crosses the limit
+/// between two rounds is then pushed grant by grant).
+fn news_of(item: &PlanItem, state: &LimitState, mark: Mark, now: Nanos, origin: bool) -> News {
     match (&*item.limit, state) {
         (Limit::Replicated(r), LimitState::Replicated(s)) => News {
             change: r.local_changes(s, mark),
-            available: r.available(s, now),
+            available: match (origin, &**s) {
+                (true, ReplicatedState::Queue(q)) => {
+                    let since = now.saturating_sub(r.replication.gossip_interval);
+                    let recent = q
+                        .elements()
+                        .rev()
+                        .take_while(|e| e.id.birth > since)
+                        .count();
+                    r.available(s, now).saturating_sub(recent as u64)
+                }
+                _ => r.available(s, now),
+            },
             epoch: r.kind() == StrategyKind::Epoch && !item.limit.is_idle(state, now),
         },
         _ => News {
@@ -1041,144 +1063,5 @@ fn news_of(item: &PlanItem, state: &LimitState, mark: Mark, now: Nanos) -> News 
             available: u64::MAX,
             epoch: false,
         },
-    }
-}
-
-/// What one gossip round sends.
-#[derive(Debug)]
-pub enum Round {
-    /// These payloads, to this peer.
-    Delta(PeerAddr, Vec<(Key, Payload)>),
-    /// This peer's delta overflowed: send it a full state.
-    Resync(PeerAddr),
-}
-
-/// Merges `payload` into `delta`'s entry for `key`; returns the pending
-/// payload after the merge (`None` when the delta overflowed and became a
-/// resync).
-fn add<'d>(
-    delta: &'d mut PeerDelta,
-    key: &Key,
-    payload: &Payload,
-    class: Class,
-    now: Nanos,
-    max_keys: usize,
-    stats: &ReplicaStats,
-) -> Option<&'d Payload> {
-    if delta.resync {
-        return None;
-    }
-    let updates = payload.updates() as u64;
-    if !delta.items.contains_key(key) && delta.items.len() >= max_keys {
-        delta.items.clear();
-        delta.priority = 0;
-        delta.resync = true;
-        stats.resyncs.fetch_add(1, Ordering::Relaxed);
-        return None;
-    }
-    delta.priority = delta.priority.saturating_add(updates);
-    let slot = delta
-        .items
-        .entry(key.clone())
-        .and_modify(|p| {
-            if p.payload.kind() == payload.kind() {
-                p.payload.merge(payload);
-            } else {
-                p.payload = payload.clone();
-            }
-            p.class = class;
-        })
-        .or_insert_with(|| Pending {
-            payload: payload.clone(),
-            class,
-            since: now,
-        });
-    Some(&slot.payload)
-}
-
-fn group(items: Vec<(PeerAddr, Key, Payload)>) -> Vec<(PeerAddr, Vec<(Key, Payload)>)> {
-    let mut by: HashMap<PeerAddr, Vec<(Key, Payload)>> = HashMap::new();
-    for (peer, key, payload) in items {
-        let list = by.entry(peer).or_default();
-        match list.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, p)) => {
-                p.merge(&payload);
-            }
-            None => list.push((key, payload)),
-        }
-    }
-    by.into_iter().collect()
-}
-
-/// The replicated store: a [`Store`] over a shared [`Replica`].
-#[derive(Clone, Debug)]
-pub struct ReplicaStore {
-    replica: Arc<Replica>,
-}
-
-impl ReplicaStore {
-    /// A store deciding on `replica`.
-    pub fn new(replica: Arc<Replica>) -> ReplicaStore {
-        ReplicaStore { replica }
-    }
-
-    /// The replica.
-    pub fn replica(&self) -> &Arc<Replica> {
-        &self.replica
-    }
-}
-
-impl Store for ReplicaStore {
-    async fn decide(
-        &self,
-        plan: &Plan,
-        now: Nanos,
-        request: Request,
-        mode: Mode,
-    ) -> Result<PlanDecision, StoreError> {
-        self.replica.decide_now(plan, now, request, mode)
-    }
-
-    async fn sweep(&self, now: Nanos) {
-        // The server calls this every 250 ms; a key is dropped only after
-        // seconds of idleness anyway, so a pass over every key once a
-        // second is plenty.
-        let last = self.replica.last_sweep.load(Ordering::Relaxed);
-        if now.as_u64().saturating_sub(last) >= SWEEP_EVERY.as_u64() {
-            self.replica
-                .last_sweep
-                .store(now.as_u64(), Ordering::Relaxed);
-            self.replica.sweep_now(now);
-        }
-    }
-
-    fn prepare(&self, limit: Limit, replication: Option<&Replication>) -> Result<Limit, String> {
-        self.replica.prepare_limit(limit, replication)
-    }
-
-    fn serve_limits(&self, limits: Vec<(LimitId, Arc<Limit>)>) {
-        self.replica.serve_limits(limits);
-    }
-
-    fn check_limit(&self, limit: &Limit) -> Result<(), String> {
-        match limit {
-            Limit::Replicated(_) => Ok(()),
-            other => Err(format!(
-                "`{}` is not replicated; a cluster decides only replicated limits",
-                other.algorithm_name()
-            )),
-        }
-    }
-
-    fn holds_copies(&self) -> bool {
-        false
-    }
-
-    /// Ready when the replica decides (it has its full state, or found no
-    /// peer to give it one), its clock is within the allowed skew, and it
-    /// is not cut off from its seeds by a different secret
-    /// ([`Replica::key_mismatch`]).
-    fn is_ready(&self) -> bool {
-        self.replica.is_synced() && self.replica.is_healthy() && !self.replica.key_mismatch()
     }
 }

@@ -204,6 +204,10 @@ const KIND_PING: u8 = 5;
 const KIND_PONG: u8 = 6;
 const KIND_OUTDATED: u8 = 7;
 const KIND_UNAUTHENTICATED: u8 = 8;
+const KIND_DIGEST: u8 = 9;
+const KIND_PULL: u8 = 10;
+const KIND_REPAIR: u8 = 11;
+const KIND_GRAFT: u8 = 12;
 
 const PAYLOAD_COUNTER: u8 = 1;
 const PAYLOAD_QUEUE: u8 = 2;
@@ -471,6 +475,32 @@ pub enum Body {
     /// read this only if it shares the key, most likely has another secret
     /// (it then cannot authenticate this answer either, and counts it).
     Unauthenticated,
+    /// Anti-entropy: the sender's digest of its settled state at `at`
+    /// ([`crate::digest`]), its non-empty buckets only.
+    Digest {
+        /// The time the digest was taken at; the receiver takes its own at
+        /// the same time, so in-flight updates are left out alike.
+        at: Nanos,
+        /// Bucket numbers (below [`crate::digest::BUCKETS`]) and hashes,
+        /// in increasing bucket order.
+        buckets: Vec<(u8, u64)>,
+    },
+    /// Anti-entropy: the sender's digest differed in these buckets: send
+    /// every key of them.
+    Pull {
+        /// The buckets, bit `b` for bucket `b`.
+        buckets: u64,
+    },
+    /// Anti-entropy: the sender's keys of buckets where digests differed,
+    /// each with its whole state (merged as a [`Body::Delta`] is).
+    Repair {
+        /// The payloads, as in [`Body::Delta`].
+        items: Vec<(Key, Payload)>,
+    },
+    /// The sender lacked news that the receiver had from a third node:
+    /// for a while, the receiver is to relay what it learns to the sender
+    /// (origin dissemination; [`crate::deltas`]).
+    Graft,
 }
 
 impl Body {
@@ -484,6 +514,10 @@ impl Body {
             Body::Pong { .. } => KIND_PONG,
             Body::Outdated { .. } => KIND_OUTDATED,
             Body::Unauthenticated => KIND_UNAUTHENTICATED,
+            Body::Digest { .. } => KIND_DIGEST,
+            Body::Pull { .. } => KIND_PULL,
+            Body::Repair { .. } => KIND_REPAIR,
+            Body::Graft => KIND_GRAFT,
         }
     }
 }
@@ -508,6 +542,8 @@ pub enum Batch {
         /// The transfer's [`Body::Full::stream`].
         stream: u64,
     },
+    /// [`Body::Repair`]s.
+    Repair,
 }
 
 /// What [`encode_items`] produced.
@@ -555,7 +591,17 @@ pub fn encode(key: &ClusterKey, header: &Header, body: &Body) -> Result<Vec<u8>,
             put_varint(&mut out, *incarnation);
             put_varint(&mut out, *seq);
         }
-        Body::Unauthenticated => {}
+        Body::Unauthenticated | Body::Graft => {}
+        Body::Digest { at, buckets } => {
+            put_varint(&mut out, at.as_u64());
+            put_varint(&mut out, buckets.len() as u64);
+            for (b, h) in buckets {
+                out.push(*b);
+                out.extend_from_slice(&h.to_le_bytes());
+            }
+        }
+        Body::Pull { buckets } => out.extend_from_slice(&buckets.to_le_bytes()),
+        Body::Repair { items } => put_all_items(&mut out, header, items)?,
     }
     let len = out.len() + TAG_LEN;
     if len > MAX_DATAGRAM || !seal(key, &mut out, clear, header.seq) {
@@ -658,6 +704,7 @@ pub fn encode_items(
         let clear = put_clear(&mut out, &h);
         match batch {
             Batch::Delta => out.push(KIND_DELTA),
+            Batch::Repair => out.push(KIND_REPAIR),
             Batch::Full { stream } => {
                 out.push(KIND_FULL);
                 put_full_meta(&mut out, stream, chunk_index(i), i + 1 == total);
@@ -772,6 +819,39 @@ pub fn decode(key: &ClusterKey, expected_cluster: u64, bytes: &[u8]) -> Result<M
             seq: r.varint()?,
         },
         KIND_UNAUTHENTICATED => Body::Unauthenticated,
+        KIND_DIGEST => {
+            let at = Nanos::new(r.varint()?);
+            let n = r.varint()?;
+            if n > crate::digest::BUCKETS as u64 {
+                return Err(WireError::Malformed("too many digest buckets"));
+            }
+            let mut buckets = Vec::with_capacity(n as usize);
+            for _ in 0..n {
+                let b = r.u8()?;
+                let h = r
+                    .take(8)?
+                    .try_into()
+                    .map(u64::from_le_bytes)
+                    .map_err(|_| TRUNCATED)?;
+                let ordered = buckets.last().is_none_or(|(last, _): &(u8, u64)| *last < b);
+                if usize::from(b) >= crate::digest::BUCKETS || !ordered {
+                    return Err(WireError::Malformed("digest buckets out of order or range"));
+                }
+                buckets.push((b, h));
+            }
+            Body::Digest { at, buckets }
+        }
+        KIND_PULL => Body::Pull {
+            buckets: r
+                .take(8)?
+                .try_into()
+                .map(u64::from_le_bytes)
+                .map_err(|_| TRUNCATED)?,
+        },
+        KIND_REPAIR => Body::Repair {
+            items: read_items(&mut r, &header)?,
+        },
+        KIND_GRAFT => Body::Graft,
         _ => return Err(WireError::Malformed("unknown message kind")),
     };
     r.finish()?;
@@ -1083,7 +1163,7 @@ fn chunk_index(i: usize) -> u32 {
 /// Bytes of items the chunk at `index` may hold, given its header.
 fn chunk_budget(header: &Header, seq: u64, batch: Batch, index: usize) -> usize {
     let meta = match batch {
-        Batch::Delta => 0,
+        Batch::Delta | Batch::Repair => 0,
         Batch::Full { stream } => {
             varint_len(stream) + varint_len(u64::from(chunk_index(index))) + 1
         }

@@ -12,7 +12,7 @@ use rand::SeedableRng;
 use tollgate_core::replicated::strategy::{Eager, Payload, Replication, StrategyKind};
 use tollgate_core::replicated::NodeId;
 use tollgate_core::{Limit, Mode, Nanos, Rate, Request, TokenBucket};
-use tollgate_replica::{Class, Replica, ReplicaOptions, Round};
+use tollgate_replica::{Class, Dissemination, Replica, ReplicaOptions, Round};
 use tollgate_store::{Key, LimitId, Plan};
 
 const T0: Nanos = Nanos::from_secs(1_800_000_000);
@@ -22,10 +22,13 @@ fn peer(n: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], n))
 }
 
+/// A replica that disseminates as the thesis does (most tests here are of
+/// the thesis's bookkeeping); [`origin`] makes one of tollgate's default.
 fn replica(node: u64, max_delta_keys: usize) -> Replica {
     let r = Replica::new(ReplicaOptions {
         node: NodeId(node),
         max_delta_keys,
+        dissemination: Dissemination::Epidemic,
         ..ReplicaOptions::default()
     });
     r.set_synced(true);
@@ -91,13 +94,13 @@ fn a_local_grant_goes_to_every_neighbour_and_a_merged_change_never_back_to_its_s
     for n in [1, 2, 3] {
         r.add_peer(peer(n));
     }
-    assert_eq!(r.absorb(peer(2), items.clone(), T0), 1);
+    assert_eq!(r.absorb(peer(2), NodeId(2), items.clone(), T0).merged, 1);
     let sent = drain(&r, class(&how), T0);
     let to: Vec<SocketAddr> = sent.iter().map(|(p, _)| *p).collect();
     assert!(to.contains(&peer(1)) && to.contains(&peer(3)), "{to:?}");
     assert!(!to.contains(&peer(2)), "echoed to its sender: {to:?}");
     // Receiving it again changes nothing and forwards nothing.
-    assert_eq!(r.absorb(peer(2), items, T0), 0);
+    assert_eq!(r.absorb(peer(2), NodeId(2), items, T0).merged, 0);
     assert!(drain(&r, class(&how), T0).is_empty());
 
     // A local grant goes to all three.
@@ -182,7 +185,7 @@ fn least_informed_first_picks_the_neighbour_with_most_updates_queued() {
     for n in [1, 2, 3] {
         r.add_peer(peer(n));
     }
-    r.absorb(peer(2), sender.full_state(T0), T0);
+    r.absorb(peer(2), NodeId(2), sender.full_state(T0), T0);
     let p = plan(&r, &how, 10, "u");
     r.decide_now(&p, T0, Request::exactly(1), Mode::Try)
         .unwrap();
@@ -241,8 +244,8 @@ fn least_informed_first_never_picks_a_neighbour_it_has_nothing_for() {
     }
     // From peer 3, four fast elements: queued for peers 1 and 2. From
     // peer 1, one slow element: queued for peers 2 and 3.
-    r.absorb(peer(3), state_of(LIMIT, &fast, 4), T0);
-    r.absorb(peer(1), state_of(slow_limit, &slow, 1), T0);
+    r.absorb(peer(3), NodeId(3), state_of(LIMIT, &fast, 4), T0);
+    r.absorb(peer(1), NodeId(1), state_of(slow_limit, &slow, 1), T0);
     let sent = drain(&r, class(&slow), T0);
     let mut to: Vec<SocketAddr> = sent.iter().map(|(p, _)| *p).collect();
     to.sort();
@@ -297,11 +300,11 @@ fn an_epoch_report_missing_what_this_node_knows_is_answered() {
     let (to, items) = from_a.into_iter().next().unwrap();
     assert_eq!(to, peer(2));
     // b merges a's report and, since a's lacks b's own entry, answers.
-    b.absorb(peer(1), items, t1);
+    b.absorb(peer(1), NodeId(1), items, t1);
     let answer = b.take_urgent();
     assert_eq!(answer.len(), 1, "{answer:?}");
     assert_eq!(answer[0].0, peer(1));
-    a.absorb(peer(2), answer[0].1.clone(), t1);
+    a.absorb(peer(2), NodeId(2), answer[0].1.clone(), t1);
     // Each subtracted the other's traffic, and a second refilled one
     // token: 10 − 2 − 3 + 1 = 6 on both.
     for (r, p) in [(&a, &pa), (&b, &pb)] {
@@ -351,13 +354,16 @@ fn a_swept_key_is_not_brought_back_by_late_news_past_its_margin() {
     plan(&r, &how, 2, "other");
     r.add_peer(peer(2));
     r.add_peer(peer(3));
-    assert_eq!(r.absorb(peer(2), news.clone(), expired), 0);
+    assert_eq!(
+        r.absorb(peer(2), NodeId(2), news.clone(), expired).merged,
+        0
+    );
     assert_eq!(r.keys(), 0);
     assert!(drain(&r, class(&how), expired).is_empty());
     // Before the margin has passed, the same news is adopted and passed
     // on.
     let within = full.saturating_add(Nanos::from_secs(1));
-    assert_eq!(r.absorb(peer(2), news, within), 1);
+    assert_eq!(r.absorb(peer(2), NodeId(2), news, within).merged, 1);
     assert_eq!(r.keys(), 1);
     let to: Vec<SocketAddr> = drain(&r, class(&how), within)
         .iter()
@@ -435,9 +441,155 @@ fn an_element_past_its_margin_is_not_passed_on() {
     r.add_peer(peer(1));
     r.add_peer(peer(3));
     let late = T0.saturating_add(Nanos::from_secs(3600));
-    assert_eq!(r.absorb(peer(2), items.clone(), late), 0);
+    assert_eq!(r.absorb(peer(2), NodeId(2), items.clone(), late).merged, 0);
     assert!(drain(&r, class(&how), late).is_empty());
     assert_eq!(r.keys(), 0);
     // While it is still within the margin, it is news.
-    assert_eq!(r.absorb(peer(2), items, T0), 1);
+    assert_eq!(r.absorb(peer(2), NodeId(2), items, T0).merged, 1);
+}
+
+/// A replica of tollgate's default dissemination.
+fn origin(node: u64) -> Replica {
+    let r = Replica::new(ReplicaOptions {
+        node: NodeId(node),
+        max_delta_keys: 1000,
+        dissemination: Dissemination::Origin,
+        ..ReplicaOptions::default()
+    });
+    r.set_synced(true);
+    r
+}
+
+/// What node `node` sends after granting `hits` on a fresh key at `at`.
+fn granted_by(node: u64, how: &Replication, hits: u64, at: Nanos) -> Vec<(Key, Payload)> {
+    let r = origin(node);
+    let p = plan(&r, how, 100, "u");
+    r.decide_now(&p, at, Request::exactly(hits), Mode::Try)
+        .unwrap();
+    r.full_state(at)
+}
+
+#[test]
+fn under_origin_dissemination_a_round_ships_every_neighbour_its_delta_and_learnt_news_stays() {
+    let how = plain_queue();
+    let r = origin(1);
+    let p = plan(&r, &how, 100, "u");
+    for n in [2, 3, 4] {
+        r.add_peer(peer(n));
+    }
+    r.decide_now(&p, T0, Request::exactly(2), Mode::Try)
+        .unwrap();
+    // One round, every neighbour: not one at random.
+    let mut rng = SmallRng::seed_from_u64(1);
+    let mut to: Vec<SocketAddr> = r
+        .take_round(class(&how), T0, &mut rng)
+        .into_iter()
+        .map(|round| match round {
+            Round::Delta(p, items) => {
+                assert_eq!(items.len(), 1);
+                p
+            }
+            Round::Resync(p) => panic!("resync to {p}"),
+        })
+        .collect();
+    to.sort();
+    assert_eq!(to, vec![peer(2), peer(3), peer(4)]);
+
+    // News from node 2 is merged and passed on to nobody: its origin
+    // sent it to every node itself.
+    let news = granted_by(2, &how, 3, T0);
+    let absorbed = r.absorb(peer(2), NodeId(2), news, T0);
+    assert_eq!(absorbed.merged, 1);
+    assert!(!absorbed.relayed, "node 2's own news is not a relay");
+    assert!(drain(&r, class(&how), T0).is_empty());
+    assert_eq!(r.delta_sizes(), (0, 0));
+}
+
+#[test]
+fn a_grafted_peer_hears_what_this_node_learns_until_the_graft_lapses() {
+    let how = plain_queue();
+    let r = origin(1);
+    plan(&r, &how, 100, "u");
+    for n in [2, 3, 4] {
+        r.add_peer(peer(n));
+    }
+    let until = T0.saturating_add(Nanos::from_secs(60));
+    r.graft(peer(3), until);
+    assert!(r.relays_to(peer(3), T0) && !r.relays_to(peer(4), T0));
+    r.absorb(peer(2), NodeId(2), granted_by(2, &how, 1, T0), T0);
+    let sent = drain(&r, class(&how), T0);
+    let to: Vec<SocketAddr> = sent.iter().map(|(p, _)| *p).collect();
+    assert_eq!(to, vec![peer(3)], "relayed only to the peer that grafted");
+
+    // Past the graft, learnt news stays here again.
+    let later = until.saturating_add(Nanos::SECOND);
+    assert!(!r.relays_to(peer(3), later));
+    r.absorb(peer(2), NodeId(2), granted_by(2, &how, 2, later), later);
+    assert!(drain(&r, class(&how), later).is_empty());
+}
+
+#[test]
+fn news_from_a_third_node_is_reported_as_relayed_and_as_late_once_settled() {
+    let how = plain_queue();
+    let settle = tollgate_replica::replica::settle_time(class(&how));
+    let r = origin(1);
+    plan(&r, &how, 100, "u");
+    // Node 3's grant, passed on by node 2 at once: relayed, not late.
+    let fresh = granted_by(3, &how, 1, T0);
+    let absorbed = r.absorb(peer(2), NodeId(2), fresh.clone(), T0);
+    assert!(absorbed.relayed && !absorbed.late, "{absorbed:?}");
+    // The same again changes nothing: no news at all.
+    let again = r.absorb(peer(2), NodeId(2), fresh, T0);
+    assert!(!again.relayed && again.merged == 0, "{again:?}");
+    // Node 4's grant, arriving a settle time after it was made: the way
+    // from node 4 to here is broken.
+    let old = granted_by(4, &how, 1, T0);
+    let late = T0.saturating_add(settle);
+    let absorbed = r.absorb(peer(2), NodeId(2), old, late);
+    assert!(absorbed.relayed && absorbed.late, "{absorbed:?}");
+}
+
+#[test]
+fn digests_agree_on_settled_state_and_name_the_buckets_that_differ() {
+    let how = plain_queue();
+    let settle = tollgate_replica::replica::settle_time(class(&how));
+    let a = origin(1);
+    let b = origin(2);
+    let pa = plan(&a, &how, 100, "u");
+    plan(&b, &how, 100, "u");
+    plan(&a, &how, 100, "v");
+    plan(&b, &how, 100, "v");
+    let later = T0.saturating_add(settle).saturating_add(Nanos::SECOND);
+    // Nothing held: equal, empty digests.
+    assert_eq!(a.digest(later).differs(&b.digest(later)), 0);
+
+    // A grant on a that b has merged: the digests agree.
+    a.decide_now(&pa, T0, Request::exactly(2), Mode::Try)
+        .unwrap();
+    b.absorb(peer(1), NodeId(1), a.full_state(T0), T0);
+    assert_eq!(a.digest(later).differs(&b.digest(later)), 0);
+
+    // A grant b never heard of, older than the settle time: the digests
+    // differ in exactly the key's bucket, and that bucket's items carry
+    // it; merged, they agree again.
+    a.decide_now(
+        &pa,
+        T0.saturating_add(Nanos::SECOND),
+        Request::exactly(1),
+        Mode::Try,
+    )
+    .unwrap();
+    let differ = a.digest(later).differs(&b.digest(later));
+    let bucket = tollgate_replica::digest::bucket_of(&Key::new(LIMIT, "u"));
+    assert_eq!(differ, 1 << bucket);
+    let items = a.items_in(differ, later);
+    assert!(items.iter().any(|(k, _)| *k == Key::new(LIMIT, "u")));
+    assert!(b.absorb(peer(1), NodeId(1), items, later).merged > 0);
+    assert_eq!(a.digest(later).differs(&b.digest(later)), 0);
+
+    // A grant still within the settle time is on its way, not a gap: the
+    // digest leaves it out.
+    a.decide_now(&pa, later, Request::exactly(1), Mode::Try)
+        .unwrap();
+    assert_eq!(a.digest(later).differs(&b.digest(later)), 0);
 }

@@ -10,7 +10,7 @@ use tollgate_core::replicated::strategy::{Eager, Replication, StrategyKind};
 use tollgate_core::replicated::NodeId;
 use tollgate_core::{Limit, Nanos, Rate, Request, TokenBucket};
 use tollgate_replica::sim::SimNet;
-use tollgate_replica::{Replica, ReplicaOptions};
+use tollgate_replica::{Dissemination, Replica, ReplicaOptions};
 use tollgate_store::{Key, LimitId, Plan, StoreError};
 
 const START: Nanos = Nanos::from_secs(1_800_000_000);
@@ -37,7 +37,16 @@ fn plan(replica: &Replica, how: &Replication, capacity: u64, domain: &str) -> Pl
 }
 
 fn net(n: usize, seed: u64) -> SimNet {
-    let mut net = SimNet::new(n, START, Nanos::from_millis(1), seed, options);
+    net_with(n, seed, Dissemination::Origin)
+}
+
+fn net_with(n: usize, seed: u64, dissemination: Dissemination) -> SimNet {
+    let mut net = SimNet::new(n, START, Nanos::from_millis(1), seed, |node| {
+        ReplicaOptions {
+            dissemination,
+            ..options(node)
+        }
+    });
     // Membership and joining settle: every node starts at once, so none
     // has a state to give, and each decides alone after two join
     // timeouts (3 s each).
@@ -227,52 +236,78 @@ fn a_node_that_started_alone_joins_when_its_seeds_appear() {
     assert_eq!(remaining(&mut net, 0, &how, 10, "s"), 8);
 }
 
-/// The precision bound, per strategy: one client sends a request every
-/// 10 ms, round-robin over three nodes, to a bucket of 30 that does not
-/// refill during the test. A grant is visible to every node once gossip
-/// has carried it; until then each other node may grant on its own. With
-/// gossip every 300 ms to a random one of two neighbours, a grant takes
-/// about 450 ms on average to reach a given peer (directly or forwarded).
-/// A node stops once its own grants plus what it has heard reach 30:
-/// `100·t − 67·0.45 ≥ 30` gives t ≈ 0.6 s, about 60 grants in all, so the
-/// bound is twice the capacity (these seeds give 50). Frequency analysis
-/// pushes a key's updates to a neighbour as soon as `capacity / nodes` of
-/// them came fast, which cuts the excess (these seeds give 40; bound 45).
+/// The precision bound, per strategy and dissemination: one client sends
+/// a request every 10 ms, round-robin over three nodes, to a bucket of 30
+/// that does not refill during the test. A grant is visible to every node
+/// once gossip has carried it; until then each other node may grant on
+/// its own.
+///
+/// - **Epidemic** (the thesis's): with gossip every 300 ms to a random one
+///   of two neighbours, a grant takes about 450 ms on average to reach a
+///   given peer (directly or forwarded). A node stops once its own grants
+///   plus what it has heard reach 30: `100·t − 67·0.45 ≥ 30` gives t ≈ 0.6
+///   s, about 60 grants in all, so the bound is twice the capacity (these
+///   seeds give 50). Frequency analysis pushes a key's updates to a
+///   neighbour as soon as `capacity / nodes` of them came fast, which cuts
+///   the excess (these seeds give 40; bound 45).
+/// - **Origin** (tollgate's): every round ships each node's grants to both
+///   neighbours, so a grant is seen within one round (300 ms): t ≈ 0.5 s,
+///   about 50 grants (these seeds give 50, and 48 with frequency analysis,
+///   whose window a node's own grants fill more slowly).
+///
 /// With near-limit propagation (tollgate's default queue), every grant
-/// made within one node's share of the capacity of the limit reaches every
-/// neighbour at once: these seeds grant exactly the capacity; the bound
-/// leaves room for grants made within one network latency.
+/// made within one node's share of the capacity of the limit (under origin
+/// dissemination, plus the grants of the last round, which may be unseen
+/// elsewhere) reaches every neighbour at once: these seeds grant exactly
+/// the capacity; the bound leaves room for grants made within one network
+/// latency.
 const NEAR_BOUND: u64 = 33;
 
 #[test]
 fn over_admission_stays_within_what_gossip_delay_allows() {
+    let freq = Replication {
+        eager: Some(Eager {
+            window: None,
+            threshold: Eager::DEFAULT_THRESHOLD,
+        }),
+        near_limit: false,
+        ..Replication::new(StrategyKind::Queue)
+    };
+    let plain = Replication {
+        eager: None,
+        near_limit: false,
+        ..Replication::new(StrategyKind::Queue)
+    };
     let cases = [
-        (Replication::new(StrategyKind::Counter), 60),
         (
-            Replication {
-                eager: None,
-                near_limit: false,
-                ..Replication::new(StrategyKind::Queue)
-            },
+            Dissemination::Epidemic,
+            Replication::new(StrategyKind::Counter),
             60,
         ),
-        (
-            Replication {
-                eager: Some(Eager {
-                    window: None,
-                    threshold: Eager::DEFAULT_THRESHOLD,
-                }),
-                near_limit: false,
-                ..Replication::new(StrategyKind::Queue)
-            },
-            45,
-        ),
+        (Dissemination::Epidemic, plain, 60),
+        (Dissemination::Epidemic, freq, 45),
         // tollgate's default queue: frequency analysis and near-limit
         // propagation.
-        (Replication::new(StrategyKind::Queue), NEAR_BOUND),
+        (
+            Dissemination::Epidemic,
+            Replication::new(StrategyKind::Queue),
+            NEAR_BOUND,
+        ),
+        (
+            Dissemination::Origin,
+            Replication::new(StrategyKind::Counter),
+            50,
+        ),
+        (Dissemination::Origin, plain, 50),
+        (Dissemination::Origin, freq, 50),
+        (
+            Dissemination::Origin,
+            Replication::new(StrategyKind::Queue),
+            NEAR_BOUND,
+        ),
     ];
-    for (how, bound) in cases {
-        let mut net = net(3, 4);
+    for (dissemination, how, bound) in cases {
+        let mut net = net_with(3, 4, dissemination);
         // The limit is known (from the config) before traffic comes, and
         // its gossip class has its timer.
         for i in 0..3 {
@@ -286,21 +321,26 @@ fn over_admission_stays_within_what_gossip_delay_allows() {
         }
         assert!(
             total >= 30,
-            "{how:?}: granted {total}, less than the capacity"
+            "{dissemination} {how:?}: granted {total}, less than the capacity"
         );
         assert!(
             total <= bound,
-            "{how:?}: granted {total}, over the bound {bound}"
+            "{dissemination} {how:?}: granted {total}, over the bound {bound}"
         );
         // Once converged, nobody grants again.
         net.run_for(Nanos::from_secs(3));
         for i in 0..3 {
-            assert_eq!(hit(&mut net, i, &how, 30, "flood"), 0, "{how:?} node {i}");
+            assert_eq!(
+                hit(&mut net, i, &how, 30, "flood"),
+                0,
+                "{dissemination} {how:?} node {i}"
+            );
         }
         eprintln!(
-            "{:?} eager={:?}: granted {total}",
+            "{dissemination} {:?} eager={:?} near={}: granted {total}",
             how.strategy,
-            how.eager.is_some()
+            how.eager.is_some(),
+            how.near_limit
         );
     }
 }
@@ -413,7 +453,8 @@ fn a_joining_node_gets_its_state_from_a_member_it_can_reach() {
 }
 
 /// Deltas are sent once: one lost on the only link between two nodes is
-/// repaired by anti-entropy (a full state to a random member every 30 s).
+/// repaired by anti-entropy (digests compared with a random member every
+/// 30 s, and the buckets that differ exchanged).
 #[test]
 fn anti_entropy_repairs_a_lost_delta() {
     let how = Replication {
@@ -500,5 +541,125 @@ fn a_steady_rate_just_above_the_limit_does_not_drift_through() {
             assert_eq!(net.replica(i).delta_sizes(), (0, 0), "{how:?} node {i}");
             assert_eq!(net.replica(i).convergence_lag(net.now()), Nanos::ZERO);
         }
+    }
+}
+
+/// Gossip sent by every node: (datagrams, updates carried).
+fn gossip_totals(net: &SimNet) -> (u64, u64) {
+    (0..net.len())
+        .filter_map(|i| net.node(i))
+        .map(|n| n.sent())
+        .fold((0, 0), |(d, u), s| {
+            (d + s.gossip_datagrams, u + s.gossip_updates)
+        })
+}
+
+/// Issue 21: under origin dissemination a grant crosses the network once
+/// per other node (N − 1 copies), where the thesis's epidemic forwarding
+/// sends it on the order of N × (N − 1) times.
+#[test]
+fn in_a_full_mesh_each_grant_reaches_each_node_once() {
+    let how = Replication {
+        eager: None,
+        near_limit: false,
+        ..Replication::new(StrategyKind::Queue)
+    };
+    let n = 6;
+    let mut copies = Vec::new();
+    for dissemination in [Dissemination::Origin, Dissemination::Epidemic] {
+        let mut net = net_with(n, 21, dissemination);
+        for i in 0..n {
+            plan(net.replica(i), &how, 1000, "once");
+        }
+        net.run_for(Nanos::from_secs(2));
+        let (_, before) = gossip_totals(&net);
+        // Three grants on three nodes, far from the limit (no eager push).
+        for i in 0..3 {
+            assert_eq!(hit(&mut net, i, &how, 1000, "once"), 1);
+        }
+        net.run_for(Nanos::from_secs(20));
+        let key = Key::new(LIMIT, "once");
+        for i in 1..n {
+            assert_eq!(
+                net.replica(i).state_of(&key),
+                net.replica(0).state_of(&key),
+                "{dissemination}: node {i} did not converge"
+            );
+        }
+        let (_, after) = gossip_totals(&net);
+        copies.push(after - before);
+    }
+    assert_eq!(copies[0], 3 * (n as u64 - 1), "origin: {copies:?}");
+    assert!(copies[1] > copies[0], "epidemic: {copies:?}");
+}
+
+/// Issue 21: anti-entropy costs one digest per round when the replicas
+/// agree, not a full state.
+#[test]
+fn anti_entropy_sends_only_a_digest_when_nothing_differs() {
+    let how = Replication::new(StrategyKind::Queue);
+    let mut net = net(3, 12);
+    for i in 0..3 {
+        plan(net.replica(i), &how, 100, "same");
+    }
+    for i in 0..3 {
+        for _ in 0..5 {
+            hit(&mut net, i, &how, 100, "same");
+        }
+    }
+    net.run_for(Nanos::from_secs(5));
+    let (datagrams, updates) = gossip_totals(&net);
+    // Two anti-entropy intervals: each node sends two digests, and the
+    // others find nothing to repair.
+    net.run_for(Nanos::from_secs(60));
+    let (datagrams_after, updates_after) = gossip_totals(&net);
+    assert_eq!(updates_after, updates, "anti-entropy sent state");
+    assert_eq!(
+        datagrams_after - datagrams,
+        3 * 2,
+        "one digest each per interval"
+    );
+    let key = Key::new(LIMIT, "same");
+    assert_eq!(net.replica(1).state_of(&key), net.replica(0).state_of(&key));
+}
+
+/// Issue 21: on a ring (each node reaches only its two neighbours) news
+/// still reaches every node: a node that cannot reach some member asks
+/// its neighbours to relay, and they pass on what they learn.
+#[test]
+fn a_ring_converges_through_relays() {
+    let how = Replication {
+        eager: None,
+        near_limit: false,
+        ..Replication::new(StrategyKind::Queue)
+    };
+    let n = 8;
+    let mut net = net(n, 13);
+    for a in 0..n {
+        for b in (a + 1)..n {
+            let neighbours = (a + 1) % n == b || (b + 1) % n == a;
+            if !neighbours {
+                net.set_cut(a, b, true);
+            }
+        }
+    }
+    for i in 0..n {
+        plan(net.replica(i), &how, 100, "ring");
+    }
+    // The probes find who is out of reach, and relays are asked for.
+    net.run_for(Nanos::from_secs(3));
+    for _ in 0..4 {
+        assert_eq!(hit(&mut net, 0, &how, 100, "ring"), 1);
+    }
+    // Four hops to the far side, a round each: well within 10 s, long
+    // before the first anti-entropy round (30 s).
+    net.run_for(Nanos::from_secs(10));
+    let key = Key::new(LIMIT, "ring");
+    for i in 1..n {
+        assert_eq!(
+            net.replica(i).state_of(&key),
+            net.replica(0).state_of(&key),
+            "node {i}"
+        );
     }
 }

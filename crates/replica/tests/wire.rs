@@ -482,6 +482,19 @@ fn every_body_kind_round_trips_at_the_header_extremes() {
                 seq: 0,
             },
             Body::Unauthenticated,
+            Body::Digest {
+                at: Nanos::new(u64::MAX),
+                buckets: vec![(0, 1), (17, u64::MAX), (63, 0x0123_4567_89ab_cdef)],
+            },
+            Body::Digest {
+                at: Nanos::new(0),
+                buckets: Vec::new(),
+            },
+            Body::Pull { buckets: u64::MAX },
+            Body::Repair {
+                items: vec![(k.clone(), Payload::Queue(q.clone()))],
+            },
+            Body::Graft,
         ] {
             let m = round_trip(&h, &body);
             assert_eq!(m, Message { header: h, body });
@@ -1360,5 +1373,54 @@ proptest! {
             }
             prop_assert_eq!(g.accept(NodeId(9), inc, seq), want, "inc {} seq {}", inc, seq);
         }
+    }
+}
+
+/// A digest is parsed strictly: buckets in range, in increasing order, no
+/// more of them than a digest has, every hash whole.
+#[test]
+fn a_digest_out_of_order_or_range_is_refused() {
+    let h = header(9);
+    let digest = |entries: &[(u8, u64)], count: u64| {
+        let mut body = Vec::new();
+        varint(&mut body, 5); // at
+        varint(&mut body, count);
+        for (b, hash) in entries {
+            body.push(*b);
+            body.extend_from_slice(&hash.to_le_bytes());
+        }
+        sealed(&h, 9, &body)
+    };
+    let ok = digest(&[(1, 7), (2, 8)], 2);
+    assert!(matches!(
+        decode(&key(), h.cluster, &ok),
+        Ok(Message {
+            body: Body::Digest { .. },
+            ..
+        })
+    ));
+    for (why, bytes) in [
+        ("out of order", digest(&[(2, 7), (1, 8)], 2)),
+        ("repeated", digest(&[(2, 7), (2, 8)], 2)),
+        ("out of range", digest(&[(64, 7)], 1)),
+        ("too many", digest(&[(1, 7)], 65)),
+        ("short hash", {
+            let mut body = Vec::new();
+            varint(&mut body, 5);
+            varint(&mut body, 1);
+            body.extend_from_slice(&[3, 1, 2, 3]);
+            sealed(&h, 9, &body)
+        }),
+        ("short pull", sealed(&h, 10, &[1, 2, 3])),
+        ("graft with a body", sealed(&h, 12, &[0])),
+    ] {
+        assert!(
+            matches!(
+                decode(&key(), h.cluster, &bytes),
+                Err(WireError::Malformed(_))
+            ),
+            "{why}: {:?}",
+            decode(&key(), h.cluster, &bytes)
+        );
     }
 }

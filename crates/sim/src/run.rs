@@ -42,7 +42,7 @@ use tollgate_core::replicated::strategy::{Eager, Replication, StrategyKind};
 use tollgate_core::replicated::NodeId;
 use tollgate_core::{Algorithm, Limit, Nanos, Request, TokenBucket};
 use tollgate_replica::sim::SimNet;
-use tollgate_replica::ReplicaOptions;
+use tollgate_replica::{Dissemination, ReplicaOptions};
 use tollgate_store::{Key, LimitId, Plan};
 
 use crate::dataset::DataSet;
@@ -182,6 +182,8 @@ pub struct SimConfig {
     pub anti_entropy: Nanos,
     /// Which nodes can talk to which.
     pub topology: Topology,
+    /// How updates spread (the server's default: origin push).
+    pub dissemination: Dissemination,
     /// Partitions at given times.
     pub partitions: Vec<Partition>,
 }
@@ -327,6 +329,7 @@ impl Default for SimConfig {
             sample: Nanos::SECOND,
             anti_entropy: Nanos::from_secs(30),
             topology: Topology::FullMesh,
+            dissemination: Dissemination::Origin,
             partitions: Vec::new(),
         }
     }
@@ -375,6 +378,15 @@ pub struct Outcome {
     pub gossip_datagrams: u64,
     /// Gossip bytes sent, all nodes.
     pub gossip_bytes: u64,
+    /// Gossip bytes per request the cluster granted (`None` when it
+    /// granted none): what one grant costs the network.
+    pub gossip_per_grant: Option<f64>,
+    /// Updates (queue elements, counter and epoch entries) the gossip
+    /// carried, all nodes.
+    pub gossip_updates: u64,
+    /// Updates carried per granted request: how many times each grant
+    /// crossed the network (N − 1 when each node receives it once).
+    pub updates_per_grant: Option<f64>,
     /// Membership and clock-probe bytes sent, all nodes.
     pub membership_bytes: u64,
     /// Seconds from the last arrival until the cluster converged, or
@@ -448,6 +460,7 @@ pub fn run(
         config.anti_entropy,
         |node: NodeId| ReplicaOptions {
             node,
+            dissemination: config.dissemination,
             ..ReplicaOptions::default()
         },
     );
@@ -507,6 +520,7 @@ pub fn run(
         out.rejections += u64::from(!granted);
         out.central_rejections += u64::from(!truth);
         out.over_admissions += u64::from(granted && !truth);
+
         out.false_rejections += u64::from(!granted && truth);
         if i % 1024 == 0 {
             progress(i as u64);
@@ -528,9 +542,11 @@ pub fn run(
     sampler.take(&net, &mut out);
     out.convergence = converged;
     out.mean_memory = sampler.memory_sum / sampler.samples.max(1) as f64;
-    let (bytes, datagrams, other) = gossip_sent(&net);
+    let (bytes, datagrams, other, updates) = gossip_sent(&net);
     out.gossip_bytes = bytes;
     out.gossip_datagrams = datagrams;
+    out.gossip_updates = updates;
+    (out.gossip_per_grant, out.updates_per_grant) = per_grant(&out);
     out.membership_bytes = other;
     out.precision = (out.central_rejections > 0)
         .then(|| out.rejections as f64 * 100.0 / out.central_rejections as f64);
@@ -594,11 +610,29 @@ pub fn average(outcomes: &[Outcome]) -> Outcome {
         mean_memory: mean(&|o| o.mean_memory),
         gossip_datagrams: count(&|o| o.gossip_datagrams),
         gossip_bytes: count(&|o| o.gossip_bytes),
+        gossip_per_grant: None,
+        gossip_updates: count(&|o| o.gossip_updates),
+        updates_per_grant: None,
         membership_bytes: count(&|o| o.membership_bytes),
         convergence,
         runs: outcomes.len() as u64,
         series: first.series.clone(),
     }
+    .with_per_grant()
+}
+
+impl Outcome {
+    fn with_per_grant(mut self) -> Outcome {
+        (self.gossip_per_grant, self.updates_per_grant) = per_grant(&self);
+        self
+    }
+}
+
+/// Gossip bytes and updates per granted request.
+fn per_grant(o: &Outcome) -> (Option<f64>, Option<f64>) {
+    let grants = o.requests.saturating_sub(o.rejections);
+    let per = |n: u64| (grants > 0).then(|| n as f64 / grants as f64);
+    (per(o.gossip_bytes), per(o.gossip_updates))
 }
 
 /// The time series' sampling: a sample every `every` of simulated time.
@@ -656,15 +690,16 @@ impl Sampler {
 }
 
 /// Gossip bytes, gossip datagrams and other bytes sent by every node.
-fn gossip_sent(net: &SimNet) -> (u64, u64, u64) {
+fn gossip_sent(net: &SimNet) -> (u64, u64, u64, u64) {
     (0..net.len())
         .filter_map(|i| net.node(i))
         .map(|n| n.sent())
-        .fold((0, 0, 0), |(b, d, o), s| {
+        .fold((0, 0, 0, 0), |(b, d, o, u), s| {
             (
                 b + s.gossip_bytes,
                 d + s.gossip_datagrams,
                 o + s.other_bytes,
+                u + s.gossip_updates,
             )
         })
 }

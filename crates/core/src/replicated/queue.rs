@@ -507,6 +507,12 @@ impl QueueState {
         self.join(other, None)
     }
 
+    /// Whether an element of identity `id` is in the queue (pruned ones
+    /// are not).
+    pub fn contains(&self, id: ElementId) -> bool {
+        self.elements.binary_search_by(|e| e.id.cmp(&id)).is_ok()
+    }
+
     /// Whether `other` is already part of this state (`other ⊑ self`):
     /// every element of `other` is here with a death at least as late, and
     /// the interval is at least as long, so merging it would change

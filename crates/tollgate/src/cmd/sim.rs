@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use tollgate_core::{Nanos, Rate};
+use tollgate_replica::Dissemination;
 use tollgate_sim::dataset::{self, DataSet, Kind, Params};
 use tollgate_sim::figures;
 use tollgate_sim::run::{self, Assign, Outcome, Partition, SimConfig, Strategy, Topology};
@@ -99,6 +100,11 @@ pub struct RunArgs {
     /// Which nodes have links: full-mesh (the thesis's) or ring.
     #[arg(long, default_value = "full-mesh")]
     pub topology: String,
+    /// How updates spread: origin (each node sends its own updates to
+    /// every peer; tollgate's) or epidemic (everything learnt is forwarded
+    /// to every other peer, one neighbour a round; the thesis's).
+    #[arg(long, default_value = "origin")]
+    pub dissemination: String,
     /// Cut some nodes off from the others for a while:
     /// `FROM..UNTIL@NODES`, seconds from the data set's start and nodes as
     /// numbers and ranges (e.g. `10..30@0-14`). Repeatable.
@@ -258,6 +264,12 @@ fn simulate(args: &RunArgs) -> Result<()> {
         topology: Topology::parse(&args.topology).ok_or_else(|| {
             anyhow::anyhow!("--topology {}: expected full-mesh or ring", args.topology)
         })?,
+        dissemination: Dissemination::parse(&args.dissemination).ok_or_else(|| {
+            anyhow::anyhow!(
+                "--dissemination {}: expected origin or epidemic",
+                args.dissemination
+            )
+        })?,
         partitions: args
             .partition
             .iter()
@@ -266,7 +278,7 @@ fn simulate(args: &RunArgs) -> Result<()> {
             .map_err(|e| anyhow::anyhow!("--partition: {e}"))?,
     };
     eprintln!(
-        "{}: {} requests from {} users over {:.0} s; capacity {}, refill one token every {}; {} nodes, gossip every {} ms, {}",
+        "{}: {} requests from {} users over {:.0} s; capacity {}, refill one token every {}; {} nodes, gossip every {} ms, {} dissemination, {}",
         set.name,
         set.arrivals.len(),
         {
@@ -280,6 +292,7 @@ fn simulate(args: &RunArgs) -> Result<()> {
         set.rate.interval(),
         config.nodes,
         args.gossip_interval_ms,
+        config.dissemination,
         config.assign.as_str(),
     );
     let bar = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
@@ -355,6 +368,8 @@ pub fn table(outcomes: &[Outcome]) -> String {
         "mean memory/node".to_owned(),
         "gossip sent".to_owned(),
         "datagrams".to_owned(),
+        "gossip/grant".to_owned(),
+        "copies/grant".to_owned(),
         "convergence".to_owned(),
     ]];
     for o in outcomes {
@@ -375,6 +390,10 @@ pub fn table(outcomes: &[Outcome]) -> String {
             format!("{:.1} KiB", o.mean_memory / 1024.0),
             format!("{:.1} KiB", o.gossip_bytes as f64 / 1024.0),
             o.gossip_datagrams.to_string(),
+            o.gossip_per_grant
+                .map_or("-".into(), |b| format!("{b:.0} B")),
+            o.updates_per_grant
+                .map_or("-".into(), |u| format!("{u:.1}")),
             o.convergence
                 .map_or("not within 600 s".into(), |s| format!("{s:.1} s")),
         ]);
@@ -410,12 +429,12 @@ fn write_outputs(dir: &Path, set: &DataSet, outcomes: &[Outcome]) -> Result<()> 
         std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))
     };
     let mut csv = String::from(
-        "strategy,precision,rejections,central_rejections,over_admissions,false_rejections,peak_memory_bytes,mean_memory_bytes,gossip_bytes,gossip_datagrams,membership_bytes,convergence_s\n",
+        "strategy,precision,rejections,central_rejections,over_admissions,false_rejections,peak_memory_bytes,mean_memory_bytes,gossip_bytes,gossip_datagrams,gossip_bytes_per_grant,gossip_updates_per_grant,membership_bytes,convergence_s\n",
     );
     for o in outcomes {
         let _ = writeln!(
             csv,
-            "{},{},{},{},{},{},{:.0},{:.0},{},{},{},{}",
+            "{},{},{},{},{},{},{:.0},{:.0},{},{},{},{},{},{}",
             o.strategy,
             o.precision.map_or(String::new(), |p| format!("{p:.3}")),
             o.rejections,
@@ -426,6 +445,10 @@ fn write_outputs(dir: &Path, set: &DataSet, outcomes: &[Outcome]) -> Result<()> 
             o.mean_memory,
             o.gossip_bytes,
             o.gossip_datagrams,
+            o.gossip_per_grant
+                .map_or(String::new(), |b| format!("{b:.1}")),
+            o.updates_per_grant
+                .map_or(String::new(), |u| format!("{u:.2}")),
             o.membership_bytes,
             o.convergence.map_or(String::new(), |s| format!("{s:.3}")),
         );
