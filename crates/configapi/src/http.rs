@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, MethodRouter};
@@ -23,6 +23,7 @@ use tollgate_core::{Algorithm, Request as Hits, TokenBucket};
 use crate::auth::{Caller, Role, Tokens};
 use crate::error::ApiError;
 use crate::normalize::{self, NamespaceFlags};
+use crate::precondition::{etag, Precondition};
 use crate::store::{Change, Db};
 
 /// What the handlers share.
@@ -359,38 +360,92 @@ fn check_name(kind: &str, name: &str) -> Result<(), ApiError> {
     }
 }
 
-async fn list_namespaces(State(api): State<Api>) -> Result<Json<Value>, ApiError> {
+/// A JSON answer with the `ETag` of `revision`.
+fn tagged(body: Value, revision: i64) -> Response {
+    let mut r = Json(body).into_response();
+    if let Ok(v) = header::HeaderValue::from_str(&etag(revision)) {
+        r.headers_mut().insert(header::ETAG, v);
+    }
+    r
+}
+
+/// A write's answer: its body, tagged with the revision it made.
+fn written(body: Value) -> Response {
+    let revision = body.get("revision").and_then(Value::as_i64).unwrap_or(0);
+    tagged(body, revision)
+}
+
+async fn list_namespaces(State(api): State<Api>) -> Result<Response, ApiError> {
     let namespaces = api.db.namespaces().await?;
     let revision = api.db.revision().await?;
-    Ok(Json(
+    Ok(tagged(
         json!({ "revision": revision, "namespaces": namespaces }),
+        revision,
     ))
+}
+
+/// Namespace `ns` as `GET` answers it (its revision is the last change
+/// to it or its resources), or `None`.
+async fn namespace_now(api: &Api, ns: &str) -> Result<Option<(Value, i64)>, ApiError> {
+    let Some((doc, changed)) = api.db.namespace(ns).await? else {
+        return Ok(None);
+    };
+    let body = json!({
+        "name": doc.name,
+        "revision": changed,
+        "ignore_configured": doc.flags.ignore_configured,
+        "allow_unconfigured": doc.flags.allow_unconfigured,
+        "resources": doc.resources,
+    });
+    Ok(Some((body, changed)))
+}
+
+/// Resource `ns/r` as `GET` answers it, or `None`.
+async fn resource_now(api: &Api, ns: &str, r: &str) -> Result<Option<(Value, i64)>, ApiError> {
+    let Some((body, revision)) = api.db.resource(ns, r).await? else {
+        return Ok(None);
+    };
+    Ok(Some((
+        json!({ "revision": revision, "resource": body }),
+        revision,
+    )))
+}
+
+/// A 412 with what its target (`now`) is at present; other errors as
+/// they are.
+async fn with_current<F>(e: ApiError, now: F) -> ApiError
+where
+    F: std::future::Future<Output = Result<Option<(Value, i64)>, ApiError>>,
+{
+    if !e.is_precondition() {
+        return e;
+    }
+    match now.await {
+        Ok(Some((body, revision))) => e.with_current(body, Some(revision)),
+        Ok(None) => e.with_current(Value::Null, None),
+        Err(other) => other,
+    }
 }
 
 async fn get_namespace(
     State(api): State<Api>,
     Path(ns): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    let doc = api
-        .db
-        .namespace(&ns)
+) -> Result<Response, ApiError> {
+    let (body, revision) = namespace_now(&api, &ns)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no namespace {ns:?}")))?;
-    Ok(Json(json!({
-        "name": doc.name,
-        "ignore_configured": doc.flags.ignore_configured,
-        "allow_unconfigured": doc.flags.allow_unconfigured,
-        "resources": doc.resources,
-    })))
+    Ok(tagged(body, revision))
 }
 
 async fn put_namespace(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path(ns): Path<String>,
+    headers: HeaderMap,
     bytes: axum::body::Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     check_name("namespace", &ns)?;
+    let pre = Precondition::from_headers(&headers)?;
     let flags: NamespaceFlags = if bytes.is_empty() {
         NamespaceFlags::default()
     } else {
@@ -402,9 +457,12 @@ async fn put_namespace(
         action: "put_namespace",
         target: ns.clone(),
     };
-    let revision = api.db.put_namespace(&change, &ns, flags).await?;
+    let revision = match api.db.put_namespace(&change, &ns, flags, &pre).await {
+        Ok(revision) => revision,
+        Err(e) => return Err(with_current(e, namespace_now(&api, &ns)).await),
+    };
     api.changed(revision);
-    Ok(Json(
+    Ok(written(
         json!({ "revision": revision, "namespace": ns, "flags": flags, "warnings": warnings }),
     ))
 }
@@ -413,58 +471,82 @@ async fn delete_namespace(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path(ns): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let pre = Precondition::from_headers(&headers)?;
     let change = Change {
         actor: &caller.name,
         action: "delete_namespace",
         target: ns.clone(),
     };
-    let revision = api.db.delete_namespace(&change, &ns).await?;
+    let revision = match api.db.delete_namespace(&change, &ns, &pre).await {
+        Ok(revision) => revision,
+        Err(e) => return Err(with_current(e, namespace_now(&api, &ns)).await),
+    };
     api.changed(revision);
-    Ok(Json(json!({ "revision": revision })))
+    Ok(written(json!({ "revision": revision })))
 }
 
 async fn get_resource(
     State(api): State<Api>,
     Path((ns, r)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
-    api.db
-        .resource(&ns, &r)
+) -> Result<Response, ApiError> {
+    let (body, revision) = resource_now(&api, &ns, &r)
         .await?
-        .map(Json)
-        .ok_or_else(|| ApiError::not_found(format!("no resource {ns}/{r}")))
+        .ok_or_else(|| ApiError::not_found(format!("no resource {ns}/{r}")))?;
+    Ok(tagged(body, revision))
+}
+
+/// Who asks for a change to a resource, and under which precondition
+/// (`If-Match` on the resource, see [`crate::precondition`]).
+struct Edit<'a> {
+    api: &'a Api,
+    caller: &'a Caller,
+    headers: &'a HeaderMap,
 }
 
 /// Applies `edit` to a resource (see [`Db::edit_resource`]), normalizing
 /// what it returns; answers with the revision, the body and the warnings.
+/// A 412 carries the resource as it is now.
 async fn edit(
-    api: &Api,
-    caller: &Caller,
+    who: Edit<'_>,
     action: &str,
     target: String,
     ns: &str,
     name: &str,
     edit: impl FnOnce(Option<&Value>) -> Result<Option<Value>, ApiError>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
+    let Edit {
+        api,
+        caller,
+        headers,
+    } = who;
+    let pre = Precondition::from_headers(headers)?;
     let change = Change {
         actor: &caller.name,
         action,
         target,
     };
     let mut warnings = Vec::new();
-    let (revision, body) = api
+    let done = api
         .db
-        .edit_resource(&change, ns, name, |flags, current| match edit(current)? {
-            None => Ok(None),
-            Some(raw) => {
-                let (normalized, w) = normalize::resource(ns, flags, name, &raw)?;
-                warnings = w;
-                Ok(Some(normalized))
+        .edit_resource(&change, ns, name, &pre, |flags, current| {
+            match edit(current)? {
+                None => Ok(None),
+                Some(raw) => {
+                    let (normalized, w) = normalize::resource(ns, flags, name, &raw)?;
+                    warnings = w;
+                    Ok(Some(normalized))
+                }
             }
         })
-        .await?;
+        .await;
+    let (revision, body) = match done {
+        Ok(done) => done,
+        Err(e) => return Err(with_current(e, resource_now(api, ns, name)).await),
+    };
     api.changed(revision);
-    Ok(Json(
+    Ok(written(
         json!({ "revision": revision, "resource": body, "warnings": warnings }),
     ))
 }
@@ -473,13 +555,17 @@ async fn put_resource(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path((ns, r)): Path<(String, String)>,
+    headers: HeaderMap,
     bytes: axum::body::Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     check_name("resource", &r)?;
     let raw: Value = body(&bytes)?;
     edit(
-        &api,
-        &caller,
+        Edit {
+            api: &api,
+            caller: &caller,
+            headers: &headers,
+        },
         "put_resource",
         format!("{ns}/{r}"),
         &ns,
@@ -493,10 +579,14 @@ async fn delete_resource(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path((ns, r)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     edit(
-        &api,
-        &caller,
+        Edit {
+            api: &api,
+            caller: &caller,
+            headers: &headers,
+        },
         "delete_resource",
         format!("{ns}/{r}"),
         &ns,
@@ -522,12 +612,18 @@ async fn put_domain(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path((ns, r, d)): Path<(String, String, String)>,
+    headers: HeaderMap,
     bytes: axum::body::Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     check_name("domain", &d)?;
     let over: Value = body(&bytes)?;
     let target = format!("{ns}/{r}/domains/{d}");
-    edit(&api, &caller, "put_domain", target, &ns, &r, |current| {
+    let who = Edit {
+        api: &api,
+        caller: &caller,
+        headers: &headers,
+    };
+    edit(who, "put_domain", target, &ns, &r, |current| {
         let mut m = existing(current, &ns, &r)?;
         let domains = m.entry("domains").or_insert_with(|| json!({}));
         let Value::Object(domains) = domains else {
@@ -543,9 +639,15 @@ async fn delete_domain(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path((ns, r, d)): Path<(String, String, String)>,
-) -> Result<Json<Value>, ApiError> {
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     let target = format!("{ns}/{r}/domains/{d}");
-    edit(&api, &caller, "delete_domain", target, &ns, &r, |current| {
+    let who = Edit {
+        api: &api,
+        caller: &caller,
+        headers: &headers,
+    };
+    edit(who, "delete_domain", target, &ns, &r, |current| {
         let mut m = existing(current, &ns, &r)?;
         let removed = m
             .get_mut("domains")
@@ -593,12 +695,18 @@ async fn put_group(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path((ns, r, g)): Path<(String, String, String)>,
+    headers: HeaderMap,
     bytes: axum::body::Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     check_name("group", &g)?;
     let group: GroupBody = body(&bytes)?;
     let target = format!("{ns}/{r}/groups/{g}");
-    edit(&api, &caller, "put_group", target, &ns, &r, |current| {
+    let who = Edit {
+        api: &api,
+        caller: &caller,
+        headers: &headers,
+    };
+    edit(who, "put_group", target, &ns, &r, |current| {
         let mut m = existing(current, &ns, &r)?;
         let list = groups(&mut m)?;
         let members = match (&group.members, position(list, &g)) {
@@ -620,9 +728,15 @@ async fn delete_group(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path((ns, r, g)): Path<(String, String, String)>,
-) -> Result<Json<Value>, ApiError> {
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     let target = format!("{ns}/{r}/groups/{g}");
-    edit(&api, &caller, "delete_group", target, &ns, &r, |current| {
+    let who = Edit {
+        api: &api,
+        caller: &caller,
+        headers: &headers,
+    };
+    edit(who, "delete_group", target, &ns, &r, |current| {
         let mut m = existing(current, &ns, &r)?;
         let list = groups(&mut m)?;
         let Some(i) = position(list, &g) else {
@@ -641,13 +755,19 @@ async fn delete_group(
 async fn member(
     api: &Api,
     caller: &Caller,
+    headers: &HeaderMap,
     (ns, r, g, member): (String, String, String, String),
     add: bool,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     check_name("member", &member)?;
     let target = format!("{ns}/{r}/groups/{g}/members/{member}");
     let action = if add { "put_member" } else { "delete_member" };
-    edit(api, caller, action, target, &ns, &r, |current| {
+    let who = Edit {
+        api,
+        caller,
+        headers,
+    };
+    edit(who, action, target, &ns, &r, |current| {
         let mut m = existing(current, &ns, &r)?;
         let list = groups(&mut m)?;
         let Some(i) = position(list, &g) else {
@@ -683,16 +803,18 @@ async fn put_member(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path(path): Path<(String, String, String, String)>,
-) -> Result<Json<Value>, ApiError> {
-    member(&api, &caller, path, true).await
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    member(&api, &caller, &headers, path, true).await
 }
 
 async fn delete_member(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path(path): Path<(String, String, String, String)>,
-) -> Result<Json<Value>, ApiError> {
-    member(&api, &caller, path, false).await
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    member(&api, &caller, &headers, path, false).await
 }
 
 /// A request's query parameters, checked against the ones its endpoint
@@ -775,14 +897,18 @@ impl Params {
     }
 }
 
-async fn delta(State(api): State<Api>, query: Pairs) -> Result<Json<Value>, ApiError> {
+async fn delta(State(api): State<Api>, query: Pairs) -> Result<Response, ApiError> {
     let since = Params::new("GET /v1/config", &["since"], query)?.since()?;
     delta_after(&api, since).await
 }
 
-async fn delta_after(api: &Api, since: i64) -> Result<Json<Value>, ApiError> {
+async fn delta_after(api: &Api, since: i64) -> Result<Response, ApiError> {
     let d = api.db.delta(since).await?;
-    Ok(Json(serde_json::to_value(d).unwrap_or(Value::Null)))
+    let revision = d.revision;
+    Ok(tagged(
+        serde_json::to_value(d).unwrap_or(Value::Null),
+        revision,
+    ))
 }
 
 /// The longest a long poll waits, whatever `timeout_ms` asks.
@@ -790,7 +916,7 @@ const MAX_WAIT_MS: i64 = 300_000;
 
 /// A long poll: answers with the delta as soon as the revision passes
 /// `since`, or when `timeout_ms` (default 30 s, at most 5 minutes) ends.
-async fn wait(State(api): State<Api>, query: Pairs) -> Result<Json<Value>, ApiError> {
+async fn wait(State(api): State<Api>, query: Pairs) -> Result<Response, ApiError> {
     let params = Params::new("GET /v1/config/wait", &["since", "timeout_ms"], query)?;
     let since = params.since()?;
     let timeout_ms = params
@@ -811,13 +937,21 @@ async fn wait(State(api): State<Api>, query: Pairs) -> Result<Json<Value>, ApiEr
 }
 
 async fn export(State(api): State<Api>) -> Result<Response, ApiError> {
+    let revision = api.db.revision().await?;
     let all = api.db.all().await?;
     let doc = normalize::document(&all);
     let text = serde_json::to_string(&doc).map_err(|e| ApiError::malformed(e.to_string()))?;
     let loaded = tollgate_config::load_str("export", &text)
         .map_err(|e| ApiError::invalid(format!("the stored config does not load: {e}")))?;
     let yaml = tollgate_config::emit::to_yaml(&loaded.config);
-    Ok(([(header::CONTENT_TYPE, "application/yaml")], yaml).into_response())
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/yaml".to_owned()),
+            (header::ETAG, etag(revision)),
+        ],
+        yaml,
+    )
+        .into_response())
 }
 
 /// Replaces the whole config with a YAML (or JSON) one in tollgate's
@@ -825,8 +959,10 @@ async fn export(State(api): State<Api>) -> Result<Response, ApiError> {
 async fn import(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
     text: String,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
+    let pre = Precondition::from_headers(&headers)?;
     let (doc, warnings) = normalize::load_text("import", &text)?;
     let namespaces = normalize::namespaces_of(&doc);
     for ns in &namespaces {
@@ -843,14 +979,14 @@ async fn import(
         action: "import",
         target: "*".to_owned(),
     };
-    let revision = api.db.import(&change, &namespaces).await?;
+    let revision = api.db.import(&change, &namespaces, &pre).await?;
     api.changed(revision);
-    Ok(Json(
+    Ok(written(
         json!({ "revision": revision, "namespaces": namespaces.len(), "warnings": warnings }),
     ))
 }
 
-async fn audit(State(api): State<Api>, query: Pairs) -> Result<Json<Value>, ApiError> {
+async fn audit(State(api): State<Api>, query: Pairs) -> Result<Response, ApiError> {
     let params = Params::new("GET /v1/audit", &["since", "limit"], query)?;
     let since = params.since()?;
     let limit = params
@@ -861,8 +997,12 @@ async fn audit(State(api): State<Api>, query: Pairs) -> Result<Json<Value>, ApiE
             "a whole number of entries from 1 (at most 1000 are answered)",
         )?
         .unwrap_or(100);
+    let revision = api.db.revision().await?;
     let entries = api.db.audit(since, limit).await?;
-    Ok(Json(json!({ "entries": entries })))
+    Ok(tagged(
+        json!({ "revision": revision, "entries": entries }),
+        revision,
+    ))
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! - [`normalize`]: validation and normalization through
 //!   `tollgate_config`.
 //! - [`auth`]: bearer tokens with `read` and `admin` roles.
+//! - [`precondition`]: revisions as `ETag`s, `If-Match` on writes.
 //! - [`http`]: the HTTP API.
 
 #![deny(missing_docs)]
@@ -15,6 +16,7 @@ pub mod auth;
 pub mod error;
 pub mod http;
 pub mod normalize;
+pub mod precondition;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;

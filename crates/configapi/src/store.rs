@@ -18,6 +18,7 @@ use sqlx::{Any, AnyPool, Row, Transaction};
 
 use crate::error::ApiError;
 use crate::normalize::{NamespaceDoc, NamespaceFlags};
+use crate::precondition::Precondition;
 
 /// The database behind the API.
 #[derive(Clone, Debug)]
@@ -66,8 +67,11 @@ pub struct NamespaceEntry {
     /// Its flags.
     #[serde(flatten)]
     pub flags: NamespaceFlags,
-    /// The revision that last changed it.
+    /// The revision that last changed its flags.
     pub revision: i64,
+    /// The revision that last changed it or any of its resources: its
+    /// `ETag` (see [`crate::precondition`]).
+    pub changed: i64,
 }
 
 /// A resource, as listed.
@@ -113,7 +117,7 @@ pub struct Change<'a> {
 
 /// The columns [`namespace_entry`] reads, from `tg_namespaces`.
 const NAMESPACE_ROW: &str =
-    "SELECT name, ignore_configured, allow_unconfigured, revision FROM tg_namespaces";
+    "SELECT name, ignore_configured, allow_unconfigured, revision, changed FROM tg_namespaces";
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -152,6 +156,7 @@ fn namespace_entry(row: &AnyRow) -> Result<NamespaceEntry, sqlx::Error> {
             allow_unconfigured: row.try_get::<i64, _>(2)? != 0,
         },
         revision: row.try_get(3)?,
+        changed: row.try_get(4)?,
     })
 }
 
@@ -207,8 +212,9 @@ impl Db {
         rows.iter().map(namespace_entry).collect()
     }
 
-    /// One namespace and its resources (by name), if it exists.
-    pub async fn namespace(&self, ns: &str) -> Result<Option<NamespaceDoc>, sqlx::Error> {
+    /// One namespace and its resources (by name), if it exists, with the
+    /// revision of its last change (its `ETag`).
+    pub async fn namespace(&self, ns: &str) -> Result<Option<(NamespaceDoc, i64)>, sqlx::Error> {
         let sql = format!("{NAMESPACE_ROW} WHERE name = $1");
         let Some(row) = sqlx::query(&sql)
             .bind(ns)
@@ -226,33 +232,81 @@ impl Db {
                 .iter()
                 .map(|r| r.try_get::<String, _>(0).map(|b| parse_body(&b)))
                 .collect::<Result<Vec<_>, _>>()?;
-        Ok(Some(NamespaceDoc {
-            name: entry.name,
-            flags: entry.flags,
-            resources,
-        }))
+        Ok(Some((
+            NamespaceDoc {
+                name: entry.name,
+                flags: entry.flags,
+                resources,
+            },
+            entry.changed,
+        )))
     }
 
     /// Every namespace with its resources: the whole config.
     pub async fn all(&self) -> Result<Vec<NamespaceDoc>, sqlx::Error> {
         let mut out = Vec::new();
         for ns in self.namespaces().await? {
-            if let Some(doc) = self.namespace(&ns.name).await? {
+            if let Some((doc, _)) = self.namespace(&ns.name).await? {
                 out.push(doc);
             }
         }
         Ok(out)
     }
 
-    /// One resource's body, if it exists.
-    pub async fn resource(&self, ns: &str, name: &str) -> Result<Option<Value>, sqlx::Error> {
-        let row = sqlx::query("SELECT body FROM tg_resources WHERE namespace = $1 AND name = $2")
-            .bind(ns)
-            .bind(name)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(|r| r.try_get::<String, _>(0).map(|b| parse_body(&b)))
+    /// One resource's body and the revision that last changed it (its
+    /// `ETag`), if it exists.
+    pub async fn resource(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<(Value, i64)>, sqlx::Error> {
+        let row = sqlx::query(
+            "SELECT body, revision FROM tg_resources WHERE namespace = $1 AND name = $2",
+        )
+        .bind(ns)
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| Ok((parse_body(&r.try_get::<String, _>(0)?), r.try_get(1)?)))
             .transpose()
+    }
+
+    /// The revision that deleted `ns` (`name` empty) or `ns/name`, if a
+    /// tombstone says so: named in a 412's message.
+    async fn deleted_at(
+        tx: &mut Transaction<'static, Any>,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<i64>, sqlx::Error> {
+        let mut revision: Option<i64> = None;
+        for (ns, name) in [(ns, name), (ns, "")] {
+            let row =
+                sqlx::query("SELECT revision FROM tg_deleted WHERE namespace = $1 AND name = $2")
+                    .bind(ns)
+                    .bind(name)
+                    .fetch_optional(&mut **tx)
+                    .await?;
+            if let Some(r) = row {
+                let r: i64 = r.try_get(0)?;
+                revision = Some(revision.map_or(r, |x| x.max(r)));
+            }
+        }
+        Ok(revision)
+    }
+
+    /// Marks namespace `ns` changed at `revision` (a change to one of its
+    /// resources): its `ETag` moves.
+    async fn touch(
+        tx: &mut Transaction<'static, Any>,
+        ns: &str,
+        revision: i64,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query("UPDATE tg_namespaces SET changed = $1 WHERE name = $2")
+            .bind(revision)
+            .bind(ns)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
     }
 
     /// Opens a change: a transaction holding the next revision.
@@ -290,30 +344,55 @@ impl Db {
         Ok(())
     }
 
-    async fn flags_in(
+    async fn namespace_in(
         tx: &mut Transaction<'static, Any>,
         ns: &str,
-    ) -> Result<Option<NamespaceFlags>, sqlx::Error> {
+    ) -> Result<Option<NamespaceEntry>, sqlx::Error> {
         let sql = format!("{NAMESPACE_ROW} WHERE name = $1");
         let row = sqlx::query(&sql).bind(ns).fetch_optional(&mut **tx).await?;
-        row.map(|r| namespace_entry(&r).map(|e| e.flags))
-            .transpose()
+        row.map(|r| namespace_entry(&r)).transpose()
     }
 
-    /// Creates or changes a namespace's flags.
+    /// Checks `pre` against namespace `ns` as it is in `tx`.
+    async fn check_namespace(
+        tx: &mut Transaction<'static, Any>,
+        pre: &Precondition,
+        ns: &str,
+        entry: Option<&NamespaceEntry>,
+    ) -> Result<(), ApiError> {
+        if *pre == Precondition::None {
+            return Ok(());
+        }
+        let deleted = match entry {
+            Some(_) => None,
+            None => Self::deleted_at(tx, ns, "").await?,
+        };
+        pre.check(
+            &format!("namespace {ns:?}"),
+            entry.map(|e| e.changed),
+            deleted,
+        )
+    }
+
+    /// Creates or changes a namespace's flags, if `pre` holds.
     pub async fn put_namespace(
         &self,
         change: &Change<'_>,
         ns: &str,
         flags: NamespaceFlags,
+        pre: &Precondition,
     ) -> Result<i64, ApiError> {
         let (mut tx, revision) = self.begin().await?;
-        let before = Self::flags_in(&mut tx, ns).await?;
+        let entry = Self::namespace_in(&mut tx, ns).await?;
+        Self::check_namespace(&mut tx, pre, ns, entry.as_ref()).await?;
+        let before = entry.map(|e| e.flags);
         sqlx::query(
-            "INSERT INTO tg_namespaces (name, ignore_configured, allow_unconfigured, revision) \
-             VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO UPDATE SET \
+            "INSERT INTO tg_namespaces \
+             (name, ignore_configured, allow_unconfigured, revision, changed) \
+             VALUES ($1, $2, $3, $4, $4) ON CONFLICT (name) DO UPDATE SET \
              ignore_configured = excluded.ignore_configured, \
-             allow_unconfigured = excluded.allow_unconfigured, revision = excluded.revision",
+             allow_unconfigured = excluded.allow_unconfigured, revision = excluded.revision, \
+             changed = excluded.changed",
         )
         .bind(ns)
         .bind(flag(flags.ignore_configured))
@@ -334,10 +413,17 @@ impl Db {
         Ok(revision)
     }
 
-    /// Deletes a namespace and its resources; `None` if there was none.
-    pub async fn delete_namespace(&self, change: &Change<'_>, ns: &str) -> Result<i64, ApiError> {
+    /// Deletes a namespace and its resources, if `pre` holds.
+    pub async fn delete_namespace(
+        &self,
+        change: &Change<'_>,
+        ns: &str,
+        pre: &Precondition,
+    ) -> Result<i64, ApiError> {
         let (mut tx, revision) = self.begin().await?;
-        let Some(before) = Self::flags_in(&mut tx, ns).await? else {
+        let entry = Self::namespace_in(&mut tx, ns).await?;
+        Self::check_namespace(&mut tx, pre, ns, entry.as_ref()).await?;
+        let Some(before) = entry.map(|e| e.flags) else {
             return Err(ApiError::not_found(format!("no namespace {ns:?}")));
         };
         sqlx::query("DELETE FROM tg_resources WHERE namespace = $1")
@@ -376,26 +462,50 @@ impl Db {
     /// Changes one resource in one transaction: `edit` gets the namespace's
     /// flags and the resource's current body (`None` when absent) and
     /// returns the new normalized body (`None` deletes it), or refuses.
-    /// The namespace must exist. Returns the revision and the new body.
+    /// The namespace must exist, and `pre` hold for the resource (the
+    /// target of a write to any part of it). Returns the revision and the
+    /// new body.
     pub async fn edit_resource(
         &self,
         change: &Change<'_>,
         ns: &str,
         name: &str,
+        pre: &Precondition,
         edit: impl FnOnce(NamespaceFlags, Option<&Value>) -> Result<Option<Value>, ApiError>,
     ) -> Result<(i64, Option<Value>), ApiError> {
         let (mut tx, revision) = self.begin().await?;
-        let Some(flags) = Self::flags_in(&mut tx, ns).await? else {
+        let Some(flags) = Self::namespace_in(&mut tx, ns).await?.map(|e| e.flags) else {
+            // Under If-Match a vanished namespace is a vanished resource:
+            // 412, and nothing re-created.
+            if matches!(pre, Precondition::Revision(_) | Precondition::Exists) {
+                let deleted = Self::deleted_at(&mut tx, ns, name).await?;
+                pre.check(&format!("resource {ns}/{name}"), None, deleted)?;
+            }
             return Err(ApiError::not_found(format!("no namespace {ns:?}")));
         };
-        let before =
-            sqlx::query("SELECT body FROM tg_resources WHERE namespace = $1 AND name = $2")
-                .bind(ns)
-                .bind(name)
-                .fetch_optional(&mut *tx)
-                .await?
-                .map(|r| r.try_get::<String, _>(0).map(|b| parse_body(&b)))
-                .transpose()?;
+        let row = sqlx::query(
+            "SELECT body, revision FROM tg_resources WHERE namespace = $1 AND name = $2",
+        )
+        .bind(ns)
+        .bind(name)
+        .fetch_optional(&mut *tx)
+        .await?
+        .map(|r| -> Result<(Value, i64), sqlx::Error> {
+            Ok((parse_body(&r.try_get::<String, _>(0)?), r.try_get(1)?))
+        })
+        .transpose()?;
+        if *pre != Precondition::None {
+            let deleted = match row {
+                Some(_) => None,
+                None => Self::deleted_at(&mut tx, ns, name).await?,
+            };
+            pre.check(
+                &format!("resource {ns}/{name}"),
+                row.as_ref().map(|(_, r)| *r),
+                deleted,
+            )?;
+        }
+        let before = row.map(|(body, _)| body);
         let after = edit(flags, before.as_ref())?;
         match &after {
             Some(body) => {
@@ -423,19 +533,22 @@ impl Db {
                 Self::tombstone(&mut tx, ns, name, revision).await?;
             }
         }
+        Self::touch(&mut tx, ns, revision).await?;
         Self::audit_row(&mut tx, revision, change, before.as_ref(), after.as_ref()).await?;
         tx.commit().await?;
         Ok((revision, after))
     }
 
     /// Replaces the whole config with `namespaces` (already normalized), in
-    /// one transaction.
+    /// one transaction, if `pre` holds for the config's revision.
     pub async fn import(
         &self,
         change: &Change<'_>,
         namespaces: &[NamespaceDoc],
+        pre: &Precondition,
     ) -> Result<i64, ApiError> {
         let (mut tx, revision) = self.begin().await?;
+        pre.check("the config", Some(revision - 1), None)?;
         let old: Vec<String> = sqlx::query("SELECT name FROM tg_namespaces")
             .fetch_all(&mut *tx)
             .await?
@@ -453,8 +566,9 @@ impl Db {
             .await?;
         for ns in namespaces {
             sqlx::query(
-                "INSERT INTO tg_namespaces (name, ignore_configured, allow_unconfigured, revision) \
-                 VALUES ($1, $2, $3, $4)",
+                "INSERT INTO tg_namespaces \
+                 (name, ignore_configured, allow_unconfigured, revision, changed) \
+                 VALUES ($1, $2, $3, $4, $4)",
             )
             .bind(&ns.name)
             .bind(flag(ns.flags.ignore_configured))
@@ -588,7 +702,7 @@ impl Db {
 fn migrator() -> sqlx::migrate::Migrator {
     use sqlx::migrate::{Migration, MigrationType, Migrator};
     use std::borrow::Cow;
-    const FILES: [(i64, &str, &str); 2] = [
+    const FILES: [(i64, &str, &str); 3] = [
         (
             20261123000001,
             "config",
@@ -598,6 +712,11 @@ fn migrator() -> sqlx::migrate::Migrator {
             20261123000002,
             "instance",
             include_str!("../migrations/20261123000002_instance.sql"),
+        ),
+        (
+            20261126000001,
+            "changed",
+            include_str!("../migrations/20261126000001_changed.sql"),
         ),
     ];
     let migrations = FILES

@@ -120,7 +120,7 @@ async fn crud(api: &ConfigApi, dir: &Sandbox) {
         .await;
     assert_eq!(status, 422);
     assert_eq!(
-        api.get("/v1/namespaces/shop/resources/api").await["capacity"],
+        api.get("/v1/namespaces/shop/resources/api").await["resource"]["capacity"],
         100
     );
     assert_eq!(
@@ -184,7 +184,7 @@ async fn crud(api: &ConfigApi, dir: &Sandbox) {
         .map(|n| n["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, vec!["default"]);
-    let sandbox = api.get("/v1/namespaces/default/resources/sandbox").await;
+    let sandbox = api.get("/v1/namespaces/default/resources/sandbox").await["resource"].clone();
     assert_eq!(sandbox["domains"]["acme"]["domain_limit"], 10);
     let (status, _) = api
         .call(
@@ -321,6 +321,247 @@ async fn concurrent(api: &std::sync::Arc<ConfigApi>) {
     assert_eq!(entries, audited + 48);
 }
 
+/// Issue 22: a page's stale body overwrote a change made meanwhile (a
+/// lost update), and saving a resource deleted meanwhile re-created it.
+/// Every read names its revision (body and `ETag`); a write under
+/// `If-Match` is refused with 412 and what is there now when its target
+/// changed or vanished, and of concurrent writers that read the same
+/// revision exactly one wins.
+async fn preconditions(api: &std::sync::Arc<ConfigApi>) {
+    const R: &str = "/v1/namespaces/cc/resources/api";
+    api.ok("PUT", "/v1/namespaces/cc", None).await;
+    let first = json!({"algorithm": "token_bucket", "capacity": 1, "rate": "1/s"});
+    let (status, put, tag) = api.write_at("PUT", R, Some(first), None).await;
+    assert_eq!(status, 200, "{put}");
+    let mut at = put["revision"].as_i64().unwrap();
+    assert_eq!(tag, Some(format!("\"{at}\"")), "a write answers its ETag");
+    let (_, got, tag) = api.call_with(Some(READER), "GET", R, None, &[]).await;
+    assert_eq!(
+        (got["revision"].as_i64(), tag),
+        (Some(at), Some(format!("\"{at}\"")))
+    );
+    assert_eq!(got["resource"]["capacity"], 1);
+
+    // Rounds of four writers that all read revision `at`: one wins, the
+    // others get 412 with the winner's resource and revision.
+    for round in 0..6 {
+        let mut tasks = Vec::new();
+        for w in 0..4 {
+            let api = std::sync::Arc::clone(api);
+            let body = json!({"algorithm": "token_bucket", "capacity": 100 * round + w + 2, "rate": "1/s"});
+            tasks.push(tokio::spawn(async move {
+                api.write_at("PUT", R, Some(body), Some(at)).await
+            }));
+        }
+        let mut answers = Vec::new();
+        for t in tasks {
+            answers.push(t.await.unwrap());
+        }
+        let winners: Vec<&(u16, Value, Option<String>)> =
+            answers.iter().filter(|a| a.0 == 200).collect();
+        assert_eq!(
+            winners.len(),
+            1,
+            "round {round}: exactly one wins: {answers:?}"
+        );
+        let won = &winners[0].1;
+        for (status, e, tag) in answers.iter().filter(|a| a.0 != 200) {
+            assert_eq!(*status, 412, "{e}");
+            assert_eq!(e["error"]["reason"], "precondition_failed");
+            assert_eq!(e["current"]["resource"], won["resource"], "{e}");
+            assert_eq!(e["current"]["revision"], won["revision"]);
+            assert_eq!(tag.clone(), Some(format!("\"{}\"", won["revision"])));
+            let message = e["error"]["message"].as_str().unwrap();
+            assert!(
+                message.contains(&format!("changed since revision {at}")),
+                "{message}"
+            );
+        }
+        let now = api.get(R).await;
+        assert_eq!(
+            now["resource"], won["resource"],
+            "the winner's change stands"
+        );
+        at = won["revision"].as_i64().unwrap();
+    }
+
+    // Overrides and groups carry the resource's revision: a stale one is
+    // refused and writes nothing.
+    let stale = at - 1;
+    let before = api.get("/v1/namespaces").await["revision"].clone();
+    for (method, path, body) in [
+        (
+            "PUT",
+            format!("{R}/domains/acme"),
+            Some(json!({"capacity": 5})),
+        ),
+        ("PUT", format!("{R}/groups/big"), Some(json!({"limit": 3}))),
+        ("DELETE", R.to_owned(), None),
+        ("PUT", "/v1/namespaces/cc".to_owned(), Some(json!({}))),
+        ("DELETE", "/v1/namespaces/cc".to_owned(), None),
+    ] {
+        let (status, e, _) = api.write_at(method, &path, body, Some(stale)).await;
+        assert_eq!(status, 412, "{method} {path}: {e}");
+        assert!(e.get("current").is_some(), "{e}");
+    }
+    assert_eq!(
+        api.get("/v1/namespaces").await["revision"],
+        before,
+        "nothing written"
+    );
+    let (status, r, _) = api
+        .write_at(
+            "PUT",
+            &format!("{R}/domains/acme"),
+            Some(json!({"capacity": 5})),
+            Some(at),
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    at = r["revision"].as_i64().unwrap();
+    const POOL: &str = "/v1/namespaces/cc/resources/pool";
+    let pool = api
+        .ok(
+            "PUT",
+            POOL,
+            Some(json!({"kind": "concurrency", "domain_limit": 3})),
+        )
+        .await["revision"]
+        .as_i64()
+        .unwrap();
+    let group = json!({"limit": 3, "members": ["acme"]});
+    let (status, r, _) = api
+        .write_at(
+            "PUT",
+            &format!("{POOL}/groups/big"),
+            Some(group.clone()),
+            Some(pool),
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    let (status, e, _) = api
+        .write_at(
+            "PUT",
+            &format!("{POOL}/groups/big/members/x"),
+            None,
+            Some(pool),
+        )
+        .await;
+    assert_eq!(status, 412, "a member carries the resource's revision: {e}");
+    let last = r["revision"].as_i64().unwrap();
+
+    // The namespace's revision moves with any change in it.
+    let (_, ns, tag) = api
+        .call_with(Some(READER), "GET", "/v1/namespaces/cc", None, &[])
+        .await;
+    assert_eq!(
+        (ns["revision"].as_i64(), tag),
+        (Some(last), Some(format!("\"{last}\"")))
+    );
+
+    // Deleted meanwhile: 412 with `current: null`, and never re-created.
+    let (status, r, _) = api.write_at("DELETE", R, None, Some(at)).await;
+    assert_eq!(status, 200, "{r}");
+    let deleted = r["revision"].as_i64().unwrap();
+    let body = json!({"algorithm": "token_bucket", "capacity": 9, "rate": "1/s"});
+    for (method, path) in [
+        ("PUT", R.to_owned()),
+        ("PUT", format!("{R}/domains/acme")),
+        ("DELETE", R.to_owned()),
+    ] {
+        let (status, e, _) = api
+            .write_at(method, &path, Some(body.clone()), Some(at))
+            .await;
+        assert_eq!(status, 412, "{method} {path}: {e}");
+        assert_eq!(e["current"], Value::Null, "{e}");
+        let message = e["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("no longer exists (deleted at revision {deleted})")),
+            "{message}"
+        );
+    }
+    let (status, e, _) = api
+        .call_with(
+            Some(ADMIN),
+            "PUT",
+            R,
+            Some(&body.to_string()),
+            &[("if-match", "*")],
+        )
+        .await;
+    assert_eq!(status, 412, "If-Match: * needs it to exist: {e}");
+    let (status, _) = api.call(Some(READER), "GET", R, None).await;
+    assert_eq!(status, 404, "not re-created");
+
+    // If-None-Match: * creates, never replaces.
+    let create = [("if-none-match", "*")];
+    let (status, r, _) = api
+        .call_with(Some(ADMIN), "PUT", R, Some(&body.to_string()), &create)
+        .await;
+    assert_eq!(status, 200, "{r}");
+    let (status, e, _) = api
+        .call_with(Some(ADMIN), "PUT", R, Some(&body.to_string()), &create)
+        .await;
+    assert_eq!(status, 412, "{e}");
+    assert_eq!(e["current"]["resource"]["capacity"], 9);
+
+    // A namespace deleted meanwhile: its resources are gone too, and an
+    // If-Match write is 412, not a namespace re-created.
+    let (_, ns, _) = api
+        .call_with(Some(READER), "GET", "/v1/namespaces/cc", None, &[])
+        .await;
+    let ns_at = ns["revision"].as_i64().unwrap();
+    let (status, r, _) = api
+        .write_at("DELETE", "/v1/namespaces/cc", None, Some(ns_at))
+        .await;
+    assert_eq!(status, 200, "{r}");
+    let (status, e, _) = api
+        .write_at("PUT", R, Some(body.clone()), Some(ns_at))
+        .await;
+    assert_eq!((status, &e["current"]), (412, &Value::Null), "{e}");
+    let (status, e, _) = api
+        .write_at("PUT", "/v1/namespaces/cc", Some(json!({})), Some(ns_at))
+        .await;
+    assert_eq!((status, &e["current"]), (412, &Value::Null), "{e}");
+    let (status, _) = api
+        .call(Some(READER), "GET", "/v1/namespaces/cc", None)
+        .await;
+    assert_eq!(status, 404);
+
+    // A malformed precondition is a 400 naming the header.
+    for bad in ["12", "W/\"12\"", "\"abc\""] {
+        let (status, e, _) = api
+            .call_with(
+                Some(ADMIN),
+                "PUT",
+                "/v1/namespaces/cc",
+                Some("{}"),
+                &[("if-match", bad)],
+            )
+            .await;
+        assert_eq!(
+            (status, e["error"]["reason"].as_str()),
+            (400, Some("malformed_request")),
+            "{e}"
+        );
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("If-Match: "),
+            "{e}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_writes_under_if_match_never_lose_an_update() {
+    let dir = Sandbox::new("config-api-if-match");
+    let db = format!("sqlite://{}", dir.path("t.db").display());
+    let api = std::sync::Arc::new(ConfigApi::start(&dir, &db, &[]));
+    preconditions(&api).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_poll_answers_with_the_change_that_ends_it() {
     let dir = Sandbox::new("config-api-wait");
@@ -419,6 +660,7 @@ async fn postgres_crud_concurrent_writers_and_the_database_going_away() {
     ));
     crud(&api, &dir).await;
     concurrent(&api).await;
+    preconditions(&api).await;
     let revision = api.get("/v1/namespaces").await["revision"].clone();
 
     // The database goes away: reads and writes fail with 503 and a reason,

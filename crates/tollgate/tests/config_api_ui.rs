@@ -652,7 +652,7 @@ async fn an_admin_edits_a_resource_in_the_page() {
     assert_eq!(capacity_of(&b.row("shop/api")), "capacity: 100");
 
     open_editor(&mut b, "shop/api");
-    let before = api.get("/v1/namespaces/shop/resources/api").await;
+    let before = api.get("/v1/namespaces/shop/resources/api").await["resource"].clone();
     let mut body = editor(&mut b);
     assert_eq!(body, before, "the editor holds the resource's JSON");
     body["capacity"] = json!(250);
@@ -669,7 +669,7 @@ async fn an_admin_edits_a_resource_in_the_page() {
     );
 
     // The API has it...
-    let after = api.get("/v1/namespaces/shop/resources/api").await;
+    let after = api.get("/v1/namespaces/shop/resources/api").await["resource"].clone();
     assert_eq!(after["capacity"], 250, "{after}");
     assert_eq!(after["rate"], before["rate"]);
     assert_eq!(api.get("/v1/namespaces").await["revision"], revision + 1);
@@ -700,7 +700,7 @@ async fn an_admin_edits_a_resource_in_the_page() {
         b.eval("[...document.querySelectorAll('#message .warning')].map(li => li.textContent)");
     assert_eq!(warnings.as_array().unwrap().len(), 1, "{warnings}");
     assert_eq!(
-        api.get("/v1/namespaces/shop/resources/db").await["domain_limit"],
+        api.get("/v1/namespaces/shop/resources/db").await["resource"]["domain_limit"],
         10
     );
     assert_eq!(
@@ -727,7 +727,7 @@ async fn an_admin_edits_a_resource_in_the_page() {
         e["error"]["message"].as_str().unwrap()
     );
     assert_eq!(
-        api.get("/v1/namespaces/shop/resources/api").await["capacity"],
+        api.get("/v1/namespaces/shop/resources/api").await["resource"]["capacity"],
         250
     );
     assert_eq!(capacity_of(&b.row("shop/api")), "capacity: 250");
@@ -786,7 +786,7 @@ async fn a_read_token_cannot_save_and_sees_the_apis_refusal() {
     );
 
     // Nothing changed, in the API or on the page.
-    let now = api.get("/v1/namespaces/shop/resources/api").await;
+    let now = api.get("/v1/namespaces/shop/resources/api").await["resource"].clone();
     assert_eq!(now["capacity"], 100, "{now}");
     assert_eq!(api.get("/v1/namespaces").await["revision"], revision);
     assert_eq!(b.text("#revision"), revision.to_string());
