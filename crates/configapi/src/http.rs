@@ -131,7 +131,7 @@ impl Api {
             )
             .route(
                 "/v1/namespaces/{ns}/resources/{r}/domains/{d}",
-                axum::routing::put(put_domain).delete(delete_domain),
+                get(get_domain).put(put_domain).delete(delete_domain),
             )
             .route(
                 "/v1/namespaces/{ns}/resources/{r}/groups/{g}",
@@ -400,14 +400,14 @@ async fn namespace_now(api: &Api, ns: &str) -> Result<Option<(Value, i64)>, ApiE
     Ok(Some((body, changed)))
 }
 
-/// Resource `ns/r` as `GET` answers it, or `None`.
+/// Resource `ns/r` as `GET` answers it (stored and resolved), or `None`.
 async fn resource_now(api: &Api, ns: &str, r: &str) -> Result<Option<(Value, i64)>, ApiError> {
-    let Some((body, revision)) = api.db.resource(ns, r).await? else {
+    let Some(stored) = api.db.resource(ns, r).await? else {
         return Ok(None);
     };
     Ok(Some((
-        json!({ "revision": revision, "resource": body }),
-        revision,
+        json!({ "revision": stored.revision, "resource": stored.body, "resolved": stored.resolved }),
+        stored.revision,
     )))
 }
 
@@ -487,6 +487,29 @@ async fn delete_namespace(
     Ok(written(json!({ "revision": revision })))
 }
 
+/// `GET .../domains/{d}`: the override as stored (what it changes) and
+/// resolved (what servers enforce), with the resource's revision.
+async fn get_domain(
+    State(api): State<Api>,
+    Path((ns, r, d)): Path<(String, String, String)>,
+) -> Result<Response, ApiError> {
+    let stored = api
+        .db
+        .resource(&ns, &r)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no resource {ns}/{r}")))?;
+    let over = |body: &Value| body.get("domains").and_then(|x| x.get(&d)).cloned();
+    let (Some(given), Some(resolved)) = (over(&stored.body), over(&stored.resolved)) else {
+        return Err(ApiError::not_found(format!(
+            "{ns}/{r} has no override for {d:?}"
+        )));
+    };
+    Ok(tagged(
+        json!({ "revision": stored.revision, "override": given, "resolved": resolved }),
+        stored.revision,
+    ))
+}
+
 async fn get_resource(
     State(api): State<Api>,
     Path((ns, r)): Path<(String, String)>,
@@ -534,21 +557,25 @@ async fn edit(
             match edit(current)? {
                 None => Ok(None),
                 Some(raw) => {
-                    let (normalized, w) = normalize::resource(ns, flags, name, &raw)?;
-                    warnings = w;
-                    Ok(Some(normalized))
+                    let r = normalize::resource(ns, flags, name, &raw)?;
+                    warnings = r.warnings;
+                    Ok(Some((r.stored, r.resolved)))
                 }
             }
         })
         .await;
-    let (revision, body) = match done {
+    let (revision, bodies) = match done {
         Ok(done) => done,
         Err(e) => return Err(with_current(e, resource_now(api, ns, name)).await),
     };
     api.changed(revision);
-    Ok(written(
-        json!({ "revision": revision, "resource": body, "warnings": warnings }),
-    ))
+    let (body, resolved) = bodies.unzip();
+    Ok(written(json!({
+        "revision": revision,
+        "resource": body,
+        "resolved": resolved,
+        "warnings": warnings,
+    })))
 }
 
 async fn put_resource(
@@ -963,9 +990,8 @@ async fn import(
     text: String,
 ) -> Result<Response, ApiError> {
     let pre = Precondition::from_headers(&headers)?;
-    let (doc, warnings) = normalize::load_text("import", &text)?;
-    let namespaces = normalize::namespaces_of(&doc);
-    for ns in &namespaces {
+    let (namespaces, warnings) = normalize::import(&text)?;
+    for (ns, _) in &namespaces {
         check_name("namespace", &ns.name)?;
         for r in &ns.resources {
             check_name(

@@ -46,7 +46,8 @@ pub struct Delta {
     pub deleted: Vec<Deleted>,
     /// Namespaces created or changed since (flags only).
     pub namespaces: Vec<NamespaceEntry>,
-    /// Resources created or changed since, whole.
+    /// Resources created or changed since, whole and resolved (domain
+    /// overrides complete): what a server enforces.
     pub resources: Vec<ResourceEntry>,
 }
 
@@ -79,7 +80,7 @@ pub struct NamespaceEntry {
 pub struct ResourceEntry {
     /// Its namespace.
     pub namespace: String,
-    /// Its normalized body.
+    /// Its normalized body, overrides resolved.
     pub body: Value,
     /// The revision that last changed it.
     pub revision: i64,
@@ -102,6 +103,18 @@ pub struct AuditEntry {
     pub before: Option<Value>,
     /// After the change.
     pub after: Option<Value>,
+}
+
+/// A resource as the database holds it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stored {
+    /// What the API answers: refining domain overrides hold only what
+    /// they change ([`crate::normalize::stored_form`]).
+    pub body: Value,
+    /// What servers enforce: every override resolved.
+    pub resolved: Value,
+    /// The revision that last changed it.
+    pub revision: i64,
 }
 
 /// Who changes what, for the audit trail.
@@ -253,22 +266,24 @@ impl Db {
         Ok(out)
     }
 
-    /// One resource's body and the revision that last changed it (its
-    /// `ETag`), if it exists.
-    pub async fn resource(
-        &self,
-        ns: &str,
-        name: &str,
-    ) -> Result<Option<(Value, i64)>, sqlx::Error> {
+    /// One resource, stored and resolved, with the revision that last
+    /// changed it (its `ETag`), if it exists.
+    pub async fn resource(&self, ns: &str, name: &str) -> Result<Option<Stored>, sqlx::Error> {
         let row = sqlx::query(
-            "SELECT body, revision FROM tg_resources WHERE namespace = $1 AND name = $2",
+            "SELECT body, resolved, revision FROM tg_resources WHERE namespace = $1 AND name = $2",
         )
         .bind(ns)
         .bind(name)
         .fetch_optional(&self.pool)
         .await?;
-        row.map(|r| Ok((parse_body(&r.try_get::<String, _>(0)?), r.try_get(1)?)))
-            .transpose()
+        row.map(|r| {
+            Ok(Stored {
+                body: parse_body(&r.try_get::<String, _>(0)?),
+                resolved: parse_body(&r.try_get::<String, _>(1)?),
+                revision: r.try_get(2)?,
+            })
+        })
+        .transpose()
     }
 
     /// The revision that deleted `ns` (`name` empty) or `ns/name`, if a
@@ -460,8 +475,9 @@ impl Db {
     }
 
     /// Changes one resource in one transaction: `edit` gets the namespace's
-    /// flags and the resource's current body (`None` when absent) and
-    /// returns the new normalized body (`None` deletes it), or refuses.
+    /// flags and the resource's current (stored) body (`None` when absent)
+    /// and returns the new normalized bodies, stored and resolved (`None`
+    /// deletes it), or refuses.
     /// The namespace must exist, and `pre` hold for the resource (the
     /// target of a write to any part of it). Returns the revision and the
     /// new body.
@@ -471,8 +487,8 @@ impl Db {
         ns: &str,
         name: &str,
         pre: &Precondition,
-        edit: impl FnOnce(NamespaceFlags, Option<&Value>) -> Result<Option<Value>, ApiError>,
-    ) -> Result<(i64, Option<Value>), ApiError> {
+        edit: impl FnOnce(NamespaceFlags, Option<&Value>) -> Result<Option<(Value, Value)>, ApiError>,
+    ) -> Result<(i64, Option<(Value, Value)>), ApiError> {
         let (mut tx, revision) = self.begin().await?;
         let Some(flags) = Self::namespace_in(&mut tx, ns).await?.map(|e| e.flags) else {
             // Under If-Match a vanished namespace is a vanished resource:
@@ -508,15 +524,17 @@ impl Db {
         let before = row.map(|(body, _)| body);
         let after = edit(flags, before.as_ref())?;
         match &after {
-            Some(body) => {
+            Some((body, resolved)) => {
                 sqlx::query(
-                    "INSERT INTO tg_resources (namespace, name, body, revision) \
-                     VALUES ($1, $2, $3, $4) ON CONFLICT (namespace, name) DO UPDATE SET \
-                     body = excluded.body, revision = excluded.revision",
+                    "INSERT INTO tg_resources (namespace, name, body, resolved, revision) \
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (namespace, name) DO UPDATE SET \
+                     body = excluded.body, resolved = excluded.resolved, \
+                     revision = excluded.revision",
                 )
                 .bind(ns)
                 .bind(name)
                 .bind(body.to_string())
+                .bind(resolved.to_string())
                 .bind(revision)
                 .execute(&mut *tx)
                 .await?;
@@ -534,17 +552,20 @@ impl Db {
             }
         }
         Self::touch(&mut tx, ns, revision).await?;
-        Self::audit_row(&mut tx, revision, change, before.as_ref(), after.as_ref()).await?;
+        let stored_after = after.as_ref().map(|(body, _)| body);
+        Self::audit_row(&mut tx, revision, change, before.as_ref(), stored_after).await?;
         tx.commit().await?;
         Ok((revision, after))
     }
 
-    /// Replaces the whole config with `namespaces` (already normalized), in
-    /// one transaction, if `pre` holds for the config's revision.
+    /// Replaces the whole config with `namespaces` (already normalized:
+    /// each namespace's stored resources, and the same resources
+    /// resolved), in one transaction, if `pre` holds for the config's
+    /// revision.
     pub async fn import(
         &self,
         change: &Change<'_>,
-        namespaces: &[NamespaceDoc],
+        namespaces: &[crate::normalize::Imported],
         pre: &Precondition,
     ) -> Result<i64, ApiError> {
         let (mut tx, revision) = self.begin().await?;
@@ -564,7 +585,7 @@ impl Db {
         sqlx::query("DELETE FROM tg_namespaces")
             .execute(&mut *tx)
             .await?;
-        for ns in namespaces {
+        for (ns, resolved) in namespaces {
             sqlx::query(
                 "INSERT INTO tg_namespaces \
                  (name, ignore_configured, allow_unconfigured, revision, changed) \
@@ -576,20 +597,23 @@ impl Db {
             .bind(revision)
             .execute(&mut *tx)
             .await?;
-            for body in &ns.resources {
+            for (body, resolved) in ns.resources.iter().zip(resolved) {
                 let name = body.get("name").and_then(Value::as_str).unwrap_or_default();
                 sqlx::query(
-                    "INSERT INTO tg_resources (namespace, name, body, revision) VALUES ($1, $2, $3, $4)",
+                    "INSERT INTO tg_resources (namespace, name, body, resolved, revision) \
+                     VALUES ($1, $2, $3, $4, $5)",
                 )
                 .bind(&ns.name)
                 .bind(name)
                 .bind(body.to_string())
+                .bind(resolved.to_string())
                 .bind(revision)
                 .execute(&mut *tx)
                 .await?;
             }
         }
-        let after = crate::normalize::document(namespaces);
+        let stored: Vec<NamespaceDoc> = namespaces.iter().map(|(ns, _)| ns.clone()).collect();
+        let after = crate::normalize::document(&stored);
         Self::audit_row(&mut tx, revision, change, None, Some(&after)).await?;
         tx.commit().await?;
         Ok(revision)
@@ -635,7 +659,7 @@ impl Db {
             .map(namespace_entry)
             .collect::<Result<Vec<_>, _>>()?;
         let resources = sqlx::query(
-            "SELECT namespace, body, revision FROM tg_resources \
+            "SELECT namespace, resolved, revision FROM tg_resources \
              WHERE revision > $1 AND revision <= $2 ORDER BY namespace, name",
         )
         .bind(since)
@@ -700,9 +724,14 @@ impl Db {
 /// produce (the checksum is the SHA-384 of the SQL), so databases migrated
 /// by earlier builds are recognised.
 fn migrator() -> sqlx::migrate::Migrator {
+    migrator_upto(usize::MAX)
+}
+
+/// The first `n` migrations (tests make databases of earlier versions).
+fn migrator_upto(n: usize) -> sqlx::migrate::Migrator {
     use sqlx::migrate::{Migration, MigrationType, Migrator};
     use std::borrow::Cow;
-    const FILES: [(i64, &str, &str); 3] = [
+    const FILES: [(i64, &str, &str); 4] = [
         (
             20261123000001,
             "config",
@@ -718,9 +747,15 @@ fn migrator() -> sqlx::migrate::Migrator {
             "changed",
             include_str!("../migrations/20261126000001_changed.sql"),
         ),
+        (
+            20261126000002,
+            "resolved",
+            include_str!("../migrations/20261126000002_resolved.sql"),
+        ),
     ];
     let migrations = FILES
         .iter()
+        .take(n)
         .map(|&(version, description, sql)| {
             Migration::new(
                 version,
@@ -768,6 +803,55 @@ mod migration_tests {
             .map(|m| (m.version, m.description.to_string(), m.sql.to_string()))
             .collect();
         assert_eq!(embedded, files);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod upgrade_tests {
+    use super::*;
+
+    /// Issue 22: overrides stored before `resolved` existed were written
+    /// out whole (`algorithm` included). They are replacing overrides,
+    /// still valid: after the migration they resolve to what they stored,
+    /// and a resource written again makes refining ones inherit.
+    #[tokio::test]
+    async fn overrides_stored_before_the_migration_resolve_to_what_they_stored(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        sqlx::any::install_default_drivers();
+        let path = std::env::temp_dir().join(format!("tg-upgrade-{}.db", random_id()));
+        let url = format!("sqlite://{}?mode=rwc", path.display());
+        let old = r#"{"algorithm":"token_bucket","capacity":100,"name":"api","rate":"10/1s",
+            "domains":{"big":{"algorithm":"token_bucket","capacity":1000,"rate":"10/1s"}}}"#;
+        {
+            let pool = AnyPoolOptions::new()
+                .max_connections(1)
+                .connect(&url)
+                .await?;
+            migrator_upto(3).run(&pool).await?;
+            sqlx::query("INSERT INTO tg_namespaces (name, ignore_configured, allow_unconfigured, revision, changed) VALUES ('shop', 0, 0, 1, 2)")
+                .execute(&pool)
+                .await?;
+            sqlx::query("INSERT INTO tg_resources (namespace, name, body, revision) VALUES ('shop', 'api', $1, 2)")
+                .bind(old)
+                .execute(&pool)
+                .await?;
+            sqlx::query("UPDATE tg_meta SET revision = 2")
+                .execute(&pool)
+                .await?;
+            pool.close().await;
+        }
+        let db = Db::connect(&url).await?;
+        let stored = db
+            .resource("shop", "api")
+            .await?
+            .ok_or("the resource is gone")?;
+        let old: Value = serde_json::from_str(old)?;
+        assert_eq!((&stored.body, &stored.resolved), (&old, &old));
+        let delta = db.delta(0).await?;
+        assert_eq!(delta.resources[0].body, old);
+        drop(db);
+        let _ = std::fs::remove_file(&path);
         Ok(())
     }
 }

@@ -554,12 +554,107 @@ async fn preconditions(api: &std::sync::Arc<ConfigApi>) {
     }
 }
 
+/// Issue 22: the API stored a domain override with every inherited field
+/// written out, so raising the resource's rate left the override at the
+/// old one. An override stores what it changes; the resolved view (what
+/// servers get in deltas) follows the resource.
+async fn inheritance(api: &ConfigApi) {
+    const R: &str = "/v1/namespaces/inh/resources/api";
+    api.ok("PUT", "/v1/namespaces/inh", None).await;
+    api.ok(
+        "PUT",
+        R,
+        Some(json!({"algorithm": "token_bucket", "capacity": 100, "rate": "10/s"})),
+    )
+    .await;
+    let r = api
+        .ok(
+            "PUT",
+            &format!("{R}/domains/bigcorp"),
+            Some(json!({"capacity": 1000})),
+        )
+        .await;
+    assert_eq!(
+        r["resource"]["domains"]["bigcorp"],
+        json!({"capacity": 1000}),
+        "{r}"
+    );
+    assert_eq!(r["resolved"]["domains"]["bigcorp"]["rate"], "10/1s", "{r}");
+    let over = api.get(&format!("{R}/domains/bigcorp")).await;
+    assert_eq!(over["override"], json!({"capacity": 1000}));
+    assert_eq!(
+        over["resolved"],
+        json!({"algorithm": "token_bucket", "capacity": 1000, "rate": "10/1s"})
+    );
+    let (status, _) = api
+        .call(Some(READER), "GET", &format!("{R}/domains/nobody"), None)
+        .await;
+    assert_eq!(status, 404);
+
+    // The resource's rate raised with the body a GET answered (the
+    // override as stored): the override follows it.
+    let mut body = api.get(R).await["resource"].clone();
+    body["rate"] = json!("20/s");
+    let r = api.ok("PUT", R, Some(body)).await;
+    assert_eq!(r["resolved"]["domains"]["bigcorp"]["rate"], "20/1s", "{r}");
+    assert_eq!(r["resolved"]["domains"]["bigcorp"]["capacity"], 1000);
+    let got = api.get(R).await;
+    assert_eq!(
+        got["resource"]["domains"]["bigcorp"],
+        json!({"capacity": 1000})
+    );
+    assert_eq!(got["resolved"]["domains"]["bigcorp"]["rate"], "20/1s");
+    // Servers get the resolved view.
+    let since = r["revision"].as_i64().unwrap() - 1;
+    let d = api.get(&format!("/v1/config?since={since}")).await;
+    assert_eq!(d["resources"][0]["body"], got["resolved"], "{d}");
+
+    // An override that names its algorithm replaces: whole, inheriting
+    // nothing, in both views.
+    let r = api
+        .ok(
+            "PUT",
+            &format!("{R}/domains/other"),
+            Some(json!({"algorithm": "gcra", "rate": "5/s"})),
+        )
+        .await;
+    assert_eq!(
+        r["resource"]["domains"]["other"],
+        r["resolved"]["domains"]["other"]
+    );
+    assert_eq!(r["resolved"]["domains"]["other"]["algorithm"], "gcra");
+
+    // An import keeps what each override of the file says.
+    let text = "namespaces:\n  - name: imp\n    resources:\n      - name: a\n        \
+                algorithm: token_bucket\n        capacity: 10\n        rate: 1/s\n        \
+                domains:\n          big: { capacity: 50 }\n";
+    let (status, r) = api
+        .call(Some(ADMIN), "POST", "/v1/import", Some(text))
+        .await;
+    assert_eq!(status, 200, "{r}");
+    let a = api.get("/v1/namespaces/imp/resources/a").await;
+    assert_eq!(
+        a["resource"]["domains"]["big"],
+        json!({"capacity": 50}),
+        "{a}"
+    );
+    assert_eq!(a["resolved"]["domains"]["big"]["rate"], "1/1s", "{a}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_writes_under_if_match_never_lose_an_update() {
     let dir = Sandbox::new("config-api-if-match");
     let db = format!("sqlite://{}", dir.path("t.db").display());
     let api = std::sync::Arc::new(ConfigApi::start(&dir, &db, &[]));
     preconditions(&api).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_overrides_store_what_they_change_and_inherit_the_rest() {
+    let dir = Sandbox::new("config-api-inherit");
+    let db = format!("sqlite://{}", dir.path("t.db").display());
+    let api = ConfigApi::start(&dir, &db, &[]);
+    inheritance(&api).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -661,6 +756,7 @@ async fn postgres_crud_concurrent_writers_and_the_database_going_away() {
     crud(&api, &dir).await;
     concurrent(&api).await;
     preconditions(&api).await;
+    inheritance(&api).await;
     let revision = api.get("/v1/namespaces").await["revision"].clone();
 
     // The database goes away: reads and writes fail with 503 and a reason,
@@ -1488,4 +1584,47 @@ async fn every_refusal_names_the_problem_in_the_error_shape() {
     api.get("/v1/config?since=0").await;
     api.get("/v1/config/wait?since=0&timeout_ms=0").await;
     api.get("/v1/audit?since=0&limit=5").await;
+}
+
+/// Issue 22: a server following the API enforces the resolved override,
+/// and raising the resource's limit raises the override's that inherits
+/// it (the override was frozen at the old value).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_following_server_enforces_the_override_resolved_against_its_resource() {
+    let dir = Sandbox::new("config-api-follow-inherit");
+    let api = ConfigApi::start(&dir, &common::config_api::sqlite(&dir, "t.db"), &[]);
+    const R: &str = "/v1/namespaces/shop/resources/login";
+    api.ok("PUT", "/v1/namespaces/shop", None).await;
+    api.ok(
+        "PUT",
+        R,
+        Some(json!({"algorithm": "fixed_window", "limit": 1, "window": "1h"})),
+    )
+    .await;
+    // `acme` (the domain `hit` asks for) changes only the window.
+    let r = api
+        .ok(
+            "PUT",
+            &format!("{R}/domains/acme"),
+            Some(json!({"window": "2h"})),
+        )
+        .await;
+    let token = dir.write("read-token", format!("{READER}\n"));
+    let url = format!("http://{}", api.addr);
+    let server = common::serving::Serving::start(&dir, &follow_args(&url, &token), &[]);
+    until_revision(&server, r["revision"].as_i64().unwrap());
+    assert!(hit(&server, "shop", "login"));
+    assert!(
+        !hit(&server, "shop", "login"),
+        "the resolved override: limit 1"
+    );
+
+    let mut body = api.get(R).await["resource"].clone();
+    body["limit"] = json!(3);
+    let r = api.ok("PUT", R, Some(body)).await;
+    assert_eq!(r["resolved"]["domains"]["acme"]["limit"], 3, "{r}");
+    until_revision(&server, r["revision"].as_i64().unwrap());
+    // New parameters, a new limit: three hits, then refused.
+    let allowed: Vec<bool> = (0..4).map(|_| hit(&server, "shop", "login")).collect();
+    assert_eq!(allowed, [true, true, true, false]);
 }
