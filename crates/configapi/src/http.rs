@@ -142,6 +142,7 @@ impl Api {
                 axum::routing::put(put_member).delete(delete_member),
             )
             .route("/v1/config", get(delta))
+            .route("/v1/snapshot", get(snapshot))
             .route("/v1/config/wait", get(wait))
             .route("/v1/export", get(export))
             .route("/v1/import", axum::routing::post(import))
@@ -181,6 +182,7 @@ fn endpoints(extra: &[&str]) -> String {
         "/v1/namespaces[/{ns}[/resources/{r}[/domains/{d} | /groups/{g}[/members/{m}]]]]",
         "/v1/config",
         "/v1/config/wait",
+        "/v1/snapshot",
         "/v1/export",
         "/v1/import",
         "/v1/audit",
@@ -911,6 +913,16 @@ impl Params {
         }
     }
 
+    /// The text of `name` (the last one given), if given.
+    fn text(&self, name: &str) -> Result<Option<&str>, ApiError> {
+        Ok(self
+            .values
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str()))
+    }
+
     /// `since`: the revision a caller has (0, everything, when absent).
     fn since(&self) -> Result<i64, ApiError> {
         Ok(self
@@ -934,6 +946,44 @@ async fn delta_after(api: &Api, since: i64) -> Result<Response, ApiError> {
     let revision = d.revision;
     Ok(tagged(
         serde_json::to_value(d).unwrap_or(Value::Null),
+        revision,
+    ))
+}
+
+/// The most namespaces, and the most resources, one `GET /v1/snapshot`
+/// answers.
+const SNAPSHOT_LIMIT: i64 = 1000;
+
+/// `GET /v1/snapshot?after=CURSOR&limit=N`: the whole config (namespaces
+/// with their resources, stored and resolved, with their revisions) from
+/// one snapshot, in parts of at most `limit` namespaces and resources:
+/// what the web page loads in one request (one per 1,000 resources).
+async fn snapshot(State(api): State<Api>, query: Pairs) -> Result<Response, ApiError> {
+    let params = Params::new("GET /v1/snapshot", &["after", "limit"], query)?;
+    let limit = params
+        .number(
+            "limit",
+            1,
+            Some(SNAPSHOT_LIMIT),
+            "a whole number of namespaces and resources from 1 (at most 1000 are answered)",
+        )?
+        .unwrap_or(SNAPSHOT_LIMIT);
+    let after = params.text("after")?;
+    if let Some(cursor) = after {
+        let parts: Vec<&str> = cursor.split('/').collect();
+        if parts.len() > 2 {
+            return Err(ApiError::malformed(tollgate_server::errors::bounded(
+                format!("query parameter `after` of GET /v1/snapshot is NS or NS/RESOURCE (a `next` it answered), not {cursor:?}"),
+            )));
+        }
+        for part in parts {
+            check_name("`after`", part)?;
+        }
+    }
+    let snap = api.db.snapshot(after, limit).await?;
+    let revision = snap.revision;
+    Ok(tagged(
+        serde_json::to_value(snap).unwrap_or(Value::Null),
         revision,
     ))
 }
@@ -1013,7 +1063,29 @@ async fn import(
 }
 
 async fn audit(State(api): State<Api>, query: Pairs) -> Result<Response, ApiError> {
-    let params = Params::new("GET /v1/audit", &["since", "limit"], query)?;
+    let params = Params::new(
+        "GET /v1/audit",
+        &["since", "limit", "target", "order"],
+        query,
+    )?;
+    let target = params.text("target")?;
+    if let Some(t) = target {
+        for part in t.split('/') {
+            check_name("target part", part)?;
+        }
+    }
+    let newest = match params.text("order")? {
+        None | Some("oldest") => false,
+        Some("newest") => true,
+        Some(other) => {
+            return Err(ApiError::malformed(tollgate_server::errors::bounded(
+                format!(
+                    "query parameter `order` of GET /v1/audit is `oldest` (the default) or \
+                     `newest`, not {other:?}"
+                ),
+            )))
+        }
+    };
     let since = params.since()?;
     let limit = params
         .number(
@@ -1024,7 +1096,7 @@ async fn audit(State(api): State<Api>, query: Pairs) -> Result<Response, ApiErro
         )?
         .unwrap_or(100);
     let revision = api.db.revision().await?;
-    let entries = api.db.audit(since, limit).await?;
+    let entries = api.db.audit(since, limit, target, newest).await?;
     Ok(tagged(
         json!({ "revision": revision, "entries": entries }),
         revision,

@@ -117,6 +117,44 @@ pub struct Stored {
     pub revision: i64,
 }
 
+/// A part of the whole config, read from one snapshot: what the web
+/// page loads in one request instead of one per namespace.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Snapshot {
+    /// The database's identity (see [`Delta::instance`]).
+    pub instance: String,
+    /// The config's revision when it was read.
+    pub revision: i64,
+    /// The namespaces, by name, each with its resources (by name).
+    pub namespaces: Vec<SnapshotNamespace>,
+    /// Where the next part starts (`after=` this), when this one ended at
+    /// its bound: `NS` (namespaces up to NS are complete) or `NS/R`
+    /// (namespace NS is complete up to its resource R, and comes again in
+    /// the next part with the rest).
+    pub next: Option<String>,
+}
+
+/// A namespace in a [`Snapshot`].
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SnapshotNamespace {
+    /// Its name, flags and revisions.
+    #[serde(flatten)]
+    pub entry: NamespaceEntry,
+    /// Its resources (in this part).
+    pub resources: Vec<SnapshotResource>,
+}
+
+/// A resource in a [`Snapshot`], as `GET` answers it.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SnapshotResource {
+    /// The revision that last changed it (its `ETag`).
+    pub revision: i64,
+    /// As stored.
+    pub resource: Value,
+    /// Resolved.
+    pub resolved: Value,
+}
+
 /// Who changes what, for the audit trail.
 #[derive(Clone, Debug)]
 pub struct Change<'a> {
@@ -686,16 +724,148 @@ impl Db {
         })
     }
 
-    /// The audit trail after `since`, oldest first, at most `limit` rows.
-    pub async fn audit(&self, since: i64, limit: i64) -> Result<Vec<AuditEntry>, sqlx::Error> {
-        let rows = sqlx::query(
+    /// The whole config, from one snapshot, in parts of at most `limit`
+    /// namespaces and `limit` resources, starting after `after` (a
+    /// [`Snapshot::next`]).
+    pub async fn snapshot(&self, after: Option<&str>, limit: i64) -> Result<Snapshot, sqlx::Error> {
+        let limit = limit.max(1);
+        let (after_ns, after_res) = match after {
+            None => (None, None),
+            Some(cursor) => match cursor.split_once('/') {
+                Some((ns, r)) => (Some(ns), Some(r)),
+                None => (Some(cursor), None),
+            },
+        };
+        let mut tx = self.pool.begin().await?;
+        if self.postgres {
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                .execute(&mut *tx)
+                .await?;
+        }
+        let revision: i64 = sqlx::query("SELECT revision FROM tg_meta WHERE id = 1")
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get(0)?;
+        // Namespaces from `after_ns` (itself again when it was cut within
+        // its resources), resources after the cursor.
+        let ns_sql = if after_res.is_some() {
+            format!("{NAMESPACE_ROW} WHERE name >= $1 ORDER BY name LIMIT $2")
+        } else {
+            format!("{NAMESPACE_ROW} WHERE name > $1 ORDER BY name LIMIT $2")
+        };
+        let mut namespaces = sqlx::query(&ns_sql)
+            .bind(after_ns.unwrap_or(""))
+            .bind(limit + 1)
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(namespace_entry)
+            .collect::<Result<Vec<_>, _>>()?;
+        // (`name > ''` leaves out no namespace: names are never empty.)
+        let res_sql = if after_res.is_some() {
+            "SELECT namespace, name, body, resolved, revision FROM tg_resources \
+             WHERE namespace > $1 OR (namespace = $1 AND name > $2) \
+             ORDER BY namespace, name LIMIT $3"
+        } else {
+            "SELECT namespace, name, body, resolved, revision FROM tg_resources \
+             WHERE namespace > $1 AND name > $2 ORDER BY namespace, name LIMIT $3"
+        };
+        let resources = sqlx::query(res_sql)
+            .bind(after_ns.unwrap_or(""))
+            .bind(after_res.unwrap_or(""))
+            .bind(limit + 1)
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(|r| {
+                Ok((
+                    r.try_get::<String, _>(0)?,
+                    r.try_get::<String, _>(1)?,
+                    SnapshotResource {
+                        resource: parse_body(&r.try_get::<String, _>(2)?),
+                        resolved: parse_body(&r.try_get::<String, _>(3)?),
+                        revision: r.try_get(4)?,
+                    },
+                ))
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        tx.commit().await?;
+        // Both lists are in the database's order (its collation, which
+        // need not be Rust's byte order): cut by position and membership,
+        // never by comparing names here.
+        let cap = usize::try_from(limit).unwrap_or(usize::MAX);
+        let mut next = None;
+        if namespaces.len() > cap {
+            namespaces.truncate(cap);
+            next = namespaces.last().map(|n| n.name.clone());
+        }
+        let index: std::collections::HashMap<String, usize> = namespaces
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.clone(), i))
+            .collect();
+        // Resources of namespaces past the cut come after all others.
+        let mut resources: Vec<_> = resources
+            .into_iter()
+            .filter(|(ns, _, _)| index.contains_key(ns))
+            .collect();
+        if resources.len() > cap {
+            resources.truncate(cap);
+            if let Some((ns, r, _)) = resources.last() {
+                next = Some(format!("{ns}/{r}"));
+                if let Some(&i) = index.get(ns) {
+                    namespaces.truncate(i + 1);
+                }
+            }
+        }
+        let mut out: Vec<SnapshotNamespace> = namespaces
+            .into_iter()
+            .map(|entry| SnapshotNamespace {
+                entry,
+                resources: Vec::new(),
+            })
+            .collect();
+        for (ns, _, resource) in resources {
+            // A resource whose namespace row is missing cannot be (one
+            // transaction writes both): skipped rather than misplaced.
+            if let Some(n) = index.get(&ns).and_then(|&i| out.get_mut(i)) {
+                n.resources.push(resource);
+            }
+        }
+        Ok(Snapshot {
+            instance: self.instance.clone(),
+            revision,
+            namespaces: out,
+            next,
+        })
+    }
+
+    /// The audit trail after `since`, at most `limit` rows: the oldest
+    /// first, or the newest first (`newest`); only changes to `target` and
+    /// what is under it (`shop/api` and `shop/api/domains/acme`), when
+    /// given.
+    pub async fn audit(
+        &self,
+        since: i64,
+        limit: i64,
+        target: Option<&str>,
+        newest: bool,
+    ) -> Result<Vec<AuditEntry>, sqlx::Error> {
+        let order = if newest { "DESC" } else { "ASC" };
+        // A prefix compared with substr, not LIKE: `_` is a wildcard there
+        // and may be in names.
+        let sql = format!(
             "SELECT revision, at_ms, actor, action, target, before_json, after_json FROM tg_audit \
-             WHERE revision > $1 ORDER BY revision LIMIT $2",
-        )
-        .bind(since)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
+             WHERE revision > $1 AND ($3 = '' OR target = $3 \
+               OR substr(target, 1, length($3) + 1) = $3 || '/') \
+             ORDER BY revision {order} LIMIT $2"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(since)
+            .bind(limit)
+            .bind(target.unwrap_or(""))
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter()
             .map(|r| {
                 let json = |i: usize| -> Result<Option<Value>, sqlx::Error> {

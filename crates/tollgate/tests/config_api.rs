@@ -641,6 +641,158 @@ async fn inheritance(api: &ConfigApi) {
     assert_eq!(a["resolved"]["domains"]["big"]["rate"], "1/1s", "{a}");
 }
 
+/// Issue 22: the page made one request per namespace (113 for 112) and
+/// tripped the API's own rate limit. `GET /v1/snapshot` answers the whole
+/// config in one request, in bounded parts that join into the whole; the
+/// audit trail answers one resource's history, newest first.
+async fn snapshot_and_history(api: &ConfigApi) {
+    // Three namespaces: `sa` with three resources, `sb` with none, `sc`
+    // with two (names sort the same in every collation).
+    for ns in ["sa", "sb", "sc"] {
+        api.ok("PUT", &format!("/v1/namespaces/{ns}"), None).await;
+    }
+    for (ns, r) in [
+        ("sa", "r1"),
+        ("sa", "r2"),
+        ("sa", "r3"),
+        ("sc", "r1"),
+        ("sc", "r2"),
+    ] {
+        api.ok(
+            "PUT",
+            &format!("/v1/namespaces/{ns}/resources/{r}"),
+            Some(json!({"algorithm": "gcra", "rate": "1/s", "burst": 1})),
+        )
+        .await;
+    }
+    let (status, whole, tag) = api
+        .call_with(Some(READER), "GET", "/v1/snapshot", None, &[])
+        .await;
+    assert_eq!(status, 200, "{whole}");
+    let revision = api.get("/v1/namespaces").await["revision"].clone();
+    assert_eq!(whole["revision"], revision);
+    assert_eq!(tag, Some(format!("\"{revision}\"")));
+    assert_eq!(whole["next"], Value::Null);
+    let ours = |snap: &Value| -> Vec<(String, Vec<String>)> {
+        snap["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["name"].as_str().unwrap().starts_with('s'))
+            .map(|n| {
+                let names = n["resources"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|r| r["resource"]["name"].as_str().unwrap().to_owned())
+                    .collect();
+                (n["name"].as_str().unwrap().to_owned(), names)
+            })
+            .collect()
+    };
+    let expected = vec![
+        (
+            "sa".to_owned(),
+            vec!["r1".to_owned(), "r2".to_owned(), "r3".to_owned()],
+        ),
+        ("sb".to_owned(), vec![]),
+        ("sc".to_owned(), vec!["r1".to_owned(), "r2".to_owned()]),
+    ];
+    assert_eq!(ours(&whole), expected);
+    let sa = &whole["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "sa")
+        .unwrap();
+    let r1 = api.get("/v1/namespaces/sa/resources/r1").await;
+    assert_eq!(sa["resources"][0], r1, "each resource as GET answers it");
+    assert!(
+        sa["changed"].is_i64() && sa["ignore_configured"] == false,
+        "{sa}"
+    );
+
+    // Parts of two: each bounded, joined they are the whole.
+    let mut joined: Vec<(String, Vec<String>)> = Vec::new();
+    let mut after: Option<String> = None;
+    let mut parts = 0;
+    loop {
+        let path = match &after {
+            Some(a) => format!("/v1/snapshot?limit=2&after={a}"),
+            None => "/v1/snapshot?limit=2".to_owned(),
+        };
+        let part = api.get(&path).await;
+        let list = part["namespaces"].as_array().unwrap();
+        assert!(list.len() <= 2, "{part}");
+        let count: usize = list
+            .iter()
+            .map(|n| n["resources"].as_array().unwrap().len())
+            .sum();
+        assert!(count <= 2, "{part}");
+        for (ns, names) in ours(&part) {
+            match joined.last_mut() {
+                Some((last, have)) if *last == ns => have.extend(names),
+                _ => joined.push((ns, names)),
+            }
+        }
+        parts += 1;
+        assert!(parts < 50, "the parts never end");
+        match part["next"].as_str() {
+            Some(next) => after = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(joined, expected);
+    assert!(parts >= 3, "{parts}");
+    for bad in [
+        "/v1/snapshot?limit=0",
+        "/v1/snapshot?after=a/b/c",
+        "/v1/snapshot?after=%20",
+        "/v1/snapshot?al=1",
+    ] {
+        let (status, e) = api.call(Some(READER), "GET", bad, None).await;
+        assert_eq!(
+            (status, e["error"]["reason"].as_str()),
+            (400, Some("malformed_request")),
+            "{bad}: {e}"
+        );
+    }
+
+    // One resource's history: its own changes and its overrides', not
+    // its neighbours' (`sa/r1` is not `sa/r10`).
+    api.ok(
+        "PUT",
+        "/v1/namespaces/sa/resources/r10",
+        Some(json!({"algorithm": "unlimited"})),
+    )
+    .await;
+    api.ok(
+        "PUT",
+        "/v1/namespaces/sa/resources/r1/domains/acme",
+        Some(json!({"burst": 3})),
+    )
+    .await;
+    let h = api.get("/v1/audit?target=sa/r1&order=newest").await;
+    let entries = h["entries"].as_array().unwrap();
+    let seen: Vec<(&str, &str)> = entries
+        .iter()
+        .map(|e| (e["action"].as_str().unwrap(), e["target"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("put_domain", "sa/r1/domains/acme"),
+            ("put_resource", "sa/r1")
+        ]
+    );
+    assert_eq!(entries[0]["before"]["burst"], 1);
+    assert_eq!(entries[0]["after"]["domains"]["acme"], json!({"burst": 3}));
+    let (status, e) = api
+        .call(Some(READER), "GET", "/v1/audit?order=sideways", None)
+        .await;
+    assert_eq!(status, 400, "{e}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_writes_under_if_match_never_lose_an_update() {
     let dir = Sandbox::new("config-api-if-match");
@@ -655,6 +807,14 @@ async fn sqlite_overrides_store_what_they_change_and_inherit_the_rest() {
     let db = format!("sqlite://{}", dir.path("t.db").display());
     let api = ConfigApi::start(&dir, &db, &[]);
     inheritance(&api).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_the_whole_config_in_one_bounded_request_and_a_resources_history() {
+    let dir = Sandbox::new("config-api-snapshot");
+    let db = format!("sqlite://{}", dir.path("t.db").display());
+    let api = ConfigApi::start(&dir, &db, &[]);
+    snapshot_and_history(&api).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -751,12 +911,22 @@ async fn postgres_crud_concurrent_writers_and_the_database_going_away() {
     let api = std::sync::Arc::new(ConfigApi::start(
         &dir,
         &bare,
-        &["--database-password-file", password_file.to_str().unwrap()],
+        // Every scenario on one API: more requests than its default
+        // bucket holds.
+        &[
+            "--database-password-file",
+            password_file.to_str().unwrap(),
+            "--rate-limit",
+            "100000",
+            "--burst",
+            "100000",
+        ],
     ));
     crud(&api, &dir).await;
     concurrent(&api).await;
     preconditions(&api).await;
     inheritance(&api).await;
+    snapshot_and_history(&api).await;
     let revision = api.get("/v1/namespaces").await["revision"].clone();
 
     // The database goes away: reads and writes fail with 503 and a reason,
