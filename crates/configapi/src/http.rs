@@ -147,6 +147,7 @@ impl Api {
             .route("/v1/export", get(export))
             .route("/v1/import", axum::routing::post(import))
             .route("/v1/audit", get(audit))
+            .route("/v1/whoami", get(whoami))
             .route_layer(middleware::from_fn_with_state(self.clone(), authenticate));
         let mut api = Router::new()
             .merge(v1)
@@ -186,6 +187,7 @@ fn endpoints(extra: &[&str]) -> String {
         "/v1/export",
         "/v1/import",
         "/v1/audit",
+        "/v1/whoami",
         "/healthz",
         "/readyz",
     ];
@@ -1060,6 +1062,17 @@ async fn import(
     Ok(written(
         json!({ "revision": revision, "namespaces": namespaces.len(), "warnings": warnings }),
     ))
+}
+
+/// `GET /v1/whoami`: the caller's token name and role, for the page to
+/// say who is signed in and show edit controls to admins only (the API
+/// still checks every write).
+async fn whoami(Extension(caller): Extension<Caller>) -> Json<Value> {
+    let role = match caller.role {
+        Role::Admin => "admin",
+        Role::Read => "read",
+    };
+    Json(json!({ "name": caller.name, "role": role }))
 }
 
 async fn audit(State(api): State<Api>, query: Pairs) -> Result<Response, ApiError> {
