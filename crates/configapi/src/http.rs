@@ -36,6 +36,8 @@ pub struct Api {
     /// The last database check and when it was made: `/readyz` needs no
     /// token, so it must not let strangers load the database.
     ready: Arc<Mutex<Option<(tokio::time::Instant, bool)>>>,
+    /// The limiting servers' live usage (`GET /v1/usage`).
+    usage: crate::usage::Board,
 }
 
 /// The API's own rate limit: one token bucket per caller (per token name;
@@ -84,7 +86,15 @@ impl Api {
             }),
             revision: tx,
             ready: Arc::new(Mutex::new(None)),
+            usage: crate::usage::Board::new(Vec::new(), 0),
         })
+    }
+
+    /// Serves `board` at `GET /v1/usage` (the binary keeps it refreshed
+    /// from the servers `--servers` names).
+    pub fn with_usage(mut self, board: crate::usage::Board) -> Api {
+        self.usage = board;
+        self
     }
 
     /// Follows the database's revision (changes made through other
@@ -148,6 +158,7 @@ impl Api {
             .route("/v1/import", axum::routing::post(import))
             .route("/v1/audit", get(audit))
             .route("/v1/whoami", get(whoami))
+            .route("/v1/usage", get(usage))
             .route_layer(middleware::from_fn_with_state(self.clone(), authenticate));
         let mut api = Router::new()
             .merge(v1)
@@ -188,6 +199,7 @@ fn endpoints(extra: &[&str]) -> String {
         "/v1/import",
         "/v1/audit",
         "/v1/whoami",
+        "/v1/usage",
         "/healthz",
         "/readyz",
     ];
@@ -1073,6 +1085,12 @@ async fn whoami(Extension(caller): Extension<Caller>) -> Json<Value> {
         Role::Read => "read",
     };
     Json(json!({ "name": caller.name, "role": role }))
+}
+
+/// `GET /v1/usage`: what the limiting servers decide now, per resource
+/// (see [`crate::usage`]); `enabled: false` without `--servers`.
+async fn usage(State(api): State<Api>) -> Json<Value> {
+    Json(api.usage.view())
 }
 
 async fn audit(State(api): State<Api>, query: Pairs) -> Result<Response, ApiError> {

@@ -9,6 +9,8 @@
 //! - [`auth`]: bearer tokens with `read` and `admin` roles.
 //! - [`precondition`]: revisions as `ETag`s, `If-Match` on writes.
 //! - [`http`]: the HTTP API.
+//! - [`usage`]: live usage from the limiting servers' metrics, for the
+//!   console.
 
 #![deny(missing_docs)]
 
@@ -21,6 +23,7 @@ pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod ui;
+pub mod usage;
 
 pub use auth::{Caller, Role, Tokens};
 pub use error::ApiError;

@@ -1798,3 +1798,126 @@ async fn a_following_server_enforces_the_override_resolved_against_its_resource(
     let allowed: Vec<bool> = (0..4).map(|_| hit(&server, "shop", "login")).collect();
     assert_eq!(allowed, [true, true, true, false]);
 }
+
+/// A `tollgate serve` on free ports with `shop/login` (a fixed window of 2
+/// an hour) in a file of its own.
+fn limiting_server(dir: &Sandbox) -> common::serving::Serving {
+    let file = dir.write(
+        "limits.yaml",
+        "namespaces:\n  - name: shop\n    resources:\n      \
+         - { name: login, algorithm: fixed_window, limit: 2, window: 1h }\n",
+    );
+    common::serving::Serving::start(
+        dir,
+        &[
+            "--config",
+            file.to_str().unwrap(),
+            "--grpc",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+        ],
+        &[],
+    )
+}
+
+/// Polls `GET /v1/usage` until `done` holds (a minute at most).
+async fn until_usage(api: &ConfigApi, done: impl Fn(&Value) -> bool) -> Value {
+    let mut last = Value::Null;
+    for _ in 0..600 {
+        last = api.get("/v1/usage").await;
+        if done(&last) {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the usage never got there: {last}");
+}
+
+/// Issue 22: the console shows what the limiting servers decide now, from
+/// their metrics; a server down or silent is said so, and does not hold up
+/// the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_reads_live_usage_from_the_limiting_servers_metrics() {
+    let dir = Sandbox::new("config-api-usage");
+    let server = limiting_server(&dir);
+    // A port nobody listens on, and one that accepts and never answers.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    let servers = format!("{},{closed},http://{silent_addr}", server.http);
+    let api = ConfigApi::start(
+        &dir,
+        &common::config_api::sqlite(&dir, "t.db"),
+        &["--servers", &servers, "--servers-refresh-ms", "200"],
+    );
+    let allowed: Vec<bool> = (0..5).map(|_| hit(&server, "shop", "login")).collect();
+    assert_eq!(allowed, [true, true, false, false, false]);
+    let u = until_usage(&api, |u| u["resources"]["shop/login"]["decisions"] == 5.0).await;
+    assert_eq!(u["enabled"], true);
+    assert_eq!(u["every_ms"], 200);
+    let login = &u["resources"]["shop/login"];
+    assert_eq!(
+        (login["rejected"].as_f64(), login["hits_granted"].as_f64()),
+        (Some(3.0), Some(2.0))
+    );
+    assert!(login["decisions_per_s"].is_number(), "{u}");
+    let status: Vec<(Value, Value)> = u["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["server"].clone(), s["ok"].clone()))
+        .collect();
+    assert_eq!(
+        status,
+        [
+            (json!(server.http.to_string()), json!(true)),
+            (json!(closed.to_string()), json!(false)),
+            (json!(format!("http://{silent_addr}")), json!(false)),
+        ]
+    );
+    assert!(
+        u["servers"][1]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("unreachable"),
+        "{u}"
+    );
+    drop(silent);
+
+    // Without --servers there is nothing live, and it says so.
+    let dir2 = Sandbox::new("config-api-usage-off");
+    let off = ConfigApi::start(&dir2, &common::config_api::sqlite(&dir2, "t.db"), &[]);
+    let u = off.get("/v1/usage").await;
+    assert_eq!(
+        (u["enabled"].clone(), u["resources"].clone()),
+        (json!(false), json!({}))
+    );
+
+    // A bad address is refused at start, naming it.
+    let tokens = dir2.write("tokens2", format!("admin:a:{ADMIN}\n"));
+    for (servers, expected) in [
+        ("ftp://x:1", "--servers ftp://x:1: not an address"),
+        ("http://u:p@h:1", "with a user or password"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args([
+                "config-api",
+                "--listen",
+                "127.0.0.1:0",
+                "--servers",
+                servers,
+            ])
+            .arg("--tokens-file")
+            .arg(&tokens)
+            .current_dir(&dir2.dir)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(expected), "{stderr}");
+    }
+}

@@ -686,7 +686,12 @@ async fn the_page_lists_everything_in_one_request_and_filters_it() {
         json!(READER)
     );
     // Issue 22: one request per namespace tripped the API's rate limit.
-    assert_eq!(b.api_requests(), ["/v1/whoami", "/v1/snapshot"]);
+    let loads: Vec<String> = b
+        .api_requests()
+        .into_iter()
+        .filter(|p| p != "/v1/usage")
+        .collect();
+    assert_eq!(loads, ["/v1/whoami", "/v1/snapshot"]);
     assert_eq!(b.text("#whoami"), "signed in as fleet (read)");
 
     assert_eq!(b.text("#revision"), revision.to_string());
@@ -739,7 +744,10 @@ async fn the_page_lists_everything_in_one_request_and_filters_it() {
 
     // The filter: by namespace, by resource, by parameter.
     let visible = |b: &mut Browser| -> Value {
-        b.eval("[...document.querySelectorAll('tr[data-resource]')].filter(tr => !tr.hidden && !tr.closest('section').hidden).map(tr => tr.dataset.resource)")
+        b.eval(
+            "[...document.querySelectorAll('tr[data-resource]')] \
+               .filter(tr => tr.offsetParent !== null).map(tr => tr.dataset.resource)",
+        )
     };
     b.type_into("#filter", "edge");
     assert_eq!(visible(&mut b), json!(["edge/gate", "edge/login"]));
@@ -1132,8 +1140,9 @@ async fn a_read_token_sees_no_edit_controls_and_a_refused_token_or_429_clears_th
     );
     assert_eq!(controls, json!(0), "no edit controls for a read token");
     assert_eq!(
-        b.eval("document.getElementById('new-namespace').hidden"),
-        json!(true)
+        b.eval("getComputedStyle(document.getElementById('new-namespace')).display"),
+        json!("none"),
+        "no create form shown"
     );
     assert_eq!(
         b.eval("document.querySelectorAll('button.history').length"),
@@ -1216,5 +1225,54 @@ async fn at_390_px_nothing_overflows_and_every_control_is_on_screen() {
         "document.querySelectorAll('#history li.change').length === 1",
     );
     assert!(fits(&mut b), "the history overflows at 390 px");
+    b.assert_no_problems();
+}
+
+/// Issue 22: the console shows per resource what the limiting servers
+/// decide now (`--servers`), refreshed on its own.
+#[tokio::test]
+async fn the_console_shows_what_the_limiting_servers_decide_now() {
+    let dir = Sandbox::new("config-api-ui-live");
+    let file = dir.write(
+        "limits.yaml",
+        "namespaces:\n  - name: shop\n    resources:\n      \
+         - { name: api, algorithm: fixed_window, limit: 2, window: 1h }\n",
+    );
+    let server = common::serving::Serving::start(
+        &dir,
+        &[
+            "--config",
+            file.to_str().unwrap(),
+            "--grpc",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+        ],
+        &[],
+    );
+    let servers = server.http.to_string();
+    let api = ConfigApi::start(
+        &dir,
+        &sqlite(&dir, "tollgate.db"),
+        &["--servers", &servers, "--servers-refresh-ms", "1000"],
+    );
+    populate(&api).await;
+    let mut b = Browser::start(&dir);
+    sign_in(&mut b, &api, READER);
+    b.wait_for(
+        "the live state",
+        "document.getElementById('live-state').textContent.startsWith('live from 1 of 1 server(s)')",
+    );
+    assert_eq!(b.text("td.live[data-resource=\"shop/db\"]"), "no decisions");
+    let body = r#"{"namespace":"shop","resource":"api","domain":"acme","hits":1}"#;
+    for _ in 0..5 {
+        server.json("POST", "/v1/request", Some(body));
+    }
+    b.wait_for(
+        "the decisions shown",
+        "document.querySelector('td.live[data-resource=\"shop/api\"]').textContent \
+           .includes('5 decisions, 3 rejected (60%) in all')",
+    );
+    b.screenshot("console-live-1280.png");
     b.assert_no_problems();
 }
