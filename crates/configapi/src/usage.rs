@@ -1,8 +1,10 @@
 //! Live usage for the console: what the limiting servers are deciding now,
 //! per resource, read from their Prometheus `/metrics`
 //! (`tollgate_decisions_total` by `namespace`, `resource` and `outcome`,
-//! `tollgate_hits_granted_total`), summed over the servers and their
-//! surfaces, with rates over the last refresh.
+//! `tollgate_hits_granted_total`, `tollgate_near_limit_total`), summed
+//! over the servers and their surfaces, with rates over the last refresh;
+//! and the domains they refused most lately, from their `GET /v1/denied`
+//! (a bounded summary per server, summed here).
 //!
 //! Sans-IO: the binary fetches the servers' metrics texts (bounded in time
 //! and bytes) and hands them to [`Board::record`] with the time; the API's
@@ -36,6 +38,8 @@ pub struct Counters {
     pub rejected: f64,
     /// Hits granted.
     pub hits_granted: f64,
+    /// Grants that left at most a tenth of the limit.
+    pub near_limit: f64,
 }
 
 /// The per-resource counters (`NS/RESOURCE`) of one metrics text.
@@ -49,7 +53,8 @@ pub fn parse(text: &str) -> BTreeMap<String, Counters> {
         };
         let decisions = name == "tollgate_decisions_total";
         let hits = name == "tollgate_hits_granted_total";
-        if !decisions && !hits {
+        let near = name == "tollgate_near_limit_total";
+        if !decisions && !hits && !near {
             continue;
         }
         let Some((labels, value)) = rest.rsplit_once('}') else {
@@ -75,6 +80,8 @@ pub fn parse(text: &str) -> BTreeMap<String, Counters> {
         let c = out.entry(format!("{ns}/{resource}")).or_default();
         if hits {
             c.hits_granted += value;
+        } else if near {
+            c.near_limit += value;
         } else {
             match get("outcome") {
                 Some("granted") => c.decisions += value,
@@ -130,7 +137,12 @@ pub struct Fetched {
     pub server: String,
     /// Its metrics text, or the error.
     pub text: Result<String, String>,
+    /// Its `GET /v1/denied` answer, when it gave one.
+    pub denied: Option<Value>,
 }
+
+/// The most denied domains shown per resource.
+pub const TOP_DENIED: usize = 5;
 
 /// The live usage the console shows, kept between refreshes.
 #[derive(Clone, Default)]
@@ -202,7 +214,24 @@ impl Board {
             .filter(|e| *e > 0.0);
         let mut totals: BTreeMap<String, Counters> = BTreeMap::new();
         let mut rates: BTreeMap<String, Counters> = BTreeMap::new();
+        let mut denied: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
         for f in fetched {
+            if let Some(Value::Object(resources)) =
+                f.denied.as_ref().and_then(|d| d.get("resources"))
+            {
+                for (key, list) in resources.iter().take(MAX_RESOURCES) {
+                    let domains = denied.entry(key.clone()).or_default();
+                    for c in list.as_array().into_iter().flatten().take(64) {
+                        let (Some(d), Some(n)) = (
+                            c.get("domain").and_then(Value::as_str),
+                            c.get("rejected").and_then(Value::as_f64),
+                        ) else {
+                            continue;
+                        };
+                        *domains.entry(d.to_owned()).or_default() += n;
+                    }
+                }
+            }
             match f.text {
                 Ok(text) => {
                     let now = parse(&text);
@@ -212,6 +241,7 @@ impl Board {
                         t.decisions += c.decisions;
                         t.rejected += c.rejected;
                         t.hits_granted += c.hits_granted;
+                        t.near_limit += c.near_limit;
                         if let (Some(e), Some(prev)) = (elapsed_s, before) {
                             let p = prev.get(key).copied().unwrap_or_default();
                             // A counter below its last value: the server
@@ -221,6 +251,7 @@ impl Board {
                             r.decisions += d(c.decisions, p.decisions) / e;
                             r.rejected += d(c.rejected, p.rejected) / e;
                             r.hits_granted += d(c.hits_granted, p.hits_granted) / e;
+                            r.near_limit += d(c.near_limit, p.near_limit) / e;
                         }
                     }
                     s.last.insert(f.server.clone(), now);
@@ -239,12 +270,25 @@ impl Board {
             .take(MAX_RESOURCES)
             .map(|(key, t)| {
                 let r = rates.get(&key).copied();
+                let mut top: Vec<(String, f64)> = denied
+                    .get(&key)
+                    .map(|d| d.iter().map(|(k, v)| (k.clone(), *v)).collect())
+                    .unwrap_or_default();
+                top.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                top.truncate(TOP_DENIED);
+                let top: Vec<Value> = top
+                    .into_iter()
+                    .map(|(domain, rejected)| json!({"domain": domain, "rejected": rejected}))
+                    .collect();
                 let v = json!({
                     "decisions": t.decisions,
                     "rejected": t.rejected,
                     "hits_granted": t.hits_granted,
+                    "near_limit": t.near_limit,
                     "decisions_per_s": r.map(|r| r.decisions),
                     "rejected_per_s": r.map(|r| r.rejected),
+                    "near_limit_per_s": r.map(|r| r.near_limit),
+                    "top_denied": top,
                 });
                 (key, v)
             })
@@ -289,6 +333,7 @@ tollgate_decisions_total{surface="http",namespace="",resource="",outcome="error"
 tollgate_decisions_total{surface="http",namespace="_unconfigured",resource="_unconfigured",outcome="granted"} 9
 tollgate_decisions_total{surface="http",namespace="we\"ird",resource="a,b",outcome="rejected"} 1
 tollgate_hits_granted_total{namespace="shop",resource="api"} 12
+tollgate_near_limit_total{surface="http",namespace="shop",resource="api"} 4
 tollgate_sessions 0
 "#;
 
@@ -300,7 +345,8 @@ tollgate_sessions 0
             Counters {
                 decisions: 15.0,
                 rejected: 5.0,
-                hits_granted: 12.0
+                hits_granted: 12.0,
+                near_limit: 4.0,
             }
         );
         assert_eq!(p["we\"ird/a,b"].rejected, 1.0);
@@ -321,6 +367,7 @@ tollgate_sessions 0
         let ok = |server: &str, t: String| Fetched {
             server: server.into(),
             text: Ok(t),
+            denied: None,
         };
         board.record(1_000, vec![ok("a", text(10, 0)), ok("b", text(5, 5))]);
         let v = board.view();
@@ -336,6 +383,7 @@ tollgate_sessions 0
                 Fetched {
                     server: "b".into(),
                     text: Err("connection refused".into()),
+                    denied: None,
                 },
             ],
         );
@@ -348,5 +396,45 @@ tollgate_sessions 0
         board.record(5_000, vec![ok("a", text(4, 0))]);
         assert_eq!(board.view()["resources"]["n/r"]["decisions_per_s"], 2.0);
         assert_eq!(Board::new(vec![], 5000).view()["enabled"], false);
+    }
+
+    #[test]
+    fn denied_domains_are_summed_over_servers_and_cut_to_the_top() {
+        let board = Board::new(vec!["a".into(), "b".into()], 5000);
+        let metrics =
+            "tollgate_decisions_total{namespace=\"n\",resource=\"r\",outcome=\"rejected\"} 9\n";
+        let denied = |pairs: &[(&str, u32)]| {
+            let list: Vec<Value> = pairs
+                .iter()
+                .map(|(d, n)| json!({"domain": d, "rejected": n, "error": 0}))
+                .collect();
+            Some(json!({"window_s": 60, "resources": {"n/r": list}}))
+        };
+        board.record(
+            1_000,
+            vec![
+                Fetched {
+                    server: "a".into(),
+                    text: Ok(metrics.into()),
+                    denied: denied(&[("acme", 5), ("x1", 1), ("x2", 1), ("x3", 1)]),
+                },
+                Fetched {
+                    server: "b".into(),
+                    text: Ok(metrics.into()),
+                    denied: denied(&[("globex", 4), ("acme", 2), ("x4", 1)]),
+                },
+            ],
+        );
+        let top = board.view()["resources"]["n/r"]["top_denied"].clone();
+        assert_eq!(
+            top,
+            json!([
+                {"domain": "acme", "rejected": 7.0},
+                {"domain": "globex", "rejected": 4.0},
+                {"domain": "x1", "rejected": 1.0},
+                {"domain": "x2", "rejected": 1.0},
+                {"domain": "x3", "rejected": 1.0},
+            ])
+        );
     }
 }

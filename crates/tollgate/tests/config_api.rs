@@ -1856,7 +1856,12 @@ async fn the_api_reads_live_usage_from_the_limiting_servers_metrics() {
     );
     let allowed: Vec<bool> = (0..5).map(|_| hit(&server, "shop", "login")).collect();
     assert_eq!(allowed, [true, true, false, false, false]);
-    let u = until_usage(&api, |u| u["resources"]["shop/login"]["decisions"] == 5.0).await;
+    // Rates come with the second refresh that saw the server.
+    let u = until_usage(&api, |u| {
+        let login = &u["resources"]["shop/login"];
+        login["decisions"] == 5.0 && login["decisions_per_s"].is_number()
+    })
+    .await;
     assert_eq!(u["enabled"], true);
     assert_eq!(u["every_ms"], 200);
     let login = &u["resources"]["shop/login"];
@@ -1865,6 +1870,13 @@ async fn the_api_reads_live_usage_from_the_limiting_servers_metrics() {
         (Some(3.0), Some(2.0))
     );
     assert!(login["decisions_per_s"].is_number(), "{u}");
+    // The second grant left nothing of the limit of 2: near it.
+    assert_eq!(login["near_limit"], 1.0, "{u}");
+    assert_eq!(
+        login["top_denied"],
+        json!([{"domain": "acme", "rejected": 3.0}]),
+        "from the server's GET /v1/denied"
+    );
     let status: Vec<(Value, Value)> = u["servers"]
         .as_array()
         .unwrap()

@@ -1271,7 +1271,8 @@ async fn the_console_shows_what_the_limiting_servers_decide_now() {
     b.wait_for(
         "the decisions shown",
         "document.querySelector('td.live[data-resource=\"shop/api\"]').textContent \
-           .includes('5 decisions, 3 rejected (60%) in all')",
+           .includes('5 decisions, 3 rejected (60%) in all; 1 near the limit; \
+                      top denied: acme (3)')",
     );
     b.screenshot("console-live-1280.png");
     b.assert_no_problems();

@@ -186,14 +186,22 @@ async fn follow_usage(
         let mut reads = tokio::task::JoinSet::new();
         for (i, (_, url)) in servers.iter().enumerate() {
             let (http, url) = (http.clone(), url.clone());
-            reads.spawn(async move { (i, read_metrics(&http, url).await) });
+            reads.spawn(async move {
+                let mut denied_url = url.clone();
+                denied_url.set_path("/v1/denied");
+                denied_url.set_query(None);
+                let (text, denied) =
+                    tokio::join!(read_metrics(&http, url), read_denied(&http, denied_url));
+                (i, (text, denied))
+            });
         }
         let mut fetched: Vec<Option<Fetched>> = vec![None; servers.len()];
         while let Some(done) = reads.join_next().await {
-            if let Ok((i, text)) = done {
+            if let Ok((i, (text, denied))) = done {
                 fetched[i] = Some(Fetched {
                     server: servers[i].0.clone(),
                     text,
+                    denied,
                 });
             }
         }
@@ -205,9 +213,22 @@ async fn follow_usage(
     }
 }
 
+/// One server's domains refused most lately (`GET /v1/denied`), if it
+/// answers them (a server of an earlier version does not: nothing shown).
+async fn read_denied(http: &reqwest::Client, url: reqwest::Url) -> Option<serde_json::Value> {
+    let text = read_bounded(http, url).await.ok()?;
+    serde_json::from_str(&text).ok()
+}
+
 /// One server's metrics text, at most
 /// [`tollgate_configapi::usage::MAX_METRICS_BYTES`].
 async fn read_metrics(http: &reqwest::Client, url: reqwest::Url) -> Result<String, String> {
+    read_bounded(http, url).await
+}
+
+/// A text answer of at most
+/// [`tollgate_configapi::usage::MAX_METRICS_BYTES`].
+async fn read_bounded(http: &reqwest::Client, url: reqwest::Url) -> Result<String, String> {
     use tollgate_configapi::usage::MAX_METRICS_BYTES;
     let mut resp = http
         .get(url)
