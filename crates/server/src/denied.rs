@@ -129,6 +129,7 @@ impl Denied {
         w.advance(now);
         let key = format!("{namespace}/{resource}");
         if !w.current.contains_key(&key) && w.current.len() >= MAX_RESOURCES {
+            metrics::counter!(crate::metrics::DENIED_UNCOUNTED).increment(1);
             return;
         }
         w.current.entry(key).or_default().add(cut(domain), 1);
@@ -186,6 +187,20 @@ mod tests {
         assert!(api.len() <= 3);
         let w = d.windows.lock().unwrap();
         assert!(w.current["shop/api"].counters.len() <= TOP, "bounded");
+    }
+
+    #[test]
+    fn resources_past_the_bound_are_not_counted() {
+        let d = Denied::default();
+        for i in 0..=MAX_RESOURCES {
+            d.record(S, "n", &format!("r{i}"), "acme");
+        }
+        let top = d.top(S, 1);
+        assert_eq!(top.len(), MAX_RESOURCES);
+        assert!(!top.contains_key(&format!("n/r{MAX_RESOURCES}")));
+        // One already counted still is.
+        d.record(S, "n", "r0", "acme");
+        assert_eq!(d.top(S, 1)["n/r0"][0].rejected, 2);
     }
 
     #[test]

@@ -10,6 +10,9 @@ pub const HITS: &str = "tollgate_hits_granted_total";
 /// Grants that left at most a tenth of the limit (`remaining ≤ limit /
 /// 10`), by `surface`, `namespace` and `resource` (native API).
 pub const NEAR_LIMIT: &str = "tollgate_near_limit_total";
+/// Refusals not counted in `GET /v1/denied` because its summary already
+/// held [`crate::denied::MAX_RESOURCES`] resources in the window.
+pub const DENIED_UNCOUNTED: &str = "tollgate_denied_uncounted_total";
 /// Seconds per decision, by `surface`.
 pub const LATENCY: &str = "tollgate_decision_seconds";
 /// Open sessions (gRPC streams and HTTP holds).
@@ -100,6 +103,10 @@ fn describe() {
         "Limiting decisions by surface, namespace, resource and outcome."
     );
     describe_counter!(HITS, "Hits granted by namespace and resource.");
+    describe_counter!(
+        DENIED_UNCOUNTED,
+        "Refusals left out of GET /v1/denied because its summary held as many resources as it may."
+    );
     describe_counter!(
         NEAR_LIMIT,
         "Grants that left at most a tenth of the limit, by surface, namespace and resource."
