@@ -6,6 +6,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use serde_json::Value;
 
 /// An error answer.
 #[derive(Debug, thiserror::Error)]
@@ -17,6 +18,10 @@ pub struct ApiError {
     pub reason: &'static str,
     /// For people.
     pub message: String,
+    /// For `412 precondition_failed`: what the target is now, in the shape
+    /// its `GET` answers (`Some(Value::Null)` when it no longer exists),
+    /// and its revision (the `ETag`).
+    pub current: Option<(Value, Option<i64>)>,
 }
 
 impl ApiError {
@@ -26,7 +31,32 @@ impl ApiError {
             status,
             reason,
             message: message.into(),
+            current: None,
         }
+    }
+
+    /// 412 `precondition_failed`: the target changed or vanished since the
+    /// revision the caller sent in `If-Match` (or exists, for
+    /// `If-None-Match: *`). The handler adds the target's current state
+    /// with [`ApiError::with_current`].
+    pub fn precondition(message: impl Into<String>) -> ApiError {
+        ApiError::new(
+            StatusCode::PRECONDITION_FAILED,
+            "precondition_failed",
+            message,
+        )
+    }
+
+    /// Whether this is a 412 `precondition_failed`.
+    pub fn is_precondition(&self) -> bool {
+        self.status == StatusCode::PRECONDITION_FAILED
+    }
+
+    /// This error with the target's current state (`Value::Null`: it no
+    /// longer exists) and revision.
+    pub fn with_current(mut self, current: Value, revision: Option<i64>) -> ApiError {
+        self.current = Some((current, revision));
+        self
     }
 
     /// 404 `not_found`.
@@ -78,10 +108,19 @@ impl From<sqlx::Error> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({
+        let mut body = serde_json::json!({
             "error": { "reason": self.reason, "message": self.message }
         });
-        (self.status, Json(body)).into_response()
+        let mut etag = None;
+        if let Some((current, revision)) = self.current {
+            body["current"] = current;
+            etag = revision.map(crate::precondition::etag);
+        }
+        let mut r = (self.status, Json(body)).into_response();
+        if let Some(v) = etag.and_then(|e| axum::http::HeaderValue::from_str(&e).ok()) {
+            r.headers_mut().insert(axum::http::header::ETAG, v);
+        }
+        r
     }
 }
 

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, MethodRouter};
@@ -23,6 +23,7 @@ use tollgate_core::{Algorithm, Request as Hits, TokenBucket};
 use crate::auth::{Caller, Role, Tokens};
 use crate::error::ApiError;
 use crate::normalize::{self, NamespaceFlags};
+use crate::precondition::{etag, Precondition};
 use crate::store::{Change, Db};
 
 /// What the handlers share.
@@ -35,6 +36,8 @@ pub struct Api {
     /// The last database check and when it was made: `/readyz` needs no
     /// token, so it must not let strangers load the database.
     ready: Arc<Mutex<Option<(tokio::time::Instant, bool)>>>,
+    /// The limiting servers' live usage (`GET /v1/usage`).
+    usage: crate::usage::Board,
 }
 
 /// The API's own rate limit: one token bucket per caller (per token name;
@@ -83,7 +86,15 @@ impl Api {
             }),
             revision: tx,
             ready: Arc::new(Mutex::new(None)),
+            usage: crate::usage::Board::new(Vec::new(), 0),
         })
+    }
+
+    /// Serves `board` at `GET /v1/usage` (the binary keeps it refreshed
+    /// from the servers `--servers` names).
+    pub fn with_usage(mut self, board: crate::usage::Board) -> Api {
+        self.usage = board;
+        self
     }
 
     /// Follows the database's revision (changes made through other
@@ -130,7 +141,7 @@ impl Api {
             )
             .route(
                 "/v1/namespaces/{ns}/resources/{r}/domains/{d}",
-                axum::routing::put(put_domain).delete(delete_domain),
+                get(get_domain).put(put_domain).delete(delete_domain),
             )
             .route(
                 "/v1/namespaces/{ns}/resources/{r}/groups/{g}",
@@ -141,10 +152,13 @@ impl Api {
                 axum::routing::put(put_member).delete(delete_member),
             )
             .route("/v1/config", get(delta))
+            .route("/v1/snapshot", get(snapshot))
             .route("/v1/config/wait", get(wait))
             .route("/v1/export", get(export))
             .route("/v1/import", axum::routing::post(import))
             .route("/v1/audit", get(audit))
+            .route("/v1/whoami", get(whoami))
+            .route("/v1/usage", get(usage))
             .route_layer(middleware::from_fn_with_state(self.clone(), authenticate));
         let mut api = Router::new()
             .merge(v1)
@@ -180,9 +194,12 @@ fn endpoints(extra: &[&str]) -> String {
         "/v1/namespaces[/{ns}[/resources/{r}[/domains/{d} | /groups/{g}[/members/{m}]]]]",
         "/v1/config",
         "/v1/config/wait",
+        "/v1/snapshot",
         "/v1/export",
         "/v1/import",
         "/v1/audit",
+        "/v1/whoami",
+        "/v1/usage",
         "/healthz",
         "/readyz",
     ];
@@ -359,38 +376,92 @@ fn check_name(kind: &str, name: &str) -> Result<(), ApiError> {
     }
 }
 
-async fn list_namespaces(State(api): State<Api>) -> Result<Json<Value>, ApiError> {
+/// A JSON answer with the `ETag` of `revision`.
+fn tagged(body: Value, revision: i64) -> Response {
+    let mut r = Json(body).into_response();
+    if let Ok(v) = header::HeaderValue::from_str(&etag(revision)) {
+        r.headers_mut().insert(header::ETAG, v);
+    }
+    r
+}
+
+/// A write's answer: its body, tagged with the revision it made.
+fn written(body: Value) -> Response {
+    let revision = body.get("revision").and_then(Value::as_i64).unwrap_or(0);
+    tagged(body, revision)
+}
+
+async fn list_namespaces(State(api): State<Api>) -> Result<Response, ApiError> {
     let namespaces = api.db.namespaces().await?;
     let revision = api.db.revision().await?;
-    Ok(Json(
+    Ok(tagged(
         json!({ "revision": revision, "namespaces": namespaces }),
+        revision,
     ))
+}
+
+/// Namespace `ns` as `GET` answers it (its revision is the last change
+/// to it or its resources), or `None`.
+async fn namespace_now(api: &Api, ns: &str) -> Result<Option<(Value, i64)>, ApiError> {
+    let Some((doc, changed)) = api.db.namespace(ns).await? else {
+        return Ok(None);
+    };
+    let body = json!({
+        "name": doc.name,
+        "revision": changed,
+        "ignore_configured": doc.flags.ignore_configured,
+        "allow_unconfigured": doc.flags.allow_unconfigured,
+        "resources": doc.resources,
+    });
+    Ok(Some((body, changed)))
+}
+
+/// Resource `ns/r` as `GET` answers it (stored and resolved), or `None`.
+async fn resource_now(api: &Api, ns: &str, r: &str) -> Result<Option<(Value, i64)>, ApiError> {
+    let Some(stored) = api.db.resource(ns, r).await? else {
+        return Ok(None);
+    };
+    Ok(Some((
+        json!({ "revision": stored.revision, "resource": stored.body, "resolved": stored.resolved }),
+        stored.revision,
+    )))
+}
+
+/// A 412 with what its target (`now`) is at present; other errors as
+/// they are.
+async fn with_current<F>(e: ApiError, now: F) -> ApiError
+where
+    F: std::future::Future<Output = Result<Option<(Value, i64)>, ApiError>>,
+{
+    if !e.is_precondition() {
+        return e;
+    }
+    match now.await {
+        Ok(Some((body, revision))) => e.with_current(body, Some(revision)),
+        Ok(None) => e.with_current(Value::Null, None),
+        Err(other) => other,
+    }
 }
 
 async fn get_namespace(
     State(api): State<Api>,
     Path(ns): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    let doc = api
-        .db
-        .namespace(&ns)
+) -> Result<Response, ApiError> {
+    let (body, revision) = namespace_now(&api, &ns)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no namespace {ns:?}")))?;
-    Ok(Json(json!({
-        "name": doc.name,
-        "ignore_configured": doc.flags.ignore_configured,
-        "allow_unconfigured": doc.flags.allow_unconfigured,
-        "resources": doc.resources,
-    })))
+    Ok(tagged(body, revision))
 }
 
 async fn put_namespace(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path(ns): Path<String>,
+    headers: HeaderMap,
     bytes: axum::body::Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     check_name("namespace", &ns)?;
+    let pre = Precondition::from_headers(&headers)?;
     let flags: NamespaceFlags = if bytes.is_empty() {
         NamespaceFlags::default()
     } else {
@@ -402,9 +473,12 @@ async fn put_namespace(
         action: "put_namespace",
         target: ns.clone(),
     };
-    let revision = api.db.put_namespace(&change, &ns, flags).await?;
+    let revision = match api.db.put_namespace(&change, &ns, flags, &pre).await {
+        Ok(revision) => revision,
+        Err(e) => return Err(with_current(e, namespace_now(&api, &ns)).await),
+    };
     api.changed(revision);
-    Ok(Json(
+    Ok(written(
         json!({ "revision": revision, "namespace": ns, "flags": flags, "warnings": warnings }),
     ))
 }
@@ -413,73 +487,128 @@ async fn delete_namespace(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path(ns): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let pre = Precondition::from_headers(&headers)?;
     let change = Change {
         actor: &caller.name,
         action: "delete_namespace",
         target: ns.clone(),
     };
-    let revision = api.db.delete_namespace(&change, &ns).await?;
+    let revision = match api.db.delete_namespace(&change, &ns, &pre).await {
+        Ok(revision) => revision,
+        Err(e) => return Err(with_current(e, namespace_now(&api, &ns)).await),
+    };
     api.changed(revision);
-    Ok(Json(json!({ "revision": revision })))
+    Ok(written(json!({ "revision": revision })))
+}
+
+/// `GET .../domains/{d}`: the override as stored (what it changes) and
+/// resolved (what servers enforce), with the resource's revision.
+async fn get_domain(
+    State(api): State<Api>,
+    Path((ns, r, d)): Path<(String, String, String)>,
+) -> Result<Response, ApiError> {
+    let stored = api
+        .db
+        .resource(&ns, &r)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no resource {ns}/{r}")))?;
+    let over = |body: &Value| body.get("domains").and_then(|x| x.get(&d)).cloned();
+    let (Some(given), Some(resolved)) = (over(&stored.body), over(&stored.resolved)) else {
+        return Err(ApiError::not_found(format!(
+            "{ns}/{r} has no override for {d:?}"
+        )));
+    };
+    Ok(tagged(
+        json!({ "revision": stored.revision, "override": given, "resolved": resolved }),
+        stored.revision,
+    ))
 }
 
 async fn get_resource(
     State(api): State<Api>,
     Path((ns, r)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
-    api.db
-        .resource(&ns, &r)
+) -> Result<Response, ApiError> {
+    let (body, revision) = resource_now(&api, &ns, &r)
         .await?
-        .map(Json)
-        .ok_or_else(|| ApiError::not_found(format!("no resource {ns}/{r}")))
+        .ok_or_else(|| ApiError::not_found(format!("no resource {ns}/{r}")))?;
+    Ok(tagged(body, revision))
+}
+
+/// Who asks for a change to a resource, and under which precondition
+/// (`If-Match` on the resource, see [`crate::precondition`]).
+struct Edit<'a> {
+    api: &'a Api,
+    caller: &'a Caller,
+    headers: &'a HeaderMap,
 }
 
 /// Applies `edit` to a resource (see [`Db::edit_resource`]), normalizing
 /// what it returns; answers with the revision, the body and the warnings.
+/// A 412 carries the resource as it is now.
 async fn edit(
-    api: &Api,
-    caller: &Caller,
+    who: Edit<'_>,
     action: &str,
     target: String,
     ns: &str,
     name: &str,
     edit: impl FnOnce(Option<&Value>) -> Result<Option<Value>, ApiError>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
+    let Edit {
+        api,
+        caller,
+        headers,
+    } = who;
+    let pre = Precondition::from_headers(headers)?;
     let change = Change {
         actor: &caller.name,
         action,
         target,
     };
     let mut warnings = Vec::new();
-    let (revision, body) = api
+    let done = api
         .db
-        .edit_resource(&change, ns, name, |flags, current| match edit(current)? {
-            None => Ok(None),
-            Some(raw) => {
-                let (normalized, w) = normalize::resource(ns, flags, name, &raw)?;
-                warnings = w;
-                Ok(Some(normalized))
+        .edit_resource(&change, ns, name, &pre, |flags, current| {
+            match edit(current)? {
+                None => Ok(None),
+                Some(raw) => {
+                    let r = normalize::resource(ns, flags, name, &raw)?;
+                    warnings = r.warnings;
+                    Ok(Some((r.stored, r.resolved)))
+                }
             }
         })
-        .await?;
+        .await;
+    let (revision, bodies) = match done {
+        Ok(done) => done,
+        Err(e) => return Err(with_current(e, resource_now(api, ns, name)).await),
+    };
     api.changed(revision);
-    Ok(Json(
-        json!({ "revision": revision, "resource": body, "warnings": warnings }),
-    ))
+    let (body, resolved) = bodies.unzip();
+    Ok(written(json!({
+        "revision": revision,
+        "resource": body,
+        "resolved": resolved,
+        "warnings": warnings,
+    })))
 }
 
 async fn put_resource(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path((ns, r)): Path<(String, String)>,
+    headers: HeaderMap,
     bytes: axum::body::Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     check_name("resource", &r)?;
     let raw: Value = body(&bytes)?;
     edit(
-        &api,
-        &caller,
+        Edit {
+            api: &api,
+            caller: &caller,
+            headers: &headers,
+        },
         "put_resource",
         format!("{ns}/{r}"),
         &ns,
@@ -493,10 +622,14 @@ async fn delete_resource(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path((ns, r)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     edit(
-        &api,
-        &caller,
+        Edit {
+            api: &api,
+            caller: &caller,
+            headers: &headers,
+        },
         "delete_resource",
         format!("{ns}/{r}"),
         &ns,
@@ -522,12 +655,18 @@ async fn put_domain(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path((ns, r, d)): Path<(String, String, String)>,
+    headers: HeaderMap,
     bytes: axum::body::Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     check_name("domain", &d)?;
     let over: Value = body(&bytes)?;
     let target = format!("{ns}/{r}/domains/{d}");
-    edit(&api, &caller, "put_domain", target, &ns, &r, |current| {
+    let who = Edit {
+        api: &api,
+        caller: &caller,
+        headers: &headers,
+    };
+    edit(who, "put_domain", target, &ns, &r, |current| {
         let mut m = existing(current, &ns, &r)?;
         let domains = m.entry("domains").or_insert_with(|| json!({}));
         let Value::Object(domains) = domains else {
@@ -543,9 +682,15 @@ async fn delete_domain(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path((ns, r, d)): Path<(String, String, String)>,
-) -> Result<Json<Value>, ApiError> {
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     let target = format!("{ns}/{r}/domains/{d}");
-    edit(&api, &caller, "delete_domain", target, &ns, &r, |current| {
+    let who = Edit {
+        api: &api,
+        caller: &caller,
+        headers: &headers,
+    };
+    edit(who, "delete_domain", target, &ns, &r, |current| {
         let mut m = existing(current, &ns, &r)?;
         let removed = m
             .get_mut("domains")
@@ -593,12 +738,18 @@ async fn put_group(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path((ns, r, g)): Path<(String, String, String)>,
+    headers: HeaderMap,
     bytes: axum::body::Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     check_name("group", &g)?;
     let group: GroupBody = body(&bytes)?;
     let target = format!("{ns}/{r}/groups/{g}");
-    edit(&api, &caller, "put_group", target, &ns, &r, |current| {
+    let who = Edit {
+        api: &api,
+        caller: &caller,
+        headers: &headers,
+    };
+    edit(who, "put_group", target, &ns, &r, |current| {
         let mut m = existing(current, &ns, &r)?;
         let list = groups(&mut m)?;
         let members = match (&group.members, position(list, &g)) {
@@ -620,9 +771,15 @@ async fn delete_group(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path((ns, r, g)): Path<(String, String, String)>,
-) -> Result<Json<Value>, ApiError> {
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     let target = format!("{ns}/{r}/groups/{g}");
-    edit(&api, &caller, "delete_group", target, &ns, &r, |current| {
+    let who = Edit {
+        api: &api,
+        caller: &caller,
+        headers: &headers,
+    };
+    edit(who, "delete_group", target, &ns, &r, |current| {
         let mut m = existing(current, &ns, &r)?;
         let list = groups(&mut m)?;
         let Some(i) = position(list, &g) else {
@@ -641,13 +798,19 @@ async fn delete_group(
 async fn member(
     api: &Api,
     caller: &Caller,
+    headers: &HeaderMap,
     (ns, r, g, member): (String, String, String, String),
     add: bool,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     check_name("member", &member)?;
     let target = format!("{ns}/{r}/groups/{g}/members/{member}");
     let action = if add { "put_member" } else { "delete_member" };
-    edit(api, caller, action, target, &ns, &r, |current| {
+    let who = Edit {
+        api,
+        caller,
+        headers,
+    };
+    edit(who, action, target, &ns, &r, |current| {
         let mut m = existing(current, &ns, &r)?;
         let list = groups(&mut m)?;
         let Some(i) = position(list, &g) else {
@@ -683,16 +846,18 @@ async fn put_member(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path(path): Path<(String, String, String, String)>,
-) -> Result<Json<Value>, ApiError> {
-    member(&api, &caller, path, true).await
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    member(&api, &caller, &headers, path, true).await
 }
 
 async fn delete_member(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path(path): Path<(String, String, String, String)>,
-) -> Result<Json<Value>, ApiError> {
-    member(&api, &caller, path, false).await
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    member(&api, &caller, &headers, path, false).await
 }
 
 /// A request's query parameters, checked against the ones its endpoint
@@ -762,6 +927,16 @@ impl Params {
         }
     }
 
+    /// The text of `name` (the last one given), if given.
+    fn text(&self, name: &str) -> Result<Option<&str>, ApiError> {
+        Ok(self
+            .values
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str()))
+    }
+
     /// `since`: the revision a caller has (0, everything, when absent).
     fn since(&self) -> Result<i64, ApiError> {
         Ok(self
@@ -775,14 +950,56 @@ impl Params {
     }
 }
 
-async fn delta(State(api): State<Api>, query: Pairs) -> Result<Json<Value>, ApiError> {
+async fn delta(State(api): State<Api>, query: Pairs) -> Result<Response, ApiError> {
     let since = Params::new("GET /v1/config", &["since"], query)?.since()?;
     delta_after(&api, since).await
 }
 
-async fn delta_after(api: &Api, since: i64) -> Result<Json<Value>, ApiError> {
+async fn delta_after(api: &Api, since: i64) -> Result<Response, ApiError> {
     let d = api.db.delta(since).await?;
-    Ok(Json(serde_json::to_value(d).unwrap_or(Value::Null)))
+    let revision = d.revision;
+    Ok(tagged(
+        serde_json::to_value(d).unwrap_or(Value::Null),
+        revision,
+    ))
+}
+
+/// The most namespaces, and the most resources, one `GET /v1/snapshot`
+/// answers.
+const SNAPSHOT_LIMIT: i64 = 1000;
+
+/// `GET /v1/snapshot?after=CURSOR&limit=N`: the whole config (namespaces
+/// with their resources, stored and resolved, with their revisions) from
+/// one snapshot, in parts of at most `limit` namespaces and resources:
+/// what the web page loads in one request (one per 1,000 resources).
+async fn snapshot(State(api): State<Api>, query: Pairs) -> Result<Response, ApiError> {
+    let params = Params::new("GET /v1/snapshot", &["after", "limit"], query)?;
+    let limit = params
+        .number(
+            "limit",
+            1,
+            Some(SNAPSHOT_LIMIT),
+            "a whole number of namespaces and resources from 1 (at most 1000 are answered)",
+        )?
+        .unwrap_or(SNAPSHOT_LIMIT);
+    let after = params.text("after")?;
+    if let Some(cursor) = after {
+        let parts: Vec<&str> = cursor.split('/').collect();
+        if parts.len() > 2 {
+            return Err(ApiError::malformed(tollgate_server::errors::bounded(
+                format!("query parameter `after` of GET /v1/snapshot is NS or NS/RESOURCE (a `next` it answered), not {cursor:?}"),
+            )));
+        }
+        for part in parts {
+            check_name("`after`", part)?;
+        }
+    }
+    let snap = api.db.snapshot(after, limit).await?;
+    let revision = snap.revision;
+    Ok(tagged(
+        serde_json::to_value(snap).unwrap_or(Value::Null),
+        revision,
+    ))
 }
 
 /// The longest a long poll waits, whatever `timeout_ms` asks.
@@ -790,7 +1007,7 @@ const MAX_WAIT_MS: i64 = 300_000;
 
 /// A long poll: answers with the delta as soon as the revision passes
 /// `since`, or when `timeout_ms` (default 30 s, at most 5 minutes) ends.
-async fn wait(State(api): State<Api>, query: Pairs) -> Result<Json<Value>, ApiError> {
+async fn wait(State(api): State<Api>, query: Pairs) -> Result<Response, ApiError> {
     let params = Params::new("GET /v1/config/wait", &["since", "timeout_ms"], query)?;
     let since = params.since()?;
     let timeout_ms = params
@@ -811,13 +1028,21 @@ async fn wait(State(api): State<Api>, query: Pairs) -> Result<Json<Value>, ApiEr
 }
 
 async fn export(State(api): State<Api>) -> Result<Response, ApiError> {
+    let revision = api.db.revision().await?;
     let all = api.db.all().await?;
     let doc = normalize::document(&all);
     let text = serde_json::to_string(&doc).map_err(|e| ApiError::malformed(e.to_string()))?;
     let loaded = tollgate_config::load_str("export", &text)
         .map_err(|e| ApiError::invalid(format!("the stored config does not load: {e}")))?;
     let yaml = tollgate_config::emit::to_yaml(&loaded.config);
-    Ok(([(header::CONTENT_TYPE, "application/yaml")], yaml).into_response())
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/yaml".to_owned()),
+            (header::ETAG, etag(revision)),
+        ],
+        yaml,
+    )
+        .into_response())
 }
 
 /// Replaces the whole config with a YAML (or JSON) one in tollgate's
@@ -825,11 +1050,12 @@ async fn export(State(api): State<Api>) -> Result<Response, ApiError> {
 async fn import(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
     text: String,
-) -> Result<Json<Value>, ApiError> {
-    let (doc, warnings) = normalize::load_text("import", &text)?;
-    let namespaces = normalize::namespaces_of(&doc);
-    for ns in &namespaces {
+) -> Result<Response, ApiError> {
+    let pre = Precondition::from_headers(&headers)?;
+    let (namespaces, warnings) = normalize::import(&text)?;
+    for (ns, _) in &namespaces {
         check_name("namespace", &ns.name)?;
         for r in &ns.resources {
             check_name(
@@ -843,15 +1069,54 @@ async fn import(
         action: "import",
         target: "*".to_owned(),
     };
-    let revision = api.db.import(&change, &namespaces).await?;
+    let revision = api.db.import(&change, &namespaces, &pre).await?;
     api.changed(revision);
-    Ok(Json(
+    Ok(written(
         json!({ "revision": revision, "namespaces": namespaces.len(), "warnings": warnings }),
     ))
 }
 
-async fn audit(State(api): State<Api>, query: Pairs) -> Result<Json<Value>, ApiError> {
-    let params = Params::new("GET /v1/audit", &["since", "limit"], query)?;
+/// `GET /v1/whoami`: the caller's token name and role, for the page to
+/// say who is signed in and show edit controls to admins only (the API
+/// still checks every write).
+async fn whoami(Extension(caller): Extension<Caller>) -> Json<Value> {
+    let role = match caller.role {
+        Role::Admin => "admin",
+        Role::Read => "read",
+    };
+    Json(json!({ "name": caller.name, "role": role }))
+}
+
+/// `GET /v1/usage`: what the limiting servers decide now, per resource
+/// (see [`crate::usage`]); `enabled: false` without `--servers`.
+async fn usage(State(api): State<Api>) -> Json<Value> {
+    Json(api.usage.view())
+}
+
+async fn audit(State(api): State<Api>, query: Pairs) -> Result<Response, ApiError> {
+    let params = Params::new(
+        "GET /v1/audit",
+        &["since", "limit", "target", "order"],
+        query,
+    )?;
+    let target = params.text("target")?;
+    if let Some(t) = target {
+        for part in t.split('/') {
+            check_name("target part", part)?;
+        }
+    }
+    let newest = match params.text("order")? {
+        None | Some("oldest") => false,
+        Some("newest") => true,
+        Some(other) => {
+            return Err(ApiError::malformed(tollgate_server::errors::bounded(
+                format!(
+                    "query parameter `order` of GET /v1/audit is `oldest` (the default) or \
+                     `newest`, not {other:?}"
+                ),
+            )))
+        }
+    };
     let since = params.since()?;
     let limit = params
         .number(
@@ -861,8 +1126,12 @@ async fn audit(State(api): State<Api>, query: Pairs) -> Result<Json<Value>, ApiE
             "a whole number of entries from 1 (at most 1000 are answered)",
         )?
         .unwrap_or(100);
-    let entries = api.db.audit(since, limit).await?;
-    Ok(Json(json!({ "entries": entries })))
+    let revision = api.db.revision().await?;
+    let entries = api.db.audit(since, limit, target, newest).await?;
+    Ok(tagged(
+        json!({ "revision": revision, "entries": entries }),
+        revision,
+    ))
 }
 
 #[cfg(test)]

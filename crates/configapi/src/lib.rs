@@ -7,7 +7,10 @@
 //! - [`normalize`]: validation and normalization through
 //!   `tollgate_config`.
 //! - [`auth`]: bearer tokens with `read` and `admin` roles.
+//! - [`precondition`]: revisions as `ETag`s, `If-Match` on writes.
 //! - [`http`]: the HTTP API.
+//! - [`usage`]: live usage from the limiting servers' metrics, for the
+//!   console.
 
 #![deny(missing_docs)]
 
@@ -15,10 +18,12 @@ pub mod auth;
 pub mod error;
 pub mod http;
 pub mod normalize;
+pub mod precondition;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod ui;
+pub mod usage;
 
 pub use auth::{Caller, Role, Tokens};
 pub use error::ApiError;

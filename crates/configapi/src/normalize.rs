@@ -136,10 +136,126 @@ pub fn namespaces_of(doc: &Value) -> Vec<NamespaceDoc> {
     .unwrap_or_default()
 }
 
-/// Checks one resource of namespace `ns`: its normalized body and the
-/// warnings. `name` (from the path) wins over the body's; a different
-/// name in the body is refused.
+/// A resource checked and normalized, in its two forms.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Resource {
+    /// What the API stores and answers: the normalized resource whose
+    /// domain overrides hold only what they change (see [`stored_form`]).
+    pub stored: Value,
+    /// What a limiting server enforces: every override resolved against
+    /// the resource, as the file loader resolves it.
+    pub resolved: Value,
+    /// The normalization's warnings.
+    pub warnings: Vec<String>,
+}
+
+/// An imported namespace: its stored resources, and the same resolved
+/// (in the same order).
+pub type Imported = (NamespaceDoc, Vec<Value>);
+
+/// A config text to import (YAML or JSON, tollgate's format), checked as
+/// [`load_text`] does: its namespaces, each with its stored resources
+/// ([`stored_form`] of what the text says) and the same resources
+/// resolved, and the warnings.
+pub fn import(text: &str) -> Result<(Vec<Imported>, Vec<String>), ApiError> {
+    let (doc, warnings) = load_text("import", text)?;
+    // The text as written, for the fields each override gives: it loaded,
+    // so it parses.
+    let raw = tollgate_config::yaml::parse("import", text)
+        .ok()
+        .and_then(|nodes| nodes.first().map(to_json))
+        .unwrap_or(Value::Null);
+    let named = |list: Option<&Value>, name: &str| -> Option<Value> {
+        list.and_then(Value::as_array)?
+            .iter()
+            .find(|x| x.get("name").and_then(Value::as_str) == Some(name))
+            .cloned()
+    };
+    let namespaces = namespaces_of(&doc)
+        .into_iter()
+        .map(|ns| {
+            let raw_ns = named(raw.get("namespaces"), &ns.name);
+            let resolved = ns.resources.clone();
+            let stored = ns
+                .resources
+                .iter()
+                .map(|r| {
+                    let name = r.get("name").and_then(Value::as_str).unwrap_or_default();
+                    match named(raw_ns.as_ref().and_then(|n| n.get("resources")), name) {
+                        Some(given) => stored_form(&given, r),
+                        None => r.clone(),
+                    }
+                })
+                .collect();
+            (
+                NamespaceDoc {
+                    resources: stored,
+                    ..ns
+                },
+                resolved,
+            )
+        })
+        .collect();
+    Ok((namespaces, warnings))
+}
+
+/// Checks one resource of namespace `ns`: its stored and resolved forms
+/// and the warnings. `name` (from the path) wins over the body's; a
+/// different name in the body is refused.
 pub fn resource(
+    ns: &str,
+    flags: NamespaceFlags,
+    name: &str,
+    body: &Value,
+) -> Result<Resource, ApiError> {
+    let (resolved, warnings) = resolved(ns, flags, name, body)?;
+    Ok(Resource {
+        stored: stored_form(body, &resolved),
+        resolved,
+        warnings,
+    })
+}
+
+/// The stored form of a resource given as `raw` and normalized (resolved)
+/// as `resolved`: the resolved resource, except that each domain override
+/// that refines (has no `algorithm`, config.md §3.7) keeps only the fields
+/// `raw` gave it, with their normalized values, so it goes on inheriting
+/// the rest from the resource when the resource changes. An override that
+/// replaces (names its `algorithm`) inherits nothing and is kept whole, as
+/// resolved. Overrides stored by earlier versions, complete with their
+/// `algorithm`, are such replacing overrides: still valid, they resolve to
+/// what they did, and do not inherit until written again without
+/// `algorithm`.
+pub fn stored_form(raw: &Value, resolved: &Value) -> Value {
+    let mut stored = resolved.clone();
+    let (Some(given), Some(Value::Object(domains))) = (
+        raw.get("domains").and_then(Value::as_object),
+        stored.get_mut("domains"),
+    ) else {
+        return stored;
+    };
+    for (domain, full) in domains.iter_mut() {
+        let Some(Value::Object(fields)) = given.get(domain) else {
+            continue;
+        };
+        if fields.contains_key("algorithm") {
+            continue;
+        }
+        let partial: Map<String, Value> = fields
+            .iter()
+            .map(|(k, v)| {
+                let normalized = full.get(k).cloned().unwrap_or_else(|| v.clone());
+                (k.clone(), normalized)
+            })
+            .collect();
+        *full = Value::Object(partial);
+    }
+    stored
+}
+
+/// The resource normalized by the loader, overrides resolved, and the
+/// warnings.
+fn resolved(
     ns: &str,
     flags: NamespaceFlags,
     name: &str,
@@ -215,16 +331,61 @@ mod tests {
     #[test]
     fn a_resource_is_normalized_as_the_file_loader_does() {
         let body = json!({"algorithm": "token_bucket", "capacity": 100, "rate": "10/s"});
-        let (n, w) = resource("shop", NamespaceFlags::default(), "api", &body).unwrap();
-        assert_eq!(n["name"], "api");
-        assert_eq!(n["rate"], "10/1s");
-        assert!(w.is_empty());
+        let r = resource("shop", NamespaceFlags::default(), "api", &body).unwrap();
+        assert_eq!(r.stored, r.resolved, "no overrides: one form");
+        assert_eq!(r.stored["name"], "api");
+        assert_eq!(r.stored["rate"], "10/1s");
+        assert!(r.warnings.is_empty());
         // Charon §4.1: a copy limit above the global limit is lowered, with
         // a warning.
         let body = json!({"kind": "concurrency", "domain_limit": 50, "global_limit": 10});
-        let (n, w) = resource("shop", NamespaceFlags::default(), "db", &body).unwrap();
-        assert_eq!(n["domain_limit"], 10);
-        assert_eq!(w.len(), 1, "{w:?}");
+        let r = resource("shop", NamespaceFlags::default(), "db", &body).unwrap();
+        assert_eq!(r.stored["domain_limit"], 10);
+        assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+    }
+
+    /// Issue 22: an override was stored with every inherited field written
+    /// out, so raising the resource's rate left it at the old one.
+    #[test]
+    fn a_refining_override_stores_what_it_changes_and_resolves_the_rest() {
+        let flags = NamespaceFlags::default();
+        let body = json!({
+            "algorithm": "token_bucket", "capacity": 100, "rate": "10/s",
+            "domains": {
+                "bigcorp": {"capacity": 1000},
+                "other": {"algorithm": "gcra", "rate": "5/s"},
+            },
+        });
+        let r = resource("shop", flags, "api", &body).unwrap();
+        assert_eq!(r.stored["domains"]["bigcorp"], json!({"capacity": 1000}));
+        assert_eq!(r.resolved["domains"]["bigcorp"]["rate"], "10/1s");
+        assert_eq!(
+            r.resolved["domains"]["bigcorp"]["algorithm"],
+            "token_bucket"
+        );
+        // A replacing override is whole in both forms.
+        assert_eq!(r.stored["domains"]["other"], r.resolved["domains"]["other"]);
+        assert_eq!(r.stored["domains"]["other"]["algorithm"], "gcra");
+
+        // The stored form written back with a new rate: the override
+        // follows it.
+        let mut raised = r.stored.clone();
+        raised["rate"] = json!("20/s");
+        let r2 = resource("shop", flags, "api", &raised).unwrap();
+        assert_eq!(r2.resolved["domains"]["bigcorp"]["rate"], "20/1s");
+        assert_eq!(r2.resolved["domains"]["bigcorp"]["capacity"], 1000);
+        assert_eq!(r2.stored["domains"]["bigcorp"], json!({"capacity": 1000}));
+        assert_eq!(r2.resolved["domains"]["other"]["rate"], "5/1s");
+
+        // A value is stored normalized.
+        let body = json!({"algorithm": "gcra", "rate": "10/s", "burst": 5,
+                          "domains": {"acme": {"rate": "100/m"}}});
+        let r = resource("shop", flags, "login", &body).unwrap();
+        assert_eq!(
+            r.stored["domains"]["acme"]["rate"],
+            r.resolved["domains"]["acme"]["rate"]
+        );
+        assert_eq!(r.stored["domains"]["acme"].as_object().unwrap().len(), 1);
     }
 
     #[test]

@@ -18,6 +18,7 @@ use sqlx::{Any, AnyPool, Row, Transaction};
 
 use crate::error::ApiError;
 use crate::normalize::{NamespaceDoc, NamespaceFlags};
+use crate::precondition::Precondition;
 
 /// The database behind the API.
 #[derive(Clone, Debug)]
@@ -45,7 +46,8 @@ pub struct Delta {
     pub deleted: Vec<Deleted>,
     /// Namespaces created or changed since (flags only).
     pub namespaces: Vec<NamespaceEntry>,
-    /// Resources created or changed since, whole.
+    /// Resources created or changed since, whole and resolved (domain
+    /// overrides complete): what a server enforces.
     pub resources: Vec<ResourceEntry>,
 }
 
@@ -66,8 +68,11 @@ pub struct NamespaceEntry {
     /// Its flags.
     #[serde(flatten)]
     pub flags: NamespaceFlags,
-    /// The revision that last changed it.
+    /// The revision that last changed its flags.
     pub revision: i64,
+    /// The revision that last changed it or any of its resources: its
+    /// `ETag` (see [`crate::precondition`]).
+    pub changed: i64,
 }
 
 /// A resource, as listed.
@@ -75,7 +80,7 @@ pub struct NamespaceEntry {
 pub struct ResourceEntry {
     /// Its namespace.
     pub namespace: String,
-    /// Its normalized body.
+    /// Its normalized body, overrides resolved.
     pub body: Value,
     /// The revision that last changed it.
     pub revision: i64,
@@ -100,6 +105,56 @@ pub struct AuditEntry {
     pub after: Option<Value>,
 }
 
+/// A resource as the database holds it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stored {
+    /// What the API answers: refining domain overrides hold only what
+    /// they change ([`crate::normalize::stored_form`]).
+    pub body: Value,
+    /// What servers enforce: every override resolved.
+    pub resolved: Value,
+    /// The revision that last changed it.
+    pub revision: i64,
+}
+
+/// A part of the whole config, read from one snapshot: what the web
+/// page loads in one request instead of one per namespace.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Snapshot {
+    /// The database's identity (see [`Delta::instance`]).
+    pub instance: String,
+    /// The config's revision when it was read.
+    pub revision: i64,
+    /// The namespaces, by name, each with its resources (by name).
+    pub namespaces: Vec<SnapshotNamespace>,
+    /// Where the next part starts (`after=` this), when this one ended at
+    /// its bound: `NS` (namespaces up to NS are complete) or `NS/R`
+    /// (namespace NS is complete up to its resource R, and comes again in
+    /// the next part with the rest).
+    pub next: Option<String>,
+}
+
+/// A namespace in a [`Snapshot`].
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SnapshotNamespace {
+    /// Its name, flags and revisions.
+    #[serde(flatten)]
+    pub entry: NamespaceEntry,
+    /// Its resources (in this part).
+    pub resources: Vec<SnapshotResource>,
+}
+
+/// A resource in a [`Snapshot`], as `GET` answers it.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SnapshotResource {
+    /// The revision that last changed it (its `ETag`).
+    pub revision: i64,
+    /// As stored.
+    pub resource: Value,
+    /// Resolved.
+    pub resolved: Value,
+}
+
 /// Who changes what, for the audit trail.
 #[derive(Clone, Debug)]
 pub struct Change<'a> {
@@ -113,7 +168,7 @@ pub struct Change<'a> {
 
 /// The columns [`namespace_entry`] reads, from `tg_namespaces`.
 const NAMESPACE_ROW: &str =
-    "SELECT name, ignore_configured, allow_unconfigured, revision FROM tg_namespaces";
+    "SELECT name, ignore_configured, allow_unconfigured, revision, changed FROM tg_namespaces";
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -152,6 +207,7 @@ fn namespace_entry(row: &AnyRow) -> Result<NamespaceEntry, sqlx::Error> {
             allow_unconfigured: row.try_get::<i64, _>(2)? != 0,
         },
         revision: row.try_get(3)?,
+        changed: row.try_get(4)?,
     })
 }
 
@@ -207,8 +263,9 @@ impl Db {
         rows.iter().map(namespace_entry).collect()
     }
 
-    /// One namespace and its resources (by name), if it exists.
-    pub async fn namespace(&self, ns: &str) -> Result<Option<NamespaceDoc>, sqlx::Error> {
+    /// One namespace and its resources (by name), if it exists, with the
+    /// revision of its last change (its `ETag`).
+    pub async fn namespace(&self, ns: &str) -> Result<Option<(NamespaceDoc, i64)>, sqlx::Error> {
         let sql = format!("{NAMESPACE_ROW} WHERE name = $1");
         let Some(row) = sqlx::query(&sql)
             .bind(ns)
@@ -226,33 +283,83 @@ impl Db {
                 .iter()
                 .map(|r| r.try_get::<String, _>(0).map(|b| parse_body(&b)))
                 .collect::<Result<Vec<_>, _>>()?;
-        Ok(Some(NamespaceDoc {
-            name: entry.name,
-            flags: entry.flags,
-            resources,
-        }))
+        Ok(Some((
+            NamespaceDoc {
+                name: entry.name,
+                flags: entry.flags,
+                resources,
+            },
+            entry.changed,
+        )))
     }
 
     /// Every namespace with its resources: the whole config.
     pub async fn all(&self) -> Result<Vec<NamespaceDoc>, sqlx::Error> {
         let mut out = Vec::new();
         for ns in self.namespaces().await? {
-            if let Some(doc) = self.namespace(&ns.name).await? {
+            if let Some((doc, _)) = self.namespace(&ns.name).await? {
                 out.push(doc);
             }
         }
         Ok(out)
     }
 
-    /// One resource's body, if it exists.
-    pub async fn resource(&self, ns: &str, name: &str) -> Result<Option<Value>, sqlx::Error> {
-        let row = sqlx::query("SELECT body FROM tg_resources WHERE namespace = $1 AND name = $2")
+    /// One resource, stored and resolved, with the revision that last
+    /// changed it (its `ETag`), if it exists.
+    pub async fn resource(&self, ns: &str, name: &str) -> Result<Option<Stored>, sqlx::Error> {
+        let row = sqlx::query(
+            "SELECT body, resolved, revision FROM tg_resources WHERE namespace = $1 AND name = $2",
+        )
+        .bind(ns)
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| {
+            Ok(Stored {
+                body: parse_body(&r.try_get::<String, _>(0)?),
+                resolved: parse_body(&r.try_get::<String, _>(1)?),
+                revision: r.try_get(2)?,
+            })
+        })
+        .transpose()
+    }
+
+    /// The revision that deleted `ns` (`name` empty) or `ns/name`, if a
+    /// tombstone says so: named in a 412's message.
+    async fn deleted_at(
+        tx: &mut Transaction<'static, Any>,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<i64>, sqlx::Error> {
+        let mut revision: Option<i64> = None;
+        for (ns, name) in [(ns, name), (ns, "")] {
+            let row =
+                sqlx::query("SELECT revision FROM tg_deleted WHERE namespace = $1 AND name = $2")
+                    .bind(ns)
+                    .bind(name)
+                    .fetch_optional(&mut **tx)
+                    .await?;
+            if let Some(r) = row {
+                let r: i64 = r.try_get(0)?;
+                revision = Some(revision.map_or(r, |x| x.max(r)));
+            }
+        }
+        Ok(revision)
+    }
+
+    /// Marks namespace `ns` changed at `revision` (a change to one of its
+    /// resources): its `ETag` moves.
+    async fn touch(
+        tx: &mut Transaction<'static, Any>,
+        ns: &str,
+        revision: i64,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query("UPDATE tg_namespaces SET changed = $1 WHERE name = $2")
+            .bind(revision)
             .bind(ns)
-            .bind(name)
-            .fetch_optional(&self.pool)
+            .execute(&mut **tx)
             .await?;
-        row.map(|r| r.try_get::<String, _>(0).map(|b| parse_body(&b)))
-            .transpose()
+        Ok(())
     }
 
     /// Opens a change: a transaction holding the next revision.
@@ -290,30 +397,55 @@ impl Db {
         Ok(())
     }
 
-    async fn flags_in(
+    async fn namespace_in(
         tx: &mut Transaction<'static, Any>,
         ns: &str,
-    ) -> Result<Option<NamespaceFlags>, sqlx::Error> {
+    ) -> Result<Option<NamespaceEntry>, sqlx::Error> {
         let sql = format!("{NAMESPACE_ROW} WHERE name = $1");
         let row = sqlx::query(&sql).bind(ns).fetch_optional(&mut **tx).await?;
-        row.map(|r| namespace_entry(&r).map(|e| e.flags))
-            .transpose()
+        row.map(|r| namespace_entry(&r)).transpose()
     }
 
-    /// Creates or changes a namespace's flags.
+    /// Checks `pre` against namespace `ns` as it is in `tx`.
+    async fn check_namespace(
+        tx: &mut Transaction<'static, Any>,
+        pre: &Precondition,
+        ns: &str,
+        entry: Option<&NamespaceEntry>,
+    ) -> Result<(), ApiError> {
+        if *pre == Precondition::None {
+            return Ok(());
+        }
+        let deleted = match entry {
+            Some(_) => None,
+            None => Self::deleted_at(tx, ns, "").await?,
+        };
+        pre.check(
+            &format!("namespace {ns:?}"),
+            entry.map(|e| e.changed),
+            deleted,
+        )
+    }
+
+    /// Creates or changes a namespace's flags, if `pre` holds.
     pub async fn put_namespace(
         &self,
         change: &Change<'_>,
         ns: &str,
         flags: NamespaceFlags,
+        pre: &Precondition,
     ) -> Result<i64, ApiError> {
         let (mut tx, revision) = self.begin().await?;
-        let before = Self::flags_in(&mut tx, ns).await?;
+        let entry = Self::namespace_in(&mut tx, ns).await?;
+        Self::check_namespace(&mut tx, pre, ns, entry.as_ref()).await?;
+        let before = entry.map(|e| e.flags);
         sqlx::query(
-            "INSERT INTO tg_namespaces (name, ignore_configured, allow_unconfigured, revision) \
-             VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO UPDATE SET \
+            "INSERT INTO tg_namespaces \
+             (name, ignore_configured, allow_unconfigured, revision, changed) \
+             VALUES ($1, $2, $3, $4, $4) ON CONFLICT (name) DO UPDATE SET \
              ignore_configured = excluded.ignore_configured, \
-             allow_unconfigured = excluded.allow_unconfigured, revision = excluded.revision",
+             allow_unconfigured = excluded.allow_unconfigured, revision = excluded.revision, \
+             changed = excluded.changed",
         )
         .bind(ns)
         .bind(flag(flags.ignore_configured))
@@ -334,10 +466,17 @@ impl Db {
         Ok(revision)
     }
 
-    /// Deletes a namespace and its resources; `None` if there was none.
-    pub async fn delete_namespace(&self, change: &Change<'_>, ns: &str) -> Result<i64, ApiError> {
+    /// Deletes a namespace and its resources, if `pre` holds.
+    pub async fn delete_namespace(
+        &self,
+        change: &Change<'_>,
+        ns: &str,
+        pre: &Precondition,
+    ) -> Result<i64, ApiError> {
         let (mut tx, revision) = self.begin().await?;
-        let Some(before) = Self::flags_in(&mut tx, ns).await? else {
+        let entry = Self::namespace_in(&mut tx, ns).await?;
+        Self::check_namespace(&mut tx, pre, ns, entry.as_ref()).await?;
+        let Some(before) = entry.map(|e| e.flags) else {
             return Err(ApiError::not_found(format!("no namespace {ns:?}")));
         };
         sqlx::query("DELETE FROM tg_resources WHERE namespace = $1")
@@ -374,39 +513,66 @@ impl Db {
     }
 
     /// Changes one resource in one transaction: `edit` gets the namespace's
-    /// flags and the resource's current body (`None` when absent) and
-    /// returns the new normalized body (`None` deletes it), or refuses.
-    /// The namespace must exist. Returns the revision and the new body.
+    /// flags and the resource's current (stored) body (`None` when absent)
+    /// and returns the new normalized bodies, stored and resolved (`None`
+    /// deletes it), or refuses.
+    /// The namespace must exist, and `pre` hold for the resource (the
+    /// target of a write to any part of it). Returns the revision and the
+    /// new body.
     pub async fn edit_resource(
         &self,
         change: &Change<'_>,
         ns: &str,
         name: &str,
-        edit: impl FnOnce(NamespaceFlags, Option<&Value>) -> Result<Option<Value>, ApiError>,
-    ) -> Result<(i64, Option<Value>), ApiError> {
+        pre: &Precondition,
+        edit: impl FnOnce(NamespaceFlags, Option<&Value>) -> Result<Option<(Value, Value)>, ApiError>,
+    ) -> Result<(i64, Option<(Value, Value)>), ApiError> {
         let (mut tx, revision) = self.begin().await?;
-        let Some(flags) = Self::flags_in(&mut tx, ns).await? else {
+        let Some(flags) = Self::namespace_in(&mut tx, ns).await?.map(|e| e.flags) else {
+            // Under If-Match a vanished namespace is a vanished resource:
+            // 412, and nothing re-created.
+            if matches!(pre, Precondition::Revision(_) | Precondition::Exists) {
+                let deleted = Self::deleted_at(&mut tx, ns, name).await?;
+                pre.check(&format!("resource {ns}/{name}"), None, deleted)?;
+            }
             return Err(ApiError::not_found(format!("no namespace {ns:?}")));
         };
-        let before =
-            sqlx::query("SELECT body FROM tg_resources WHERE namespace = $1 AND name = $2")
-                .bind(ns)
-                .bind(name)
-                .fetch_optional(&mut *tx)
-                .await?
-                .map(|r| r.try_get::<String, _>(0).map(|b| parse_body(&b)))
-                .transpose()?;
+        let row = sqlx::query(
+            "SELECT body, revision FROM tg_resources WHERE namespace = $1 AND name = $2",
+        )
+        .bind(ns)
+        .bind(name)
+        .fetch_optional(&mut *tx)
+        .await?
+        .map(|r| -> Result<(Value, i64), sqlx::Error> {
+            Ok((parse_body(&r.try_get::<String, _>(0)?), r.try_get(1)?))
+        })
+        .transpose()?;
+        if *pre != Precondition::None {
+            let deleted = match row {
+                Some(_) => None,
+                None => Self::deleted_at(&mut tx, ns, name).await?,
+            };
+            pre.check(
+                &format!("resource {ns}/{name}"),
+                row.as_ref().map(|(_, r)| *r),
+                deleted,
+            )?;
+        }
+        let before = row.map(|(body, _)| body);
         let after = edit(flags, before.as_ref())?;
         match &after {
-            Some(body) => {
+            Some((body, resolved)) => {
                 sqlx::query(
-                    "INSERT INTO tg_resources (namespace, name, body, revision) \
-                     VALUES ($1, $2, $3, $4) ON CONFLICT (namespace, name) DO UPDATE SET \
-                     body = excluded.body, revision = excluded.revision",
+                    "INSERT INTO tg_resources (namespace, name, body, resolved, revision) \
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (namespace, name) DO UPDATE SET \
+                     body = excluded.body, resolved = excluded.resolved, \
+                     revision = excluded.revision",
                 )
                 .bind(ns)
                 .bind(name)
                 .bind(body.to_string())
+                .bind(resolved.to_string())
                 .bind(revision)
                 .execute(&mut *tx)
                 .await?;
@@ -423,19 +589,25 @@ impl Db {
                 Self::tombstone(&mut tx, ns, name, revision).await?;
             }
         }
-        Self::audit_row(&mut tx, revision, change, before.as_ref(), after.as_ref()).await?;
+        Self::touch(&mut tx, ns, revision).await?;
+        let stored_after = after.as_ref().map(|(body, _)| body);
+        Self::audit_row(&mut tx, revision, change, before.as_ref(), stored_after).await?;
         tx.commit().await?;
         Ok((revision, after))
     }
 
-    /// Replaces the whole config with `namespaces` (already normalized), in
-    /// one transaction.
+    /// Replaces the whole config with `namespaces` (already normalized:
+    /// each namespace's stored resources, and the same resources
+    /// resolved), in one transaction, if `pre` holds for the config's
+    /// revision.
     pub async fn import(
         &self,
         change: &Change<'_>,
-        namespaces: &[NamespaceDoc],
+        namespaces: &[crate::normalize::Imported],
+        pre: &Precondition,
     ) -> Result<i64, ApiError> {
         let (mut tx, revision) = self.begin().await?;
+        pre.check("the config", Some(revision - 1), None)?;
         let old: Vec<String> = sqlx::query("SELECT name FROM tg_namespaces")
             .fetch_all(&mut *tx)
             .await?
@@ -451,10 +623,11 @@ impl Db {
         sqlx::query("DELETE FROM tg_namespaces")
             .execute(&mut *tx)
             .await?;
-        for ns in namespaces {
+        for (ns, resolved) in namespaces {
             sqlx::query(
-                "INSERT INTO tg_namespaces (name, ignore_configured, allow_unconfigured, revision) \
-                 VALUES ($1, $2, $3, $4)",
+                "INSERT INTO tg_namespaces \
+                 (name, ignore_configured, allow_unconfigured, revision, changed) \
+                 VALUES ($1, $2, $3, $4, $4)",
             )
             .bind(&ns.name)
             .bind(flag(ns.flags.ignore_configured))
@@ -462,20 +635,23 @@ impl Db {
             .bind(revision)
             .execute(&mut *tx)
             .await?;
-            for body in &ns.resources {
+            for (body, resolved) in ns.resources.iter().zip(resolved) {
                 let name = body.get("name").and_then(Value::as_str).unwrap_or_default();
                 sqlx::query(
-                    "INSERT INTO tg_resources (namespace, name, body, revision) VALUES ($1, $2, $3, $4)",
+                    "INSERT INTO tg_resources (namespace, name, body, resolved, revision) \
+                     VALUES ($1, $2, $3, $4, $5)",
                 )
                 .bind(&ns.name)
                 .bind(name)
                 .bind(body.to_string())
+                .bind(resolved.to_string())
                 .bind(revision)
                 .execute(&mut *tx)
                 .await?;
             }
         }
-        let after = crate::normalize::document(namespaces);
+        let stored: Vec<NamespaceDoc> = namespaces.iter().map(|(ns, _)| ns.clone()).collect();
+        let after = crate::normalize::document(&stored);
         Self::audit_row(&mut tx, revision, change, None, Some(&after)).await?;
         tx.commit().await?;
         Ok(revision)
@@ -521,7 +697,7 @@ impl Db {
             .map(namespace_entry)
             .collect::<Result<Vec<_>, _>>()?;
         let resources = sqlx::query(
-            "SELECT namespace, body, revision FROM tg_resources \
+            "SELECT namespace, resolved, revision FROM tg_resources \
              WHERE revision > $1 AND revision <= $2 ORDER BY namespace, name",
         )
         .bind(since)
@@ -548,16 +724,148 @@ impl Db {
         })
     }
 
-    /// The audit trail after `since`, oldest first, at most `limit` rows.
-    pub async fn audit(&self, since: i64, limit: i64) -> Result<Vec<AuditEntry>, sqlx::Error> {
-        let rows = sqlx::query(
+    /// The whole config, from one snapshot, in parts of at most `limit`
+    /// namespaces and `limit` resources, starting after `after` (a
+    /// [`Snapshot::next`]).
+    pub async fn snapshot(&self, after: Option<&str>, limit: i64) -> Result<Snapshot, sqlx::Error> {
+        let limit = limit.max(1);
+        let (after_ns, after_res) = match after {
+            None => (None, None),
+            Some(cursor) => match cursor.split_once('/') {
+                Some((ns, r)) => (Some(ns), Some(r)),
+                None => (Some(cursor), None),
+            },
+        };
+        let mut tx = self.pool.begin().await?;
+        if self.postgres {
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                .execute(&mut *tx)
+                .await?;
+        }
+        let revision: i64 = sqlx::query("SELECT revision FROM tg_meta WHERE id = 1")
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get(0)?;
+        // Namespaces from `after_ns` (itself again when it was cut within
+        // its resources), resources after the cursor.
+        let ns_sql = if after_res.is_some() {
+            format!("{NAMESPACE_ROW} WHERE name >= $1 ORDER BY name LIMIT $2")
+        } else {
+            format!("{NAMESPACE_ROW} WHERE name > $1 ORDER BY name LIMIT $2")
+        };
+        let mut namespaces = sqlx::query(&ns_sql)
+            .bind(after_ns.unwrap_or(""))
+            .bind(limit + 1)
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(namespace_entry)
+            .collect::<Result<Vec<_>, _>>()?;
+        // (`name > ''` leaves out no namespace: names are never empty.)
+        let res_sql = if after_res.is_some() {
+            "SELECT namespace, name, body, resolved, revision FROM tg_resources \
+             WHERE namespace > $1 OR (namespace = $1 AND name > $2) \
+             ORDER BY namespace, name LIMIT $3"
+        } else {
+            "SELECT namespace, name, body, resolved, revision FROM tg_resources \
+             WHERE namespace > $1 AND name > $2 ORDER BY namespace, name LIMIT $3"
+        };
+        let resources = sqlx::query(res_sql)
+            .bind(after_ns.unwrap_or(""))
+            .bind(after_res.unwrap_or(""))
+            .bind(limit + 1)
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(|r| {
+                Ok((
+                    r.try_get::<String, _>(0)?,
+                    r.try_get::<String, _>(1)?,
+                    SnapshotResource {
+                        resource: parse_body(&r.try_get::<String, _>(2)?),
+                        resolved: parse_body(&r.try_get::<String, _>(3)?),
+                        revision: r.try_get(4)?,
+                    },
+                ))
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        tx.commit().await?;
+        // Both lists are in the database's order (its collation, which
+        // need not be Rust's byte order): cut by position and membership,
+        // never by comparing names here.
+        let cap = usize::try_from(limit).unwrap_or(usize::MAX);
+        let mut next = None;
+        if namespaces.len() > cap {
+            namespaces.truncate(cap);
+            next = namespaces.last().map(|n| n.name.clone());
+        }
+        let index: std::collections::HashMap<String, usize> = namespaces
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.clone(), i))
+            .collect();
+        // Resources of namespaces past the cut come after all others.
+        let mut resources: Vec<_> = resources
+            .into_iter()
+            .filter(|(ns, _, _)| index.contains_key(ns))
+            .collect();
+        if resources.len() > cap {
+            resources.truncate(cap);
+            if let Some((ns, r, _)) = resources.last() {
+                next = Some(format!("{ns}/{r}"));
+                if let Some(&i) = index.get(ns) {
+                    namespaces.truncate(i + 1);
+                }
+            }
+        }
+        let mut out: Vec<SnapshotNamespace> = namespaces
+            .into_iter()
+            .map(|entry| SnapshotNamespace {
+                entry,
+                resources: Vec::new(),
+            })
+            .collect();
+        for (ns, _, resource) in resources {
+            // A resource whose namespace row is missing cannot be (one
+            // transaction writes both): skipped rather than misplaced.
+            if let Some(n) = index.get(&ns).and_then(|&i| out.get_mut(i)) {
+                n.resources.push(resource);
+            }
+        }
+        Ok(Snapshot {
+            instance: self.instance.clone(),
+            revision,
+            namespaces: out,
+            next,
+        })
+    }
+
+    /// The audit trail after `since`, at most `limit` rows: the oldest
+    /// first, or the newest first (`newest`); only changes to `target` and
+    /// what is under it (`shop/api` and `shop/api/domains/acme`), when
+    /// given.
+    pub async fn audit(
+        &self,
+        since: i64,
+        limit: i64,
+        target: Option<&str>,
+        newest: bool,
+    ) -> Result<Vec<AuditEntry>, sqlx::Error> {
+        let order = if newest { "DESC" } else { "ASC" };
+        // A prefix compared with substr, not LIKE: `_` is a wildcard there
+        // and may be in names.
+        let sql = format!(
             "SELECT revision, at_ms, actor, action, target, before_json, after_json FROM tg_audit \
-             WHERE revision > $1 ORDER BY revision LIMIT $2",
-        )
-        .bind(since)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
+             WHERE revision > $1 AND ($3 = '' OR target = $3 \
+               OR substr(target, 1, length($3) + 1) = $3 || '/') \
+             ORDER BY revision {order} LIMIT $2"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(since)
+            .bind(limit)
+            .bind(target.unwrap_or(""))
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter()
             .map(|r| {
                 let json = |i: usize| -> Result<Option<Value>, sqlx::Error> {
@@ -586,9 +894,14 @@ impl Db {
 /// produce (the checksum is the SHA-384 of the SQL), so databases migrated
 /// by earlier builds are recognised.
 fn migrator() -> sqlx::migrate::Migrator {
+    migrator_upto(usize::MAX)
+}
+
+/// The first `n` migrations (tests make databases of earlier versions).
+fn migrator_upto(n: usize) -> sqlx::migrate::Migrator {
     use sqlx::migrate::{Migration, MigrationType, Migrator};
     use std::borrow::Cow;
-    const FILES: [(i64, &str, &str); 2] = [
+    const FILES: [(i64, &str, &str); 4] = [
         (
             20261123000001,
             "config",
@@ -599,9 +912,20 @@ fn migrator() -> sqlx::migrate::Migrator {
             "instance",
             include_str!("../migrations/20261123000002_instance.sql"),
         ),
+        (
+            20261126000001,
+            "changed",
+            include_str!("../migrations/20261126000001_changed.sql"),
+        ),
+        (
+            20261126000002,
+            "resolved",
+            include_str!("../migrations/20261126000002_resolved.sql"),
+        ),
     ];
     let migrations = FILES
         .iter()
+        .take(n)
         .map(|&(version, description, sql)| {
             Migration::new(
                 version,
@@ -649,6 +973,55 @@ mod migration_tests {
             .map(|m| (m.version, m.description.to_string(), m.sql.to_string()))
             .collect();
         assert_eq!(embedded, files);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod upgrade_tests {
+    use super::*;
+
+    /// Issue 22: overrides stored before `resolved` existed were written
+    /// out whole (`algorithm` included). They are replacing overrides,
+    /// still valid: after the migration they resolve to what they stored,
+    /// and a resource written again makes refining ones inherit.
+    #[tokio::test]
+    async fn overrides_stored_before_the_migration_resolve_to_what_they_stored(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        sqlx::any::install_default_drivers();
+        let path = std::env::temp_dir().join(format!("tg-upgrade-{}.db", random_id()));
+        let url = format!("sqlite://{}?mode=rwc", path.display());
+        let old = r#"{"algorithm":"token_bucket","capacity":100,"name":"api","rate":"10/1s",
+            "domains":{"big":{"algorithm":"token_bucket","capacity":1000,"rate":"10/1s"}}}"#;
+        {
+            let pool = AnyPoolOptions::new()
+                .max_connections(1)
+                .connect(&url)
+                .await?;
+            migrator_upto(3).run(&pool).await?;
+            sqlx::query("INSERT INTO tg_namespaces (name, ignore_configured, allow_unconfigured, revision, changed) VALUES ('shop', 0, 0, 1, 2)")
+                .execute(&pool)
+                .await?;
+            sqlx::query("INSERT INTO tg_resources (namespace, name, body, revision) VALUES ('shop', 'api', $1, 2)")
+                .bind(old)
+                .execute(&pool)
+                .await?;
+            sqlx::query("UPDATE tg_meta SET revision = 2")
+                .execute(&pool)
+                .await?;
+            pool.close().await;
+        }
+        let db = Db::connect(&url).await?;
+        let stored = db
+            .resource("shop", "api")
+            .await?
+            .ok_or("the resource is gone")?;
+        let old: Value = serde_json::from_str(old)?;
+        assert_eq!((&stored.body, &stored.resolved), (&old, &old));
+        let delta = db.delta(0).await?;
+        assert_eq!(delta.resources[0].body, old);
+        drop(db);
+        let _ = std::fs::remove_file(&path);
         Ok(())
     }
 }

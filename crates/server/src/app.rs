@@ -63,6 +63,8 @@ pub struct App<S> {
     pub spans: Option<crate::spans::Spans>,
     /// When the app was built, for `/status`'s uptime.
     pub started: std::time::Instant,
+    /// The domains refused most lately, per resource (`GET /v1/denied`).
+    pub denied: crate::denied::Denied,
     stopping: std::sync::atomic::AtomicBool,
     /// The readiness last published to watchers (gRPC health's Watch).
     readiness: watch::Sender<Readiness>,
@@ -137,6 +139,7 @@ impl<S: Store> App<S> {
             decision_log: None,
             spans: None,
             started: std::time::Instant::now(),
+            denied: crate::denied::Denied::default(),
             stopping: std::sync::atomic::AtomicBool::new(false),
             readiness: watch::Sender::new(Readiness::Ready),
         })

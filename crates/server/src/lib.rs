@@ -24,6 +24,7 @@ pub mod app;
 pub mod clock;
 pub mod convert;
 pub mod decision_log;
+pub mod denied;
 pub mod errors;
 pub mod health;
 pub mod http;

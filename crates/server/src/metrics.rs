@@ -7,6 +7,12 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 pub const DECISIONS: &str = "tollgate_decisions_total";
 /// Hits granted, by `namespace` and `resource`.
 pub const HITS: &str = "tollgate_hits_granted_total";
+/// Grants that left at most a tenth of the limit (`remaining ≤ limit /
+/// 10`), by `surface`, `namespace` and `resource` (native API).
+pub const NEAR_LIMIT: &str = "tollgate_near_limit_total";
+/// Refusals not counted in `GET /v1/denied` because its summary already
+/// held [`crate::denied::MAX_RESOURCES`] resources in the window.
+pub const DENIED_UNCOUNTED: &str = "tollgate_denied_uncounted_total";
 /// Seconds per decision, by `surface`.
 pub const LATENCY: &str = "tollgate_decision_seconds";
 /// Open sessions (gRPC streams and HTTP holds).
@@ -97,6 +103,14 @@ fn describe() {
         "Limiting decisions by surface, namespace, resource and outcome."
     );
     describe_counter!(HITS, "Hits granted by namespace and resource.");
+    describe_counter!(
+        DENIED_UNCOUNTED,
+        "Refusals left out of GET /v1/denied because its summary held as many resources as it may."
+    );
+    describe_counter!(
+        NEAR_LIMIT,
+        "Grants that left at most a tenth of the limit, by surface, namespace and resource."
+    );
     describe_histogram!(LATENCY, Unit::Seconds, "Time to decide, by surface.");
     describe_gauge!(
         SESSIONS,
@@ -147,6 +161,12 @@ pub fn rate_decision(
     if granted > 0 {
         metrics::counter!(HITS, "namespace" => ns, "resource" => res).increment(granted);
     }
+}
+
+/// Records a grant that left at most a tenth of its limit, for a
+/// configured resource (names are labels only then, as for decisions).
+pub fn near_limit(surface: &'static str, namespace: &str, resource: &str) {
+    metrics::counter!(NEAR_LIMIT, "surface" => surface, "namespace" => namespace.to_owned(), "resource" => resource.to_owned()).increment(1);
 }
 
 /// Records a request the service refused with an error.

@@ -86,6 +86,16 @@ pub async fn rate<S: Store>(
                 o.allowed,
                 o.granted,
             );
+            if !o.unconfigured {
+                if !o.allowed {
+                    app.denied
+                        .record(now.as_u64(), &req.namespace, &req.resource, &req.domain);
+                } else if o.decision.limit > 0
+                    && o.decision.remaining.saturating_mul(10) <= o.decision.limit
+                {
+                    m::near_limit(surface, &req.namespace, &req.resource);
+                }
+            }
             if let Some(log) = app.decision_log.as_ref().filter(|l| l.sampled()) {
                 log.write(&decision_log::Line {
                     time_ms: decision_log::time_ms(now),

@@ -120,7 +120,7 @@ async fn crud(api: &ConfigApi, dir: &Sandbox) {
         .await;
     assert_eq!(status, 422);
     assert_eq!(
-        api.get("/v1/namespaces/shop/resources/api").await["capacity"],
+        api.get("/v1/namespaces/shop/resources/api").await["resource"]["capacity"],
         100
     );
     assert_eq!(
@@ -184,7 +184,7 @@ async fn crud(api: &ConfigApi, dir: &Sandbox) {
         .map(|n| n["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, vec!["default"]);
-    let sandbox = api.get("/v1/namespaces/default/resources/sandbox").await;
+    let sandbox = api.get("/v1/namespaces/default/resources/sandbox").await["resource"].clone();
     assert_eq!(sandbox["domains"]["acme"]["domain_limit"], 10);
     let (status, _) = api
         .call(
@@ -321,6 +321,502 @@ async fn concurrent(api: &std::sync::Arc<ConfigApi>) {
     assert_eq!(entries, audited + 48);
 }
 
+/// Issue 22: a page's stale body overwrote a change made meanwhile (a
+/// lost update), and saving a resource deleted meanwhile re-created it.
+/// Every read names its revision (body and `ETag`); a write under
+/// `If-Match` is refused with 412 and what is there now when its target
+/// changed or vanished, and of concurrent writers that read the same
+/// revision exactly one wins.
+async fn preconditions(api: &std::sync::Arc<ConfigApi>) {
+    const R: &str = "/v1/namespaces/cc/resources/api";
+    api.ok("PUT", "/v1/namespaces/cc", None).await;
+    let first = json!({"algorithm": "token_bucket", "capacity": 1, "rate": "1/s"});
+    let (status, put, tag) = api.write_at("PUT", R, Some(first), None).await;
+    assert_eq!(status, 200, "{put}");
+    let mut at = put["revision"].as_i64().unwrap();
+    assert_eq!(tag, Some(format!("\"{at}\"")), "a write answers its ETag");
+    let (_, got, tag) = api.call_with(Some(READER), "GET", R, None, &[]).await;
+    assert_eq!(
+        (got["revision"].as_i64(), tag),
+        (Some(at), Some(format!("\"{at}\"")))
+    );
+    assert_eq!(got["resource"]["capacity"], 1);
+
+    // Rounds of four writers that all read revision `at`: one wins, the
+    // others get 412 with the winner's resource and revision.
+    for round in 0..6 {
+        let mut tasks = Vec::new();
+        for w in 0..4 {
+            let api = std::sync::Arc::clone(api);
+            let body = json!({"algorithm": "token_bucket", "capacity": 100 * round + w + 2, "rate": "1/s"});
+            tasks.push(tokio::spawn(async move {
+                api.write_at("PUT", R, Some(body), Some(at)).await
+            }));
+        }
+        let mut answers = Vec::new();
+        for t in tasks {
+            answers.push(t.await.unwrap());
+        }
+        let winners: Vec<&(u16, Value, Option<String>)> =
+            answers.iter().filter(|a| a.0 == 200).collect();
+        assert_eq!(
+            winners.len(),
+            1,
+            "round {round}: exactly one wins: {answers:?}"
+        );
+        let won = &winners[0].1;
+        for (status, e, tag) in answers.iter().filter(|a| a.0 != 200) {
+            assert_eq!(*status, 412, "{e}");
+            assert_eq!(e["error"]["reason"], "precondition_failed");
+            assert_eq!(e["current"]["resource"], won["resource"], "{e}");
+            assert_eq!(e["current"]["revision"], won["revision"]);
+            assert_eq!(tag.clone(), Some(format!("\"{}\"", won["revision"])));
+            let message = e["error"]["message"].as_str().unwrap();
+            assert!(
+                message.contains(&format!("changed since revision {at}")),
+                "{message}"
+            );
+        }
+        let now = api.get(R).await;
+        assert_eq!(
+            now["resource"], won["resource"],
+            "the winner's change stands"
+        );
+        at = won["revision"].as_i64().unwrap();
+    }
+
+    // Overrides and groups carry the resource's revision: a stale one is
+    // refused and writes nothing.
+    let stale = at - 1;
+    let before = api.get("/v1/namespaces").await["revision"].clone();
+    for (method, path, body) in [
+        (
+            "PUT",
+            format!("{R}/domains/acme"),
+            Some(json!({"capacity": 5})),
+        ),
+        ("PUT", format!("{R}/groups/big"), Some(json!({"limit": 3}))),
+        ("DELETE", R.to_owned(), None),
+        ("PUT", "/v1/namespaces/cc".to_owned(), Some(json!({}))),
+        ("DELETE", "/v1/namespaces/cc".to_owned(), None),
+    ] {
+        let (status, e, _) = api.write_at(method, &path, body, Some(stale)).await;
+        assert_eq!(status, 412, "{method} {path}: {e}");
+        assert!(e.get("current").is_some(), "{e}");
+    }
+    assert_eq!(
+        api.get("/v1/namespaces").await["revision"],
+        before,
+        "nothing written"
+    );
+    let (status, r, _) = api
+        .write_at(
+            "PUT",
+            &format!("{R}/domains/acme"),
+            Some(json!({"capacity": 5})),
+            Some(at),
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    at = r["revision"].as_i64().unwrap();
+    const POOL: &str = "/v1/namespaces/cc/resources/pool";
+    let pool = api
+        .ok(
+            "PUT",
+            POOL,
+            Some(json!({"kind": "concurrency", "domain_limit": 3})),
+        )
+        .await["revision"]
+        .as_i64()
+        .unwrap();
+    let group = json!({"limit": 3, "members": ["acme"]});
+    let (status, r, _) = api
+        .write_at(
+            "PUT",
+            &format!("{POOL}/groups/big"),
+            Some(group.clone()),
+            Some(pool),
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    let (status, e, _) = api
+        .write_at(
+            "PUT",
+            &format!("{POOL}/groups/big/members/x"),
+            None,
+            Some(pool),
+        )
+        .await;
+    assert_eq!(status, 412, "a member carries the resource's revision: {e}");
+    let last = r["revision"].as_i64().unwrap();
+
+    // The namespace's revision moves with any change in it.
+    let (_, ns, tag) = api
+        .call_with(Some(READER), "GET", "/v1/namespaces/cc", None, &[])
+        .await;
+    assert_eq!(
+        (ns["revision"].as_i64(), tag),
+        (Some(last), Some(format!("\"{last}\"")))
+    );
+
+    // Deleted meanwhile: 412 with `current: null`, and never re-created.
+    let (status, r, _) = api.write_at("DELETE", R, None, Some(at)).await;
+    assert_eq!(status, 200, "{r}");
+    let deleted = r["revision"].as_i64().unwrap();
+    let body = json!({"algorithm": "token_bucket", "capacity": 9, "rate": "1/s"});
+    for (method, path) in [
+        ("PUT", R.to_owned()),
+        ("PUT", format!("{R}/domains/acme")),
+        ("DELETE", R.to_owned()),
+    ] {
+        let (status, e, _) = api
+            .write_at(method, &path, Some(body.clone()), Some(at))
+            .await;
+        assert_eq!(status, 412, "{method} {path}: {e}");
+        assert_eq!(e["current"], Value::Null, "{e}");
+        let message = e["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("no longer exists (deleted at revision {deleted})")),
+            "{message}"
+        );
+    }
+    let (status, e, _) = api
+        .call_with(
+            Some(ADMIN),
+            "PUT",
+            R,
+            Some(&body.to_string()),
+            &[("if-match", "*")],
+        )
+        .await;
+    assert_eq!(status, 412, "If-Match: * needs it to exist: {e}");
+    let (status, _) = api.call(Some(READER), "GET", R, None).await;
+    assert_eq!(status, 404, "not re-created");
+
+    // If-None-Match: * creates, never replaces.
+    let create = [("if-none-match", "*")];
+    let (status, r, _) = api
+        .call_with(Some(ADMIN), "PUT", R, Some(&body.to_string()), &create)
+        .await;
+    assert_eq!(status, 200, "{r}");
+    let (status, e, _) = api
+        .call_with(Some(ADMIN), "PUT", R, Some(&body.to_string()), &create)
+        .await;
+    assert_eq!(status, 412, "{e}");
+    assert_eq!(e["current"]["resource"]["capacity"], 9);
+
+    // A namespace deleted meanwhile: its resources are gone too, and an
+    // If-Match write is 412, not a namespace re-created.
+    let (_, ns, _) = api
+        .call_with(Some(READER), "GET", "/v1/namespaces/cc", None, &[])
+        .await;
+    let ns_at = ns["revision"].as_i64().unwrap();
+    let (status, r, _) = api
+        .write_at("DELETE", "/v1/namespaces/cc", None, Some(ns_at))
+        .await;
+    assert_eq!(status, 200, "{r}");
+    let (status, e, _) = api
+        .write_at("PUT", R, Some(body.clone()), Some(ns_at))
+        .await;
+    assert_eq!((status, &e["current"]), (412, &Value::Null), "{e}");
+    let (status, e, _) = api
+        .write_at("PUT", "/v1/namespaces/cc", Some(json!({})), Some(ns_at))
+        .await;
+    assert_eq!((status, &e["current"]), (412, &Value::Null), "{e}");
+    let (status, _) = api
+        .call(Some(READER), "GET", "/v1/namespaces/cc", None)
+        .await;
+    assert_eq!(status, 404);
+
+    // A malformed precondition is a 400 naming the header.
+    for bad in ["12", "W/\"12\"", "\"abc\""] {
+        let (status, e, _) = api
+            .call_with(
+                Some(ADMIN),
+                "PUT",
+                "/v1/namespaces/cc",
+                Some("{}"),
+                &[("if-match", bad)],
+            )
+            .await;
+        assert_eq!(
+            (status, e["error"]["reason"].as_str()),
+            (400, Some("malformed_request")),
+            "{e}"
+        );
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("If-Match: "),
+            "{e}"
+        );
+    }
+}
+
+/// Issue 22: the API stored a domain override with every inherited field
+/// written out, so raising the resource's rate left the override at the
+/// old one. An override stores what it changes; the resolved view (what
+/// servers get in deltas) follows the resource.
+async fn inheritance(api: &ConfigApi) {
+    const R: &str = "/v1/namespaces/inh/resources/api";
+    api.ok("PUT", "/v1/namespaces/inh", None).await;
+    api.ok(
+        "PUT",
+        R,
+        Some(json!({"algorithm": "token_bucket", "capacity": 100, "rate": "10/s"})),
+    )
+    .await;
+    let r = api
+        .ok(
+            "PUT",
+            &format!("{R}/domains/bigcorp"),
+            Some(json!({"capacity": 1000})),
+        )
+        .await;
+    assert_eq!(
+        r["resource"]["domains"]["bigcorp"],
+        json!({"capacity": 1000}),
+        "{r}"
+    );
+    assert_eq!(r["resolved"]["domains"]["bigcorp"]["rate"], "10/1s", "{r}");
+    let over = api.get(&format!("{R}/domains/bigcorp")).await;
+    assert_eq!(over["override"], json!({"capacity": 1000}));
+    assert_eq!(
+        over["resolved"],
+        json!({"algorithm": "token_bucket", "capacity": 1000, "rate": "10/1s"})
+    );
+    let (status, _) = api
+        .call(Some(READER), "GET", &format!("{R}/domains/nobody"), None)
+        .await;
+    assert_eq!(status, 404);
+
+    // The resource's rate raised with the body a GET answered (the
+    // override as stored): the override follows it.
+    let mut body = api.get(R).await["resource"].clone();
+    body["rate"] = json!("20/s");
+    let r = api.ok("PUT", R, Some(body)).await;
+    assert_eq!(r["resolved"]["domains"]["bigcorp"]["rate"], "20/1s", "{r}");
+    assert_eq!(r["resolved"]["domains"]["bigcorp"]["capacity"], 1000);
+    let got = api.get(R).await;
+    assert_eq!(
+        got["resource"]["domains"]["bigcorp"],
+        json!({"capacity": 1000})
+    );
+    assert_eq!(got["resolved"]["domains"]["bigcorp"]["rate"], "20/1s");
+    // Servers get the resolved view.
+    let since = r["revision"].as_i64().unwrap() - 1;
+    let d = api.get(&format!("/v1/config?since={since}")).await;
+    assert_eq!(d["resources"][0]["body"], got["resolved"], "{d}");
+
+    // An override that names its algorithm replaces: whole, inheriting
+    // nothing, in both views.
+    let r = api
+        .ok(
+            "PUT",
+            &format!("{R}/domains/other"),
+            Some(json!({"algorithm": "gcra", "rate": "5/s"})),
+        )
+        .await;
+    assert_eq!(
+        r["resource"]["domains"]["other"],
+        r["resolved"]["domains"]["other"]
+    );
+    assert_eq!(r["resolved"]["domains"]["other"]["algorithm"], "gcra");
+
+    // An import keeps what each override of the file says.
+    let text = "namespaces:\n  - name: imp\n    resources:\n      - name: a\n        \
+                algorithm: token_bucket\n        capacity: 10\n        rate: 1/s\n        \
+                domains:\n          big: { capacity: 50 }\n";
+    let (status, r) = api
+        .call(Some(ADMIN), "POST", "/v1/import", Some(text))
+        .await;
+    assert_eq!(status, 200, "{r}");
+    let a = api.get("/v1/namespaces/imp/resources/a").await;
+    assert_eq!(
+        a["resource"]["domains"]["big"],
+        json!({"capacity": 50}),
+        "{a}"
+    );
+    assert_eq!(a["resolved"]["domains"]["big"]["rate"], "1/1s", "{a}");
+}
+
+/// Issue 22: the page made one request per namespace (113 for 112) and
+/// tripped the API's own rate limit. `GET /v1/snapshot` answers the whole
+/// config in one request, in bounded parts that join into the whole; the
+/// audit trail answers one resource's history, newest first.
+async fn snapshot_and_history(api: &ConfigApi) {
+    // Three namespaces: `sa` with three resources, `sb` with none, `sc`
+    // with two (names sort the same in every collation).
+    for ns in ["sa", "sb", "sc"] {
+        api.ok("PUT", &format!("/v1/namespaces/{ns}"), None).await;
+    }
+    for (ns, r) in [
+        ("sa", "r1"),
+        ("sa", "r2"),
+        ("sa", "r3"),
+        ("sc", "r1"),
+        ("sc", "r2"),
+    ] {
+        api.ok(
+            "PUT",
+            &format!("/v1/namespaces/{ns}/resources/{r}"),
+            Some(json!({"algorithm": "gcra", "rate": "1/s", "burst": 1})),
+        )
+        .await;
+    }
+    let (status, whole, tag) = api
+        .call_with(Some(READER), "GET", "/v1/snapshot", None, &[])
+        .await;
+    assert_eq!(status, 200, "{whole}");
+    let revision = api.get("/v1/namespaces").await["revision"].clone();
+    assert_eq!(whole["revision"], revision);
+    assert_eq!(tag, Some(format!("\"{revision}\"")));
+    assert_eq!(whole["next"], Value::Null);
+    let ours = |snap: &Value| -> Vec<(String, Vec<String>)> {
+        snap["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["name"].as_str().unwrap().starts_with('s'))
+            .map(|n| {
+                let names = n["resources"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|r| r["resource"]["name"].as_str().unwrap().to_owned())
+                    .collect();
+                (n["name"].as_str().unwrap().to_owned(), names)
+            })
+            .collect()
+    };
+    let expected = vec![
+        (
+            "sa".to_owned(),
+            vec!["r1".to_owned(), "r2".to_owned(), "r3".to_owned()],
+        ),
+        ("sb".to_owned(), vec![]),
+        ("sc".to_owned(), vec!["r1".to_owned(), "r2".to_owned()]),
+    ];
+    assert_eq!(ours(&whole), expected);
+    let sa = &whole["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "sa")
+        .unwrap();
+    let r1 = api.get("/v1/namespaces/sa/resources/r1").await;
+    assert_eq!(sa["resources"][0], r1, "each resource as GET answers it");
+    assert!(
+        sa["changed"].is_i64() && sa["ignore_configured"] == false,
+        "{sa}"
+    );
+
+    // Parts of two: each bounded, joined they are the whole.
+    let mut joined: Vec<(String, Vec<String>)> = Vec::new();
+    let mut after: Option<String> = None;
+    let mut parts = 0;
+    loop {
+        let path = match &after {
+            Some(a) => format!("/v1/snapshot?limit=2&after={a}"),
+            None => "/v1/snapshot?limit=2".to_owned(),
+        };
+        let part = api.get(&path).await;
+        let list = part["namespaces"].as_array().unwrap();
+        assert!(list.len() <= 2, "{part}");
+        let count: usize = list
+            .iter()
+            .map(|n| n["resources"].as_array().unwrap().len())
+            .sum();
+        assert!(count <= 2, "{part}");
+        for (ns, names) in ours(&part) {
+            match joined.last_mut() {
+                Some((last, have)) if *last == ns => have.extend(names),
+                _ => joined.push((ns, names)),
+            }
+        }
+        parts += 1;
+        assert!(parts < 50, "the parts never end");
+        match part["next"].as_str() {
+            Some(next) => after = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(joined, expected);
+    assert!(parts >= 3, "{parts}");
+    for bad in [
+        "/v1/snapshot?limit=0",
+        "/v1/snapshot?after=a/b/c",
+        "/v1/snapshot?after=%20",
+        "/v1/snapshot?al=1",
+    ] {
+        let (status, e) = api.call(Some(READER), "GET", bad, None).await;
+        assert_eq!(
+            (status, e["error"]["reason"].as_str()),
+            (400, Some("malformed_request")),
+            "{bad}: {e}"
+        );
+    }
+
+    // One resource's history: its own changes and its overrides', not
+    // its neighbours' (`sa/r1` is not `sa/r10`).
+    api.ok(
+        "PUT",
+        "/v1/namespaces/sa/resources/r10",
+        Some(json!({"algorithm": "unlimited"})),
+    )
+    .await;
+    api.ok(
+        "PUT",
+        "/v1/namespaces/sa/resources/r1/domains/acme",
+        Some(json!({"burst": 3})),
+    )
+    .await;
+    let h = api.get("/v1/audit?target=sa/r1&order=newest").await;
+    let entries = h["entries"].as_array().unwrap();
+    let seen: Vec<(&str, &str)> = entries
+        .iter()
+        .map(|e| (e["action"].as_str().unwrap(), e["target"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("put_domain", "sa/r1/domains/acme"),
+            ("put_resource", "sa/r1")
+        ]
+    );
+    assert_eq!(entries[0]["before"]["burst"], 1);
+    assert_eq!(entries[0]["after"]["domains"]["acme"], json!({"burst": 3}));
+    let (status, e) = api
+        .call(Some(READER), "GET", "/v1/audit?order=sideways", None)
+        .await;
+    assert_eq!(status, 400, "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_writes_under_if_match_never_lose_an_update() {
+    let dir = Sandbox::new("config-api-if-match");
+    let db = format!("sqlite://{}", dir.path("t.db").display());
+    let api = std::sync::Arc::new(ConfigApi::start(&dir, &db, &[]));
+    preconditions(&api).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_overrides_store_what_they_change_and_inherit_the_rest() {
+    let dir = Sandbox::new("config-api-inherit");
+    let db = format!("sqlite://{}", dir.path("t.db").display());
+    let api = ConfigApi::start(&dir, &db, &[]);
+    inheritance(&api).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_the_whole_config_in_one_bounded_request_and_a_resources_history() {
+    let dir = Sandbox::new("config-api-snapshot");
+    let db = format!("sqlite://{}", dir.path("t.db").display());
+    let api = ConfigApi::start(&dir, &db, &[]);
+    snapshot_and_history(&api).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_poll_answers_with_the_change_that_ends_it() {
     let dir = Sandbox::new("config-api-wait");
@@ -415,10 +911,22 @@ async fn postgres_crud_concurrent_writers_and_the_database_going_away() {
     let api = std::sync::Arc::new(ConfigApi::start(
         &dir,
         &bare,
-        &["--database-password-file", password_file.to_str().unwrap()],
+        // Every scenario on one API: more requests than its default
+        // bucket holds.
+        &[
+            "--database-password-file",
+            password_file.to_str().unwrap(),
+            "--rate-limit",
+            "100000",
+            "--burst",
+            "100000",
+        ],
     ));
     crud(&api, &dir).await;
     concurrent(&api).await;
+    preconditions(&api).await;
+    inheritance(&api).await;
+    snapshot_and_history(&api).await;
     let revision = api.get("/v1/namespaces").await["revision"].clone();
 
     // The database goes away: reads and writes fail with 503 and a reason,
@@ -1246,4 +1754,182 @@ async fn every_refusal_names_the_problem_in_the_error_shape() {
     api.get("/v1/config?since=0").await;
     api.get("/v1/config/wait?since=0&timeout_ms=0").await;
     api.get("/v1/audit?since=0&limit=5").await;
+}
+
+/// Issue 22: a server following the API enforces the resolved override,
+/// and raising the resource's limit raises the override's that inherits
+/// it (the override was frozen at the old value).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_following_server_enforces_the_override_resolved_against_its_resource() {
+    let dir = Sandbox::new("config-api-follow-inherit");
+    let api = ConfigApi::start(&dir, &common::config_api::sqlite(&dir, "t.db"), &[]);
+    const R: &str = "/v1/namespaces/shop/resources/login";
+    api.ok("PUT", "/v1/namespaces/shop", None).await;
+    api.ok(
+        "PUT",
+        R,
+        Some(json!({"algorithm": "fixed_window", "limit": 1, "window": "1h"})),
+    )
+    .await;
+    // `acme` (the domain `hit` asks for) changes only the window.
+    let r = api
+        .ok(
+            "PUT",
+            &format!("{R}/domains/acme"),
+            Some(json!({"window": "2h"})),
+        )
+        .await;
+    let token = dir.write("read-token", format!("{READER}\n"));
+    let url = format!("http://{}", api.addr);
+    let server = common::serving::Serving::start(&dir, &follow_args(&url, &token), &[]);
+    until_revision(&server, r["revision"].as_i64().unwrap());
+    assert!(hit(&server, "shop", "login"));
+    assert!(
+        !hit(&server, "shop", "login"),
+        "the resolved override: limit 1"
+    );
+
+    let mut body = api.get(R).await["resource"].clone();
+    body["limit"] = json!(3);
+    let r = api.ok("PUT", R, Some(body)).await;
+    assert_eq!(r["resolved"]["domains"]["acme"]["limit"], 3, "{r}");
+    until_revision(&server, r["revision"].as_i64().unwrap());
+    // New parameters, a new limit: three hits, then refused.
+    let allowed: Vec<bool> = (0..4).map(|_| hit(&server, "shop", "login")).collect();
+    assert_eq!(allowed, [true, true, true, false]);
+}
+
+/// A `tollgate serve` on free ports with `shop/login` (a fixed window of 2
+/// an hour) in a file of its own.
+fn limiting_server(dir: &Sandbox) -> common::serving::Serving {
+    let file = dir.write(
+        "limits.yaml",
+        "namespaces:\n  - name: shop\n    resources:\n      \
+         - { name: login, algorithm: fixed_window, limit: 2, window: 1h }\n",
+    );
+    common::serving::Serving::start(
+        dir,
+        &[
+            "--config",
+            file.to_str().unwrap(),
+            "--grpc",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+        ],
+        &[],
+    )
+}
+
+/// Polls `GET /v1/usage` until `done` holds (a minute at most).
+async fn until_usage(api: &ConfigApi, done: impl Fn(&Value) -> bool) -> Value {
+    let mut last = Value::Null;
+    for _ in 0..600 {
+        last = api.get("/v1/usage").await;
+        if done(&last) {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the usage never got there: {last}");
+}
+
+/// Issue 22: the console shows what the limiting servers decide now, from
+/// their metrics; a server down or silent is said so, and does not hold up
+/// the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_reads_live_usage_from_the_limiting_servers_metrics() {
+    let dir = Sandbox::new("config-api-usage");
+    let server = limiting_server(&dir);
+    // A port nobody listens on, and one that accepts and never answers.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    let servers = format!("{},{closed},http://{silent_addr}", server.http);
+    let api = ConfigApi::start(
+        &dir,
+        &common::config_api::sqlite(&dir, "t.db"),
+        &["--servers", &servers, "--servers-refresh-ms", "200"],
+    );
+    let allowed: Vec<bool> = (0..5).map(|_| hit(&server, "shop", "login")).collect();
+    assert_eq!(allowed, [true, true, false, false, false]);
+    // Rates come with the second refresh that saw the server.
+    let u = until_usage(&api, |u| {
+        let login = &u["resources"]["shop/login"];
+        login["decisions"] == 5.0 && login["decisions_per_s"].is_number()
+    })
+    .await;
+    assert_eq!(u["enabled"], true);
+    assert_eq!(u["every_ms"], 200);
+    let login = &u["resources"]["shop/login"];
+    assert_eq!(
+        (login["rejected"].as_f64(), login["hits_granted"].as_f64()),
+        (Some(3.0), Some(2.0))
+    );
+    assert!(login["decisions_per_s"].is_number(), "{u}");
+    // The second grant left nothing of the limit of 2: near it.
+    assert_eq!(login["near_limit"], 1.0, "{u}");
+    assert_eq!(
+        login["top_denied"],
+        json!([{"domain": "acme", "rejected": 3.0}]),
+        "from the server's GET /v1/denied"
+    );
+    let status: Vec<(Value, Value)> = u["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["server"].clone(), s["ok"].clone()))
+        .collect();
+    assert_eq!(
+        status,
+        [
+            (json!(server.http.to_string()), json!(true)),
+            (json!(closed.to_string()), json!(false)),
+            (json!(format!("http://{silent_addr}")), json!(false)),
+        ]
+    );
+    assert!(
+        u["servers"][1]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("unreachable"),
+        "{u}"
+    );
+    drop(silent);
+
+    // Without --servers there is nothing live, and it says so.
+    let dir2 = Sandbox::new("config-api-usage-off");
+    let off = ConfigApi::start(&dir2, &common::config_api::sqlite(&dir2, "t.db"), &[]);
+    let u = off.get("/v1/usage").await;
+    assert_eq!(
+        (u["enabled"].clone(), u["resources"].clone()),
+        (json!(false), json!({}))
+    );
+
+    // A bad address is refused at start, naming it.
+    let tokens = dir2.write("tokens2", format!("admin:a:{ADMIN}\n"));
+    for (servers, expected) in [
+        ("ftp://x:1", "--servers ftp://x:1: not an address"),
+        ("http://u:p@h:1", "with a user or password"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args([
+                "config-api",
+                "--listen",
+                "127.0.0.1:0",
+                "--servers",
+                servers,
+            ])
+            .arg("--tokens-file")
+            .arg(&tokens)
+            .current_dir(&dir2.dir)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(expected), "{stderr}");
+    }
 }

@@ -75,6 +75,18 @@ pub(super) async fn readyz<S: Store>(State(http): State<Http<S>>) -> Response {
     (status, readiness.as_str()).into_response()
 }
 
+/// `GET /v1/denied`: the domains this server refused most lately (this
+/// minute and the last), per configured resource (`NS/RESOURCE`), at most
+/// 10 each, most first (see [`crate::denied`]).
+pub(super) async fn denied<S: Store>(State(http): State<Http<S>>) -> Response {
+    let top = http.app.denied.top(http.app.now().as_u64(), 10);
+    axum::Json(serde_json::json!({
+        "window_s": crate::denied::WINDOW / 1_000_000_000,
+        "resources": top,
+    }))
+    .into_response()
+}
+
 /// `GET /metrics`: Prometheus text format, when a recorder is installed.
 pub(super) async fn metrics<S: Store>(State(http): State<Http<S>>) -> Response {
     match &http.app.metrics {

@@ -94,6 +94,7 @@ pub fn router<S: Store>(app: Arc<App<S>>, max_body: usize) -> axum::Router {
         .route("/healthz", get(admin::healthz))
         .route("/readyz", get(admin::readyz::<S>))
         .route("/metrics", get(admin::metrics::<S>))
+        .route("/v1/denied", get(admin::denied::<S>))
         .fallback(body::not_found)
         // Applies to the routes above only, so it must come after them.
         .method_not_allowed_fallback(body::method_not_allowed)

@@ -59,6 +59,19 @@ pub struct ConfigApiArgs {
     /// Connection cap and handshake, header, idle and body timeouts.
     #[command(flatten)]
     pub connections: super::connections::ConfigApiConnectionArgs,
+    /// Limiting servers whose live usage the console shows, read from
+    /// their `/metrics`: their HTTP addresses (`HOST:PORT`, or
+    /// `http(s)://HOST:PORT`), comma separated.
+    #[arg(long, env = "TOLLGATE_CONFIG_API_SERVERS", value_delimiter = ',')]
+    pub servers: Vec<String>,
+    /// How often the servers' metrics are read (ms); one read of one
+    /// server may take at most this long, and 2 s at most.
+    #[arg(
+        long,
+        env = "TOLLGATE_CONFIG_API_SERVERS_REFRESH_MS",
+        default_value_t = 5000
+    )]
+    pub servers_refresh_ms: u64,
 }
 
 /// How long a shutdown waits for open requests (long polls among them)
@@ -101,6 +114,145 @@ fn with_password(url: &str, password: &str) -> Result<String> {
         &url[..scheme_end],
         &rest[at + 1..]
     ))
+}
+
+/// The metrics URL of each `--servers` address, with the address as
+/// given (for the console).
+fn metrics_urls(servers: &[String]) -> Result<Vec<(String, reqwest::Url)>> {
+    use tollgate_configapi::usage::MAX_SERVERS;
+    let servers: Vec<&str> = servers
+        .iter()
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
+        .collect();
+    if servers.len() > MAX_SERVERS {
+        bail!(
+            "--servers names {} servers; at most {MAX_SERVERS}",
+            servers.len()
+        );
+    }
+    servers
+        .into_iter()
+        .map(|s| {
+            let text = if s.contains("://") {
+                s.to_owned()
+            } else {
+                format!("http://{s}")
+            };
+            let mut url = reqwest::Url::parse(&text).with_context(|| {
+                format!("--servers {s}: not an address (HOST:PORT or http://HOST:PORT)")
+            })?;
+            if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+                bail!("--servers {s}: not an address (HOST:PORT or http://HOST:PORT)");
+            }
+            if !url.username().is_empty() || url.password().is_some() {
+                bail!("--servers {s}: an address with a user or password is not taken");
+            }
+            if url.path() == "/" || url.path().is_empty() {
+                url.set_path("/metrics");
+            }
+            Ok((s.to_owned(), url))
+        })
+        .collect()
+}
+
+/// The longest one read of one server's metrics may take.
+const METRICS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Reads the servers' metrics every `every`, all at once, each bounded in
+/// time and bytes, and records them on `board`.
+async fn follow_usage(
+    board: tollgate_configapi::usage::Board,
+    servers: Vec<(String, reqwest::Url)>,
+    every: Duration,
+) {
+    use tollgate_configapi::usage::Fetched;
+    let timeout = every.min(METRICS_TIMEOUT);
+    let http = match reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .build()
+    {
+        Ok(http) => http,
+        Err(e) => {
+            tracing::warn!(error = %e, "live usage disabled: no HTTP client");
+            return;
+        }
+    };
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let mut reads = tokio::task::JoinSet::new();
+        for (i, (_, url)) in servers.iter().enumerate() {
+            let (http, url) = (http.clone(), url.clone());
+            reads.spawn(async move {
+                let mut denied_url = url.clone();
+                denied_url.set_path("/v1/denied");
+                denied_url.set_query(None);
+                let (text, denied) =
+                    tokio::join!(read_metrics(&http, url), read_denied(&http, denied_url));
+                (i, (text, denied))
+            });
+        }
+        let mut fetched: Vec<Option<Fetched>> = vec![None; servers.len()];
+        while let Some(done) = reads.join_next().await {
+            if let Ok((i, (text, denied))) = done {
+                fetched[i] = Some(Fetched {
+                    server: servers[i].0.clone(),
+                    text,
+                    denied,
+                });
+            }
+        }
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        board.record(now_ms, fetched.into_iter().flatten().collect());
+    }
+}
+
+/// One server's domains refused most lately (`GET /v1/denied`), if it
+/// answers them (a server of an earlier version does not: nothing shown).
+async fn read_denied(http: &reqwest::Client, url: reqwest::Url) -> Option<serde_json::Value> {
+    let text = read_bounded(http, url).await.ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// One server's metrics text, at most
+/// [`tollgate_configapi::usage::MAX_METRICS_BYTES`].
+async fn read_metrics(http: &reqwest::Client, url: reqwest::Url) -> Result<String, String> {
+    read_bounded(http, url).await
+}
+
+/// A text answer of at most
+/// [`tollgate_configapi::usage::MAX_METRICS_BYTES`].
+async fn read_bounded(http: &reqwest::Client, url: reqwest::Url) -> Result<String, String> {
+    use tollgate_configapi::usage::MAX_METRICS_BYTES;
+    let mut resp = http
+        .get(url)
+        .send()
+        .await
+        .map_err(|e| format!("unreachable: {e}"))?;
+    if !resp.status().is_success() {
+        return Err(format!("answered {}", resp.status()));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| format!("the answer broke off: {e}"))?
+    {
+        if body.len() + chunk.len() > MAX_METRICS_BYTES {
+            return Err(format!(
+                "its metrics are larger than {} MiB; not read",
+                MAX_METRICS_BYTES / (1024 * 1024)
+            ));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    String::from_utf8(body).map_err(|_| "its metrics are not UTF-8".to_owned())
 }
 
 fn tokens(args: &ConfigApiArgs) -> Result<Tokens> {
@@ -153,6 +305,25 @@ async fn serve(args: ConfigApiArgs) -> Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let _watch = api.watch_database(Duration::from_secs(1));
+    let servers = metrics_urls(&args.servers)?;
+    if !(100..=3_600_000).contains(&args.servers_refresh_ms) {
+        bail!(
+            "--servers-refresh-ms {}: give 100 to 3600000 ms",
+            args.servers_refresh_ms
+        );
+    }
+    let board = tollgate_configapi::usage::Board::new(
+        servers.iter().map(|(shown, _)| shown.clone()).collect(),
+        args.servers_refresh_ms,
+    );
+    let api = api.with_usage(board.clone());
+    let _usage = (!servers.is_empty()).then(|| {
+        tokio::spawn(follow_usage(
+            board,
+            servers,
+            Duration::from_millis(args.servers_refresh_ms),
+        ))
+    });
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(
             tollgate_server::tls::Tls::load(&tollgate_server::tls::TlsFiles {

@@ -129,11 +129,28 @@ impl ConfigApi {
         path: &str,
         body: Option<&str>,
     ) -> (u16, Value) {
+        let (status, v, _) = self.call_with(token, method, path, body, &[]).await;
+        (status, v)
+    }
+
+    /// A call with extra request `headers`: the status, the JSON answer
+    /// and the answer's `ETag` (if any).
+    pub async fn call_with(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> (u16, Value, Option<String>) {
         let url = self.url(path);
         let mut req = self
             .http
             .request(method.parse().unwrap(), url)
             .header("content-type", "application/json");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
         if let Some(t) = token {
             req = req.bearer_auth(t);
         }
@@ -142,9 +159,28 @@ impl ConfigApi {
         }
         let resp = req.send().await.unwrap();
         let status = resp.status().as_u16();
+        let etag = resp
+            .headers()
+            .get("etag")
+            .map(|v| v.to_str().unwrap().to_owned());
         let text = resp.text().await.unwrap();
         let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        (status, v)
+        (status, v, etag)
+    }
+
+    /// An admin write under `If-Match: "revision"` (`None`: no header).
+    pub async fn write_at(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        revision: Option<i64>,
+    ) -> (u16, Value, Option<String>) {
+        let body = body.map(|b| b.to_string());
+        let tag = revision.map(|r| format!("\"{r}\""));
+        let headers: Vec<(&str, &str)> = tag.iter().map(|t| ("if-match", t.as_str())).collect();
+        self.call_with(Some(ADMIN), method, path, body.as_deref(), &headers)
+            .await
     }
 
     pub async fn admin(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
