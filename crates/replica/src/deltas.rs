@@ -1,7 +1,7 @@
 //! Per-neighbour deltas: what each peer has not been sent yet, and the
 //! rules that decide who gets an update ([`Dissemination`]).
 //!
-//! A [`Deltas`] keeps, for each live peer, the payloads waiting for it,
+//! The deltas keep, for each live peer, the payloads waiting for it,
 //! merged per key as they accumulate (thesis §3.1, §4.2.1). Which peers an
 //! update is added to is the dissemination rule:
 //!
@@ -9,13 +9,13 @@
 //!   changes (local grants, its epoch reports) to every peer, and every
 //!   gossip round ships every peer's pending delta. What it learns from a
 //!   peer it keeps, and passes on only to peers that asked it to relay
-//!   ([`Deltas::graft`]): in a full mesh nobody asks, so each update
-//!   crosses the network once per receiving node, N − 1 times in all. A
-//!   node that finds, through anti-entropy, that it lacked news from a
-//!   third node grafts the peer that had it (a partial mesh, such as a
-//!   ring, or a link that drops datagrams); a relay that keeps bringing
-//!   news the node did not have otherwise keeps being renewed, and one
-//!   that brings nothing new lapses.
+//!   (a graft): in a full mesh nobody asks, so each update crosses the
+//!   network once per receiving node, N − 1 times in all. A node that
+//!   cannot reach some member (it misses the clock probes), or finds
+//!   through anti-entropy that it lacked news from a third node, grafts
+//!   members it hears (a partial mesh, such as a ring, or a link that
+//!   drops datagrams); a relay is renewed while the gap lasts or while it
+//!   brings news the node did not have otherwise, and lapses after that.
 //! - [`Dissemination::Epidemic`] (the thesis's, kept to compare): every
 //!   change a node learns from peer P is added to every other peer's delta
 //!   ("merged and forwarded, never echoed"), and each round ships one

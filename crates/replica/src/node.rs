@@ -50,10 +50,22 @@
 //!   empty DNS answer may only mean the peers are not listed yet, so it
 //!   waits one join timeout before deciding alone. Peers listed later are
 //!   joined as a healed partition is: full states both ways.
-//! - **Gossip**: one timer per gossip class; each round sends one
-//!   neighbour the class's part of its delta ([`Replica::take_round`]).
-//!   Urgent payloads (eager pushes, epoch pull answers) go out as soon as
-//!   the runtime wakes the node.
+//! - **Gossip**: one timer per gossip class; each round sends the class's
+//!   part of the deltas [`crate::deltas::Dissemination`] says
+//!   ([`Replica::take_round`]): every neighbour's (origin), or one
+//!   neighbour's (epidemic). Urgent payloads (eager pushes, epoch pull
+//!   answers) go out as soon as the runtime wakes the node.
+//! - **Relays** (origin dissemination): every member answers the clock
+//!   probes, so one not heard from in three probe intervals is out of
+//!   reach; a node with such a gap asks two members it hears to relay what
+//!   they learn ([`Body::Graft`], renewed while the gap lasts and while
+//!   relays bring news), and skips rounds to members it cannot reach.
+//! - **Anti-entropy**: every `anti_entropy`, a [`Body::Digest`] of the
+//!   settled state ([`crate::digest`]) to one random member heard from
+//!   lately; the receiver answers only where its own digest differs, with
+//!   its keys of those buckets ([`Body::Repair`]) and a [`Body::Pull`] for
+//!   the sender's. Repair that brings settled news from a third node
+//!   grafts the peer that had it.
 //! - **Clocks**: every probe interval the node pings each member with its
 //!   time and computes the offset NTP-style from the answer
 //!   (`((t2 − t1) + (t3 − t4)) / 2`). When the largest offset exceeds the
@@ -151,8 +163,8 @@ pub struct NodeConfig {
     /// [`Node::set_seeds`] lists more seeds: a DNS name lists the whole
     /// cluster.
     pub expected_size: u32,
-    /// How often a full state goes to one random member, to repair what
-    /// lost datagrams dropped; zero turns it off.
+    /// How often a digest goes to one random member it can reach, to find
+    /// and repair what lost datagrams dropped; zero turns it off.
     pub anti_entropy: Nanos,
 }
 

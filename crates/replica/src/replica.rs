@@ -1,5 +1,5 @@
 //! [`Replica`]: one node's replicated state, shared by the request path
-//! (which decides locally, as a [`Store`]) and the gossip node (which
+//! (which decides locally, as a [`Store`](tollgate_store::Store)) and the gossip node (which
 //! merges what peers send and ships what they lack).
 //!
 //! # What it holds
@@ -8,16 +8,18 @@
 //!   [`ReplicatedState`], decided under the shard locks exactly as the
 //!   memory store decides (all or nothing over a plan, locks taken in
 //!   ascending shard order).
-//! - **Per-neighbour deltas** (thesis §3.1, §4.2.1): for each live peer, the
-//!   payloads it has not been sent yet, merged as they accumulate. A local
-//!   grant adds its change to every peer's delta; a change learnt from peer
-//!   P is added to every other peer's delta, never P's ("never echoed").
-//!   Each gossip round takes one neighbour's delta for one gossip class (a
-//!   gossip interval and a neighbour-choice rule).
+//! - **Per-neighbour deltas** ([`crate::deltas`]): for each live peer, the
+//!   payloads it has not been sent yet. A local grant adds its change to
+//!   every peer's delta; what is learnt from a peer goes to the peers the
+//!   dissemination rule names (none in a full mesh under origin
+//!   dissemination; every other one under the thesis's epidemic rule).
 //! - **Eager pushes** (§4.2.3): after a local grant of a queue with
 //!   frequency analysis, a peer whose pending delta for the key holds
 //!   `window` elements at an average gap of at most the threshold gets it
-//!   at once; the node is woken to send it.
+//!   at once, as does every peer near the limit; the node is woken to
+//!   send it.
+//! - **Digests** ([`crate::digest`]): a hash of the settled state, for
+//!   anti-entropy, and the keys of the buckets where two digests differ.
 //! - **Epoch reports** (seed 001): epoch keys that granted are remembered,
 //!   and each gossip round of their class adds their report to every
 //!   peer's delta when it changed.
@@ -131,7 +133,7 @@ impl std::fmt::Debug for Replica {
 
 const SHARDS: usize = 64;
 
-/// Least time between two sweeps through [`Store::sweep`].
+/// Least time between two sweeps through [`Store::sweep`](tollgate_store::Store::sweep).
 pub(crate) const SWEEP_EVERY: Nanos = Nanos::SECOND;
 
 // A key's scope is at most this long (longer ones are digests), so every
@@ -221,7 +223,7 @@ impl Replica {
     }
 
     /// Builds the replicated limit of a configured one (see
-    /// [`Store::prepare`]): token buckets, GCRA and per-second limits
+    /// [`Store::prepare`](tollgate_store::Store::prepare)): token buckets, GCRA and per-second limits
     /// become the resource's strategy on this node.
     pub fn prepare_limit(
         &self,
@@ -296,7 +298,7 @@ impl Replica {
         (self.hasher.hash_one(key) as usize) % SHARDS
     }
 
-    /// Decides `plan` locally, all or nothing (see [`Store::decide`]), and
+    /// Decides `plan` locally, all or nothing (see [`Store::decide`](tollgate_store::Store::decide)), and
     /// queues what the grant changed for every neighbour.
     ///
     /// Every key's domain fits a datagram: a store keeps a domain longer

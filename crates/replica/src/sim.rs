@@ -117,7 +117,7 @@ impl SimNet {
         SimNet::with_anti_entropy(n, start, latency, seed, Nanos::from_secs(30), options)
     }
 
-    /// As [`SimNet::new`], with nodes sending a full state to a random
+    /// As [`SimNet::new`], with nodes comparing digests with a random
     /// member every `anti_entropy` (zero: never; the server's default is
     /// 30 s).
     pub fn with_anti_entropy(

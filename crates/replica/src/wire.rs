@@ -113,6 +113,11 @@
 //!                                     earlier life than one seen of it)
 //!   8 Unauthenticated (empty)        (a datagram from the receiver's
 //!                                     address failed authentication)
+//!   9 Digest       at n (bucket:u8 hash:u64le)[n ≤ 64]   (buckets in
+//!                                     increasing order, each < 64)
+//!  10 Pull         buckets:u64le     (bit b: send your keys of bucket b)
+//!  11 Repair       item*             (to the end; merged as a delta)
+//!  12 Graft        (empty)           (relay to me what you learn)
 //!
 //! item      = limit domain payload_kind:u8 payload
 //! limit     = 0 id  |  k (≥ 1: the k-th limit id written in this datagram)

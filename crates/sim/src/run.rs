@@ -176,7 +176,7 @@ pub struct SimConfig {
     pub seed: u64,
     /// Time between two samples of the time series.
     pub sample: Nanos,
-    /// How often each node sends a full state to a random member (the
+    /// How often each node compares digests with a random member (the
     /// server's 30 s by default; zero turns it off, as the thesis's
     /// simulation, which lost nothing, had no such thing).
     pub anti_entropy: Nanos,

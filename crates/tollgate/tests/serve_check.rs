@@ -841,6 +841,18 @@ fn a_bad_cluster_secret_or_node_is_refused() {
         (Some(2), &checked.stderr),
         "{served}"
     );
+    // So is a dissemination that is none.
+    let mut args = node("secret");
+    args.extend(["--dissemination", "flood"]);
+    let served = serve_run(&sb, &args, &[]);
+    assert_eq!(served.code, Some(2), "{served}");
+    assert!(
+        served
+            .stderr
+            .contains("invalid value 'flood' for '--dissemination")
+            && served.stderr.contains("expected origin or epidemic"),
+        "{served}"
+    );
     let mut args = node("secret");
     args[7] = "0.0.0.0:7946";
     refused_alike(

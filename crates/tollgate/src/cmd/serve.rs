@@ -18,7 +18,7 @@ use tollgate_core::replicated::NodeId;
 use tollgate_redis::{ClientCert, ConnectError, ConnectOptions, RedisOptions, RedisStore, TlsPart};
 use tollgate_replica::discovery::{Discovery, DnsResolver, Seed};
 use tollgate_replica::wire::ClusterKey;
-use tollgate_replica::{Node, NodeConfig, Replica, ReplicaOptions, ReplicaStore};
+use tollgate_replica::{Dissemination, Node, NodeConfig, Replica, ReplicaOptions, ReplicaStore};
 use tollgate_server::app::ApiPart;
 use tollgate_server::{App, Server, ServerOptions};
 use tollgate_service::{Limiter, ServiceOptions, SessionLimits, SystemClock, Unservable, View};
@@ -271,10 +271,17 @@ pub struct ServeArgs {
     /// decides alone (milliseconds).
     #[arg(long, env = "TOLLGATE_JOIN_TIMEOUT_MS", default_value_t = 3000)]
     pub join_timeout_ms: u64,
-    /// How often a full state goes to one random peer, repairing what lost
+    /// How often a node compares digests of its state with one random
+    /// peer, and the two exchange what differs, repairing what lost
     /// datagrams dropped (milliseconds; 0 turns it off).
     #[arg(long, env = "TOLLGATE_ANTI_ENTROPY_MS", default_value_t = 30_000)]
     pub anti_entropy_ms: u64,
+    /// How updates spread: `origin` (each node sends its own updates to
+    /// every peer, and relays only where a peer cannot hear the origin) or
+    /// `epidemic` (the thesis's: everything learnt is forwarded to every
+    /// other peer, one neighbour a round; much more gossip).
+    #[arg(long, env = "TOLLGATE_DISSEMINATION", default_value = "origin", value_parser = parse_dissemination)]
+    pub dissemination: Dissemination,
     /// Test hook: a file listing gossip addresses to cut off (one per
     /// line), re-read every 100 ms, to inject partitions.
     #[arg(long, env = "TOLLGATE_GOSSIP_FAULT_FILE", hide = true)]
@@ -695,6 +702,7 @@ fn replica(args: &ServeArgs, settings: &ClusterSettings) -> Arc<Replica> {
         node: settings.node,
         default: Replication::new(settings.strategy),
         max_keys: args.max_keys,
+        dissemination: args.dissemination,
         ..ReplicaOptions::default()
     }))
 }
@@ -1216,4 +1224,9 @@ mod tests {
         assert_eq!(bundled.label(None), "bundled example");
         assert_eq!(bundled.file_field(), "bundled");
     }
+}
+
+/// Reads `--dissemination`.
+fn parse_dissemination(name: &str) -> Result<Dissemination, String> {
+    Dissemination::parse(name).ok_or_else(|| format!("`{name}`: expected origin or epidemic"))
 }

@@ -92,9 +92,9 @@ pub struct RunArgs {
     /// round-robin, sticky or random.
     #[arg(long, default_value = "consistent-hash")]
     pub assign: String,
-    /// Seconds between two full states a node sends a random member
-    /// (anti-entropy; the server's default is 30; 0 turns it off, as in
-    /// the thesis's simulation).
+    /// Seconds between two anti-entropy digests a node sends a random
+    /// member (the server's default is 30; 0 turns it off, as in the
+    /// thesis's simulation).
     #[arg(long, default_value_t = 30.0)]
     pub anti_entropy_s: f64,
     /// Which nodes have links: full-mesh (the thesis's) or ring.
