@@ -25,12 +25,14 @@
 //! Eager pushes (frequency analysis, near-limit propagation) and epoch
 //! pull answers go out at once as *urgent* payloads, under both rules.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
 use rand::Rng;
+use tollgate_core::replicated::queue::QueueState;
 use tollgate_core::replicated::strategy::{Payload, Replication, StrategyKind};
+use tollgate_core::replicated::NodeId;
 use tollgate_core::Nanos;
 use tollgate_store::Key;
 
@@ -122,6 +124,9 @@ pub(crate) struct PeerDelta {
     /// Until when this node relays what it learns to the peer (it grafted
     /// this node; origin dissemination only).
     relay_until: Nanos,
+    /// Whose news not to relay: updates that originated at these nodes
+    /// (the ones the peer hears itself) stay here.
+    relay_except: BTreeSet<NodeId>,
 }
 
 /// What one gossip round sends.
@@ -177,10 +182,23 @@ impl Deltas {
     ) {
         let relay_all = self.dissemination == Dissemination::Epidemic;
         for (addr, delta) in self.peers.iter_mut() {
-            if *addr == from || !(relay_all || delta.relay_until > update.now) {
+            if *addr == from {
                 continue;
             }
-            add(delta, update, stats);
+            if relay_all {
+                add(delta, update, stats);
+            } else if delta.relay_until > update.now {
+                if let Some(part) = not_from(update.payload, &delta.relay_except) {
+                    add(
+                        delta,
+                        &Update {
+                            payload: &part,
+                            ..*update
+                        },
+                        stats,
+                    );
+                }
+            }
         }
     }
 
@@ -210,12 +228,24 @@ impl Deltas {
         }
     }
 
-    /// From now until `until`, `peer` hears what this node learns
-    /// (origin dissemination; the peer asked for it).
-    pub(crate) fn graft(&mut self, peer: PeerAddr, until: Nanos) {
-        if let Some(delta) = self.peers.get_mut(&peer) {
-            delta.relay_until = delta.relay_until.max(until);
-        }
+    /// From now until `until`, `peer` hears what this node learns of the
+    /// updates of every node but `except` (the nodes the peer hears
+    /// itself, as it said in its latest request; origin dissemination).
+    /// Returns whether the peer was not relayed to before.
+    pub(crate) fn graft(
+        &mut self,
+        peer: PeerAddr,
+        except: &[NodeId],
+        now: Nanos,
+        until: Nanos,
+    ) -> bool {
+        let Some(delta) = self.peers.get_mut(&peer) else {
+            return false;
+        };
+        let new = delta.relay_until <= now;
+        delta.relay_except = except.iter().copied().collect();
+        delta.relay_until = delta.relay_until.max(until);
+        new
     }
 
     /// Whether this node relays to `peer` at `now`.
@@ -354,6 +384,37 @@ impl Deltas {
                         .sum::<usize>()
             })
             .sum()
+    }
+}
+
+/// The part of `payload` that did not originate at `except`; `None` when
+/// nothing is left. A queue keeps the other nodes' elements (a subset of
+/// a closed queue is closed); a counter or an epoch report, small and
+/// merged whole, goes whole when it names another node.
+fn not_from(payload: &Payload, except: &BTreeSet<NodeId>) -> Option<Payload> {
+    if except.is_empty() {
+        return Some(payload.clone());
+    }
+    match payload {
+        Payload::Queue(q) => {
+            let part = QueueState::from_elements(
+                q.interval(),
+                q.elements()
+                    .filter(|e| !except.contains(&e.id.node))
+                    .copied(),
+            );
+            (!part.is_empty()).then_some(Payload::Queue(part))
+        }
+        Payload::Counter(c) => c
+            .token_counter()
+            .iter()
+            .any(|(n, _)| !except.contains(n))
+            .then(|| payload.clone()),
+        Payload::Epoch(r) => r
+            .traffic()
+            .iter()
+            .any(|(n, _)| !except.contains(n))
+            .then(|| payload.clone()),
     }
 }
 

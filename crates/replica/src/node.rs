@@ -57,9 +57,11 @@
 //!   answers) go out as soon as the runtime wakes the node.
 //! - **Relays** (origin dissemination): every member answers the clock
 //!   probes, so one not heard from in three probe intervals is out of
-//!   reach; a node with such a gap asks two members it hears to relay what
-//!   they learn ([`Body::Graft`], renewed while the gap lasts and while
-//!   relays bring news), and skips rounds to members it cannot reach.
+//!   reach; a node with such a gap asks every member it hears to relay
+//!   what they learn of the nodes it does not hear ([`Body::Graft`],
+//!   repeated every three probe intervals while the gap lasts, and renewed
+//!   while relays bring news); a member asked anew answers with a digest,
+//!   so what it learnt before is pulled too.
 //! - **Anti-entropy**: every `anti_entropy`, a [`Body::Digest`] of the
 //!   settled state ([`crate::digest`]) to one random member heard from
 //!   lately; the receiver answers only where its own digest differs, with
@@ -181,15 +183,16 @@ pub enum Timer {
     Join,
     /// Periodic duties: new gossip classes, metrics.
     Housekeeping,
-    /// A full state to a random member.
+    /// An anti-entropy digest to a random member it can reach.
     AntiEntropy,
 }
 
 /// What a node has sent, by kind, for the simulator's bandwidth measure.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sent {
-    /// Datagrams of gossip (deltas, full states, pull answers, eager
-    /// pushes).
+    /// Datagrams of state gossip: deltas, eager pushes, epoch pull
+    /// answers, full states, and anti-entropy digests, pulls and repairs,
+    /// and relay requests.
     pub gossip_datagrams: u64,
     /// Their bytes.
     pub gossip_bytes: u64,
@@ -239,11 +242,6 @@ const REPAIR_EVERY: Nanos = Nanos::SECOND;
 /// How long a peer relays to this node after this node grafted it; a
 /// relay that keeps bringing news is renewed when half of it is left.
 pub const RELAY_FOR: Nanos = Nanos::from_secs(60);
-
-/// How many reachable members a node that cannot reach some member asks
-/// to relay: two, so a ring (each node hears its two neighbours) passes
-/// news both ways.
-const GRAFTS: usize = 2;
 
 /// How long a node hears nothing it can authenticate, and only datagrams
 /// that fail authentication from its seeds or members, before it reports
@@ -335,8 +333,9 @@ pub struct Node {
     heard: HashMap<SocketAddr, Nanos>,
     /// When each member's digest or pull was last answered.
     repaired: HashMap<SocketAddr, Nanos>,
-    /// When each member was last asked to relay ([`Body::Graft`]).
-    grafted: HashMap<SocketAddr, Nanos>,
+    /// When each member was last asked to relay ([`Body::Graft`]), and
+    /// the nodes whose news it was told this node hears itself.
+    grafted: HashMap<SocketAddr, (Nanos, Vec<NodeId>)>,
     sent: Sent,
     /// Drops by reason, as counted in the metric (for tests).
     dropped: HashMap<&'static str, u64>,
@@ -639,8 +638,11 @@ impl Node {
                 // Under origin dissemination a peer sends third nodes'
                 // news only as a relay this node asked for: news it did
                 // not have otherwise keeps the relay going.
-                if absorbed.relayed && member.is_some() {
-                    self.graft(peer, now, &mut out);
+                if !absorbed.relayed.is_empty()
+                    && member.is_some()
+                    && self.replica.dissemination() == Dissemination::Origin
+                {
+                    self.graft(peer, RELAY_FOR.div_floor(2), now, &mut out);
                 }
             }
             Body::Digest { at, buckets } => match member {
@@ -657,14 +659,30 @@ impl Node {
             },
             Body::Repair { items } => {
                 let absorbed = self.replica.absorb(peer, header.from, items, now);
-                if absorbed.late && member.is_some() {
-                    self.graft(peer, now, &mut out);
+                if !absorbed.late.is_empty()
+                    && member.is_some()
+                    && self.replica.dissemination() == Dissemination::Origin
+                {
+                    self.graft(peer, RELAY_FOR.div_floor(2), now, &mut out);
                 }
             }
-            Body::Graft => match member {
+            Body::Graft { except } => match member {
                 Some(member) => {
-                    tracing::debug!(peer = %member, "relaying to a member that lacked news");
-                    self.replica.graft(member, now.saturating_add(RELAY_FOR));
+                    let until = now.saturating_add(RELAY_FOR);
+                    if self.replica.graft(member, &except, now, until) {
+                        tracing::debug!(peer = %member, "relaying to a member that cannot hear some nodes");
+                        // What this node learnt before the graft has not
+                        // reached the member: a digest lets it pull that.
+                        if self.replica.is_synced() {
+                            let buckets = self.replica.digest(now).entries().collect();
+                            self.send_to_member(
+                                member,
+                                Body::Digest { at: now, buckets },
+                                now,
+                                &mut out,
+                            );
+                        }
+                    }
                 }
                 None => self.count_drop("not_a_member", 1),
             },
@@ -1007,7 +1025,7 @@ impl Node {
                 // any such gap, and the two repair it.
                 if let Some(peer) = self.anti_entropy_peer(now) {
                     let buckets = self.replica.digest(now).entries().collect();
-                    self.send_gossip(peer, Body::Digest { at: now, buckets }, now, &mut out);
+                    self.send_to_member(peer, Body::Digest { at: now, buckets }, now, &mut out);
                 }
                 out.timers
                     .push((nanos(self.config.anti_entropy), Timer::AntiEntropy));
@@ -1047,15 +1065,6 @@ impl Node {
     fn gossip_round(&mut self, class: Class, now: Nanos, out: &mut Output) {
         for round in self.replica.take_round(class, now, &mut self.rng) {
             match round {
-                // A member out of reach would not receive it: under origin
-                // dissemination its news comes through the relays it
-                // asked for, and anti-entropy repairs the rest.
-                Round::Delta(peer, _)
-                    if self.replica.dissemination() == Dissemination::Origin
-                        && !self.reachable(peer, now) =>
-                {
-                    self.count_drop("unreachable", 1);
-                }
                 Round::Delta(peer, items) => {
                     metrics::gauge!(m::DELTA_SIZE).set(items.len() as f64);
                     self.send_items(peer, items, Batch::Delta, now, out);
@@ -1083,31 +1092,52 @@ impl Node {
             .is_some_and(|at| now.saturating_sub(*at) <= recent)
     }
 
-    /// Under origin dissemination, news from a member this node cannot
-    /// reach comes only through others: when some member is out of
-    /// reach, this node asks [`GRAFTS`] of the members it hears to relay
-    /// (the lowest addresses, so the choice is stable), renewed while the
-    /// gap lasts. In a full mesh nobody asks, and nothing is relayed.
+    /// Under origin dissemination, news from a node this node cannot hear
+    /// comes only through others: when some member is out of reach, this
+    /// node asks every member it hears to relay what it learns of every
+    /// node's updates but those it hears itself (which of its members hear
+    /// the missing ones it cannot tell, and membership may not even list
+    /// them; those that do not hear them have nothing to relay). The
+    /// request is repeated every three probe intervals while the gap
+    /// lasts, so a lost graft or a relay that restarted is asked again
+    /// within seconds. In a full mesh nobody asks, and nothing is relayed.
     fn graft_around_gaps(&mut self, now: Nanos, out: &mut Output) {
         if self.replica.dissemination() != Dissemination::Origin {
             return;
         }
-        let mut heard: Vec<SocketAddr> = Vec::new();
-        let mut gap = false;
-        for m in self.members.keys().copied() {
-            if self.reachable(m, now) {
-                heard.push(m);
-            } else {
-                gap = true;
-            }
-        }
-        if !gap {
+        let (heard, gap): (Vec<SocketAddr>, Vec<SocketAddr>) = self
+            .members
+            .keys()
+            .copied()
+            .partition(|m| self.reachable(*m, now));
+        if gap.is_empty() {
             return;
         }
+        let mut heard = heard;
         heard.sort_unstable();
-        for peer in heard.into_iter().take(GRAFTS) {
-            self.graft(peer, now, out);
+        let every = self.config.probe_interval.saturating_mul(3);
+        for peer in heard {
+            self.graft(peer, every, now, out);
         }
+    }
+
+    /// The nodes whose updates this node hears itself: itself and the
+    /// members it heard from lately (at most [`wire::MAX_GRAFT_EXCEPT`];
+    /// beyond that, none are named and relays pass on every node's news).
+    fn heard_nodes(&self, now: Nanos) -> Vec<NodeId> {
+        let mut nodes: Vec<NodeId> = self
+            .members
+            .iter()
+            .filter(|(addr, _)| self.reachable(**addr, now))
+            .map(|(_, p)| NodeId(p.node))
+            .chain(std::iter::once(self.config.node))
+            .collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        if nodes.len() > wire::MAX_GRAFT_EXCEPT {
+            nodes.clear();
+        }
+        nodes
     }
 
     /// The member anti-entropy talks to this time: one at random among
@@ -1167,7 +1197,7 @@ impl Node {
         }
         let items = self.replica.items_in(differ, now);
         self.send_items(member, items, Batch::Repair, now, out);
-        self.send_gossip(member, Body::Pull { buckets: differ }, now, out);
+        self.send_to_member(member, Body::Pull { buckets: differ }, now, out);
     }
 
     /// Whether a member's digest or pull may be answered now (at most once
@@ -1185,21 +1215,20 @@ impl Node {
         true
     }
 
-    /// Asks `peer` to relay what it learns to this node for
-    /// [`RELAY_FOR`]; asked again only when half of that is left.
-    fn graft(&mut self, peer: SocketAddr, now: Nanos, out: &mut Output) {
-        let renew = RELAY_FOR.div_floor(2);
-        if self
-            .grafted
-            .get(&peer)
-            .is_some_and(|at| now.saturating_sub(*at) < renew)
-        {
-            return;
+    /// Asks `peer` to relay to this node, for [`RELAY_FOR`], what it
+    /// learns of every node's updates but those this node hears itself.
+    /// Asked again only after `every`, unless the nodes it hears changed.
+    fn graft(&mut self, peer: SocketAddr, every: Nanos, now: Nanos, out: &mut Output) {
+        let except = self.heard_nodes(now);
+        if let Some((at, asked)) = self.grafted.get(&peer) {
+            if now.saturating_sub(*at) < every && *asked == except {
+                return;
+            }
         }
-        tracing::debug!(%peer, "asking a member to relay: it had news this node lacked");
-        self.grafted.insert(peer, now);
+        tracing::debug!(%peer, hears = except.len(), "asking a member to relay");
+        self.grafted.insert(peer, (now, except.clone()));
         self.grafted.retain(|a, _| self.members.contains_key(a));
-        self.send_gossip(peer, Body::Graft, now, out);
+        self.send_to_member(peer, Body::Graft { except }, now, out);
     }
 
     /// A member asks for this node's whole state (`from` is its address
@@ -1259,6 +1288,7 @@ impl Node {
                 OwnedNotification::MemberDown(p) if self.members.get(&p.addr) == Some(&p) => {
                     tracing::info!(peer = %p.addr, node = p.node, "member down");
                     self.members.remove(&p.addr);
+                    self.grafted.remove(&p.addr);
                     self.replica.remove_peer(p.addr);
                     if self.asked == Some(p.addr) {
                         self.asked = None;
@@ -1312,9 +1342,11 @@ impl Node {
         let addr = peer.addr;
         self.replica.add_peer(addr);
         self.members.insert(addr, peer);
-        // A new member is given the probes' grace before it counts as out
-        // of reach.
-        self.heard.entry(addr).or_insert(now);
+        // A new member (or a new life of one) is given the probes' grace
+        // before it counts as out of reach, and whatever it was asked to
+        // relay is asked again: a restarted member relays nothing.
+        self.heard.insert(addr, now);
+        self.grafted.remove(&addr);
         if self.replica.is_synced() {
             // A member that was away (a partition, a restart, a node that
             // started alone) missed what was granted meanwhile, and its
@@ -1409,8 +1441,21 @@ impl Node {
             Ok(bytes) => {
                 metrics::counter!(m::MESSAGES_SENT, "kind" => kind).increment(1);
                 metrics::counter!(m::BYTES_SENT).increment(bytes.len() as u64);
-                self.sent.other_datagrams += 1;
-                self.sent.other_bytes += bytes.len() as u64;
+                // Anti-entropy and relay requests are state gossip; the
+                // rest (membership, probes, notices) is counted apart.
+                if matches!(
+                    body,
+                    Body::Digest { .. }
+                        | Body::Pull { .. }
+                        | Body::Repair { .. }
+                        | Body::Graft { .. }
+                ) {
+                    self.sent.gossip_datagrams += 1;
+                    self.sent.gossip_bytes += bytes.len() as u64;
+                } else {
+                    self.sent.other_datagrams += 1;
+                    self.sent.other_bytes += bytes.len() as u64;
+                }
                 out.sends.push((addr, bytes));
             }
             Err(e) => {
@@ -1458,19 +1503,6 @@ impl Node {
             out.sends.push((to, bytes));
         }
     }
-
-    /// Sends one datagram of state gossip (a digest, a pull, a graft) to a
-    /// member, counted as gossip rather than membership.
-    fn send_gossip(&mut self, addr: SocketAddr, body: Body, now: Nanos, out: &mut Output) {
-        let before = out.sends.len();
-        self.send_to_member(addr, body, now, out);
-        for (_, bytes) in &out.sends[before..] {
-            self.sent.other_datagrams -= 1;
-            self.sent.other_bytes -= bytes.len() as u64;
-            self.sent.gossip_datagrams += 1;
-            self.sent.gossip_bytes += bytes.len() as u64;
-        }
-    }
 }
 
 fn kind(body: &Body) -> &'static str {
@@ -1486,7 +1518,7 @@ fn kind(body: &Body) -> &'static str {
         Body::Digest { .. } => "digest",
         Body::Pull { .. } => "pull",
         Body::Repair { .. } => "repair",
-        Body::Graft => "graft",
+        Body::Graft { .. } => "graft",
     }
 }
 

@@ -564,11 +564,16 @@ impl Replica {
             let LimitState::Replicated(state) = &mut entry.state else {
                 continue;
             };
-            if let Some(born) = news {
-                out.relayed = true;
+            if let Some((born, origins)) = news {
                 let settle = settle_time(Class::of(&r.replication));
-                if born.saturating_add(settle) <= now {
-                    out.late = true;
+                let late = born.saturating_add(settle) <= now;
+                for origin in origins {
+                    if !out.relayed.contains(&origin) {
+                        out.relayed.push(origin);
+                    }
+                    if late && !out.late.contains(&origin) {
+                        out.late.push(origin);
+                    }
                 }
             }
             if r.should_answer(state, &payload) {
@@ -678,11 +683,12 @@ impl Replica {
         self.options.dissemination == Dissemination::Origin
     }
 
-    /// From now until `until`, `peer` hears what this node learns from
-    /// others (it asked: it lacked news this node had; origin
-    /// dissemination).
-    pub fn graft(&self, peer: PeerAddr, until: Nanos) {
-        self.gossip.lock().graft(peer, until);
+    /// From now until `until`, `peer` hears what this node learns of the
+    /// updates of every node but `except` (those it hears itself), as it
+    /// asked (origin dissemination). Returns whether `peer` was not relayed
+    /// to before.
+    pub fn graft(&self, peer: PeerAddr, except: &[NodeId], now: Nanos, until: Nanos) -> bool {
+        self.gossip.lock().graft(peer, except, now, until)
     }
 
     /// Whether this node relays what it learns to `peer` at `now`.
@@ -926,18 +932,18 @@ impl PushRule {
 }
 
 /// What [`Replica::absorb`] found in what a peer sent.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Absorbed {
     /// Payloads that changed the local state.
     pub merged: usize,
-    /// Some of it was news from a third node (neither the sender nor this
-    /// one) that this node did not have: the sender relayed it.
-    pub relayed: bool,
-    /// Some of that news was older than a settle time
+    /// The third nodes (neither the sender nor this one) whose news this
+    /// node did not have: the sender relayed it.
+    pub relayed: Vec<NodeId>,
+    /// Those of them whose news was older than a settle time
     /// ([`settle_time`]): it should have arrived from its origin by now,
     /// so the way from there to here is broken, and the sender is a way
     /// around.
-    pub late: bool,
+    pub late: Vec<NodeId>,
 }
 
 /// How long an update may take to arrive from its origin before its
@@ -950,32 +956,44 @@ pub fn settle_time(class: Class) -> Nanos {
         .saturating_add(Nanos::SECOND)
 }
 
-/// The oldest news `payload` brings to `state` from a node other than
-/// `sender` and `me`: the birth of the oldest such element new here (a
-/// queue), or time zero for a counter entry that grew (counters carry no
-/// time, so any such news counts as late). `None` when it brings none.
+/// The news `payload` brings to `state` from nodes other than `sender`
+/// and `me`: the birth of the oldest such element new here (a queue), or
+/// time zero for counter entries that grew (counters carry no time, so
+/// any such news counts as late), with the nodes it came from. `None`
+/// when it brings none.
 fn relayed_news(
     state: &ReplicatedState,
     payload: &Payload,
     sender: NodeId,
     me: NodeId,
-) -> Option<Nanos> {
+) -> Option<(Nanos, SmallVec<[NodeId; 4]>)> {
     let third = |n: NodeId| n != sender && n != me;
+    let mut origins: SmallVec<[NodeId; 4]> = SmallVec::new();
+    let mut oldest: Option<Nanos> = None;
     match (state, payload) {
-        (ReplicatedState::Queue(q), Payload::Queue(p)) => p
-            .elements()
-            .filter(|e| third(e.id.node) && !q.contains(e.id))
-            .map(|e| e.id.birth)
-            .min(),
-        (ReplicatedState::Counter(c), Payload::Counter(p)) => p
-            .token_counter()
-            .iter()
-            .any(|(n, count)| third(*n) && *count > c.consumed_by(*n))
-            .then_some(Nanos::ZERO),
+        (ReplicatedState::Queue(q), Payload::Queue(p)) => {
+            for e in p.elements() {
+                if third(e.id.node) && !q.contains(e.id) {
+                    oldest = Some(oldest.map_or(e.id.birth, |o| o.min(e.id.birth)));
+                    if !origins.contains(&e.id.node) {
+                        origins.push(e.id.node);
+                    }
+                }
+            }
+        }
+        (ReplicatedState::Counter(c), Payload::Counter(p)) => {
+            for (n, count) in p.token_counter() {
+                if third(*n) && *count > c.consumed_by(*n) {
+                    oldest = Some(Nanos::ZERO);
+                    origins.push(*n);
+                }
+            }
+        }
         // Epoch reports aggregate every node's traffic and go to every
         // neighbour each round: they never ask for a relay.
-        _ => None,
+        _ => {}
     }
+    oldest.map(|born| (born, origins))
 }
 
 /// The hash of a key's settled view at `at` (see [`crate::digest`]);

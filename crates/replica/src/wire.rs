@@ -117,7 +117,9 @@
 //!                                     increasing order, each < 64)
 //!  10 Pull         buckets:u64le     (bit b: send your keys of bucket b)
 //!  11 Repair       item*             (to the end; merged as a delta)
-//!  12 Graft        (empty)           (relay to me what you learn)
+//!  12 Graft        n node[n ≤ 100]   (relay to me what you learn of
+//!                                     every node's updates but these
+//!                                     nodes', which I hear myself)
 //!
 //! item      = limit domain payload_kind:u8 payload
 //! limit     = 0 id  |  k (≥ 1: the k-th limit id written in this datagram)
@@ -502,11 +504,20 @@ pub enum Body {
         /// The payloads, as in [`Body::Delta`].
         items: Vec<(Key, Payload)>,
     },
-    /// The sender lacked news that the receiver had from a third node:
-    /// for a while, the receiver is to relay what it learns to the sender
-    /// (origin dissemination; [`crate::deltas`]).
-    Graft,
+    /// The sender cannot hear some nodes, or lacked news the receiver
+    /// had from them: for a while, the receiver is to relay to the sender
+    /// what it learns of the updates of every node but `except` (origin
+    /// dissemination; [`crate::deltas`]).
+    Graft {
+        /// The nodes the sender hears itself (itself included), whose
+        /// updates are not to be relayed; at most [`MAX_GRAFT_EXCEPT`]
+        /// (a sender that hears more names none, and gets every node's).
+        except: Vec<NodeId>,
+    },
 }
+
+/// Most nodes one [`Body::Graft`] names.
+pub const MAX_GRAFT_EXCEPT: usize = 100;
 
 impl Body {
     fn kind(&self) -> u8 {
@@ -522,7 +533,7 @@ impl Body {
             Body::Digest { .. } => KIND_DIGEST,
             Body::Pull { .. } => KIND_PULL,
             Body::Repair { .. } => KIND_REPAIR,
-            Body::Graft => KIND_GRAFT,
+            Body::Graft { .. } => KIND_GRAFT,
         }
     }
 }
@@ -596,7 +607,13 @@ pub fn encode(key: &ClusterKey, header: &Header, body: &Body) -> Result<Vec<u8>,
             put_varint(&mut out, *incarnation);
             put_varint(&mut out, *seq);
         }
-        Body::Unauthenticated | Body::Graft => {}
+        Body::Unauthenticated => {}
+        Body::Graft { except } => {
+            put_varint(&mut out, except.len() as u64);
+            for n in except {
+                put_varint(&mut out, n.0);
+            }
+        }
         Body::Digest { at, buckets } => {
             put_varint(&mut out, at.as_u64());
             put_varint(&mut out, buckets.len() as u64);
@@ -856,7 +873,17 @@ pub fn decode(key: &ClusterKey, expected_cluster: u64, bytes: &[u8]) -> Result<M
         KIND_REPAIR => Body::Repair {
             items: read_items(&mut r, &header)?,
         },
-        KIND_GRAFT => Body::Graft,
+        KIND_GRAFT => {
+            let n = r.varint()?;
+            if n > MAX_GRAFT_EXCEPT as u64 {
+                return Err(WireError::Malformed("too many nodes in a graft"));
+            }
+            let mut except = Vec::with_capacity(n as usize);
+            for _ in 0..n {
+                except.push(NodeId(r.varint()?));
+            }
+            Body::Graft { except }
+        }
         _ => return Err(WireError::Malformed("unknown message kind")),
     };
     r.finish()?;

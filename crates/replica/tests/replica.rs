@@ -500,7 +500,10 @@ fn under_origin_dissemination_a_round_ships_every_neighbour_its_delta_and_learnt
     let news = granted_by(2, &how, 3, T0);
     let absorbed = r.absorb(peer(2), NodeId(2), news, T0);
     assert_eq!(absorbed.merged, 1);
-    assert!(!absorbed.relayed, "node 2's own news is not a relay");
+    assert!(
+        absorbed.relayed.is_empty(),
+        "node 2's own news is not a relay"
+    );
     assert!(drain(&r, class(&how), T0).is_empty());
     assert_eq!(r.delta_sizes(), (0, 0));
 }
@@ -514,7 +517,8 @@ fn a_grafted_peer_hears_what_this_node_learns_until_the_graft_lapses() {
         r.add_peer(peer(n));
     }
     let until = T0.saturating_add(Nanos::from_secs(60));
-    r.graft(peer(3), until);
+    assert!(r.graft(peer(3), &[], T0, until), "a new relay");
+    assert!(!r.graft(peer(3), &[], T0, until), "a renewal");
     assert!(r.relays_to(peer(3), T0) && !r.relays_to(peer(4), T0));
     r.absorb(peer(2), NodeId(2), granted_by(2, &how, 1, T0), T0);
     let sent = drain(&r, class(&how), T0);
@@ -537,16 +541,18 @@ fn news_from_a_third_node_is_reported_as_relayed_and_as_late_once_settled() {
     // Node 3's grant, passed on by node 2 at once: relayed, not late.
     let fresh = granted_by(3, &how, 1, T0);
     let absorbed = r.absorb(peer(2), NodeId(2), fresh.clone(), T0);
-    assert!(absorbed.relayed && !absorbed.late, "{absorbed:?}");
+    assert_eq!(absorbed.relayed, vec![NodeId(3)], "{absorbed:?}");
+    assert!(absorbed.late.is_empty(), "{absorbed:?}");
     // The same again changes nothing: no news at all.
     let again = r.absorb(peer(2), NodeId(2), fresh, T0);
-    assert!(!again.relayed && again.merged == 0, "{again:?}");
+    assert!(again.relayed.is_empty() && again.merged == 0, "{again:?}");
     // Node 4's grant, arriving a settle time after it was made: the way
     // from node 4 to here is broken.
     let old = granted_by(4, &how, 1, T0);
     let late = T0.saturating_add(settle);
     let absorbed = r.absorb(peer(2), NodeId(2), old, late);
-    assert!(absorbed.relayed && absorbed.late, "{absorbed:?}");
+    assert_eq!(absorbed.relayed, vec![NodeId(4)], "{absorbed:?}");
+    assert_eq!(absorbed.late, vec![NodeId(4)], "{absorbed:?}");
 }
 
 #[test]
@@ -592,4 +598,44 @@ fn digests_agree_on_settled_state_and_name_the_buckets_that_differ() {
     a.decide_now(&pa, later, Request::exactly(1), Mode::Try)
         .unwrap();
     assert_eq!(a.digest(later).differs(&b.digest(later)), 0);
+}
+
+#[test]
+fn a_relay_passes_on_only_the_updates_of_nodes_the_asker_does_not_hear() {
+    let how = plain_queue();
+    let r = origin(1);
+    plan(&r, &how, 100, "u");
+    for n in [2, 3] {
+        r.add_peer(peer(n));
+    }
+    let until = T0.saturating_add(Nanos::from_secs(60));
+    // Peer 3 (node 3) hears nodes 1, 3 and 4 itself, not node 5.
+    r.graft(peer(3), &[NodeId(1), NodeId(3), NodeId(4)], T0, until);
+    let mut mixed = granted_by(4, &how, 2, T0);
+    let from_5 = granted_by(5, &how, 3, T0);
+    let (Payload::Queue(a), Payload::Queue(b)) = (&mut mixed[0].1, &from_5[0].1) else {
+        panic!("queues");
+    };
+    a.merge(b);
+    assert_eq!(a.len(), 5);
+    r.absorb(peer(2), NodeId(2), mixed, T0);
+    let sent = drain(&r, class(&how), T0);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    let (to, items) = &sent[0];
+    assert_eq!(*to, peer(3));
+    let Payload::Queue(q) = &items[0].1 else {
+        panic!("a queue");
+    };
+    assert_eq!(q.len(), 3, "only node 5's elements: {q:?}");
+    assert!(q.elements().all(|e| e.id.node == NodeId(5)));
+    // News only from nodes it hears goes nowhere (a second key, so no
+    // death of node 5's elements moves).
+    let later = T0.saturating_add(Nanos::SECOND);
+    r.absorb(peer(2), NodeId(2), granted_by(4, &how, 4, later), later);
+    assert!(drain(&r, class(&how), later).is_empty());
+    // Its latest request replaces the last: now it hears only itself.
+    r.graft(peer(3), &[NodeId(3)], later, until);
+    let latest = later.saturating_add(Nanos::SECOND);
+    r.absorb(peer(2), NodeId(2), granted_by(4, &how, 6, latest), latest);
+    assert_eq!(drain(&r, class(&how), latest).len(), 1);
 }

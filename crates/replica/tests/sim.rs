@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tollgate_core::replicated::strategy::{Eager, Replication, StrategyKind};
 use tollgate_core::replicated::NodeId;
 use tollgate_core::{Limit, Nanos, Rate, Request, TokenBucket};
-use tollgate_replica::sim::SimNet;
+use tollgate_replica::sim::{self, SimNet};
 use tollgate_replica::{Dissemination, Replica, ReplicaOptions};
 use tollgate_store::{Key, LimitId, Plan, StoreError};
 
@@ -662,4 +662,85 @@ fn a_ring_converges_through_relays() {
             "node {i}"
         );
     }
+}
+
+/// Cuts every link of `net` that `linked` does not name.
+fn keep_links(net: &mut SimNet, linked: impl Fn(usize, usize) -> bool) {
+    let n = net.len();
+    for a in 0..n {
+        for b in (a + 1)..n {
+            if !linked(a, b) {
+                net.set_cut(a, b, true);
+            }
+        }
+    }
+}
+
+/// Issue 21 (review): two meshes of four joined by one link (3–4). Nodes
+/// that cannot reach the other side ask every member they hear to relay
+/// its news, so the bridge (node 3 for 0–2, node 4 for 5–7) is among the
+/// relays, and news crosses within seconds, not at the next anti-entropy
+/// round.
+#[test]
+fn news_crosses_a_single_bridge_between_two_meshes() {
+    let how = Replication {
+        eager: None,
+        near_limit: false,
+        ..Replication::new(StrategyKind::Queue)
+    };
+    let mut net = net(8, 14);
+    keep_links(&mut net, |a, b| (a < 4) == (b < 4) || (a, b) == (3, 4));
+    for i in 0..8 {
+        plan(net.replica(i), &how, 100, "bridge");
+    }
+    net.run_for(Nanos::from_secs(5));
+    for _ in 0..3 {
+        assert_eq!(hit(&mut net, 7, &how, 100, "bridge"), 1);
+        assert_eq!(hit(&mut net, 0, &how, 100, "bridge"), 1);
+    }
+    net.run_for(Nanos::from_secs(5));
+    let key = Key::new(LIMIT, "bridge");
+    for i in 1..8 {
+        assert_eq!(
+            net.replica(i).state_of(&key),
+            net.replica(0).state_of(&key),
+            "node {i}"
+        );
+    }
+}
+
+/// Issue 21 (review): on a line 0–1–2, node 1 relays between 0 and 2. When
+/// it restarts it relays nothing, and the nodes at the ends ask it again
+/// within seconds (not when a half-life of the old relay has passed).
+#[test]
+fn a_relay_that_restarts_is_asked_again() {
+    let how = Replication {
+        eager: None,
+        near_limit: false,
+        ..Replication::new(StrategyKind::Queue)
+    };
+    let mut net = net(3, 15);
+    keep_links(&mut net, |a, b| (a, b) != (0, 2));
+    for i in 0..3 {
+        plan(net.replica(i), &how, 100, "line");
+    }
+    net.run_for(Nanos::from_secs(5));
+    assert!(net.replica(1).relays_to(sim::addr_of(0), net.now()));
+    net.crash(1);
+    net.run_for(Nanos::from_millis(500));
+    net.restart(1, options(NodeId(2)), 99);
+    plan(net.replica(1), &how, 100, "line");
+    // Joining (a full state from a member) and the next probes.
+    net.run_for(Nanos::from_secs(8));
+    assert!(net.replica(1).is_synced());
+    assert!(
+        net.replica(1).relays_to(sim::addr_of(0), net.now()),
+        "node 0 did not ask the restarted node to relay"
+    );
+    for _ in 0..3 {
+        assert_eq!(hit(&mut net, 2, &how, 100, "line"), 1);
+    }
+    net.run_for(Nanos::from_secs(3));
+    let key = Key::new(LIMIT, "line");
+    assert_eq!(net.replica(0).state_of(&key), net.replica(2).state_of(&key));
 }

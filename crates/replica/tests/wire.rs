@@ -494,7 +494,10 @@ fn every_body_kind_round_trips_at_the_header_extremes() {
             Body::Repair {
                 items: vec![(k.clone(), Payload::Queue(q.clone()))],
             },
-            Body::Graft,
+            Body::Graft {
+                except: vec![NodeId(1), NodeId(u64::MAX)],
+            },
+            Body::Graft { except: Vec::new() },
         ] {
             let m = round_trip(&h, &body);
             assert_eq!(m, Message { header: h, body });
@@ -1412,7 +1415,8 @@ fn a_digest_out_of_order_or_range_is_refused() {
             sealed(&h, 9, &body)
         }),
         ("short pull", sealed(&h, 10, &[1, 2, 3])),
-        ("graft with a body", sealed(&h, 12, &[0])),
+        ("graft with trailing bytes", sealed(&h, 12, &[0, 0])),
+        ("too many nodes in a graft", sealed(&h, 12, &[101])),
     ] {
         assert!(
             matches!(

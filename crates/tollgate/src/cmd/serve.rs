@@ -1180,6 +1180,11 @@ fn transport(tls: Option<&tollgate_server::tls::Tls>) -> &'static str {
     }
 }
 
+/// Reads `--dissemination`.
+fn parse_dissemination(name: &str) -> Result<Dissemination, String> {
+    Dissemination::parse(name).ok_or_else(|| format!("`{name}`: expected origin or epidemic"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1224,9 +1229,4 @@ mod tests {
         assert_eq!(bundled.label(None), "bundled example");
         assert_eq!(bundled.file_field(), "bundled");
     }
-}
-
-/// Reads `--dissemination`.
-fn parse_dissemination(name: &str) -> Result<Dissemination, String> {
-    Dissemination::parse(name).ok_or_else(|| format!("`{name}`: expected origin or epidemic"))
 }
