@@ -567,8 +567,12 @@ impl Replica {
             if let Some((born, origins)) = news {
                 let settle = settle_time(Class::of(&r.replication));
                 let late = born.saturating_add(settle) <= now;
+                // A counter's payload is its whole state, every node's
+                // entry in it: news of a third node there is no sign of
+                // a relay (only of a gap, when anti-entropy brings it).
+                let queue = matches!(payload, Payload::Queue(_));
                 for origin in origins {
-                    if !out.relayed.contains(&origin) {
+                    if queue && !out.relayed.contains(&origin) {
                         out.relayed.push(origin);
                     }
                     if late && !out.late.contains(&origin) {
@@ -936,8 +940,8 @@ impl PushRule {
 pub struct Absorbed {
     /// Payloads that changed the local state.
     pub merged: usize,
-    /// The third nodes (neither the sender nor this one) whose news this
-    /// node did not have: the sender relayed it.
+    /// The third nodes (neither the sender nor this one) whose queue
+    /// elements this node did not have: the sender relayed them.
     pub relayed: Vec<NodeId>,
     /// Those of them whose news was older than a settle time
     /// ([`settle_time`]): it should have arrived from its origin by now,
