@@ -1799,14 +1799,21 @@ async fn a_following_server_enforces_the_override_resolved_against_its_resource(
     assert_eq!(allowed, [true, true, true, false]);
 }
 
+/// The read token the limiting servers of these tests take for their
+/// admin endpoints (`serve --admin-tokens-file`), and the file the config
+/// API sends it from (`--servers-token-file`).
+const SERVERS_TOKEN: &str = "console-read-token-0123456789";
+
 /// A `tollgate serve` on free ports with `shop/login` (a fixed window of 2
-/// an hour) in a file of its own.
+/// an hour) in a file of its own, taking [`SERVERS_TOKEN`] for its admin
+/// endpoints.
 fn limiting_server(dir: &Sandbox) -> common::serving::Serving {
     let file = dir.write(
         "limits.yaml",
         "namespaces:\n  - name: shop\n    resources:\n      \
          - { name: login, algorithm: fixed_window, limit: 2, window: 1h }\n",
     );
+    let tokens = dir.write("admin-tokens", format!("read:console:{SERVERS_TOKEN}\n"));
     common::serving::Serving::start(
         dir,
         &[
@@ -1816,6 +1823,8 @@ fn limiting_server(dir: &Sandbox) -> common::serving::Serving {
             "127.0.0.1:0",
             "--http",
             "127.0.0.1:0",
+            "--admin-tokens-file",
+            tokens.to_str().unwrap(),
         ],
         &[],
     )
@@ -1849,22 +1858,31 @@ async fn the_api_reads_live_usage_from_the_limiting_servers_metrics() {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let silent_addr = silent.local_addr().unwrap();
     let servers = format!("{},{closed},http://{silent_addr}", server.http);
+    let token_file = dir.write("servers-token", format!("{SERVERS_TOKEN}\n"));
     let api = ConfigApi::start(
         &dir,
         &common::config_api::sqlite(&dir, "t.db"),
-        &["--servers", &servers, "--servers-refresh-ms", "200"],
+        &[
+            "--servers",
+            &servers,
+            "--servers-refresh-ms",
+            "200",
+            "--servers-token-file",
+            token_file.to_str().unwrap(),
+        ],
     );
     let allowed: Vec<bool> = (0..5).map(|_| hit(&server, "shop", "login")).collect();
     assert_eq!(allowed, [true, true, false, false, false]);
     // Rates come with the second refresh that saw the server.
     let u = until_usage(&api, |u| {
-        let login = &u["resources"]["shop/login"];
+        let login = &u["namespaces"]["shop"]["login"];
         login["decisions"] == 5.0 && login["decisions_per_s"].is_number()
     })
     .await;
     assert_eq!(u["enabled"], true);
     assert_eq!(u["every_ms"], 200);
-    let login = &u["resources"]["shop/login"];
+    assert_eq!(u["top_denied_unavailable"], Value::Null, "{u}");
+    let login = &u["namespaces"]["shop"]["login"];
     assert_eq!(
         (login["rejected"].as_f64(), login["hits_granted"].as_f64()),
         (Some(3.0), Some(2.0))
@@ -1900,12 +1918,51 @@ async fn the_api_reads_live_usage_from_the_limiting_servers_metrics() {
     );
     drop(silent);
 
+    // Review H1: without --servers-token-file (or with a token the server
+    // refuses) the numbers from the metrics still come, and the console
+    // is told the denied domains are unavailable, and why.
+    let wrong = dir.write("wrong-token", "not-the-servers-token-000\n");
+    for (extra, why) in [(None, "no --servers-token-file"), (Some(&wrong), "401")] {
+        let mut args = vec![
+            "--servers".to_owned(),
+            server.http.to_string(),
+            "--servers-refresh-ms".to_owned(),
+            "200".to_owned(),
+        ];
+        if let Some(f) = extra {
+            args.push("--servers-token-file".to_owned());
+            args.push(f.to_str().unwrap().to_owned());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let db = format!("t-{}.db", extra.is_some());
+        let plain = ConfigApi::start(&dir, &common::config_api::sqlite(&dir, &db), &args);
+        let u = until_usage(&plain, |u| {
+            u["namespaces"]["shop"]["login"]["decisions"] == 5.0
+        })
+        .await;
+        assert_eq!(u["namespaces"]["shop"]["login"]["rejected"], 3.0, "{u}");
+        assert_eq!(
+            u["namespaces"]["shop"]["login"]["top_denied"],
+            json!([]),
+            "{u}"
+        );
+        let unavailable = u["top_denied_unavailable"].as_str().unwrap_or_default();
+        assert!(unavailable.contains(why), "{u}");
+        assert_eq!(u["servers"][0]["state"], "ok", "{u}");
+    }
+    assert!(
+        server
+            .metric("tollgate_admin_auth_failures_total{reason=\"unknown_token\"}")
+            .unwrap_or(0.0)
+            >= 1.0
+    );
+
     // Without --servers there is nothing live, and it says so.
     let dir2 = Sandbox::new("config-api-usage-off");
     let off = ConfigApi::start(&dir2, &common::config_api::sqlite(&dir2, "t.db"), &[]);
     let u = off.get("/v1/usage").await;
     assert_eq!(
-        (u["enabled"].clone(), u["resources"].clone()),
+        (u["enabled"].clone(), u["namespaces"].clone()),
         (json!(false), json!({}))
     );
 

@@ -1238,6 +1238,8 @@ async fn the_console_shows_what_the_limiting_servers_decide_now() {
         "namespaces:\n  - name: shop\n    resources:\n      \
          - { name: api, algorithm: fixed_window, limit: 2, window: 1h }\n",
     );
+    const SERVERS_TOKEN: &str = "console-read-token-0123456789";
+    let admin_tokens = dir.write("admin-tokens", format!("read:console:{SERVERS_TOKEN}\n"));
     let server = common::serving::Serving::start(
         &dir,
         &[
@@ -1247,13 +1249,29 @@ async fn the_console_shows_what_the_limiting_servers_decide_now() {
             "127.0.0.1:0",
             "--http",
             "127.0.0.1:0",
+            "--admin-tokens-file",
+            admin_tokens.to_str().unwrap(),
         ],
         &[],
     );
     let servers = server.http.to_string();
+    let token_file = dir.write("servers-token", SERVERS_TOKEN);
     let api = ConfigApi::start(
         &dir,
         &sqlite(&dir, "tollgate.db"),
+        &[
+            "--servers",
+            &servers,
+            "--servers-refresh-ms",
+            "1000",
+            "--servers-token-file",
+            token_file.to_str().unwrap(),
+        ],
+    );
+    // One without the token: metrics only, and it says so.
+    let plain = ConfigApi::start(
+        &dir,
+        &sqlite(&dir, "plain.db"),
         &["--servers", &servers, "--servers-refresh-ms", "1000"],
     );
     populate(&api).await;
@@ -1275,5 +1293,23 @@ async fn the_console_shows_what_the_limiting_servers_decide_now() {
                       top denied: acme (3)')",
     );
     b.screenshot("console-live-1280.png");
+    b.assert_no_problems();
+
+    // Review H1: without --servers-token-file the numbers still show, and
+    // the page says the denied domains are unavailable.
+    populate(&plain).await;
+    drop(b);
+    let mut b = Browser::start(&Sandbox::new("config-api-ui-live-plain"));
+    sign_in(&mut b, &plain, READER);
+    b.wait_for(
+        "the decisions shown without denied domains",
+        "document.querySelector('td.live[data-resource=\"shop/api\"]').textContent \
+           .includes('5 decisions, 3 rejected (60%) in all') && \
+         document.getElementById('live-state').textContent \
+           .includes('top denied domains unavailable (no --servers-token-file')",
+    );
+    assert!(!b
+        .text("td.live[data-resource=\"shop/api\"]")
+        .contains("top denied"));
     b.assert_no_problems();
 }
