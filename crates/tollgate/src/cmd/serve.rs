@@ -1205,6 +1205,11 @@ fn admin_tokens(path: &std::path::Path) -> Result<tollgate_server::tokens::Token
     Ok(tokens)
 }
 
+/// Reads `--dissemination`.
+fn parse_dissemination(name: &str) -> Result<Dissemination, String> {
+    Dissemination::parse(name).ok_or_else(|| format!("`{name}`: expected origin or epidemic"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1249,9 +1254,4 @@ mod tests {
         assert_eq!(bundled.label(None), "bundled example");
         assert_eq!(bundled.file_field(), "bundled");
     }
-}
-
-/// Reads `--dissemination`.
-fn parse_dissemination(name: &str) -> Result<Dissemination, String> {
-    Dissemination::parse(name).ok_or_else(|| format!("`{name}`: expected origin or epidemic"))
 }
