@@ -528,8 +528,70 @@ async fn preconditions(api: &std::sync::Arc<ConfigApi>) {
         .await;
     assert_eq!(status, 404);
 
+    // Review M6: a namespace's `revision` in the list is the one GET
+    // /v1/namespaces/{ns} answers (anything in it changed), so it works
+    // as If-Match; the flags' own revision is `flags_revision`. A change
+    // to a resource moves the first only.
+    api.ok("PUT", "/v1/namespaces/cc", None).await;
+    api.ok("PUT", R, Some(body.clone())).await;
+    let listed = |list: &Value| {
+        list["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == "cc")
+            .cloned()
+            .unwrap()
+    };
+    let entry = listed(&api.get("/v1/namespaces").await);
+    let (_, one, _) = api
+        .call_with(Some(READER), "GET", "/v1/namespaces/cc", None, &[])
+        .await;
+    assert_eq!(entry["revision"], one["revision"], "{entry} {one}");
+    assert!(
+        entry["flags_revision"].as_i64() < entry["revision"].as_i64(),
+        "{entry}"
+    );
+    let (status, e, _) = api
+        .write_at(
+            "PUT",
+            "/v1/namespaces/cc",
+            Some(json!({})),
+            entry["revision"].as_i64(),
+        )
+        .await;
+    assert_eq!(status, 200, "the list's revision as If-Match: {e}");
+
+    // Review: a weak tag never matches a write (strong comparison, RFC
+    // 9110): 412, not a 400; empty list elements are skipped.
+    let (_, ns, _) = api
+        .call_with(Some(READER), "GET", "/v1/namespaces/cc", None, &[])
+        .await;
+    let weak = format!("W/\"{}\"", ns["revision"]);
+    let (status, e, _) = api
+        .call_with(
+            Some(ADMIN),
+            "PUT",
+            "/v1/namespaces/cc",
+            Some("{}"),
+            &[("if-match", &weak)],
+        )
+        .await;
+    assert_eq!(status, 412, "{e}");
+    let spaced = format!(" , \"{}\" ,", ns["revision"]);
+    let (status, e, _) = api
+        .call_with(
+            Some(ADMIN),
+            "PUT",
+            "/v1/namespaces/cc",
+            Some("{}"),
+            &[("if-match", &spaced)],
+        )
+        .await;
+    assert_eq!(status, 200, "{e}");
+
     // A malformed precondition is a 400 naming the header.
-    for bad in ["12", "W/\"12\"", "\"abc\""] {
+    for bad in ["12", "W/12", "\"abc\""] {
         let (status, e, _) = api
             .call_with(
                 Some(ADMIN),
@@ -639,6 +701,73 @@ async fn inheritance(api: &ConfigApi) {
         "{a}"
     );
     assert_eq!(a["resolved"]["domains"]["big"]["rate"], "1/1s", "{a}");
+
+    // Review M2: a multi-document file, overrides in a later document.
+    let multi = "namespaces:\n  - name: first\n    resources: []\n---\n".to_owned() + text;
+    let (status, r) = api
+        .call(Some(ADMIN), "POST", "/v1/import", Some(&multi))
+        .await;
+    assert_eq!(status, 200, "{r}");
+    let a = api.get("/v1/namespaces/imp/resources/a").await;
+    assert_eq!(
+        a["resource"]["domains"]["big"],
+        json!({"capacity": 50}),
+        "{a}"
+    );
+
+    // Review M3: a backup and its restore (export, then import under the
+    // export's ETag) keep the override inheriting: the resource's rate
+    // raised afterwards reaches it. The export wrote the resolved view,
+    // which froze it.
+    let (status, yaml, tag) = api
+        .call_with(Some(READER), "GET", "/v1/export", None, &[])
+        .await;
+    assert_eq!(status, 200);
+    let yaml = yaml.as_str().unwrap().to_owned();
+    assert!(!yaml.contains("big:\n          algorithm"), "{yaml}");
+    let tag = tag.unwrap();
+    let (status, r, _) = api
+        .call_with(
+            Some(ADMIN),
+            "POST",
+            "/v1/import",
+            Some(&yaml),
+            &[("if-match", &tag)],
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    let a = api.get("/v1/namespaces/imp/resources/a").await;
+    assert_eq!(
+        a["resource"]["domains"]["big"],
+        json!({"capacity": 50}),
+        "{a}"
+    );
+    let mut body = a["resource"].clone();
+    body["rate"] = json!("2/s");
+    let r = api
+        .ok("PUT", "/v1/namespaces/imp/resources/a", Some(body))
+        .await;
+    assert_eq!(r["resolved"]["domains"]["big"]["rate"], "2/1s", "{r}");
+    assert_eq!(r["resolved"]["domains"]["big"]["capacity"], 50, "{r}");
+
+    // An import under an ETag older than the config: 412, nothing
+    // replaced.
+    let (status, r, _) = api
+        .call_with(
+            Some(ADMIN),
+            "POST",
+            "/v1/import",
+            Some(text),
+            &[("if-match", &tag)],
+        )
+        .await;
+    assert_eq!(status, 412, "{r}");
+    assert_eq!(r["error"]["reason"], "precondition_failed", "{r}");
+    let a = api.get("/v1/namespaces/imp/resources/a").await;
+    assert_eq!(
+        a["resolved"]["rate"], "2/1s",
+        "the import was not applied: {a}"
+    );
 }
 
 /// Issue 22: the page made one request per namespace (113 for 112) and
@@ -708,7 +837,9 @@ async fn snapshot_and_history(api: &ConfigApi) {
     let r1 = api.get("/v1/namespaces/sa/resources/r1").await;
     assert_eq!(sa["resources"][0], r1, "each resource as GET answers it");
     assert!(
-        sa["changed"].is_i64() && sa["ignore_configured"] == false,
+        sa["revision"].is_i64()
+            && sa["flags_revision"].is_i64()
+            && sa["ignore_configured"] == false,
         "{sa}"
     );
 
