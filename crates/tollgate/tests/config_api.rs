@@ -2121,3 +2121,163 @@ async fn the_api_reads_live_usage_from_the_limiting_servers_metrics() {
         assert!(stderr.contains(expected), "{stderr}");
     }
 }
+
+/// A loopback HTTP server that answers every request with a body of
+/// `bytes` bytes, announcing its length or not (then it ends the body by
+/// closing): a limiting server whose metrics outgrew the cap.
+fn oversized_server(bytes: usize, announce: bool) -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                let mut head = [0u8; 4096];
+                let _ = conn.read(&mut head);
+                let length = if announce {
+                    format!("Content-Length: {bytes}\r\n")
+                } else {
+                    String::new()
+                };
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n{length}Connection: close\r\n\r\n"
+                );
+                let line = "tollgate_decisions_total{namespace=\"n\",resource=\"r\",outcome=\"granted\"} 1\n";
+                let mut sent = 0;
+                while sent < bytes {
+                    let chunk = line.as_bytes();
+                    if conn.write_all(chunk).is_err() {
+                        return;
+                    }
+                    sent += chunk.len();
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Review M7: a server whose /metrics is over the 8 MiB cap is reported
+/// as `too_large`, whether its Content-Length says so or the body runs
+/// over while read; the servers beside it still count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_with_metrics_over_the_cap_is_reported_too_large() {
+    let dir = Sandbox::new("config-api-usage-large");
+    let server = limiting_server(&dir);
+    let announced = oversized_server(9 * 1024 * 1024, true);
+    let streamed = oversized_server(9 * 1024 * 1024, false);
+    let servers = format!("{},{announced},{streamed}", server.http);
+    let api = ConfigApi::start(
+        &dir,
+        &common::config_api::sqlite(&dir, "t.db"),
+        &["--servers", &servers, "--servers-refresh-ms", "1000"],
+    );
+    assert!(hit(&server, "shop", "login"));
+    let u = until_usage(&api, |u| {
+        u["servers"][1]["state"].is_string()
+            && u["servers"][2]["state"].is_string()
+            && u["namespaces"]["shop"]["login"]["decisions"] == 1.0
+    })
+    .await;
+    assert_eq!(u["servers"][0]["state"], "ok", "{u}");
+    for i in [1, 2] {
+        assert_eq!(u["servers"][i]["state"], "too_large", "{u}");
+        let error = u["servers"][i]["error"].as_str().unwrap();
+        assert!(error.starts_with("too large: its /metrics is larger than 8 MiB"), "{u}");
+    }
+    assert!(u["namespaces"].get("n").is_none(), "nothing of a refused answer counts: {u}");
+}
+
+/// Review M7: `--servers https://...` reached only servers whose
+/// certificates chain to the system's roots. With `--servers-ca` it
+/// trusts the servers' own CA, and with `--servers-cert`/`--servers-key`
+/// it passes a server's mutual TLS; its top denied domains come over the
+/// same connection, with the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_usage_reads_servers_on_their_own_mutual_tls() {
+    let certs = tollgate_redis::testing::TestCerts::generate();
+    let dir = Sandbox::new("config-api-usage-tls");
+    let cert = dir.write("server.pem", &certs.server_cert);
+    let key = dir.write("server.key", &certs.server_key);
+    let ca = dir.write("ca.pem", &certs.ca);
+    let client_cert = dir.write("client.pem", &certs.client_cert);
+    let client_key = dir.write("client.key", &certs.client_key);
+    let file = dir.write(
+        "limits.yaml",
+        "namespaces:\n  - name: shop\n    resources:\n      \
+         - { name: login, algorithm: fixed_window, limit: 2, window: 1h }\n",
+    );
+    let tokens = dir.write("admin-tokens", format!("read:console:{SERVERS_TOKEN}\n"));
+    let server = common::serving::Serving::start(
+        &dir,
+        &[
+            "--config",
+            file.to_str().unwrap(),
+            "--grpc",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+            "--tls-client-ca",
+            ca.to_str().unwrap(),
+            "--admin-tokens-file",
+            tokens.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let servers = format!("https://{}", server.http);
+    let token_file = dir.write("servers-token", SERVERS_TOKEN);
+    let api = ConfigApi::start(
+        &dir,
+        &common::config_api::sqlite(&dir, "t.db"),
+        &[
+            "--servers",
+            &servers,
+            "--servers-refresh-ms",
+            "200",
+            "--servers-ca",
+            ca.to_str().unwrap(),
+            "--servers-cert",
+            client_cert.to_str().unwrap(),
+            "--servers-key",
+            client_key.to_str().unwrap(),
+            "--servers-token-file",
+            token_file.to_str().unwrap(),
+        ],
+    );
+    let u = until_usage(&api, |u| u["servers"][0]["ok"].is_boolean()).await;
+    assert_eq!(u["servers"][0]["state"], "ok", "{u}");
+    assert_eq!(u["servers"][0]["denied_error"], Value::Null, "{u}");
+    assert_eq!(u["top_denied_unavailable"], Value::Null, "{u}");
+
+    // Without the CA: the server's certificate is not trusted, and it
+    // says so rather than showing nothing.
+    let untrusting = ConfigApi::start(
+        &dir,
+        &common::config_api::sqlite(&dir, "u.db"),
+        &["--servers", &servers, "--servers-refresh-ms", "200"],
+    );
+    let u = until_usage(&untrusting, |u| u["servers"][0]["ok"].is_boolean()).await;
+    assert_eq!(u["servers"][0]["state"], "error", "{u}");
+
+    // A CA file that holds no certificate stops the start, naming it.
+    let tokens = dir.write("tokens-x", format!("admin:a:{ADMIN}\n"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["config-api", "--listen", "127.0.0.1:0", "--servers", &servers])
+        .arg("--tokens-file")
+        .arg(&tokens)
+        .arg("--servers-ca")
+        .arg(&key)
+        .current_dir(&dir.dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--servers-ca"), "{stderr}");
+    assert!(!stderr.contains("PRIVATE KEY"), "{stderr}");
+}
