@@ -2185,9 +2185,15 @@ async fn a_server_with_metrics_over_the_cap_is_reported_too_large() {
     for i in [1, 2] {
         assert_eq!(u["servers"][i]["state"], "too_large", "{u}");
         let error = u["servers"][i]["error"].as_str().unwrap();
-        assert!(error.starts_with("too large: its /metrics is larger than 8 MiB"), "{u}");
+        assert!(
+            error.starts_with("too large: its /metrics is larger than 8 MiB"),
+            "{u}"
+        );
     }
-    assert!(u["namespaces"].get("n").is_none(), "nothing of a refused answer counts: {u}");
+    assert!(
+        u["namespaces"].get("n").is_none(),
+        "nothing of a refused answer counts: {u}"
+    );
 }
 
 /// Review M7: `--servers https://...` reached only servers whose
@@ -2268,7 +2274,13 @@ async fn live_usage_reads_servers_on_their_own_mutual_tls() {
     // A CA file that holds no certificate stops the start, naming it.
     let tokens = dir.write("tokens-x", format!("admin:a:{ADMIN}\n"));
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(["config-api", "--listen", "127.0.0.1:0", "--servers", &servers])
+        .args([
+            "config-api",
+            "--listen",
+            "127.0.0.1:0",
+            "--servers",
+            &servers,
+        ])
         .arg("--tokens-file")
         .arg(&tokens)
         .arg("--servers-ca")

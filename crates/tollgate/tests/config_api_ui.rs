@@ -867,6 +867,28 @@ async fn an_admin_creates_edits_and_deletes_through_the_page() {
     assert_eq!(resolved["rate"], "20/1s");
     b.screenshot("console-editor-1280.png");
 
+    // Review M8: a new algorithm and the overrides that fit it, in one
+    // save (`domains` in the JSON). The page sent the old overrides with
+    // every save, and `capacity` does not fit gcra: it could not be done.
+    b.eval("document.getElementById('f-capacity').value = ''");
+    b.type_into("#f-algorithm", "gcra");
+    b.type_into("#f-rate", "10/s");
+    b.type_into("#f-burst", "5");
+    b.type_into(
+        "#editor",
+        r#"{"shadow_mode": true, "domains": {"bigcorp": {"burst": 50}}}"#,
+    );
+    b.click("#save");
+    wait_message(&mut b, "ok");
+    let r = api.get("/v1/namespaces/billing/resources/invoices").await;
+    assert_eq!(r["resource"]["algorithm"], "gcra", "{r}");
+    assert_eq!(
+        r["resource"]["domains"],
+        json!({"bigcorp": {"burst": 50}}),
+        "{r}"
+    );
+    assert_eq!(r["resolved"]["domains"]["bigcorp"]["rate"], "10/1s", "{r}");
+
     // A change the API lowers: its warning is shown.
     open_editor(&mut b, "shop/db");
     b.type_into("#f-domain_limit", "50");
@@ -1024,6 +1046,44 @@ async fn a_change_made_elsewhere_meanwhile_is_a_conflict_shown_never_overwritten
         250
     );
 
+    // Review: created meanwhile by someone else while the page creates
+    // it: a conflict; taking their version switches the editor to edit
+    // it (under its revision), so the next save is not refused again as
+    // a create.
+    b.click("section[data-namespace=\"shop\"] button.new-resource");
+    b.wait_for(
+        "the new resource's form",
+        "!document.getElementById('edit-panel').hidden && \
+         document.getElementById('edit-title').textContent === 'new resource in'",
+    );
+    b.type_into("#f-name", "fresh");
+    b.type_into("#f-algorithm", "token_bucket");
+    b.type_into("#f-capacity", "5");
+    b.type_into("#f-rate", "1/s");
+    put(
+        &api,
+        "/v1/namespaces/shop/resources/fresh",
+        json!({"algorithm": "token_bucket", "capacity": 7, "rate": "1/s"}),
+    )
+    .await;
+    b.click("#save");
+    wait_message(&mut b, "conflict");
+    b.click("#load-current");
+    b.wait_for(
+        "their version, in edit mode",
+        "document.getElementById('f-capacity').value === '7' && \
+         document.getElementById('edit-title').textContent === 'edit' && \
+         document.getElementById('editing').textContent === 'shop/fresh' && \
+         document.getElementById('f-name').disabled",
+    );
+    b.type_into("#f-capacity", "9");
+    b.click("#save");
+    wait_message(&mut b, "ok");
+    assert_eq!(
+        api.get("/v1/namespaces/shop/resources/fresh").await["resource"]["capacity"],
+        9
+    );
+
     // Deleted meanwhile: a conflict, and nothing re-created.
     open_editor(&mut b, "shop/db");
     api.ok("DELETE", "/v1/namespaces/shop/resources/db", None)
@@ -1125,8 +1185,17 @@ async fn a_read_token_sees_no_edit_controls_and_a_refused_token_or_429_clears_th
         "the refusal of the token",
         "document.getElementById('status').dataset.state === 'need-token'",
     );
-    assert_eq!(b.text("#status"), "the bearer token is not known");
+    assert_eq!(
+        b.text("#status"),
+        "the bearer token is not known (the token was forgotten: enter one again)"
+    );
     assert_eq!(b.rows().len(), 0);
+    // Review: the refused token is not kept to be sent again.
+    assert_eq!(
+        b.eval("sessionStorage.length"),
+        json!(0),
+        "a refused token is dropped"
+    );
 
     // The read token: everything shown, nothing to change it with.
     b.navigate(&api.url(&format!("/ui#token={READER}")));
@@ -1178,6 +1247,23 @@ async fn a_read_token_sees_no_edit_controls_and_a_refused_token_or_429_clears_th
     assert_eq!(b.rows().len(), 0);
     assert_eq!(b.text("#revision"), "-");
     assert_eq!(b.text("#whoami"), "not signed in");
+    // Review: it says when to retry (the API's Retry-After), asks nothing
+    // before then (a reload is not sent: it would only be refused
+    // again), and loads by itself afterwards.
+    let status = b.text("#status");
+    assert!(status.contains("rate limited: retrying in"), "{status}");
+    let calls = b.eval(
+        "(() => { window.__calls = 0; const f = window.fetch; \
+           window.fetch = (...a) => { window.__calls++; return f(...a); }; \
+           for (let i = 0; i < 5; i++) document.getElementById('reload').click(); \
+           return window.__calls; })()",
+    );
+    assert_eq!(calls, json!(0), "no request before Retry-After");
+    b.wait_for(
+        "the list again after Retry-After",
+        "document.getElementById('status').dataset.state === 'ready'",
+    );
+    assert_eq!(b.rows().len(), 4);
     b.assert_no_problems();
 }
 
