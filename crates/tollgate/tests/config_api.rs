@@ -616,6 +616,97 @@ async fn preconditions(api: &std::sync::Arc<ConfigApi>) {
     }
 }
 
+/// `psql` on `url` with `sql` (one row, one column, unaligned): its
+/// answer.
+fn psql(url: &str, sql: &str) -> String {
+    let out = std::process::Command::new("psql")
+        .args([url, "-qAtX", "-v", "ON_ERROR_STOP=1", "-c", sql])
+        .output()
+        .expect("psql runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Review: the race test let two writers run as they came, so it passed
+/// whether or not they ever overlapped. Here they are made to: a session
+/// of our own holds `tg_meta` (whose revision every write bumps first)
+/// locked while two writers under the same `If-Match` start, until the
+/// database shows both waiting for it; then it lets go. A precondition
+/// checked before the write's transaction (or before the bump) would let
+/// both through, a lost update; checked after the bump, exactly one wins
+/// and the other is refused with 412. Several rounds.
+async fn writers_held_together_then_released(api: &std::sync::Arc<ConfigApi>, url: &str) {
+    use std::io::{BufRead, Write};
+    const R: &str = "/v1/namespaces/race/resources/r";
+    api.ok("PUT", "/v1/namespaces/race", None).await;
+    let waiting = "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
+                   WHERE c.relname = 'tg_meta' AND NOT l.granted";
+    for round in 0..3 {
+        let body = json!({"algorithm": "token_bucket", "capacity": 1, "rate": "1/s"});
+        let at = api.ok("PUT", R, Some(body)).await["revision"]
+            .as_i64()
+            .unwrap();
+        let mut holder = std::process::Command::new("psql")
+            .args([url, "-qAtX", "-v", "ON_ERROR_STOP=1"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("psql runs");
+        let mut stdin = holder.stdin.take().unwrap();
+        writeln!(
+            stdin,
+            "BEGIN; LOCK TABLE tg_meta IN EXCLUSIVE MODE; SELECT 'locked';"
+        )
+        .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(holder.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "locked");
+        let writers: Vec<_> = [2, 3]
+            .into_iter()
+            .map(|capacity| {
+                let api = std::sync::Arc::clone(api);
+                tokio::spawn(async move {
+                    let body =
+                        json!({"algorithm": "token_bucket", "capacity": capacity, "rate": "1/s"});
+                    let (status, v, _) = api.write_at("PUT", R, Some(body), Some(at)).await;
+                    (status, v)
+                })
+            })
+            .collect();
+        let mut both_waiting = false;
+        for _ in 0..600 {
+            if psql(url, waiting) == "2" {
+                both_waiting = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        writeln!(stdin, "COMMIT;").unwrap();
+        drop(stdin);
+        holder.wait().unwrap();
+        assert!(
+            both_waiting,
+            "round {round}: the two writers never waited together"
+        );
+        let mut statuses = Vec::new();
+        for w in writers {
+            let (status, v) = w.await.unwrap();
+            if status == 412 {
+                assert_eq!(v["error"]["reason"], "precondition_failed", "{v}");
+            }
+            statuses.push(status);
+        }
+        statuses.sort_unstable();
+        assert_eq!(statuses, [200, 412], "round {round}: exactly one wins");
+    }
+}
+
 /// Issue 22: the API stored a domain override with every inherited field
 /// written out, so raising the resource's rate left the override at the
 /// old one. An override stores what it changes; the resolved view (what
@@ -1056,6 +1147,7 @@ async fn postgres_crud_concurrent_writers_and_the_database_going_away() {
     crud(&api, &dir).await;
     concurrent(&api).await;
     preconditions(&api).await;
+    writers_held_together_then_released(&api, &url).await;
     inheritance(&api).await;
     snapshot_and_history(&api).await;
     let revision = api.get("/v1/namespaces").await["revision"].clone();
