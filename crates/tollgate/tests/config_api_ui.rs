@@ -505,12 +505,31 @@ fn capacity_of(row: &Value) -> &str {
     row["params"]["capacity"].as_str().unwrap()
 }
 
-/// Where the screenshots go: under the target directory (they depend on
-/// the fonts installed, so they are not committed).
-fn screenshots() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+/// The screenshots docs/config-api.md shows, written to
+/// `docs/images/console/` when the run is asked to
+/// (`TOLLGATE_WRITE_SCREENSHOTS=1`).
+const DOCUMENTED: &[&str] = &[
+    "console-list-1280.png",
+    "console-list-390.png",
+    "console-conflict-1280.png",
+    "console-history-1280.png",
+    "console-read-only-1280.png",
+];
+
+/// Where the screenshot `name` goes: under the target directory, or, with
+/// `TOLLGATE_WRITE_SCREENSHOTS=1` and a screenshot the docs show, into
+/// `docs/images/console/` (they depend on the fonts installed, so they
+/// are written there only when asked).
+fn screenshot_path(name: &str) -> PathBuf {
+    let to_docs = std::env::var("TOLLGATE_WRITE_SCREENSHOTS").is_ok_and(|v| v == "1")
+        && DOCUMENTED.contains(&name);
+    let dir = if to_docs {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/images/console")
+    } else {
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots")
+    };
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    dir.join(name)
 }
 
 /// Standard base64 decoding (Chromium's screenshots).
@@ -540,15 +559,27 @@ fn unbase64(text: &str) -> Vec<u8> {
 }
 
 impl Browser {
-    /// Saves a PNG of the page as it is to `name` in [`screenshots`].
+    /// Saves a PNG of what the viewport shows of the page to `name`
+    /// ([`screenshot_path`]), cut where the page ends (no empty space
+    /// below a short page) and at most 900 CSS pixels high; wide views
+    /// scaled to 0.6.
     fn screenshot(&mut self, name: &str) {
+        let area = self.eval(
+            "({ x: window.scrollX, y: window.scrollY, width: window.innerWidth, \
+                height: Math.min(window.innerHeight, 900, \
+                  document.documentElement.scrollHeight - window.scrollY) })",
+        );
+        // Wide views at 0.6: small files for the docs, still legible.
+        let wide = area["width"].as_f64().unwrap_or(0.0) > 600.0;
+        let mut clip = area;
+        clip["scale"] = json!(if wide { 0.6 } else { 1.0 });
         let r = self.call(
             "Page.captureScreenshot",
-            json!({ "format": "png", "captureBeyondViewport": false }),
+            json!({ "format": "png", "captureBeyondViewport": false, "clip": clip }),
         );
         let png = unbase64(r["data"].as_str().unwrap());
         assert!(png.starts_with(b"\x89PNG"), "a PNG");
-        std::fs::write(screenshots().join(name), png).unwrap();
+        std::fs::write(screenshot_path(name), png).unwrap();
     }
 
     /// Emulates a viewport `width` CSS pixels wide (a phone at 390).
@@ -795,6 +826,7 @@ async fn an_admin_creates_edits_and_deletes_through_the_page() {
     sign_in(&mut b, &api, ADMIN);
     assert_eq!(b.eval("document.getElementById('token').value"), json!(""));
     assert_eq!(b.text("#whoami"), "signed in as alice (admin)");
+    b.screenshot("console-list-1280.png");
 
     // A namespace, created from its form.
     b.type_into("#new-namespace-name", "billing");
