@@ -284,8 +284,9 @@ fn spec_flow(spec: &RateSpec) -> String {
     parts.join(", ")
 }
 
-/// A string as a YAML scalar: plain when unambiguous, else double-quoted.
-fn scalar(s: &str) -> String {
+/// A string as a YAML scalar: plain when unambiguous, else double-quoted
+/// (also what the config API's export writes its keys and strings with).
+pub fn scalar(s: &str) -> String {
     let plain = !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "_-./@".contains(c))

@@ -392,8 +392,8 @@ fn written(body: Value) -> Response {
 }
 
 async fn list_namespaces(State(api): State<Api>) -> Result<Response, ApiError> {
-    let namespaces = api.db.namespaces().await?;
-    let revision = api.db.revision().await?;
+    // One snapshot: the ETag is never newer than the list (review M6).
+    let (revision, namespaces) = api.db.namespaces_at().await?;
     Ok(tagged(
         json!({ "revision": revision, "namespaces": namespaces }),
         revision,
@@ -1031,10 +1031,12 @@ async fn export(State(api): State<Api>) -> Result<Response, ApiError> {
     let revision = api.db.revision().await?;
     let all = api.db.all().await?;
     let doc = normalize::document(&all);
-    let text = serde_json::to_string(&doc).map_err(|e| ApiError::malformed(e.to_string()))?;
-    let loaded = tollgate_config::load_str("export", &text)
+    // The stored bodies, refining overrides as stored, so an export
+    // imported again keeps them inheriting (the loader's emitter would
+    // write them resolved, whole). Checked to load, as before.
+    let yaml = normalize::to_yaml(&doc);
+    tollgate_config::load_str("export", &yaml)
         .map_err(|e| ApiError::invalid(format!("the stored config does not load: {e}")))?;
-    let yaml = tollgate_config::emit::to_yaml(&loaded.config);
     Ok((
         [
             (header::CONTENT_TYPE, "application/yaml".to_owned()),

@@ -161,10 +161,11 @@ pub fn import(text: &str) -> Result<(Vec<Imported>, Vec<String>), ApiError> {
     let (doc, warnings) = load_text("import", text)?;
     // The text as written, for the fields each override gives: it loaded,
     // so it parses.
-    let raw = tollgate_config::yaml::parse("import", text)
-        .ok()
-        .and_then(|nodes| nodes.first().map(to_json))
-        .unwrap_or(Value::Null);
+    // Every document of the text: a multi-document YAML file spreads its
+    // namespaces over several.
+    let raw: Vec<Value> = tollgate_config::yaml::parse("import", text)
+        .map(|nodes| nodes.iter().map(to_json).collect())
+        .unwrap_or_default();
     let named = |list: Option<&Value>, name: &str| -> Option<Value> {
         list.and_then(Value::as_array)?
             .iter()
@@ -174,7 +175,9 @@ pub fn import(text: &str) -> Result<(Vec<Imported>, Vec<String>), ApiError> {
     let namespaces = namespaces_of(&doc)
         .into_iter()
         .map(|ns| {
-            let raw_ns = named(raw.get("namespaces"), &ns.name);
+            let raw_ns = raw
+                .iter()
+                .find_map(|d| named(d.get("namespaces"), &ns.name));
             let resolved = ns.resources.clone();
             let stored = ns
                 .resources
@@ -219,8 +222,12 @@ pub fn resource(
 /// The stored form of a resource given as `raw` and normalized (resolved)
 /// as `resolved`: the resolved resource, except that each domain override
 /// that refines (has no `algorithm`, config.md §3.7) keeps only the fields
-/// `raw` gave it, with their normalized values, so it goes on inheriting
-/// the rest from the resource when the resource changes. An override that
+/// `raw` gave it, with the values it gave (they passed validation), so it
+/// goes on inheriting the rest from the resource when the resource
+/// changes. Not the resolved values: those may be clamped by the
+/// resource (an override's limit lowered to the resource's global
+/// limit), and a clamped value stored would stay low when the resource's
+/// limit is raised, where a file's override would rise with it. An override that
 /// replaces (names its `algorithm`) inherits nothing and is kept whole, as
 /// resolved. Overrides stored by earlier versions, complete with their
 /// `algorithm`, are such replacing overrides: still valid, they resolve to
@@ -241,14 +248,7 @@ pub fn stored_form(raw: &Value, resolved: &Value) -> Value {
         if fields.contains_key("algorithm") {
             continue;
         }
-        let partial: Map<String, Value> = fields
-            .iter()
-            .map(|(k, v)| {
-                let normalized = full.get(k).cloned().unwrap_or_else(|| v.clone());
-                (k.clone(), normalized)
-            })
-            .collect();
-        *full = Value::Object(partial);
+        *full = Value::Object(fields.clone());
     }
     stored
 }
@@ -296,6 +296,92 @@ pub fn namespace(ns: &str, flags: NamespaceFlags) -> Result<Vec<String>, ApiErro
         resources: Vec::new(),
     }]);
     load(ns, &doc).map(|(_, w)| w)
+}
+
+/// A stored document (JSON) as block YAML that tollgate's loader reads
+/// back to the same values: what `GET /v1/export` writes, so refining
+/// overrides stay as stored (they would be written out whole by the
+/// loader's own emitter, which resolves them). `name` comes first in
+/// each map, the rest in the map's order.
+pub fn to_yaml(doc: &Value) -> String {
+    let mut out = String::new();
+    match doc {
+        Value::Object(map) if !map.is_empty() => yaml_map(map, 0, &mut out),
+        other => {
+            out.push_str(&yaml_inline(other));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// A scalar, or an empty collection, on one line.
+fn yaml_inline(v: &Value) -> String {
+    match v {
+        Value::Null => "null".to_owned(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => tollgate_config::emit::scalar(s),
+        Value::Array(_) => "[]".to_owned(),
+        Value::Object(_) => "{}".to_owned(),
+    }
+}
+
+fn is_nested(v: &Value) -> bool {
+    match v {
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(m) => !m.is_empty(),
+        _ => false,
+    }
+}
+
+fn yaml_map(map: &Map<String, Value>, indent: usize, out: &mut String) {
+    let named = map.get_key_value("name");
+    let rest = map.iter().filter(|(k, _)| k.as_str() != "name");
+    for (i, (k, v)) in named.into_iter().chain(rest).enumerate() {
+        // The first key of a sequence item follows its `- `.
+        if !(i == 0 && out.ends_with("- ")) {
+            out.push_str(&" ".repeat(indent));
+        }
+        out.push_str(&tollgate_config::emit::scalar(k));
+        out.push(':');
+        yaml_value(v, indent, out);
+    }
+}
+
+/// What follows `key:` at `indent`.
+fn yaml_value(v: &Value, indent: usize, out: &mut String) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            out.push('\n');
+            yaml_map(m, indent + 2, out);
+        }
+        Value::Array(items) if !items.is_empty() => {
+            out.push('\n');
+            for item in items {
+                out.push_str(&" ".repeat(indent + 2));
+                out.push_str("- ");
+                match item {
+                    Value::Object(m) if is_nested(item) => yaml_map(m, indent + 4, out),
+                    Value::Array(_) if is_nested(item) => {
+                        // Not in tollgate's format; written as JSON flow,
+                        // which is YAML too.
+                        out.push_str(&item.to_string());
+                        out.push('\n');
+                    }
+                    other => {
+                        out.push_str(&yaml_inline(other));
+                        out.push('\n');
+                    }
+                }
+            }
+        }
+        other => {
+            out.push(' ');
+            out.push_str(&yaml_inline(other));
+            out.push('\n');
+        }
+    }
 }
 
 /// A YAML node as JSON (the loader's output read back).
@@ -377,15 +463,90 @@ mod tests {
         assert_eq!(r2.stored["domains"]["bigcorp"], json!({"capacity": 1000}));
         assert_eq!(r2.resolved["domains"]["other"]["rate"], "5/1s");
 
-        // A value is stored normalized.
+        // A value is stored as given (it was validated), resolved
+        // normalized.
         let body = json!({"algorithm": "gcra", "rate": "10/s", "burst": 5,
                           "domains": {"acme": {"rate": "100/m"}}});
         let r = resource("shop", flags, "login", &body).unwrap();
-        assert_eq!(
-            r.stored["domains"]["acme"]["rate"],
-            r.resolved["domains"]["acme"]["rate"]
+        assert_eq!(r.stored["domains"]["acme"], json!({"rate": "100/m"}));
+        assert_eq!(r.resolved["domains"]["acme"]["burst"], 5);
+    }
+
+    /// Review M1: an override's value clamped by its resource (a copy
+    /// limit lowered to the global limit) was stored clamped, so raising
+    /// the resource's global limit left the override at the old value,
+    /// where a file's override rises with it.
+    #[test]
+    fn a_clamped_override_value_is_stored_as_given_and_rises_with_its_resource() {
+        let flags = NamespaceFlags::default();
+        let body = json!({"kind": "concurrency", "domain_limit": 5, "global_limit": 10,
+                          "domains": {"acme": {"domain_limit": 50}}});
+        let r = resource("shop", flags, "db", &body).unwrap();
+        assert_eq!(r.resolved["domains"]["acme"]["domain_limit"], 10, "{r:?}");
+        assert_eq!(r.stored["domains"]["acme"], json!({"domain_limit": 50}));
+        let mut raised = r.stored.clone();
+        raised["global_limit"] = json!(100);
+        let r2 = resource("shop", flags, "db", &raised).unwrap();
+        assert_eq!(r2.resolved["domains"]["acme"]["domain_limit"], 50, "{r2:?}");
+    }
+
+    /// Review M2: an import read the overrides as written from the first
+    /// YAML document only, so a namespace in a later document had its
+    /// refining overrides stored whole (frozen).
+    #[test]
+    fn an_import_finds_overrides_in_every_document() {
+        let text = "namespaces:\n  - name: a\n    resources:\n      \
+                    - { name: r, algorithm: token_bucket, capacity: 10, rate: 1/s }\n\
+                    ---\n\
+                    namespaces:\n  - name: b\n    resources:\n      \
+                    - name: r\n        algorithm: token_bucket\n        capacity: 10\n        rate: 1/s\n        \
+                    domains:\n          acme: { capacity: 99 }\n";
+        let (namespaces, _) = import(text).unwrap();
+        let b = namespaces.iter().find(|(ns, _)| ns.name == "b").unwrap();
+        assert_eq!(b.0.resources[0]["domains"]["acme"], json!({"capacity": 99}));
+        assert_eq!(b.1[0]["domains"]["acme"]["rate"], "1/1s");
+    }
+
+    /// Review M3: the export wrote the resolved view, so a backup
+    /// imported again froze every override. The stored document written
+    /// as YAML loads back to the same stored and resolved forms.
+    #[test]
+    fn the_stored_document_as_yaml_imports_to_the_same_forms() {
+        let flags = NamespaceFlags::default();
+        let body = json!({
+            "algorithm": "token_bucket", "capacity": 100, "rate": "10/s",
+            "domains": {
+                "big corp": {"capacity": 1000},
+                "true": {"algorithm": "gcra", "rate": "5/s", "burst": 2},
+            },
+        });
+        let r = resource("shop-1", flags, "api", &body).unwrap();
+        let doc = document(&[
+            NamespaceDoc {
+                name: "shop-1".into(),
+                flags: NamespaceFlags {
+                    ignore_configured: true,
+                    allow_unconfigured: false,
+                },
+                resources: vec![r.stored.clone()],
+            },
+            NamespaceDoc {
+                name: "empty".into(),
+                flags,
+                resources: vec![],
+            },
+        ]);
+        let yaml = to_yaml(&doc);
+        assert!(
+            yaml.starts_with("namespaces:\n  - name: shop-1\n"),
+            "{yaml}"
         );
-        assert_eq!(r.stored["domains"]["acme"].as_object().unwrap().len(), 1);
+        let (namespaces, _) = import(&yaml).unwrap_or_else(|e| panic!("{e:?}\n{yaml}"));
+        let shop = namespaces.iter().find(|(n, _)| n.name == "shop-1").unwrap();
+        assert!(shop.0.flags.ignore_configured);
+        assert_eq!(shop.0.resources, vec![r.stored.clone()], "{yaml}");
+        assert_eq!(shop.1, vec![r.resolved.clone()]);
+        assert!(namespaces.iter().any(|(n, _)| n.name == "empty"));
     }
 
     #[test]

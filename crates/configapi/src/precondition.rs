@@ -26,7 +26,9 @@ pub enum Precondition {
     #[default]
     None,
     /// `If-Match: "N", ...`: the target exists and was last changed at one
-    /// of these revisions.
+    /// of these revisions. Weak tags (`W/"N"`) are left out: a write's
+    /// comparison is strong (RFC 9110 §13.1.1), so they never match, and
+    /// a list of weak tags alone is empty here and matches nothing (412).
     Revision(Vec<i64>),
     /// `If-Match: *`: the target exists.
     Exists,
@@ -77,13 +79,24 @@ impl Precondition {
             (Some(v), None) if v.trim() == "*" => Ok(Precondition::Exists),
             (Some(v), None) => {
                 let mut revisions = Vec::new();
-                for tag in v.split(',') {
-                    revisions.push(parse_tag(tag.trim())?);
-                    if revisions.len() > MAX_TAGS {
+                let mut tags = 0;
+                // RFC 9110 §5.6.1: empty list elements are skipped, and
+                // whitespace around elements is allowed.
+                for tag in v.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+                    tags += 1;
+                    if tags > MAX_TAGS {
                         return Err(ApiError::malformed(format!(
                             "If-Match lists more than {MAX_TAGS} entity tags"
                         )));
                     }
+                    if let Some(n) = parse_tag(tag)? {
+                        revisions.push(n);
+                    }
+                }
+                if tags == 0 {
+                    return Err(ApiError::malformed(
+                        "If-Match: it lists no entity tag; give the ETag a read answered (\"N\")",
+                    ));
                 }
                 Ok(Precondition::Revision(revisions))
             }
@@ -115,6 +128,13 @@ impl Precondition {
                  (If-None-Match: * only creates)"
             ))),
             (Precondition::Revision(tags), Some(now)) if tags.contains(&now) => Ok(()),
+            (Precondition::Revision(tags), Some(now)) if tags.is_empty() => {
+                Err(ApiError::precondition(format!(
+                    "If-Match held only weak entity tags (W/\"N\"), which never match a write \
+                     (strong comparison, RFC 9110); {what} is at revision {now}: send \"{now}\" \
+                     if that is what you read"
+                )))
+            }
             (Precondition::Revision(tags), Some(now)) => {
                 let sent: Vec<String> = tags.iter().map(|t| t.to_string()).collect();
                 Err(ApiError::precondition(format!(
@@ -127,9 +147,10 @@ impl Precondition {
     }
 }
 
-/// One entity tag: `"N"` (a weak `W/"N"` never matches a write's strong
-/// comparison, RFC 9110 §13.1.1, so it is refused by name).
-fn parse_tag(tag: &str) -> Result<i64, ApiError> {
+/// One entity tag: `"N"` is revision N; a weak `W/"..."` is `None`: it
+/// never matches a write's strong comparison (RFC 9110 §13.1.1), so the
+/// write is refused with 412 as for any tag that does not match.
+fn parse_tag(tag: &str) -> Result<Option<i64>, ApiError> {
     let refused = |why: &str| {
         Err(ApiError::malformed(tollgate_server::errors::bounded(
             format!(
@@ -137,14 +158,20 @@ fn parse_tag(tag: &str) -> Result<i64, ApiError> {
             ),
         )))
     };
-    if tag.starts_with("W/") {
-        return refused("a weak entity tag never matches a write");
+    let quoted = |t: &str| {
+        t.len() >= 2 && t.starts_with('"') && t.ends_with('"') && !t[1..t.len() - 1].contains('"')
+    };
+    if let Some(weak) = tag.strip_prefix("W/") {
+        if !quoted(weak) {
+            return refused("an entity tag is quoted");
+        }
+        return Ok(None);
     }
     let Some(inner) = tag.strip_prefix('"').and_then(|t| t.strip_suffix('"')) else {
         return refused("an entity tag is quoted");
     };
     match inner.parse::<i64>() {
-        Ok(n) if n >= 0 => Ok(n),
+        Ok(n) if n >= 0 => Ok(Some(n)),
         _ => refused("this API's entity tags are revisions"),
     }
 }
@@ -183,7 +210,22 @@ mod tests {
             p(&[(header::IF_NONE_MATCH, "*")]).unwrap(),
             Precondition::Absent
         );
-        for bad in ["12", "W/\"12\"", "\"x\"", "\"-1\""] {
+        // Review: empty elements are skipped and whitespace allowed
+        // (RFC 9110 §5.6.1); a weak tag is no match, not an error.
+        assert_eq!(
+            p(&[(header::IF_MATCH, " , \"4\" ,, W/\"5\" ,")]).unwrap(),
+            Precondition::Revision(vec![4])
+        );
+        assert_eq!(
+            p(&[(header::IF_MATCH, "W/\"12\"")]).unwrap(),
+            Precondition::Revision(vec![])
+        );
+        let e = Precondition::Revision(vec![])
+            .check("shop/api", Some(12), None)
+            .unwrap_err();
+        assert_eq!(e.status.as_u16(), 412);
+        assert!(e.message.contains("weak"), "{}", e.message);
+        for bad in ["12", "W/12", "\"x\"", "\"-1\"", " , "] {
             let e = p(&[(header::IF_MATCH, bad)]).unwrap_err();
             assert_eq!(e.reason, "malformed_request", "{bad}");
             assert!(e.message.starts_with("If-Match: "), "{}", e.message);

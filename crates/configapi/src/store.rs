@@ -68,10 +68,14 @@ pub struct NamespaceEntry {
     /// Its flags.
     #[serde(flatten)]
     pub flags: NamespaceFlags,
-    /// The revision that last changed its flags.
+    /// The revision that last changed its flags (`flags_revision`).
+    #[serde(rename = "flags_revision")]
     pub revision: i64,
     /// The revision that last changed it or any of its resources: its
-    /// `ETag` (see [`crate::precondition`]).
+    /// `ETag` (see [`crate::precondition`]), answered as `revision`, as
+    /// `GET /v1/namespaces/{ns}` answers it, so either can be sent as
+    /// `If-Match`.
+    #[serde(rename = "revision")]
     pub changed: i64,
 }
 
@@ -199,6 +203,21 @@ fn parse_body(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or(Value::Null)
 }
 
+/// A row's resolved view: its `resolved` column, or, when that is empty
+/// (a row written by an API binary older than the column, sharing the
+/// database during a rolling upgrade: its default is ''), resolved here
+/// from `body` as a write would (old binaries stored overrides whole, so
+/// this is `body` itself unless it fails to load, when it is `body` as
+/// stored).
+fn resolved_of(ns: &str, name: &str, body: &Value, resolved: &str) -> Value {
+    if !resolved.trim().is_empty() {
+        return parse_body(resolved);
+    }
+    crate::normalize::resource(ns, NamespaceFlags::default(), name, body)
+        .map(|r| r.resolved)
+        .unwrap_or_else(|_| body.clone())
+}
+
 fn namespace_entry(row: &AnyRow) -> Result<NamespaceEntry, sqlx::Error> {
     Ok(NamespaceEntry {
         name: row.try_get(0)?,
@@ -254,6 +273,28 @@ impl Db {
             .fetch_one(&self.pool)
             .await?
             .try_get(0)
+    }
+
+    /// Every namespace, by name, and the config's revision, read in one
+    /// transaction (one snapshot), so the revision is never newer than
+    /// what was read: an `If-Match` with it cannot cover a change the
+    /// caller did not see.
+    pub async fn namespaces_at(&self) -> Result<(i64, Vec<NamespaceEntry>), sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        if self.postgres {
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                .execute(&mut *tx)
+                .await?;
+        }
+        let revision: i64 = sqlx::query("SELECT revision FROM tg_meta WHERE id = 1")
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get(0)?;
+        let sql = format!("{NAMESPACE_ROW} ORDER BY name");
+        let rows = sqlx::query(&sql).fetch_all(&mut *tx).await?;
+        let namespaces = rows.iter().map(namespace_entry).collect::<Result<_, _>>()?;
+        tx.commit().await?;
+        Ok((revision, namespaces))
     }
 
     /// Every namespace, by name.
@@ -315,9 +356,10 @@ impl Db {
         .fetch_optional(&self.pool)
         .await?;
         row.map(|r| {
+            let body = parse_body(&r.try_get::<String, _>(0)?);
             Ok(Stored {
-                body: parse_body(&r.try_get::<String, _>(0)?),
-                resolved: parse_body(&r.try_get::<String, _>(1)?),
+                resolved: resolved_of(ns, name, &body, &r.try_get::<String, _>(1)?),
+                body,
                 revision: r.try_get(2)?,
             })
         })
@@ -697,7 +739,7 @@ impl Db {
             .map(namespace_entry)
             .collect::<Result<Vec<_>, _>>()?;
         let resources = sqlx::query(
-            "SELECT namespace, resolved, revision FROM tg_resources \
+            "SELECT namespace, name, body, resolved, revision FROM tg_resources \
              WHERE revision > $1 AND revision <= $2 ORDER BY namespace, name",
         )
         .bind(since)
@@ -706,10 +748,12 @@ impl Db {
         .await?
         .iter()
         .map(|r| {
+            let (ns, name): (String, String) = (r.try_get(0)?, r.try_get(1)?);
+            let body = parse_body(&r.try_get::<String, _>(2)?);
             Ok(ResourceEntry {
-                namespace: r.try_get(0)?,
-                body: parse_body(&r.try_get::<String, _>(1)?),
-                revision: r.try_get(2)?,
+                body: resolved_of(&ns, &name, &body, &r.try_get::<String, _>(3)?),
+                namespace: ns,
+                revision: r.try_get(4)?,
             })
         })
         .collect::<Result<Vec<_>, sqlx::Error>>()?;
@@ -778,12 +822,15 @@ impl Db {
             .await?
             .iter()
             .map(|r| {
+                let (ns, name) = (r.try_get::<String, _>(0)?, r.try_get::<String, _>(1)?);
+                let resource = parse_body(&r.try_get::<String, _>(2)?);
+                let resolved = resolved_of(&ns, &name, &resource, &r.try_get::<String, _>(3)?);
                 Ok((
-                    r.try_get::<String, _>(0)?,
-                    r.try_get::<String, _>(1)?,
+                    ns,
+                    name,
                     SnapshotResource {
-                        resource: parse_body(&r.try_get::<String, _>(2)?),
-                        resolved: parse_body(&r.try_get::<String, _>(3)?),
+                        resource,
+                        resolved,
                         revision: r.try_get(4)?,
                     },
                 ))
@@ -1020,6 +1067,44 @@ mod upgrade_tests {
         assert_eq!((&stored.body, &stored.resolved), (&old, &old));
         let delta = db.delta(0).await?;
         assert_eq!(delta.resources[0].body, old);
+        drop(db);
+        let _ = std::fs::remove_file(&path);
+        Ok(())
+    }
+
+    /// Review M4: an API binary older than the `resolved` column, on the
+    /// same database during a rolling upgrade, inserts rows with
+    /// `resolved = ''` (the column's default). Deltas carried `null` for
+    /// them and following servers stopped ("a resource without a name in
+    /// the delta"). They are resolved on read.
+    #[tokio::test]
+    async fn a_row_an_older_binary_wrote_without_resolved_is_resolved_on_read(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let path = std::env::temp_dir().join(format!("tg-rolling-{}.db", random_id()));
+        let url = format!("sqlite://{}?mode=rwc", path.display());
+        let db = Db::connect(&url).await?;
+        let body = r#"{"algorithm":"token_bucket","capacity":100,"name":"api","rate":"10/1s",
+            "domains":{"big":{"algorithm":"token_bucket","capacity":1000,"rate":"10/1s"}}}"#;
+        // What the older binary's insert amounts to: no `resolved`.
+        sqlx::query("INSERT INTO tg_namespaces (name, ignore_configured, allow_unconfigured, revision, changed) VALUES ('shop', 0, 0, 1, 1)")
+            .execute(&db.pool)
+            .await?;
+        sqlx::query("INSERT INTO tg_resources (namespace, name, body, revision) VALUES ('shop', 'api', $1, 1)")
+            .bind(body)
+            .execute(&db.pool)
+            .await?;
+        sqlx::query("UPDATE tg_meta SET revision = 1")
+            .execute(&db.pool)
+            .await?;
+        let body: Value = serde_json::from_str(body)?;
+        let stored = db.resource("shop", "api").await?.ok_or("gone")?;
+        assert_eq!(stored.resolved, body);
+        let delta = db.delta(0).await?;
+        assert_eq!(delta.resources[0].body["name"], "api");
+        assert_eq!(delta.resources[0].body, body);
+        let snapshot = db.snapshot(None, 10).await?;
+        let dump = format!("{snapshot:?}");
+        assert!(!dump.contains("resolved: Null"), "{dump}");
         drop(db);
         let _ = std::fs::remove_file(&path);
         Ok(())

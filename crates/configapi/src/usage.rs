@@ -25,9 +25,18 @@ pub const MAX_RESOURCES: usize = 10_000;
 /// The most servers `--servers` may name.
 pub const MAX_SERVERS: usize = 64;
 
-/// The longest metrics text read from one server; a longer one is
-/// refused by the fetcher (and said so in the server's status).
+/// The longest metrics text (or `/v1/denied` answer) read from one
+/// server; a longer one is refused by the fetcher, and the server's
+/// status says [`TOO_LARGE`].
 pub const MAX_METRICS_BYTES: usize = 8 * 1024 * 1024;
+
+/// How a server's error begins when its answer was over
+/// [`MAX_METRICS_BYTES`]; its state is then `too_large`.
+pub const TOO_LARGE: &str = "too large";
+
+/// A resource: its namespace and its name, kept apart (a name may hold a
+/// `/`, so `NS/RESOURCE` strings could collide).
+pub type Key = (String, String);
 
 /// One resource's counters, summed over servers and surfaces.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -42,9 +51,9 @@ pub struct Counters {
     pub near_limit: f64,
 }
 
-/// The per-resource counters (`NS/RESOURCE`) of one metrics text.
-pub fn parse(text: &str) -> BTreeMap<String, Counters> {
-    let mut out: BTreeMap<String, Counters> = BTreeMap::new();
+/// The per-resource counters of one metrics text.
+pub fn parse(text: &str) -> BTreeMap<Key, Counters> {
+    let mut out: BTreeMap<Key, Counters> = BTreeMap::new();
     for line in text.lines() {
         let line = line.trim();
         let (name, rest) = match line.split_once('{') {
@@ -77,7 +86,7 @@ pub fn parse(text: &str) -> BTreeMap<String, Counters> {
         if ns.is_empty() || resource.is_empty() || ns == "_unconfigured" {
             continue;
         }
-        let c = out.entry(format!("{ns}/{resource}")).or_default();
+        let c = out.entry((ns.to_owned(), resource.to_owned())).or_default();
         if hits {
             c.hits_granted += value;
         } else if near {
@@ -137,8 +146,9 @@ pub struct Fetched {
     pub server: String,
     /// Its metrics text, or the error.
     pub text: Result<String, String>,
-    /// Its `GET /v1/denied` answer, when it gave one.
-    pub denied: Option<Value>,
+    /// Its `GET /v1/denied` answer, or why there is none (no token, the
+    /// token refused, the server's admin endpoints off).
+    pub denied: Result<Value, String>,
 }
 
 /// The most denied domains shown per resource.
@@ -159,7 +169,7 @@ struct State {
     /// per server so a server that misses one refresh does not look like
     /// a drop), and each server's status.
     at_ms: Option<u64>,
-    last: BTreeMap<String, BTreeMap<String, Counters>>,
+    last: BTreeMap<String, BTreeMap<Key, Counters>>,
     status: BTreeMap<String, Option<String>>,
     view: Value,
 }
@@ -193,8 +203,9 @@ impl Board {
             "enabled": !s.servers.is_empty(),
             "every_ms": s.every_ms,
             "at_ms": null,
-            "servers": s.servers.iter().map(|a| json!({"server": a, "ok": null, "error": null})).collect::<Vec<_>>(),
-            "resources": {},
+            "servers": s.servers.iter().map(|a| json!({"server": a, "ok": null, "state": null, "error": null, "denied_error": null})).collect::<Vec<_>>(),
+            "namespaces": {},
+            "top_denied_unavailable": null,
             "resources_left_off": 0,
         })
     }
@@ -212,15 +223,30 @@ impl Board {
             .at_ms
             .map(|at| now_ms.saturating_sub(at) as f64 / 1000.0)
             .filter(|e| *e > 0.0);
-        let mut totals: BTreeMap<String, Counters> = BTreeMap::new();
-        let mut rates: BTreeMap<String, Counters> = BTreeMap::new();
-        let mut denied: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+        let mut totals: BTreeMap<Key, Counters> = BTreeMap::new();
+        let mut rates: BTreeMap<Key, Counters> = BTreeMap::new();
+        let mut denied: BTreeMap<Key, BTreeMap<String, f64>> = BTreeMap::new();
+        let mut denied_errors: BTreeMap<String, String> = BTreeMap::new();
+        let mut denied_answered = false;
         for f in fetched {
-            if let Some(Value::Object(resources)) =
-                f.denied.as_ref().and_then(|d| d.get("resources"))
-            {
-                for (key, list) in resources.iter().take(MAX_RESOURCES) {
-                    let domains = denied.entry(key.clone()).or_default();
+            let namespaces = match &f.denied {
+                Ok(d) => d.get("namespaces").and_then(Value::as_object),
+                Err(e) => {
+                    denied_errors.insert(f.server.clone(), e.clone());
+                    None
+                }
+            };
+            if let Some(namespaces) = namespaces {
+                denied_answered = true;
+                let resources = namespaces.iter().flat_map(|(ns, resources)| {
+                    resources
+                        .as_object()
+                        .into_iter()
+                        .flatten()
+                        .map(move |(r, list)| (ns, r, list))
+                });
+                for (ns, r, list) in resources.take(MAX_RESOURCES) {
+                    let domains = denied.entry((ns.clone(), r.clone())).or_default();
                     for c in list.as_array().into_iter().flatten().take(64) {
                         let (Some(d), Some(n)) = (
                             c.get("domain").and_then(Value::as_str),
@@ -265,43 +291,64 @@ impl Board {
         }
         s.at_ms = Some(now_ms);
         let left_off = totals.len().saturating_sub(MAX_RESOURCES);
-        let resources: serde_json::Map<String, Value> = totals
-            .into_iter()
-            .take(MAX_RESOURCES)
-            .map(|(key, t)| {
-                let r = rates.get(&key).copied();
-                let mut top: Vec<(String, f64)> = denied
-                    .get(&key)
-                    .map(|d| d.iter().map(|(k, v)| (k.clone(), *v)).collect())
-                    .unwrap_or_default();
-                top.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-                top.truncate(TOP_DENIED);
-                let top: Vec<Value> = top
-                    .into_iter()
-                    .map(|(domain, rejected)| json!({"domain": domain, "rejected": rejected}))
-                    .collect();
-                let v = json!({
-                    "decisions": t.decisions,
-                    "rejected": t.rejected,
-                    "hits_granted": t.hits_granted,
-                    "near_limit": t.near_limit,
-                    "decisions_per_s": r.map(|r| r.decisions),
-                    "rejected_per_s": r.map(|r| r.rejected),
-                    "near_limit_per_s": r.map(|r| r.near_limit),
-                    "top_denied": top,
-                });
-                (key, v)
-            })
-            .collect();
+        let mut namespaces = serde_json::Map::new();
+        for (key, v) in totals.into_iter().take(MAX_RESOURCES).map(|(key, t)| {
+            let r = rates.get(&key).copied();
+            let mut top: Vec<(String, f64)> = denied
+                .get(&key)
+                .map(|d| d.iter().map(|(k, v)| (k.clone(), *v)).collect())
+                .unwrap_or_default();
+            top.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            top.truncate(TOP_DENIED);
+            let top: Vec<Value> = top
+                .into_iter()
+                .map(|(domain, rejected)| json!({"domain": domain, "rejected": rejected}))
+                .collect();
+            let v = json!({
+                "decisions": t.decisions,
+                "rejected": t.rejected,
+                "hits_granted": t.hits_granted,
+                "near_limit": t.near_limit,
+                "decisions_per_s": r.map(|r| r.decisions),
+                "rejected_per_s": r.map(|r| r.rejected),
+                "near_limit_per_s": r.map(|r| r.near_limit),
+                "top_denied": top,
+            });
+            (key, v)
+        }) {
+            let (ns, resource) = key;
+            if let Value::Object(resources) = namespaces
+                .entry(ns)
+                .or_insert_with(|| Value::Object(serde_json::Map::new()))
+            {
+                resources.insert(resource, v);
+            }
+        }
+        // Said once for the page: no server answered its top denied
+        // domains, and why (the first server's reason).
+        let unavailable = if denied_answered {
+            None
+        } else {
+            denied_errors.values().next().cloned()
+        };
         let servers: Vec<Value> = s
             .servers
             .iter()
             .map(|a| {
                 let status = s.status.get(a);
+                let error = status.cloned().flatten();
+                let state = match (status, &error) {
+                    (None, _) => None,
+                    (Some(None), _) => Some("ok"),
+                    (Some(Some(_)), Some(e)) if e.starts_with(TOO_LARGE) => Some("too_large"),
+                    (Some(Some(_)), _) => Some("error"),
+                };
                 json!({
                     "server": a,
                     "ok": status.map(Option::is_none),
-                    "error": status.cloned().flatten(),
+                    "state": state,
+                    "error": error,
+                    "denied_error": denied_errors.get(a),
                 })
             })
             .collect();
@@ -310,8 +357,9 @@ impl Board {
             "every_ms": s.every_ms,
             "at_ms": now_ms,
             "servers": servers,
-            "resources": resources,
+            "namespaces": namespaces,
             "resources_left_off": left_off,
+            "top_denied_unavailable": unavailable,
         });
     }
 
@@ -341,7 +389,7 @@ tollgate_sessions 0
     fn metrics_are_summed_per_resource() {
         let p = parse(ONE);
         assert_eq!(
-            p["shop/api"],
+            p[&("shop".to_owned(), "api".to_owned())],
             Counters {
                 decisions: 15.0,
                 rejected: 5.0,
@@ -349,7 +397,7 @@ tollgate_sessions 0
                 near_limit: 4.0,
             }
         );
-        assert_eq!(p["we\"ird/a,b"].rejected, 1.0);
+        assert_eq!(p[&("we\"ird".to_owned(), "a,b".to_owned())].rejected, 1.0);
         assert_eq!(p.len(), 2, "{p:?}");
         assert!(parse("garbage{ 1\n{}\nx{a=\"1\"} notanumber").is_empty());
     }
@@ -367,13 +415,13 @@ tollgate_sessions 0
         let ok = |server: &str, t: String| Fetched {
             server: server.into(),
             text: Ok(t),
-            denied: None,
+            denied: Err("no token".into()),
         };
         board.record(1_000, vec![ok("a", text(10, 0)), ok("b", text(5, 5))]);
         let v = board.view();
-        assert_eq!(v["resources"]["n/r"]["decisions"], 20.0);
-        assert_eq!(v["resources"]["n/r"]["rejected"], 5.0);
-        assert_eq!(v["resources"]["n/r"]["decisions_per_s"], Value::Null);
+        assert_eq!(v["namespaces"]["n"]["r"]["decisions"], 20.0);
+        assert_eq!(v["namespaces"]["n"]["r"]["rejected"], 5.0);
+        assert_eq!(v["namespaces"]["n"]["r"]["decisions_per_s"], Value::Null);
         // Two seconds on: a made 10 more decisions (2 rejected), b is
         // down.
         board.record(
@@ -383,18 +431,18 @@ tollgate_sessions 0
                 Fetched {
                     server: "b".into(),
                     text: Err("connection refused".into()),
-                    denied: None,
+                    denied: Err("no token".into()),
                 },
             ],
         );
         let v = board.view();
-        assert_eq!(v["resources"]["n/r"]["decisions_per_s"], 5.0);
-        assert_eq!(v["resources"]["n/r"]["rejected_per_s"], 1.0);
+        assert_eq!(v["namespaces"]["n"]["r"]["decisions_per_s"], 5.0);
+        assert_eq!(v["namespaces"]["n"]["r"]["rejected_per_s"], 1.0);
         assert_eq!(v["servers"][1]["ok"], false);
         assert_eq!(v["servers"][1]["error"], "connection refused");
         // A restarted server's counters start again from zero.
         board.record(5_000, vec![ok("a", text(4, 0))]);
-        assert_eq!(board.view()["resources"]["n/r"]["decisions_per_s"], 2.0);
+        assert_eq!(board.view()["namespaces"]["n"]["r"]["decisions_per_s"], 2.0);
         assert_eq!(Board::new(vec![], 5000).view()["enabled"], false);
     }
 
@@ -408,7 +456,7 @@ tollgate_sessions 0
                 .iter()
                 .map(|(d, n)| json!({"domain": d, "rejected": n, "error": 0}))
                 .collect();
-            Some(json!({"window_s": 60, "resources": {"n/r": list}}))
+            Ok(json!({"window_s": 60, "namespaces": {"n": {"r": list}}}))
         };
         board.record(
             1_000,
@@ -425,7 +473,7 @@ tollgate_sessions 0
                 },
             ],
         );
-        let top = board.view()["resources"]["n/r"]["top_denied"].clone();
+        let top = board.view()["namespaces"]["n"]["r"]["top_denied"].clone();
         assert_eq!(
             top,
             json!([
@@ -436,5 +484,61 @@ tollgate_sessions 0
                 {"domain": "x3", "rejected": 1.0},
             ])
         );
+    }
+
+    /// Regression: resources were keyed `NS/RESOURCE`, so namespace `a`
+    /// with resource `b/db` and namespace `a/b` with resource `db` were
+    /// summed as one.
+    #[test]
+    fn resources_with_slashes_in_their_names_stay_apart() {
+        let text = "tollgate_decisions_total{namespace=\"a\",resource=\"b/db\",outcome=\"granted\"} 1\n\
+                    tollgate_decisions_total{namespace=\"a/b\",resource=\"db\",outcome=\"granted\"} 2\n";
+        let board = Board::new(vec!["s".into()], 5000);
+        let denied = json!({"namespaces": {
+            "a": {"b/db": [{"domain": "x", "rejected": 1}]},
+            "a/b": {"db": [{"domain": "y", "rejected": 2}]},
+        }});
+        board.record(
+            1_000,
+            vec![Fetched {
+                server: "s".into(),
+                text: Ok(text.into()),
+                denied: Ok(denied),
+            }],
+        );
+        let v = board.view();
+        assert_eq!(v["namespaces"]["a"]["b/db"]["decisions"], 1.0);
+        assert_eq!(v["namespaces"]["a/b"]["db"]["decisions"], 2.0);
+        assert_eq!(
+            v["namespaces"]["a"]["b/db"]["top_denied"],
+            json!([{"domain": "x", "rejected": 1.0}])
+        );
+        assert_eq!(v["top_denied_unavailable"], Value::Null);
+    }
+
+    #[test]
+    fn a_server_too_large_or_without_denied_domains_is_said_so() {
+        let board = Board::new(vec!["big".into(), "small".into()], 5000);
+        board.record(
+            1_000,
+            vec![
+                Fetched {
+                    server: "big".into(),
+                    text: Err(format!("{TOO_LARGE}: its /metrics is larger than 8 MiB")),
+                    denied: Err("no --servers-token-file".into()),
+                },
+                Fetched {
+                    server: "small".into(),
+                    text: Ok("tollgate_decisions_total{namespace=\"n\",resource=\"r\",outcome=\"rejected\"} 3\n".into()),
+                    denied: Err("no --servers-token-file".into()),
+                },
+            ],
+        );
+        let v = board.view();
+        assert_eq!(v["servers"][0]["state"], "too_large");
+        assert_eq!(v["servers"][1]["state"], "ok");
+        assert_eq!(v["namespaces"]["n"]["r"]["rejected"], 3.0);
+        assert_eq!(v["namespaces"]["n"]["r"]["top_denied"], json!([]));
+        assert_eq!(v["top_denied_unavailable"], "no --servers-token-file");
     }
 }

@@ -65,6 +65,9 @@ pub struct App<S> {
     pub started: std::time::Instant,
     /// The domains refused most lately, per resource (`GET /v1/denied`).
     pub denied: crate::denied::Denied,
+    /// The tokens the admin endpoints (`/v1/denied`) take
+    /// (`serve --admin-tokens-file`); none: those endpoints are off.
+    pub admin_tokens: crate::tokens::Tokens,
     stopping: std::sync::atomic::AtomicBool,
     /// The readiness last published to watchers (gRPC health's Watch).
     readiness: watch::Sender<Readiness>,
@@ -140,6 +143,7 @@ impl<S: Store> App<S> {
             spans: None,
             started: std::time::Instant::now(),
             denied: crate::denied::Denied::default(),
+            admin_tokens: crate::tokens::Tokens::default(),
             stopping: std::sync::atomic::AtomicBool::new(false),
             readiness: watch::Sender::new(Readiness::Ready),
         })

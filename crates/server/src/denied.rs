@@ -12,7 +12,9 @@
 //! "lately" means the last one to two minutes. Time is the app's clock.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, PoisonError};
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use serde::Serialize;
 
@@ -22,14 +24,20 @@ pub const TOP: usize = 16;
 /// The length of a window (ns): one minute.
 pub const WINDOW: u64 = 60_000_000_000;
 
-/// The most resources counted: past it, rejections of a resource not yet
-/// counted are not (only configured resources are recorded, so this is a
-/// bound against configs replaced many times within a window).
+/// The most resources counted at once: past it, rejections of a resource
+/// not yet counted are not (and are counted in
+/// `tollgate_denied_uncounted_total`). Only configured resources are
+/// recorded, so this is a bound against configs replaced many times; a
+/// resource with nothing refused for two windows gives its place up.
 pub const MAX_RESOURCES: usize = 10_000;
 
 /// The longest domain kept, in bytes (a longer one is cut at a character
 /// boundary): a client chooses domains.
 pub const MAX_DOMAIN_BYTES: usize = 128;
+
+/// Shards of the resource table: refusals of different resources take
+/// different locks, and a refusal takes its shard's lock only to read.
+const SHARDS: usize = 16;
 
 /// One domain's count in a summary.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -64,27 +72,77 @@ impl Summary {
         }
         if let Some(min) = self.counters.iter_mut().min_by_key(|c| c.rejected) {
             let floor = min.rejected;
-            *min = Counted {
-                domain: domain.to_owned(),
-                rejected: floor.saturating_add(n),
-                error: floor,
-            };
+            // The replaced domain's buffer is reused: no allocation once
+            // the summary is full, whatever domains clients send.
+            min.domain.clear();
+            min.domain.push_str(domain);
+            min.rejected = floor.saturating_add(n);
+            min.error = floor;
         }
     }
 }
 
+/// One resource's summaries: this window's and the last one's.
 #[derive(Default)]
 struct Windows {
     /// When the current window started (ns).
     start: u64,
-    current: HashMap<String, Summary>,
-    previous: HashMap<String, Summary>,
+    current: Summary,
+    previous: Summary,
 }
 
+impl Windows {
+    /// Moves the windows on to `now`.
+    fn advance(&mut self, now: u64) {
+        let elapsed = now.saturating_sub(self.start);
+        if elapsed < WINDOW {
+            return;
+        }
+        self.previous = if elapsed < 2 * WINDOW {
+            std::mem::take(&mut self.current)
+        } else {
+            self.current.counters.clear();
+            Summary::default()
+        };
+        self.start = now - elapsed % WINDOW;
+    }
+
+    /// Whether nothing was refused in this window or the last.
+    fn is_idle(&self) -> bool {
+        self.current.counters.is_empty() && self.previous.counters.is_empty()
+    }
+}
+
+/// A shard: namespace, then resource (two levels, so a refusal looks its
+/// resource up by `&str` without building a key, and `a` + `b/c` is never
+/// `a/b` + `c`).
+type Shard = HashMap<Box<str>, HashMap<Box<str>, Arc<Mutex<Windows>>>>;
+
 /// The recently refused domains of every resource.
-#[derive(Default)]
+///
+/// A refusal takes a read lock on one of [`SHARDS`] shards to find its
+/// resource (a write lock only the first time the resource is refused),
+/// then that resource's own lock to count; [`Denied::top`] copies each
+/// resource's summaries out under its lock and merges outside any lock.
 pub struct Denied {
-    windows: Mutex<Windows>,
+    shards: Box<[RwLock<Shard>]>,
+    hasher: RandomState,
+    /// Resources in the table.
+    resources: AtomicUsize,
+    /// When idle resources were last dropped (ns), so a full table is
+    /// swept at most once a window.
+    swept: AtomicU64,
+}
+
+impl Default for Denied {
+    fn default() -> Denied {
+        Denied {
+            shards: (0..SHARDS).map(|_| RwLock::default()).collect(),
+            hasher: RandomState::new(),
+            resources: AtomicUsize::new(0),
+            swept: AtomicU64::new(0),
+        }
+    }
 }
 
 impl std::fmt::Debug for Denied {
@@ -105,59 +163,132 @@ fn cut(domain: &str) -> &str {
     &domain[..end]
 }
 
-impl Windows {
-    /// Moves the windows on to `now`.
-    fn advance(&mut self, now: u64) {
-        let elapsed = now.saturating_sub(self.start);
-        if elapsed < WINDOW {
-            return;
-        }
-        self.previous = if elapsed < 2 * WINDOW {
-            std::mem::take(&mut self.current)
-        } else {
-            self.current.clear();
-            HashMap::new()
-        };
-        self.start = now - elapsed % WINDOW;
-    }
-}
+/// The domains refused most lately, per namespace, then resource.
+pub type Top = BTreeMap<String, BTreeMap<String, Vec<Counted>>>;
 
 impl Denied {
+    fn shard(&self, namespace: &str, resource: &str) -> &RwLock<Shard> {
+        let h = self.hasher.hash_one((namespace, resource));
+        &self.shards[(h as usize) % self.shards.len()]
+    }
+
+    /// The entry of `namespace/resource`, made if there is room.
+    fn entry(&self, now: u64, namespace: &str, resource: &str) -> Option<Arc<Mutex<Windows>>> {
+        let shard = self.shard(namespace, resource);
+        {
+            let read = shard.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(e) = read.get(namespace).and_then(|r| r.get(resource)) {
+                return Some(Arc::clone(e));
+            }
+        }
+        if self.resources.load(Ordering::Relaxed) >= MAX_RESOURCES {
+            // Full: drop the idle ones, at most once a window (a sweep
+            // takes every shard's lock).
+            let last = self.swept.load(Ordering::Relaxed);
+            if now.saturating_sub(last) < WINDOW
+                || self
+                    .swept
+                    .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_err()
+            {
+                return None;
+            }
+            self.sweep(now);
+            if self.resources.load(Ordering::Relaxed) >= MAX_RESOURCES {
+                return None;
+            }
+        }
+        let mut write = shard.write().unwrap_or_else(PoisonError::into_inner);
+        let resources = write.entry(namespace.into()).or_default();
+        if let Some(e) = resources.get(resource) {
+            return Some(Arc::clone(e));
+        }
+        // Another shard may have taken the last place meanwhile.
+        if self.resources.fetch_add(1, Ordering::Relaxed) >= MAX_RESOURCES {
+            self.resources.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        // Windows begin at multiples of WINDOW on the app's clock, the
+        // same for every resource.
+        let e = Arc::new(Mutex::new(Windows {
+            start: now - now % WINDOW,
+            ..Windows::default()
+        }));
+        resources.insert(resource.into(), Arc::clone(&e));
+        Some(e)
+    }
+
+    /// Drops the resources with nothing refused in this window or the
+    /// last.
+    fn sweep(&self, now: u64) {
+        for shard in self.shards.iter() {
+            let mut w = shard.write().unwrap_or_else(PoisonError::into_inner);
+            w.retain(|_, resources| {
+                resources.retain(|_, e| {
+                    let mut e = e.lock().unwrap_or_else(PoisonError::into_inner);
+                    e.advance(now);
+                    let keep = !e.is_idle();
+                    if !keep {
+                        self.resources.fetch_sub(1, Ordering::Relaxed);
+                    }
+                    keep
+                });
+                !resources.is_empty()
+            });
+        }
+    }
+
     /// Counts a refusal of `domain` by `namespace/resource` at `now` (ns).
     pub fn record(&self, now: u64, namespace: &str, resource: &str, domain: &str) {
-        let mut w = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
-        w.advance(now);
-        let key = format!("{namespace}/{resource}");
-        if !w.current.contains_key(&key) && w.current.len() >= MAX_RESOURCES {
+        let Some(entry) = self.entry(now, namespace, resource) else {
             metrics::counter!(crate::metrics::DENIED_UNCOUNTED).increment(1);
             return;
-        }
-        w.current.entry(key).or_default().add(cut(domain), 1);
+        };
+        let mut w = entry.lock().unwrap_or_else(PoisonError::into_inner);
+        w.advance(now);
+        w.current.add(cut(domain), 1);
     }
 
     /// The domains refused most lately (this window and the last), per
-    /// `namespace/resource`, most first, at most `n` per resource.
-    pub fn top(&self, now: u64, n: usize) -> BTreeMap<String, Vec<Counted>> {
-        let mut w = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
-        w.advance(now);
-        let mut out: BTreeMap<String, Vec<Counted>> = BTreeMap::new();
-        for summaries in [&w.previous, &w.current] {
-            for (key, s) in summaries {
-                let list = out.entry(key.clone()).or_default();
-                for c in &s.counters {
-                    match list.iter_mut().find(|x| x.domain == c.domain) {
-                        Some(x) => {
-                            x.rejected = x.rejected.saturating_add(c.rejected);
-                            x.error = x.error.saturating_add(c.error);
-                        }
-                        None => list.push(c.clone()),
-                    }
+    /// namespace and resource, most first, at most `n` per resource.
+    /// Each resource's summaries are copied out under its own lock (a
+    /// short one); the merging happens outside every lock.
+    pub fn top(&self, now: u64, n: usize) -> Top {
+        let mut copied: Vec<(String, String, Summary, Summary)> = Vec::new();
+        for shard in self.shards.iter() {
+            let entries: Vec<(String, String, Arc<Mutex<Windows>>)> = {
+                let r = shard.read().unwrap_or_else(PoisonError::into_inner);
+                r.iter()
+                    .flat_map(|(ns, resources)| {
+                        resources
+                            .iter()
+                            .map(move |(res, e)| (ns.to_string(), res.to_string(), Arc::clone(e)))
+                    })
+                    .collect()
+            };
+            for (ns, res, e) in entries {
+                let mut w = e.lock().unwrap_or_else(PoisonError::into_inner);
+                w.advance(now);
+                if !w.is_idle() {
+                    copied.push((ns, res, w.previous.clone(), w.current.clone()));
                 }
             }
         }
-        for list in out.values_mut() {
+        let mut out = Top::new();
+        for (ns, res, previous, current) in copied {
+            let mut list: Vec<Counted> = Vec::new();
+            for c in previous.counters.into_iter().chain(current.counters) {
+                match list.iter_mut().find(|x| x.domain == c.domain) {
+                    Some(x) => {
+                        x.rejected = x.rejected.saturating_add(c.rejected);
+                        x.error = x.error.saturating_add(c.error);
+                    }
+                    None => list.push(c),
+                }
+            }
             list.sort_by(|a, b| b.rejected.cmp(&a.rejected).then(a.domain.cmp(&b.domain)));
             list.truncate(n);
+            out.entry(ns).or_default().insert(res, list);
         }
         out
     }
@@ -181,26 +312,67 @@ mod tests {
             }
         }
         let top = d.top(S, 3);
-        let api = &top["shop/api"];
+        let api = &top["shop"]["api"];
         assert_eq!(api[0].domain, "bigcorp");
         assert!(api[0].rejected >= 1000 && api[0].rejected - api[0].error <= 1000);
         assert!(api.len() <= 3);
-        let w = d.windows.lock().unwrap();
-        assert!(w.current["shop/api"].counters.len() <= TOP, "bounded");
+        assert!(d.top(S, 100)["shop"]["api"].len() <= TOP, "bounded");
+    }
+
+    /// Regression: every refusal took one lock for all resources. A
+    /// refusal of one resource now goes through while another
+    /// resource's summary is held (as a long `top` merge or a busy
+    /// resource would hold it).
+    #[test]
+    fn a_refusal_does_not_wait_for_another_resource() {
+        let d = Arc::new(Denied::default());
+        d.record(S, "shop", "api", "acme");
+        d.record(S, "shop", "db", "acme");
+        let held = d.entry(S, "shop", "api").unwrap();
+        let _guard = held.lock().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let other = Arc::clone(&d);
+        std::thread::spawn(move || {
+            other.record(S, "shop", "db", "globex");
+            let _ = tx.send(());
+        });
+        // A generous bound on an outcome, not a speed: it hangs forever
+        // under a shared lock.
+        rx.recv_timeout(std::time::Duration::from_secs(30))
+            .expect("a refusal of shop/db waited for shop/api's lock");
+    }
+
+    /// Regression: keys were `NS/RESOURCE` strings, so namespace `a` with
+    /// resource `b/db` and namespace `a/b` with resource `db` shared one
+    /// summary.
+    #[test]
+    fn namespaces_and_resources_with_slashes_do_not_collide() {
+        let d = Denied::default();
+        d.record(S, "a", "b/db", "x");
+        d.record(S, "a/b", "db", "y");
+        let top = d.top(S, 5);
+        assert_eq!(top["a"]["b/db"][0].domain, "x");
+        assert_eq!(top["a"]["b/db"].len(), 1);
+        assert_eq!(top["a/b"]["db"][0].domain, "y");
     }
 
     #[test]
-    fn resources_past_the_bound_are_not_counted() {
+    fn resources_past_the_bound_are_not_counted_until_idle_ones_go() {
         let d = Denied::default();
         for i in 0..=MAX_RESOURCES {
             d.record(S, "n", &format!("r{i}"), "acme");
         }
         let top = d.top(S, 1);
-        assert_eq!(top.len(), MAX_RESOURCES);
-        assert!(!top.contains_key(&format!("n/r{MAX_RESOURCES}")));
+        assert_eq!(top["n"].len(), MAX_RESOURCES);
+        assert!(!top["n"].contains_key(&format!("r{MAX_RESOURCES}")));
         // One already counted still is.
         d.record(S, "n", "r0", "acme");
-        assert_eq!(d.top(S, 1)["n/r0"][0].rejected, 2);
+        assert_eq!(d.top(S, 1)["n"]["r0"][0].rejected, 2);
+        // Two windows on, the idle resources give their places up.
+        let later = S + 3 * WINDOW;
+        d.record(later, "n", "new", "acme");
+        assert_eq!(d.top(later, 1)["n"]["new"][0].rejected, 1);
+        assert_eq!(d.resources.load(Ordering::Relaxed), 1);
     }
 
     #[test]
@@ -208,8 +380,9 @@ mod tests {
         let d = Denied::default();
         d.record(10 * S, "n", "r", "old");
         d.record(70 * S, "n", "r", "new");
-        let names = |t: &BTreeMap<String, Vec<Counted>>| -> Vec<String> {
-            t.get("n/r")
+        let names = |t: &Top| -> Vec<String> {
+            t.get("n")
+                .and_then(|r| r.get("r"))
                 .map(|l| l.iter().map(|c| c.domain.clone()).collect())
                 .unwrap_or_default()
         };
@@ -220,6 +393,27 @@ mod tests {
         assert!(names(&d.top(300 * S, 5)).is_empty());
         let long = "é".repeat(100);
         d.record(300 * S, "n", "r", &long);
-        assert_eq!(d.top(300 * S, 1)["n/r"][0].domain.len(), 128);
+        assert_eq!(d.top(300 * S, 1)["n"]["r"][0].domain.len(), 128);
+    }
+
+    #[test]
+    fn refusals_from_many_threads_are_all_counted() {
+        let d = Arc::new(Denied::default());
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let d = Arc::clone(&d);
+                std::thread::spawn(move || {
+                    for i in 0..1000 {
+                        d.record(S, "n", &format!("r{}", i % 8), &format!("d{t}"));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let top = d.top(S, 10);
+        let total: u64 = top["n"].values().flatten().map(|c| c.rejected).sum();
+        assert_eq!(total, 4000);
     }
 }

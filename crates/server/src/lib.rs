@@ -9,6 +9,9 @@
 //!   `/v1/config`);
 //! - [`listen`]: what each port admits: a connection cap and deadlines
 //!   for handshakes, request heads, idle connections and bodies.
+//! - [`tokens`]: bearer tokens with `read` and `admin` roles, from
+//!   `ROLE:NAME:TOKEN` files: the admin endpoints' (`/v1/denied`) and
+//!   the config API's.
 //! - [`spans`]: an OpenTelemetry span per decision, in the caller's
 //!   trace, exported in batches without holding a decision up.
 //!
@@ -37,6 +40,7 @@ pub mod rls;
 pub mod rls_json;
 pub mod spans;
 pub mod tls;
+pub mod tokens;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -13,6 +13,9 @@ pub const NEAR_LIMIT: &str = "tollgate_near_limit_total";
 /// Refusals not counted in `GET /v1/denied` because its summary already
 /// held [`crate::denied::MAX_RESOURCES`] resources in the window.
 pub const DENIED_UNCOUNTED: &str = "tollgate_denied_uncounted_total";
+/// Requests to admin endpoints (`/v1/denied`) refused for a missing or
+/// unknown bearer token, by `reason` (`no_token`, `unknown_token`).
+pub const ADMIN_AUTH_FAILURES: &str = "tollgate_admin_auth_failures_total";
 /// Seconds per decision, by `surface`.
 pub const LATENCY: &str = "tollgate_decision_seconds";
 /// Open sessions (gRPC streams and HTTP holds).
@@ -106,6 +109,10 @@ fn describe() {
     describe_counter!(
         DENIED_UNCOUNTED,
         "Refusals left out of GET /v1/denied because its summary held as many resources as it may."
+    );
+    describe_counter!(
+        ADMIN_AUTH_FAILURES,
+        "Requests to admin endpoints refused for a missing or unknown bearer token, by reason."
     );
     describe_counter!(
         NEAR_LIMIT,

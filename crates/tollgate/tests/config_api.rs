@@ -528,8 +528,70 @@ async fn preconditions(api: &std::sync::Arc<ConfigApi>) {
         .await;
     assert_eq!(status, 404);
 
+    // Review M6: a namespace's `revision` in the list is the one GET
+    // /v1/namespaces/{ns} answers (anything in it changed), so it works
+    // as If-Match; the flags' own revision is `flags_revision`. A change
+    // to a resource moves the first only.
+    api.ok("PUT", "/v1/namespaces/cc", None).await;
+    api.ok("PUT", R, Some(body.clone())).await;
+    let listed = |list: &Value| {
+        list["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == "cc")
+            .cloned()
+            .unwrap()
+    };
+    let entry = listed(&api.get("/v1/namespaces").await);
+    let (_, one, _) = api
+        .call_with(Some(READER), "GET", "/v1/namespaces/cc", None, &[])
+        .await;
+    assert_eq!(entry["revision"], one["revision"], "{entry} {one}");
+    assert!(
+        entry["flags_revision"].as_i64() < entry["revision"].as_i64(),
+        "{entry}"
+    );
+    let (status, e, _) = api
+        .write_at(
+            "PUT",
+            "/v1/namespaces/cc",
+            Some(json!({})),
+            entry["revision"].as_i64(),
+        )
+        .await;
+    assert_eq!(status, 200, "the list's revision as If-Match: {e}");
+
+    // Review: a weak tag never matches a write (strong comparison, RFC
+    // 9110): 412, not a 400; empty list elements are skipped.
+    let (_, ns, _) = api
+        .call_with(Some(READER), "GET", "/v1/namespaces/cc", None, &[])
+        .await;
+    let weak = format!("W/\"{}\"", ns["revision"]);
+    let (status, e, _) = api
+        .call_with(
+            Some(ADMIN),
+            "PUT",
+            "/v1/namespaces/cc",
+            Some("{}"),
+            &[("if-match", &weak)],
+        )
+        .await;
+    assert_eq!(status, 412, "{e}");
+    let spaced = format!(" , \"{}\" ,", ns["revision"]);
+    let (status, e, _) = api
+        .call_with(
+            Some(ADMIN),
+            "PUT",
+            "/v1/namespaces/cc",
+            Some("{}"),
+            &[("if-match", &spaced)],
+        )
+        .await;
+    assert_eq!(status, 200, "{e}");
+
     // A malformed precondition is a 400 naming the header.
-    for bad in ["12", "W/\"12\"", "\"abc\""] {
+    for bad in ["12", "W/12", "\"abc\""] {
         let (status, e, _) = api
             .call_with(
                 Some(ADMIN),
@@ -551,6 +613,97 @@ async fn preconditions(api: &std::sync::Arc<ConfigApi>) {
                 .starts_with("If-Match: "),
             "{e}"
         );
+    }
+}
+
+/// `psql` on `url` with `sql` (one row, one column, unaligned): its
+/// answer.
+fn psql(url: &str, sql: &str) -> String {
+    let out = std::process::Command::new("psql")
+        .args([url, "-qAtX", "-v", "ON_ERROR_STOP=1", "-c", sql])
+        .output()
+        .expect("psql runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Review: the race test let two writers run as they came, so it passed
+/// whether or not they ever overlapped. Here they are made to: a session
+/// of our own holds `tg_meta` (whose revision every write bumps first)
+/// locked while two writers under the same `If-Match` start, until the
+/// database shows both waiting for it; then it lets go. A precondition
+/// checked before the write's transaction (or before the bump) would let
+/// both through, a lost update; checked after the bump, exactly one wins
+/// and the other is refused with 412. Several rounds.
+async fn writers_held_together_then_released(api: &std::sync::Arc<ConfigApi>, url: &str) {
+    use std::io::{BufRead, Write};
+    const R: &str = "/v1/namespaces/race/resources/r";
+    api.ok("PUT", "/v1/namespaces/race", None).await;
+    let waiting = "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
+                   WHERE c.relname = 'tg_meta' AND NOT l.granted";
+    for round in 0..3 {
+        let body = json!({"algorithm": "token_bucket", "capacity": 1, "rate": "1/s"});
+        let at = api.ok("PUT", R, Some(body)).await["revision"]
+            .as_i64()
+            .unwrap();
+        let mut holder = std::process::Command::new("psql")
+            .args([url, "-qAtX", "-v", "ON_ERROR_STOP=1"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("psql runs");
+        let mut stdin = holder.stdin.take().unwrap();
+        writeln!(
+            stdin,
+            "BEGIN; LOCK TABLE tg_meta IN EXCLUSIVE MODE; SELECT 'locked';"
+        )
+        .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(holder.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "locked");
+        let writers: Vec<_> = [2, 3]
+            .into_iter()
+            .map(|capacity| {
+                let api = std::sync::Arc::clone(api);
+                tokio::spawn(async move {
+                    let body =
+                        json!({"algorithm": "token_bucket", "capacity": capacity, "rate": "1/s"});
+                    let (status, v, _) = api.write_at("PUT", R, Some(body), Some(at)).await;
+                    (status, v)
+                })
+            })
+            .collect();
+        let mut both_waiting = false;
+        for _ in 0..600 {
+            if psql(url, waiting) == "2" {
+                both_waiting = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        writeln!(stdin, "COMMIT;").unwrap();
+        drop(stdin);
+        holder.wait().unwrap();
+        assert!(
+            both_waiting,
+            "round {round}: the two writers never waited together"
+        );
+        let mut statuses = Vec::new();
+        for w in writers {
+            let (status, v) = w.await.unwrap();
+            if status == 412 {
+                assert_eq!(v["error"]["reason"], "precondition_failed", "{v}");
+            }
+            statuses.push(status);
+        }
+        statuses.sort_unstable();
+        assert_eq!(statuses, [200, 412], "round {round}: exactly one wins");
     }
 }
 
@@ -639,6 +792,73 @@ async fn inheritance(api: &ConfigApi) {
         "{a}"
     );
     assert_eq!(a["resolved"]["domains"]["big"]["rate"], "1/1s", "{a}");
+
+    // Review M2: a multi-document file, overrides in a later document.
+    let multi = "namespaces:\n  - name: first\n    resources: []\n---\n".to_owned() + text;
+    let (status, r) = api
+        .call(Some(ADMIN), "POST", "/v1/import", Some(&multi))
+        .await;
+    assert_eq!(status, 200, "{r}");
+    let a = api.get("/v1/namespaces/imp/resources/a").await;
+    assert_eq!(
+        a["resource"]["domains"]["big"],
+        json!({"capacity": 50}),
+        "{a}"
+    );
+
+    // Review M3: a backup and its restore (export, then import under the
+    // export's ETag) keep the override inheriting: the resource's rate
+    // raised afterwards reaches it. The export wrote the resolved view,
+    // which froze it.
+    let (status, yaml, tag) = api
+        .call_with(Some(READER), "GET", "/v1/export", None, &[])
+        .await;
+    assert_eq!(status, 200);
+    let yaml = yaml.as_str().unwrap().to_owned();
+    assert!(!yaml.contains("big:\n          algorithm"), "{yaml}");
+    let tag = tag.unwrap();
+    let (status, r, _) = api
+        .call_with(
+            Some(ADMIN),
+            "POST",
+            "/v1/import",
+            Some(&yaml),
+            &[("if-match", &tag)],
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    let a = api.get("/v1/namespaces/imp/resources/a").await;
+    assert_eq!(
+        a["resource"]["domains"]["big"],
+        json!({"capacity": 50}),
+        "{a}"
+    );
+    let mut body = a["resource"].clone();
+    body["rate"] = json!("2/s");
+    let r = api
+        .ok("PUT", "/v1/namespaces/imp/resources/a", Some(body))
+        .await;
+    assert_eq!(r["resolved"]["domains"]["big"]["rate"], "2/1s", "{r}");
+    assert_eq!(r["resolved"]["domains"]["big"]["capacity"], 50, "{r}");
+
+    // An import under an ETag older than the config: 412, nothing
+    // replaced.
+    let (status, r, _) = api
+        .call_with(
+            Some(ADMIN),
+            "POST",
+            "/v1/import",
+            Some(text),
+            &[("if-match", &tag)],
+        )
+        .await;
+    assert_eq!(status, 412, "{r}");
+    assert_eq!(r["error"]["reason"], "precondition_failed", "{r}");
+    let a = api.get("/v1/namespaces/imp/resources/a").await;
+    assert_eq!(
+        a["resolved"]["rate"], "2/1s",
+        "the import was not applied: {a}"
+    );
 }
 
 /// Issue 22: the page made one request per namespace (113 for 112) and
@@ -708,7 +928,9 @@ async fn snapshot_and_history(api: &ConfigApi) {
     let r1 = api.get("/v1/namespaces/sa/resources/r1").await;
     assert_eq!(sa["resources"][0], r1, "each resource as GET answers it");
     assert!(
-        sa["changed"].is_i64() && sa["ignore_configured"] == false,
+        sa["revision"].is_i64()
+            && sa["flags_revision"].is_i64()
+            && sa["ignore_configured"] == false,
         "{sa}"
     );
 
@@ -925,6 +1147,7 @@ async fn postgres_crud_concurrent_writers_and_the_database_going_away() {
     crud(&api, &dir).await;
     concurrent(&api).await;
     preconditions(&api).await;
+    writers_held_together_then_released(&api, &url).await;
     inheritance(&api).await;
     snapshot_and_history(&api).await;
     let revision = api.get("/v1/namespaces").await["revision"].clone();
@@ -1799,14 +2022,21 @@ async fn a_following_server_enforces_the_override_resolved_against_its_resource(
     assert_eq!(allowed, [true, true, true, false]);
 }
 
+/// The read token the limiting servers of these tests take for their
+/// admin endpoints (`serve --admin-tokens-file`), and the file the config
+/// API sends it from (`--servers-token-file`).
+const SERVERS_TOKEN: &str = "console-read-token-0123456789";
+
 /// A `tollgate serve` on free ports with `shop/login` (a fixed window of 2
-/// an hour) in a file of its own.
+/// an hour) in a file of its own, taking [`SERVERS_TOKEN`] for its admin
+/// endpoints.
 fn limiting_server(dir: &Sandbox) -> common::serving::Serving {
     let file = dir.write(
         "limits.yaml",
         "namespaces:\n  - name: shop\n    resources:\n      \
          - { name: login, algorithm: fixed_window, limit: 2, window: 1h }\n",
     );
+    let tokens = dir.write("admin-tokens", format!("read:console:{SERVERS_TOKEN}\n"));
     common::serving::Serving::start(
         dir,
         &[
@@ -1816,6 +2046,8 @@ fn limiting_server(dir: &Sandbox) -> common::serving::Serving {
             "127.0.0.1:0",
             "--http",
             "127.0.0.1:0",
+            "--admin-tokens-file",
+            tokens.to_str().unwrap(),
         ],
         &[],
     )
@@ -1849,22 +2081,31 @@ async fn the_api_reads_live_usage_from_the_limiting_servers_metrics() {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let silent_addr = silent.local_addr().unwrap();
     let servers = format!("{},{closed},http://{silent_addr}", server.http);
+    let token_file = dir.write("servers-token", format!("{SERVERS_TOKEN}\n"));
     let api = ConfigApi::start(
         &dir,
         &common::config_api::sqlite(&dir, "t.db"),
-        &["--servers", &servers, "--servers-refresh-ms", "200"],
+        &[
+            "--servers",
+            &servers,
+            "--servers-refresh-ms",
+            "200",
+            "--servers-token-file",
+            token_file.to_str().unwrap(),
+        ],
     );
     let allowed: Vec<bool> = (0..5).map(|_| hit(&server, "shop", "login")).collect();
     assert_eq!(allowed, [true, true, false, false, false]);
     // Rates come with the second refresh that saw the server.
     let u = until_usage(&api, |u| {
-        let login = &u["resources"]["shop/login"];
+        let login = &u["namespaces"]["shop"]["login"];
         login["decisions"] == 5.0 && login["decisions_per_s"].is_number()
     })
     .await;
     assert_eq!(u["enabled"], true);
     assert_eq!(u["every_ms"], 200);
-    let login = &u["resources"]["shop/login"];
+    assert_eq!(u["top_denied_unavailable"], Value::Null, "{u}");
+    let login = &u["namespaces"]["shop"]["login"];
     assert_eq!(
         (login["rejected"].as_f64(), login["hits_granted"].as_f64()),
         (Some(3.0), Some(2.0))
@@ -1900,12 +2141,51 @@ async fn the_api_reads_live_usage_from_the_limiting_servers_metrics() {
     );
     drop(silent);
 
+    // Review H1: without --servers-token-file (or with a token the server
+    // refuses) the numbers from the metrics still come, and the console
+    // is told the denied domains are unavailable, and why.
+    let wrong = dir.write("wrong-token", "not-the-servers-token-000\n");
+    for (extra, why) in [(None, "no --servers-token-file"), (Some(&wrong), "401")] {
+        let mut args = vec![
+            "--servers".to_owned(),
+            server.http.to_string(),
+            "--servers-refresh-ms".to_owned(),
+            "200".to_owned(),
+        ];
+        if let Some(f) = extra {
+            args.push("--servers-token-file".to_owned());
+            args.push(f.to_str().unwrap().to_owned());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let db = format!("t-{}.db", extra.is_some());
+        let plain = ConfigApi::start(&dir, &common::config_api::sqlite(&dir, &db), &args);
+        let u = until_usage(&plain, |u| {
+            u["namespaces"]["shop"]["login"]["decisions"] == 5.0
+        })
+        .await;
+        assert_eq!(u["namespaces"]["shop"]["login"]["rejected"], 3.0, "{u}");
+        assert_eq!(
+            u["namespaces"]["shop"]["login"]["top_denied"],
+            json!([]),
+            "{u}"
+        );
+        let unavailable = u["top_denied_unavailable"].as_str().unwrap_or_default();
+        assert!(unavailable.contains(why), "{u}");
+        assert_eq!(u["servers"][0]["state"], "ok", "{u}");
+    }
+    assert!(
+        server
+            .metric("tollgate_admin_auth_failures_total{reason=\"unknown_token\"}")
+            .unwrap_or(0.0)
+            >= 1.0
+    );
+
     // Without --servers there is nothing live, and it says so.
     let dir2 = Sandbox::new("config-api-usage-off");
     let off = ConfigApi::start(&dir2, &common::config_api::sqlite(&dir2, "t.db"), &[]);
     let u = off.get("/v1/usage").await;
     assert_eq!(
-        (u["enabled"].clone(), u["resources"].clone()),
+        (u["enabled"].clone(), u["namespaces"].clone()),
         (json!(false), json!({}))
     );
 
@@ -1932,4 +2212,176 @@ async fn the_api_reads_live_usage_from_the_limiting_servers_metrics() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(expected), "{stderr}");
     }
+}
+
+/// A loopback HTTP server that answers every request with a body of
+/// `bytes` bytes, announcing its length or not (then it ends the body by
+/// closing): a limiting server whose metrics outgrew the cap.
+fn oversized_server(bytes: usize, announce: bool) -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                let mut head = [0u8; 4096];
+                let _ = conn.read(&mut head);
+                let length = if announce {
+                    format!("Content-Length: {bytes}\r\n")
+                } else {
+                    String::new()
+                };
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n{length}Connection: close\r\n\r\n"
+                );
+                let line = "tollgate_decisions_total{namespace=\"n\",resource=\"r\",outcome=\"granted\"} 1\n";
+                let mut sent = 0;
+                while sent < bytes {
+                    let chunk = line.as_bytes();
+                    if conn.write_all(chunk).is_err() {
+                        return;
+                    }
+                    sent += chunk.len();
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Review M7: a server whose /metrics is over the 8 MiB cap is reported
+/// as `too_large`, whether its Content-Length says so or the body runs
+/// over while read; the servers beside it still count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_with_metrics_over_the_cap_is_reported_too_large() {
+    let dir = Sandbox::new("config-api-usage-large");
+    let server = limiting_server(&dir);
+    let announced = oversized_server(9 * 1024 * 1024, true);
+    let streamed = oversized_server(9 * 1024 * 1024, false);
+    let servers = format!("{},{announced},{streamed}", server.http);
+    let api = ConfigApi::start(
+        &dir,
+        &common::config_api::sqlite(&dir, "t.db"),
+        &["--servers", &servers, "--servers-refresh-ms", "1000"],
+    );
+    assert!(hit(&server, "shop", "login"));
+    let u = until_usage(&api, |u| {
+        u["servers"][1]["state"].is_string()
+            && u["servers"][2]["state"].is_string()
+            && u["namespaces"]["shop"]["login"]["decisions"] == 1.0
+    })
+    .await;
+    assert_eq!(u["servers"][0]["state"], "ok", "{u}");
+    for i in [1, 2] {
+        assert_eq!(u["servers"][i]["state"], "too_large", "{u}");
+        let error = u["servers"][i]["error"].as_str().unwrap();
+        assert!(
+            error.starts_with("too large: its /metrics is larger than 8 MiB"),
+            "{u}"
+        );
+    }
+    assert!(
+        u["namespaces"].get("n").is_none(),
+        "nothing of a refused answer counts: {u}"
+    );
+}
+
+/// Review M7: `--servers https://...` reached only servers whose
+/// certificates chain to the system's roots. With `--servers-ca` it
+/// trusts the servers' own CA, and with `--servers-cert`/`--servers-key`
+/// it passes a server's mutual TLS; its top denied domains come over the
+/// same connection, with the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_usage_reads_servers_on_their_own_mutual_tls() {
+    let certs = tollgate_redis::testing::TestCerts::generate();
+    let dir = Sandbox::new("config-api-usage-tls");
+    let cert = dir.write("server.pem", &certs.server_cert);
+    let key = dir.write("server.key", &certs.server_key);
+    let ca = dir.write("ca.pem", &certs.ca);
+    let client_cert = dir.write("client.pem", &certs.client_cert);
+    let client_key = dir.write("client.key", &certs.client_key);
+    let file = dir.write(
+        "limits.yaml",
+        "namespaces:\n  - name: shop\n    resources:\n      \
+         - { name: login, algorithm: fixed_window, limit: 2, window: 1h }\n",
+    );
+    let tokens = dir.write("admin-tokens", format!("read:console:{SERVERS_TOKEN}\n"));
+    let server = common::serving::Serving::start(
+        &dir,
+        &[
+            "--config",
+            file.to_str().unwrap(),
+            "--grpc",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+            "--tls-client-ca",
+            ca.to_str().unwrap(),
+            "--admin-tokens-file",
+            tokens.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let servers = format!("https://{}", server.http);
+    let token_file = dir.write("servers-token", SERVERS_TOKEN);
+    let api = ConfigApi::start(
+        &dir,
+        &common::config_api::sqlite(&dir, "t.db"),
+        &[
+            "--servers",
+            &servers,
+            "--servers-refresh-ms",
+            "200",
+            "--servers-ca",
+            ca.to_str().unwrap(),
+            "--servers-cert",
+            client_cert.to_str().unwrap(),
+            "--servers-key",
+            client_key.to_str().unwrap(),
+            "--servers-token-file",
+            token_file.to_str().unwrap(),
+        ],
+    );
+    let u = until_usage(&api, |u| u["servers"][0]["ok"].is_boolean()).await;
+    assert_eq!(u["servers"][0]["state"], "ok", "{u}");
+    assert_eq!(u["servers"][0]["denied_error"], Value::Null, "{u}");
+    assert_eq!(u["top_denied_unavailable"], Value::Null, "{u}");
+
+    // Without the CA: the server's certificate is not trusted, and it
+    // says so rather than showing nothing.
+    let untrusting = ConfigApi::start(
+        &dir,
+        &common::config_api::sqlite(&dir, "u.db"),
+        &["--servers", &servers, "--servers-refresh-ms", "200"],
+    );
+    let u = until_usage(&untrusting, |u| u["servers"][0]["ok"].is_boolean()).await;
+    assert_eq!(u["servers"][0]["state"], "error", "{u}");
+
+    // A CA file that holds no certificate stops the start, naming it.
+    let tokens = dir.write("tokens-x", format!("admin:a:{ADMIN}\n"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args([
+            "config-api",
+            "--listen",
+            "127.0.0.1:0",
+            "--servers",
+            &servers,
+        ])
+        .arg("--tokens-file")
+        .arg(&tokens)
+        .arg("--servers-ca")
+        .arg(&key)
+        .current_dir(&dir.dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--servers-ca"), "{stderr}");
+    assert!(!stderr.contains("PRIVATE KEY"), "{stderr}");
 }

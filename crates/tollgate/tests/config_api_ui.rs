@@ -505,12 +505,31 @@ fn capacity_of(row: &Value) -> &str {
     row["params"]["capacity"].as_str().unwrap()
 }
 
-/// Where the screenshots go: under the target directory (they depend on
-/// the fonts installed, so they are not committed).
-fn screenshots() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+/// The screenshots docs/config-api.md shows, written to
+/// `docs/images/console/` when the run is asked to
+/// (`TOLLGATE_WRITE_SCREENSHOTS=1`).
+const DOCUMENTED: &[&str] = &[
+    "console-list-1280.png",
+    "console-list-390.png",
+    "console-conflict-1280.png",
+    "console-history-1280.png",
+    "console-read-only-1280.png",
+];
+
+/// Where the screenshot `name` goes: under the target directory, or, with
+/// `TOLLGATE_WRITE_SCREENSHOTS=1` and a screenshot the docs show, into
+/// `docs/images/console/` (they depend on the fonts installed, so they
+/// are written there only when asked).
+fn screenshot_path(name: &str) -> PathBuf {
+    let to_docs = std::env::var("TOLLGATE_WRITE_SCREENSHOTS").is_ok_and(|v| v == "1")
+        && DOCUMENTED.contains(&name);
+    let dir = if to_docs {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/images/console")
+    } else {
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots")
+    };
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    dir.join(name)
 }
 
 /// Standard base64 decoding (Chromium's screenshots).
@@ -540,15 +559,27 @@ fn unbase64(text: &str) -> Vec<u8> {
 }
 
 impl Browser {
-    /// Saves a PNG of the page as it is to `name` in [`screenshots`].
+    /// Saves a PNG of what the viewport shows of the page to `name`
+    /// ([`screenshot_path`]), cut where the page ends (no empty space
+    /// below a short page) and at most 900 CSS pixels high; wide views
+    /// scaled to 0.6.
     fn screenshot(&mut self, name: &str) {
+        let area = self.eval(
+            "({ x: window.scrollX, y: window.scrollY, width: window.innerWidth, \
+                height: Math.min(window.innerHeight, 900, \
+                  document.documentElement.scrollHeight - window.scrollY) })",
+        );
+        // Wide views at 0.6: small files for the docs, still legible.
+        let wide = area["width"].as_f64().unwrap_or(0.0) > 600.0;
+        let mut clip = area;
+        clip["scale"] = json!(if wide { 0.6 } else { 1.0 });
         let r = self.call(
             "Page.captureScreenshot",
-            json!({ "format": "png", "captureBeyondViewport": false }),
+            json!({ "format": "png", "captureBeyondViewport": false, "clip": clip }),
         );
         let png = unbase64(r["data"].as_str().unwrap());
         assert!(png.starts_with(b"\x89PNG"), "a PNG");
-        std::fs::write(screenshots().join(name), png).unwrap();
+        std::fs::write(screenshot_path(name), png).unwrap();
     }
 
     /// Emulates a viewport `width` CSS pixels wide (a phone at 390).
@@ -795,6 +826,7 @@ async fn an_admin_creates_edits_and_deletes_through_the_page() {
     sign_in(&mut b, &api, ADMIN);
     assert_eq!(b.eval("document.getElementById('token').value"), json!(""));
     assert_eq!(b.text("#whoami"), "signed in as alice (admin)");
+    b.screenshot("console-list-1280.png");
 
     // A namespace, created from its form.
     b.type_into("#new-namespace-name", "billing");
@@ -866,6 +898,28 @@ async fn an_admin_creates_edits_and_deletes_through_the_page() {
             .unwrap();
     assert_eq!(resolved["rate"], "20/1s");
     b.screenshot("console-editor-1280.png");
+
+    // Review M8: a new algorithm and the overrides that fit it, in one
+    // save (`domains` in the JSON). The page sent the old overrides with
+    // every save, and `capacity` does not fit gcra: it could not be done.
+    b.eval("document.getElementById('f-capacity').value = ''");
+    b.type_into("#f-algorithm", "gcra");
+    b.type_into("#f-rate", "10/s");
+    b.type_into("#f-burst", "5");
+    b.type_into(
+        "#editor",
+        r#"{"shadow_mode": true, "domains": {"bigcorp": {"burst": 50}}}"#,
+    );
+    b.click("#save");
+    wait_message(&mut b, "ok");
+    let r = api.get("/v1/namespaces/billing/resources/invoices").await;
+    assert_eq!(r["resource"]["algorithm"], "gcra", "{r}");
+    assert_eq!(
+        r["resource"]["domains"],
+        json!({"bigcorp": {"burst": 50}}),
+        "{r}"
+    );
+    assert_eq!(r["resolved"]["domains"]["bigcorp"]["rate"], "10/1s", "{r}");
 
     // A change the API lowers: its warning is shown.
     open_editor(&mut b, "shop/db");
@@ -1024,6 +1078,44 @@ async fn a_change_made_elsewhere_meanwhile_is_a_conflict_shown_never_overwritten
         250
     );
 
+    // Review: created meanwhile by someone else while the page creates
+    // it: a conflict; taking their version switches the editor to edit
+    // it (under its revision), so the next save is not refused again as
+    // a create.
+    b.click("section[data-namespace=\"shop\"] button.new-resource");
+    b.wait_for(
+        "the new resource's form",
+        "!document.getElementById('edit-panel').hidden && \
+         document.getElementById('edit-title').textContent === 'new resource in'",
+    );
+    b.type_into("#f-name", "fresh");
+    b.type_into("#f-algorithm", "token_bucket");
+    b.type_into("#f-capacity", "5");
+    b.type_into("#f-rate", "1/s");
+    put(
+        &api,
+        "/v1/namespaces/shop/resources/fresh",
+        json!({"algorithm": "token_bucket", "capacity": 7, "rate": "1/s"}),
+    )
+    .await;
+    b.click("#save");
+    wait_message(&mut b, "conflict");
+    b.click("#load-current");
+    b.wait_for(
+        "their version, in edit mode",
+        "document.getElementById('f-capacity').value === '7' && \
+         document.getElementById('edit-title').textContent === 'edit' && \
+         document.getElementById('editing').textContent === 'shop/fresh' && \
+         document.getElementById('f-name').disabled",
+    );
+    b.type_into("#f-capacity", "9");
+    b.click("#save");
+    wait_message(&mut b, "ok");
+    assert_eq!(
+        api.get("/v1/namespaces/shop/resources/fresh").await["resource"]["capacity"],
+        9
+    );
+
     // Deleted meanwhile: a conflict, and nothing re-created.
     open_editor(&mut b, "shop/db");
     api.ok("DELETE", "/v1/namespaces/shop/resources/db", None)
@@ -1125,8 +1217,17 @@ async fn a_read_token_sees_no_edit_controls_and_a_refused_token_or_429_clears_th
         "the refusal of the token",
         "document.getElementById('status').dataset.state === 'need-token'",
     );
-    assert_eq!(b.text("#status"), "the bearer token is not known");
+    assert_eq!(
+        b.text("#status"),
+        "the bearer token is not known (the token was forgotten: enter one again)"
+    );
     assert_eq!(b.rows().len(), 0);
+    // Review: the refused token is not kept to be sent again.
+    assert_eq!(
+        b.eval("sessionStorage.length"),
+        json!(0),
+        "a refused token is dropped"
+    );
 
     // The read token: everything shown, nothing to change it with.
     b.navigate(&api.url(&format!("/ui#token={READER}")));
@@ -1178,6 +1279,23 @@ async fn a_read_token_sees_no_edit_controls_and_a_refused_token_or_429_clears_th
     assert_eq!(b.rows().len(), 0);
     assert_eq!(b.text("#revision"), "-");
     assert_eq!(b.text("#whoami"), "not signed in");
+    // Review: it says when to retry (the API's Retry-After), asks nothing
+    // before then (a reload is not sent: it would only be refused
+    // again), and loads by itself afterwards.
+    let status = b.text("#status");
+    assert!(status.contains("rate limited: retrying in"), "{status}");
+    let calls = b.eval(
+        "(() => { window.__calls = 0; const f = window.fetch; \
+           window.fetch = (...a) => { window.__calls++; return f(...a); }; \
+           for (let i = 0; i < 5; i++) document.getElementById('reload').click(); \
+           return window.__calls; })()",
+    );
+    assert_eq!(calls, json!(0), "no request before Retry-After");
+    b.wait_for(
+        "the list again after Retry-After",
+        "document.getElementById('status').dataset.state === 'ready'",
+    );
+    assert_eq!(b.rows().len(), 4);
     b.assert_no_problems();
 }
 
@@ -1238,6 +1356,8 @@ async fn the_console_shows_what_the_limiting_servers_decide_now() {
         "namespaces:\n  - name: shop\n    resources:\n      \
          - { name: api, algorithm: fixed_window, limit: 2, window: 1h }\n",
     );
+    const SERVERS_TOKEN: &str = "console-read-token-0123456789";
+    let admin_tokens = dir.write("admin-tokens", format!("read:console:{SERVERS_TOKEN}\n"));
     let server = common::serving::Serving::start(
         &dir,
         &[
@@ -1247,13 +1367,29 @@ async fn the_console_shows_what_the_limiting_servers_decide_now() {
             "127.0.0.1:0",
             "--http",
             "127.0.0.1:0",
+            "--admin-tokens-file",
+            admin_tokens.to_str().unwrap(),
         ],
         &[],
     );
     let servers = server.http.to_string();
+    let token_file = dir.write("servers-token", SERVERS_TOKEN);
     let api = ConfigApi::start(
         &dir,
         &sqlite(&dir, "tollgate.db"),
+        &[
+            "--servers",
+            &servers,
+            "--servers-refresh-ms",
+            "1000",
+            "--servers-token-file",
+            token_file.to_str().unwrap(),
+        ],
+    );
+    // One without the token: metrics only, and it says so.
+    let plain = ConfigApi::start(
+        &dir,
+        &sqlite(&dir, "plain.db"),
         &["--servers", &servers, "--servers-refresh-ms", "1000"],
     );
     populate(&api).await;
@@ -1275,5 +1411,23 @@ async fn the_console_shows_what_the_limiting_servers_decide_now() {
                       top denied: acme (3)')",
     );
     b.screenshot("console-live-1280.png");
+    b.assert_no_problems();
+
+    // Review H1: without --servers-token-file the numbers still show, and
+    // the page says the denied domains are unavailable.
+    populate(&plain).await;
+    drop(b);
+    let mut b = Browser::start(&Sandbox::new("config-api-ui-live-plain"));
+    sign_in(&mut b, &plain, READER);
+    b.wait_for(
+        "the decisions shown without denied domains",
+        "document.querySelector('td.live[data-resource=\"shop/api\"]').textContent \
+           .includes('5 decisions, 3 rejected (60%) in all') && \
+         document.getElementById('live-state').textContent \
+           .includes('top denied domains unavailable (no --servers-token-file')",
+    );
+    assert!(!b
+        .text("td.live[data-resource=\"shop/api\"]")
+        .contains("top denied"));
     b.assert_no_problems();
 }

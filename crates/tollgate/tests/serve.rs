@@ -427,3 +427,130 @@ fn rls_response_headers_are_on_only_when_asked_for() {
         }
     }
 }
+
+/// `GET path` on `server` with `Authorization: Bearer token` when given:
+/// (status, body, the whole answer).
+fn get_authorized(server: &Serving, path: &str, token: Option<&str>) -> (u16, String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(server.http).unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n{auth}\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = out.split_once("\r\n\r\n").unwrap().1.to_owned();
+    (status, body, out)
+}
+
+/// Issue 22 (review H1) and issue 18 (5): `GET /v1/denied` names the
+/// domains refused most (user ids, keys, addresses). It was served to
+/// anyone on the data port; it is an admin endpoint now: off without
+/// `--admin-tokens-file` (naming the flag), 401 for a missing or wrong
+/// token (counted, never logged), and answered for a read token, while
+/// `/v1/config` and `/status` stay open.
+#[test]
+fn top_denied_domains_are_served_only_to_an_admin_token() {
+    const TOKEN: &str = "fleet-read-token-0123456789";
+    let dir = Sandbox::new("serve-admin-tokens");
+    let file = dir.write(
+        "limits.yaml",
+        "namespaces:\n  - name: shop\n    resources:\n      \
+         - { name: api, algorithm: fixed_window, limit: 1, window: 1h }\n",
+    );
+    let args = |extra: &[&'static str]| {
+        let mut a = vec![
+            "--config".to_owned(),
+            file.to_str().unwrap().to_owned(),
+            "--grpc".to_owned(),
+            "127.0.0.1:0".to_owned(),
+            "--http".to_owned(),
+            "127.0.0.1:0".to_owned(),
+        ];
+        a.extend(extra.iter().map(|s| (*s).to_owned()));
+        a
+    };
+    let request = r#"{"namespace":"shop","resource":"api","domain":"user-4711","hits":1}"#;
+
+    // No tokens: off, naming the flag; the config and status stay open.
+    let open: Vec<String> = args(&[]);
+    let open: Vec<&str> = open.iter().map(String::as_str).collect();
+    let server = Serving::start(&dir, &open, &[]);
+    server.json("POST", "/v1/request", Some(request));
+    server.json("POST", "/v1/request", Some(request));
+    let (status, body, _) = get_authorized(&server, "/v1/denied", None);
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("--admin-tokens-file"), "{body}");
+    assert!(!body.contains("user-4711"), "{body}");
+    let (status, _, _) = get_authorized(&server, "/v1/denied", Some(TOKEN));
+    assert_eq!(status, 404, "no token opens it when none is configured");
+    assert_eq!(server.http("GET", "/v1/config", None).0, 200);
+    assert_eq!(server.http("GET", "/status", None).0, 200);
+    server.terminate();
+
+    // With tokens: a read token sees the domains.
+    let tokens = dir.write(
+        "admin-tokens",
+        format!("# the config API's console\nread:console:{TOKEN}\n"),
+    );
+    let guarded = args(&["--admin-tokens-file"]);
+    let mut guarded: Vec<&str> = guarded.iter().map(String::as_str).collect();
+    guarded.push(tokens.to_str().unwrap());
+    let server = Serving::start(&dir, &guarded, &[]);
+    server.json("POST", "/v1/request", Some(request));
+    server.json("POST", "/v1/request", Some(request));
+    let (status, body, _) = get_authorized(&server, "/v1/denied", Some(TOKEN));
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(body.trim()).unwrap();
+    assert_eq!(
+        v["namespaces"]["shop"]["api"][0]["domain"], "user-4711",
+        "{v}"
+    );
+    assert_eq!(v["namespaces"]["shop"]["api"][0]["rejected"], 1, "{v}");
+
+    // A wrong token and none: 401, counted, the token never logged.
+    let (status, body, whole) =
+        get_authorized(&server, "/v1/denied", Some("not-a-token-of-this-server"));
+    assert_eq!(status, 401, "{body}");
+    assert!(!body.contains("user-4711"), "{body}");
+    assert!(whole.contains("www-authenticate: Bearer"), "{whole}");
+    let (status, _, _) = get_authorized(&server, "/v1/denied", None);
+    assert_eq!(status, 401);
+    assert_eq!(
+        server.metric("tollgate_admin_auth_failures_total{reason=\"unknown_token\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        server.metric("tollgate_admin_auth_failures_total{reason=\"no_token\"}"),
+        Some(1.0)
+    );
+    assert_eq!(server.http("GET", "/status", None).0, 200);
+    let (code, logs) = server.terminate();
+    assert_eq!(code, Some(0));
+    let logs = format!("{logs:?}");
+    assert!(
+        !logs.contains(TOKEN) && !logs.contains("not-a-token-of-this-server"),
+        "a token was logged: {logs}"
+    );
+
+    // A bad tokens file stops the start, naming the line, not the token.
+    let bad = dir.write("bad-tokens", "owner:x:0123456789abcdef0123\n");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["serve", "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        .arg("--admin-tokens-file")
+        .arg(&bad)
+        .current_dir(&dir.dir)
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("line 1") && !stderr.contains("0123456789abcdef0123"),
+        "{stderr}"
+    );
+}

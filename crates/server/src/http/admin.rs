@@ -1,7 +1,8 @@
 //! Admin endpoints: what is running, with which config, and how it is
 //! doing.
 
-use axum::extract::State;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use http::header::CONTENT_TYPE;
@@ -12,6 +13,7 @@ use tonic::Code;
 use super::body::ApiError;
 use super::Http;
 use crate::app::ConfigStatus;
+use crate::metrics as m;
 
 /// `GET /v1/config`: the normalized config in force, as YAML that loads
 /// back into the same limits.
@@ -76,15 +78,77 @@ pub(super) async fn readyz<S: Store>(State(http): State<Http<S>>) -> Response {
 }
 
 /// `GET /v1/denied`: the domains this server refused most lately (this
-/// minute and the last), per configured resource (`NS/RESOURCE`), at most
-/// 10 each, most first (see [`crate::denied`]).
+/// minute and the last), per configured namespace and resource, at most
+/// 10 each, most first (see [`crate::denied`]). An admin endpoint: only
+/// with a token ([`super::admin_auth`]).
 pub(super) async fn denied<S: Store>(State(http): State<Http<S>>) -> Response {
     let top = http.app.denied.top(http.app.now().as_u64(), 10);
     axum::Json(serde_json::json!({
         "window_s": crate::denied::WINDOW / 1_000_000_000,
-        "resources": top,
+        "namespaces": top,
     }))
     .into_response()
+}
+
+/// Guards the admin endpoints (`/v1/denied`): a bearer token of the
+/// server's `--admin-tokens-file` with at least the read role. Without
+/// tokens configured they are off (404 naming the flag); a missing or
+/// unknown token is 401 and counted (`tollgate_admin_auth_failures_total`
+/// by `reason`). Tokens are never logged; a refusal logs the path only.
+pub(super) async fn admin_auth<S: Store>(
+    State(http): State<Http<S>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let tokens = &http.app.admin_tokens;
+    if tokens.is_empty() {
+        return ApiError::new(
+            StatusCode::NOT_FOUND,
+            Code::NotFound,
+            "admin_endpoints_off",
+            format!(
+                "{} is an admin endpoint, and admin endpoints are off: start the server with \
+                 --admin-tokens-file (or TOLLGATE_ADMIN_TOKENS_FILE), ROLE:NAME:TOKEN per line, \
+                 and send a token as `Authorization: Bearer TOKEN`",
+                req.uri().path()
+            ),
+        )
+        .into_response();
+    }
+    let token = req
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let (reason, message) = match token.map(|t| tokens.check(t)) {
+        // Both roles read; `/v1/denied` only reads. Writes (resetting
+        // counters) will need `admin`.
+        Some(Some(_caller)) => return next.run(req).await,
+        Some(None) => (
+            "unknown_token",
+            "the bearer token is not one of this server's admin tokens",
+        ),
+        None => (
+            "no_token",
+            "an admin endpoint needs `Authorization: Bearer TOKEN` with a token of the \
+             server's --admin-tokens-file",
+        ),
+    };
+    metrics::counter!(m::ADMIN_AUTH_FAILURES, "reason" => reason).increment(1);
+    tracing::info!(path = req.uri().path(), reason, "admin request refused");
+    let mut resp = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        Code::Unauthenticated,
+        reason,
+        message.to_owned(),
+    )
+    .into_response();
+    resp.headers_mut().insert(
+        http::header::WWW_AUTHENTICATE,
+        http::HeaderValue::from_static("Bearer"),
+    );
+    resp
 }
 
 /// `GET /metrics`: Prometheus text format, when a recorder is installed.

@@ -1,5 +1,6 @@
 //! The HTTP/JSON API, envoyproxy/ratelimit's `POST /json`, and the admin
-//! endpoints (`/status`, `/healthz`, `/readyz`, `/metrics`, `/v1/config`).
+//! endpoints (`/status`, `/healthz`, `/readyz`, `/metrics`, `/v1/config`,
+//! and `/v1/denied`, which needs an admin token).
 //! `docs/http-api.md` is the reference, with examples.
 //!
 //! Bodies are the `tollgate.v1` messages as JSON. Every error, whatever
@@ -18,7 +19,7 @@ mod body;
 use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, FromRef, FromRequestParts};
-use axum::middleware::map_response_with_state;
+use axum::middleware::{from_fn_with_state, map_response_with_state};
 use axum::routing::{delete, get, post};
 use tollgate_store::Store;
 
@@ -94,7 +95,13 @@ pub fn router<S: Store>(app: Arc<App<S>>, max_body: usize) -> axum::Router {
         .route("/healthz", get(admin::healthz))
         .route("/readyz", get(admin::readyz::<S>))
         .route("/metrics", get(admin::metrics::<S>))
-        .route("/v1/denied", get(admin::denied::<S>))
+        // Admin endpoints: a bearer token of --admin-tokens-file, off
+        // without one (`/v1/config` and `/status` stay open, as before).
+        .merge(
+            axum::Router::new()
+                .route("/v1/denied", get(admin::denied::<S>))
+                .route_layer(from_fn_with_state(state.clone(), admin::admin_auth::<S>)),
+        )
         .fallback(body::not_found)
         // Applies to the routes above only, so it must come after them.
         .method_not_allowed_fallback(body::method_not_allowed)

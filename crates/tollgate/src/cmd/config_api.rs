@@ -72,6 +72,31 @@ pub struct ConfigApiArgs {
         default_value_t = 5000
     )]
     pub servers_refresh_ms: u64,
+    /// A file holding one bearer token (a `read` token of the servers'
+    /// --admin-tokens-file) sent to the --servers for their top denied
+    /// domains (GET /v1/denied); without it the console shows the
+    /// metrics-based numbers only. Never logged.
+    #[arg(long, env = "TOLLGATE_CONFIG_API_SERVERS_TOKEN_FILE")]
+    pub servers_token_file: Option<PathBuf>,
+    /// PEM CA bundle that signed the --servers' certificates (for
+    /// `https://` servers using their own CA).
+    #[arg(long, env = "TOLLGATE_CONFIG_API_SERVERS_CA")]
+    pub servers_ca: Option<PathBuf>,
+    /// PEM client certificate chain shown to --servers that require
+    /// client certificates (mutual TLS; with --servers-key).
+    #[arg(
+        long,
+        env = "TOLLGATE_CONFIG_API_SERVERS_CERT",
+        requires = "servers_key"
+    )]
+    pub servers_cert: Option<PathBuf>,
+    /// PEM private key of --servers-cert.
+    #[arg(
+        long,
+        env = "TOLLGATE_CONFIG_API_SERVERS_KEY",
+        requires = "servers_cert"
+    )]
+    pub servers_key: Option<PathBuf>,
 }
 
 /// How long a shutdown waits for open requests (long polls among them)
@@ -159,39 +184,106 @@ fn metrics_urls(servers: &[String]) -> Result<Vec<(String, reqwest::Url)>> {
 /// The longest one read of one server's metrics may take.
 const METRICS_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Reads the servers' metrics every `every`, all at once, each bounded in
-/// time and bytes, and records them on `board`.
+/// How many servers are read at once. Each read holds at most
+/// [`tollgate_configapi::usage::MAX_METRICS_BYTES`] of metrics and as
+/// much of `/v1/denied`, so a refresh holds at most 8 × 2 × 8 MiB = 128
+/// MiB of answers, however many servers `--servers` names.
+const READS_AT_ONCE: usize = 8;
+
+/// The HTTP client that reads the servers: bounded in time, with the
+/// servers' CA and a client certificate when given (checked with
+/// `tollgate_tls`, so a bad file is named before the first refresh).
+fn usage_client(args: &ConfigApiArgs, timeout: Duration) -> Result<reqwest::Client> {
+    let mut builder = reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout);
+    if let Some(ca) = &args.servers_ca {
+        let pem = std::fs::read(ca)
+            .with_context(|| format!("--servers-ca: cannot read {}", ca.display()))?;
+        tollgate_tls::trust_anchors(&pem, tollgate_tls::Anchors::Every)
+            .with_context(|| format!("--servers-ca {}", ca.display()))?;
+        for cert in reqwest::Certificate::from_pem_bundle(&pem)
+            .with_context(|| format!("--servers-ca {}", ca.display()))?
+        {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    if let (Some(cert), Some(key)) = (&args.servers_cert, &args.servers_key) {
+        let chain = std::fs::read(cert)
+            .with_context(|| format!("--servers-cert: cannot read {}", cert.display()))?;
+        tollgate_tls::certificates(&chain)
+            .with_context(|| format!("--servers-cert {}", cert.display()))?;
+        let key_pem = std::fs::read(key)
+            .with_context(|| format!("--servers-key: cannot read {}", key.display()))?;
+        tollgate_tls::private_key(&key_pem)
+            .with_context(|| format!("--servers-key {}", key.display()))?;
+        let mut both = chain;
+        both.push(b'\n');
+        both.extend_from_slice(&key_pem);
+        // reqwest's error could quote the key's text: not kept.
+        let identity = reqwest::Identity::from_pem(&both).map_err(|_| {
+            anyhow::anyhow!(
+                "--servers-cert {} and --servers-key {}: not a certificate and its key",
+                cert.display(),
+                key.display()
+            )
+        })?;
+        builder = builder.identity(identity);
+    }
+    builder
+        .build()
+        .context("cannot build the HTTP client for --servers")
+}
+
+/// The bearer token of `--servers-token-file`, if given.
+fn servers_token(args: &ConfigApiArgs) -> Result<Option<String>> {
+    let Some(path) = &args.servers_token_file else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--servers-token-file: cannot read {}", path.display()))?;
+    let token = text.trim();
+    if token.is_empty() || token.contains(char::is_whitespace) {
+        bail!(
+            "--servers-token-file {}: expected one bearer token (the TOKEN part of a servers' \
+             admin token), alone in the file",
+            path.display()
+        );
+    }
+    Ok(Some(token.to_owned()))
+}
+
+/// Reads the servers' metrics every `every`, [`READS_AT_ONCE`] servers
+/// at a time, each read bounded in time and bytes, and records them on
+/// `board`.
 async fn follow_usage(
     board: tollgate_configapi::usage::Board,
     servers: Vec<(String, reqwest::Url)>,
     every: Duration,
+    http: reqwest::Client,
+    token: Option<String>,
 ) {
     use tollgate_configapi::usage::Fetched;
-    let timeout = every.min(METRICS_TIMEOUT);
-    let http = match reqwest::Client::builder()
-        .timeout(timeout)
-        .connect_timeout(timeout)
-        .build()
-    {
-        Ok(http) => http,
-        Err(e) => {
-            tracing::warn!(error = %e, "live usage disabled: no HTTP client");
-            return;
-        }
-    };
+    let token = std::sync::Arc::new(token);
+    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(READS_AT_ONCE));
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         let mut reads = tokio::task::JoinSet::new();
         for (i, (_, url)) in servers.iter().enumerate() {
-            let (http, url) = (http.clone(), url.clone());
+            let (http, url, token) = (http.clone(), url.clone(), std::sync::Arc::clone(&token));
+            let permits = std::sync::Arc::clone(&permits);
             reads.spawn(async move {
+                // Closed never: the semaphore lives as long as the loop.
+                let _permit = permits.acquire_owned().await.ok();
                 let mut denied_url = url.clone();
                 denied_url.set_path("/v1/denied");
                 denied_url.set_query(None);
-                let (text, denied) =
-                    tokio::join!(read_metrics(&http, url), read_denied(&http, denied_url));
+                let (text, denied) = tokio::join!(
+                    read_bounded(&http, url, None),
+                    read_denied(&http, denied_url, token.as_deref())
+                );
                 (i, (text, denied))
             });
         }
@@ -213,30 +305,63 @@ async fn follow_usage(
     }
 }
 
-/// One server's domains refused most lately (`GET /v1/denied`), if it
-/// answers them (a server of an earlier version does not: nothing shown).
-async fn read_denied(http: &reqwest::Client, url: reqwest::Url) -> Option<serde_json::Value> {
-    let text = read_bounded(http, url).await.ok()?;
-    serde_json::from_str(&text).ok()
-}
-
-/// One server's metrics text, at most
-/// [`tollgate_configapi::usage::MAX_METRICS_BYTES`].
-async fn read_metrics(http: &reqwest::Client, url: reqwest::Url) -> Result<String, String> {
-    read_bounded(http, url).await
+/// One server's domains refused most lately (`GET /v1/denied`, an admin
+/// endpoint: it needs `--servers-token-file`), or why there are none.
+async fn read_denied(
+    http: &reqwest::Client,
+    url: reqwest::Url,
+    token: Option<&str>,
+) -> Result<serde_json::Value, String> {
+    let Some(token) = token else {
+        return Err(
+            "no --servers-token-file: the servers' GET /v1/denied needs a token".to_owned(),
+        );
+    };
+    let text = read_bounded(http, url, Some(token)).await?;
+    serde_json::from_str(&text).map_err(|_| "GET /v1/denied: not JSON".to_owned())
 }
 
 /// A text answer of at most
-/// [`tollgate_configapi::usage::MAX_METRICS_BYTES`].
-async fn read_bounded(http: &reqwest::Client, url: reqwest::Url) -> Result<String, String> {
-    use tollgate_configapi::usage::MAX_METRICS_BYTES;
-    let mut resp = http
-        .get(url)
+/// [`tollgate_configapi::usage::MAX_METRICS_BYTES`]; a longer one is
+/// refused as "too large" (by its Content-Length when it gives one,
+/// before reading).
+async fn read_bounded(
+    http: &reqwest::Client,
+    url: reqwest::Url,
+    token: Option<&str>,
+) -> Result<String, String> {
+    use tollgate_configapi::usage::{MAX_METRICS_BYTES, TOO_LARGE};
+    let path = url.path().to_owned();
+    let mut req = http.get(url);
+    if let Some(token) = token {
+        req = req.bearer_auth(token);
+    }
+    let mut resp = req
         .send()
         .await
-        .map_err(|e| format!("unreachable: {e}"))?;
+        .map_err(|e| format!("unreachable: {}", tollgate_tls::bounded(e)))?;
     if !resp.status().is_success() {
-        return Err(format!("answered {}", resp.status()));
+        let status = resp.status();
+        let hint = match status.as_u16() {
+            401 => ": the server refused the --servers-token-file token",
+            404 if path == "/v1/denied" => {
+                ": the server's admin endpoints are off (serve --admin-tokens-file) or it predates them"
+            }
+            _ => "",
+        };
+        return Err(format!("{path} answered {status}{hint}"));
+    }
+    let too_large = || {
+        format!(
+            "{TOO_LARGE}: its {path} is larger than {} MiB; not read",
+            MAX_METRICS_BYTES / (1024 * 1024)
+        )
+    };
+    if resp
+        .content_length()
+        .is_some_and(|n| n > MAX_METRICS_BYTES as u64)
+    {
+        return Err(too_large());
     }
     let mut body = Vec::new();
     while let Some(chunk) = resp
@@ -245,14 +370,11 @@ async fn read_bounded(http: &reqwest::Client, url: reqwest::Url) -> Result<Strin
         .map_err(|e| format!("the answer broke off: {e}"))?
     {
         if body.len() + chunk.len() > MAX_METRICS_BYTES {
-            return Err(format!(
-                "its metrics are larger than {} MiB; not read",
-                MAX_METRICS_BYTES / (1024 * 1024)
-            ));
+            return Err(too_large());
         }
         body.extend_from_slice(&chunk);
     }
-    String::from_utf8(body).map_err(|_| "its metrics are not UTF-8".to_owned())
+    String::from_utf8(body).map_err(|_| format!("its {path} is not UTF-8"))
 }
 
 fn tokens(args: &ConfigApiArgs) -> Result<Tokens> {
@@ -317,11 +439,16 @@ async fn serve(args: ConfigApiArgs) -> Result<()> {
         args.servers_refresh_ms,
     );
     let api = api.with_usage(board.clone());
+    let every = Duration::from_millis(args.servers_refresh_ms);
+    let usage_http = usage_client(&args, every.min(METRICS_TIMEOUT))?;
+    let servers_token = servers_token(&args)?;
     let _usage = (!servers.is_empty()).then(|| {
         tokio::spawn(follow_usage(
             board,
             servers,
-            Duration::from_millis(args.servers_refresh_ms),
+            every,
+            usage_http,
+            servers_token,
         ))
     });
     let tls = match (&args.tls_cert, &args.tls_key) {

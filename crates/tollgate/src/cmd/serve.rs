@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::store_rules;
 use crate::config_follow::{Follower, TokenRefused, TokenSource};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, watch};
@@ -156,6 +156,11 @@ pub struct ServeArgs {
     /// Trace export: a span per decision over OTLP (off by default).
     #[command(flatten)]
     pub otlp: super::otlp::OtlpArgs,
+    /// Bearer tokens for the admin endpoints (GET /v1/denied), one
+    /// `ROLE:NAME:TOKEN` per line as the config API's (`read` suffices);
+    /// without it those endpoints are off. Tokens are never logged.
+    #[arg(long, env = "TOLLGATE_ADMIN_TOKENS_FILE")]
+    pub admin_tokens_file: Option<PathBuf>,
     /// Add RateLimit-Limit/Remaining/Reset headers to Envoy RLS answers.
     #[arg(long, env = "TOLLGATE_RLS_RESPONSE_HEADERS")]
     pub rls_response_headers: bool,
@@ -1021,6 +1026,9 @@ async fn serve_with<S: Store>(
         Arc::new(SystemClock),
     )
     .map_err(|e| refused(store_name, &e))?;
+    if let Some(path) = &args.admin_tokens_file {
+        app.admin_tokens = admin_tokens(path)?;
+    }
     if let Some(target) = &args.decision_log {
         app.decision_log = Some(
             tollgate_server::decision_log::DecisionLog::open(target, args.decision_log_sample)
@@ -1178,6 +1186,23 @@ fn transport(tls: Option<&tollgate_server::tls::Tls>) -> &'static str {
         Some(_) => "tls",
         None => "plain",
     }
+}
+
+/// The admin endpoints' tokens from `path` (`--admin-tokens-file`); an
+/// error names the line, never a token.
+fn admin_tokens(path: &std::path::Path) -> Result<tollgate_server::tokens::Tokens> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the admin tokens file {}", path.display()))?;
+    let tokens = tollgate_server::tokens::Tokens::parse(&text)
+        .map_err(|e| anyhow::anyhow!("bad admin tokens in {}: {e}", path.display()))?;
+    if tokens.is_empty() {
+        bail!(
+            "the admin tokens file {} holds no token (one ROLE:NAME:TOKEN per line); without \
+             --admin-tokens-file the admin endpoints are off",
+            path.display()
+        );
+    }
+    Ok(tokens)
 }
 
 /// Reads `--dissemination`.

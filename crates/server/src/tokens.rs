@@ -1,0 +1,157 @@
+//! Bearer tokens with two roles. Tokens come from a file or the
+//! environment, are kept only as SHA-256 digests, and are never logged;
+//! the audit trail (config API) and the logs name a token by the name it
+//! was given. The config API and the limiting server's admin endpoints
+//! read the same format.
+//!
+//! One token per line: `ROLE:NAME:TOKEN`, where ROLE is `admin` (reads and
+//! writes) or `read` (reads only). Blank lines and lines starting with `#`
+//! are skipped.
+
+use sha2::{Digest, Sha256};
+
+/// What a token may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    /// Reads: the config, deltas, the audit trail.
+    Read,
+    /// Reads and writes.
+    Admin,
+}
+
+/// Who made a request: the token's name and role.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caller {
+    /// The token's name, recorded in the audit trail.
+    pub name: String,
+    /// What it may do.
+    pub role: Role,
+}
+
+/// The known tokens, as digests.
+#[derive(Clone, Default)]
+pub struct Tokens {
+    entries: Vec<([u8; 32], Caller)>,
+}
+
+impl std::fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.entries.iter().map(|(_, c)| c.name.as_str()).collect();
+        f.debug_struct("Tokens").field("names", &names).finish()
+    }
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+impl Tokens {
+    /// Parses `ROLE:NAME:TOKEN` lines; an error names the line (never the
+    /// token).
+    pub fn parse(text: &str) -> Result<Tokens, String> {
+        let mut entries = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let mut parts = line.splitn(3, ':');
+            let (Some(role), Some(name), Some(token)) = (parts.next(), parts.next(), parts.next())
+            else {
+                return Err(format!("line {}: expected ROLE:NAME:TOKEN", i + 1));
+            };
+            let role = match role.trim() {
+                "admin" => Role::Admin,
+                "read" => Role::Read,
+                other => {
+                    return Err(format!(
+                        "line {}: role {other:?} is neither `admin` nor `read`",
+                        i + 1
+                    ))
+                }
+            };
+            let name = name.trim();
+            let token = token.trim();
+            if name.is_empty() {
+                return Err(format!("line {}: the token has no name", i + 1));
+            }
+            if token.len() < 16 {
+                return Err(format!(
+                    "line {}: token {name:?} is shorter than 16 characters",
+                    i + 1
+                ));
+            }
+            if entries
+                .iter()
+                .any(|(_, c): &([u8; 32], Caller)| c.name == name)
+            {
+                return Err(format!("line {}: token name {name:?} is used twice", i + 1));
+            }
+            entries.push((
+                digest(token),
+                Caller {
+                    name: name.to_owned(),
+                    role,
+                },
+            ));
+        }
+        Ok(Tokens { entries })
+    }
+
+    /// Whether no token is configured.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The caller a bearer token belongs to. Every entry is compared, in
+    /// constant time per entry, so the time taken says nothing of which
+    /// digest bytes matched.
+    pub fn check(&self, token: &str) -> Option<Caller> {
+        let d = digest(token);
+        let mut found = None;
+        for (known, caller) in &self.entries {
+            let diff = known
+                .iter()
+                .zip(d.iter())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+            if diff == 0 {
+                found = Some(caller.clone());
+            }
+        }
+        found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_roles_and_checks_tokens() {
+        let t = Tokens::parse(
+            "# ops\nadmin:alice:0123456789abcdef0123\n\nread:fleet:fedcba9876543210fedc\n",
+        )
+        .unwrap();
+        assert_eq!(t.check("0123456789abcdef0123").unwrap().role, Role::Admin);
+        let fleet = t.check("fedcba9876543210fedc").unwrap();
+        assert_eq!((fleet.name.as_str(), fleet.role), ("fleet", Role::Read));
+        assert!(t.check("0123456789abcdef012").is_none());
+        assert!(t.check("").is_none());
+        assert!(!format!("{t:?}").contains("0123"), "tokens never printed");
+    }
+
+    #[test]
+    fn bad_lines_are_named_without_the_token() {
+        let e = Tokens::parse("owner:bob:0123456789abcdef0123").unwrap_err();
+        assert!(
+            e.contains("line 1") && e.contains("owner") && !e.contains("0123"),
+            "{e}"
+        );
+        assert!(Tokens::parse("admin:bob:short").unwrap_err().contains("16"));
+        assert!(Tokens::parse("admin:bob")
+            .unwrap_err()
+            .contains("ROLE:NAME:TOKEN"));
+        let twice = "admin:a:0123456789abcdef0123\nread:a:fedcba9876543210fedc";
+        assert!(Tokens::parse(twice).unwrap_err().contains("twice"));
+    }
+}
