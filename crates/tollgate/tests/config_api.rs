@@ -1031,6 +1031,55 @@ async fn sqlite_overrides_store_what_they_change_and_inherit_the_rest() {
     inheritance(&api).await;
 }
 
+/// Review of issue 22 (HIGH): the YAML emitter quoted only lowercase
+/// `null`/`true`, so a resource named `NULL` was stored as `"name": null`
+/// (halting every server that followed) and an override `TRUE` was
+/// renamed `true`. Names that read as booleans, nulls or numbers stay
+/// strings, in the write's answer, a read and the export.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_that_read_as_null_booleans_or_numbers_stay_strings() {
+    let dir = Sandbox::new("config-api-yaml-words");
+    let db = format!("sqlite://{}", dir.path("t.db").display());
+    let api = ConfigApi::start(&dir, &db, &[]);
+    api.ok("PUT", "/v1/namespaces/True", None).await;
+    const R: &str = "/v1/namespaces/True/resources/NULL";
+    let r = api
+        .ok(
+            "PUT",
+            R,
+            Some(json!({"algorithm": "token_bucket", "capacity": 10, "rate": "1/s"})),
+        )
+        .await;
+    assert_eq!(r["resource"]["name"], "NULL", "{r}");
+    let r = api
+        .ok(
+            "PUT",
+            &format!("{R}/domains/TRUE"),
+            Some(json!({"capacity": 5})),
+        )
+        .await;
+    assert_eq!(
+        r["resource"]["domains"]["TRUE"],
+        json!({"capacity": 5}),
+        "{r}"
+    );
+    assert_eq!(r["resolved"]["domains"]["TRUE"]["capacity"], 5, "{r}");
+    let got = api.get(R).await;
+    assert_eq!(got["resource"]["name"], "NULL", "{got}");
+    assert_eq!(got["resource"]["domains"]["TRUE"], json!({"capacity": 5}));
+    let over = api.get(&format!("{R}/domains/TRUE")).await;
+    assert_eq!(over["override"], json!({"capacity": 5}), "{over}");
+    // What a following server reads, and the export imported again.
+    let all = api.get("/v1/config?since=0").await.to_string();
+    assert!(all.contains("\"name\":\"NULL\""), "{all}");
+    assert!(!all.contains("\"name\":null"), "{all}");
+    let (status, export) = api.call(Some(READER), "GET", "/v1/export", None).await;
+    assert_eq!(status, 200);
+    let yaml = export.as_str().unwrap();
+    assert!(yaml.contains("name: \"NULL\""), "{yaml}");
+    assert!(yaml.contains("\"TRUE\":"), "{yaml}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_the_whole_config_in_one_bounded_request_and_a_resources_history() {
     let dir = Sandbox::new("config-api-snapshot");
