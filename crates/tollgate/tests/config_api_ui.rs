@@ -1262,40 +1262,60 @@ async fn a_read_token_sees_no_edit_controls_and_a_refused_token_or_429_clears_th
     assert_eq!(b.text("#revision"), "-");
     assert_eq!(b.text("#whoami"), "not signed in");
 
-    // Reloads past the bucket: the 429 clears the page too.
+    // Reloads past the bucket: the 429 clears the page too, and the page
+    // loads by itself once the API's Retry-After (1 s here) has passed.
     b.navigate(&api.url(&format!("/ui#token={READER}")));
     b.wait_for(
         "the list or the limit",
         "['ready', 'error'].includes(document.getElementById('status').dataset.state)",
     );
-    for _ in 0..20 {
-        b.eval("document.getElementById('reload').click()");
-    }
-    b.wait_for(
-        "the rate limit",
-        "document.getElementById('status').dataset.state === 'error' && \
-         document.getElementById('status').textContent.startsWith('too many requests')",
-    );
-    assert_eq!(b.rows().len(), 0);
-    assert_eq!(b.text("#revision"), "-");
-    assert_eq!(b.text("#whoami"), "not signed in");
-    // Review: it says when to retry (the API's Retry-After), asks nothing
-    // before then (a reload is not sent: it would only be refused
-    // again), and loads by itself afterwards.
-    let status = b.text("#status");
-    assert!(status.contains("rate limited: retrying in"), "{status}");
-    let calls = b.eval(
-        "(() => { window.__calls = 0; const f = window.fetch; \
-           window.fetch = (...a) => { window.__calls++; return f(...a); }; \
-           for (let i = 0; i < 5; i++) document.getElementById('reload').click(); \
-           return window.__calls; })()",
-    );
-    assert_eq!(calls, json!(0), "no request before Retry-After");
+    let past_the_bucket = |b: &mut Browser| {
+        for _ in 0..20 {
+            b.eval("document.getElementById('reload').click()");
+        }
+        b.wait_for(
+            "the rate limit",
+            "document.getElementById('status').dataset.state === 'error' && \
+             document.getElementById('status').textContent.startsWith('too many requests')",
+        );
+    };
+    past_the_bucket(&mut b);
     b.wait_for(
         "the list again after Retry-After",
         "document.getElementById('status').dataset.state === 'ready'",
     );
     assert_eq!(b.rows().len(), 4);
+
+    // Review: it says when to retry (the API's Retry-After) and asks
+    // nothing before then (a reload is not sent: it would only be refused
+    // again). Second review (MEDIUM-D): the API's 1 s Retry-After could
+    // pass during the round trips of the check, so the API's 429s are
+    // given a Retry-After of 30 s here (the page's own fetch, wrapped):
+    // no wall clock decides the outcome.
+    b.eval(
+        "(() => { window.__calls = 0; const f = window.fetch; \
+           window.fetch = async (...a) => { window.__calls++; const r = await f(...a); \
+             if (r.status !== 429) return r; \
+             const h = new Headers(r.headers); h.set('Retry-After', '30'); \
+             return new Response(await r.text(), { status: 429, statusText: r.statusText, headers: h }); }; \
+           return true; })()",
+    );
+    past_the_bucket(&mut b);
+    assert_eq!(b.rows().len(), 0);
+    assert_eq!(b.text("#revision"), "-");
+    assert_eq!(b.text("#whoami"), "not signed in");
+    let status = b.text("#status");
+    assert!(
+        status.contains("rate limited: retrying in 30 s"),
+        "{status}"
+    );
+    let calls = b.eval(
+        "(() => { window.__calls = 0; \
+           for (let i = 0; i < 5; i++) document.getElementById('reload').click(); \
+           return window.__calls; })()",
+    );
+    assert_eq!(calls, json!(0), "no request before Retry-After");
+    assert_eq!(b.rows().len(), 0);
     b.assert_no_problems();
 }
 
