@@ -1118,6 +1118,57 @@ async fn a_long_poll_answers_with_the_change_that_ends_it() {
     );
 }
 
+/// Second review of issue 22 (MEDIUM-C): the servers' bearer token went
+/// in clear to any plain `http://` server. Beyond loopback that is
+/// refused at start unless asked for; loopback and https are taken.
+#[test]
+fn the_servers_token_is_not_sent_in_clear_beyond_loopback() {
+    let dir = Sandbox::new("config-api-servers-token-http");
+    let tokens = dir.write("tokens", format!("admin:a:{ADMIN}\n"));
+    let token = dir.write("servers-token", "a-servers-read-token-1234\n");
+    let run = |servers: &str, extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(["config-api", "--listen", "127.0.0.1:0", "--database"])
+            .arg(format!("sqlite://{}", dir.path("t.db").display()))
+            .arg("--tokens-file")
+            .arg(&tokens)
+            .args(["--servers", servers, "--servers-token-file"])
+            .arg(&token)
+            // Past the check, the start is stopped by the next one (a
+            // refresh out of range), so no run keeps serving.
+            .args(["--servers-refresh-ms", "1"])
+            .args(extra)
+            .current_dir(&dir.dir)
+            .output()
+            .unwrap()
+    };
+    let out = run("127.0.0.1:9,10.0.0.12:8080", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "--servers 10.0.0.12:8080: plain http:// beyond loopback would send \
+             --servers-token-file's token in clear"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--servers-token-over-http"), "{stderr}");
+    assert!(!stderr.contains("a-servers-read-token"), "{stderr}");
+    for (servers, extra) in [
+        ("127.0.0.1:9,localhost:9,[::1]:9", &[][..]),
+        ("https://10.0.0.12:8080", &[][..]),
+        ("10.0.0.12:8080", &["--servers-token-over-http"][..]),
+    ] {
+        let out = run(servers, extra);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("in clear"), "{servers}: {stderr}");
+        assert!(
+            stderr.contains("--servers-refresh-ms 1: give 100 to 3600000 ms"),
+            "{servers}: {stderr}"
+        );
+    }
+}
+
 #[test]
 fn it_refuses_to_start_without_tokens_or_with_a_bad_database() {
     let dir = Sandbox::new("config-api-refuse");
