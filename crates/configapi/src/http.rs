@@ -1028,8 +1028,7 @@ async fn wait(State(api): State<Api>, query: Pairs) -> Result<Response, ApiError
 }
 
 async fn export(State(api): State<Api>) -> Result<Response, ApiError> {
-    let revision = api.db.revision().await?;
-    let all = api.db.all().await?;
+    let (revision, all) = api.db.all_at().await?;
     let doc = normalize::document(&all);
     // The stored bodies, refining overrides as stored, so an export
     // imported again keeps them inheriting (the loader's emitter would
