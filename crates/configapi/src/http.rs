@@ -289,8 +289,7 @@ async fn authenticate(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
+        .and_then(tollgate_server::tokens::bearer);
     let caller = token.and_then(|t| api.tokens.check(t));
     let who = match &caller {
         Some(c) => format!("token:{}", c.name),

@@ -41,6 +41,19 @@ impl std::fmt::Debug for Tokens {
     }
 }
 
+/// The token of an `Authorization` header value in the `Bearer` scheme,
+/// trimmed; `None` for another scheme or no token. The scheme is matched
+/// case-insensitively (RFC 9110 §11.1: `bearer`, `BEARER` are the same).
+/// Shared by the limiting server's admin endpoints and the config API.
+pub fn bearer(authorization: &str) -> Option<&str> {
+    let (scheme, token) = authorization.trim_start().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let token = token.trim();
+    (!token.is_empty()).then_some(token)
+}
+
 fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
@@ -175,6 +188,25 @@ mod tests {
             .contains("ROLE:NAME:TOKEN"));
         let twice = "admin:a:0123456789abcdef0123\nread:a:fedcba9876543210fedc";
         assert!(Tokens::parse(twice).unwrap_err().contains("twice"));
+    }
+
+    /// Second review of issue 22 (LOW): the scheme was matched as
+    /// `Bearer ` only; RFC 9110 §11.1 makes it case-insensitive.
+    #[test]
+    fn the_bearer_scheme_is_matched_in_any_case() {
+        for h in ["Bearer abc", "bearer abc", "BEARER abc", "bEaReR   abc  "] {
+            assert_eq!(bearer(h), Some("abc"), "{h}");
+        }
+        for h in [
+            "Basic abc",
+            "Bearerabc",
+            "Bearer",
+            "Bearer ",
+            "Token abc",
+            "",
+        ] {
+            assert_eq!(bearer(h), None, "{h}");
+        }
     }
 
     /// Second review of issue 22 (LOW): a line written in the wrong order

@@ -1118,6 +1118,30 @@ async fn a_long_poll_answers_with_the_change_that_ends_it() {
     );
 }
 
+/// Second review of issue 22 (LOW): the `Bearer` scheme was matched in
+/// that case only; RFC 9110 §11.1 makes it case-insensitive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bearer_scheme_is_taken_in_any_case() {
+    let dir = Sandbox::new("config-api-bearer-case");
+    let db = format!("sqlite://{}", dir.path("t.db").display());
+    let api = ConfigApi::start(&dir, &db, &[]);
+    let client = reqwest::Client::new();
+    for (scheme, want) in [
+        ("bearer", 200),
+        ("BEARER", 200),
+        ("Bearer", 200),
+        ("Basic", 401),
+    ] {
+        let resp = client
+            .get(api.url("/v1/whoami"))
+            .header("authorization", format!("{scheme} {READER}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), want, "{scheme}");
+    }
+}
+
 /// Second review of issue 22 (MEDIUM-A): `GET /v1/export` read the
 /// revision, then each namespace apart, outside a transaction: a backup
 /// torn between writes, its ETag older than what it held. Under a writer

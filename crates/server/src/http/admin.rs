@@ -119,8 +119,7 @@ pub(super) async fn admin_auth<S: Store>(
         .headers()
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
+        .and_then(crate::tokens::bearer);
     let (reason, message) = match token.map(|t| tokens.check(t)) {
         // Both roles read; `/v1/denied` only reads. Writes (resetting
         // counters) will need `admin`.
