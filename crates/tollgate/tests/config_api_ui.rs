@@ -1151,6 +1151,68 @@ async fn a_change_made_elsewhere_meanwhile_is_a_conflict_shown_never_overwritten
     b.assert_no_problems();
 }
 
+/// Second review of issue 22 (LOW): a 429 while saving cleared the page
+/// and closed the editor, losing the unsaved change. The editor stays
+/// open with the change, says when to try again and asks nothing before
+/// then. (The 429 is the page's fetch answered with one, Retry-After 30 s:
+/// no wall clock decides the outcome.)
+#[tokio::test]
+async fn a_save_refused_by_the_rate_limit_keeps_the_editor_and_the_change() {
+    let dir = Sandbox::new("config-api-ui-save-429");
+    let api = ConfigApi::start(&dir, &sqlite(&dir, "tollgate.db"), &[]);
+    populate(&api).await;
+    let before = api.get("/v1/namespaces/shop/resources/api").await;
+    let mut b = Browser::start(&dir);
+    sign_in(&mut b, &api, ADMIN);
+    let rows = b.rows().len();
+    open_editor(&mut b, "shop/api");
+    b.type_into("#f-capacity", "250");
+    b.eval(
+        "(() => { window.__calls = 0; const f = window.fetch; \
+           window.fetch = (path, init) => { window.__calls++; \
+             if (init && init.method === 'PUT') return Promise.resolve(new Response( \
+               JSON.stringify({ error: { reason: 'rate_limited', \
+                 message: 'too many requests; retry in 30000 ms' } }), \
+               { status: 429, headers: { 'Retry-After': '30', \
+                 'Content-Type': 'application/json' } })); \
+             return f(path, init); }; \
+           return true; })()",
+    );
+    b.click("#save");
+    b.wait_for(
+        "the refusal in the editor",
+        "document.getElementById('message').dataset.state === 'error'",
+    );
+    let message = b.text("#message");
+    assert!(
+        message.contains("shop/api was not saved; try again in 30 s")
+            && message.contains("your change is kept"),
+        "{message}"
+    );
+    assert_eq!(
+        b.eval("document.getElementById('edit-panel').hidden"),
+        json!(false),
+        "the editor stays open"
+    );
+    assert_eq!(
+        b.eval("document.getElementById('f-capacity').value"),
+        json!("250"),
+        "the unsaved change stays"
+    );
+    assert_eq!(b.text("#editing"), "shop/api");
+    assert_eq!(b.rows().len(), rows, "the list stays");
+    // Nothing is asked before Retry-After: the save and a reload wait.
+    let calls = b.eval(
+        "(() => { window.__calls = 0; \
+           for (let i = 0; i < 3; i++) document.getElementById('reload').click(); \
+           return window.__calls; })()",
+    );
+    assert_eq!(calls, json!(0), "no request before Retry-After");
+    let now = api.get("/v1/namespaces/shop/resources/api").await;
+    assert_eq!(now["resource"], before["resource"], "nothing was written");
+    b.assert_no_problems();
+}
+
 #[tokio::test]
 async fn a_resources_history_shows_who_changed_what() {
     let dir = Sandbox::new("config-api-ui-history");
