@@ -286,6 +286,12 @@ fn spec_flow(spec: &RateSpec) -> String {
 
 /// A string as a YAML scalar: plain when unambiguous, else double-quoted
 /// (also what the config API's export writes its keys and strings with).
+///
+/// Plain only when the YAML reader's own scalar resolution gives the same
+/// string back: `True`, `NULL`, `~`, `0x10` or `.inf` written plain would
+/// be read as a boolean, null or number (review of issue 22: a resource
+/// named `NULL` came back as `"name": null`). YAML 1.1's yes/no/on/off
+/// are quoted too, for readers that still resolve them.
 pub fn scalar(s: &str) -> String {
     let plain = !s.is_empty()
         && s.chars()
@@ -294,8 +300,12 @@ pub fn scalar(s: &str) -> String {
             .next()
             .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && !matches!(
-            s,
-            "true" | "false" | "null" | "yes" | "no" | "on" | "off" | "y" | "n"
+            s.to_ascii_lowercase().as_str(),
+            "yes" | "no" | "on" | "off" | "y" | "n"
+        )
+        && matches!(
+            saphyr::Scalar::parse_from_cow(std::borrow::Cow::Borrowed(s)),
+            saphyr::Scalar::String(ref read) if read == s
         );
     if plain {
         return s.to_owned();

@@ -289,8 +289,7 @@ async fn authenticate(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
+        .and_then(tollgate_server::tokens::bearer);
     let caller = token.and_then(|t| api.tokens.check(t));
     let who = match &caller {
         Some(c) => format!("token:{}", c.name),
@@ -1028,8 +1027,7 @@ async fn wait(State(api): State<Api>, query: Pairs) -> Result<Response, ApiError
 }
 
 async fn export(State(api): State<Api>) -> Result<Response, ApiError> {
-    let revision = api.db.revision().await?;
-    let all = api.db.all().await?;
+    let (revision, all) = api.db.all_at().await?;
     let doc = normalize::document(&all);
     // The stored bodies, refining overrides as stored, so an export
     // imported again keeps them inheriting (the loader's emitter would

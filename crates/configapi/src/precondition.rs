@@ -170,9 +170,15 @@ fn parse_tag(tag: &str) -> Result<Option<i64>, ApiError> {
     let Some(inner) = tag.strip_prefix('"').and_then(|t| t.strip_suffix('"')) else {
         return refused("an entity tag is quoted");
     };
+    // Only the digits this API writes: `"007"` or `"+7"` is not the tag
+    // `"7"` (entity tags compare as strings, RFC 9110 §8.8.3.2), so it is
+    // refused rather than read as the number it spells.
+    let canonical = !inner.is_empty()
+        && inner.bytes().all(|b| b.is_ascii_digit())
+        && (inner == "0" || !inner.starts_with('0'));
     match inner.parse::<i64>() {
-        Ok(n) if n >= 0 => Ok(Some(n)),
-        _ => refused("this API's entity tags are revisions"),
+        Ok(n) if n >= 0 && canonical => Ok(Some(n)),
+        _ => refused("this API's entity tags are revisions, in digits without leading zeros"),
     }
 }
 
@@ -225,11 +231,19 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.status.as_u16(), 412);
         assert!(e.message.contains("weak"), "{}", e.message);
-        for bad in ["12", "W/12", "\"x\"", "\"-1\"", " , "] {
+        // Second review of issue 22: "007" matched revision 7.
+        for bad in [
+            "12", "W/12", "\"x\"", "\"-1\"", " , ", "\"007\"", "\"+7\"", "\"-0\"", "\"00\"",
+            "\" 7\"", "\"\"",
+        ] {
             let e = p(&[(header::IF_MATCH, bad)]).unwrap_err();
             assert_eq!(e.reason, "malformed_request", "{bad}");
             assert!(e.message.starts_with("If-Match: "), "{}", e.message);
         }
+        assert_eq!(
+            p(&[(header::IF_MATCH, "\"0\", \"70\"")]).unwrap(),
+            Precondition::Revision(vec![0, 70])
+        );
         let many = vec!["\"1\""; 40].join(",");
         assert!(p(&[(header::IF_MATCH, &many)]).is_err());
         assert!(p(&[(header::IF_NONE_MATCH, "\"1\"")]).is_err());

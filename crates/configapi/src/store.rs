@@ -334,15 +334,49 @@ impl Db {
         )))
     }
 
-    /// Every namespace with its resources: the whole config.
-    pub async fn all(&self) -> Result<Vec<NamespaceDoc>, sqlx::Error> {
-        let mut out = Vec::new();
-        for ns in self.namespaces().await? {
-            if let Some((doc, _)) = self.namespace(&ns.name).await? {
-                out.push(doc);
-            }
+    /// Every namespace with its resources (the whole config) and its
+    /// revision, read in one transaction (one snapshot): a backup is never
+    /// torn between two writes, and its `ETag` is the revision of what it
+    /// holds (second review of issue 22: the revision and each namespace
+    /// were read apart).
+    pub async fn all_at(&self) -> Result<(i64, Vec<NamespaceDoc>), sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        if self.postgres {
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                .execute(&mut *tx)
+                .await?;
         }
-        Ok(out)
+        let revision: i64 = sqlx::query("SELECT revision FROM tg_meta WHERE id = 1")
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get(0)?;
+        let sql = format!("{NAMESPACE_ROW} ORDER BY name");
+        let entries = sqlx::query(&sql)
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(namespace_entry)
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut bodies: std::collections::HashMap<String, Vec<Value>> =
+            std::collections::HashMap::new();
+        for r in sqlx::query("SELECT namespace, body FROM tg_resources ORDER BY namespace, name")
+            .fetch_all(&mut *tx)
+            .await?
+        {
+            let ns: String = r.try_get(0)?;
+            let body = parse_body(&r.try_get::<String, _>(1)?);
+            bodies.entry(ns).or_default().push(body);
+        }
+        tx.commit().await?;
+        let docs = entries
+            .into_iter()
+            .map(|e| NamespaceDoc {
+                resources: bodies.remove(&e.name).unwrap_or_default(),
+                name: e.name,
+                flags: e.flags,
+            })
+            .collect();
+        Ok((revision, docs))
     }
 
     /// One resource, stored and resolved, with the revision that last

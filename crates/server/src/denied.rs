@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, TryLockError};
 
 use serde::Serialize;
 
@@ -28,7 +28,9 @@ pub const WINDOW: u64 = 60_000_000_000;
 /// not yet counted are not (and are counted in
 /// `tollgate_denied_uncounted_total`). Only configured resources are
 /// recorded, so this is a bound against configs replaced many times; a
-/// resource with nothing refused for two windows gives its place up.
+/// resource with nothing refused for two windows gives its place up at
+/// the next [`Denied::top`] (a refusal never sweeps: it would take every
+/// shard's lock on the request path).
 pub const MAX_RESOURCES: usize = 10_000;
 
 /// The longest domain kept, in bytes (a longer one is cut at a character
@@ -129,8 +131,8 @@ pub struct Denied {
     hasher: RandomState,
     /// Resources in the table.
     resources: AtomicUsize,
-    /// When idle resources were last dropped (ns), so a full table is
-    /// swept at most once a window.
+    /// When idle resources were last dropped (ns), so the table is swept
+    /// (by [`Denied::top`]) at most once a window.
     swept: AtomicU64,
 }
 
@@ -182,21 +184,9 @@ impl Denied {
             }
         }
         if self.resources.load(Ordering::Relaxed) >= MAX_RESOURCES {
-            // Full: drop the idle ones, at most once a window (a sweep
-            // takes every shard's lock).
-            let last = self.swept.load(Ordering::Relaxed);
-            if now.saturating_sub(last) < WINDOW
-                || self
-                    .swept
-                    .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                    .is_err()
-            {
-                return None;
-            }
-            self.sweep(now);
-            if self.resources.load(Ordering::Relaxed) >= MAX_RESOURCES {
-                return None;
-            }
+            // Full: the idle ones are dropped by the next `top`, not here
+            // (a sweep takes every shard's lock; this is a refusal).
+            return None;
         }
         let mut write = shard.write().unwrap_or_else(PoisonError::into_inner);
         let resources = write.entry(namespace.into()).or_default();
@@ -219,8 +209,17 @@ impl Denied {
     }
 
     /// Drops the resources with nothing refused in this window or the
-    /// last.
+    /// last, at most once a window.
     fn sweep(&self, now: u64) {
+        let last = self.swept.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < WINDOW
+            || self
+                .swept
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
         for shard in self.shards.iter() {
             let mut w = shard.write().unwrap_or_else(PoisonError::into_inner);
             w.retain(|_, resources| {
@@ -238,15 +237,27 @@ impl Denied {
         }
     }
 
-    /// Counts a refusal of `domain` by `namespace/resource` at `now` (ns).
-    pub fn record(&self, now: u64, namespace: &str, resource: &str, domain: &str) {
-        let Some(entry) = self.entry(now, namespace, resource) else {
+    /// Counts a refusal of `domain` by `namespace/resource` at `now` (ns);
+    /// whether it was counted. It is not (and is counted in
+    /// `tollgate_denied_uncounted_total`) when the table is full, or when
+    /// the resource's summary is busy: a refusal never waits for a lock
+    /// (a hammered resource's refusals would queue on it).
+    pub fn record(&self, now: u64, namespace: &str, resource: &str, domain: &str) -> bool {
+        let uncounted = || {
             metrics::counter!(crate::metrics::DENIED_UNCOUNTED).increment(1);
-            return;
+            false
         };
-        let mut w = entry.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(entry) = self.entry(now, namespace, resource) else {
+            return uncounted();
+        };
+        let mut w = match entry.try_lock() {
+            Ok(w) => w,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return uncounted(),
+        };
         w.advance(now);
         w.current.add(cut(domain), 1);
+        true
     }
 
     /// The domains refused most lately (this window and the last), per
@@ -254,6 +265,8 @@ impl Denied {
     /// Each resource's summaries are copied out under its own lock (a
     /// short one); the merging happens outside every lock.
     pub fn top(&self, now: u64, n: usize) -> Top {
+        // Idle resources give their places up here, off the request path.
+        self.sweep(now);
         let mut copied: Vec<(String, String, Summary, Summary)> = Vec::new();
         for shard in self.shards.iter() {
             let entries: Vec<(String, String, Arc<Mutex<Windows>>)> = {
@@ -368,9 +381,12 @@ mod tests {
         // One already counted still is.
         d.record(S, "n", "r0", "acme");
         assert_eq!(d.top(S, 1)["n"]["r0"][0].rejected, 2);
-        // Two windows on, the idle resources give their places up.
+        // Two windows on, the idle resources give their places up at the
+        // next read (a refusal never sweeps).
         let later = S + 3 * WINDOW;
-        d.record(later, "n", "new", "acme");
+        assert!(!d.record(later, "n", "new", "acme"), "full until a read");
+        d.top(later, 1);
+        assert!(d.record(later, "n", "new", "acme"));
         assert_eq!(d.top(later, 1)["n"]["new"][0].rejected, 1);
         assert_eq!(d.resources.load(Ordering::Relaxed), 1);
     }
@@ -397,23 +413,44 @@ mod tests {
     }
 
     #[test]
-    fn refusals_from_many_threads_are_all_counted() {
+    fn refusals_from_many_threads_are_counted_or_said_not_to_be() {
         let d = Arc::new(Denied::default());
         let threads: Vec<_> = (0..4)
             .map(|t| {
                 let d = Arc::clone(&d);
                 std::thread::spawn(move || {
+                    let mut counted = 0u64;
                     for i in 0..1000 {
-                        d.record(S, "n", &format!("r{}", i % 8), &format!("d{t}"));
+                        counted +=
+                            u64::from(d.record(S, "n", &format!("r{}", i % 8), &format!("d{t}")));
                     }
+                    counted
                 })
             })
             .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
+        let counted: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
         let top = d.top(S, 10);
         let total: u64 = top["n"].values().flatten().map(|c| c.rejected).sum();
-        assert_eq!(total, 4000);
+        // Every refusal is counted, or said not to be (a busy summary).
+        assert_eq!(total, counted);
+        assert!(counted > 0);
+    }
+
+    /// Second review of issue 22 (MEDIUM-B): every refusal of a hammered
+    /// resource queued on its lock. A refusal that finds the summary
+    /// busy is left out (and said so) instead of waiting.
+    #[test]
+    fn a_refusal_finding_the_summary_busy_is_left_out_not_waiting() {
+        let d = Denied::default();
+        assert!(d.record(S, "shop", "api", "acme"));
+        let held = d.entry(S, "shop", "api").unwrap();
+        {
+            let _guard = held.lock().unwrap();
+            assert!(!d.record(S, "shop", "api", "globex"), "it would wait");
+        }
+        assert!(d.record(S, "shop", "api", "acme"));
+        let top = d.top(S, 10);
+        assert_eq!(top["shop"]["api"].len(), 1, "{top:?}");
+        assert_eq!(top["shop"]["api"][0].rejected, 2);
     }
 }

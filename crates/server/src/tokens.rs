@@ -41,6 +41,19 @@ impl std::fmt::Debug for Tokens {
     }
 }
 
+/// The token of an `Authorization` header value in the `Bearer` scheme,
+/// trimmed; `None` for another scheme or no token. The scheme is matched
+/// case-insensitively (RFC 9110 §11.1: `bearer`, `BEARER` are the same).
+/// Shared by the limiting server's admin endpoints and the config API.
+pub fn bearer(authorization: &str) -> Option<&str> {
+    let (scheme, token) = authorization.trim_start().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let token = token.trim();
+    (!token.is_empty()).then_some(token)
+}
+
 fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
@@ -50,6 +63,7 @@ impl Tokens {
     /// token).
     pub fn parse(text: &str) -> Result<Tokens, String> {
         let mut entries = Vec::new();
+        let mut lines_of_names: Vec<(&str, usize)> = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
@@ -63,9 +77,23 @@ impl Tokens {
             let role = match role.trim() {
                 "admin" => Role::Admin,
                 "read" => Role::Read,
-                other => {
+                // The role is named only when it looks like one (letters,
+                // shorter than any token may be): a line written in the
+                // wrong order (`TOKEN:admin:alice`) must not print its token.
+                other
+                    if (1..=16).contains(&other.len())
+                        && other.chars().all(|c| c.is_ascii_alphabetic()) =>
+                {
                     return Err(format!(
-                        "line {}: role {other:?} is neither `admin` nor `read`",
+                        "line {}: role {other:?} is neither `admin` nor `read` \
+                         (expected ROLE:NAME:TOKEN)",
+                        i + 1
+                    ))
+                }
+                _ => {
+                    return Err(format!(
+                        "line {}: the first field is not a role (`admin` or `read`): \
+                         expected ROLE:NAME:TOKEN",
                         i + 1
                     ))
                 }
@@ -75,18 +103,25 @@ impl Tokens {
             if name.is_empty() {
                 return Err(format!("line {}: the token has no name", i + 1));
             }
+            // Neither the name nor the token is printed: in a line written
+            // in the wrong order (`admin:TOKEN:short`) the name is the secret.
             if token.len() < 16 {
                 return Err(format!(
-                    "line {}: token {name:?} is shorter than 16 characters",
+                    "line {}: the token (the third field) is shorter than 16 characters",
                     i + 1
                 ));
             }
-            if entries
+            if let Some(first) = lines_of_names
                 .iter()
-                .any(|(_, c): &([u8; 32], Caller)| c.name == name)
+                .find(|(n, _): &&(&str, usize)| *n == name)
             {
-                return Err(format!("line {}: token name {name:?} is used twice", i + 1));
+                return Err(format!(
+                    "line {}: the token name (the second field) is used twice (also on line {})",
+                    i + 1,
+                    first.1
+                ));
             }
+            lines_of_names.push((name, i + 1));
             entries.push((
                 digest(token),
                 Caller {
@@ -153,5 +188,54 @@ mod tests {
             .contains("ROLE:NAME:TOKEN"));
         let twice = "admin:a:0123456789abcdef0123\nread:a:fedcba9876543210fedc";
         assert!(Tokens::parse(twice).unwrap_err().contains("twice"));
+    }
+
+    /// Second review of issue 22 (LOW): the scheme was matched as
+    /// `Bearer ` only; RFC 9110 §11.1 makes it case-insensitive.
+    #[test]
+    fn the_bearer_scheme_is_matched_in_any_case() {
+        for h in ["Bearer abc", "bearer abc", "BEARER abc", "bEaReR   abc  "] {
+            assert_eq!(bearer(h), Some("abc"), "{h}");
+        }
+        for h in [
+            "Basic abc",
+            "Bearerabc",
+            "Bearer",
+            "Bearer ",
+            "Token abc",
+            "",
+        ] {
+            assert_eq!(bearer(h), None, "{h}");
+        }
+    }
+
+    /// Second review of issue 22 (LOW): a line written in the wrong order
+    /// printed its secret, as the role (`SECRET:admin:alice`) or as the
+    /// name (`admin:SECRET:short`, or a secret name used twice).
+    #[test]
+    fn misordered_lines_are_named_without_echoing_the_secret() {
+        const SECRET: &str = "s3cr3tT0kenValue42";
+        for (text, line, what) in [
+            (format!("{SECRET}:admin:alice"), "line 1", "not a role"),
+            (
+                format!("# x\nadmin:{SECRET}:short"),
+                "line 2",
+                "shorter than 16",
+            ),
+            (
+                format!("admin:{SECRET}:0123456789abcdef0123\nread:{SECRET}:fedcba9876543210fedc"),
+                "line 2",
+                "used twice (also on line 1)",
+            ),
+            (
+                format!("a{SECRET}:alice:0123456789abcdef0123"),
+                "line 1",
+                "not a role",
+            ),
+        ] {
+            let e = Tokens::parse(&text).unwrap_err();
+            assert!(e.contains(line) && e.contains(what), "{e}");
+            assert!(!e.contains("s3cr3t"), "the secret echoed: {e}");
+        }
     }
 }

@@ -1031,6 +1031,55 @@ async fn sqlite_overrides_store_what_they_change_and_inherit_the_rest() {
     inheritance(&api).await;
 }
 
+/// Review of issue 22 (HIGH): the YAML emitter quoted only lowercase
+/// `null`/`true`, so a resource named `NULL` was stored as `"name": null`
+/// (halting every server that followed) and an override `TRUE` was
+/// renamed `true`. Names that read as booleans, nulls or numbers stay
+/// strings, in the write's answer, a read and the export.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_that_read_as_null_booleans_or_numbers_stay_strings() {
+    let dir = Sandbox::new("config-api-yaml-words");
+    let db = format!("sqlite://{}", dir.path("t.db").display());
+    let api = ConfigApi::start(&dir, &db, &[]);
+    api.ok("PUT", "/v1/namespaces/True", None).await;
+    const R: &str = "/v1/namespaces/True/resources/NULL";
+    let r = api
+        .ok(
+            "PUT",
+            R,
+            Some(json!({"algorithm": "token_bucket", "capacity": 10, "rate": "1/s"})),
+        )
+        .await;
+    assert_eq!(r["resource"]["name"], "NULL", "{r}");
+    let r = api
+        .ok(
+            "PUT",
+            &format!("{R}/domains/TRUE"),
+            Some(json!({"capacity": 5})),
+        )
+        .await;
+    assert_eq!(
+        r["resource"]["domains"]["TRUE"],
+        json!({"capacity": 5}),
+        "{r}"
+    );
+    assert_eq!(r["resolved"]["domains"]["TRUE"]["capacity"], 5, "{r}");
+    let got = api.get(R).await;
+    assert_eq!(got["resource"]["name"], "NULL", "{got}");
+    assert_eq!(got["resource"]["domains"]["TRUE"], json!({"capacity": 5}));
+    let over = api.get(&format!("{R}/domains/TRUE")).await;
+    assert_eq!(over["override"], json!({"capacity": 5}), "{over}");
+    // What a following server reads, and the export imported again.
+    let all = api.get("/v1/config?since=0").await.to_string();
+    assert!(all.contains("\"name\":\"NULL\""), "{all}");
+    assert!(!all.contains("\"name\":null"), "{all}");
+    let (status, export) = api.call(Some(READER), "GET", "/v1/export", None).await;
+    assert_eq!(status, 200);
+    let yaml = export.as_str().unwrap();
+    assert!(yaml.contains("name: \"NULL\""), "{yaml}");
+    assert!(yaml.contains("\"TRUE\":"), "{yaml}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_the_whole_config_in_one_bounded_request_and_a_resources_history() {
     let dir = Sandbox::new("config-api-snapshot");
@@ -1067,6 +1116,135 @@ async fn a_long_poll_answers_with_the_change_that_ends_it() {
         ),
         (Some(2), Some(0))
     );
+}
+
+/// Second review of issue 22 (LOW): the `Bearer` scheme was matched in
+/// that case only; RFC 9110 §11.1 makes it case-insensitive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bearer_scheme_is_taken_in_any_case() {
+    let dir = Sandbox::new("config-api-bearer-case");
+    let db = format!("sqlite://{}", dir.path("t.db").display());
+    let api = ConfigApi::start(&dir, &db, &[]);
+    let client = reqwest::Client::new();
+    for (scheme, want) in [
+        ("bearer", 200),
+        ("BEARER", 200),
+        ("Bearer", 200),
+        ("Basic", 401),
+    ] {
+        let resp = client
+            .get(api.url("/v1/whoami"))
+            .header("authorization", format!("{scheme} {READER}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), want, "{scheme}");
+    }
+}
+
+/// Second review of issue 22 (MEDIUM-A): `GET /v1/export` read the
+/// revision, then each namespace apart, outside a transaction: a backup
+/// torn between writes, its ETag older than what it held. Under a writer
+/// creating resources one by one, each export holds exactly the resources
+/// created at or before its ETag's revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_is_one_snapshot_and_its_etag_is_its_revision() {
+    let dir = Sandbox::new("config-api-export-snapshot");
+    let db = format!("sqlite://{}", dir.path("t.db").display());
+    let api = std::sync::Arc::new(ConfigApi::start(
+        &dir,
+        &db,
+        &["--rate-limit", "100000", "--burst", "100000"],
+    ));
+    api.ok("PUT", "/v1/namespaces/snap", None).await;
+    let writer = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            let mut created = Vec::new();
+            for i in 0..40 {
+                let r = api
+                    .ok(
+                        "PUT",
+                        &format!("/v1/namespaces/snap/resources/r{i:03}"),
+                        Some(json!({"algorithm": "token_bucket", "capacity": 10, "rate": "1/s"})),
+                    )
+                    .await;
+                created.push((format!("r{i:03}"), r["revision"].as_i64().unwrap()));
+            }
+            created
+        })
+    };
+    let mut exports = Vec::new();
+    while !writer.is_finished() || exports.is_empty() {
+        let (status, body, etag) = api
+            .call_with(Some(READER), "GET", "/v1/export", None, &[])
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let etag = etag.unwrap();
+        let revision: i64 = etag.trim_matches('"').parse().unwrap();
+        exports.push((revision, body.as_str().unwrap().to_owned()));
+    }
+    let created = writer.await.unwrap();
+    for (revision, yaml) in &exports {
+        for (name, at) in &created {
+            assert_eq!(
+                yaml.contains(&format!("name: {name}\n")),
+                at <= revision,
+                "export with ETag {revision}: {name} (created at {at})\n{yaml}"
+            );
+        }
+    }
+}
+
+/// Second review of issue 22 (MEDIUM-C): the servers' bearer token went
+/// in clear to any plain `http://` server. Beyond loopback that is
+/// refused at start unless asked for; loopback and https are taken.
+#[test]
+fn the_servers_token_is_not_sent_in_clear_beyond_loopback() {
+    let dir = Sandbox::new("config-api-servers-token-http");
+    let tokens = dir.write("tokens", format!("admin:a:{ADMIN}\n"));
+    let token = dir.write("servers-token", "a-servers-read-token-1234\n");
+    let run = |servers: &str, extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(["config-api", "--listen", "127.0.0.1:0", "--database"])
+            .arg(format!("sqlite://{}", dir.path("t.db").display()))
+            .arg("--tokens-file")
+            .arg(&tokens)
+            .args(["--servers", servers, "--servers-token-file"])
+            .arg(&token)
+            // Past the check, the start is stopped by the next one (a
+            // refresh out of range), so no run keeps serving.
+            .args(["--servers-refresh-ms", "1"])
+            .args(extra)
+            .current_dir(&dir.dir)
+            .output()
+            .unwrap()
+    };
+    let out = run("127.0.0.1:9,10.0.0.12:8080", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "--servers 10.0.0.12:8080: plain http:// beyond loopback would send \
+             --servers-token-file's token in clear"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--servers-token-over-http"), "{stderr}");
+    assert!(!stderr.contains("a-servers-read-token"), "{stderr}");
+    for (servers, extra) in [
+        ("127.0.0.1:9,localhost:9,[::1]:9", &[][..]),
+        ("https://10.0.0.12:8080", &[][..]),
+        ("10.0.0.12:8080", &["--servers-token-over-http"][..]),
+    ] {
+        let out = run(servers, extra);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("in clear"), "{servers}: {stderr}");
+        assert!(
+            stderr.contains("--servers-refresh-ms 1: give 100 to 3600000 ms"),
+            "{servers}: {stderr}"
+        );
+    }
 }
 
 #[test]

@@ -1151,6 +1151,68 @@ async fn a_change_made_elsewhere_meanwhile_is_a_conflict_shown_never_overwritten
     b.assert_no_problems();
 }
 
+/// Second review of issue 22 (LOW): a 429 while saving cleared the page
+/// and closed the editor, losing the unsaved change. The editor stays
+/// open with the change, says when to try again and asks nothing before
+/// then. (The 429 is the page's fetch answered with one, Retry-After 30 s:
+/// no wall clock decides the outcome.)
+#[tokio::test]
+async fn a_save_refused_by_the_rate_limit_keeps_the_editor_and_the_change() {
+    let dir = Sandbox::new("config-api-ui-save-429");
+    let api = ConfigApi::start(&dir, &sqlite(&dir, "tollgate.db"), &[]);
+    populate(&api).await;
+    let before = api.get("/v1/namespaces/shop/resources/api").await;
+    let mut b = Browser::start(&dir);
+    sign_in(&mut b, &api, ADMIN);
+    let rows = b.rows().len();
+    open_editor(&mut b, "shop/api");
+    b.type_into("#f-capacity", "250");
+    b.eval(
+        "(() => { window.__calls = 0; const f = window.fetch; \
+           window.fetch = (path, init) => { window.__calls++; \
+             if (init && init.method === 'PUT') return Promise.resolve(new Response( \
+               JSON.stringify({ error: { reason: 'rate_limited', \
+                 message: 'too many requests; retry in 30000 ms' } }), \
+               { status: 429, headers: { 'Retry-After': '30', \
+                 'Content-Type': 'application/json' } })); \
+             return f(path, init); }; \
+           return true; })()",
+    );
+    b.click("#save");
+    b.wait_for(
+        "the refusal in the editor",
+        "document.getElementById('message').dataset.state === 'error'",
+    );
+    let message = b.text("#message");
+    assert!(
+        message.contains("shop/api was not saved; try again in 30 s")
+            && message.contains("your change is kept"),
+        "{message}"
+    );
+    assert_eq!(
+        b.eval("document.getElementById('edit-panel').hidden"),
+        json!(false),
+        "the editor stays open"
+    );
+    assert_eq!(
+        b.eval("document.getElementById('f-capacity').value"),
+        json!("250"),
+        "the unsaved change stays"
+    );
+    assert_eq!(b.text("#editing"), "shop/api");
+    assert_eq!(b.rows().len(), rows, "the list stays");
+    // Nothing is asked before Retry-After: the save and a reload wait.
+    let calls = b.eval(
+        "(() => { window.__calls = 0; \
+           for (let i = 0; i < 3; i++) document.getElementById('reload').click(); \
+           return window.__calls; })()",
+    );
+    assert_eq!(calls, json!(0), "no request before Retry-After");
+    let now = api.get("/v1/namespaces/shop/resources/api").await;
+    assert_eq!(now["resource"], before["resource"], "nothing was written");
+    b.assert_no_problems();
+}
+
 #[tokio::test]
 async fn a_resources_history_shows_who_changed_what() {
     let dir = Sandbox::new("config-api-ui-history");
@@ -1262,40 +1324,60 @@ async fn a_read_token_sees_no_edit_controls_and_a_refused_token_or_429_clears_th
     assert_eq!(b.text("#revision"), "-");
     assert_eq!(b.text("#whoami"), "not signed in");
 
-    // Reloads past the bucket: the 429 clears the page too.
+    // Reloads past the bucket: the 429 clears the page too, and the page
+    // loads by itself once the API's Retry-After (1 s here) has passed.
     b.navigate(&api.url(&format!("/ui#token={READER}")));
     b.wait_for(
         "the list or the limit",
         "['ready', 'error'].includes(document.getElementById('status').dataset.state)",
     );
-    for _ in 0..20 {
-        b.eval("document.getElementById('reload').click()");
-    }
-    b.wait_for(
-        "the rate limit",
-        "document.getElementById('status').dataset.state === 'error' && \
-         document.getElementById('status').textContent.startsWith('too many requests')",
-    );
-    assert_eq!(b.rows().len(), 0);
-    assert_eq!(b.text("#revision"), "-");
-    assert_eq!(b.text("#whoami"), "not signed in");
-    // Review: it says when to retry (the API's Retry-After), asks nothing
-    // before then (a reload is not sent: it would only be refused
-    // again), and loads by itself afterwards.
-    let status = b.text("#status");
-    assert!(status.contains("rate limited: retrying in"), "{status}");
-    let calls = b.eval(
-        "(() => { window.__calls = 0; const f = window.fetch; \
-           window.fetch = (...a) => { window.__calls++; return f(...a); }; \
-           for (let i = 0; i < 5; i++) document.getElementById('reload').click(); \
-           return window.__calls; })()",
-    );
-    assert_eq!(calls, json!(0), "no request before Retry-After");
+    let past_the_bucket = |b: &mut Browser| {
+        for _ in 0..20 {
+            b.eval("document.getElementById('reload').click()");
+        }
+        b.wait_for(
+            "the rate limit",
+            "document.getElementById('status').dataset.state === 'error' && \
+             document.getElementById('status').textContent.startsWith('too many requests')",
+        );
+    };
+    past_the_bucket(&mut b);
     b.wait_for(
         "the list again after Retry-After",
         "document.getElementById('status').dataset.state === 'ready'",
     );
     assert_eq!(b.rows().len(), 4);
+
+    // Review: it says when to retry (the API's Retry-After) and asks
+    // nothing before then (a reload is not sent: it would only be refused
+    // again). Second review (MEDIUM-D): the API's 1 s Retry-After could
+    // pass during the round trips of the check, so the API's 429s are
+    // given a Retry-After of 30 s here (the page's own fetch, wrapped):
+    // no wall clock decides the outcome.
+    b.eval(
+        "(() => { window.__calls = 0; const f = window.fetch; \
+           window.fetch = async (...a) => { window.__calls++; const r = await f(...a); \
+             if (r.status !== 429) return r; \
+             const h = new Headers(r.headers); h.set('Retry-After', '30'); \
+             return new Response(await r.text(), { status: 429, statusText: r.statusText, headers: h }); }; \
+           return true; })()",
+    );
+    past_the_bucket(&mut b);
+    assert_eq!(b.rows().len(), 0);
+    assert_eq!(b.text("#revision"), "-");
+    assert_eq!(b.text("#whoami"), "not signed in");
+    let status = b.text("#status");
+    assert!(
+        status.contains("rate limited: retrying in 30 s"),
+        "{status}"
+    );
+    let calls = b.eval(
+        "(() => { window.__calls = 0; \
+           for (let i = 0; i < 5; i++) document.getElementById('reload').click(); \
+           return window.__calls; })()",
+    );
+    assert_eq!(calls, json!(0), "no request before Retry-After");
+    assert_eq!(b.rows().len(), 0);
     b.assert_no_problems();
 }
 

@@ -431,10 +431,19 @@ fn rls_response_headers_are_on_only_when_asked_for() {
 /// `GET path` on `server` with `Authorization: Bearer token` when given:
 /// (status, body, the whole answer).
 fn get_authorized(server: &Serving, path: &str, token: Option<&str>) -> (u16, String, String) {
+    get_with_authorization(server, path, token.map(|t| format!("Bearer {t}")))
+}
+
+/// `GET path` on `server` with `Authorization: {value}` when given.
+fn get_with_authorization(
+    server: &Serving,
+    path: &str,
+    value: Option<String>,
+) -> (u16, String, String) {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(server.http).unwrap();
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+    let auth = value
+        .map(|v| format!("Authorization: {v}\r\n"))
         .unwrap_or_default();
     write!(
         s,
@@ -512,6 +521,12 @@ fn top_denied_domains_are_served_only_to_an_admin_token() {
         "{v}"
     );
     assert_eq!(v["namespaces"]["shop"]["api"][0]["rejected"], 1, "{v}");
+    // Second review of issue 22: the scheme in any case (RFC 9110 §11.1).
+    for scheme in ["bearer", "BEARER"] {
+        let (status, body, _) =
+            get_with_authorization(&server, "/v1/denied", Some(format!("{scheme} {TOKEN}")));
+        assert_eq!(status, 200, "{scheme}: {body}");
+    }
 
     // A wrong token and none: 401, counted, the token never logged.
     let (status, body, whole) =

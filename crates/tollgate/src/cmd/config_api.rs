@@ -78,6 +78,11 @@ pub struct ConfigApiArgs {
     /// metrics-based numbers only. Never logged.
     #[arg(long, env = "TOLLGATE_CONFIG_API_SERVERS_TOKEN_FILE")]
     pub servers_token_file: Option<PathBuf>,
+    /// Send --servers-token-file's token to --servers on plain `http://`
+    /// beyond loopback too (anyone on the path can read it); without this
+    /// flag such a setup is refused at start.
+    #[arg(long, env = "TOLLGATE_CONFIG_API_SERVERS_TOKEN_OVER_HTTP")]
+    pub servers_token_over_http: bool,
     /// PEM CA bundle that signed the --servers' certificates (for
     /// `https://` servers using their own CA).
     #[arg(long, env = "TOLLGATE_CONFIG_API_SERVERS_CA")]
@@ -230,9 +235,42 @@ fn usage_client(args: &ConfigApiArgs, timeout: Duration) -> Result<reqwest::Clie
         })?;
         builder = builder.identity(identity);
     }
+    // A redirect could take the bearer token to another host: none is
+    // followed (a server's metrics and /v1/denied never redirect).
     builder
+        .redirect(reqwest::redirect::Policy::none())
         .build()
         .context("cannot build the HTTP client for --servers")
+}
+
+/// Refuses to send the servers' bearer token in clear beyond this host:
+/// a `--servers` address on plain `http://` that is not loopback, with
+/// `--servers-token-file` and without `--servers-token-over-http`.
+fn token_stays_private(args: &ConfigApiArgs, servers: &[(String, reqwest::Url)]) -> Result<()> {
+    if args.servers_token_file.is_none() || args.servers_token_over_http {
+        return Ok(());
+    }
+    let loopback = |url: &reqwest::Url| {
+        let host = url.host_str().unwrap_or_default();
+        host.eq_ignore_ascii_case("localhost")
+            || host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    };
+    if let Some((shown, _)) = servers
+        .iter()
+        .find(|(_, url)| url.scheme() == "http" && !loopback(url))
+    {
+        bail!(
+            "--servers {shown}: plain http:// beyond loopback would send --servers-token-file's \
+             token in clear: give https://{shown_host} (with --servers-ca for your own CA), or \
+             --servers-token-over-http to send it anyway",
+            shown_host = shown.trim_start_matches("http://")
+        );
+    }
+    Ok(())
 }
 
 /// The bearer token of `--servers-token-file`, if given.
@@ -428,6 +466,7 @@ async fn serve(args: ConfigApiArgs) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let _watch = api.watch_database(Duration::from_secs(1));
     let servers = metrics_urls(&args.servers)?;
+    token_stays_private(&args, &servers)?;
     if !(100..=3_600_000).contains(&args.servers_refresh_ms) {
         bail!(
             "--servers-refresh-ms {}: give 100 to 3600000 ms",
