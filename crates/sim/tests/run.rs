@@ -5,9 +5,9 @@
 //! thesis's data set D gives its hand-checked numbers.
 
 use tollgate_core::{Nanos, Rate};
+use tollgate_replica::Dissemination;
 use tollgate_sim::dataset::{self, DataSet, Kind, Params};
 use tollgate_sim::run::{self, Assign, Outcome, SimConfig, Strategy};
-use tollgate_replica::Dissemination;
 use tollgate_sim::Arrival;
 
 fn config(nodes: usize, seed: u64) -> SimConfig {
