@@ -275,11 +275,10 @@ impl Db {
             .try_get(0)
     }
 
-    /// Every namespace, by name, and the config's revision, read in one
-    /// transaction (one snapshot), so the revision is never newer than
-    /// what was read: an `If-Match` with it cannot cover a change the
-    /// caller did not see.
-    pub async fn namespaces_at(&self) -> Result<(i64, Vec<NamespaceEntry>), sqlx::Error> {
+    /// A read-only view of one moment: a transaction (repeatable read on
+    /// PostgreSQL; SQLite's is serializable already) and the config's
+    /// revision as of it. Everything read through it is of that revision.
+    async fn snapshot_tx(&self) -> Result<(Transaction<'static, Any>, i64), sqlx::Error> {
         let mut tx = self.pool.begin().await?;
         if self.postgres {
             sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -290,6 +289,15 @@ impl Db {
             .fetch_one(&mut *tx)
             .await?
             .try_get(0)?;
+        Ok((tx, revision))
+    }
+
+    /// Every namespace, by name, and the config's revision, read in one
+    /// transaction (one snapshot), so the revision is never newer than
+    /// what was read: an `If-Match` with it cannot cover a change the
+    /// caller did not see.
+    pub async fn namespaces_at(&self) -> Result<(i64, Vec<NamespaceEntry>), sqlx::Error> {
+        let (mut tx, revision) = self.snapshot_tx().await?;
         let sql = format!("{NAMESPACE_ROW} ORDER BY name");
         let rows = sqlx::query(&sql).fetch_all(&mut *tx).await?;
         let namespaces = rows.iter().map(namespace_entry).collect::<Result<_, _>>()?;
@@ -340,16 +348,7 @@ impl Db {
     /// holds (second review of issue 22: the revision and each namespace
     /// were read apart).
     pub async fn all_at(&self) -> Result<(i64, Vec<NamespaceDoc>), sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
-        if self.postgres {
-            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                .execute(&mut *tx)
-                .await?;
-        }
-        let revision: i64 = sqlx::query("SELECT revision FROM tg_meta WHERE id = 1")
-            .fetch_one(&mut *tx)
-            .await?
-            .try_get(0)?;
+        let (mut tx, revision) = self.snapshot_tx().await?;
         let sql = format!("{NAMESPACE_ROW} ORDER BY name");
         let entries = sqlx::query(&sql)
             .fetch_all(&mut *tx)
@@ -736,16 +735,7 @@ impl Db {
     /// What changed after `since`, up to the current revision, read from
     /// one snapshot (one transaction; repeatable read on PostgreSQL).
     pub async fn delta(&self, since: i64) -> Result<Delta, sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
-        if self.postgres {
-            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                .execute(&mut *tx)
-                .await?;
-        }
-        let revision: i64 = sqlx::query("SELECT revision FROM tg_meta WHERE id = 1")
-            .fetch_one(&mut *tx)
-            .await?
-            .try_get(0)?;
+        let (mut tx, revision) = self.snapshot_tx().await?;
         let deleted = sqlx::query(
             "SELECT namespace, name FROM tg_deleted WHERE revision > $1 AND revision <= $2 \
              ORDER BY revision, namespace, name",
@@ -814,16 +804,7 @@ impl Db {
                 None => (Some(cursor), None),
             },
         };
-        let mut tx = self.pool.begin().await?;
-        if self.postgres {
-            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                .execute(&mut *tx)
-                .await?;
-        }
-        let revision: i64 = sqlx::query("SELECT revision FROM tg_meta WHERE id = 1")
-            .fetch_one(&mut *tx)
-            .await?
-            .try_get(0)?;
+        let (mut tx, revision) = self.snapshot_tx().await?;
         // Namespaces from `after_ns` (itself again when it was cut within
         // its resources), resources after the cursor.
         let ns_sql = if after_res.is_some() {
