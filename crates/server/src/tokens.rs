@@ -54,6 +54,10 @@ pub fn bearer(authorization: &str) -> Option<&str> {
     (!token.is_empty()).then_some(token)
 }
 
+/// The longest first field an error message repeats as a mistyped role:
+/// half the minimum token length, so no valid token is ever echoed.
+const ROLE_ECHO_MAX: usize = 8;
+
 fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
@@ -77,11 +81,13 @@ impl Tokens {
             let role = match role.trim() {
                 "admin" => Role::Admin,
                 "read" => Role::Read,
-                // The role is named only when it looks like one (letters,
-                // shorter than any token may be): a line written in the
-                // wrong order (`TOKEN:admin:alice`) must not print its token.
+                // The role is named only when it looks like one: at most
+                // `ROLE_ECHO_MAX` ASCII letters, far below the shortest
+                // token (16), so a line written in the wrong order
+                // (`TOKEN:admin:alice`) never prints its token; a field
+                // with digits or other characters no role has is not named.
                 other
-                    if (1..=16).contains(&other.len())
+                    if (1..=ROLE_ECHO_MAX).contains(&other.len())
                         && other.chars().all(|c| c.is_ascii_alphabetic()) =>
                 {
                     return Err(format!(
@@ -237,5 +243,19 @@ mod tests {
             assert!(e.contains(line) && e.contains(what), "{e}");
             assert!(!e.contains("s3cr3t"), "the secret echoed: {e}");
         }
+        // Regression: a valid token of exactly 16 letters put first was
+        // echoed as a mistyped role (the guard allowed up to 16 letters).
+        const LETTERS: &str = "abcdefghijklmnop";
+        for text in [
+            format!("{LETTERS}:admin:alice"),
+            format!("{}:admin:alice", &LETTERS[..9]),
+        ] {
+            let e = Tokens::parse(&text).unwrap_err();
+            assert!(e.contains("line 1") && e.contains("not a role"), "{e}");
+            assert!(!e.contains("abcdefghi"), "the secret echoed: {e}");
+        }
+        // A short mistyped role is still named, to help the operator.
+        let e = Tokens::parse("admn:alice:0123456789abcdef0123").unwrap_err();
+        assert!(e.contains("\"admn\""), "{e}");
     }
 }
