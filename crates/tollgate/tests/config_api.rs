@@ -2231,6 +2231,60 @@ fn limiting_server(dir: &Sandbox) -> common::serving::Serving {
     )
 }
 
+/// Review of issue 22: the servers were read through `HTTP_PROXY` when
+/// it was set, so the bearer token sent to a plain `http://` loopback
+/// server went in clear to the proxy. With every proxy variable naming a
+/// port nobody listens on, the server is still read, token and all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_are_read_directly_never_through_a_proxy() {
+    let dir = Sandbox::new("config-api-usage-no-proxy");
+    let server = limiting_server(&dir);
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let proxy = format!("http://{closed}");
+    let token_file = dir.write("servers-token", format!("{SERVERS_TOKEN}\n"));
+    let servers = format!("http://{}", server.http);
+    let tokens = format!("admin:alice:{ADMIN}\nread:fleet:{READER}\n");
+    let env: Vec<(&str, &str)> = [
+        "HTTP_PROXY",
+        "http_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ]
+    .into_iter()
+    .map(|k| (k, proxy.as_str()))
+    .chain([("NO_PROXY", ""), ("no_proxy", "")])
+    .collect();
+    let api = ConfigApi::start_with_env(
+        &dir,
+        &common::config_api::sqlite(&dir, "t.db"),
+        &[
+            "--servers",
+            &servers,
+            "--servers-refresh-ms",
+            "200",
+            "--servers-token-file",
+            token_file.to_str().unwrap(),
+        ],
+        None,
+        &tokens,
+        &env,
+    );
+    let allowed: Vec<bool> = (0..3).map(|_| hit(&server, "shop", "login")).collect();
+    assert_eq!(allowed, [true, true, false]);
+    let u = until_usage(&api, |u| {
+        u["namespaces"]["shop"]["login"]["top_denied"]
+            == json!([{"domain": "acme", "rejected": 1.0}])
+    })
+    .await;
+    assert_eq!(u["servers"][0]["ok"], true, "{u}");
+    assert_eq!(u["top_denied_unavailable"], Value::Null, "{u}");
+}
+
 /// Polls `GET /v1/usage` until `done` holds (a minute at most).
 async fn until_usage(api: &ConfigApi, done: impl Fn(&Value) -> bool) -> Value {
     let mut last = Value::Null;

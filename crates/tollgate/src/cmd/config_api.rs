@@ -236,8 +236,12 @@ fn usage_client(args: &ConfigApiArgs, timeout: Duration) -> Result<reqwest::Clie
         builder = builder.identity(identity);
     }
     // A redirect could take the bearer token to another host: none is
-    // followed (a server's metrics and /v1/denied never redirect).
+    // followed (a server's metrics and /v1/denied never redirect). The
+    // servers are addressed directly, never through `HTTP_PROXY` and the
+    // like: a proxy would get the token of a plain `http://` loopback
+    // server in clear (`token_stays_private` allows those).
     builder
+        .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .context("cannot build the HTTP client for --servers")

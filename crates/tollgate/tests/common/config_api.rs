@@ -63,6 +63,19 @@ impl ConfigApi {
         ca: Option<&str>,
         tokens: &str,
     ) -> ConfigApi {
+        ConfigApi::start_with_env(dir, database, extra, ca, tokens, &[])
+    }
+
+    /// Starts it as [`ConfigApi::start_with_tokens`] does, with `env` set
+    /// in its environment.
+    pub fn start_with_env(
+        dir: &Sandbox,
+        database: &str,
+        extra: &[&str],
+        ca: Option<&str>,
+        tokens: &str,
+        env: &[(&str, &str)],
+    ) -> ConfigApi {
         let tokens = dir.write("tokens", tokens);
         let listen = if extra.contains(&"--listen") {
             &[][..]
@@ -80,6 +93,7 @@ impl ConfigApi {
             .env("TOLLGATE_LOG", "info")
             .env_remove("TOLLGATE_DATABASE")
             .env_remove("TOLLGATE_CONFIG_API_TOKENS")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
