@@ -91,6 +91,10 @@ struct Windows {
     start: u64,
     current: Summary,
     previous: Summary,
+    /// Set by the sweep that dropped it from the table, under this lock:
+    /// a refusal that looked the entry up before must not count into it
+    /// (nobody would read the count).
+    removed: bool,
 }
 
 impl Windows {
@@ -228,6 +232,7 @@ impl Denied {
                     e.advance(now);
                     let keep = !e.is_idle();
                     if !keep {
+                        e.removed = true;
                         self.resources.fetch_sub(1, Ordering::Relaxed);
                     }
                     keep
@@ -243,21 +248,41 @@ impl Denied {
     /// the resource's summary is busy: a refusal never waits for a lock
     /// (a hammered resource's refusals would queue on it).
     pub fn record(&self, now: u64, namespace: &str, resource: &str, domain: &str) -> bool {
+        self.record_from(|| self.entry(now, namespace, resource), now, domain)
+    }
+
+    /// [`Denied::record`] with the entry from `lookup`. A sweep (from
+    /// `top`) may drop the entry between the lookup and its lock: then
+    /// the entry is looked up again, once (a second sweep comes a window
+    /// later at the earliest), and the refusal is counted as uncounted
+    /// if that one is gone too — never counted into a dropped entry.
+    fn record_from(
+        &self,
+        mut lookup: impl FnMut() -> Option<Arc<Mutex<Windows>>>,
+        now: u64,
+        domain: &str,
+    ) -> bool {
         let uncounted = || {
             metrics::counter!(crate::metrics::DENIED_UNCOUNTED).increment(1);
             false
         };
-        let Some(entry) = self.entry(now, namespace, resource) else {
-            return uncounted();
-        };
-        let mut w = match entry.try_lock() {
-            Ok(w) => w,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return uncounted(),
-        };
-        w.advance(now);
-        w.current.add(cut(domain), 1);
-        true
+        for _ in 0..2 {
+            let Some(entry) = lookup() else {
+                return uncounted();
+            };
+            let mut w = match entry.try_lock() {
+                Ok(w) => w,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(TryLockError::WouldBlock) => return uncounted(),
+            };
+            if w.removed {
+                continue;
+            }
+            w.advance(now);
+            w.current.add(cut(domain), 1);
+            return true;
+        }
+        uncounted()
     }
 
     /// The domains refused most lately (this window and the last), per
@@ -353,6 +378,36 @@ mod tests {
         // under a shared lock.
         rx.recv_timeout(std::time::Duration::from_secs(30))
             .expect("a refusal of shop/db waited for shop/api's lock");
+    }
+
+    /// Review of issue 22: a refusal looked its resource's entry up, let
+    /// the table's lock go, then locked the entry; a sweep in between
+    /// dropped the entry, and the refusal was counted into it (lost, yet
+    /// reported as counted). It is now counted into the table's entry.
+    #[test]
+    fn a_refusal_racing_a_sweep_is_not_lost() {
+        let d = Denied::default();
+        let later = S + WINDOW;
+        // The refusal's lookup: the entry as it is before the sweep.
+        let stale = d.entry(S, "shop", "api").unwrap();
+        // The sweep (from a `top`) drops it: nothing was refused yet.
+        d.sweep(later);
+        assert!(d.top(later, 3).is_empty());
+        assert!(stale.lock().unwrap().removed);
+        // The refusal goes on with the entry it looked up.
+        let mut first = Some(stale);
+        let counted = d.record_from(
+            || first.take().or_else(|| d.entry(later, "shop", "api")),
+            later,
+            "acme",
+        );
+        assert!(counted);
+        let top = d.top(later, 3);
+        assert_eq!(top["shop"]["api"][0].domain, "acme", "{top:?}");
+        // An entry dropped twice over is not counted, and says so.
+        let gone = d.entry(later, "shop", "gone").unwrap();
+        gone.lock().unwrap().removed = true;
+        assert!(!d.record_from(|| Some(Arc::clone(&gone)), later, "acme"));
     }
 
     /// Regression: keys were `NS/RESOURCE` strings, so namespace `a` with
