@@ -362,7 +362,7 @@ fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 
 fn check_name(kind: &str, name: &str) -> Result<(), ApiError> {
     let ok = !name.is_empty()
-        && name.len() <= 200
+        && name.len() <= normalize::MAX_NAME_BYTES
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':' | '@'));
@@ -370,7 +370,8 @@ fn check_name(kind: &str, name: &str) -> Result<(), ApiError> {
         Ok(())
     } else {
         Err(ApiError::malformed(format!(
-            "{kind} {name:?} must be 1 to 200 characters of letters, digits, `_-.:@`"
+            "{kind} {name:?} must be 1 to {} characters of letters, digits, `_-.:@`",
+            normalize::MAX_NAME_BYTES
         )))
     }
 }

@@ -13,6 +13,13 @@ use tollgate_config::yaml::{Kind, Node};
 
 use crate::error::ApiError;
 
+/// The longest name (in bytes) of a namespace, resource, group or domain in
+/// the config API, in a path or as a domain override's key in a resource
+/// body. Override keys are YAML keys in an export, and YAML refuses an
+/// implicit key over 1024 characters: a longer key would make an export
+/// that cannot be imported.
+pub const MAX_NAME_BYTES: usize = 200;
+
 /// A namespace's flags (Charon §4.3).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -271,6 +278,19 @@ fn resolved(
             return Err(ApiError::malformed(format!(
                 "the body names resource {other}, the path {name:?}"
             )))
+        }
+    }
+    if let Some(Value::Object(domains)) = fields.get("domains") {
+        if let Some(long) = domains.keys().find(|d| d.len() > MAX_NAME_BYTES) {
+            let mut start = 40;
+            while !long.is_char_boundary(start) {
+                start -= 1;
+            }
+            return Err(ApiError::invalid(format!(
+                "domain override {:?}... is {} bytes long; a domain is at most {MAX_NAME_BYTES} bytes",
+                &long[..start],
+                long.len()
+            )));
         }
     }
     let mut fields = fields.clone();

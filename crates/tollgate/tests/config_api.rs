@@ -1196,6 +1196,61 @@ async fn an_export_is_one_snapshot_and_its_etag_is_its_revision() {
     }
 }
 
+/// Review of issue 22: a domain override's key in a resource body was not
+/// bounded (only `/domains/{d}` in the path was), and YAML refuses a key
+/// over 1024 characters: a PUT with an 1100-byte key was taken, and the
+/// export could no longer be imported. Keys over 200 bytes, the bound on
+/// names in paths, are refused; one of 200 bytes goes through an export
+/// and an import again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_domain_override_key_is_bounded_so_the_export_imports_again() {
+    let dir = Sandbox::new("config-api-long-override-key");
+    let api = ConfigApi::start(&dir, &common::config_api::sqlite(&dir, "t.db"), &[]);
+    api.ok("PUT", "/v1/namespaces/shop", Some(json!({}))).await;
+    let body = |key: &str| {
+        let mut domains = serde_json::Map::new();
+        domains.insert(key.to_owned(), json!({"capacity": 5}));
+        json!({"algorithm": "token_bucket", "capacity": 10, "rate": "1/s", "domains": domains})
+    };
+    for len in [201, 1100] {
+        let (status, v) = api
+            .admin(
+                "PUT",
+                "/v1/namespaces/shop/resources/api",
+                Some(body(&"d".repeat(len))),
+            )
+            .await;
+        assert_eq!(status, 422, "{v}");
+        assert_eq!(v["error"]["reason"], "invalid_config", "{v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("is {len} bytes long"))
+                && message.contains("at most 200 bytes"),
+            "{message}"
+        );
+    }
+    let key = "d".repeat(200);
+    api.ok("PUT", "/v1/namespaces/shop/resources/api", Some(body(&key)))
+        .await;
+    let (status, yaml, etag) = api
+        .call_with(Some(READER), "GET", "/v1/export", None, &[])
+        .await;
+    assert_eq!(status, 200, "{yaml}");
+    let etag = etag.unwrap();
+    let (status, v, _) = api
+        .call_with(
+            Some(ADMIN),
+            "POST",
+            "/v1/import",
+            Some(yaml.as_str().unwrap()),
+            &[("if-match", etag.as_str())],
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let r = api.get("/v1/namespaces/shop/resources/api").await;
+    assert_eq!(r["resource"]["domains"][&key]["capacity"], 5, "{r}");
+}
+
 /// Second review of issue 22 (MEDIUM-C): the servers' bearer token went
 /// in clear to any plain `http://` server. Beyond loopback that is
 /// refused at start unless asked for; loopback and https are taken.
