@@ -1208,6 +1208,40 @@ async fn a_save_refused_by_the_rate_limit_keeps_the_editor_and_the_change() {
            return window.__calls; })()",
     );
     assert_eq!(calls, json!(0), "no request before Retry-After");
+    // Review of issue 22: only a load waited; a second save (or an
+    // override's) went out at once. Each is held, saying when to try.
+    b.eval(
+        "(() => { window.__calls = 0; const m = document.getElementById('message'); \
+           m.dataset.state = 'idle'; m.textContent = ''; return true; })()",
+    );
+    b.click("#save");
+    b.wait_for(
+        "the held save",
+        "document.getElementById('message').dataset.state === 'error'",
+    );
+    let message = b.text("#message");
+    assert!(
+        message.contains("not sent") && message.contains("shop/api was not saved; try again in "),
+        "{message}"
+    );
+    b.eval(
+        "(() => { const m = document.getElementById('message'); \
+           m.dataset.state = 'idle'; m.textContent = ''; return true; })()",
+    );
+    b.type_into("#o-domain", "acme");
+    b.type_into("#o-body", r#"{"capacity": 5}"#);
+    b.click("#save-override");
+    b.wait_for(
+        "the held override",
+        "document.getElementById('message').dataset.state === 'error'",
+    );
+    let message = b.text("#message");
+    assert!(message.contains("try again in "), "{message}");
+    assert_eq!(
+        b.eval("window.__calls"),
+        json!(0),
+        "no PUT (nor anything else) during the pause"
+    );
     let now = api.get("/v1/namespaces/shop/resources/api").await;
     assert_eq!(now["resource"], before["resource"], "nothing was written");
     b.assert_no_problems();
