@@ -626,17 +626,35 @@ fn sign_in(b: &mut Browser, api: &ConfigApi, token: &str) {
     wait_ready(b);
 }
 
-/// Opens the editor on `id` (`ns/name`) and waits for it.
+/// Opens the editor on `id` (`ns/name`) and waits for it. A click that
+/// lands while the list is being drawn again (after a save, the page
+/// reloads it) hits a button that is about to be replaced: the click is
+/// repeated until the editor shows, for as long as `wait_for` waits.
 fn open_editor(b: &mut Browser, id: &str) {
-    b.click(&format!("button.edit[data-resource=\"{id}\"]"));
-    b.wait_for(
-        "the editor",
-        &format!(
-            "!document.getElementById('edit-panel').hidden && \
-             document.getElementById('editing').textContent === {}",
-            json!(id)
-        ),
+    let open = format!(
+        "!document.getElementById('edit-panel').hidden && \
+         document.getElementById('editing').textContent === {}",
+        json!(id)
     );
+    let until = Instant::now() + PATIENCE;
+    let button = format!("button.edit[data-resource=\"{id}\"]");
+    while Instant::now() < until {
+        let there = format!("document.querySelector({}) !== null", json!(button));
+        if b.eval(&there) == json!(true) {
+            b.click(&button);
+        }
+        let tried = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < tried {
+            if b.eval(&format!(
+                "(() => {{ try {{ return !!({open}); }} catch (e) {{ return false; }} }})()"
+            )) == json!(true)
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    b.wait_for("the editor", &open);
 }
 
 /// Clicks a button that asks once more, twice (with the list loaded:
