@@ -369,6 +369,12 @@ impl Browser {
 
     /// Clicks the middle of the element `selector` with the mouse.
     fn click(&mut self, selector: &str) {
+        // Not while the page draws its list again: a button found now
+        // would be replaced before the click lands.
+        self.wait_for(
+            "the page to finish loading",
+            "document.getElementById('status')?.dataset.state !== 'loading'",
+        );
         let at = self.eval(&format!(
             "(() => {{ const e = document.querySelector({sel}); if (!e) return null; \
              e.scrollIntoView({{block: 'center'}}); const r = e.getBoundingClientRect(); \
