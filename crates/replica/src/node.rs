@@ -638,10 +638,7 @@ impl Node {
                 // Under origin dissemination a peer sends third nodes'
                 // news only as a relay this node asked for: news it did
                 // not have otherwise keeps the relay going.
-                if !absorbed.relayed.is_empty()
-                    && member.is_some()
-                    && self.replica.dissemination() == Dissemination::Origin
-                {
+                if !absorbed.relayed.is_empty() && member.is_some() {
                     self.graft(peer, RELAY_FOR.div_floor(2), now, &mut out);
                 }
             }
@@ -659,10 +656,7 @@ impl Node {
             },
             Body::Repair { items } => {
                 let absorbed = self.replica.absorb(peer, header.from, items, now);
-                if !absorbed.late.is_empty()
-                    && member.is_some()
-                    && self.replica.dissemination() == Dissemination::Origin
-                {
+                if !absorbed.late.is_empty() && member.is_some() {
                     self.graft(peer, RELAY_FOR.div_floor(2), now, &mut out);
                 }
             }
@@ -674,13 +668,7 @@ impl Node {
                         // What this node learnt before the graft has not
                         // reached the member: a digest lets it pull that.
                         if self.replica.is_synced() {
-                            let buckets = self.replica.digest(now).entries().collect();
-                            self.send_to_member(
-                                member,
-                                Body::Digest { at: now, buckets },
-                                now,
-                                &mut out,
-                            );
+                            self.send_digest(member, now, &mut out);
                         }
                     }
                 }
@@ -1024,8 +1012,7 @@ impl Node {
                 // gap for good. A digest to one member now and then finds
                 // any such gap, and the two repair it.
                 if let Some(peer) = self.anti_entropy_peer(now) {
-                    let buckets = self.replica.digest(now).entries().collect();
-                    self.send_to_member(peer, Body::Digest { at: now, buckets }, now, &mut out);
+                    self.send_digest(peer, now, &mut out);
                 }
                 out.timers
                     .push((nanos(self.config.anti_entropy), Timer::AntiEntropy));
@@ -1086,10 +1073,16 @@ impl Node {
     /// every member answers each probe, so one that did not is out of
     /// this node's reach (a partial mesh, a broken link), or down.
     fn reachable(&self, member: SocketAddr, now: Nanos) -> bool {
-        let recent = self.config.probe_interval.saturating_mul(3);
+        let recent = self.gap_after();
         self.heard
             .get(&member)
             .is_some_and(|at| now.saturating_sub(*at) <= recent)
+    }
+
+    /// How long a member goes unheard before it counts as out of reach:
+    /// three probe intervals (also how often a gap's grafts are repeated).
+    fn gap_after(&self) -> Nanos {
+        self.config.probe_interval.saturating_mul(3)
     }
 
     /// Under origin dissemination, news from a node this node cannot hear
@@ -1115,7 +1108,7 @@ impl Node {
         }
         let mut heard = heard;
         heard.sort_unstable();
-        let every = self.config.probe_interval.saturating_mul(3);
+        let every = self.gap_after();
         for peer in heard {
             self.graft(peer, every, now, out);
         }
@@ -1203,22 +1196,24 @@ impl Node {
     /// Whether a member's digest or pull may be answered now (at most once
     /// a [`REPAIR_EVERY`] per member).
     fn may_repair(&mut self, member: SocketAddr, now: Nanos) -> bool {
-        if self
-            .repaired
-            .get(&member)
-            .is_some_and(|at| now.saturating_sub(*at) < REPAIR_EVERY)
-        {
-            return false;
-        }
-        self.repaired.insert(member, now);
-        self.repaired.retain(|a, _| self.members.contains_key(a));
-        true
+        once_per(&mut self.repaired, member, REPAIR_EVERY, now, &self.members)
+    }
+
+    /// Sends `peer` this node's digest, taken now.
+    fn send_digest(&mut self, peer: SocketAddr, now: Nanos, out: &mut Output) {
+        let buckets = self.replica.digest(now).entries().collect();
+        self.send_to_member(peer, Body::Digest { at: now, buckets }, now, out);
     }
 
     /// Asks `peer` to relay to this node, for [`RELAY_FOR`], what it
     /// learns of every node's updates but those this node hears itself.
     /// Asked again only after `every`, unless the nodes it hears changed.
+    /// Only under origin dissemination: under the epidemic rule everything
+    /// is relayed anyway.
     fn graft(&mut self, peer: SocketAddr, every: Nanos, now: Nanos, out: &mut Output) {
+        if self.replica.dissemination() != Dissemination::Origin {
+            return;
+        }
         let except = self.heard_nodes(now);
         if let Some((at, asked)) = self.grafted.get(&peer) {
             if now.saturating_sub(*at) < every && *asked == except {
@@ -1241,11 +1236,13 @@ impl Node {
             Some("not_synced")
         } else if !self.members.contains_key(&from) {
             Some("not_a_member")
-        } else if self
-            .answered
-            .get(&from)
-            .is_some_and(|at| now.saturating_sub(*at) < FULL_REQUEST_EVERY)
-        {
+        } else if !once_per(
+            &mut self.answered,
+            from,
+            FULL_REQUEST_EVERY,
+            now,
+            &self.members,
+        ) {
             Some("full_request_throttled")
         } else {
             None
@@ -1254,8 +1251,6 @@ impl Node {
             self.count_drop(reason, 1);
             return;
         }
-        self.answered.insert(from, now);
-        self.answered.retain(|a, _| self.members.contains_key(a));
         self.send_full(from, now, out);
     }
 
@@ -1503,6 +1498,27 @@ impl Node {
             out.sends.push((to, bytes));
         }
     }
+}
+
+/// Whether `member` may be answered at `now`: not within `every` of the
+/// last answer `last` recorded for it. Records `now` when so, and forgets
+/// addresses that are no longer members (so `last` holds members only).
+fn once_per(
+    last: &mut HashMap<SocketAddr, Nanos>,
+    member: SocketAddr,
+    every: Nanos,
+    now: Nanos,
+    members: &HashMap<SocketAddr, Peer>,
+) -> bool {
+    if last
+        .get(&member)
+        .is_some_and(|at| now.saturating_sub(*at) < every)
+    {
+        return false;
+    }
+    last.insert(member, now);
+    last.retain(|a, _| members.contains_key(a));
+    true
 }
 
 fn kind(body: &Body) -> &'static str {

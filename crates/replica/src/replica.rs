@@ -633,10 +633,18 @@ impl Replica {
 
     /// Every key's whole state, for a joining peer (§5.5).
     pub fn full_state(&self, now: Nanos) -> Vec<(Key, Payload)> {
+        self.whole_states(now, |_| true)
+    }
+
+    /// The whole state of every key `keep` picks.
+    fn whole_states(&self, now: Nanos, keep: impl Fn(&Key) -> bool) -> Vec<(Key, Payload)> {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
             let mut shard = shard.lock();
             for (key, entry) in shard.iter_mut() {
+                if !keep(key) {
+                    continue;
+                }
                 if let (Limit::Replicated(r), LimitState::Replicated(s)) =
                     (&*entry.limit, &mut entry.state)
                 {
@@ -812,23 +820,9 @@ impl Replica {
     /// Every key of `buckets` with its whole state: what anti-entropy
     /// sends a peer whose digest differs there.
     pub fn items_in(&self, buckets: Buckets, now: Nanos) -> Vec<(Key, Payload)> {
-        let mut out = Vec::new();
-        for shard in self.shards.iter() {
-            let mut shard = shard.lock();
-            for (key, entry) in shard.iter_mut() {
-                if buckets & (1 << crate::digest::bucket_of(key)) == 0 {
-                    continue;
-                }
-                if let (Limit::Replicated(r), LimitState::Replicated(s)) =
-                    (&*entry.limit, &mut entry.state)
-                {
-                    if let Some(p) = r.full(s, now) {
-                        out.push((key.clone(), p));
-                    }
-                }
-            }
-        }
-        out
+        self.whole_states(now, |key| {
+            buckets & (1 << crate::digest::bucket_of(key)) != 0
+        })
     }
 
     /// The state of `key`, for tests and the status page.
