@@ -850,11 +850,7 @@ pub fn decode(key: &ClusterKey, expected_cluster: u64, bytes: &[u8]) -> Result<M
             let mut buckets = Vec::with_capacity(n as usize);
             for _ in 0..n {
                 let b = r.u8()?;
-                let h = r
-                    .take(8)?
-                    .try_into()
-                    .map(u64::from_le_bytes)
-                    .map_err(|_| TRUNCATED)?;
+                let h = r.u64le()?;
                 let ordered = buckets.last().is_none_or(|(last, _): &(u8, u64)| *last < b);
                 if usize::from(b) >= crate::digest::BUCKETS || !ordered {
                     return Err(WireError::Malformed("digest buckets out of order or range"));
@@ -864,11 +860,7 @@ pub fn decode(key: &ClusterKey, expected_cluster: u64, bytes: &[u8]) -> Result<M
             Body::Digest { at, buckets }
         }
         KIND_PULL => Body::Pull {
-            buckets: r
-                .take(8)?
-                .try_into()
-                .map(u64::from_le_bytes)
-                .map_err(|_| TRUNCATED)?,
+            buckets: r.u64le()?,
         },
         KIND_REPAIR => Body::Repair {
             items: read_items(&mut r, &header)?,
@@ -1465,6 +1457,12 @@ impl<'a> Reader<'a> {
         let (&b, rest) = self.bytes.split_first().ok_or(TRUNCATED)?;
         self.bytes = rest;
         Ok(b)
+    }
+
+    /// A fixed-width little-endian `u64` (digest hashes, pull masks).
+    fn u64le(&mut self) -> Result<u64, WireError> {
+        let bytes: [u8; 8] = self.take(8)?.try_into().map_err(|_| TRUNCATED)?;
+        Ok(u64::from_le_bytes(bytes))
     }
 
     fn varint(&mut self) -> Result<u64, WireError> {
