@@ -16,6 +16,7 @@
 #![deny(missing_docs)]
 
 pub mod clock;
+mod descriptors;
 pub mod error;
 pub mod fingerprint;
 pub mod limiter;

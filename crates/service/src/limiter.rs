@@ -14,6 +14,7 @@ use tollgate_core::copies::{CopyLimits, Reservation};
 use tollgate_core::{Decision, Limit, Mode, Nanos, PlanDecision, Request, TierInfo};
 use tollgate_store::{Key, OpId, Plan, PoolKey, Store};
 
+use crate::descriptors::{self, Planned};
 use crate::error::ServiceError;
 use crate::view::{
     in_config_order, DomainLimits, Main, NamespaceView, RateView, ResourceEntry, ResourceView,
@@ -124,21 +125,6 @@ pub struct DescriptorStatus {
     pub unlimited: bool,
     /// Over its limit but in shadow mode.
     pub shadowed: bool,
-}
-
-impl DescriptorStatus {
-    /// The status of a descriptor no limit applies to: allowed, nothing
-    /// counted.
-    fn unlimited_by_default() -> DescriptorStatus {
-        DescriptorStatus {
-            resource: None,
-            domain: None,
-            allowed: true,
-            decision: None,
-            unlimited: false,
-            shadowed: false,
-        }
-    }
 }
 
 /// The answer to a [`DescriptorRequest`].
@@ -325,112 +311,30 @@ impl<S: Store> Limiter<S> {
     }
 
     /// Decides envoyproxy/ratelimit-style descriptors, all or nothing.
+    ///
+    /// The matching rules (descriptors to a plan, and the decided plan to
+    /// statuses) are pure functions of the view and the request, in the
+    /// crate's `descriptors` module; this loads the view, counts requests
+    /// for unknown domains, and has the store decide the plan.
     pub async fn request_descriptors(
         &self,
         req: &DescriptorRequest<'_>,
         now: Nanos,
     ) -> Result<DescriptorOutcome, ServiceError> {
         let view = self.view.load();
-        if req.descriptors.is_empty() {
-            return Err(ServiceError::Malformed("no descriptors".into()));
-        }
-        let Some(ns) = view.namespace(req.namespace) else {
-            // envoyproxy/ratelimit answers OK, with no limit, for a domain it
-            // has no config for.
-            metrics::counter!("tollgate_unknown_descriptor_domain_total").increment(1);
-            return Ok(DescriptorOutcome {
-                allowed: true,
-                statuses: req
-                    .descriptors
-                    .iter()
-                    .map(|_| DescriptorStatus::unlimited_by_default())
-                    .collect(),
-            });
-        };
-        let tree = ns
-            .descriptors
-            .as_ref()
-            .ok_or_else(|| ServiceError::NoDescriptors(req.namespace.to_owned()))?;
-        let matches: Vec<_> = req.descriptors.iter().map(|d| tree.find(d)).collect();
-        // `replaces` is scoped to the request: a matched limit's name drops
-        // every matched limit of that name (envoyproxy/ratelimit semantics).
-        let replaced: Vec<&str> = matches
-            .iter()
-            .flatten()
-            .filter_map(|m| ns.resources.get(m.resource))
-            .filter_map(|r| r.envoy.as_ref())
-            .flat_map(|e| e.replaces.iter().map(String::as_str))
-            .collect();
-        let mut statuses = Vec::with_capacity(matches.len());
-        let mut plan = Plan::default().with_affinity(ns.affinity);
-        // The plan item deciding each descriptor, if any.
-        let mut item_of: Vec<Option<usize>> = Vec::with_capacity(matches.len());
-        let mut denied = false;
-        for m in &matches {
-            let mut status = DescriptorStatus::unlimited_by_default();
-            let mut item = None;
-            if let Some((m, entry)) = m
-                .as_ref()
-                .and_then(|m| ns.resources.get(m.resource).map(|e| (m, e)))
-            {
-                let name = entry.envoy.as_ref().and_then(|e| e.name.as_deref());
-                if name.is_some_and(|n| replaced.contains(&n)) {
-                    statuses.push(status);
-                    item_of.push(None);
-                    continue;
-                }
-                status.resource = Some(entry.name.clone());
-                status.domain = Some(m.domain.clone());
-                if let ResourceView::Rate(rate) = &entry.view {
-                    let shadow = entry.shadow || ns.ignore_configured;
-                    match &rate.for_domain(&m.domain).main {
-                        Main::Unlimited => status.unlimited = true,
-                        Main::Deny if shadow => status.shadowed = true,
-                        Main::Deny => {
-                            status.allowed = false;
-                            denied = true;
-                        }
-                        Main::Limited(c) => {
-                            // Two identical descriptors share one counter
-                            // (as upstream); they are one plan item here.
-                            let key = Key::new(c.id, &m.domain);
-                            item = Some(match plan.items.iter().position(|it| it.key == key) {
-                                Some(existing) => existing,
-                                None => {
-                                    plan.push(key, c.limit.clone(), shadow);
-                                    plan.items.len() - 1
-                                }
-                            });
-                        }
-                    }
-                }
+        let to_decide = match descriptors::plan(&view, req)? {
+            Planned::UnknownDomain(outcome) => {
+                metrics::counter!("tollgate_unknown_descriptor_domain_total").increment(1);
+                return Ok(outcome);
             }
-            statuses.push(status);
-            item_of.push(item);
-        }
-        if denied {
-            // Nothing is consumed when any descriptor is over its limit.
-            return Ok(DescriptorOutcome {
-                allowed: false,
-                statuses,
-            });
-        }
+            Planned::Denied(outcome) => return Ok(outcome),
+            Planned::Decide(to_decide) => to_decide,
+        };
         let pd = self
             .store
-            .decide(&plan, now, Request::exactly(req.hits), Mode::Try)
+            .decide(&to_decide.plan, now, Request::exactly(req.hits), Mode::Try)
             .await?;
-        for (status, item) in statuses.iter_mut().zip(&item_of) {
-            let Some(item) = *item else { continue };
-            let fits = pd.rooms.get(item).is_some_and(|&r| r >= req.hits);
-            status.decision = pd.decisions.get(item).copied();
-            if plan.items[item].shadow {
-                status.shadowed = !fits;
-            } else {
-                status.allowed = fits;
-            }
-        }
-        let allowed = statuses.iter().all(|s| s.allowed);
-        Ok(DescriptorOutcome { allowed, statuses })
+        Ok(to_decide.outcome(&pd, req.hits))
     }
 
     /// Reserves copies of a copy-limited resource (Charon §3.1 `reserve`)

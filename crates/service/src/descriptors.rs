@@ -1,0 +1,451 @@
+//! envoyproxy/ratelimit-style descriptors to a plan, and a decided plan
+//! back to per-descriptor statuses: the pure halves of
+//! [`Limiter::request_descriptors`](crate::Limiter::request_descriptors).
+//!
+//! Apart from the limiter so that upstream's matching rules (an unknown
+//! domain is OK with no limit, `replaces` scoped to the request, `unlimited`,
+//! `deny` and shadow mode per descriptor, identical descriptors sharing one
+//! counter, all or nothing) are functions of the config view and the
+//! request alone: no store, no clock, no await, so each rule has a unit
+//! test. The limiter only loads the view, counts, and asks the store to
+//! decide the plan built here.
+
+use tollgate_core::PlanDecision;
+use tollgate_store::{Key, Plan};
+
+use crate::error::ServiceError;
+use crate::limiter::{DescriptorOutcome, DescriptorRequest, DescriptorStatus};
+use crate::view::{Main, ResourceView, View};
+
+impl DescriptorStatus {
+    /// The status of a descriptor no limit applies to: allowed, nothing
+    /// counted.
+    fn unlimited_by_default() -> DescriptorStatus {
+        DescriptorStatus {
+            resource: None,
+            domain: None,
+            allowed: true,
+            decision: None,
+            unlimited: false,
+            shadowed: false,
+        }
+    }
+}
+
+/// What a descriptor request comes to before any limit is decided.
+#[derive(Debug)]
+pub(crate) enum Planned {
+    /// The request's domain (the namespace) has no config: envoyproxy/ratelimit
+    /// answers OK, with no limit, for every descriptor.
+    UnknownDomain(DescriptorOutcome),
+    /// A descriptor matched a `deny` limit outside shadow mode: the request
+    /// is rejected and nothing is consumed.
+    Denied(DescriptorOutcome),
+    /// The plan to decide, all or nothing; then [`ToDecide::outcome`].
+    Decide(ToDecide),
+}
+
+/// A plan of the descriptors' limits, and which item decides which
+/// descriptor.
+#[derive(Debug)]
+pub(crate) struct ToDecide {
+    /// One item per distinct counter, in the order descriptors first name
+    /// them, with the namespace's affinity.
+    pub(crate) plan: Plan,
+    /// Per descriptor, in request order: what is known before deciding
+    /// (resource, domain, unlimited, shadowed by a deny).
+    statuses: Vec<DescriptorStatus>,
+    /// Per descriptor: the plan item deciding it, if any.
+    item_of: Vec<Option<usize>>,
+}
+
+/// Matches the request's descriptors against the namespace's descriptor
+/// tree and builds the plan of the limits that apply.
+///
+/// Errors: no descriptors ([`ServiceError::Malformed`]), and a namespace
+/// with no descriptor tree ([`ServiceError::NoDescriptors`]).
+pub(crate) fn plan(view: &View, req: &DescriptorRequest<'_>) -> Result<Planned, ServiceError> {
+    if req.descriptors.is_empty() {
+        return Err(ServiceError::Malformed("no descriptors".into()));
+    }
+    let Some(ns) = view.namespace(req.namespace) else {
+        return Ok(Planned::UnknownDomain(DescriptorOutcome {
+            allowed: true,
+            statuses: req
+                .descriptors
+                .iter()
+                .map(|_| DescriptorStatus::unlimited_by_default())
+                .collect(),
+        }));
+    };
+    let tree = ns
+        .descriptors
+        .as_ref()
+        .ok_or_else(|| ServiceError::NoDescriptors(req.namespace.to_owned()))?;
+    let matches: Vec<_> = req.descriptors.iter().map(|d| tree.find(d)).collect();
+    // `replaces` is scoped to the request: a matched limit's name drops
+    // every matched limit of that name (envoyproxy/ratelimit semantics).
+    let replaced: Vec<&str> = matches
+        .iter()
+        .flatten()
+        .filter_map(|m| ns.resources.get(m.resource))
+        .filter_map(|r| r.envoy.as_ref())
+        .flat_map(|e| e.replaces.iter().map(String::as_str))
+        .collect();
+    let mut statuses = Vec::with_capacity(matches.len());
+    let mut plan = Plan::default().with_affinity(ns.affinity);
+    // The plan item deciding each descriptor, if any.
+    let mut item_of: Vec<Option<usize>> = Vec::with_capacity(matches.len());
+    let mut denied = false;
+    for m in &matches {
+        let mut status = DescriptorStatus::unlimited_by_default();
+        let mut item = None;
+        if let Some((m, entry)) = m
+            .as_ref()
+            .and_then(|m| ns.resources.get(m.resource).map(|e| (m, e)))
+        {
+            let name = entry.envoy.as_ref().and_then(|e| e.name.as_deref());
+            if name.is_some_and(|n| replaced.contains(&n)) {
+                statuses.push(status);
+                item_of.push(None);
+                continue;
+            }
+            status.resource = Some(entry.name.clone());
+            status.domain = Some(m.domain.clone());
+            if let ResourceView::Rate(rate) = &entry.view {
+                let shadow = entry.shadow || ns.ignore_configured;
+                match &rate.for_domain(&m.domain).main {
+                    Main::Unlimited => status.unlimited = true,
+                    Main::Deny if shadow => status.shadowed = true,
+                    Main::Deny => {
+                        status.allowed = false;
+                        denied = true;
+                    }
+                    Main::Limited(c) => {
+                        // Two identical descriptors share one counter
+                        // (as upstream); they are one plan item here.
+                        let key = Key::new(c.id, &m.domain);
+                        item = Some(match plan.items.iter().position(|it| it.key == key) {
+                            Some(existing) => existing,
+                            None => {
+                                plan.push(key, c.limit.clone(), shadow);
+                                plan.items.len() - 1
+                            }
+                        });
+                    }
+                }
+            }
+        }
+        statuses.push(status);
+        item_of.push(item);
+    }
+    if denied {
+        // Nothing is consumed when any descriptor is over its limit.
+        return Ok(Planned::Denied(DescriptorOutcome {
+            allowed: false,
+            statuses,
+        }));
+    }
+    Ok(Planned::Decide(ToDecide {
+        plan,
+        statuses,
+        item_of,
+    }))
+}
+
+impl ToDecide {
+    /// Each descriptor's status once the store decided [`ToDecide::plan`]
+    /// for `hits` (the plan's decision `pd`): a descriptor is within its
+    /// limit when its item alone had room for every hit; a shadow item
+    /// over its limit marks the descriptor shadowed and allows it. OK
+    /// overall when every descriptor is allowed.
+    pub(crate) fn outcome(self, pd: &PlanDecision, hits: u64) -> DescriptorOutcome {
+        let ToDecide {
+            plan,
+            mut statuses,
+            item_of,
+        } = self;
+        for (status, item) in statuses.iter_mut().zip(&item_of) {
+            let Some(item) = *item else { continue };
+            let fits = pd.rooms.get(item).is_some_and(|&r| r >= hits);
+            status.decision = pd.decisions.get(item).copied();
+            if plan.items[item].shadow {
+                status.shadowed = !fits;
+            } else {
+                status.allowed = fits;
+            }
+        }
+        let allowed = statuses.iter().all(|s| s.allowed);
+        DescriptorOutcome { allowed, statuses }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use tollgate_core::{Decision, Nanos};
+
+    use super::*;
+
+    /// Every rule of the step: limited, unlimited, deny, shadow, deny in
+    /// shadow, and a limit another replaces.
+    const EDGE: &str = "\
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: { unit: minute, requests_per_unit: 3 }
+  - key: path
+    value: /open
+    rate_limit: { unlimited: true }
+  - key: ip
+    value: 10.0.0.1
+    rate_limit: { unit: second, requests_per_unit: 0 }
+  - key: tenant
+    shadow_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: blocked
+    shadow_mode: true
+    rate_limit: { unit: second, requests_per_unit: 0 }
+  - key: account
+    rate_limit: { name: per_account, unit: minute, requests_per_unit: 1 }
+  - key: premium
+    value: 'yes'
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+      replaces: [ { name: per_account } ]
+";
+
+    const NATIVE: &str = "\
+namespaces:
+  - name: ns
+    resources:
+      - { name: api, algorithm: unlimited }
+";
+
+    fn view(yaml: &str, ignore_configured: bool) -> View {
+        let mut loaded = tollgate_config::load_str("test.yaml", yaml).unwrap();
+        for ns in &mut loaded.config.namespaces {
+            ns.ignore_configured = ignore_configured;
+        }
+        View::new(&loaded.config, Nanos::ZERO)
+    }
+
+    fn d(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn planned(view: &View, namespace: &str, descriptors: &[Vec<(String, String)>]) -> Planned {
+        let req = DescriptorRequest {
+            namespace,
+            descriptors,
+            hits: 1,
+        };
+        plan(view, &req).unwrap()
+    }
+
+    fn to_decide(view: &View, descriptors: &[Vec<(String, String)>]) -> ToDecide {
+        match planned(view, "edge", descriptors) {
+            Planned::Decide(t) => t,
+            other => panic!("expected a plan to decide, got {other:?}"),
+        }
+    }
+
+    /// A plan decision in which item `i` had room for `rooms[i]` hits.
+    fn decided(rooms: &[u64]) -> PlanDecision {
+        PlanDecision {
+            granted: 0,
+            allowed: false,
+            wait: Nanos::ZERO,
+            limited_by: None,
+            shadow_limited: false,
+            decisions: rooms
+                .iter()
+                .map(|&r| {
+                    let mut d = Decision::unlimited(0);
+                    d.remaining = r;
+                    d
+                })
+                .collect(),
+            rooms: rooms.iter().copied().collect(),
+        }
+    }
+
+    #[test]
+    fn no_descriptors_is_malformed_even_in_an_unknown_domain() {
+        let view = view(EDGE, false);
+        for namespace in ["edge", "nowhere"] {
+            let req = DescriptorRequest {
+                namespace,
+                descriptors: &[],
+                hits: 1,
+            };
+            let err = plan(&view, &req).unwrap_err();
+            assert_eq!(err.reason(), "malformed_request", "{namespace}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_domain_is_ok_with_no_limit_for_every_descriptor() {
+        let view = view(EDGE, false);
+        let list = [d(&[("user", "u")]), d(&[("ip", "10.0.0.1")])];
+        let Planned::UnknownDomain(out) = planned(&view, "nowhere", &list) else {
+            panic!("expected an unknown domain");
+        };
+        assert!(out.allowed);
+        assert_eq!(
+            out.statuses,
+            vec![DescriptorStatus::unlimited_by_default(); 2]
+        );
+    }
+
+    #[test]
+    fn a_namespace_without_descriptors_is_refused() {
+        let view = view(NATIVE, false);
+        let req = DescriptorRequest {
+            namespace: "ns",
+            descriptors: &[d(&[("user", "u")])],
+            hits: 1,
+        };
+        let err = plan(&view, &req).unwrap_err();
+        assert_eq!(err.reason(), "no_descriptors");
+    }
+
+    #[test]
+    fn unmatched_and_unlimited_descriptors_add_no_plan_item() {
+        let view = view(EDGE, false);
+        let list = [
+            d(&[("nothing", "here")]),
+            d(&[("user", "u1"), ("extra", "x")]),
+            d(&[("path", "/open")]),
+        ];
+        let t = to_decide(&view, &list);
+        assert!(t.plan.items.is_empty());
+        assert_eq!(t.item_of, vec![None, None, None]);
+        assert_eq!(t.statuses[0], DescriptorStatus::unlimited_by_default());
+        assert_eq!(t.statuses[1], DescriptorStatus::unlimited_by_default());
+        let open = &t.statuses[2];
+        assert_eq!(open.resource.as_deref(), Some("path_/open"));
+        // Values are escaped in the counter's domain.
+        assert_eq!(open.domain.as_deref(), Some("path=%2Fopen"));
+        assert!(open.unlimited && open.allowed && !open.shadowed);
+        // Nothing to decide: the outcome is OK as it stands.
+        let out = t.outcome(&decided(&[]), 1);
+        assert!(out.allowed);
+        assert!(out.statuses.iter().all(|s| s.decision.is_none()));
+    }
+
+    #[test]
+    fn a_deny_rejects_the_request_before_anything_is_decided() {
+        let view = view(EDGE, false);
+        let list = [d(&[("user", "u1")]), d(&[("ip", "10.0.0.1")])];
+        let Planned::Denied(out) = planned(&view, "edge", &list) else {
+            panic!("expected a denial");
+        };
+        assert!(!out.allowed);
+        // The limited descriptor is matched but not decided.
+        assert_eq!(out.statuses[0].resource.as_deref(), Some("user"));
+        assert!(out.statuses[0].allowed);
+        assert_eq!(out.statuses[0].decision, None);
+        let ip = &out.statuses[1];
+        assert_eq!(ip.resource.as_deref(), Some("ip_10.0.0.1"));
+        assert!(!ip.allowed && !ip.shadowed);
+    }
+
+    #[test]
+    fn a_deny_in_shadow_mode_is_shadowed_and_decides_nothing() {
+        let view = view(EDGE, false);
+        let t = to_decide(&view, &[d(&[("blocked", "b")])]);
+        assert!(t.plan.items.is_empty());
+        let s = &t.statuses[0];
+        assert!(s.allowed && s.shadowed);
+        assert_eq!(s.resource.as_deref(), Some("blocked"));
+    }
+
+    #[test]
+    fn each_limited_descriptor_is_a_plan_item_with_its_shadow_flag() {
+        let view = view(EDGE, false);
+        let list = [d(&[("user", "u1")]), d(&[("tenant", "t1")])];
+        let t = to_decide(&view, &list);
+        let affinity = view.namespace("edge").unwrap().affinity;
+        assert_eq!(t.plan.affinity, affinity);
+        assert_eq!(t.plan.items.len(), 2);
+        assert_eq!(t.item_of, vec![Some(0), Some(1)]);
+        assert_eq!(t.plan.items[0].key.scope(), "user=u1");
+        assert!(!t.plan.items[0].shadow);
+        assert_eq!(t.plan.items[1].key.scope(), "tenant=t1");
+        assert!(t.plan.items[1].shadow);
+        assert_ne!(t.plan.items[0].key.limit, t.plan.items[1].key.limit);
+    }
+
+    #[test]
+    fn identical_descriptors_share_one_plan_item() {
+        let view = view(EDGE, false);
+        let list = [
+            d(&[("user", "u1")]),
+            d(&[("user", "u2")]),
+            d(&[("user", "u1")]),
+        ];
+        let t = to_decide(&view, &list);
+        assert_eq!(t.plan.items.len(), 2);
+        assert_eq!(t.item_of, vec![Some(0), Some(1), Some(0)]);
+        // Both copies get the shared counter's answer.
+        let out = t.outcome(&decided(&[0, 3]), 1);
+        assert!(!out.allowed);
+        assert_eq!(
+            out.statuses.iter().map(|s| s.allowed).collect::<Vec<_>>(),
+            [false, true, false]
+        );
+        assert_eq!(out.statuses[2].decision.unwrap().remaining, 0);
+    }
+
+    #[test]
+    fn replaces_drops_the_named_limit_only_when_both_are_in_the_request() {
+        let view = view(EDGE, false);
+        let both = [d(&[("account", "a1")]), d(&[("premium", "yes")])];
+        let t = to_decide(&view, &both);
+        assert_eq!(t.item_of, vec![None, Some(0)]);
+        assert_eq!(t.statuses[0], DescriptorStatus::unlimited_by_default());
+        assert_eq!(t.statuses[1].resource.as_deref(), Some("premium_yes"));
+        assert_eq!(t.plan.items.len(), 1);
+        let alone = to_decide(&view, &both[..1]);
+        assert_eq!(alone.item_of, vec![Some(0)]);
+        assert_eq!(alone.statuses[0].resource.as_deref(), Some("account"));
+    }
+
+    #[test]
+    fn an_ignoring_namespace_shadows_every_limit_and_every_deny() {
+        let view = view(EDGE, true);
+        let list = [d(&[("user", "u1")]), d(&[("ip", "10.0.0.1")])];
+        let t = to_decide(&view, &list);
+        assert_eq!(t.item_of, vec![Some(0), None]);
+        assert!(t.plan.items[0].shadow);
+        assert!(t.statuses[1].allowed && t.statuses[1].shadowed);
+        // Over the limit, yet allowed: shadowed.
+        let out = t.outcome(&decided(&[0]), 1);
+        assert!(out.allowed);
+        assert!(out.statuses[0].allowed && out.statuses[0].shadowed);
+    }
+
+    #[test]
+    fn a_descriptor_needs_room_for_every_hit() {
+        let view = view(EDGE, false);
+        let list = [d(&[("user", "u1")]), d(&[("tenant", "t1")])];
+        // Room for 3 hits of 4 is not enough: all or nothing.
+        let out = to_decide(&view, &list).outcome(&decided(&[3, 9]), 4);
+        assert!(!out.allowed);
+        assert!(!out.statuses[0].allowed && !out.statuses[0].shadowed);
+        assert_eq!(out.statuses[0].decision.unwrap().remaining, 3);
+        // The shadow item has room: neither shadowed nor refused.
+        assert!(out.statuses[1].allowed && !out.statuses[1].shadowed);
+        let out = to_decide(&view, &list).outcome(&decided(&[4, 3]), 4);
+        assert!(out.allowed);
+        assert!(out.statuses[0].allowed);
+        // The shadow item is over: allowed, and marked shadowed.
+        assert!(out.statuses[1].allowed && out.statuses[1].shadowed);
+    }
+}
