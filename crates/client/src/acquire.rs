@@ -118,7 +118,7 @@ impl AcquireBuilder {
         if self.copies.is_empty() && self.rate.is_none() {
             return Err(Error::Invalid("nothing to acquire".to_owned()));
         }
-        let clock = std::sync::Arc::clone(&self.client.config().clock);
+        let clock = std::sync::Arc::clone(&self.client.config().timer);
         let start = clock.now();
         let left = |elapsed: Duration| self.max_wait.saturating_sub(elapsed);
         let mut holds: Vec<Hold> = Vec::with_capacity(self.copies.len());

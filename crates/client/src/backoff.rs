@@ -1,5 +1,5 @@
 //! When to try again after a rejection: Charon's exponential backoff
-//! (§3.2), and the clock it runs on.
+//! (§3.2), and the [`Timer`] it measures and sleeps with.
 //!
 //! After the i-th failure (i = 1 for the first) the client sleeps
 //! `min(max_wait − elapsed, jitter(2^i · base))`, where `jitter(v)` is
@@ -91,34 +91,34 @@ pub fn jitter(v: Duration, rng: &mut impl Rng) -> Duration {
     Duration::from_nanos(rng.random_range(nanos(low)..=nanos(high)))
 }
 
-/// A sleeping future, boxed so a [`Clock`] can be a trait object.
+/// A sleeping future, boxed so a [`Timer`] can be a trait object.
 pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// The time a client measures `elapsed` with and sleeps on. The default is
 /// tokio's; tests use one they control, so backoff is checked by what the
 /// client asked for rather than by the wall clock.
-pub trait Clock: Send + Sync + 'static {
+pub trait Timer: Send + Sync + 'static {
     /// Time since an arbitrary origin, never going back.
     fn now(&self) -> Duration;
     /// Waits `d`.
     fn sleep(&self, d: Duration) -> Sleep;
 }
 
-/// tokio's clock.
+/// tokio's time: its monotonic clock and its sleep.
 #[derive(Debug)]
-pub struct TokioClock {
+pub struct TokioTimer {
     origin: tokio::time::Instant,
 }
 
-impl Default for TokioClock {
-    fn default() -> TokioClock {
-        TokioClock {
+impl Default for TokioTimer {
+    fn default() -> TokioTimer {
+        TokioTimer {
             origin: tokio::time::Instant::now(),
         }
     }
 }
 
-impl Clock for TokioClock {
+impl Timer for TokioTimer {
     fn now(&self) -> Duration {
         self.origin.elapsed()
     }

@@ -329,7 +329,7 @@ impl Inner {
         max_wait: Duration,
         mut read: impl FnMut(Answer, Option<Arc<Session>>) -> Result<Read<T>, Error>,
     ) -> Result<(Ended<T>, u32, Duration), Error> {
-        let clock = Arc::clone(&self.config.clock);
+        let clock = Arc::clone(&self.config.timer);
         let start = clock.now();
         let mut attempts = 0u32;
         loop {
@@ -377,7 +377,7 @@ impl Inner {
     /// Logs that a call failed open, at most once per [`LOG_EVERY`].
     fn degraded(&self, op: &'static str, why: &Outage) {
         metrics::counter!(m::DEGRADED, "op" => op).increment(1);
-        let now = u64::try_from(self.config.clock.now().as_millis())
+        let now = u64::try_from(self.config.timer.now().as_millis())
             .unwrap_or(u64::MAX)
             .saturating_add(1);
         let last = self.logged.load(Ordering::Relaxed);

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backoff::{Backoff, Clock, TokioClock};
+use crate::backoff::{Backoff, Timer, TokioTimer};
 
 /// The environment variable that turns the kill switch on (`1`, `true`,
 /// `yes` or `on`), read by [`ClientConfig::new`].
@@ -68,8 +68,8 @@ pub struct ClientConfig {
     /// for running new limits in shadow. Also set by
     /// [`KILL_SWITCH_ENV`].
     pub kill_switch: bool,
-    /// The clock for `max_wait` and sleeps.
-    pub clock: Arc<dyn Clock>,
+    /// What `max_wait` is measured with and sleeps wait on.
+    pub timer: Arc<dyn Timer>,
 }
 
 impl fmt::Debug for ClientConfig {
@@ -105,7 +105,7 @@ impl ClientConfig {
             reconnect_max: Duration::from_secs(5),
             fail_open: true,
             kill_switch: kill_switch_from_env(),
-            clock: Arc::new(TokioClock::default()),
+            timer: Arc::new(TokioTimer::default()),
         }
     }
 }

@@ -26,7 +26,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tollgate_proto::v1::{self, session_request::Op, session_response::Result as Answer};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
-use crate::backoff::{jitter, Clock};
+use crate::backoff::{jitter, Timer};
 use crate::config::{ClientConfig, Tls};
 use crate::metrics as m;
 use crate::tls::Probe;
@@ -423,7 +423,7 @@ pub(crate) struct Server {
     pub(crate) name: String,
     endpoint: Endpoint,
     state: Mutex<State>,
-    clock: Arc<dyn Clock>,
+    timer: Arc<dyn Timer>,
     reconnect_base: Duration,
     reconnect_max: Duration,
     open_timeout: Duration,
@@ -478,7 +478,7 @@ impl Server {
             config.tls.as_ref(),
             https,
             config.connect_timeout,
-            Arc::clone(&config.clock),
+            Arc::clone(&config.timer),
         )
         .map_err(|e| format!("TLS for {uri:?}: {e}"))?;
         endpoint = endpoint
@@ -498,7 +498,7 @@ impl Server {
             name: uri.to_owned(),
             endpoint,
             state: Mutex::new(State::default()),
-            clock: Arc::clone(&config.clock),
+            timer: Arc::clone(&config.timer),
             reconnect_base: config.reconnect_base,
             reconnect_max: config.reconnect_max,
             open_timeout: config
@@ -633,7 +633,7 @@ impl Server {
 
     /// Whether the server is in its reconnection backoff.
     fn backing_off(&self, state: &State) -> Result<(), Failure> {
-        let now = self.clock.now();
+        let now = self.timer.now();
         match state.retry_at {
             Some(at) if now < at => {
                 let why = format!(
@@ -725,7 +725,7 @@ impl Server {
             .min(self.reconnect_max);
         state.failures = state.failures.saturating_add(1);
         let wait = jitter(nominal, &mut rand::rng());
-        state.retry_at = Some(self.clock.now().saturating_add(wait));
+        state.retry_at = Some(self.timer.now().saturating_add(wait));
     }
 }
 

@@ -57,7 +57,7 @@ use tollgate_tls::{
     bounded, is_ca_as_leaf, is_x509_v1, Anchors, PemError, HOW_TO_MAKE_CERTIFICATES as HOW_TO_MAKE,
 };
 
-use crate::backoff::Clock;
+use crate::backoff::Timer;
 use crate::config::Tls;
 
 /// How long what a probe found is reused by later failures, before a
@@ -76,7 +76,7 @@ pub(crate) struct Probe {
     /// The longest a probe takes, connecting included.
     bound: Duration,
     /// Times what a probe found, for [`REUSE_FOR`].
-    clock: Arc<dyn Clock>,
+    timer: Arc<dyn Timer>,
     // A std mutex: nothing awaits while it is held.
     state: Mutex<ProbeState>,
 }
@@ -102,14 +102,14 @@ struct Settings {
 
 impl Probe {
     /// The probe of the server at `uri`, with TLS when `https`; a probe
-    /// takes at most `bound`, and `clock` times what it found. Errors say
+    /// takes at most `bound`, and `timer` times what it found. Errors say
     /// what is wrong with `tls`.
     pub(crate) fn new(
         uri: &tonic::codegen::http::Uri,
         tls: Option<&Tls>,
         https: bool,
         bound: Duration,
-        clock: Arc<dyn Clock>,
+        timer: Arc<dyn Timer>,
     ) -> Result<Probe, String> {
         let host = uri
             .host()
@@ -127,7 +127,7 @@ impl Probe {
             port,
             tls,
             bound,
-            clock,
+            timer,
             state: Mutex::new(ProbeState::default()),
         })
     }
@@ -148,7 +148,7 @@ impl Probe {
         let mut finding = {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some((at, found)) = &state.last {
-                if self.clock.now().saturating_sub(*at) < REUSE_FOR {
+                if self.timer.now().saturating_sub(*at) < REUSE_FOR {
                     return found.clone();
                 }
             }
@@ -175,7 +175,7 @@ impl Probe {
                             let mut state =
                                 probe.state.lock().unwrap_or_else(PoisonError::into_inner);
                             state.running = None;
-                            state.last = Some((probe.clock.now(), found.clone()));
+                            state.last = Some((probe.timer.now(), found.clone()));
                         }
                         let _ = tx.send(Some(found));
                     });
@@ -545,7 +545,7 @@ mod tests {
     #[derive(Default)]
     struct Manual(Mutex<Duration>);
 
-    impl Clock for Manual {
+    impl Timer for Manual {
         fn now(&self) -> Duration {
             *self.0.lock().unwrap()
         }

@@ -20,7 +20,7 @@
 //! the atomicity a shard lock gives the memory store.
 //!
 //! - **Clock**: the script reads Redis's `TIME`, so servers with skewed
-//!   clocks agree ([`Clock::Redis`]). Tests pass their own ([`Clock::Caller`]).
+//!   clocks agree ([`ScriptClock::Redis`]). Tests pass their own ([`ScriptClock::Caller`]).
 //! - **Exactness**: Lua numbers are doubles; the scripts keep times relative
 //!   to their own now and refuse limits whose spans or counts reach 2^52
 //!   ([`params::check_limit`]), so they compute what the core computes. A
@@ -59,4 +59,4 @@ pub mod testing;
 pub use conn::{ClientCert, ConnectError, ConnectOptions, Target, TlsPart};
 pub use copylog::Resignation;
 pub use params::{check_limit, MAX_EXACT};
-pub use store::{Clock, RedisOptions, RedisStore};
+pub use store::{RedisOptions, RedisStore, ScriptClock};

@@ -23,9 +23,10 @@ use crate::params::{self, MAX_EXACT};
 use crate::reply;
 use crate::script;
 
-/// Whose clock decides.
+/// Whose clock the scripts decide by: Redis's own, or the time the caller
+/// passes.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub enum Clock {
+pub enum ScriptClock {
     /// Redis's `TIME`, read inside every script: servers with skewed clocks
     /// still agree. The default, and the only sane choice for a fleet.
     #[default]
@@ -49,8 +50,8 @@ pub struct RedisOptions {
     /// releases the holds of the dead one's clients. Heartbeats are sent
     /// every third of it.
     pub heartbeat_ttl: Duration,
-    /// Whose clock decides.
-    pub clock: Clock,
+    /// Whose clock the scripts decide by.
+    pub clock: ScriptClock,
 }
 
 impl RedisOptions {
@@ -61,7 +62,7 @@ impl RedisOptions {
             prefix: "tollgate:".into(),
             connect: ConnectOptions::default(),
             heartbeat_ttl: Duration::from_secs(5),
-            clock: Clock::Redis,
+            clock: ScriptClock::Redis,
         }
     }
 
@@ -89,7 +90,7 @@ impl RedisOptions {
 pub struct RedisStore {
     pub(crate) conn: Conn,
     prefix: String,
-    clock: Clock,
+    clock: ScriptClock,
     url: String,
     timeout: Duration,
     decide: Script,
@@ -294,8 +295,8 @@ impl RedisStore {
 
     fn clock_args(&self, now: Nanos) -> (String, String) {
         match self.clock {
-            Clock::Redis => (String::new(), String::new()),
-            Clock::Caller => {
+            ScriptClock::Redis => (String::new(), String::new()),
+            ScriptClock::Caller => {
                 let n = now.as_u64();
                 (
                     (n / 1_000_000_000).to_string(),

@@ -17,7 +17,7 @@ use common::{gcra, holds, store, unique_prefix, T0};
 use tollgate_core::copies::CopyLimits;
 use tollgate_core::{Align, FixedWindow, Limit, Mode, Nanos, Request};
 use tollgate_redis::testing::RedisCluster;
-use tollgate_redis::{Clock, RedisOptions, RedisStore};
+use tollgate_redis::{RedisOptions, RedisStore, ScriptClock};
 use tollgate_store::{Held, Key, LimitId, MemoryStore, OpId, Plan, PoolKey, Store};
 
 /// The hash tag of a key (`...{tag}...`), which decides its slot.
@@ -33,7 +33,7 @@ async fn plans_of_many_namespaces_spread_over_the_masters_and_decide_like_memory
     let prefix = unique_prefix();
     let mut o = RedisOptions::new(cluster.url());
     o.prefix = prefix.clone();
-    o.clock = Clock::Caller;
+    o.clock = ScriptClock::Caller;
     o.connect.response_timeout = Duration::from_secs(5);
     let redis = RedisStore::connect(o).await.unwrap();
     assert!(redis.is_cluster());

@@ -338,7 +338,7 @@ fn held<'a>(pool: &'a PoolKey, groups: &'a Vec<String>, copies: u64) -> Held<'a>
 /// heartbeats get through between stalls, keeps every hold.
 #[tokio::test]
 async fn copy_operations_during_stalls_are_applied_once_and_the_server_keeps_its_holds() {
-    let server = RedisServer::start_with(&["--enable-debug-command", "yes"]);
+    let server = RedisServer::start();
     let mut o = RedisOptions::new(server.url());
     o.prefix = unique_prefix();
     o.heartbeat_ttl = Duration::from_millis(900);
@@ -352,20 +352,32 @@ async fn copy_operations_during_stalls_are_applied_once_and_the_server_keeps_its
     let beating = beat(&s);
     // Redis stalls for 300 ms at a time, ten times in a row: every
     // heartbeat and copy operation waits behind a stall, longer than a
-    // decision may wait but within the heartbeat TTL.
+    // decision may wait but within the heartbeat TTL. A stall is a `CLIENT
+    // PAUSE`: unlike a `DEBUG SLEEP`, Redis answers it when the stall
+    // begins, so the test knows (rather than sleeps until it guesses) that
+    // what it sends next waits for Redis.
+    let (began, stalled) = tokio::sync::oneshot::channel();
     let stalls = std::thread::spawn({
         let mut con = server.connection();
         move || {
+            let mut began = Some(began);
             for _ in 0..10 {
-                let _: () = redis::cmd("DEBUG")
-                    .arg("SLEEP")
-                    .arg("0.3")
+                let _: () = redis::cmd("CLIENT")
+                    .arg("PAUSE")
+                    .arg(300)
+                    .arg("ALL")
                     .query(&mut con)
                     .unwrap();
+                if let Some(began) = began.take() {
+                    let _ = began.send(());
+                }
+                // Answered when the stall ends, with the commands queued
+                // behind it (heartbeats included) before the next stall.
+                let _: String = redis::cmd("PING").query(&mut con).unwrap();
             }
         }
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    stalled.await.unwrap();
     let r = s
         .reserve(
             &pool,

@@ -26,8 +26,10 @@ use crate::metrics as m;
 use crate::node::{Node, Output, Timer};
 use crate::replica::Replica;
 
-/// Reads the time the node works with (the server's clock).
-pub type Clock = Arc<dyn Fn() -> Nanos + Send + Sync>;
+/// Reads the time the node works with: the server's clock, as a function
+/// (this crate knows no clock type of its own; the binary passes the
+/// server's, shifted by its test hook).
+pub type NowFn = Arc<dyn Fn() -> Nanos + Send + Sync>;
 
 /// How often the fault file is re-read.
 const FAULT_POLL: Duration = Duration::from_millis(100);
@@ -72,7 +74,7 @@ impl Timers {
 pub async fn run(
     mut node: Node,
     socket: UdpSocket,
-    clock: Clock,
+    clock: NowFn,
     mut stop: watch::Receiver<bool>,
     faults: Option<PathBuf>,
     mut seeds: Option<watch::Receiver<Vec<SocketAddr>>>,

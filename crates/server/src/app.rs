@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::watch;
 use tollgate_config::Config;
 use tollgate_core::Nanos;
-use tollgate_service::{Clock, Limiter, Service, ServiceOptions, Sessions, Unservable, View};
+use tollgate_service::{
+    Clock, Limiter, Service, ServiceOptions, Sessions, SystemClock, Unservable, View,
+};
 use tollgate_store::Store;
 
 /// What `/status` reports of the config in force.
@@ -39,10 +41,10 @@ pub struct ApiPart {
     pub text: String,
 }
 
-/// Shared server state.
+/// Shared server state, built by an [`AppBuilder`].
 pub struct App<S> {
     /// Decides requests, owns sessions, reads the clock.
-    pub service: Arc<Service<S>>,
+    service: Arc<Service<S>>,
     config: Mutex<(Arc<Config>, ConfigStatus)>,
     /// The newest part of the config the config API sent, if the server
     /// follows one (in force unless `/status` reports it refused).
@@ -52,25 +54,134 @@ pub struct App<S> {
     install_lock: Mutex<()>,
     /// Renders `/metrics` (`None` when no recorder is installed, as in
     /// tests that run several servers in one process).
-    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
     /// The store's name for `/status` (`memory`, `redis`, ...).
-    pub store_name: &'static str,
+    store_name: &'static str,
     /// Where sampled decisions are recorded, if anywhere.
-    pub decision_log: Option<crate::decision_log::DecisionLog>,
+    decision_log: Option<crate::decision_log::DecisionLog>,
     /// Records a span per decision, when traces are exported
     /// (`serve --otlp-endpoint`); `None` keeps the decision path free of
     /// any tracing work.
-    pub spans: Option<crate::spans::Spans>,
-    /// When the app was built, for `/status`'s uptime.
-    pub started: std::time::Instant,
+    spans: Option<crate::spans::Spans>,
+    /// When the app was built, for `/status`'s uptime (a monotonic
+    /// instant: uptime is not limit time, and a stepped clock must not
+    /// change it).
+    started: std::time::Instant,
     /// The domains refused most lately, per resource (`GET /v1/denied`).
-    pub denied: crate::denied::Denied,
+    denied: crate::denied::Denied,
     /// The tokens the admin endpoints (`/v1/denied`) take
     /// (`serve --admin-tokens-file`); none: those endpoints are off.
-    pub admin_tokens: crate::tokens::Tokens,
+    admin_tokens: crate::tokens::Tokens,
     stopping: std::sync::atomic::AtomicBool,
     /// The readiness last published to watchers (gRPC health's Watch).
     readiness: watch::Sender<Readiness>,
+}
+
+/// What an [`App`] is made of: a store, its name and the config to start
+/// with, and optionally where the config came from, its warnings, the
+/// service's bounds, the clock (the system's by default; tests pass a
+/// [`tollgate_service::ManualClock`]), the metrics handle, the decision
+/// log, decision spans and the admin tokens. [`AppBuilder::build`]
+/// compiles the config for the store.
+#[must_use = "an AppBuilder does nothing until built"]
+pub struct AppBuilder<S> {
+    store: S,
+    store_name: &'static str,
+    config: Config,
+    source: Option<String>,
+    warnings: Vec<String>,
+    options: ServiceOptions,
+    clock: Arc<dyn Clock>,
+    metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    decision_log: Option<crate::decision_log::DecisionLog>,
+    spans: Option<crate::spans::Spans>,
+    admin_tokens: crate::tokens::Tokens,
+}
+
+impl<S: Store> AppBuilder<S> {
+    /// Where the config comes from, for people (`/status`'s `source`;
+    /// `None`, the default: built in).
+    pub fn source(mut self, source: Option<String>) -> Self {
+        self.source = source;
+        self
+    }
+
+    /// The warnings of the config (normalization, ignored fields).
+    pub fn warnings(mut self, warnings: Vec<String>) -> Self {
+        self.warnings = warnings;
+        self
+    }
+
+    /// The service's bounds (sessions, holds, copy deadline).
+    pub fn options(mut self, options: ServiceOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// The clock every surface and the service read the time from.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The handle that renders `/metrics` (without one, `/metrics` says
+    /// metrics are off).
+    pub fn metrics(mut self, handle: metrics_exporter_prometheus::PrometheusHandle) -> Self {
+        self.metrics = Some(handle);
+        self
+    }
+
+    /// Where sampled decisions are recorded.
+    pub fn decision_log(mut self, log: crate::decision_log::DecisionLog) -> Self {
+        self.decision_log = Some(log);
+        self
+    }
+
+    /// Records a span per decision (`serve --otlp-endpoint`).
+    pub fn spans(mut self, spans: crate::spans::Spans) -> Self {
+        self.spans = Some(spans);
+        self
+    }
+
+    /// The tokens the admin endpoints take (none: those endpoints are off).
+    pub fn admin_tokens(mut self, tokens: crate::tokens::Tokens) -> Self {
+        self.admin_tokens = tokens;
+        self
+    }
+
+    /// The app, its config compiled for the store at the clock's now; the
+    /// error lists every limit the store cannot serve, each saying why
+    /// ([`Limiter::compile_all`]).
+    pub fn build(self) -> Result<App<S>, Vec<Unservable>> {
+        let now = self.clock.now();
+        let limiter = Limiter::new(self.store, View::default());
+        limiter.set_view(limiter.compile_all(&self.config, now)?);
+        Ok(App {
+            service: Arc::new(Service::new(limiter, self.clock, self.options)),
+            config: Mutex::new((
+                Arc::new(self.config),
+                ConfigStatus {
+                    source: self.source,
+                    revision: 1,
+                    loaded_at_ms: now.as_u64() / 1_000_000,
+                    last_error: None,
+                    warnings: self.warnings,
+                    api_revision: None,
+                },
+            )),
+            api_part: Mutex::new(None),
+            install_lock: Mutex::new(()),
+            metrics: self.metrics,
+            store_name: self.store_name,
+            decision_log: self.decision_log,
+            spans: self.spans,
+            started: std::time::Instant::now(),
+            denied: crate::denied::Denied::default(),
+            admin_tokens: self.admin_tokens,
+            stopping: std::sync::atomic::AtomicBool::new(false),
+            readiness: watch::Sender::new(Readiness::Ready),
+        })
+    }
 }
 
 /// Whether the server should receive traffic and, if not, why: the one
@@ -106,47 +217,62 @@ impl Readiness {
 }
 
 impl<S: Store> App<S> {
-    /// An app over `store` with `config`, loaded from `source`, reading
-    /// time from `clock`; the error lists every limit the store cannot
-    /// serve, each saying why ([`Limiter::compile_all`]).
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        store: S,
-        store_name: &'static str,
-        config: Config,
-        source: Option<String>,
-        warnings: Vec<String>,
-        options: ServiceOptions,
-        clock: Arc<dyn Clock>,
-    ) -> Result<App<S>, Vec<Unservable>> {
-        let now = clock.now();
-        let limiter = Limiter::new(store, View::default());
-        limiter.set_view(limiter.compile_all(&config, now)?);
-        Ok(App {
-            service: Arc::new(Service::new(limiter, clock, options)),
-            config: Mutex::new((
-                Arc::new(config),
-                ConfigStatus {
-                    source,
-                    revision: 1,
-                    loaded_at_ms: now.as_u64() / 1_000_000,
-                    last_error: None,
-                    warnings,
-                    api_revision: None,
-                },
-            )),
-            api_part: Mutex::new(None),
-            install_lock: Mutex::new(()),
-            metrics: None,
+    /// An app over `store` (named `store_name`) serving `config`, with
+    /// every other part at its default until the builder says otherwise.
+    pub fn builder(store: S, store_name: &'static str, config: Config) -> AppBuilder<S> {
+        AppBuilder {
+            store,
             store_name,
+            config,
+            source: None,
+            warnings: Vec::new(),
+            options: ServiceOptions::default(),
+            clock: Arc::new(SystemClock),
+            metrics: None,
             decision_log: None,
             spans: None,
-            started: std::time::Instant::now(),
-            denied: crate::denied::Denied::default(),
             admin_tokens: crate::tokens::Tokens::default(),
-            stopping: std::sync::atomic::AtomicBool::new(false),
-            readiness: watch::Sender::new(Readiness::Ready),
-        })
+        }
+    }
+
+    /// The service: decides requests, owns sessions, reads the clock.
+    pub fn service(&self) -> &Arc<Service<S>> {
+        &self.service
+    }
+
+    /// Renders `/metrics`, when a recorder is installed.
+    pub fn metrics(&self) -> Option<&metrics_exporter_prometheus::PrometheusHandle> {
+        self.metrics.as_ref()
+    }
+
+    /// The store's name for `/status` (`memory`, `redis`, ...).
+    pub fn store_name(&self) -> &'static str {
+        self.store_name
+    }
+
+    /// Where sampled decisions are recorded, if anywhere.
+    pub fn decision_log(&self) -> Option<&crate::decision_log::DecisionLog> {
+        self.decision_log.as_ref()
+    }
+
+    /// Whether a span is recorded per decision.
+    pub fn spans_on(&self) -> bool {
+        self.spans.is_some()
+    }
+
+    /// How long the app has run, for `/status`.
+    pub fn uptime(&self) -> std::time::Duration {
+        self.started.elapsed()
+    }
+
+    /// The domains refused most lately, per resource (`GET /v1/denied`).
+    pub fn denied(&self) -> &crate::denied::Denied {
+        &self.denied
+    }
+
+    /// The tokens the admin endpoints take.
+    pub fn admin_tokens(&self) -> &crate::tokens::Tokens {
+        &self.admin_tokens
     }
 
     /// The limiter.
@@ -289,7 +415,7 @@ impl<S: Store> App<S> {
             .clone()
     }
 
-    /// Records that the config in force (given to [`App::new`]) includes
+    /// Records that the config in force (given to [`App::builder`]) includes
     /// the config API's `part`.
     pub fn adopt_api_part(&self, part: ApiPart) {
         self.lock().1.api_revision = Some(part.revision);

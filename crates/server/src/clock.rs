@@ -1,6 +1,8 @@
-//! The server's time helpers. Surfaces read the time from the app's
-//! injected [`tollgate_service::Clock`] (`App::now`); these free functions
-//! remain for callers outside a server (the config API, the gossip
-//! runtime's setup).
+//! Nothing of the server reads the time here any more: surfaces read it
+//! from the app's injected [`tollgate_service::Clock`] (`App::now`).
+//!
+//! What is left is for the config API alone, until it stops depending on
+//! this crate (issue 20); delete this module then.
 
-pub use tollgate_service::clock::{ms, system_now as now};
+#[doc(hidden)]
+pub use tollgate_service::clock::system_now as now;

@@ -24,6 +24,7 @@
 #![deny(missing_docs)]
 
 pub mod app;
+#[doc(hidden)]
 pub mod clock;
 pub mod convert;
 pub mod decision_log;
@@ -53,7 +54,7 @@ use tollgate_proto::rls::rate_limit_service_server::RateLimitServiceServer;
 use tollgate_proto::v1::tollgate_server::TollgateServer;
 use tollgate_store::Store;
 
-pub use app::{App, ConfigStatus, Readiness};
+pub use app::{App, AppBuilder, ConfigStatus, Readiness};
 pub use listen::ConnectionLimits;
 
 /// Why the server could not start or stopped with an error.
@@ -316,8 +317,8 @@ impl<S: Store> Server<S> {
         let _ = readiness.await;
         // Sessions end with their streams; anything left (HTTP holds) is
         // released here, waiting for the store at most the grace period.
-        let released = app.service.close_all(grace).await;
-        if let Some(log) = &app.decision_log {
+        let released = app.service().close_all(grace).await;
+        if let Some(log) = app.decision_log() {
             log.close();
         }
         tracing::info!(released, "stopped");
@@ -341,13 +342,13 @@ async fn housekeeping<S: Store>(
             _ = stop.wait_for(|s| *s) => return,
         }
         let now = app.now();
-        let lapsed = app.service.reap();
+        let lapsed = app.service().reap();
         if lapsed > 0 {
             ::metrics::counter!(metrics::LAPSED).increment(lapsed as u64);
             tracing::debug!(lapsed, "released lapsed HTTP holds");
         }
         app.limiter().store().sweep(now).await;
-        if let Some(handle) = &app.metrics {
+        if let Some(handle) = app.metrics() {
             // Drains histogram samples even when nothing scrapes.
             handle.run_upkeep();
         }

@@ -1,6 +1,9 @@
 //! Prometheus metric names, descriptions and the recorder.
 
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+/// What renders `/metrics`, from [`install`]: named here so the binary
+/// can hold one without depending on the exporter itself.
+pub use metrics_exporter_prometheus::PrometheusHandle;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
 /// Decisions, by `surface`, `namespace`, `resource` and `outcome`
 /// (`granted` / `rejected` / `error`).

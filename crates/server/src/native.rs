@@ -25,7 +25,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::app::App;
 use crate::errors::{grpc_code, status};
 use crate::spans::{Caller, Decision, Outcome};
-use crate::{clock, convert, decision_log, metrics as m};
+use crate::{convert, decision_log, metrics as m};
 
 /// Implements `tollgate.v1.Tollgate`.
 pub struct Native<S> {
@@ -51,11 +51,11 @@ pub async fn rate<S: Store>(
     let started = Instant::now();
     let now = app.now();
     let result = match convert::rate_request(req) {
-        Ok(r) => app.service.request(&r).await,
+        Ok(r) => app.service().request(&r).await,
         Err(e) => Err(e),
     };
     metrics::histogram!(m::LATENCY, "surface" => surface).record(started.elapsed().as_secs_f64());
-    if app.spans.is_some() {
+    if app.spans_on() {
         let ended = app.now();
         let (outcome, granted) = match &result {
             Ok(o) => (Outcome::of_grant(o.allowed), o.granted),
@@ -88,7 +88,7 @@ pub async fn rate<S: Store>(
             );
             if !o.unconfigured {
                 if !o.allowed {
-                    app.denied
+                    app.denied()
                         .record(now.as_u64(), &req.namespace, &req.resource, &req.domain);
                 } else if o.decision.limit > 0
                     && o.decision.remaining.saturating_mul(10) <= o.decision.limit
@@ -96,7 +96,7 @@ pub async fn rate<S: Store>(
                     m::near_limit(surface, &req.namespace, &req.resource);
                 }
             }
-            if let Some(log) = app.decision_log.as_ref().filter(|l| l.sampled()) {
+            if let Some(log) = app.decision_log().filter(|l| l.sampled()) {
                 log.write(&decision_log::Line {
                     time_ms: decision_log::time_ms(now),
                     namespace: &req.namespace,
@@ -149,8 +149,8 @@ impl<S: Store> v1::tollgate_server::Tollgate for Native<S> {
         let config = app.config_status();
         Ok(Response::new(v1::StatusResponse {
             version: env!("CARGO_PKG_VERSION").to_owned(),
-            store: app.store_name.to_owned(),
-            uptime_ms: u64::try_from(app.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            store: app.store_name().to_owned(),
+            uptime_ms: u64::try_from(app.uptime().as_millis()).unwrap_or(u64::MAX),
             ready: app.is_ready(),
             config_source: config.source.unwrap_or_default(),
             config_revision: config.revision,
@@ -169,7 +169,7 @@ impl<S: Store> v1::tollgate_server::Tollgate for Native<S> {
         &self,
         request: Request<Streaming<v1::SessionRequest>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
-        let session = self.app.service.open(None).map_err(|e| status(&e))?;
+        let session = self.app.service().open(None).map_err(|e| status(&e))?;
         // Every operation of the session is a child of the trace the
         // stream was opened in.
         let caller = self.app.caller_from_grpc(request.metadata());
@@ -189,7 +189,7 @@ impl<S: Store> v1::tollgate_server::Tollgate for Native<S> {
         tokio::spawn(async move {
             if task.await.is_err() {
                 tracing::error!(session = %session.id(), "a session task failed; releasing its holds");
-                app.service.close(&session).await;
+                app.service().close(&session).await;
             }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
@@ -232,7 +232,7 @@ async fn run_session<S: Store>(
             // Released before the answer (unless the store does not confirm
             // within the copy deadline; the releases go on regardless), so a
             // client that saw `closed` knows its holds are gone.
-            app.service.close(&session).await;
+            app.service().close(&session).await;
         }
         let response = v1::SessionResponse {
             id: message.id,
@@ -248,7 +248,7 @@ async fn run_session<S: Store>(
             break;
         }
     }
-    let closed = app.service.close(&session).await;
+    let closed = app.service().close(&session).await;
     tracing::debug!(session = %id, released = closed.released, "session ended");
 }
 
@@ -346,7 +346,7 @@ pub async fn reserve<S: Store>(
 ) -> Result<v1::ReserveResponse, ServiceError> {
     let started = app.span_start();
     let reservation = app
-        .service
+        .service()
         .reserve(
             session,
             target(&r.namespace, &r.resource, &r.domain),
@@ -377,7 +377,7 @@ pub async fn release<S: Store>(
 ) -> Result<v1::ReleaseResponse, ServiceError> {
     let started = app.span_start();
     let done = app
-        .service
+        .service()
         .release(
             session,
             target(&r.namespace, &r.resource, &r.domain),
@@ -442,13 +442,13 @@ async fn transfer_now<S: Store>(
              held until then"
         )));
     }
-    app.service
+    app.service()
         .transfer(
             session,
             target(&r.namespace, &r.resource, &r.domain),
             groups(&r.groups),
             r.copies,
-            clock::ms(r.ttl_ms),
+            tollgate_core::Nanos::from_millis(r.ttl_ms),
         )
         .await
 }
@@ -462,7 +462,7 @@ pub async fn seize<S: Store>(
 ) -> Result<v1::SeizeResponse, ServiceError> {
     let started = app.span_start();
     let seized = match r.transfer_id.parse::<TransferId>() {
-        Ok(id) => app.service.seize(session, id).await,
+        Ok(id) => app.service().seize(session, id).await,
         Err(e) => Err(ServiceError::Store(tollgate_store::StoreError::Copy(e))),
     }
     .map(|s| convert::seize_response(&s));

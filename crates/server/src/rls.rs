@@ -120,7 +120,7 @@ pub(crate) async fn decide<S: Store>(
     if let Err(e) = &result {
         m::error(surface, e.reason());
     }
-    if app.spans.is_some() {
+    if app.spans_on() {
         let (outcome, granted) = match &result {
             Ok(r) if r.overall_code == Code::Ok as i32 => (Outcome::Granted, traced.hits),
             Ok(_) => (Outcome::Rejected, 0),
@@ -171,14 +171,14 @@ async fn answer<S: Store>(
     traced.hits = hits;
     let now = app.now();
     let outcome = app
-        .service
+        .service()
         .request_descriptors(&DescriptorRequest {
             namespace: &req.domain,
             descriptors: &descriptors,
             hits,
         })
         .await;
-    if app.spans.is_some() {
+    if app.spans_on() {
         traced.store = Some((now, app.now()));
     }
     let outcome = outcome?;
@@ -208,7 +208,7 @@ async fn answer<S: Store>(
             granted,
         );
     }
-    if let Some(log) = app.decision_log.as_ref().filter(|l| l.sampled()) {
+    if let Some(log) = app.decision_log().filter(|l| l.sampled()) {
         log.write(&decision_log::Line {
             time_ms: decision_log::time_ms(now),
             namespace: &req.domain,

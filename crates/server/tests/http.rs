@@ -15,9 +15,14 @@ use common::{eventually, TestServer};
 use reqwest::header::{HeaderMap, ALLOW, CONTENT_TYPE, RETRY_AFTER};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use tollgate_server::{clock, App, ServerOptions};
+use tollgate_core::Nanos;
+use tollgate_server::{App, ServerOptions};
 use tollgate_service::{ManualClock, SessionLimits};
 use tollgate_store::MemoryStore;
+
+/// Where the manual clocks of lease tests start (any time will do; a fixed
+/// one makes every expiry the same from run to run).
+const START: Nanos = Nanos::from_secs(1_700_000_000);
 
 const CONFIG: &str = r#"
 namespaces:
@@ -311,7 +316,7 @@ async fn a_reserve_that_gets_nothing_is_429_and_leaves_no_hold() {
 
 #[tokio::test]
 async fn a_hold_whose_lease_lapses_is_released() {
-    let clock = Arc::new(ManualClock::new(clock::now()));
+    let clock = Arc::new(ManualClock::new(START));
     let s = TestServer::start_clocked(CONFIG, Arc::clone(&clock)).await;
     let mut r = reserve("acme", 2);
     r["lease_ms"] = json!(50);
@@ -344,7 +349,7 @@ async fn a_hold_whose_lease_lapses_is_released() {
 
 #[tokio::test]
 async fn renewing_keeps_a_hold_past_its_first_lease() {
-    let clock = Arc::new(ManualClock::new(clock::now()));
+    let clock = Arc::new(ManualClock::new(START));
     let s = TestServer::start_clocked(CONFIG, Arc::clone(&clock)).await;
     let mut r = reserve("acme", 1);
     r["lease_ms"] = json!(500);

@@ -136,16 +136,10 @@ fn app(yaml: &str) -> Arc<App<MemoryStore>> {
 fn app_at(yaml: &str, clock: Arc<dyn tollgate_service::Clock>) -> Arc<App<MemoryStore>> {
     let loaded = tollgate_config::load_str("test.yaml", yaml).unwrap();
     Arc::new(
-        App::new(
-            MemoryStore::new(),
-            "memory",
-            loaded.config,
-            None,
-            vec![],
-            tollgate_service::ServiceOptions::default(),
-            clock,
-        )
-        .unwrap(),
+        App::builder(MemoryStore::new(), "memory", loaded.config)
+            .clock(clock)
+            .build()
+            .unwrap(),
     )
 }
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 use common::serving::Serving;
 use common::Sandbox;
 use serde_json::Value;
-use tollgate_client::backoff::{Backoff, Clock, Sleep};
+use tollgate_client::backoff::{Backoff, Sleep, Timer};
 use tollgate_client::{Client, ClientConfig, Error, FailureKind, Rejected, Tls, Via};
 
 const CONFIG: &str = r#"
@@ -54,7 +54,7 @@ struct ManualClock {
     sleeps: Mutex<Vec<Duration>>,
 }
 
-impl Clock for ManualClock {
+impl Timer for ManualClock {
     fn now(&self) -> Duration {
         Duration::from_nanos(self.now.load(Ordering::SeqCst))
     }
@@ -83,7 +83,7 @@ fn manual(server: &Serving, base: Duration) -> (Client, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::default());
     let mut c = config(server);
     c.backoff = Backoff { base };
-    c.clock = clock.clone();
+    c.timer = clock.clone();
     (Client::new(c).unwrap(), clock)
 }
 

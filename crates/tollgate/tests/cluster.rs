@@ -207,6 +207,32 @@ fn dropped(s: &Serving, reason: &str) -> f64 {
     .unwrap_or(0.0)
 }
 
+/// Clock probes `s` accepted from its peers. Each peer probes once a
+/// second (the probe interval), so the count measures how long the
+/// cluster has gossiped, by the nodes' own timers.
+fn probes(s: &Serving) -> f64 {
+    s.metric("tollgate_gossip_messages_received_total{kind=\"ping\"}")
+        .unwrap_or(0.0)
+}
+
+/// Waits until every node of `nodes` accepted `n` more clock probes than
+/// it had: with `p` peers probing once a second each, at least one peer
+/// sent `n / p` of them, so at least `n / p - 1` seconds of gossip
+/// (rounds every 300 ms, epoch boundaries every second) went by. A test
+/// that asserts nothing changed "later" waits for this instead of
+/// sleeping: the nodes prove the time passed.
+fn after_probes(nodes: &[Serving], n: f64) {
+    let from: Vec<f64> = nodes.iter().map(probes).collect();
+    eventually(&format!("every node accepts {n} more clock probes"), || {
+        let now: Vec<f64> = nodes.iter().map(probes).collect();
+        if now.iter().zip(&from).all(|(now, from)| *now >= from + n) {
+            Ok(())
+        } else {
+            Err(format!("probes per node: {from:?} then {now:?}"))
+        }
+    });
+}
+
 // ---------------------------------------------------------------------
 // 1. Convergence
 // ---------------------------------------------------------------------
@@ -223,9 +249,10 @@ fn five_hits_on_each_of_three_nodes_converge(resource: &str) {
         }
     }
     converge(&nodes, resource, "u", CAPACITY - 15);
-    // Several gossip rounds (and, for epochs, two epoch boundaries) later
-    // the value has not moved: merges are idempotent.
-    std::thread::sleep(Duration::from_millis(2500));
+    // Several gossip rounds (and, for epochs, at least two epoch
+    // boundaries: 8 probes from 2 peers span 3 s) later the value has not
+    // moved: merges are idempotent.
+    after_probes(&nodes, 8.0);
     assert_eq!(remainings(&nodes, resource, "u"), vec![CAPACITY - 15; 3]);
     for (i, s) in nodes.iter().enumerate() {
         let merges = s.metric("tollgate_gossip_merges_total").unwrap_or(0.0);
@@ -447,7 +474,16 @@ fn a_joining_node_that_cannot_reach_its_peers_refuses_to_decide_until_it_can() {
             dir.path("faults").to_str().unwrap(),
         ],
     );
-    for _ in 0..10 {
+    // It keeps refusing for as long as it keeps trying to reach the seed:
+    // until several of its datagrams to the seed were cut (not for a
+    // while on the wall clock).
+    let deadline = Instant::now() + EVENTUALLY;
+    while dropped(&joiner, "fault_injected") < 3.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the joiner never tried its seed; its events: {:#?}",
+            events(&joiner)
+        );
         assert_eq!(joiner.http("GET", "/readyz", None).0, 503);
         let (status, v) = joiner.json(
             "POST",
@@ -458,7 +494,7 @@ fn a_joining_node_that_cannot_reach_its_peers_refuses_to_decide_until_it_can() {
         assert_eq!(v["error"]["reason"], "store_unavailable", "{v}");
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(dropped(&joiner, "fault_injected") >= 1.0);
+    assert_eq!(joiner.http("GET", "/readyz", None).0, 503);
     // The network heals: the joiner gets its full state and decides.
     dir.write("faults", "");
     eventually("the joiner becomes ready", || {
@@ -779,8 +815,18 @@ fn a_node_of_another_cluster_is_never_a_member_and_its_grants_stay_its_own() {
     for resource in ["q", "api"] {
         converge(&nodes, resource, "u", CAPACITY - 3);
     }
-    // Gossip rounds and membership probes go on; nothing changes.
-    std::thread::sleep(Duration::from_secs(3));
+    // Gossip rounds and membership probes go on (3 s of clock probes),
+    // and the stranger keeps knocking; nothing changes.
+    let knocked: f64 = nodes.iter().map(|s| dropped(s, "foreign_cluster")).sum();
+    after_probes(&nodes, 8.0);
+    eventually("the cluster drops more of the stranger's datagrams", || {
+        let n: f64 = nodes.iter().map(|s| dropped(s, "foreign_cluster")).sum();
+        if n > knocked {
+            Ok(())
+        } else {
+            Err(format!("{n} foreign_cluster drops, as before"))
+        }
+    });
     for resource in ["q", "api"] {
         assert_eq!(remainings(&nodes, resource, "u"), vec![CAPACITY - 3; 3]);
         assert_eq!(remaining(&stranger, resource, "u"), CAPACITY - 5);

@@ -1,5 +1,5 @@
 //! Issue 16's reproductions, through real processes: `tollgate serve` on a
-//! real redis-server that stalls (`DEBUG SLEEP`), restarts empty, and is
+//! real redis-server that stalls (`CLIENT PAUSE`), restarts empty, and is
 //! sent made-up transfer ids, and HTTP clients that hang up mid-call. Each
 //! test failed on the code before the fix; each asserts that every copy
 //! ends up with exactly one owner and the server keeps serving.
@@ -67,15 +67,21 @@ fn counted(redis: &RedisServer) -> u64 {
         .map_or(0, |(_, v)| String::from_utf8_lossy(&v).parse().unwrap())
 }
 
-fn redis_with_debug() -> RedisServer {
-    RedisServer::start_with(&["--enable-debug-command", "yes"])
-}
-
-/// Stalls Redis for `seconds`, in a thread of its own.
+/// Stalls Redis for `seconds`, and returns once the stall has begun, with
+/// a thread that ends when the stall does. The stall is a `CLIENT PAUSE`
+/// (every client's commands wait, as behind a `DEBUG SLEEP`), which Redis
+/// answers when it begins: what the test sends next surely waits for it,
+/// without a sleep that guesses when a `DEBUG SLEEP` has started.
 fn stall(redis: &RedisServer, seconds: f64) -> std::thread::JoinHandle<()> {
     let mut client = redis.client();
+    let ms = (seconds * 1000.0) as u64;
+    assert_eq!(
+        client.text(&["CLIENT", "PAUSE", &ms.to_string(), "ALL"]),
+        "OK"
+    );
     std::thread::spawn(move || {
-        assert_eq!(client.text(&["DEBUG", "SLEEP", &seconds.to_string()]), "OK");
+        // Answered once the pause is over.
+        assert_eq!(client.text(&["PING"]), "PONG");
     })
 }
 
@@ -129,11 +135,10 @@ fn post_and_hang_up(s: &Serving, path: &str, body: &str) {
 #[test]
 fn a_hold_dropped_while_redis_stalls_is_released_once_redis_answers() {
     let dir = Sandbox::new("trust-stall-release");
-    let redis = redis_with_debug();
+    let redis = RedisServer::start();
     let s = serve(&dir, &redis);
     let id = hold(&s, 3);
     let stalled = stall(&redis, 1.0);
-    std::thread::sleep(Duration::from_millis(100));
     let (status, v) = s.json("DELETE", &format!("/v1/holds/{id}"), None);
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["released"], 3, "{v}");
@@ -150,7 +155,7 @@ fn a_hold_dropped_while_redis_stalls_is_released_once_redis_answers() {
 #[test]
 fn a_client_that_hangs_up_during_a_release_or_transfer_leaks_nothing() {
     let dir = Sandbox::new("trust-hang-up");
-    let redis = redis_with_debug();
+    let redis = RedisServer::start();
     let s = serve(&dir, &redis);
     let id = hold(&s, 3);
     for (path, body) in [
@@ -168,7 +173,6 @@ fn a_client_that_hangs_up_during_a_release_or_transfer_leaks_nothing() {
         ),
     ] {
         let stalled = stall(&redis, 0.6);
-        std::thread::sleep(Duration::from_millis(50));
         post_and_hang_up(&s, path, &body);
         stalled.join().unwrap();
         // The hold holds its three again (a release of all three goes
@@ -320,11 +324,10 @@ fn a_hung_redis_holds_up_neither_housekeeping_nor_shutdown() {
 #[test]
 fn a_transfer_given_up_during_a_long_stall_is_taken_back() {
     let dir = Sandbox::new("trust-long-stall-transfer");
-    let redis = redis_with_debug();
+    let redis = RedisServer::start();
     let s = serve_with(&dir, &redis, &["--heartbeat-ttl-ms", "1000"]);
     let id = hold(&s, 3);
     let stalled = stall(&redis, 2.5);
-    std::thread::sleep(Duration::from_millis(100));
     let (status, v) = s.json(
         "POST",
         "/v1/transfer",

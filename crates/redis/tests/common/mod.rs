@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tollgate_core::copies::CopyLimits;
 use tollgate_core::{Limit, Mode, Nanos, Request};
 pub use tollgate_redis::testing::RedisServer;
-use tollgate_redis::{Clock, RedisOptions, RedisStore};
+use tollgate_redis::{RedisOptions, RedisStore, ScriptClock};
 use tollgate_store::{Key, LimitId, MemoryStore, OpId, Plan, PoolKey, Store};
 
 /// A time in 2026, so the scripts see realistic absolute times (the core's
@@ -30,7 +30,7 @@ pub fn unique_prefix() -> String {
 pub async fn caller_clock_store(server: &RedisServer) -> RedisStore {
     let mut o = RedisOptions::new(server.url());
     o.prefix = unique_prefix();
-    o.clock = Clock::Caller;
+    o.clock = ScriptClock::Caller;
     o.connect.response_timeout = Duration::from_secs(5);
     RedisStore::connect(o).await.unwrap()
 }
@@ -239,7 +239,7 @@ pub async fn check_ttls(server: &RedisServer, items: &[Item], steps: &[Step]) {
     let prefix = unique_prefix();
     let mut o = RedisOptions::new(server.url());
     o.prefix = prefix.clone();
-    o.clock = Clock::Caller;
+    o.clock = ScriptClock::Caller;
     o.connect.response_timeout = Duration::from_secs(5);
     let redis = RedisStore::connect(o).await.unwrap();
     let mut now = T0;

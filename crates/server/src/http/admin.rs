@@ -45,8 +45,8 @@ pub(super) async fn status<S: Store>(State(http): State<Http<S>>) -> Json<Status
     let app = &http.app;
     Json(Status {
         version: env!("CARGO_PKG_VERSION"),
-        store: app.store_name,
-        uptime_ms: u64::try_from(app.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        store: app.store_name(),
+        uptime_ms: u64::try_from(app.uptime().as_millis()).unwrap_or(u64::MAX),
         config: app.config_status(),
         sessions: Sessions {
             open: app.sessions().len(),
@@ -82,7 +82,7 @@ pub(super) async fn readyz<S: Store>(State(http): State<Http<S>>) -> Response {
 /// 10 each, most first (see [`crate::denied`]). An admin endpoint: only
 /// with a token ([`super::admin_auth`]).
 pub(super) async fn denied<S: Store>(State(http): State<Http<S>>) -> Response {
-    let top = http.app.denied.top(http.app.now().as_u64(), 10);
+    let top = http.app.denied().top(http.app.now().as_u64(), 10);
     axum::Json(serde_json::json!({
         "window_s": crate::denied::WINDOW / 1_000_000_000,
         "namespaces": top,
@@ -100,7 +100,7 @@ pub(super) async fn admin_auth<S: Store>(
     req: Request,
     next: Next,
 ) -> Response {
-    let tokens = &http.app.admin_tokens;
+    let tokens = http.app.admin_tokens();
     if tokens.is_empty() {
         return ApiError::new(
             StatusCode::NOT_FOUND,
@@ -154,7 +154,7 @@ pub(super) async fn admin_auth<S: Store>(
 
 /// `GET /metrics`: Prometheus text format, when a recorder is installed.
 pub(super) async fn metrics<S: Store>(State(http): State<Http<S>>) -> Response {
-    match &http.app.metrics {
+    match http.app.metrics() {
         Some(handle) => (
             [(CONTENT_TYPE, "text/plain; version=0.0.4")],
             handle.render(),

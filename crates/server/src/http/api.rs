@@ -22,8 +22,8 @@ use super::body::{fail, ApiError, JsonBody, OptionalJsonBody};
 use super::{Http, TraceContext};
 use crate::app::App;
 use crate::errors::malformed;
+use crate::native;
 use crate::native::Via;
-use crate::{clock, native};
 
 /// A hold's lease when the request names none.
 const DEFAULT_LEASE_MS: u64 = 30_000;
@@ -89,7 +89,7 @@ pub(super) async fn release<S: Store>(
     JsonBody(req): JsonBody<v1::ReleaseRequest>,
 ) -> Result<Json<v1::ReleaseResponse>, ApiError> {
     let app = &http.app;
-    let session = app.service.hold(&req.hold_id).map_err(fail)?;
+    let session = app.service().hold(&req.hold_id).map_err(fail)?;
     let answer = native::release(app, &session, &req, http_via(&caller))
         .await
         .map_err(fail)?;
@@ -106,7 +106,7 @@ pub(super) async fn transfer<S: Store>(
     JsonBody(req): JsonBody<v1::TransferRequest>,
 ) -> Result<Json<v1::TransferResponse>, ApiError> {
     let app = &http.app;
-    let session = app.service.hold(&req.hold_id).map_err(fail)?;
+    let session = app.service().hold(&req.hold_id).map_err(fail)?;
     let answer = native::transfer(app, &session, &req, http_via(&caller))
         .await
         .map_err(fail)?;
@@ -161,7 +161,7 @@ pub(super) async fn renew<S: Store>(
         Some(ms) => Some(lease(Some(ms)).map_err(fail)?),
         None => None,
     };
-    let at = app.service.renew(&id, ttl).map_err(fail)?;
+    let at = app.service().renew(&id, ttl).map_err(fail)?;
     Ok(Json(Renewed {
         hold_id: id,
         expires_at_ms: at.as_u64() / 1_000_000,
@@ -184,8 +184,8 @@ pub(super) async fn drop_hold<S: Store>(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Dropped>, ApiError> {
     let app = &http.app;
-    let session = app.service.hold(&path(id)?).map_err(fail)?;
-    let closed = app.service.close(&session).await;
+    let session = app.service().hold(&path(id)?).map_err(fail)?;
+    let closed = app.service().close(&session).await;
     Ok(Json(Dropped {
         released: closed.released,
         pending: closed.pending,
@@ -208,7 +208,7 @@ fn lease(ms: Option<u64>) -> Result<Nanos, ServiceError> {
         ms if ms > MAX_LEASE_MS => Err(malformed(format!(
             "lease_ms must be at most {MAX_LEASE_MS} (24 h); renew the hold to keep it longer"
         ))),
-        ms => Ok(clock::ms(ms)),
+        ms => Ok(Nanos::from_millis(ms)),
     }
 }
 
@@ -228,9 +228,9 @@ struct Fresh<S: Store> {
 
 impl<S: Store> Fresh<S> {
     fn open(app: &App<S>, lease: Nanos) -> Result<Fresh<S>, ApiError> {
-        let session = app.service.open(Some(lease)).map_err(fail)?;
+        let session = app.service().open(Some(lease)).map_err(fail)?;
         Ok(Fresh {
-            service: Arc::clone(&app.service),
+            service: Arc::clone(app.service()),
             session,
             keep: false,
         })
@@ -255,6 +255,6 @@ fn end_if_empty<S: Store>(app: &App<S>, session: &Session) {
     // Nothing adds to an existing hold (reserve and seize open new ones),
     // so empty now is empty for good.
     if session.held() == 0 {
-        app.service.end(session);
+        app.service().end(session);
     }
 }

@@ -68,16 +68,11 @@ impl TestServer {
     ) -> TestServer {
         let loaded = tollgate_config::load_str("test.yaml", yaml).unwrap();
         let app = Arc::new(
-            App::new(
-                MemoryStore::new(),
-                "memory",
-                loaded.config,
-                None,
-                vec![],
-                service,
-                clock,
-            )
-            .unwrap(),
+            App::builder(MemoryStore::new(), "memory", loaded.config)
+                .options(service)
+                .clock(clock)
+                .build()
+                .unwrap(),
         );
         options.grpc = "127.0.0.1:0".parse().unwrap();
         options.http = "127.0.0.1:0".parse().unwrap();

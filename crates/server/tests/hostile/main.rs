@@ -233,7 +233,7 @@ impl Harness {
         let app = Arc::clone(self.app());
         self.rt.block_on(async {
             for _ in 0..1000 {
-                if app.sessions().is_empty() && app.service.in_flight() == 0 {
+                if app.sessions().is_empty() && app.service().in_flight() == 0 {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;
@@ -244,7 +244,7 @@ impl Harness {
                 app.sessions().len()
             );
             assert_eq!(
-                app.service.in_flight(),
+                app.service().in_flight(),
                 0,
                 "{what}: copy operations still in flight"
             );
@@ -280,8 +280,13 @@ async fn start_server(
     clock: Arc<ManualClock>,
 ) -> Running {
     let loaded = tollgate_config::load_str("hostile.yaml", CONFIG).unwrap();
-    let app =
-        Arc::new(App::new(store, "memory", loaded.config, None, vec![], service, clock).unwrap());
+    let app = Arc::new(
+        App::builder(store, "memory", loaded.config)
+            .options(service)
+            .clock(clock)
+            .build()
+            .unwrap(),
+    );
     options.grpc = "127.0.0.1:0".parse().unwrap();
     options.http = "127.0.0.1:0".parse().unwrap();
     options.housekeeping_interval = Duration::from_millis(5);

@@ -46,8 +46,9 @@ pub fn run(args: &CheckConfigArgs, given: Option<&clap::ArgMatches>) -> bool {
                 eprintln!("warning: {w}");
             }
             if args.cluster {
+                let now = tollgate_service::Clock::now(&tollgate_service::SystemClock);
                 if let Err(problems) =
-                    store_rules::on_cluster(&loaded.config, args.replication.strategy.0)
+                    store_rules::on_cluster(&loaded.config, args.replication.strategy.0, now)
                 {
                     eprintln!("error: {}", store_rules::refusal("replicated", &problems));
                     return false;

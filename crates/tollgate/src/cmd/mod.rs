@@ -13,3 +13,6 @@ pub mod shell;
 pub mod sim;
 pub mod sim_windows;
 pub mod store_rules;
+
+/// The stores `serve` runs on (not a subcommand).
+mod backend;

@@ -7,22 +7,25 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::backend::{self, Backend};
 use super::store_rules;
 use crate::config_follow::{Follower, TokenRefused, TokenSource};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, watch};
-use tollgate_core::replicated::strategy::{Replication, StrategyKind};
+use tollgate_core::replicated::strategy::StrategyKind;
 use tollgate_core::replicated::NodeId;
-use tollgate_redis::{ClientCert, ConnectError, ConnectOptions, RedisOptions, RedisStore, TlsPart};
-use tollgate_replica::discovery::{Discovery, DnsResolver, Seed};
-use tollgate_replica::wire::ClusterKey;
-use tollgate_replica::{Dissemination, Node, NodeConfig, Replica, ReplicaOptions, ReplicaStore};
+use tollgate_core::Nanos;
+use tollgate_redis::{ClientCert, ConnectError, ConnectOptions, RedisOptions, TlsPart};
+use tollgate_replica::discovery::Seed;
+use tollgate_replica::Dissemination;
 use tollgate_server::app::ApiPart;
 use tollgate_server::{App, Server, ServerOptions};
-use tollgate_service::{Limiter, ServiceOptions, SessionLimits, SystemClock, Unservable, View};
-use tollgate_store::{MemoryStore, Store};
+use tollgate_service::{
+    Clock, Limiter, ServiceOptions, SessionLimits, SystemClock, Unservable, View,
+};
+use tollgate_store::Store;
 
 /// The config served when none is given: the bundled example.
 const BUNDLED: &str = include_str!("../../../../examples/tollgate.yaml");
@@ -364,7 +367,7 @@ impl ServeArgs {
 
     /// `err` of the Redis store, in the words of the flags: the URL
     /// (without its password) and the TLS flag it is about.
-    fn redis_error(&self, err: ConnectError) -> anyhow::Error {
+    pub(crate) fn redis_error(&self, err: ConnectError) -> anyhow::Error {
         if matches!(err, ConnectError::BadPrefix { .. }) {
             // It names its flag; the URL is not at fault.
             return anyhow::Error::new(err);
@@ -435,8 +438,9 @@ pub(crate) fn init_logs(format: LogFormat) {
     }
 }
 
-/// Where a server keeps its limit state, as the flags say, checked.
-enum Backend {
+/// Where a server keeps its limit state, as the flags say, checked
+/// (nothing built yet: [`backend`] builds it).
+enum StoreChoice {
     /// The embedded memory store.
     Memory,
     /// Redis, with options whose URL, prefix and TLS material were checked
@@ -446,25 +450,25 @@ enum Backend {
     Cluster(ClusterSettings),
 }
 
-impl Backend {
+impl StoreChoice {
     /// The store's name, as `/status` and errors give it.
     fn name(&self) -> &'static str {
         match self {
-            Backend::Memory => "memory",
-            Backend::Redis(_) => "redis",
-            Backend::Cluster(_) => "replicated",
+            StoreChoice::Memory => "memory",
+            StoreChoice::Redis(_) => "redis",
+            StoreChoice::Cluster(_) => "replicated",
         }
     }
 }
 
 /// A cluster node's settings, checked.
-struct ClusterSettings {
-    cluster: String,
-    node_name: String,
-    node: NodeId,
+pub(crate) struct ClusterSettings {
+    pub cluster: String,
+    pub node_name: String,
+    pub node: NodeId,
     /// The shared secret, at least 16 bytes (never logged).
-    secret: Vec<u8>,
-    strategy: StrategyKind,
+    pub secret: Vec<u8>,
+    pub strategy: StrategyKind,
 }
 
 /// Everything `serve` checks before it binds a port or contacts anything
@@ -479,7 +483,7 @@ struct Prepared {
     /// The config API's client, built (its CA loaded, its token read).
     follower: Option<Follower>,
     tls: Option<tollgate_server::tls::Tls>,
-    backend: Backend,
+    backend: StoreChoice,
     /// The trace export, checked (its CA read, its variables parsed).
     otlp: Option<super::otlp::Settings>,
 }
@@ -487,11 +491,11 @@ struct Prepared {
 /// Checks the flags, the config (against the rules of the store it will
 /// run on), the TLS files, the store's URL and the cluster's secret,
 /// without binding a port or connecting to anything.
-fn prepare(args: &ServeArgs) -> Result<Prepared> {
+fn prepare(args: &ServeArgs, now: Nanos) -> Result<Prepared> {
     let follower = follower(args)?;
     let (config, warnings) = local_config(args, follower.is_some())?;
-    let backend = backend(args)?;
-    check_config_on(args, &backend, &config)?;
+    let backend = store_choice(args)?;
+    check_config_on(args, &backend, &config, now)?;
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(tollgate_server::tls::Tls::load(
             &tollgate_server::tls::TlsFiles {
@@ -516,7 +520,7 @@ fn prepare(args: &ServeArgs) -> Result<Prepared> {
 /// `serve --check`: [`prepare`], then a one-line summary on standard
 /// output (warnings on standard error).
 fn check(args: &ServeArgs) -> Result<()> {
-    let p = prepare(args)?;
+    let p = prepare(args, SystemClock.now())?;
     for w in &p.warnings {
         eprintln!("warning: {w}");
     }
@@ -530,9 +534,11 @@ fn check(args: &ServeArgs) -> Result<()> {
         p.backend.name()
     );
     match &p.backend {
-        Backend::Memory => {}
-        Backend::Redis(o) => line += &format!(" redis={}", tollgate_redis::conn::redact(&o.url)),
-        Backend::Cluster(c) => {
+        StoreChoice::Memory => {}
+        StoreChoice::Redis(o) => {
+            line += &format!(" redis={}", tollgate_redis::conn::redact(&o.url))
+        }
+        StoreChoice::Cluster(c) => {
             line += &format!(
                 " cluster={} node={} gossip={}",
                 c.cluster, c.node_name, args.gossip
@@ -632,16 +638,16 @@ fn local_config(
 }
 
 /// The store the flags choose, checked without connecting.
-fn backend(args: &ServeArgs) -> Result<Backend> {
+fn store_choice(args: &ServeArgs) -> Result<StoreChoice> {
     if let Some(cluster) = &args.cluster {
-        return cluster_settings(args, cluster).map(Backend::Cluster);
+        return cluster_settings(args, cluster).map(StoreChoice::Cluster);
     }
     if args.store == "memory" {
-        return Ok(Backend::Memory);
+        return Ok(StoreChoice::Memory);
     }
     let options = args.redis_options()?;
     options.check().map_err(|e| args.redis_error(e))?;
-    Ok(Backend::Redis(options))
+    Ok(StoreChoice::Redis(options))
 }
 
 /// The settings of a node of `cluster`: its secret (at least 16 bytes),
@@ -692,26 +698,6 @@ fn cluster_settings(args: &ServeArgs, cluster: &str) -> Result<ClusterSettings> 
     })
 }
 
-/// The memory store `--max-keys` and `--max-transfers` describe.
-fn memory_store(args: &ServeArgs) -> MemoryStore {
-    MemoryStore::with_options(tollgate_store::MemoryStoreOptions {
-        max_keys: args.max_keys,
-        max_transfers: args.max_transfers,
-        ..Default::default()
-    })
-}
-
-/// The replica of a cluster node.
-fn replica(args: &ServeArgs, settings: &ClusterSettings) -> Arc<Replica> {
-    Arc::new(Replica::new(ReplicaOptions {
-        node: settings.node,
-        default: Replication::new(settings.strategy),
-        max_keys: args.max_keys,
-        dissemination: args.dissemination,
-        ..ReplicaOptions::default()
-    }))
-}
-
 /// The error of a config the store cannot serve (the same from `serve`
 /// and `serve --check`).
 /// The config file's part (if any) and the config API's `part` (if it
@@ -734,15 +720,16 @@ fn refused(store_name: &str, problems: &[Unservable]) -> anyhow::Error {
 /// same kind that is dropped afterwards ([`store_rules`]).
 fn check_config_on(
     args: &ServeArgs,
-    backend: &Backend,
+    backend: &StoreChoice,
     config: &tollgate_config::Config,
+    now: Nanos,
 ) -> Result<()> {
     let compiled = match backend {
-        Backend::Memory => Limiter::new(memory_store(args), View::default())
-            .compile_all(config, tollgate_server::clock::now())
+        StoreChoice::Memory => Limiter::new(backend::memory_store(args), View::default())
+            .compile_all(config, now)
             .map(drop),
-        Backend::Redis(_) => store_rules::on_redis(config),
-        Backend::Cluster(settings) => store_rules::on_cluster(config, settings.strategy),
+        StoreChoice::Redis(_) => store_rules::on_redis(config, now),
+        StoreChoice::Cluster(settings) => store_rules::on_cluster(config, settings.strategy, now),
     };
     compiled.map_err(|problems| refused(backend.name(), &problems))
 }
@@ -786,7 +773,7 @@ async fn follow(args: &ServeArgs, mut follower: Follower) -> Result<(Follower, A
 }
 
 /// SIGTERM or SIGINT, whichever comes first: its name.
-type StopSignal = Pin<Box<dyn Future<Output = &'static str> + Send>>;
+pub(crate) type StopSignal = Pin<Box<dyn Future<Output = &'static str> + Send>>;
 
 /// Installs the SIGTERM and SIGINT handlers (from here on neither kills
 /// the process) and returns the future that completes when one arrives.
@@ -804,7 +791,7 @@ fn stop_signal() -> Result<StopSignal> {
 /// Waits for a startup step that may take long (`waiting_for` says what
 /// it waits for), or for SIGTERM or SIGINT: `None` when the signal came
 /// first, and the server exits without serving.
-async fn unless_stopped<T>(
+pub(crate) async fn unless_stopped<T>(
     stop: &mut StopSignal,
     waiting_for: &str,
     step: impl Future<Output = Result<T>>,
@@ -824,14 +811,17 @@ async fn serve(args: ServeArgs) -> Result<()> {
     // starting would go unheard until the kubelet's SIGKILL. This same
     // future later stops the server.
     let mut stop = stop_signal()?;
+    // The one clock of the server: its app, its service and its gossip
+    // read the time from it.
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let Prepared {
         config,
         warnings,
         follower,
         tls,
-        backend,
+        backend: choice,
         otlp,
-    } = prepare(&args)?;
+    } = prepare(&args, clock.now())?;
     let (config, warnings, follow) = match follower {
         Some(follower) => {
             let Some((follower, part)) =
@@ -847,158 +837,64 @@ async fn serve(args: ServeArgs) -> Result<()> {
     for w in &warnings {
         tracing::warn!(warning = ?w.to_string(), "config warning");
     }
-    let initial = Initial {
+    // Installed before the store is built, so the store can describe its
+    // metrics (a description given before there is a recorder is lost).
+    let metrics = match tollgate_server::metrics::install() {
+        Ok(handle) => Some(handle),
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics disabled");
+            None
+        }
+    };
+    let mut initial = Initial {
         config,
         warnings,
         follow,
         tls,
         otlp,
+        metrics,
+        clock,
         stop,
     };
-    match backend {
-        Backend::Memory => {
-            let store = memory_store(&args);
-            serve_with(args, store, "memory", initial, None, None).await
+    match choice {
+        StoreChoice::Memory => {
+            let memory = backend::memory(&args);
+            serve_with(args, memory, initial).await
         }
-        Backend::Redis(options) => serve_redis(args, options, initial).await,
-        Backend::Cluster(settings) => serve_cluster(args, settings, initial).await,
+        StoreChoice::Redis(options) => {
+            let Some(redis) = backend::redis(&args, options, &mut initial.stop).await? else {
+                return Ok(());
+            };
+            serve_with(args, redis, initial).await
+        }
+        StoreChoice::Cluster(settings) => {
+            let node = backend::cluster(&args, &settings, Arc::clone(&initial.clock)).await?;
+            serve_with(args, node, initial).await
+        }
     }
-}
-
-/// Serves from Redis.
-async fn serve_redis(args: ServeArgs, options: RedisOptions, mut initial: Initial) -> Result<()> {
-    let connect = async {
-        RedisStore::connect(options)
-            .await
-            .map_err(|e| args.redis_error(e))
-    };
-    let Some(store) = unless_stopped(&mut initial.stop, "Redis", connect).await? else {
-        return Ok(());
-    };
-    tracing::info!(server = store.server_id(), "connected to Redis");
-    tokio::spawn({
-        let store = store.clone();
-        async move { store.monitor(Duration::from_millis(500)).await }
-    });
-    let (resign_tx, resign_rx) = tokio::sync::oneshot::channel();
-    tokio::spawn({
-        let store = store.clone();
-        async move {
-            let _ = resign_tx.send(store.heartbeat().await);
-        }
-    });
-    let resign = (!args.keep_serving_after_resign).then_some(resign_rx);
-    serve_with(args, store, "redis", initial, resign, None).await
-}
-
-/// Serves as a node of the replicated cluster `settings` describes.
-async fn serve_cluster(args: ServeArgs, settings: ClusterSettings, initial: Initial) -> Result<()> {
-    let ClusterSettings {
-        cluster,
-        node_name,
-        node,
-        secret,
-        ..
-    } = &settings;
-    let (cluster, node, node_name) = (cluster.clone(), *node, node_name.clone());
-    let replica = replica(&args, &settings);
-    let socket = tokio::net::UdpSocket::bind(args.gossip)
-        .await
-        .with_context(|| format!("cannot listen for gossip on {}", args.gossip))?;
-    let bound = socket
-        .local_addr()
-        .context("the gossip socket has no address")?;
-    let addr = args.gossip_advertise.unwrap_or(bound);
-    let offset = args.gossip_clock_offset_ms.unwrap_or(0);
-    let clock: tollgate_replica::runtime::Clock = Arc::new(move || {
-        let now = tollgate_server::clock::now().as_u64();
-        let shifted = i128::from(now) + i128::from(offset) * 1_000_000;
-        tollgate_core::Nanos::new(u64::try_from(shifted.max(0)).unwrap_or(u64::MAX))
-    });
-    // Plain addresses are seeds from the start; dns: names are resolved
-    // by a task that gives the running node every new list (DNS
-    // discovery, docs/replicated.md).
-    let seeds = Discovery::addresses(&args.peers);
-    let discovery = if Discovery::has_names(&args.peers) {
-        let resolver = match args.dns_server {
-            Some(server) => DnsResolver::server(server)
-                .with_context(|| format!("cannot use --dns-server {server}"))?,
-            None => DnsResolver::system().context(
-                "--peers has dns: names, which need a DNS resolver; name one with --dns-server",
-            )?,
-        };
-        Some(
-            Discovery::new(
-                args.peers.clone(),
-                resolver,
-                Duration::from_millis(args.peers_refresh_ms),
-            )
-            .joining(Duration::from_millis(args.join_timeout_ms)),
-        )
-    } else {
-        None
-    };
-    let node_config = NodeConfig {
-        cluster: cluster.clone(),
-        node,
-        addr,
-        seeds: seeds.clone(),
-        seeds_discovered: discovery.is_some(),
-        key: ClusterKey::new(secret, &cluster),
-        incarnation: clock().as_u64(),
-        max_clock_skew: tollgate_server::clock::ms(args.max_clock_skew_ms),
-        join_timeout: tollgate_server::clock::ms(args.join_timeout_ms),
-        probe_interval: tollgate_server::clock::ms(1000),
-        // Grows as DNS lists more peers (Node::set_seeds).
-        expected_size: u32::try_from(seeds.len() + 1).unwrap_or(u32::MAX),
-        anti_entropy: tollgate_server::clock::ms(args.anti_entropy_ms),
-    };
-    let store = ReplicaStore::new(Arc::clone(&replica));
-    let gossip = Gossip {
-        node: Node::new(node_config, replica, rand::random()),
-        socket,
-        clock,
-        faults: args.gossip_fault_file.clone(),
-        addr,
-        discovery: discovery.map(|d| (d, seeds)),
-    };
-    let peers: Vec<String> = args.peers.iter().map(ToString::to_string).collect();
-    tracing::info!(cluster = %cluster, node = %node_name, gossip = %addr, peers = ?peers, "joining the cluster");
-    serve_with(args, store, "replicated", initial, None, Some(gossip)).await
 }
 
 /// What a server starts with: the config, its warnings, the config API it
 /// follows (with the part of the config that came from it), its TLS
-/// material, its trace export, and the signal that stops it.
+/// material, its trace export, the metrics handle, the clock it reads,
+/// and the signal that stops it.
 struct Initial {
     config: tollgate_config::Config,
     warnings: Vec<String>,
     follow: Option<(Follower, ApiPart)>,
     tls: Option<tollgate_server::tls::Tls>,
     otlp: Option<super::otlp::Settings>,
+    metrics: Option<tollgate_server::metrics::PrometheusHandle>,
+    clock: Arc<dyn Clock>,
     stop: StopSignal,
 }
 
-/// The gossip node of a replicated server, started once the config is
-/// compiled (so the limits of keys peers send are known).
-struct Gossip {
-    node: Node,
-    socket: tokio::net::UdpSocket,
-    clock: tollgate_replica::runtime::Clock,
-    faults: Option<PathBuf>,
-    addr: SocketAddr,
-    /// DNS discovery of seeds, with the seeds the node starts with.
-    discovery: Option<(Discovery, Vec<SocketAddr>)>,
-}
-
-/// Serves `config` over `store` until SIGTERM or SIGINT.
+/// Serves `config` over `backend`'s store until SIGTERM or SIGINT, or
+/// until the backend fails for good.
 async fn serve_with<S: Store>(
     args: ServeArgs,
-    store: S,
-    store_name: &'static str,
+    backend: Backend<S>,
     initial: Initial,
-    resign: Option<tokio::sync::oneshot::Receiver<tollgate_redis::Resignation>>,
-    gossip: Option<Gossip>,
 ) -> Result<()> {
     let Initial {
         config,
@@ -1006,15 +902,21 @@ async fn serve_with<S: Store>(
         follow,
         tls,
         otlp,
+        metrics,
+        clock,
         stop,
     } = initial;
-    let mut app = App::new(
+    let Backend {
         store,
-        store_name,
-        config,
-        ConfigOrigin::of(&args).source(),
-        warnings,
-        ServiceOptions {
+        name: store_name,
+        tasks,
+        fatal,
+        gossip,
+    } = backend;
+    let mut app = App::builder(store, store_name, config)
+        .source(ConfigOrigin::of(&args).source())
+        .warnings(warnings)
+        .options(ServiceOptions {
             sessions: SessionLimits {
                 max_sessions: args.max_sessions,
                 max_holds: args.max_holds_per_session,
@@ -1022,34 +924,30 @@ async fn serve_with<S: Store>(
             copy_deadline: Duration::from_millis(args.copy_deadline_ms.max(1)),
             max_name_bytes: args.max_name_bytes,
             max_in_flight: args.max_copy_ops_in_flight.max(1),
-        },
-        Arc::new(SystemClock),
-    )
-    .map_err(|e| refused(store_name, &e))?;
+        })
+        .clock(clock);
     if let Some(path) = &args.admin_tokens_file {
-        app.admin_tokens = admin_tokens(path)?;
+        app = app.admin_tokens(admin_tokens(path)?);
     }
     if let Some(target) = &args.decision_log {
-        app.decision_log = Some(
+        app = app.decision_log(
             tollgate_server::decision_log::DecisionLog::open(target, args.decision_log_sample)
                 .context("cannot open the decision log")?,
         );
     }
     let exporting = match otlp.map(super::otlp::start).transpose()? {
         Some((spans, exporting)) => {
-            app.spans = Some(spans);
+            app = app.spans(spans);
             Some(exporting)
         }
         None => None,
     };
-    match tollgate_server::metrics::install() {
-        Ok(handle) => {
-            app.metrics = Some(handle);
-            tollgate_server::metrics::config_loaded_at_start(app.config_status().revision);
-            RedisStore::describe_metrics();
-            tollgate_replica::metrics::describe();
-        }
-        Err(e) => tracing::warn!(error = %e, "metrics disabled"),
+    if let Some(handle) = metrics {
+        app = app.metrics(handle);
+    }
+    let app = app.build().map_err(|e| refused(store_name, &e))?;
+    if app.metrics().is_some() {
+        tollgate_server::metrics::config_loaded_at_start(app.config_status().revision);
     }
     let app = Arc::new(app);
     let scheme = transport(tls.as_ref());
@@ -1066,24 +964,11 @@ async fn serve_with<S: Store>(
         ..ServerOptions::default()
     };
     let server = Server::bind(Arc::clone(&app), options).await?;
-    let (gossip_stop, gossip_stopped) = watch::channel(false);
-    let gossip_addr = gossip.as_ref().map(|g| g.addr);
-    let gossip_task = gossip.map(|g| {
-        // Discovery stops when the node's receiver is dropped.
-        let seeds = g.discovery.map(|(discovery, initial)| {
-            let (tx, rx) = watch::channel(initial);
-            tokio::spawn(discovery.run(tx));
-            rx
-        });
-        tokio::spawn(tollgate_replica::runtime::run(
-            g.node,
-            g.socket,
-            g.clock,
-            gossip_stopped,
-            g.faults,
-            seeds,
-        ))
-    });
+    let (tasks_stop, tasks_stopped) = watch::channel(false);
+    let tasks: Vec<_> = tasks
+        .into_iter()
+        .map(|task| tokio::spawn(task(tasks_stopped.clone())))
+        .collect();
     let grpc = server.grpc_addr()?;
     let http = server.http_addr()?;
 
@@ -1115,21 +1000,12 @@ async fn serve_with<S: Store>(
     // Said once SIGHUP is handled and the config file is watched: what a
     // caller does on seeing this line (a reload, an edit of the file) is
     // taken as it would be at any later time.
-    tracing::info!(%grpc, %http, gossip = gossip_addr.map(tracing::field::display), transport = %scheme, store = %store_name, config = %shown_config, "tollgate listening");
-    // Resigning from the copy log ends the server (Charon §4.3.2): its
-    // sessions' holds were released by another server, so it must not keep
-    // them. A supervisor restarts it with a new id.
-    let resigned = Arc::new(std::sync::Mutex::new(None));
+    tracing::info!(%grpc, %http, gossip = gossip.map(tracing::field::display), transport = %scheme, store = %store_name, config = %shown_config, "tollgate listening");
+    let failed = Arc::new(std::sync::Mutex::new(None));
     let hurry = server.hurry();
     let shutdown = {
-        let resigned = Arc::clone(&resigned);
+        let failed = Arc::clone(&failed);
         async move {
-            let resign = async {
-                match resign {
-                    Some(rx) => rx.await.ok(),
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 signal = stop => {
                     tracing::info!("{signal} received");
@@ -1144,10 +1020,11 @@ async fn serve_with<S: Store>(
                         });
                     }
                 }
-                Some(r) = resign => {
-                    tracing::error!(reason = %r.0, "resigned from the copy log: shutting down");
-                    *resigned.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(r);
-                    // Its holds were released by another server: no delay.
+                f = fatal => {
+                    tracing::error!(reason = %f.reason, "{}: shutting down", f.what);
+                    *failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(f);
+                    // The backend can no longer serve (a resigned server's
+                    // holds were released by another): no delay.
                     hurry.now();
                 }
             }
@@ -1163,17 +1040,19 @@ async fn serve_with<S: Store>(
             .await;
     }
     served?;
-    // Leave the cluster after the last request: peers stop probing us.
-    let _ = gossip_stop.send(true);
-    if let Some(task) = gossip_task {
-        let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+    // Stop the backend's tasks after the last request (a cluster node
+    // leaves the cluster: peers stop probing us).
+    let _ = tasks_stop.send(true);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    for task in tasks {
+        let _ = tokio::time::timeout_at(deadline, task).await;
     }
-    if let Some(r) = resigned
+    if let Some(f) = failed
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .take()
     {
-        anyhow::bail!("resigned from the copy log: {}", r.0);
+        anyhow::bail!("{}: {}", f.what, f.reason);
     }
     Ok(())
 }

@@ -13,6 +13,7 @@ use clap::builder::PossibleValue;
 use clap::ValueEnum;
 use tollgate_config::Config;
 use tollgate_core::replicated::strategy::{Replication, StrategyKind};
+use tollgate_core::Nanos;
 use tollgate_replica::{Replica, ReplicaOptions, ReplicaStore};
 use tollgate_service::{Limiter, Unservable, View};
 use tollgate_store::MemoryStore;
@@ -56,14 +57,19 @@ impl ValueEnum for Strategy {
 
 /// Compiles `config` as a node of a replicated cluster whose default
 /// strategy is `strategy` does (on a replica store, which no node or
-/// socket backs); the error lists every limit the cluster cannot serve.
-pub(crate) fn on_cluster(config: &Config, strategy: StrategyKind) -> Result<(), Vec<Unservable>> {
+/// socket backs) at `now`; the error lists every limit the cluster cannot
+/// serve.
+pub(crate) fn on_cluster(
+    config: &Config,
+    strategy: StrategyKind,
+    now: Nanos,
+) -> Result<(), Vec<Unservable>> {
     let replica = Replica::new(ReplicaOptions {
         default: Replication::new(strategy),
         ..ReplicaOptions::default()
     });
     Limiter::new(ReplicaStore::new(Arc::new(replica)), View::default())
-        .compile_all(config, tollgate_server::clock::now())
+        .compile_all(config, now)
         .map(drop)
 }
 
@@ -71,9 +77,8 @@ pub(crate) fn on_cluster(config: &Config, strategy: StrategyKind) -> Result<(), 
 /// connection: as the memory store (the Redis store prepares limits
 /// alike), then every limit held to the exact range of Redis's scripts
 /// ([`tollgate_redis::check_limit`], the Redis store's `check_limit`).
-pub(crate) fn on_redis(config: &Config) -> Result<(), Vec<Unservable>> {
-    let view = Limiter::new(MemoryStore::default(), View::default())
-        .compile_all(config, tollgate_server::clock::now())?;
+pub(crate) fn on_redis(config: &Config, now: Nanos) -> Result<(), Vec<Unservable>> {
+    let view = Limiter::new(MemoryStore::default(), View::default()).compile_all(config, now)?;
     let problems = view.unservable(config, tollgate_redis::check_limit);
     if problems.is_empty() {
         Ok(())
