@@ -462,7 +462,7 @@ async fn serve(args: ConfigApiArgs) -> Result<()> {
         None => args.database.clone(),
     };
     let shown = tollgate_redis::conn::redact(&url);
-    let db = Db::connect(&url)
+    let db = Db::connect(&url, std::sync::Arc::new(tollgate_core::SystemClock))
         .await
         .with_context(|| format!("cannot open the database {shown}"))?;
     let api = Api::new(db, tokens, args.rate_limit, args.burst)
