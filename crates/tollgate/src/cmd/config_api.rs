@@ -425,7 +425,7 @@ fn tokens(args: &ConfigApiArgs) -> Result<Tokens> {
             .with_context(|| format!("cannot read the tokens file {}", p.display()))?,
         None => std::env::var("TOLLGATE_CONFIG_API_TOKENS").unwrap_or_default(),
     };
-    let tokens = Tokens::parse(&text).map_err(|e| anyhow::anyhow!("bad tokens: {e}"))?;
+    let tokens = Tokens::parse(&text).context("bad tokens")?;
     if tokens.is_empty() {
         bail!(
             "no tokens: give --tokens-file or TOLLGATE_CONFIG_API_TOKENS (one ROLE:NAME:TOKEN per \
