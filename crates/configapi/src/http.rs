@@ -43,6 +43,18 @@ pub struct Api {
     usage: crate::usage::Board,
 }
 
+/// Why an [`Api`] could not be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SetupError {
+    /// The rate limit's parameters.
+    #[error(transparent)]
+    RateLimit(#[from] tollgate_core::ParamError),
+    /// The database's revision could not be read.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
 /// The API's own rate limit: one token bucket per caller (per token name;
 /// requests without a valid token share one bucket).
 struct Limiter {
@@ -75,11 +87,15 @@ impl Api {
     /// requests at once and `per_second` after that. Time is read from
     /// the database's clock ([`Db::clock`]), so the audit trail and the
     /// rate limit agree.
-    pub async fn new(db: Db, tokens: Tokens, per_second: u64, burst: u64) -> Result<Api, String> {
-        let rate = tollgate_core::Rate::new(per_second.max(1), tollgate_core::Nanos::from_secs(1))
-            .map_err(|e| e.to_string())?;
-        let bucket = TokenBucket::new(burst.max(1), rate).map_err(|e| e.to_string())?;
-        let revision = db.revision().await.map_err(|e| e.to_string())?;
+    pub async fn new(
+        db: Db,
+        tokens: Tokens,
+        per_second: u64,
+        burst: u64,
+    ) -> Result<Api, SetupError> {
+        let rate = tollgate_core::Rate::new(per_second.max(1), tollgate_core::Nanos::from_secs(1))?;
+        let bucket = TokenBucket::new(burst.max(1), rate)?;
+        let revision = db.revision().await?;
         let (tx, _) = watch::channel(revision);
         Ok(Api {
             clock: Arc::clone(db.clock()),

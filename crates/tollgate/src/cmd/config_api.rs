@@ -465,9 +465,7 @@ async fn serve(args: ConfigApiArgs) -> Result<()> {
     let db = Db::connect(&url, std::sync::Arc::new(tollgate_core::SystemClock))
         .await
         .with_context(|| format!("cannot open the database {shown}"))?;
-    let api = Api::new(db, tokens, args.rate_limit, args.burst)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let api = Api::new(db, tokens, args.rate_limit, args.burst).await?;
     let _watch = api.watch_database(Duration::from_secs(1));
     let servers = metrics_urls(&args.servers)?;
     token_stays_private(&args, &servers)?;
