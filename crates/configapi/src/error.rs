@@ -108,9 +108,13 @@ impl From<sqlx::Error> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut body = serde_json::json!({
-            "error": { "reason": self.reason, "message": self.message }
-        });
+        let answer = crate::protocol::ErrorAnswer {
+            error: crate::protocol::ErrorDetail {
+                reason: self.reason.to_owned(),
+                message: self.message,
+            },
+        };
+        let mut body = serde_json::to_value(answer).unwrap_or(Value::Null);
         let mut etag = None;
         if let Some((current, revision)) = self.current {
             body["current"] = current;

@@ -18,7 +18,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 use tollgate_core::algorithms::token_bucket::TokenBucketState;
-use tollgate_core::{Algorithm, Request as Hits, TokenBucket};
+use tollgate_core::message::bounded;
+use tollgate_core::{Algorithm, Clock, Nanos, Request as Hits, TokenBucket};
 
 use crate::auth::{Caller, Role, Tokens};
 use crate::error::ApiError;
@@ -31,6 +32,8 @@ use crate::store::{Change, Db};
 pub struct Api {
     db: Db,
     tokens: Arc<Tokens>,
+    /// The time the rate limit reads: the database's clock ([`Db::clock`]).
+    clock: Arc<dyn Clock>,
     limiter: Arc<Limiter>,
     revision: watch::Sender<i64>,
     /// The last database check and when it was made: `/readyz` needs no
@@ -38,6 +41,18 @@ pub struct Api {
     ready: Arc<Mutex<Option<(tokio::time::Instant, bool)>>>,
     /// The limiting servers' live usage (`GET /v1/usage`).
     usage: crate::usage::Board,
+}
+
+/// Why an [`Api`] could not be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SetupError {
+    /// The rate limit's parameters.
+    #[error(transparent)]
+    RateLimit(#[from] tollgate_core::ParamError),
+    /// The database's revision could not be read.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
 }
 
 /// The API's own rate limit: one token bucket per caller (per token name;
@@ -48,8 +63,7 @@ struct Limiter {
 }
 
 impl Limiter {
-    fn allow(&self, who: &str) -> Option<Duration> {
-        let now = tollgate_server::clock::now();
+    fn allow(&self, who: &str, now: Nanos) -> Option<Duration> {
         let mut states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
         if states.len() > 10_000 {
             states.retain(|_, s| !self.bucket.is_idle(s, now));
@@ -70,14 +84,21 @@ impl Limiter {
 
 impl Api {
     /// The API over `db`, with `tokens`, allowing each caller `burst`
-    /// requests at once and `per_second` after that.
-    pub async fn new(db: Db, tokens: Tokens, per_second: u64, burst: u64) -> Result<Api, String> {
-        let rate = tollgate_core::Rate::new(per_second.max(1), tollgate_core::Nanos::from_secs(1))
-            .map_err(|e| e.to_string())?;
-        let bucket = TokenBucket::new(burst.max(1), rate).map_err(|e| e.to_string())?;
-        let revision = db.revision().await.map_err(|e| e.to_string())?;
+    /// requests at once and `per_second` after that. Time is read from
+    /// the database's clock ([`Db::clock`]), so the audit trail and the
+    /// rate limit agree.
+    pub async fn new(
+        db: Db,
+        tokens: Tokens,
+        per_second: u64,
+        burst: u64,
+    ) -> Result<Api, SetupError> {
+        let rate = tollgate_core::Rate::new(per_second.max(1), tollgate_core::Nanos::from_secs(1))?;
+        let bucket = TokenBucket::new(burst.max(1), rate)?;
+        let revision = db.revision().await?;
         let (tx, _) = watch::channel(revision);
         Ok(Api {
+            clock: Arc::clone(db.clock()),
             db,
             tokens: Arc::new(tokens),
             limiter: Arc::new(Limiter {
@@ -214,7 +235,7 @@ fn endpoints(extra: &[&str]) -> String {
 /// the endpoints there are (`served`). The only place a 404 for a path
 /// is made: [`errors_as_json`] leaves this JSON answer as it is.
 fn no_endpoint(uri: &axum::http::Uri, served: &str) -> ApiError {
-    ApiError::not_found(tollgate_server::errors::bounded(format!(
+    ApiError::not_found(bounded(format!(
         "no endpoint at {}; the config API serves {served}",
         uri.path()
     )))
@@ -268,7 +289,7 @@ async fn errors_as_json(request: Request, next: Next) -> Response {
         StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
         _ => "malformed_request",
     };
-    let message = tollgate_server::errors::bounded(message);
+    let message = bounded(message);
     let mut answer = ApiError::new(status, reason, message).into_response();
     // Keep what tells the client what to do next (`Allow`, `Retry-After`).
     for name in [header::ALLOW, header::RETRY_AFTER] {
@@ -289,13 +310,13 @@ async fn authenticate(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(tollgate_server::tokens::bearer);
+        .and_then(tollgate_auth::bearer);
     let caller = token.and_then(|t| api.tokens.check(t));
     let who = match &caller {
         Some(c) => format!("token:{}", c.name),
         None => "anonymous".to_owned(),
     };
-    if let Some(wait) = api.limiter.allow(&who) {
+    if let Some(wait) = api.limiter.allow(&who, api.clock.now()) {
         let mut r = ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "rate_limited",
@@ -881,12 +902,10 @@ impl Params {
     ) -> Result<Params, ApiError> {
         if let Some((unknown, _)) = values.iter().find(|(k, _)| !takes.contains(&k.as_str())) {
             let takes: Vec<String> = takes.iter().map(|t| format!("`{t}`")).collect();
-            return Err(ApiError::malformed(tollgate_server::errors::bounded(
-                format!(
-                    "unknown query parameter {unknown:?}; {endpoint} takes {}",
-                    takes.join(", ")
-                ),
-            )));
+            return Err(ApiError::malformed(bounded(format!(
+                "unknown query parameter {unknown:?}; {endpoint} takes {}",
+                takes.join(", ")
+            ))));
         }
         Ok(Params { endpoint, values })
     }
@@ -906,12 +925,10 @@ impl Params {
             return Ok(None);
         };
         let refused = |problem: &str, bound: String| {
-            Err(ApiError::malformed(tollgate_server::errors::bounded(
-                format!(
-                    "query parameter `{name}` of {} {problem} {what}{bound}, not {text:?}",
-                    self.endpoint
-                ),
-            )))
+            Err(ApiError::malformed(bounded(format!(
+                "query parameter `{name}` of {} {problem} {what}{bound}, not {text:?}",
+                self.endpoint
+            ))))
         };
         match text.trim().parse::<i64>() {
             Ok(n) if n < min => refused("must be", String::new()),
@@ -986,7 +1003,7 @@ async fn snapshot(State(api): State<Api>, query: Pairs) -> Result<Response, ApiE
     if let Some(cursor) = after {
         let parts: Vec<&str> = cursor.split('/').collect();
         if parts.len() > 2 {
-            return Err(ApiError::malformed(tollgate_server::errors::bounded(
+            return Err(ApiError::malformed(bounded(
                 format!("query parameter `after` of GET /v1/snapshot is NS or NS/RESOURCE (a `next` it answered), not {cursor:?}"),
             )));
         }
@@ -1110,12 +1127,10 @@ async fn audit(State(api): State<Api>, query: Pairs) -> Result<Response, ApiErro
         None | Some("oldest") => false,
         Some("newest") => true,
         Some(other) => {
-            return Err(ApiError::malformed(tollgate_server::errors::bounded(
-                format!(
-                    "query parameter `order` of GET /v1/audit is `oldest` (the default) or \
+            return Err(ApiError::malformed(bounded(format!(
+                "query parameter `order` of GET /v1/audit is `oldest` (the default) or \
                      `newest`, not {other:?}"
-                ),
-            )))
+            ))))
         }
     };
     let since = params.since()?;
@@ -1136,6 +1151,7 @@ async fn audit(State(api): State<Api>, query: Pairs) -> Result<Response, ApiErro
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -1145,6 +1161,30 @@ mod tests {
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
         Params::new("GET /v1/test", takes, Query(pairs))
+    }
+
+    /// The API's own rate limit decides at the time it is given (the
+    /// clock of the API's state), so a caller's refill is checked by
+    /// moving time, not by waiting.
+    #[test]
+    fn each_caller_gets_a_bucket_that_refills_with_the_time_given() {
+        let rate = tollgate_core::Rate::new(1, Nanos::from_secs(1)).unwrap();
+        let limiter = Limiter {
+            bucket: TokenBucket::new(2, rate).unwrap(),
+            states: Mutex::new(HashMap::new()),
+        };
+        let t = Nanos::from_secs(1_700_000_000);
+        assert_eq!(limiter.allow("token:alice", t), None);
+        assert_eq!(limiter.allow("token:alice", t), None);
+        assert_eq!(
+            limiter.allow("token:alice", t),
+            Some(Duration::from_secs(1))
+        );
+        // Another caller has a bucket of its own.
+        assert_eq!(limiter.allow("anonymous", t), None);
+        let later = Nanos::new(t.as_u64() + 1_000_000_000);
+        assert_eq!(limiter.allow("token:alice", later), None);
+        assert!(limiter.allow("token:alice", later).is_some());
     }
 
     /// Review of issue 23: /metrics was listed as served whether or not

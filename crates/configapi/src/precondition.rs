@@ -71,7 +71,7 @@ impl Precondition {
             )),
             (None, None) => Ok(Precondition::None),
             (None, Some(v)) if v.trim() == "*" => Ok(Precondition::Absent),
-            (None, Some(v)) => Err(ApiError::malformed(tollgate_server::errors::bounded(
+            (None, Some(v)) => Err(ApiError::malformed(tollgate_core::message::bounded(
                 format!(
                     "If-None-Match on a write takes only `*` (create, never replace), not {v:?}"
                 ),
@@ -152,7 +152,7 @@ impl Precondition {
 /// write is refused with 412 as for any tag that does not match.
 fn parse_tag(tag: &str) -> Result<Option<i64>, ApiError> {
     let refused = |why: &str| {
-        Err(ApiError::malformed(tollgate_server::errors::bounded(
+        Err(ApiError::malformed(tollgate_core::message::bounded(
             format!(
                 "If-Match: {why}; give the ETag a read answered (\"N\", N the revision), not {tag:?}"
             ),

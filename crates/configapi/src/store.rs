@@ -9,16 +9,20 @@
 //! change refused halfway (invalid config, missing namespace) rolls back
 //! with nothing written.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
 
-use serde::Serialize;
 use serde_json::Value;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{Any, AnyPool, Row, Transaction};
+use tollgate_core::clock::Clock;
 
 use crate::error::ApiError;
 use crate::normalize::{NamespaceDoc, NamespaceFlags};
 use crate::precondition::Precondition;
+pub use crate::protocol::{
+    AuditEntry, Deleted, Delta, NamespaceEntry, ResourceEntry, Snapshot, SnapshotNamespace,
+    SnapshotResource,
+};
 
 /// The database behind the API.
 #[derive(Clone, Debug)]
@@ -29,84 +33,9 @@ pub struct Db {
     postgres: bool,
     /// This database's random identity (see [`Delta::instance`]).
     instance: String,
-}
-
-/// The changes since a revision: what a limiting server applies to its view.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct Delta {
-    /// The database's identity: a follower whose view came from another
-    /// database (replaced, restored) must start over from `since=0`.
-    pub instance: String,
-    /// The revision the delta brings the caller to.
-    pub revision: i64,
-    /// The revision it starts from.
-    pub since: i64,
-    /// Namespaces deleted since (with all their resources), and resources
-    /// deleted since: apply these first.
-    pub deleted: Vec<Deleted>,
-    /// Namespaces created or changed since (flags only).
-    pub namespaces: Vec<NamespaceEntry>,
-    /// Resources created or changed since, whole and resolved (domain
-    /// overrides complete): what a server enforces.
-    pub resources: Vec<ResourceEntry>,
-}
-
-/// A deletion.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct Deleted {
-    /// The namespace.
-    pub namespace: String,
-    /// The resource, or `None` for the whole namespace.
-    pub resource: Option<String>,
-}
-
-/// A namespace's flags, as listed.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct NamespaceEntry {
-    /// Its name.
-    pub name: String,
-    /// Its flags.
-    #[serde(flatten)]
-    pub flags: NamespaceFlags,
-    /// The revision that last changed its flags (`flags_revision`).
-    #[serde(rename = "flags_revision")]
-    pub revision: i64,
-    /// The revision that last changed it or any of its resources: its
-    /// `ETag` (see [`crate::precondition`]), answered as `revision`, as
-    /// `GET /v1/namespaces/{ns}` answers it, so either can be sent as
-    /// `If-Match`.
-    #[serde(rename = "revision")]
-    pub changed: i64,
-}
-
-/// A resource, as listed.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct ResourceEntry {
-    /// Its namespace.
-    pub namespace: String,
-    /// Its normalized body, overrides resolved.
-    pub body: Value,
-    /// The revision that last changed it.
-    pub revision: i64,
-}
-
-/// One change in the audit trail.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct AuditEntry {
-    /// The revision the change made.
-    pub revision: i64,
-    /// When (Unix ms).
-    pub at_ms: i64,
-    /// Who: the token's name.
-    pub actor: String,
-    /// What: `put_namespace`, `delete_resource`, `put_domain`, `import`, ...
-    pub action: String,
-    /// On what: `namespace` or `namespace/resource[/...]`.
-    pub target: String,
-    /// Before and after (JSON), when there was something.
-    pub before: Option<Value>,
-    /// After the change.
-    pub after: Option<Value>,
+    /// Where the audit trail's times come from (and the API's rate
+    /// limit's: [`crate::http::Api`] reads the same clock).
+    clock: Arc<dyn Clock>,
 }
 
 /// A resource as the database holds it.
@@ -119,44 +48,6 @@ pub struct Stored {
     pub resolved: Value,
     /// The revision that last changed it.
     pub revision: i64,
-}
-
-/// A part of the whole config, read from one snapshot: what the web
-/// page loads in one request instead of one per namespace.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct Snapshot {
-    /// The database's identity (see [`Delta::instance`]).
-    pub instance: String,
-    /// The config's revision when it was read.
-    pub revision: i64,
-    /// The namespaces, by name, each with its resources (by name).
-    pub namespaces: Vec<SnapshotNamespace>,
-    /// Where the next part starts (`after=` this), when this one ended at
-    /// its bound: `NS` (namespaces up to NS are complete) or `NS/R`
-    /// (namespace NS is complete up to its resource R, and comes again in
-    /// the next part with the rest).
-    pub next: Option<String>,
-}
-
-/// A namespace in a [`Snapshot`].
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct SnapshotNamespace {
-    /// Its name, flags and revisions.
-    #[serde(flatten)]
-    pub entry: NamespaceEntry,
-    /// Its resources (in this part).
-    pub resources: Vec<SnapshotResource>,
-}
-
-/// A resource in a [`Snapshot`], as `GET` answers it.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct SnapshotResource {
-    /// The revision that last changed it (its `ETag`).
-    pub revision: i64,
-    /// As stored.
-    pub resource: Value,
-    /// Resolved.
-    pub resolved: Value,
 }
 
 /// Who changes what, for the audit trail.
@@ -174,21 +65,15 @@ pub struct Change<'a> {
 const NAMESPACE_ROW: &str =
     "SELECT name, ignore_configured, allow_unconfigured, revision, changed FROM tg_namespaces";
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
-
 /// 128 random bits as hex, from the standard library's randomly keyed
-/// hasher (enough to tell two databases apart; not a secret).
+/// hasher (enough to tell two databases apart; not a secret). Each
+/// `RandomState` has keys of its own (random per thread, then counted up),
+/// so no time is needed to tell two calls apart.
 fn random_id() -> String {
     use std::hash::{BuildHasher, Hasher};
     let part = |salt: u64| {
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
         h.write_u64(salt);
-        h.write_i64(now_ms());
         h.write_u32(std::process::id());
         h.finish()
     };
@@ -232,8 +117,10 @@ fn namespace_entry(row: &AnyRow) -> Result<NamespaceEntry, sqlx::Error> {
 
 impl Db {
     /// Connects to `url` (`sqlite://FILE`, created if missing, or
-    /// `postgres://...`) and brings its schema up to date.
-    pub async fn connect(url: &str) -> Result<Db, sqlx::Error> {
+    /// `postgres://...`) and brings its schema up to date. The audit
+    /// trail's times are read from `clock` (the binary passes the
+    /// system's; tests a manual one).
+    pub async fn connect(url: &str, clock: Arc<dyn Clock>) -> Result<Db, sqlx::Error> {
         sqlx::any::install_default_drivers();
         let url = if url.starts_with("sqlite:") && !url.contains("mode=") {
             let sep = if url.contains('?') { '&' } else { '?' };
@@ -259,6 +146,7 @@ impl Db {
             pool,
             postgres: !url.starts_with("sqlite:"),
             instance,
+            clock,
         })
     }
 
@@ -449,7 +337,18 @@ impl Db {
         Ok((tx, revision))
     }
 
+    /// The clock the audit trail's times come from.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Now, in Unix milliseconds, by [`Db::clock`].
+    fn now_ms(&self) -> i64 {
+        i64::try_from(self.clock.now().as_u64() / 1_000_000).unwrap_or(i64::MAX)
+    }
+
     async fn audit_row(
+        &self,
         tx: &mut Transaction<'static, Any>,
         revision: i64,
         change: &Change<'_>,
@@ -461,7 +360,7 @@ impl Db {
              VALUES ($1, $2, $3, $4, $5, $6, $7)",
         )
         .bind(revision)
-        .bind(now_ms())
+        .bind(self.now_ms())
         .bind(change.actor)
         .bind(change.action)
         .bind(&change.target)
@@ -529,7 +428,7 @@ impl Db {
         .execute(&mut *tx)
         .await?;
         let to_json = |f: &NamespaceFlags| serde_json::to_value(f).unwrap_or(Value::Null);
-        Self::audit_row(
+        self.audit_row(
             &mut tx,
             revision,
             change,
@@ -564,7 +463,8 @@ impl Db {
             .await?;
         Self::tombstone(&mut tx, ns, "", revision).await?;
         let before = serde_json::to_value(before).unwrap_or(Value::Null);
-        Self::audit_row(&mut tx, revision, change, Some(&before), None).await?;
+        self.audit_row(&mut tx, revision, change, Some(&before), None)
+            .await?;
         tx.commit().await?;
         Ok(revision)
     }
@@ -666,7 +566,8 @@ impl Db {
         }
         Self::touch(&mut tx, ns, revision).await?;
         let stored_after = after.as_ref().map(|(body, _)| body);
-        Self::audit_row(&mut tx, revision, change, before.as_ref(), stored_after).await?;
+        self.audit_row(&mut tx, revision, change, before.as_ref(), stored_after)
+            .await?;
         tx.commit().await?;
         Ok((revision, after))
     }
@@ -727,7 +628,8 @@ impl Db {
         }
         let stored: Vec<NamespaceDoc> = namespaces.iter().map(|(ns, _)| ns.clone()).collect();
         let after = crate::normalize::document(&stored);
-        Self::audit_row(&mut tx, revision, change, None, Some(&after)).await?;
+        self.audit_row(&mut tx, revision, change, None, Some(&after))
+            .await?;
         tx.commit().await?;
         Ok(revision)
     }
@@ -1073,7 +975,7 @@ mod upgrade_tests {
                 .await?;
             pool.close().await;
         }
-        let db = Db::connect(&url).await?;
+        let db = Db::connect(&url, Arc::new(tollgate_core::SystemClock)).await?;
         let stored = db
             .resource("shop", "api")
             .await?
@@ -1097,7 +999,7 @@ mod upgrade_tests {
     ) -> Result<(), Box<dyn std::error::Error>> {
         let path = std::env::temp_dir().join(format!("tg-rolling-{}.db", random_id()));
         let url = format!("sqlite://{}?mode=rwc", path.display());
-        let db = Db::connect(&url).await?;
+        let db = Db::connect(&url, Arc::new(tollgate_core::SystemClock)).await?;
         let body = r#"{"algorithm":"token_bucket","capacity":100,"name":"api","rate":"10/1s",
             "domains":{"big":{"algorithm":"token_bucket","capacity":1000,"rate":"10/1s"}}}"#;
         // What the older binary's insert amounts to: no `resolved`.
@@ -1120,6 +1022,51 @@ mod upgrade_tests {
         let snapshot = db.snapshot(None, 10).await?;
         let dump = format!("{snapshot:?}");
         assert!(!dump.contains("resolved: Null"), "{dump}");
+        drop(db);
+        let _ = std::fs::remove_file(&path);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod clock_tests {
+    use std::time::Duration;
+
+    use tollgate_core::{ManualClock, Nanos};
+
+    use super::*;
+
+    /// The audit trail's times are the database's clock's: a change made
+    /// at a time set by hand is recorded at that time, to the millisecond
+    /// (they were read from the wall clock, which no test could check).
+    #[tokio::test]
+    async fn audit_times_come_from_the_injected_clock() -> Result<(), Box<dyn std::error::Error>> {
+        let path = std::env::temp_dir().join(format!("tg-clock-{}.db", random_id()));
+        let url = format!("sqlite://{}?mode=rwc", path.display());
+        let clock = Arc::new(ManualClock::new(Nanos::new(1_700_000_000_123_456_789)));
+        let db = Db::connect(&url, clock.clone()).await?;
+        let change = |action| Change {
+            actor: "alice",
+            action,
+            target: "shop".into(),
+        };
+        let flags = NamespaceFlags::default();
+        db.put_namespace(&change("put_namespace"), "shop", flags, &Precondition::None)
+            .await?;
+        clock.advance(Duration::from_millis(2_500));
+        let flags = NamespaceFlags {
+            allow_unconfigured: true,
+            ..flags
+        };
+        db.put_namespace(&change("put_namespace"), "shop", flags, &Precondition::None)
+            .await?;
+        let times: Vec<i64> = db
+            .audit(0, 10, None, false)
+            .await?
+            .iter()
+            .map(|e| e.at_ms)
+            .collect();
+        assert_eq!(times, [1_700_000_000_123, 1_700_000_002_623]);
         drop(db);
         let _ = std::fs::remove_file(&path);
         Ok(())

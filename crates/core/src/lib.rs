@@ -1,7 +1,7 @@
 //! tollgate's core: every limiting algorithm as a pure function.
 //!
 //! `(params, &mut state, now, hits, min_hits) -> decision`, with no I/O, no
-//! async and no clock: time is an argument, in nanoseconds ([`Nanos`]). The
+//! async and no clock read: time is an argument, in nanoseconds ([`Nanos`]). The
 //! same code decides in the in-memory store, in the replicated cluster, in
 //! the simulator and in `tollgate replay`; the Redis store runs equivalent
 //! scripts and a shared conformance suite proves they agree.
@@ -17,6 +17,10 @@
 //! - [`replicated`]: limit states a gossip cluster replicates (CRDTs and
 //!   their merges).
 //! - [`hash`]: the stable hash that names shared state (FNV-1a-64).
+//! - [`clock`]: the [`Clock`] trait the edges read the time through (the
+//!   system's, or a [`ManualClock`] tests move by hand); nothing in the
+//!   algorithms calls it.
+//! - [`message`]: error texts for clients, bounded in bytes.
 //!
 //! What is not here: keys, storage, concurrency, configuration parsing.
 //! Arithmetic saturates; no input makes this crate panic.
@@ -25,11 +29,13 @@
 
 pub mod algorithm;
 pub mod algorithms;
+pub mod clock;
 pub mod copies;
 pub mod decision;
 pub mod error;
 pub mod hash;
 pub mod limit;
+pub mod message;
 pub mod plan;
 pub mod rate;
 pub mod replicated;
@@ -44,6 +50,7 @@ pub use algorithms::sliding_log::SlidingLog;
 pub use algorithms::sliding_window::SlidingWindow;
 pub use algorithms::smooth::{Smooth, SmoothKind};
 pub use algorithms::token_bucket::TokenBucket;
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Decision, Grant, Mode, Request, TierInfo};
 pub use error::ParamError;
 pub use limit::{Limit, LimitState};

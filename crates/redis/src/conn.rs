@@ -121,24 +121,9 @@ impl fmt::Display for TlsPart {
     }
 }
 
-/// `url` with the password (if any) replaced, for logs and errors.
-///
-/// Everything up to the last `@` before the query is taken for the user
-/// and password, not only what comes before the first `/`: a generated
-/// password may hold a `/`, which also ends the URL parser's authority, so
-/// a parser cannot be asked where it ends. A path with an `@` in it is
-/// redacted too, which only hides more.
-pub fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end + 3..];
-    let host_end = rest.find(['?', '#']).unwrap_or(rest.len());
-    match rest[..host_end].rfind('@') {
-        Some(at) => format!("{}://***@{}", &url[..scheme_end], &rest[at + 1..]),
-        None => url.to_owned(),
-    }
-}
+/// `url` with the password (if any) replaced, for logs and errors (one
+/// rule for every URL tollgate shows: [`tollgate_auth::redact`]).
+pub use tollgate_auth::redact;
 
 impl Target {
     /// Whether its connections use TLS (`rediss://`, `rediss-cluster://`).
@@ -525,16 +510,6 @@ async fn why_not(client: &Client, timeout: Duration) -> RedisError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(redact("redis://:secret@h:1/0"), "redis://***@h:1/0");
-        assert_eq!(redact("redis://h:1/0"), "redis://h:1/0");
-        // A password with a `/` in it (base64), which a URL parser takes
-        // for the start of the path.
-        assert_eq!(redact("https://fleet:ab/cd@h:1/v"), "https://***@h:1/v");
-        assert_eq!(redact("https://fleet:12/x@h"), "https://***@h");
-    }
 
     #[test]
     fn cluster_urls_give_one_seed_per_host() {

@@ -10,8 +10,8 @@
 //! - [`listen`]: what each port admits: a connection cap and deadlines
 //!   for handshakes, request heads, idle connections and bodies.
 //! - [`tokens`]: bearer tokens with `read` and `admin` roles, from
-//!   `ROLE:NAME:TOKEN` files: the admin endpoints' (`/v1/denied`) and
-//!   the config API's.
+//!   `ROLE:NAME:TOKEN` files, for the admin endpoints (`/v1/denied`):
+//!   `tollgate_auth`, which the config API reads too.
 //! - [`spans`]: an OpenTelemetry span per decision, in the caller's
 //!   trace, exported in batches without holding a decision up.
 //!

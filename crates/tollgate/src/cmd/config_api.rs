@@ -425,7 +425,7 @@ fn tokens(args: &ConfigApiArgs) -> Result<Tokens> {
             .with_context(|| format!("cannot read the tokens file {}", p.display()))?,
         None => std::env::var("TOLLGATE_CONFIG_API_TOKENS").unwrap_or_default(),
     };
-    let tokens = Tokens::parse(&text).map_err(|e| anyhow::anyhow!("bad tokens: {e}"))?;
+    let tokens = Tokens::parse(&text).context("bad tokens")?;
     if tokens.is_empty() {
         bail!(
             "no tokens: give --tokens-file or TOLLGATE_CONFIG_API_TOKENS (one ROLE:NAME:TOKEN per \
@@ -462,12 +462,10 @@ async fn serve(args: ConfigApiArgs) -> Result<()> {
         None => args.database.clone(),
     };
     let shown = tollgate_redis::conn::redact(&url);
-    let db = Db::connect(&url)
+    let db = Db::connect(&url, std::sync::Arc::new(tollgate_core::SystemClock))
         .await
         .with_context(|| format!("cannot open the database {shown}"))?;
-    let api = Api::new(db, tokens, args.rate_limit, args.burst)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let api = Api::new(db, tokens, args.rate_limit, args.burst).await?;
     let _watch = api.watch_database(Duration::from_secs(1));
     let servers = metrics_urls(&args.servers)?;
     token_stays_private(&args, &servers)?;
