@@ -84,11 +84,6 @@ impl Clock for ManualClock {
     }
 }
 
-/// Milliseconds as [`Nanos`], saturating.
-pub fn ms(ms: u64) -> Nanos {
-    Nanos::new(ms.saturating_mul(1_000_000))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,8 +24,6 @@
 #![deny(missing_docs)]
 
 pub mod app;
-#[doc(hidden)]
-pub mod clock;
 pub mod convert;
 pub mod decision_log;
 pub mod denied;
