@@ -1498,7 +1498,7 @@ fn problems_are_put_in_the_configs_order_without_repeats() {
             namespace: namespace.into(),
             resource: resource.into(),
             domain: domain.map(Into::into),
-            reason: reason.into(),
+            reason: tollgate_store::Refusal::limit(std::io::Error::other(reason.to_owned())),
         };
     let mut problems = vec![
         problem("alpha", "c", None, "one"),

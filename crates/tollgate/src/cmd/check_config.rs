@@ -46,10 +46,14 @@ pub fn run(args: &CheckConfigArgs, given: Option<&clap::ArgMatches>) -> bool {
                 eprintln!("warning: {w}");
             }
             if args.cluster {
-                if let Err(problems) =
+                if let Err(unserved) =
                     store_rules::on_cluster(&loaded.config, args.replication.strategy.0)
                 {
-                    eprintln!("error: {}", store_rules::refusal("replicated", &problems));
+                    let refused = store_rules::Refused {
+                        store: "replicated",
+                        unserved,
+                    };
+                    eprintln!("error: {refused}");
                     return false;
                 }
             }

@@ -21,7 +21,7 @@ use tollgate_replica::wire::ClusterKey;
 use tollgate_replica::{Dissemination, Node, NodeConfig, Replica, ReplicaOptions, ReplicaStore};
 use tollgate_server::app::ApiPart;
 use tollgate_server::{App, Server, ServerOptions};
-use tollgate_service::{Limiter, ServiceOptions, SessionLimits, SystemClock, Unservable, View};
+use tollgate_service::{Limiter, ServiceOptions, SessionLimits, SystemClock, Unserved, View};
 use tollgate_store::{MemoryStore, Store};
 
 /// The config served when none is given: the bundled example.
@@ -712,21 +712,19 @@ fn replica(args: &ServeArgs, settings: &ClusterSettings) -> Arc<Replica> {
     }))
 }
 
-/// The error of a config the store cannot serve (the same from `serve`
-/// and `serve --check`).
 /// The config file's part (if any) and the config API's `part` (if it
 /// follows one) as one config, as the server installs it.
 fn compose(
     args: &ServeArgs,
     part: Option<&tollgate_server::app::ApiPart>,
 ) -> Result<(tollgate_config::Config, Vec<String>)> {
-    tollgate_server::app::compose(args.config.as_deref(), part)
-        .map_err(|e| anyhow::anyhow!("{e}"))
-        .context("cannot load the config")
+    tollgate_server::app::compose(args.config.as_deref(), part).context("cannot load the config")
 }
 
-fn refused(store_name: &str, problems: &[Unservable]) -> anyhow::Error {
-    anyhow::anyhow!(store_rules::refusal(store_name, problems))
+/// The error of a config the store cannot serve (the same from `serve`
+/// and `serve --check`).
+fn refused(store: &'static str, unserved: Unserved) -> anyhow::Error {
+    store_rules::Refused { store, unserved }.into()
 }
 
 /// Holds `config` to the rules of the store it will run on, without a
@@ -739,12 +737,12 @@ fn check_config_on(
 ) -> Result<()> {
     let compiled = match backend {
         Backend::Memory => Limiter::new(memory_store(args), View::default())
-            .compile_all(config, tollgate_server::clock::now())
+            .compile(config, tollgate_server::clock::now())
             .map(drop),
         Backend::Redis(_) => store_rules::on_redis(config),
         Backend::Cluster(settings) => store_rules::on_cluster(config, settings.strategy),
     };
-    compiled.map_err(|problems| refused(backend.name(), &problems))
+    compiled.map_err(|unserved| refused(backend.name(), unserved))
 }
 
 /// The config API's client (`--config-api`), with its token read and its
@@ -1025,7 +1023,7 @@ async fn serve_with<S: Store>(
         },
         Arc::new(SystemClock),
     )
-    .map_err(|e| refused(store_name, &e))?;
+    .map_err(|e| refused(store_name, e))?;
     if let Some(path) = &args.admin_tokens_file {
         app.admin_tokens = admin_tokens(path)?;
     }

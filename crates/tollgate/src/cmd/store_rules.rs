@@ -4,8 +4,10 @@
 //! holds a config to the same rules without connecting or binding, and
 //! `check-config --cluster` to a replicated cluster's. All three go through
 //! here, so each refuses a config alike, listing every limit to change in
-//! the config's order ([`tollgate_service::Limiter::compile_all`]), and a
+//! the config's order ([`tollgate_service::Limiter::compile`]), and a
 //! cluster's default strategy is one flag, parsed once, with one error.
+//! The service's refusals say what to change in the config; the flags that
+//! change the store are this binary's, so [`Refused`] adds them here.
 
 use std::sync::Arc;
 
@@ -14,8 +16,8 @@ use clap::ValueEnum;
 use tollgate_config::Config;
 use tollgate_core::replicated::strategy::{Replication, StrategyKind};
 use tollgate_replica::{Replica, ReplicaOptions, ReplicaStore};
-use tollgate_service::{Limiter, Unservable, View};
-use tollgate_store::MemoryStore;
+use tollgate_service::{Limiter, Unservable, Unserved, View};
+use tollgate_store::{MemoryStore, Refusal};
 
 /// A replicated cluster's default strategy as `--replication` (or
 /// `TOLLGATE_REPLICATION`) takes it: `counter`, `queue` or `epoch`, the
@@ -57,44 +59,82 @@ impl ValueEnum for Strategy {
 /// Compiles `config` as a node of a replicated cluster whose default
 /// strategy is `strategy` does (on a replica store, which no node or
 /// socket backs); the error lists every limit the cluster cannot serve.
-pub(crate) fn on_cluster(config: &Config, strategy: StrategyKind) -> Result<(), Vec<Unservable>> {
+pub(crate) fn on_cluster(config: &Config, strategy: StrategyKind) -> Result<(), Unserved> {
     let replica = Replica::new(ReplicaOptions {
         default: Replication::new(strategy),
         ..ReplicaOptions::default()
     });
     Limiter::new(ReplicaStore::new(Arc::new(replica)), View::default())
-        .compile_all(config, tollgate_server::clock::now())
+        .compile(config, tollgate_server::clock::now())
         .map(drop)
 }
 
 /// Compiles `config` as a server storing in Redis does, without a
 /// connection: as the memory store (the Redis store prepares limits
 /// alike), then every limit held to the exact range of Redis's scripts
-/// ([`tollgate_redis::check_limit`], the Redis store's `check_limit`).
-pub(crate) fn on_redis(config: &Config) -> Result<(), Vec<Unservable>> {
+/// ([`tollgate_redis::check_limit`], what the Redis store's `admit` holds
+/// a rate limit to; it admits every copy pool).
+pub(crate) fn on_redis(config: &Config) -> Result<(), Unserved> {
     let view = Limiter::new(MemoryStore::default(), View::default())
-        .compile_all(config, tollgate_server::clock::now())?;
-    let problems = view.unservable(config, tollgate_redis::check_limit);
+        .compile(config, tollgate_server::clock::now())?;
+    let problems = view.unservable(config, |limit| {
+        tollgate_redis::check_limit(limit).map_err(Refusal::limit)
+    });
     if problems.is_empty() {
         Ok(())
     } else {
-        Err(problems)
+        Err(Unserved { problems })
     }
 }
 
-/// The error for a config the `store_name` store cannot serve: every
-/// problem listed, so one run shows everything to change.
-pub(crate) fn refusal(store_name: &str, problems: &[Unservable]) -> String {
-    match problems {
-        [one] => format!("the config cannot run on the {store_name} store: {one}"),
-        many => {
-            let lines: Vec<String> = many.iter().map(ToString::to_string).collect();
-            format!(
-                "the config cannot run on the {store_name} store ({} problems, each saying what \
-                 to change):\n  {}",
-                many.len(),
-                lines.join("\n  ")
-            )
+/// A config the `store` store cannot serve, as this binary reports it:
+/// every problem listed, so one run shows everything to change, each with
+/// its reason's causes, and the flag to use where a refusal says to serve
+/// a resource from another store. The message holds the whole chain of
+/// every problem (a list has no one cause); [`Refused::unserved`] keeps
+/// them typed.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    /// The store's name as `serve --check` prints it (`memory`, `redis`,
+    /// `replicated`).
+    pub store: &'static str,
+    /// What the store refused.
+    pub unserved: Unserved,
+}
+
+impl Refused {
+    /// One problem: where, why (with every cause), and the flag that
+    /// changes the store when the reason says to change it.
+    fn line(problem: &Unservable) -> String {
+        let mut line = format!("{:#}", anyhow::Error::new(problem.clone()));
+        if matches!(problem.reason, Refusal::NoCopies) {
+            line += " (--store redis://...)";
+        }
+        line
+    }
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let store = self.store;
+        match self.unserved.problems.as_slice() {
+            [one] => write!(
+                f,
+                "the config cannot run on the {store} store: {}",
+                Refused::line(one)
+            ),
+            many => {
+                let lines: Vec<String> = many.iter().map(Refused::line).collect();
+                write!(
+                    f,
+                    "the config cannot run on the {store} store ({} problems, each saying what \
+                     to change):\n  {}",
+                    many.len(),
+                    lines.join("\n  ")
+                )
+            }
         }
     }
 }
+
+impl std::error::Error for Refused {}
