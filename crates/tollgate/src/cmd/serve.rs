@@ -625,8 +625,10 @@ fn local_config(
         Some(path) => tollgate_config::load_path(path),
         None => tollgate_config::load_str("examples/tollgate.yaml (bundled)", BUNDLED),
     }
-    // Each diagnostic names the file: the wrapper says only what failed.
-    .map_err(|e| anyhow::anyhow!("cannot load the config: {}", e.plain()))?;
+    // Each diagnostic names the file: the wrapper says only what failed
+    // (as a reload says it: the diagnostics without their `error: `).
+    .map_err(tollgate_server::app::ComposeError::File)
+    .context("cannot load the config")?;
     let warnings = loaded.warnings.iter().map(ToString::to_string).collect();
     Ok((loaded.config, warnings))
 }
