@@ -138,3 +138,62 @@ impl std::fmt::Display for Refused {
 }
 
 impl std::error::Error for Refused {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store's reason with a cause of its own.
+    #[derive(Debug)]
+    struct Outer(std::io::Error);
+
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("the limit cannot be prepared")
+        }
+    }
+
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    fn problem(resource: &str, reason: Refusal) -> Unservable {
+        Unservable {
+            namespace: "ns".into(),
+            resource: resource.into(),
+            domain: None,
+            reason,
+        }
+    }
+
+    /// Issue 20: the service named `--store` in its refusal of copy pools;
+    /// the flag is this binary's, so it is added here, to that refusal
+    /// alone. Every reason is shown with its causes (the message had only
+    /// the top one when reasons were strings made by `to_string`).
+    #[test]
+    fn the_flag_hint_is_added_here_and_every_cause_is_shown() {
+        let cause = std::io::Error::other("a parameter out of range");
+        let refused = Refused {
+            store: "replicated",
+            unserved: Unserved {
+                problems: vec![
+                    problem("pool", Refusal::NoCopies),
+                    problem("api", Refusal::limit(Outer(cause))),
+                ],
+            },
+        };
+        let text = refused.to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "the config cannot run on the replicated store (2 problems, each saying what to change):",
+                &format!("  namespace `ns`, resource `pool`: {} (--store redis://...)", Refusal::NoCopies),
+                "  namespace `ns`, resource `api`: the limit cannot be prepared: a parameter out of range",
+            ]
+        );
+        assert!(!Refusal::NoCopies.to_string().contains("--store"));
+    }
+}
