@@ -58,5 +58,5 @@ pub mod testing;
 
 pub use conn::{ClientCert, ConnectError, ConnectOptions, Target, TlsPart};
 pub use copylog::Resignation;
-pub use params::{check_limit, MAX_EXACT};
+pub use params::{check_limit, Inexact, MAX_EXACT};
 pub use store::{RedisOptions, RedisStore, ScriptClock};

@@ -157,24 +157,57 @@ pub(crate) fn encode(limit: &Limit) -> Encoded {
     }
 }
 
+/// Why a limit cannot run in the Redis store: the parameter and the bound
+/// ([`check_limit`]).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Inexact {
+    /// A count the scripts would not keep exactly.
+    #[error("{parameter} {value} is too large for the Redis store (at most {})", MAX_EXACT - 1)]
+    TooLarge {
+        /// Which parameter, as the config names it.
+        parameter: &'static str,
+        /// Its value.
+        value: u64,
+    },
+    /// A span the scripts would not keep exactly.
+    #[error(
+        "{parameter} {value} is too long for the Redis store (at most {}, about 52 days)",
+        Nanos::new(MAX_EXACT - 1)
+    )]
+    TooLong {
+        /// Which span, as the config names it (or how it is computed).
+        parameter: &'static str,
+        /// Its length.
+        value: Nanos,
+    },
+    /// A smooth limiter stores more permits than the scripts keep exactly.
+    #[error("max permits {0} are too many for the Redis store (at most {max})", max = MAX_EXACT - 1)]
+    TooManyPermits(f64),
+    /// Refilling a smooth limiter's permits takes longer than the scripts
+    /// keep exactly.
+    #[error(
+        "refilling {0} permits takes too long for the Redis store (at most {max}, about 52 days)",
+        max = Nanos::new(MAX_EXACT - 1)
+    )]
+    RefillTooLong(f64),
+    /// A replicated limit (a gossip cluster's CRDT) is no limit for Redis.
+    #[error("a replicated limit belongs to a gossip cluster, not to Redis")]
+    Replicated,
+}
+
 /// Why a limit cannot run in the Redis store: the parameter and the bound.
-pub fn check_limit(limit: &Limit) -> Result<(), String> {
-    let count = |name: &str, n: u64| {
-        if n >= MAX_EXACT {
-            Err(format!(
-                "{name} {n} is too large for the Redis store (at most {})",
-                MAX_EXACT - 1
-            ))
+pub fn check_limit(limit: &Limit) -> Result<(), Inexact> {
+    let count = |parameter: &'static str, value: u64| {
+        if value >= MAX_EXACT {
+            Err(Inexact::TooLarge { parameter, value })
         } else {
             Ok(())
         }
     };
-    let span = |name: &str, n: Nanos| {
-        if n.as_u64() >= MAX_EXACT {
-            Err(format!(
-                "{name} {n} is too long for the Redis store (at most {}, about 52 days)",
-                Nanos::new(MAX_EXACT - 1)
-            ))
+    let span = |parameter: &'static str, value: Nanos| {
+        if value.as_u64() >= MAX_EXACT {
+            Err(Inexact::TooLong { parameter, value })
         } else {
             Ok(())
         }
@@ -211,9 +244,7 @@ pub fn check_limit(limit: &Limit) -> Result<(), String> {
             span("window", a.window())?;
             span("min_gap", a.min_gap())
         }
-        Limit::Replicated(_) => Err(
-            "a replicated limit belongs to a gossip cluster (serve --cluster), not to Redis".into(),
-        ),
+        Limit::Replicated(_) => Err(Inexact::Replicated),
         Limit::Smooth(a) => {
             if let SmoothKind::WarmingUp { warmup_micros, .. } = a.kind() {
                 span(
@@ -225,10 +256,7 @@ pub fn check_limit(limit: &Limit) -> Result<(), String> {
             // cool-down interval) must stay exact too.
             let max_permits = a.max_permits();
             if max_permits.is_nan() || max_permits >= MAX_EXACT as f64 {
-                return Err(format!(
-                    "max permits {max_permits} are too many for the Redis store (at most {})",
-                    MAX_EXACT - 1
-                ));
+                return Err(Inexact::TooManyPermits(max_permits));
             }
             let cool_down_micros = match a.kind() {
                 SmoothKind::Bursty { .. } => a.stable_interval_micros(),
@@ -236,10 +264,7 @@ pub fn check_limit(limit: &Limit) -> Result<(), String> {
             };
             let refill_ns = max_permits * cool_down_micros * 1000.0;
             if refill_ns.is_nan() || refill_ns >= MAX_EXACT as f64 {
-                return Err(format!(
-                    "refilling {max_permits} permits takes too long for the Redis store (at most {}, about 52 days)",
-                    Nanos::new(MAX_EXACT - 1)
-                ));
+                return Err(Inexact::RefillTooLong(max_permits));
             }
             Ok(())
         }
@@ -278,9 +303,26 @@ mod tests {
         let long =
             SlidingLog::new(10, Nanos::from_secs(60 * 86_400)).unwrap_or_else(|e| panic!("{e}"));
         let err = check_limit(&Limit::SlidingLog(long)).expect_err("60 days is too long");
-        assert!(err.contains("window"), "{err}");
+        assert!(
+            matches!(
+                err,
+                Inexact::TooLong {
+                    parameter: "window",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("window"), "{err}");
         let big = SlidingLog::new(MAX_EXACT, Nanos::SECOND).unwrap_or_else(|e| panic!("{e}"));
         let err = check_limit(&Limit::SlidingLog(big)).expect_err("limit too large");
-        assert!(err.contains("limit"), "{err}");
+        assert_eq!(
+            err,
+            Inexact::TooLarge {
+                parameter: "limit",
+                value: MAX_EXACT
+            }
+        );
+        assert!(err.to_string().contains("limit"), "{err}");
     }
 }

@@ -14,8 +14,8 @@ use tollgate_core::copies::{
 
 use crate::copies::{refusal, Pools};
 use crate::copylog::{self, Beat, CopyLog, Resignation};
-use tollgate_core::{plan, Limit, Mode, Nanos, PlanDecision, Request};
-use tollgate_store::{Held, OpId, Plan, PoolKey, Seized, Store, StoreError};
+use tollgate_core::{plan, Mode, Nanos, PlanDecision, Request};
+use tollgate_store::{Admit, Held, OpId, Plan, PoolKey, Refusal, Seized, Store, StoreError};
 
 use crate::batch::{self, Batcher, PlanCall};
 use crate::conn::{redact, Conn, ConnectError, ConnectOptions, Target};
@@ -486,8 +486,14 @@ impl Store for RedisStore {
         });
     }
 
-    fn check_limit(&self, limit: &Limit) -> Result<(), String> {
-        params::check_limit(limit)
+    /// Refuses rate limits the scripts cannot decide exactly
+    /// ([`params::check_limit`]); keeps every copy pool (a copy limit of
+    /// 2^52 or more is sent as none: no pool holds that many).
+    fn admit(&self, limit: Admit<'_>) -> Result<(), Refusal> {
+        match limit {
+            Admit::Rate { limit, .. } => params::check_limit(limit).map_err(Refusal::limit),
+            Admit::Copies(_) => Ok(()),
+        }
     }
 
     fn is_ready(&self) -> bool {

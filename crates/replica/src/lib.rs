@@ -33,4 +33,4 @@ pub mod wire;
 pub use deltas::{Class, Dissemination, Round};
 pub use node::{Node, NodeConfig, Output, Peer, Sent, Timer};
 pub use replica::{Absorbed, Replica, ReplicaOptions};
-pub use store::ReplicaStore;
+pub use store::{NotReplicable, ReplicaStore};

@@ -50,6 +50,7 @@ use tollgate_store::{Key, LimitId, Plan, PlanItem, StoreError};
 use crate::deltas::{Class, Deltas, Dissemination, PeerAddr, Round, Update};
 use crate::digest::{Buckets, Digest};
 use crate::metrics as m;
+use crate::store::NotReplicable;
 use crate::wire;
 
 /// Options of a [`Replica`].
@@ -223,22 +224,18 @@ impl Replica {
     }
 
     /// Builds the replicated limit of a configured one (see
-    /// [`Store::prepare`](tollgate_store::Store::prepare)): token buckets, GCRA and per-second limits
+    /// [`Store::admit`](tollgate_store::Store::admit)): token buckets, GCRA and per-second limits
     /// become the resource's strategy on this node.
     pub fn prepare_limit(
         &self,
         limit: Limit,
         replication: Option<&Replication>,
-    ) -> Result<Limit, String> {
+    ) -> Result<Limit, NotReplicable> {
         let how = replication.copied().unwrap_or(self.options.default);
         let (capacity, rate) = match &limit {
             Limit::TokenBucket(tb) => {
                 if tb.initial_tokens() != tb.capacity() {
-                    return Err(
-                        "`initial_tokens` cannot be replicated: every node starts a key full; \
-                         remove `initial_tokens`, or serve it from the Redis store"
-                            .into(),
-                    );
+                    return Err(NotReplicable::InitialTokens);
                 }
                 (tb.capacity(), Rate::new(1, tb.interval()))
             }
@@ -251,27 +248,15 @@ impl Replica {
                 (l.limit(), Rate::per_second(l.limit()))
             }
             Limit::Replicated(_) => return Ok(limit),
-            Limit::SlidingLog(_) => {
-                return Err(
-                    "a `sliding_log` is replicated only with `window: 1s` and neither `min_gap` \
-                     nor `count_rejected`; change it so, use `token_bucket` or `gcra`, or serve \
-                     it from the Redis store"
-                        .into(),
-                )
-            }
+            Limit::SlidingLog(_) => return Err(NotReplicable::SlidingLog),
             other => {
-                return Err(format!(
-                    "`{}` cannot be replicated in a gossip cluster; use `token_bucket` or `gcra` \
-                     (replicated as {}), or serve it from the Redis store",
-                    other.algorithm_name(),
-                    how.strategy.as_str()
-                ))
+                return Err(NotReplicable::Algorithm {
+                    algorithm: other.algorithm_name(),
+                    strategy: how.strategy.as_str(),
+                })
             }
         };
-        let rate = rate.map_err(|e| e.to_string())?;
-        let replicated = how
-            .build(capacity, rate, self.options.node)
-            .map_err(|e| e.to_string())?;
+        let replicated = how.build(capacity, rate?, self.options.node)?;
         Ok(Limit::Replicated(replicated))
     }
 

@@ -4,11 +4,45 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use tollgate_core::replicated::strategy::Replication;
-use tollgate_core::{Limit, Mode, Nanos, PlanDecision, Request};
-use tollgate_store::{LimitId, Plan, Store, StoreError};
+use tollgate_core::{Limit, Mode, Nanos, ParamError, PlanDecision, Request};
+use tollgate_store::{Admit, LimitId, Plan, Refusal, Store, StoreError};
 
 use crate::replica::{Replica, SWEEP_EVERY};
+
+/// Why a gossip cluster cannot replicate a configured limit
+/// ([`Replica::prepare_limit`]): each says what to change.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NotReplicable {
+    /// A token bucket that starts below full: every node starts a key full.
+    #[error(
+        "`initial_tokens` cannot be replicated: every node starts a key full; remove \
+         `initial_tokens`, or serve it from the Redis store"
+    )]
+    InitialTokens,
+    /// A sliding log that is not a plain N per second.
+    #[error(
+        "a `sliding_log` is replicated only with `window: 1s` and neither `min_gap` nor \
+         `count_rejected`; change it so, use `token_bucket` or `gcra`, or serve it from the \
+         Redis store"
+    )]
+    SlidingLog,
+    /// An algorithm no replication strategy has a CRDT for.
+    #[error(
+        "`{algorithm}` cannot be replicated in a gossip cluster; use `token_bucket` or `gcra` \
+         (replicated as {strategy}), or serve it from the Redis store"
+    )]
+    Algorithm {
+        /// The configured algorithm.
+        algorithm: &'static str,
+        /// The strategy the resource would be replicated with.
+        strategy: &'static str,
+    },
+    /// The limit's rate or its replication's parameters do not make a
+    /// CRDT (said as the core says it).
+    #[error(transparent)]
+    Parameter(#[from] ParamError),
+}
 
 /// The replicated store: a [`Store`] over a shared [`Replica`].
 #[derive(Clone, Debug)]
@@ -52,26 +86,25 @@ impl Store for ReplicaStore {
         }
     }
 
-    fn prepare(&self, limit: Limit, replication: Option<&Replication>) -> Result<Limit, String> {
-        self.replica.prepare_limit(limit, replication)
+    /// Makes a rate limit its resource's CRDT on this node
+    /// ([`Replica::prepare_limit`]), and refuses copy pools: copies need
+    /// one owner of truth, which a replicated cluster does not have.
+    fn admit(&self, limit: Admit<'_>) -> Result<(), Refusal> {
+        match limit {
+            Admit::Rate { limit, replication } => {
+                let replicated = self
+                    .replica
+                    .prepare_limit(Limit::clone(limit), replication)
+                    .map_err(Refusal::limit)?;
+                *limit = replicated;
+                Ok(())
+            }
+            Admit::Copies(_) => Err(Refusal::NoCopies),
+        }
     }
 
     fn serve_limits(&self, limits: Vec<(LimitId, Arc<Limit>)>) {
         self.replica.serve_limits(limits);
-    }
-
-    fn check_limit(&self, limit: &Limit) -> Result<(), String> {
-        match limit {
-            Limit::Replicated(_) => Ok(()),
-            other => Err(format!(
-                "`{}` is not replicated; a cluster decides only replicated limits",
-                other.algorithm_name()
-            )),
-        }
-    }
-
-    fn holds_copies(&self) -> bool {
-        false
     }
 
     /// Ready when the replica decides (it has its full state, or found no

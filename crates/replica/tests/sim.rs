@@ -10,8 +10,8 @@ use tollgate_core::replicated::strategy::{Eager, Replication, StrategyKind};
 use tollgate_core::replicated::NodeId;
 use tollgate_core::{Limit, Nanos, Rate, Request, TokenBucket};
 use tollgate_replica::sim::{self, SimNet};
-use tollgate_replica::{Dissemination, Replica, ReplicaOptions};
-use tollgate_store::{Key, LimitId, Plan, StoreError};
+use tollgate_replica::{Dissemination, NotReplicable, Replica, ReplicaOptions, ReplicaStore};
+use tollgate_store::{Admit, Key, LimitId, Plan, Refusal, Store, StoreError};
 
 const START: Nanos = Nanos::from_secs(1_800_000_000);
 const LIMIT: LimitId = LimitId(7);
@@ -366,15 +366,24 @@ fn only_token_buckets_and_their_kin_can_be_replicated() {
     let err = replica
         .prepare_limit(Limit::FixedWindow(window), Some(&how))
         .unwrap_err();
+    assert_eq!(
+        err,
+        NotReplicable::Algorithm {
+            algorithm: "fixed_window",
+            strategy: "queue"
+        }
+    );
+    let text = err.to_string();
     assert!(
-        err.contains("fixed_window") && err.contains("Redis"),
-        "{err}"
+        text.contains("fixed_window") && text.contains("Redis"),
+        "{text}"
     );
     let tb = TokenBucket::with_initial(5, Rate::per_second(1).unwrap(), 2).unwrap();
     let err = replica
         .prepare_limit(Limit::TokenBucket(tb), Some(&how))
         .unwrap_err();
-    assert!(err.contains("initial_tokens"), "{err}");
+    assert_eq!(err, NotReplicable::InitialTokens);
+    assert!(err.to_string().contains("initial_tokens"), "{err}");
     let gcra = tollgate_core::Gcra::new(Rate::per_second(10).unwrap(), 4).unwrap();
     let limit = replica.prepare_limit(Limit::Gcra(gcra), None).unwrap();
     let Limit::Replicated(r) = limit else {
@@ -393,6 +402,62 @@ fn only_token_buckets_and_their_kin_can_be_replicated() {
         panic!("a per-second limit is replicated");
     };
     assert_eq!((r.capacity(), r.kind()), (50, StrategyKind::Counter));
+}
+
+/// Issue 20: the replicated store's one admission call makes a rate limit
+/// its cluster's CRDT in place, refuses what it cannot replicate with the
+/// replica's own typed reason (no flag named: the binary adds those), and
+/// refuses a copy pool itself with a typed reason (it was the service that
+/// refused copy-limited resources, on a `holds_copies` flag).
+#[test]
+fn the_replicated_store_admits_rate_limits_as_crdts_and_refuses_copy_pools() {
+    let store = ReplicaStore::new(Arc::new(Replica::new(options(NodeId(1)))));
+    let copies = tollgate_core::copies::CopyLimits::new(3, None);
+    let refusal = store.admit(Admit::Copies(&copies)).unwrap_err();
+    assert!(matches!(refusal, Refusal::NoCopies), "{refusal:?}");
+    assert!(
+        refusal.to_string().contains("one owner of truth"),
+        "{refusal}"
+    );
+
+    let how = Replication::new(StrategyKind::Epoch);
+    let mut limit = Limit::TokenBucket(TokenBucket::new(5, Rate::per_second(1).unwrap()).unwrap());
+    store
+        .admit(Admit::Rate {
+            limit: &mut limit,
+            replication: Some(&how),
+        })
+        .unwrap();
+    let Limit::Replicated(r) = &limit else {
+        panic!("not made a CRDT: {limit:?}");
+    };
+    assert_eq!((r.capacity(), r.kind()), (5, StrategyKind::Epoch));
+
+    let window =
+        tollgate_core::FixedWindow::new(5, Nanos::from_secs(1), tollgate_core::Align::Epoch)
+            .unwrap();
+    let configured = Limit::FixedWindow(window);
+    let mut limit = configured.clone();
+    let refusal = store
+        .admit(Admit::Rate {
+            limit: &mut limit,
+            replication: None,
+        })
+        .unwrap_err();
+    assert_eq!(limit, configured, "a refused limit is left as it was");
+    let Refusal::Limit(why) = &refusal else {
+        panic!("not the replica's own reason: {refusal:?}");
+    };
+    assert_eq!(
+        why.downcast_ref::<NotReplicable>(),
+        Some(&NotReplicable::Algorithm {
+            algorithm: "fixed_window",
+            strategy: "queue"
+        })
+    );
+    for refusal in [refusal, Refusal::NoCopies] {
+        assert!(!refusal.to_string().contains("--"), "{refusal}");
+    }
 }
 
 /// Of three nodes, only the one whose clock is wrong reports itself

@@ -7,7 +7,7 @@ use tokio::sync::watch;
 use tollgate_config::Config;
 use tollgate_core::Nanos;
 use tollgate_service::{
-    Clock, Limiter, Service, ServiceOptions, Sessions, SystemClock, Unservable, View,
+    Clock, Limiter, Service, ServiceOptions, Sessions, SystemClock, Unserved, View,
 };
 use tollgate_store::Store;
 
@@ -151,11 +151,11 @@ impl<S: Store> AppBuilder<S> {
 
     /// The app, its config compiled for the store at the clock's now; the
     /// error lists every limit the store cannot serve, each saying why
-    /// ([`Limiter::compile_all`]).
-    pub fn build(self) -> Result<App<S>, Vec<Unservable>> {
+    /// ([`Limiter::compile`]).
+    pub fn build(self) -> Result<App<S>, Unserved> {
         let now = self.clock.now();
         let limiter = Limiter::new(self.store, View::default());
-        limiter.set_view(limiter.compile_all(&self.config, now)?);
+        limiter.set_view(limiter.compile(&self.config, now)?);
         Ok(App {
             service: Arc::new(Service::new(limiter, self.clock, self.options)),
             config: Mutex::new((
@@ -431,7 +431,7 @@ impl<S: Store> App<S> {
         &self,
         file: Option<&std::path::Path>,
         api: Option<ApiPart>,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, InstallError> {
         let _installing = self
             .install_lock
             .lock()
@@ -443,19 +443,21 @@ impl<S: Store> App<S> {
             }
             newest.clone()
         };
-        let result = compose(file, api.as_ref()).and_then(|(config, warnings)| {
-            for w in &warnings {
-                tracing::warn!(warning = ?w.to_string(), "config warning");
-            }
-            self.try_install(config, warnings)
-        });
+        let result = compose(file, api.as_ref())
+            .map_err(InstallError::from)
+            .and_then(|(config, warnings)| {
+                for w in &warnings {
+                    tracing::warn!(warning = ?w.to_string(), "config warning");
+                }
+                Ok(self.try_install(config, warnings)?)
+            });
         match result {
             Ok(revision) => {
                 self.lock().1.api_revision = api.as_ref().map(|a| a.revision);
                 Ok(revision)
             }
             Err(e) => {
-                self.refuse(e.clone());
+                self.refuse(&e);
                 Err(e)
             }
         }
@@ -464,7 +466,7 @@ impl<S: Store> App<S> {
     /// Puts `config` in force if the store can serve it
     /// ([`Limiter::compile`]): limits whose parameters did not change keep
     /// their state. Otherwise changes nothing and says why.
-    pub fn try_install(&self, config: Config, warnings: Vec<String>) -> Result<u64, String> {
+    pub fn try_install(&self, config: Config, warnings: Vec<String>) -> Result<u64, Unserved> {
         let view = self.limiter().compile(&config, self.now())?;
         Ok(self.install(config, view, warnings))
     }
@@ -475,11 +477,13 @@ impl<S: Store> App<S> {
         self.readiness().is_ready()
     }
 
-    /// Records a refused reload: the old config keeps serving.
-    pub fn refuse(&self, error: String) {
+    /// Records a refused reload: the old config keeps serving, and
+    /// `/status` shows why (the whole message: every problem, each with
+    /// its file and line or its namespace and resource).
+    pub fn refuse(&self, error: &InstallError) {
         metrics::counter!(crate::metrics::RELOADS, "outcome" => "error").increment(1);
         metrics::gauge!(crate::metrics::CONFIG_ERROR).set(1.0);
-        self.lock().1.last_error = Some(error);
+        self.lock().1.last_error = Some(error.to_string());
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, (Arc<Config>, ConfigStatus)> {
@@ -492,27 +496,57 @@ impl<S: Store> App<S> {
 pub fn compose(
     file: Option<&std::path::Path>,
     api: Option<&ApiPart>,
-) -> Result<(Config, Vec<String>), String> {
+) -> Result<(Config, Vec<String>), ComposeError> {
     let mut config = Config::default();
     let mut warnings = Vec::new();
     if let Some(path) = file {
-        let loaded = tollgate_config::load_path(path).map_err(|e| e.plain())?;
+        let loaded = tollgate_config::load_path(path).map_err(ComposeError::File)?;
         warnings.extend(loaded.warnings.iter().map(ToString::to_string));
         config = loaded.config;
     }
     if let Some(api) = api {
         let what = format!("config API revision {}", api.revision);
-        let loaded = tollgate_config::load_str(&what, &api.text).map_err(|e| e.plain())?;
+        let loaded = tollgate_config::load_str(&what, &api.text).map_err(ComposeError::Api)?;
         warnings.extend(loaded.warnings.iter().map(ToString::to_string));
         for ns in loaded.config.namespaces {
             if config.namespaces.iter().any(|n| n.name == ns.name) {
-                return Err(format!(
-                    "namespace {:?} is both in the config file and in the config API",
-                    ns.name
-                ));
+                return Err(ComposeError::InBoth(ns.name));
             }
             config.namespaces.push(ns);
         }
     }
     Ok((config, warnings))
+}
+
+/// Why the file and the config API's part do not make a config
+/// ([`compose`]). A load error's diagnostics are its message, not a
+/// [`source`](std::error::Error::source): each already names its file (or
+/// the API's revision), line and column, and the config error's own
+/// `Display` starts every line with `error: `, which a wrapped message
+/// would then say twice.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ComposeError {
+    /// The config file (or directory) did not load.
+    #[error("{}", .0.plain())]
+    File(tollgate_config::ConfigError),
+    /// The config API's part did not load.
+    #[error("{}", .0.plain())]
+    Api(tollgate_config::ConfigError),
+    /// A namespace is both in the file and in the config API.
+    #[error("namespace {0:?} is both in the config file and in the config API")]
+    InBoth(String),
+}
+
+/// Why a config was not put in force ([`App::install_parts`], a reload):
+/// the previous one keeps serving, and `/status` says why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InstallError {
+    /// The file or the config API's part did not load, or they clash.
+    #[error(transparent)]
+    Compose(#[from] ComposeError),
+    /// The store cannot serve the config: every limit it refused.
+    #[error(transparent)]
+    Unserved(#[from] Unserved),
 }

@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tollgate_store::Store;
 
-use crate::app::App;
+use crate::app::{App, InstallError};
 
 /// A hash of the contents of the config's files, or `None` if they cannot
 /// be read (a reload then reports why).
@@ -39,15 +39,15 @@ pub fn fingerprint(path: &Path) -> Option<u64> {
 
 /// Loads `path` (with the config API's part in force, if any) and puts it
 /// in force, or records why not. Returns the new revision.
-pub fn reload<S: Store>(app: &App<S>, path: &Path) -> Result<u64, String> {
+pub fn reload<S: Store>(app: &App<S>, path: &Path) -> Result<u64, InstallError> {
     match app.install_parts(Some(path), None) {
         Ok(revision) => {
             tracing::info!(path = ?path.display().to_string(), revision, "config reloaded");
             Ok(revision)
         }
-        Err(message) => {
-            tracing::error!(path = ?path.display().to_string(), error = ?message, "config refused; the previous one keeps serving");
-            Err(message)
+        Err(e) => {
+            tracing::error!(path = ?path.display().to_string(), error = ?e.to_string(), "config refused; the previous one keeps serving");
+            Err(e)
         }
     }
 }

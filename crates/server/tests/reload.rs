@@ -195,3 +195,41 @@ async fn a_hangup_reloads_even_when_nothing_changed() {
     eventually("reloaded on hangup", || app.config_status().revision == 2).await;
     watcher.stop().await;
 }
+
+/// Issue 20: a refused reload was a `Result<_, String>`. Now it says what
+/// failed as a type a caller can branch on (a file that does not load,
+/// with its diagnostics; a namespace both in the file and in the config
+/// API), and `/status` shows the same message the error does.
+#[tokio::test]
+async fn a_refused_reload_says_why_as_a_typed_error() {
+    use tollgate_server::app::{ApiPart, ComposeError, InstallError};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tollgate.yaml");
+    std::fs::write(&path, BROKEN).unwrap();
+    let server = TestServer::start(V1).await;
+    let app = Arc::clone(&server.app);
+
+    let error = reload::reload(&app, &path).unwrap_err();
+    let InstallError::Compose(ComposeError::File(config_error)) = &error else {
+        panic!("not the file's load error: {error:?}");
+    };
+    assert_eq!(config_error.errors[0].pos.line, 4, "{error}");
+    let status = app.config_status();
+    assert_eq!(status.last_error, Some(error.to_string()));
+    assert!(error.to_string().contains("tollgate.yaml:4"), "{error}");
+    assert_eq!(status.revision, 1, "the old config keeps serving");
+
+    std::fs::write(&path, V1).unwrap();
+    let api = ApiPart {
+        revision: 7,
+        text: r#"{"namespaces": [{"name": "app", "resources": []}]}"#.into(),
+    };
+    let error = app.install_parts(Some(&path), Some(api)).unwrap_err();
+    assert_eq!(
+        error,
+        InstallError::Compose(ComposeError::InBoth("app".into()))
+    );
+    assert_eq!(app.config_status().last_error, Some(error.to_string()));
+    assert_eq!(app.config_status().revision, 1);
+    server.stop().await;
+}

@@ -32,4 +32,4 @@ pub use limiter::{
 };
 pub use service::{Closed, Released, Service, ServiceOptions, Target, MAX_NAMED_GROUPS};
 pub use sessions::{Session, SessionId, SessionLimits, Sessions};
-pub use view::{Unservable, View};
+pub use view::{Unservable, Unserved, View};

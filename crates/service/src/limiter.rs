@@ -12,13 +12,13 @@ use smallvec::SmallVec;
 use tollgate_config::{Config, ResourceKind};
 use tollgate_core::copies::{CopyLimits, Reservation};
 use tollgate_core::{Decision, Limit, Mode, Nanos, PlanDecision, Request, TierInfo};
-use tollgate_store::{Key, OpId, Plan, PoolKey, Store};
+use tollgate_store::{Admit, Key, OpId, Plan, PoolKey, Store};
 
 use crate::descriptors::{self, Planned};
 use crate::error::ServiceError;
 use crate::view::{
     in_config_order, DomainLimits, Main, NamespaceView, RateView, ResourceEntry, ResourceView,
-    Unservable, View,
+    Unservable, Unserved, View,
 };
 
 /// A request for hits of a rate-limited resource (Charon §3.1 `request`).
@@ -184,61 +184,44 @@ impl<S: Store> Limiter<S> {
     }
 
     /// Compiles `config` into a view this limiter's store can serve: every
-    /// limit goes through [`Store::prepare`] (a replicated store makes it
-    /// its cluster's CRDT), copy-limited resources are refused by a store
-    /// that keeps no copy pools, and the store must be able to decide each
-    /// ([`Store::check_limit`]).
+    /// limit, and every copy pool, goes through [`Store::admit`] (a
+    /// replicated store makes a rate limit its cluster's CRDT and refuses
+    /// copy pools; Redis refuses what its scripts cannot decide exactly).
     /// The store then learns the limits it is about to serve
     /// ([`Store::serve_limits`]): call this only to put the view in force.
-    /// The error names, one line each, every namespace and resource the
-    /// store cannot serve, why, and what to change ([`Limiter::compile_all`]).
-    pub fn compile(&self, config: &Config, created_at: Nanos) -> Result<View, String> {
-        self.compile_all(config, created_at).map_err(|problems| {
-            problems
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-    }
-
-    /// [`Limiter::compile`], refusing with every limit the store cannot
-    /// serve, in the order the config writes them, so one run shows all
-    /// there is to change.
-    pub fn compile_all(&self, config: &Config, created_at: Nanos) -> Result<View, Vec<Unservable>> {
+    /// The error lists every limit the store refused, in the order the
+    /// config writes them, each with where it is and why, so one run shows
+    /// all there is to change.
+    pub fn compile(&self, config: &Config, created_at: Nanos) -> Result<View, Unserved> {
         let mut problems = Vec::new();
-        if !self.store.holds_copies() {
-            for ns in &config.namespaces {
-                for r in &ns.resources {
-                    if matches!(r.kind, ResourceKind::Concurrency(_)) {
+        for ns in &config.namespaces {
+            for r in &ns.resources {
+                if let ResourceKind::Concurrency(limits) = &r.kind {
+                    if let Err(reason) = self.store.admit(Admit::Copies(limits)) {
                         problems.push(Unservable {
                             namespace: ns.name.clone(),
                             resource: r.name.clone(),
                             domain: None,
-                            reason: "copy-limited (concurrency) resources need one owner of \
-                                     truth, which a replicated cluster does not have; remove it \
-                                     from this config, or serve it from the Redis store \
-                                     (--store redis://...)"
-                                .into(),
+                            reason,
                         });
                     }
                 }
             }
         }
         let mut view = View::new(config, created_at);
-        match view.adapt(config, |c, replication| {
-            self.store.prepare(Limit::clone(&c.limit), replication)
+        if let Err(refused) = view.adapt(config, |c, replication| {
+            let mut limit = Limit::clone(&c.limit);
+            self.store.admit(Admit::Rate {
+                limit: &mut limit,
+                replication,
+            })?;
+            Ok(limit)
         }) {
-            // Limits `prepare` refused were left as they were, so the
-            // store's check would only refuse them again.
-            Err(refused) => problems.extend(refused),
-            Ok(()) => {
-                problems.extend(view.unservable(config, |limit| self.store.check_limit(limit)))
-            }
+            problems.extend(refused);
         }
         if !problems.is_empty() {
             in_config_order(config, &mut problems);
-            return Err(problems);
+            return Err(Unserved { problems });
         }
         self.store.serve_limits(
             view.limits()

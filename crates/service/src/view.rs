@@ -14,12 +14,15 @@ use tollgate_config::{
 use tollgate_core::copies::CopyLimits;
 use tollgate_core::replicated::strategy::Replication;
 use tollgate_core::{Limit, Nanos};
-use tollgate_store::{LimitId, PoolKey};
+use tollgate_store::{LimitId, PoolKey, Refusal};
 
 use crate::fingerprint::limit_id;
 
 /// A limit of a config that a store cannot serve: where it is, and why
-/// (the reason says what to change).
+/// (the reason, its [`source`](std::error::Error::source), says what to
+/// change). Shown alone it names the place; with its source (`{:#}` of an
+/// `anyhow` error, or [`Unserved`]'s lines) it reads
+/// "namespace `a`, resource `b`: why".
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Unservable {
     /// The namespace.
@@ -29,8 +32,8 @@ pub struct Unservable {
     /// The domain override the limit belongs to; `None` for the resource's
     /// own limits.
     pub domain: Option<String>,
-    /// Why, and what to change.
-    pub reason: String,
+    /// Why, and what to change: the store's refusal.
+    pub reason: Refusal,
 }
 
 impl fmt::Display for Unservable {
@@ -43,9 +46,47 @@ impl fmt::Display for Unservable {
         if let Some(d) = &self.domain {
             write!(f, ", domain `{d}`")?;
         }
-        write!(f, ": {}", self.reason)
+        Ok(())
     }
 }
+
+impl std::error::Error for Unservable {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.reason)
+    }
+}
+
+/// A config a store cannot serve ([`Limiter::compile`](crate::Limiter::compile)):
+/// every limit it refused, in the config's order, so one run shows all
+/// there is to change. Shown, one line per problem: where, and why (with
+/// the reason's own causes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unserved {
+    /// The limits refused; never empty.
+    pub problems: Vec<Unservable>,
+}
+
+impl fmt::Display for Unserved {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, problem) in self.problems.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            // The place, then each cause in turn, as `{:#}` shows a chain.
+            write!(f, "{problem}")?;
+            let mut cause = std::error::Error::source(problem);
+            while let Some(c) = cause {
+                write!(f, ": {c}")?;
+                cause = c.source();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Each problem is one line of the message; none is singled out as the
+/// cause.
+impl std::error::Error for Unserved {}
 
 /// Puts `problems` in the order their resources are written in `config`
 /// (a view's namespaces are a map), each resource's own before its
@@ -98,7 +139,7 @@ enum Part {
 fn list_refused(
     namespace: &str,
     resource: &Resource,
-    refused: Vec<(Option<&str>, Part, String)>,
+    refused: Vec<(Option<&str>, Part, Refusal)>,
     out: &mut Vec<Unservable>,
 ) {
     let own: Vec<Part> = refused
@@ -332,7 +373,7 @@ impl View {
     pub fn adapt(
         &mut self,
         config: &Config,
-        mut prepare: impl FnMut(&Compiled, Option<&Replication>) -> Result<Limit, String>,
+        mut prepare: impl FnMut(&Compiled, Option<&Replication>) -> Result<Limit, Refusal>,
     ) -> Result<(), Vec<Unservable>> {
         let mut problems: Vec<Unservable> = Vec::new();
         for configured_ns in &config.namespaces {
@@ -382,12 +423,12 @@ impl View {
     /// refuses, with its namespace, resource and domain override, in the
     /// config's order, as [`View::adapt`] lists them. Lets a caller hold a
     /// config to the rules of a store it has not built (`tollgate serve
-    /// --check` and Redis, whose rules are [`tollgate_store::Store::check_limit`]
+    /// --check` and Redis, whose rules are its [`tollgate_store::Store::admit`]
     /// without a connection) and get the list the store itself would give.
     pub fn unservable(
         &self,
         config: &Config,
-        mut check: impl FnMut(&Limit) -> Result<(), String>,
+        mut check: impl FnMut(&Limit) -> Result<(), Refusal>,
     ) -> Vec<Unservable> {
         let mut problems = Vec::new();
         for configured_ns in &config.namespaces {

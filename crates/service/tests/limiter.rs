@@ -1498,7 +1498,7 @@ fn problems_are_put_in_the_configs_order_without_repeats() {
             namespace: namespace.into(),
             resource: resource.into(),
             domain: domain.map(Into::into),
-            reason: reason.into(),
+            reason: tollgate_store::Refusal::limit(std::io::Error::other(reason.to_owned())),
         };
     let mut problems = vec![
         problem("alpha", "c", None, "one"),
@@ -1520,4 +1520,89 @@ fn problems_are_put_in_the_configs_order_without_repeats() {
             problem("alpha", "c", None, "one"),
         ]
     );
+}
+
+/// A store that keeps no copy pools and refuses every sliding log (a
+/// per-domain hard limit is one), each for a typed reason: only its
+/// admission matters to the tests that compile configs for it.
+struct Picky;
+
+/// [`Picky`]'s own reason for refusing a limit.
+#[derive(Debug, PartialEq, thiserror::Error)]
+#[error("this store keeps no sliding logs")]
+struct NoLogs;
+
+impl Store for Picky {
+    async fn decide(
+        &self,
+        _plan: &tollgate_store::Plan,
+        _now: Nanos,
+        _request: Request,
+        _mode: Mode,
+    ) -> Result<tollgate_core::PlanDecision, StoreError> {
+        Err(StoreError::Unavailable("a store only for compiling".into()))
+    }
+
+    async fn sweep(&self, _now: Nanos) {}
+
+    fn admit(&self, limit: tollgate_store::Admit<'_>) -> Result<(), tollgate_store::Refusal> {
+        use tollgate_store::{Admit, Refusal};
+        match limit {
+            Admit::Copies(_) => Err(Refusal::NoCopies),
+            Admit::Rate { limit, .. } if limit.algorithm_name() == "sliding_log" => {
+                Err(Refusal::limit(NoLogs))
+            }
+            Admit::Rate { .. } => Ok(()),
+        }
+    }
+}
+
+/// Issue 20: compiling for a store that refuses limits was a
+/// `Result<_, String>` whose copy refusal named a command-line flag
+/// (`--store redis://...`) from the service layer. Now the store refuses
+/// copy pools itself, through the one admission call, and the error is
+/// typed: every problem, in the config's order, with where it is and the
+/// store's reason as its source, which names no flag.
+#[test]
+fn a_config_the_store_cannot_serve_is_refused_with_every_place_and_typed_reason() {
+    use std::error::Error as _;
+    use tollgate_store::Refusal;
+    let config = load_str(
+        "t.yaml",
+        "namespaces:\n  - name: ns\n    resources:\n      - { name: fine, algorithm: token_bucket, capacity: 2, rate: 1/s }\n      - { name: pool, kind: concurrency, domain_limit: 1 }\n      - { name: api, algorithm: token_bucket, capacity: 2, rate: 1/s, hard_limit: 10 }\n",
+    )
+    .unwrap()
+    .config;
+    let unserved = Limiter::new(Picky, View::default())
+        .compile(&config, Nanos::ZERO)
+        .unwrap_err();
+    let places: Vec<(&str, &str)> = unserved
+        .problems
+        .iter()
+        .map(|p| (p.namespace.as_str(), p.resource.as_str()))
+        .collect();
+    assert_eq!(places, [("ns", "pool"), ("ns", "api")]);
+    let [pool, api] = unserved.problems.as_slice() else {
+        panic!("{unserved:?}");
+    };
+    assert_eq!(pool.reason, Refusal::NoCopies);
+    let Refusal::Limit(why) = &api.reason else {
+        panic!("{api:?}");
+    };
+    assert_eq!(why.downcast_ref::<NoLogs>(), Some(&NoLogs));
+    // The place is the problem's own message, the reason its source.
+    assert_eq!(api.to_string(), "namespace `ns`, resource `api`");
+    assert_eq!(
+        api.source().map(ToString::to_string).as_deref(),
+        Some("this store keeps no sliding logs")
+    );
+    let text = unserved.to_string();
+    assert_eq!(
+        text.lines().collect::<Vec<_>>(),
+        [
+            format!("namespace `ns`, resource `pool`: {}", Refusal::NoCopies).as_str(),
+            "namespace `ns`, resource `api`: this store keeps no sliding logs",
+        ]
+    );
+    assert!(!text.contains("--"), "the service names no flag: {text}");
 }

@@ -480,7 +480,8 @@ pub fn run(
                     Limit::TokenBucket(bucket.clone()),
                     Some(strategy.replication()),
                 )
-                .map(Arc::new)?;
+                .map(Arc::new)
+                .map_err(|e| e.to_string())?;
             net.replica(i).register(LIMIT, Arc::clone(&limit));
             Ok(limit)
         })

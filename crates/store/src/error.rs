@@ -1,4 +1,6 @@
-//! Why a store could not decide.
+//! Why a store could not decide, and why it will not serve a limit.
+
+use std::sync::Arc;
 
 use thiserror::Error;
 use tollgate_core::copies::CopyError;
@@ -46,5 +48,56 @@ impl StoreError {
              no single owner of truth"
                 .into(),
         )
+    }
+}
+
+/// Why a store will not serve one limit of a config ([`Store::admit`](crate::Store::admit)):
+/// the config is refused with it before it is put in force, rather than
+/// served wrongly. Says what to change, but names no command-line flag:
+/// the binary that maps it knows its flags.
+#[derive(Clone, Debug, Error)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The store keeps no copy pools, and the limit is a copy-limited
+    /// resource's.
+    #[error(
+        "copy-limited (concurrency) resources need one owner of truth, which a replicated \
+         cluster does not have; remove it from this config, or serve it from the Redis store"
+    )]
+    NoCopies,
+    /// The store cannot decide the limit as configured; the store's own
+    /// error (its type is the store's: downcast to branch on it) names the
+    /// parameter or algorithm and what to change.
+    #[error(transparent)]
+    Limit(Arc<dyn std::error::Error + Send + Sync + 'static>),
+}
+
+impl Refusal {
+    /// A refusal of a limit, for the store's own reason `why`.
+    pub fn limit(why: impl std::error::Error + Send + Sync + 'static) -> Refusal {
+        Refusal::Limit(Arc::new(why))
+    }
+}
+
+/// Two refusals are the same when they are of one kind and say the same:
+/// a config's list of problems tells each once.
+impl PartialEq for Refusal {
+    fn eq(&self, other: &Refusal) -> bool {
+        match (self, other) {
+            (Refusal::NoCopies, Refusal::NoCopies) => true,
+            (Refusal::Limit(a), Refusal::Limit(b)) => a.to_string() == b.to_string(),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Refusal {}
+
+impl std::hash::Hash for Refusal {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::mem::discriminant(self).hash(state);
+        if let Refusal::Limit(why) = self {
+            why.to_string().hash(state);
+        }
     }
 }

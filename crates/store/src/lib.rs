@@ -21,7 +21,7 @@ pub mod plan;
 
 use std::future::Future;
 
-pub use error::StoreError;
+pub use error::{Refusal, StoreError};
 pub use key::{Key, LimitId, PoolKey};
 pub use memory::{AtCapacity, MemoryStore, MemoryStoreOptions, StoreStats};
 pub use plan::{lock_order, Plan, PlanItem};
@@ -73,6 +73,24 @@ pub struct Held<'a> {
     pub copies: u64,
 }
 
+/// One limit of a config, as a store is asked to serve it
+/// ([`Store::admit`]).
+#[derive(Debug)]
+pub enum Admit<'a> {
+    /// A rate limit (a resource's algorithm, a domain override's, a hard
+    /// or a global limit) and how its resource asks to be replicated
+    /// (`None`: it does not say). The store may replace `limit` with the
+    /// one it decides (the replicated store makes it its cluster's CRDT).
+    Rate {
+        /// The limit as configured; on success, as the store decides it.
+        limit: &'a mut Limit,
+        /// The resource's `replication:`, if it has one.
+        replication: Option<&'a Replication>,
+    },
+    /// The copy pool of a copy-limited (concurrency) resource.
+    Copies(&'a CopyLimits),
+}
+
 /// A place where limit state lives and is updated atomically.
 ///
 /// `now` is the caller's clock; a store with its own authoritative clock
@@ -101,8 +119,8 @@ pub trait Store: Send + Sync + 'static {
     /// answer can never be known (the server resigned from a shared copy
     /// log, whose survivors then release everything it held).
     ///
-    /// The default refuses: a store without copy pools
-    /// ([`Store::holds_copies`] is false) need not implement them.
+    /// The default refuses: a store without copy pools (whose
+    /// [`Store::admit`] refuses [`Admit::Copies`]) need not implement them.
     fn reserve(
         &self,
         pool: &PoolKey,
@@ -179,22 +197,18 @@ pub trait Store: Send + Sync + 'static {
     /// timer; it is cheap to call often.
     fn sweep(&self, now: Nanos) -> impl Future<Output = ()> + Send;
 
-    /// Why `limit` cannot be decided by this store, if it cannot (the Redis
-    /// store's scripts are exact only below 2^52). Checked when a config is
-    /// loaded, so such a config is refused rather than served wrongly.
-    fn check_limit(&self, limit: &Limit) -> Result<(), String> {
+    /// Whether this store will serve `limit`, one limit of a config about
+    /// to be served, and as what; called for every limit (and every copy
+    /// pool) of a config before it is put in force, so a config the store
+    /// cannot serve is refused, saying why, rather than served wrongly.
+    /// The default admits everything as configured (the memory store).
+    /// The Redis store refuses limits its scripts cannot decide exactly
+    /// (below 2^52); the replicated store makes a rate limit its cluster's
+    /// CRDT, refuses what it cannot replicate, and refuses copy pools
+    /// ([`Refusal::NoCopies`]: copies need one owner of truth).
+    fn admit(&self, limit: Admit<'_>) -> Result<(), Refusal> {
         let _ = limit;
         Ok(())
-    }
-
-    /// Turns a configured limit into the one this store decides, given how
-    /// its resource asks to be replicated; called for every limit of a
-    /// config before it is served. The replicated store makes a token
-    /// bucket a CRDT of its cluster's node; the others keep the limit and
-    /// ignore `replication`. An error says why the store cannot run it.
-    fn prepare(&self, limit: Limit, replication: Option<&Replication>) -> Result<Limit, String> {
-        let _ = replication;
-        Ok(limit)
     }
 
     /// The limits of the config about to be served, by id (called once a
@@ -202,12 +216,6 @@ pub trait Store: Send + Sync + 'static {
     /// replicated store merges peers' keys only of these limits.
     fn serve_limits(&self, limits: Vec<(LimitId, std::sync::Arc<Limit>)>) {
         let _ = limits;
-    }
-
-    /// Whether the store keeps copy pools (copy-limited resources need one
-    /// owner of truth, which a replicated cluster is not).
-    fn holds_copies(&self) -> bool {
-        true
     }
 
     /// Whether the store can decide right now (a remote store whose backend

@@ -47,10 +47,14 @@ pub fn run(args: &CheckConfigArgs, given: Option<&clap::ArgMatches>) -> bool {
             }
             if args.cluster {
                 let now = tollgate_service::Clock::now(&tollgate_service::SystemClock);
-                if let Err(problems) =
+                if let Err(unserved) =
                     store_rules::on_cluster(&loaded.config, args.replication.strategy.0, now)
                 {
-                    eprintln!("error: {}", store_rules::refusal("replicated", &problems));
+                    let refused = store_rules::Refused {
+                        store: "replicated",
+                        unserved,
+                    };
+                    eprintln!("error: {refused}");
                     return false;
                 }
             }

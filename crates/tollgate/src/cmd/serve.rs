@@ -23,7 +23,7 @@ use tollgate_replica::Dissemination;
 use tollgate_server::app::ApiPart;
 use tollgate_server::{App, Server, ServerOptions};
 use tollgate_service::{
-    Clock, Limiter, ServiceOptions, SessionLimits, SystemClock, Unservable, View,
+    Clock, Limiter, ServiceOptions, SessionLimits, SystemClock, Unserved, View,
 };
 use tollgate_store::Store;
 
@@ -631,8 +631,10 @@ fn local_config(
         Some(path) => tollgate_config::load_path(path),
         None => tollgate_config::load_str("examples/tollgate.yaml (bundled)", BUNDLED),
     }
-    // Each diagnostic names the file: the wrapper says only what failed.
-    .map_err(|e| anyhow::anyhow!("cannot load the config: {}", e.plain()))?;
+    // Each diagnostic names the file: the wrapper says only what failed
+    // (as a reload says it: the diagnostics without their `error: `).
+    .map_err(tollgate_server::app::ComposeError::File)
+    .context("cannot load the config")?;
     let warnings = loaded.warnings.iter().map(ToString::to_string).collect();
     Ok((loaded.config, warnings))
 }
@@ -706,13 +708,13 @@ fn compose(
     args: &ServeArgs,
     part: Option<&tollgate_server::app::ApiPart>,
 ) -> Result<(tollgate_config::Config, Vec<String>)> {
-    tollgate_server::app::compose(args.config.as_deref(), part)
-        .map_err(|e| anyhow::anyhow!("{e}"))
-        .context("cannot load the config")
+    tollgate_server::app::compose(args.config.as_deref(), part).context("cannot load the config")
 }
 
-fn refused(store_name: &str, problems: &[Unservable]) -> anyhow::Error {
-    anyhow::anyhow!(store_rules::refusal(store_name, problems))
+/// The error of a config the store cannot serve (the same from `serve`
+/// and `serve --check`).
+fn refused(store: &'static str, unserved: Unserved) -> anyhow::Error {
+    store_rules::Refused { store, unserved }.into()
 }
 
 /// Holds `config` to the rules of the store it will run on, without a
@@ -726,12 +728,12 @@ fn check_config_on(
 ) -> Result<()> {
     let compiled = match backend {
         StoreChoice::Memory => Limiter::new(backend::memory_store(args), View::default())
-            .compile_all(config, now)
+            .compile(config, now)
             .map(drop),
         StoreChoice::Redis(_) => store_rules::on_redis(config, now),
         StoreChoice::Cluster(settings) => store_rules::on_cluster(config, settings.strategy, now),
     };
-    compiled.map_err(|problems| refused(backend.name(), &problems))
+    compiled.map_err(|unserved| refused(backend.name(), unserved))
 }
 
 /// The config API's client (`--config-api`), with its token read and its
@@ -945,7 +947,7 @@ async fn serve_with<S: Store>(
     if let Some(handle) = metrics {
         app = app.metrics(handle);
     }
-    let app = app.build().map_err(|e| refused(store_name, &e))?;
+    let app = app.build().map_err(|e| refused(store_name, e))?;
     if app.metrics().is_some() {
         tollgate_server::metrics::config_loaded_at_start(app.config_status().revision);
     }
