@@ -111,7 +111,7 @@ async fn a_follower_reads_the_apis_deltas_and_hands_each_revision_over() {
     std::fs::write(&token, format!("{READ}\n")).unwrap();
     let mut follower = Follower::new(
         &base,
-        TokenSource::File(token),
+        TokenSource::file(token),
         None,
         Duration::from_secs(5),
     )
@@ -172,7 +172,7 @@ async fn an_unknown_token_is_refused_with_the_apis_message() {
     std::fs::write(&token, "not-a-token-of-this-api\n").unwrap();
     let mut follower = Follower::new(
         &base,
-        TokenSource::File(token.clone()),
+        TokenSource::file(token.clone()),
         None,
         Duration::from_secs(5),
     )

@@ -31,6 +31,6 @@ pub mod store;
 pub mod wire;
 
 pub use deltas::{Class, Dissemination, Round};
-pub use node::{Node, NodeConfig, Output, Peer, Sent, Timer};
+pub use node::{Node, NodeConfig, NodeTimer, Output, Peer, Sent};
 pub use replica::{Absorbed, Replica, ReplicaOptions};
 pub use store::{NotReplicable, ReplicaStore};

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use tollgate_core::Nanos;
 
 use crate::metrics as m;
-use crate::node::{Node, Output, Timer};
+use crate::node::{Node, NodeTimer, Output};
 use crate::replica::Replica;
 
 /// Reads the time the node works with: the server's clock, as a function
@@ -38,12 +38,12 @@ const FAULT_POLL: Duration = Duration::from_millis(100);
 #[derive(Default)]
 struct Timers {
     heap: BinaryHeap<Reverse<(Instant, u64)>>,
-    timers: HashMap<u64, Timer>,
+    timers: HashMap<u64, NodeTimer>,
     next: u64,
 }
 
 impl Timers {
-    fn push(&mut self, after: Duration, timer: Timer) {
+    fn push(&mut self, after: Duration, timer: NodeTimer) {
         let id = self.next;
         self.next = self.next.wrapping_add(1);
         self.heap.push(Reverse((Instant::now() + after, id)));
@@ -54,7 +54,7 @@ impl Timers {
         self.heap.peek().map(|Reverse((at, _))| *at)
     }
 
-    fn pop_due(&mut self, now: Instant) -> Option<Timer> {
+    fn pop_due(&mut self, now: Instant) -> Option<NodeTimer> {
         match self.heap.peek() {
             Some(Reverse((at, id))) if *at <= now => {
                 let id = *id;

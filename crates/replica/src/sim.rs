@@ -15,7 +15,7 @@ use std::sync::Arc;
 use tollgate_core::replicated::NodeId;
 use tollgate_core::Nanos;
 
-use crate::node::{Node, NodeConfig, Output, Timer};
+use crate::node::{Node, NodeConfig, NodeTimer, Output};
 use crate::replica::{Replica, ReplicaOptions};
 use crate::wire::ClusterKey;
 
@@ -52,7 +52,7 @@ enum Event {
     },
     Timer {
         node: usize,
-        timer: Timer,
+        timer: NodeTimer,
     },
     Wake {
         node: usize,

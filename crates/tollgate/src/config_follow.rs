@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use anyhow::Result;
 use tokio::sync::watch;
-use tollgate_configapi::client::{self, ConfigText, FetchError, FirstError};
+use tollgate_configapi::client::{
+    self, ConfigText, FetchError, FirstError, SetupError, TokenError, TOKEN_VARIABLE,
+};
 pub use tollgate_configapi::client::{TokenRefused, TokenSource};
 use tollgate_server::app::{ApiPart, App};
 use tollgate_store::Store;
@@ -35,12 +37,18 @@ impl Follower {
         ca: Option<&PathBuf>,
         poll: Duration,
     ) -> Result<Follower> {
-        Ok(Follower(client::Follower::new(
-            base,
-            token_source,
-            ca,
-            poll,
-        )?))
+        // The library names what it was given neutrally; the flags that
+        // gave it are this binary's to name.
+        match client::Follower::new(base, token_source, ca, poll) {
+            Ok(follower) => Ok(Follower(follower)),
+            Err(SetupError::Token(TokenError::Missing)) => Err(anyhow::anyhow!(
+                "--config-api needs a token: --config-api-token-file or {TOKEN_VARIABLE}"
+            )),
+            Err(e @ (SetupError::UserInfo(_) | SetupError::NotHttp(_))) => {
+                Err(anyhow::Error::new(e).context("--config-api"))
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The API's URL as messages and logs show it (no user or password).

@@ -44,13 +44,13 @@ impl std::error::Error for TokenRefused {}
 pub enum SetupError {
     /// The URL holds a user or password (shown redacted).
     #[error(
-        "--config-api {0}: the URL holds a user or password, which the config API does not \
-         take; remove `USER:PASSWORD@` (the server's credential is the read token, in \
-         --config-api-token-file or {TOKEN_VARIABLE})"
+        "{0}: the URL holds a user or password, which the config API does not take; remove \
+         `USER:PASSWORD@` (the server's credential is the read token, in a token file or \
+         {TOKEN_VARIABLE})"
     )]
     UserInfo(String),
     /// Not an `http://` or `https://` URL (shown redacted).
-    #[error("--config-api must be an http:// or https:// URL, not {0:?}")]
+    #[error("the config API's URL must be an http:// or https:// URL, not {0:?}")]
     NotHttp(String),
     /// The token cannot be used.
     #[error(transparent)]

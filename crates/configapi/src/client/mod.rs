@@ -219,6 +219,20 @@ impl Follower {
             };
             let delta = match fetched {
                 Ok(d) => d,
+                // A success whose body is not a delta is what a bad delta
+                // is: this copy and the API disagree on what was sent, so
+                // the next fetch asks for everything rather than for the
+                // same `since` again.
+                Err(FetchError::NotDelta(e)) => {
+                    tracing::error!(error = ?e.to_string(), "the config API answered with a body that is not a delta; fetching everything again");
+                    self.copy = FollowedConfig::default();
+                    reset = true;
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        _ = stop.wait_for(|s| *s) => return,
+                    }
+                    continue;
+                }
                 Err(e) => {
                     failures = failures.saturating_add(1);
                     let wait = Duration::from_millis(100u64 << failures.min(6))
@@ -228,7 +242,7 @@ impl Follower {
                     let in_force = self.copy.revision;
                     match (&logged, trouble, &self.token_source) {
                         (None, _, _) => {}
-                        (Some(error), Trouble::Refused, TokenSource::File(_)) => {
+                        (Some(error), Trouble::Refused, TokenSource::File { .. }) => {
                             tracing::error!(error = ?error, api_revision = in_force, "the config API refused this server's token; keeping the config in force, and reading the token file again before each retry")
                         }
                         (Some(error), Trouble::Refused, TokenSource::Env) => {
@@ -338,7 +352,7 @@ pub(crate) mod tests {
     fn follower(token_file: &std::path::Path) -> Follower {
         Follower::new(
             "http://127.0.0.1:1",
-            TokenSource::File(token_file.to_path_buf()),
+            TokenSource::file(token_file),
             None,
             Duration::from_secs(1),
         )
@@ -404,7 +418,7 @@ pub(crate) mod tests {
             "https://fleet:12/hunter2@config.internal",
             "https://fleet:ab/hunter2@config.internal",
         ] {
-            let e = Follower::new(url, TokenSource::File(token.clone()), None, Duration::ZERO)
+            let e = Follower::new(url, TokenSource::file(token.clone()), None, Duration::ZERO)
                 .err()
                 .unwrap();
             let e = chain(&e);
@@ -412,12 +426,12 @@ pub(crate) mod tests {
             assert!(e.contains("***@config.internal"), "{e}");
             assert!(e.contains("remove `USER:PASSWORD@`"), "{e}");
         }
-        let e = Follower::new("ftp://h", TokenSource::File(token), None, Duration::ZERO)
+        let e = Follower::new("ftp://h", TokenSource::file(token), None, Duration::ZERO)
             .err()
             .unwrap();
         assert!(
             e.to_string()
-                .starts_with("--config-api must be an http:// or https:// URL"),
+                .starts_with("the config API's URL must be an http:// or https:// URL"),
             "{e}"
         );
     }

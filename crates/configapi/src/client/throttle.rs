@@ -100,7 +100,7 @@ mod tests {
     fn refused() -> FetchError {
         TokenRefused {
             shown: "http://127.0.0.1:1".into(),
-            source: TokenSource::File("token".into()),
+            source: TokenSource::file("token"),
             status: reqwest::StatusCode::UNAUTHORIZED,
             message: "the bearer token is not known".into(),
             whole_line: false,

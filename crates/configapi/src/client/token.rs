@@ -15,16 +15,23 @@ pub const TOKEN_FORMAT: &str = "it must hold a `read` token of the config API al
 /// without a restart).
 #[derive(Clone, Debug)]
 pub enum TokenSource {
-    /// `--config-api-token-file`.
-    File(PathBuf),
-    /// `TOLLGATE_CONFIG_API_TOKEN`.
+    /// A file, and how messages name it: the program that names the file
+    /// knows how its user gave it (the binary says `--config-api-token-file`);
+    /// [`TokenSource::file`] says "the token file".
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What messages call it, before its path.
+        label: &'static str,
+    },
+    /// [`TOKEN_VARIABLE`], which this crate reads itself.
     Env,
 }
 
 impl std::fmt::Display for TokenSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            TokenSource::File(path) => write!(f, "--config-api-token-file {}", path.display()),
+            TokenSource::File { path, label } => write!(f, "{label} {}", path.display()),
             TokenSource::Env => f.write_str(TOKEN_VARIABLE),
         }
     }
@@ -45,7 +52,7 @@ pub enum TokenError {
     #[error("{0} is not valid UTF-8: {TOKEN_FORMAT}")]
     VariableNotUnicode(TokenSource),
     /// No file was named and the variable is not set.
-    #[error("--config-api needs a token: --config-api-token-file or {TOKEN_VARIABLE}")]
+    #[error("the config API needs a token: a token file, or {TOKEN_VARIABLE}")]
     Missing,
     /// Only whitespace.
     #[error("{0} is empty: {TOKEN_FORMAT}")]
@@ -59,13 +66,21 @@ pub enum TokenError {
 }
 
 impl TokenSource {
+    /// The token file at `path`, called "the token file" in messages.
+    pub fn file(path: impl Into<PathBuf>) -> TokenSource {
+        TokenSource::File {
+            path: path.into(),
+            label: "the token file",
+        }
+    }
+
     /// The token it holds: the text, surrounding whitespace (a final
     /// newline) ignored. An empty one, one of several lines, or one with
     /// another control character is refused here rather than sent and
     /// refused by the API. No message quotes the token.
     pub fn read(&self) -> Result<String, TokenError> {
         let text = match self {
-            TokenSource::File(path) => {
+            TokenSource::File { path, .. } => {
                 let bytes =
                     std::fs::read(path).map_err(|e| TokenError::Unreadable(self.clone(), e))?;
                 String::from_utf8(bytes).map_err(|e| TokenError::FileNotUtf8(self.clone(), e))?
@@ -112,7 +127,7 @@ mod tests {
         ];
         for (i, (contents, problem)) in cases.into_iter().enumerate() {
             let path = temp_file(&format!("bad-{i}"), contents);
-            let e = chain(&TokenSource::File(path.clone()).read().unwrap_err());
+            let e = chain(&TokenSource::file(path.clone()).read().unwrap_err());
             assert!(
                 e.starts_with(&format!(
                     "--config-api-token-file {} {problem}",
@@ -124,7 +139,7 @@ mod tests {
         }
         let path = temp_file("good", b"\t a-token-of-this-server \n");
         assert_eq!(
-            TokenSource::File(path).read().unwrap(),
+            TokenSource::file(path).read().unwrap(),
             "a-token-of-this-server"
         );
     }

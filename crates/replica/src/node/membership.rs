@@ -14,7 +14,7 @@ use foca::OwnedNotification;
 use tollgate_core::replicated::NodeId;
 use tollgate_core::Nanos;
 
-use super::{Node, Output, Peer, Timer, FOCA_PACKET, MAX_SEEDS};
+use super::{Node, NodeTimer, Output, Peer, FOCA_PACKET, MAX_SEEDS};
 use crate::wire::Body;
 
 impl Node {
@@ -90,7 +90,7 @@ impl Node {
             self.send(peer.addr, to, Body::Membership(data.to_vec()), now, out);
         }
         while let Some((after, timer)) = self.runtime.to_schedule() {
-            out.timers.push((after, Timer::Membership(timer)));
+            out.timers.push((after, NodeTimer::Membership(timer)));
         }
         self.ask_full(now, out);
     }

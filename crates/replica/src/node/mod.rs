@@ -192,7 +192,7 @@ pub struct NodeConfig {
 
 /// Timers a node asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Timer {
+pub enum NodeTimer {
     /// One of foca's.
     Membership(foca::Timer<Peer>),
     /// A gossip round of a class.
@@ -231,7 +231,7 @@ pub struct Output {
     /// Datagrams to send.
     pub sends: Vec<(SocketAddr, Vec<u8>)>,
     /// Timers to set.
-    pub timers: Vec<(Duration, Timer)>,
+    pub timers: Vec<(Duration, NodeTimer)>,
 }
 
 /// Largest foca packet: what fits a datagram with our header and tag.
@@ -458,13 +458,13 @@ impl Node {
         }
         self.drain_membership(now, &mut out);
         out.timers
-            .push((nanos(self.config.join_timeout), Timer::Join));
+            .push((nanos(self.config.join_timeout), NodeTimer::Join));
         out.timers
-            .push((nanos(self.config.probe_interval), Timer::Probe));
-        out.timers.push((Duration::ZERO, Timer::Housekeeping));
+            .push((nanos(self.config.probe_interval), NodeTimer::Probe));
+        out.timers.push((Duration::ZERO, NodeTimer::Housekeeping));
         if !self.config.anti_entropy.is_zero() {
             out.timers
-                .push((nanos(self.config.anti_entropy), Timer::AntiEntropy));
+                .push((nanos(self.config.anti_entropy), NodeTimer::AntiEntropy));
         }
         out
     }
@@ -522,25 +522,25 @@ impl Node {
     }
 
     /// Handles a timer the node asked for.
-    pub fn handle_timer(&mut self, timer: Timer, now: Nanos) -> Output {
+    pub fn handle_timer(&mut self, timer: NodeTimer, now: Nanos) -> Output {
         let mut out = Output::default();
         match timer {
-            Timer::Membership(t) => {
+            NodeTimer::Membership(t) => {
                 if let Err(e) = self.foca.handle_timer(t, &mut self.runtime) {
                     tracing::debug!(error = %e, "membership timer failed");
                 }
                 self.drain_membership(now, &mut out);
             }
-            Timer::Gossip(class) => {
+            NodeTimer::Gossip(class) => {
                 self.gossip_round(class, now, &mut out);
                 if self.replica.classes().contains(&class) {
                     out.timers
-                        .push((nanos(class.interval), Timer::Gossip(class)));
+                        .push((nanos(class.interval), NodeTimer::Gossip(class)));
                 } else {
                     self.classes.remove(&class);
                 }
             }
-            Timer::Probe => {
+            NodeTimer::Probe => {
                 let members: Vec<SocketAddr> = self.members.keys().copied().collect();
                 for peer in members {
                     self.pings.insert(peer, now);
@@ -552,9 +552,9 @@ impl Node {
                 self.check_clocks();
                 self.graft_around_gaps(now, &mut out);
                 out.timers
-                    .push((nanos(self.config.probe_interval), Timer::Probe));
+                    .push((nanos(self.config.probe_interval), NodeTimer::Probe));
             }
-            Timer::Join => {
+            NodeTimer::Join => {
                 if self.replica.is_synced() {
                     return out;
                 }
@@ -569,7 +569,7 @@ impl Node {
                     self.asked = None;
                     self.ask_full(now, &mut out);
                     out.timers
-                        .push((nanos(self.config.join_timeout), Timer::Join));
+                        .push((nanos(self.config.join_timeout), NodeTimer::Join));
                 } else {
                     tracing::warn!(
                         members = self.members.len(),
@@ -581,7 +581,7 @@ impl Node {
                     self.streams.clear();
                 }
             }
-            Timer::AntiEntropy => {
+            NodeTimer::AntiEntropy => {
                 // Deltas are sent once; a datagram lost on the way, or a
                 // link that does not exist (a partial mesh), would leave a
                 // gap for good. A digest to one member now and then finds
@@ -590,16 +590,16 @@ impl Node {
                     self.send_digest(peer, now, &mut out);
                 }
                 out.timers
-                    .push((nanos(self.config.anti_entropy), Timer::AntiEntropy));
+                    .push((nanos(self.config.anti_entropy), NodeTimer::AntiEntropy));
             }
-            Timer::Housekeeping => {
+            NodeTimer::Housekeeping => {
                 self.check_key(now);
                 self.announce_to_seeds();
                 self.drain_membership(now, &mut out);
                 for class in self.replica.classes() {
                     if self.classes.insert(class) {
                         out.timers
-                            .push((nanos(class.interval), Timer::Gossip(class)));
+                            .push((nanos(class.interval), NodeTimer::Gossip(class)));
                     }
                 }
                 metrics::gauge!(m::STATE_KEYS).set(self.replica.keys() as f64);
@@ -607,7 +607,7 @@ impl Node {
                 metrics::gauge!(m::PEERS_ALIVE).set(self.members.len() as f64);
                 metrics::gauge!(m::CONVERGENCE_LAG)
                     .set(self.replica.convergence_lag(now).as_secs_f64());
-                out.timers.push((HOUSEKEEPING, Timer::Housekeeping));
+                out.timers.push((HOUSEKEEPING, NodeTimer::Housekeeping));
             }
         }
         out

@@ -31,10 +31,10 @@ use super::serve::{unless_stopped, ClusterSettings, ServeArgs, StopSignal};
 /// A boxed future that sends nothing back.
 type Work = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// Work a backend runs beside the server, started once the server's config
-/// is compiled and its ports are bound (so a peer's keys find their
-/// limits), and told to stop (its receiver turns `true`) after the last
-/// request was answered. The server waits a little for it to finish.
+/// Work a backend runs beside the server, told to stop (its receiver turns
+/// `true`) after the last request was answered. The server waits a little
+/// for it to finish. When it starts is the backend's choice
+/// ([`Backend::early`], [`Backend::tasks`]).
 pub(crate) type Task = Box<dyn FnOnce(watch::Receiver<bool>) -> Work + Send>;
 
 /// Why a backend can no longer serve: the server stops at once, without
@@ -54,7 +54,14 @@ pub(crate) struct Backend<S> {
     pub store: S,
     /// Its name, as `/status`, the listening line and errors give it.
     pub name: &'static str,
-    /// What it runs beside the server.
+    /// What it runs beside the server from the moment the server is
+    /// being set up, before the config is compiled and the ports bound:
+    /// the Redis heartbeat, because this server joined the copy log when
+    /// it connected and peers declare it dead if it does not beat within
+    /// the heartbeat TTL, however long the rest of startup takes.
+    pub early: Vec<Task>,
+    /// What it runs beside the server once the config is compiled and the
+    /// ports are bound (gossip: so a peer's keys find their limits).
     pub tasks: Vec<Task>,
     /// Completes when the backend fails for good (a Redis server resigned
     /// from the copy log); never, for a backend that cannot.
@@ -70,6 +77,7 @@ impl<S> Backend<S> {
         Backend {
             store,
             name,
+            early: Vec::new(),
             tasks: Vec::new(),
             fatal: Box::pin(std::future::pending()),
             gossip: None,
@@ -130,7 +138,7 @@ pub(crate) async fn redis(
         }
     });
     let mut backend = Backend::plain(store, "redis");
-    backend.tasks = vec![monitor, heartbeat];
+    backend.early = vec![monitor, heartbeat];
     // Resigning from the copy log ends the server (Charon §4.3.2): its
     // sessions' holds were released by another server, so it must not keep
     // them. A supervisor restarts it with a new id.

@@ -700,8 +700,6 @@ fn cluster_settings(args: &ServeArgs, cluster: &str) -> Result<ClusterSettings> 
     })
 }
 
-/// The error of a config the store cannot serve (the same from `serve`
-/// and `serve --check`).
 /// The config file's part (if any) and the config API's `part` (if it
 /// follows one) as one config, as the server installs it.
 fn compose(
@@ -743,7 +741,10 @@ fn follower(args: &ServeArgs) -> Result<Option<Follower>> {
         return Ok(None);
     };
     let token = match &args.config_api_token_file {
-        Some(path) => TokenSource::File(path.clone()),
+        Some(path) => TokenSource::File {
+            path: path.clone(),
+            label: "--config-api-token-file",
+        },
         None => TokenSource::Env,
     };
     let poll = Duration::from_millis(args.config_api_poll_ms.max(100));
@@ -911,10 +912,19 @@ async fn serve_with<S: Store>(
     let Backend {
         store,
         name: store_name,
+        early,
         tasks,
         fatal,
         gossip,
     } = backend;
+    let (tasks_stop, tasks_stopped) = watch::channel(false);
+    let spawn = |tasks: Vec<backend::Task>| {
+        tasks
+            .into_iter()
+            .map(|task| tokio::spawn(task(tasks_stopped.clone())))
+            .collect::<Vec<_>>()
+    };
+    let mut running = spawn(early);
     let mut app = App::builder(store, store_name, config)
         .source(ConfigOrigin::of(&args).source())
         .warnings(warnings)
@@ -966,11 +976,7 @@ async fn serve_with<S: Store>(
         ..ServerOptions::default()
     };
     let server = Server::bind(Arc::clone(&app), options).await?;
-    let (tasks_stop, tasks_stopped) = watch::channel(false);
-    let tasks: Vec<_> = tasks
-        .into_iter()
-        .map(|task| tokio::spawn(task(tasks_stopped.clone())))
-        .collect();
+    running.extend(spawn(tasks));
     let grpc = server.grpc_addr()?;
     let http = server.http_addr()?;
 
@@ -1046,7 +1052,7 @@ async fn serve_with<S: Store>(
     // leaves the cluster: peers stop probing us).
     let _ = tasks_stop.send(true);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-    for task in tasks {
+    for task in running {
         let _ = tokio::time::timeout_at(deadline, task).await;
     }
     if let Some(f) = failed
@@ -1075,7 +1081,7 @@ fn admin_tokens(path: &std::path::Path) -> Result<tollgate_server::tokens::Token
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the admin tokens file {}", path.display()))?;
     let tokens = tollgate_server::tokens::Tokens::parse(&text)
-        .map_err(|e| anyhow::anyhow!("bad admin tokens in {}: {e}", path.display()))?;
+        .with_context(|| format!("bad admin tokens in {}", path.display()))?;
     if tokens.is_empty() {
         bail!(
             "the admin tokens file {} holds no token (one ROLE:NAME:TOKEN per line); without \
