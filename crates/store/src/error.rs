@@ -40,12 +40,14 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// The refusal of a store that keeps no copy pools (a replicated
-    /// cluster has no single owner of truth for them).
+    /// The refusal of a store that keeps no copy pools (it has no single
+    /// owner of truth for them). [`Refusal::NoCopies`] keeps such a
+    /// resource out of its config; this answers a copy operation that
+    /// reaches it anyway.
     pub fn no_copies() -> StoreError {
         StoreError::Unsupported(
-            "copy-limited resources need the memory or Redis store; a replicated cluster has \
-             no single owner of truth"
+            "this store keeps no copy pools: copy-limited resources need a store with one owner \
+             of truth"
                 .into(),
         )
     }
@@ -61,8 +63,8 @@ pub enum Refusal {
     /// The store keeps no copy pools, and the limit is a copy-limited
     /// resource's.
     #[error(
-        "copy-limited (concurrency) resources need one owner of truth, which a replicated \
-         cluster does not have; remove it from this config, or serve it from the Redis store"
+        "copy-limited (concurrency) resources need one owner of truth, which this store does \
+         not have; remove it from this config, or serve it from a store that keeps copy pools"
     )]
     NoCopies,
     /// The store cannot decide the limit as configured; the store's own

@@ -500,7 +500,7 @@ namespaces:
     ];
     let want = "\
 error: the config cannot run on the replicated store (5 problems, each saying what to change):
-  namespace `default`, resource `sandbox`: copy-limited (concurrency) resources need one owner of truth, which a replicated cluster does not have; remove it from this config, or serve it from the Redis store (--store redis://...)
+  namespace `default`, resource `sandbox`: copy-limited (concurrency) resources need one owner of truth, which this store does not have; remove it from this config, or serve it from a store that keeps copy pools (the Redis store does: --store redis://...)
   namespace `default`, resource `feed`: `sliding_window` cannot be replicated in a gossip cluster; use `token_bucket` or `gcra` (replicated as queue), or serve it from the Redis store
   namespace `default`, resource `burst`, domain `acme`: `fixed_window` cannot be replicated in a gossip cluster; use `token_bucket` or `gcra` (replicated as queue), or serve it from the Redis store
   namespace `default`, resource `exact`: a `sliding_log` is replicated only with `window: 1s` and neither `min_gap` nor `count_rejected`; change it so, use `token_bucket` or `gcra`, or serve it from the Redis store

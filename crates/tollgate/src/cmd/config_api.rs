@@ -297,13 +297,14 @@ fn servers_token(args: &ConfigApiArgs) -> Result<Option<String>> {
 
 /// Reads the servers' metrics every `every`, [`READS_AT_ONCE`] servers
 /// at a time, each read bounded in time and bytes, and records them on
-/// `board`.
+/// `board` at `clock`'s time (the one the API's audit trail reads).
 async fn follow_usage(
     board: tollgate_configapi::usage::Board,
     servers: Vec<(String, reqwest::Url)>,
     every: Duration,
     http: reqwest::Client,
     token: Option<String>,
+    clock: std::sync::Arc<dyn tollgate_core::clock::Clock>,
 ) {
     use tollgate_configapi::usage::Fetched;
     let token = std::sync::Arc::new(token);
@@ -339,10 +340,7 @@ async fn follow_usage(
                 });
             }
         }
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(0);
+        let now_ms = clock.now().as_u64() / 1_000_000;
         board.record(now_ms, fetched.into_iter().flatten().collect());
     }
 }
@@ -462,7 +460,9 @@ async fn serve(args: ConfigApiArgs) -> Result<()> {
         None => args.database.clone(),
     };
     let shown = tollgate_redis::conn::redact(&url);
-    let db = Db::connect(&url, std::sync::Arc::new(tollgate_core::SystemClock))
+    let clock: std::sync::Arc<dyn tollgate_core::clock::Clock> =
+        std::sync::Arc::new(tollgate_core::SystemClock);
+    let db = Db::connect(&url, std::sync::Arc::clone(&clock))
         .await
         .with_context(|| format!("cannot open the database {shown}"))?;
     let api = Api::new(db, tokens, args.rate_limit, args.burst).await?;
@@ -490,6 +490,7 @@ async fn serve(args: ConfigApiArgs) -> Result<()> {
             every,
             usage_http,
             servers_token,
+            clock,
         ))
     });
     let tls = match (&args.tls_cert, &args.tls_key) {

@@ -113,7 +113,7 @@ impl Refused {
     fn line(problem: &Unservable) -> String {
         let mut line = format!("{:#}", anyhow::Error::new(problem.clone()));
         if matches!(problem.reason, Refusal::NoCopies) {
-            line += " (--store redis://...)";
+            line += " (the Redis store does: --store redis://...)";
         }
         line
     }
@@ -195,7 +195,7 @@ mod tests {
             lines,
             [
                 "the config cannot run on the replicated store (2 problems, each saying what to change):",
-                &format!("  namespace `ns`, resource `pool`: {} (--store redis://...)", Refusal::NoCopies),
+                &format!("  namespace `ns`, resource `pool`: {} (the Redis store does: --store redis://...)", Refusal::NoCopies),
                 "  namespace `ns`, resource `api`: the limit cannot be prepared: a parameter out of range",
             ]
         );
