@@ -12,7 +12,7 @@ use smallvec::SmallVec;
 use tollgate_config::{Config, ResourceKind};
 use tollgate_core::copies::{CopyLimits, Reservation};
 use tollgate_core::{Decision, Limit, Mode, Nanos, PlanDecision, Request, TierInfo};
-use tollgate_store::{Key, OpId, Plan, PoolKey, Store};
+use tollgate_store::{DuplicateKey, Key, OpId, Plan, PoolKey, Store, StoreError};
 
 use crate::error::ServiceError;
 use crate::view::{
@@ -299,7 +299,9 @@ impl<S: Store> Limiter<S> {
         };
         let limits = rate.for_domain(req.domain);
         let shadow = entry.shadow || ns.ignore_configured;
-        let (plan, roles) = rate_plan(rate, limits, req.domain, shadow);
+        // A config gives each limit its own id, so the keys are distinct;
+        // were they not, the request fails rather than counting twice.
+        let (plan, roles) = rate_plan(rate, limits, req.domain, shadow).map_err(StoreError::from)?;
         let plan = plan.with_affinity(ns.affinity);
         let request = Request::between(req.min_hits, req.hits);
         if matches!(limits.main, Main::Deny) && !shadow {
@@ -394,11 +396,12 @@ impl<S: Store> Limiter<S> {
                             // Two identical descriptors share one counter
                             // (as upstream); they are one plan item here.
                             let key = Key::new(c.id, &m.domain);
-                            item = Some(match plan.items.iter().position(|it| it.key == key) {
+                            item = Some(match plan.position(&key) {
                                 Some(existing) => existing,
                                 None => {
-                                    plan.push(key, c.limit.clone(), shadow);
-                                    plan.items.len() - 1
+                                    plan.push(key, c.limit.clone(), shadow)
+                                        .map_err(StoreError::from)?;
+                                    plan.len() - 1
                                 }
                             });
                         }
@@ -423,7 +426,7 @@ impl<S: Store> Limiter<S> {
             let Some(item) = *item else { continue };
             let fits = pd.rooms.get(item).is_some_and(|&r| r >= req.hits);
             status.decision = pd.decisions.get(item).copied();
-            if plan.items[item].shadow {
+            if plan.items()[item].shadow {
                 status.shadowed = !fits;
             } else {
                 status.allowed = fits;
@@ -606,22 +609,22 @@ fn rate_plan(
     limits: &DomainLimits,
     domain: &str,
     shadow: bool,
-) -> (Plan, SmallVec<[Role; 3]>) {
+) -> Result<(Plan, SmallVec<[Role; 3]>), DuplicateKey> {
     let mut plan = Plan::default();
     let mut roles = SmallVec::new();
     if let Main::Limited(c) = &limits.main {
-        plan.push(Key::new(c.id, domain), c.limit.clone(), shadow);
+        plan.push(Key::new(c.id, domain), c.limit.clone(), shadow)?;
         roles.push(Role::Main);
     }
     if let Some(h) = &limits.hard {
-        plan.push(Key::new(h.id, domain), h.limit.clone(), shadow);
+        plan.push(Key::new(h.id, domain), h.limit.clone(), shadow)?;
         roles.push(Role::Hard);
     }
     if let Some(g) = &rate.global {
-        plan.push(Key::new(g.id, ""), g.limit.clone(), shadow);
+        plan.push(Key::new(g.id, ""), g.limit.clone(), shadow)?;
         roles.push(Role::Global);
     }
-    (plan, roles)
+    Ok((plan, roles))
 }
 
 fn rate_outcome(

@@ -18,13 +18,15 @@ pub mod error;
 pub mod key;
 pub mod memory;
 pub mod plan;
+pub mod table;
 
 use std::future::Future;
 
 pub use error::StoreError;
 pub use key::{Key, LimitId, PoolKey};
 pub use memory::{AtCapacity, MemoryStore, MemoryStoreOptions, StoreStats};
-pub use plan::{lock_order, Plan, PlanItem};
+pub use plan::{lock_order, DuplicateKey, Plan, PlanItem};
+pub use table::{Table, TableOptions};
 
 use tollgate_core::copies::{CopyLimits, Groups, Reservation, Staged, TransferId};
 use tollgate_core::replicated::strategy::Replication;

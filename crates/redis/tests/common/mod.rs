@@ -124,7 +124,7 @@ pub async fn conform(redis: &RedisStore, items: &[Item], start: Nanos, steps: &[
         let mut plan = Plan::default().with_affinity(7);
         for &i in &step.items {
             let it = &items[i];
-            plan.push(it.key.clone(), Arc::clone(&it.limit), it.shadow);
+            plan.push(it.key.clone(), Arc::clone(&it.limit), it.shadow).unwrap();
         }
         let want = memory.decide_now(&plan, now, step.request, step.mode);
         let got = redis.decide(&plan, now, step.request, step.mode).await;
@@ -248,7 +248,7 @@ pub async fn check_ttls(server: &RedisServer, items: &[Item], steps: &[Step]) {
         let mut plan = Plan::default().with_affinity(7);
         for &i in &step.items {
             let it = &items[i];
-            plan.push(it.key.clone(), Arc::clone(&it.limit), it.shadow);
+            plan.push(it.key.clone(), Arc::clone(&it.limit), it.shadow).unwrap();
         }
         let Ok(d) = redis.decide(&plan, now, step.request, step.mode).await else {
             continue;
