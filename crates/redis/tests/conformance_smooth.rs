@@ -136,7 +136,8 @@ async fn redis_run(
         let mut plan = Plan::default().with_affinity(7);
         for &i in &step.items {
             let it = &items[i];
-            plan.push(it.key.clone(), Arc::clone(&it.limit), it.shadow).unwrap();
+            plan.push(it.key.clone(), Arc::clone(&it.limit), it.shadow)
+                .unwrap();
         }
         out.push(
             redis

@@ -403,7 +403,8 @@ fn a_plan_of_several_keys_is_all_or_nothing_and_gossips_only_what_it_granted() {
     let mut both = Plan::default();
     for p in [&one, &ten] {
         let item = &p.items()[0];
-        both.push(item.key.clone(), Arc::clone(&item.limit), false).unwrap();
+        both.push(item.key.clone(), Arc::clone(&item.limit), false)
+            .unwrap();
     }
     let first = r
         .decide_now(&both, T0, Request::exactly(1), Mode::Try)

@@ -301,7 +301,8 @@ impl<S: Store> Limiter<S> {
         let shadow = entry.shadow || ns.ignore_configured;
         // A config gives each limit its own id, so the keys are distinct;
         // were they not, the request fails rather than counting twice.
-        let (plan, roles) = rate_plan(rate, limits, req.domain, shadow).map_err(StoreError::from)?;
+        let (plan, roles) =
+            rate_plan(rate, limits, req.domain, shadow).map_err(StoreError::from)?;
         let plan = plan.with_affinity(ns.affinity);
         let request = Request::between(req.min_hits, req.hits);
         if matches!(limits.main, Main::Deny) && !shadow {

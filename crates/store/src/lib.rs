@@ -1,5 +1,6 @@
-//! Where limit state lives: the [`Store`] trait and the embedded
-//! [`MemoryStore`].
+//! Where limit state lives: the [`Store`] trait, the embedded
+//! [`MemoryStore`], and the sharded keyed-state [`Table`] it keeps its
+//! states in (shared with the gossip cluster's replica).
 //!
 //! A store answers one question atomically: "apply this [`Plan`] of limit
 //! keys now, all or nothing, granting the most hits in `[min_hits, hits]`

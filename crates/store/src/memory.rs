@@ -518,13 +518,14 @@ impl MemoryStore {
         now: Nanos,
         request: Request,
     ) -> Result<PlanDecision, StoreError> {
-        self.table.decide_one(&item.key, &item.limit, now, |limit, state| {
-            match decide_entry(limit, state, item.shadow, now, request, Mode::Acquire) {
-                Ok(d) => (Ok(d), Effect::after(limit.is_idle(state, now))),
-                // Refused before the state was touched.
-                Err(e) => (Err(e), Effect::Untouched),
-            }
-        })?
+        self.table
+            .decide_one(&item.key, &item.limit, now, |limit, state| {
+                match decide_entry(limit, state, item.shadow, now, request, Mode::Acquire) {
+                    Ok(d) => (Ok(d), Effect::after(limit.is_idle(state, now))),
+                    // Refused before the state was touched.
+                    Err(e) => (Err(e), Effect::Untouched),
+                }
+            })?
     }
 
     /// Several keys: the table locks their shards in ascending order and

@@ -308,8 +308,9 @@ impl<P: Policy> Table<P> {
     /// Decides one key in place: `decide` sees its stored state, or a fresh
     /// one ([`Policy::fresh`]) if it is not stored, and says by its
     /// [`Effect`] what becomes of it. A live new state is stored if there
-    /// is room ([`AtCapacity`] otherwise); a stored one follows `limit` (a
-    /// reloaded config brings an equal limit in a new allocation).
+    /// is room ([`AtCapacity`] otherwise); a stored one follows `arc`, the
+    /// key's limit (a reloaded config brings an equal limit in a new
+    /// allocation).
     ///
     /// Generic over what `decide` returns, so each caller carries out of
     /// the lock only what it needs. Always inlined, so that each caller's
@@ -319,11 +320,10 @@ impl<P: Policy> Table<P> {
     pub fn decide_one<T>(
         &self,
         key: &Key,
-        limit: &Arc<Limit>,
+        arc: &Arc<Limit>,
         now: Nanos,
         decide: impl FnOnce(&Limit, &mut P::State) -> (T, Effect),
     ) -> Result<T, StoreError> {
-        let arc = limit;
         let limit: &Limit = arc;
         let hash = self.hash(key);
         let shard = &self.shards[self.shard_of(hash)];

@@ -25,8 +25,8 @@ use tollgate_core::{
 };
 use tollgate_core::{PlanDecision, Request};
 use tollgate_store::{
-    AtCapacity, DuplicateKey, Held, Key, LimitId, MemoryStore, MemoryStoreOptions, OpId, Plan, PoolKey, Store,
-    StoreError,
+    AtCapacity, DuplicateKey, Held, Key, LimitId, MemoryStore, MemoryStoreOptions, OpId, Plan,
+    PoolKey, Store, StoreError,
 };
 
 // ---------------------------------------------------------------- helpers
@@ -907,7 +907,8 @@ fn agrees_with_core(ops: &[Op], shards: usize) -> Result<(), TestCaseError> {
                 let mode = if *acquire { Mode::Acquire } else { Mode::Try };
                 let mut p = Plan::default();
                 for &(slot, shadow) in items {
-                    p.push(key_of(slot), Arc::clone(limit_of(slot)), shadow).unwrap();
+                    p.push(key_of(slot), Arc::clone(limit_of(slot)), shadow)
+                        .unwrap();
                 }
                 // A one-limit try request goes, every other time, through
                 // the lean single-limit path, which must answer the same.

@@ -6,6 +6,10 @@
 //! counts — with one shard (where the capacity rule is exact and
 //! observable) and with several (where plans lock several shards).
 
+// The workspace's `allow-unwrap-in-tests` covers `#[test]` functions but
+// not the helpers and proptest bodies here.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -47,17 +51,32 @@ enum Op {
     /// The clock moves on.
     Advance(u64),
     /// One key decided: it lives `ttl` ms from now (0: dead at once).
-    Decide { key: usize, ttl: u64 },
+    Decide {
+        key: usize,
+        ttl: u64,
+    },
     /// One key decided, refused before its state was touched.
-    Refuse { key: usize },
+    Refuse {
+        key: usize,
+    },
     /// Several distinct keys decided together, or failing (changing
     /// nothing).
-    Many { keys: Vec<(usize, u64)>, fail: bool },
+    Many {
+        keys: Vec<(usize, u64)>,
+        fail: bool,
+    },
     /// A merge: a key not held takes room first.
-    Update { key: usize, ttl: u64 },
-    Remove { key: usize },
+    Update {
+        key: usize,
+        ttl: u64,
+    },
+    Remove {
+        key: usize,
+    },
     Sweep,
-    Read { key: usize },
+    Read {
+        key: usize,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -142,7 +161,12 @@ impl Model {
         }
     }
 
-    fn many(&mut self, keys: &[(usize, u64)], fail: bool, now: u64) -> Result<Vec<u64>, StoreError> {
+    fn many(
+        &mut self,
+        keys: &[(usize, u64)],
+        fail: bool,
+        now: u64,
+    ) -> Result<Vec<u64>, StoreError> {
         let taken: Vec<Option<u64>> = keys.iter().map(|(k, _)| self.map.remove(k)).collect();
         let put_back = |map: &mut HashMap<usize, u64>| {
             for ((k, _), t) in keys.iter().zip(&taken) {
@@ -158,8 +182,12 @@ impl Model {
         }
         let live: Vec<bool> = keys.iter().map(|(_, ttl)| *ttl > 0).collect();
         if tight {
-            let back = (0..keys.len()).filter(|&i| live[i] && taken[i].is_some()).count();
-            let new = (0..keys.len()).filter(|&i| live[i] && taken[i].is_none()).count();
+            let back = (0..keys.len())
+                .filter(|&i| live[i] && taken[i].is_some())
+                .count();
+            let new = (0..keys.len())
+                .filter(|&i| live[i] && taken[i].is_none())
+                .count();
             if new > 0 && !self.make_room(back + new, now) {
                 put_back(&mut self.map);
                 self.rejected += 1;
@@ -254,7 +282,8 @@ fn run(shards: usize, cap: usize, reject: bool, ops: &[Op]) -> Result<(), TestCa
                 prop_assert_eq!(kind(got), kind(model.decide(*k, *ttl, now)), "{:?}", op);
             }
             Op::Refuse { key: k } => {
-                let got = table.decide_one(&key(*k), &limit, t, |_, until| (*until, Effect::Untouched));
+                let got =
+                    table.decide_one(&key(*k), &limit, t, |_, until| (*until, Effect::Untouched));
                 let want = model.map.get(k).copied().unwrap_or(0);
                 prop_assert_eq!(got, Ok(want), "{:?}", op);
             }
