@@ -61,13 +61,13 @@ pub(crate) fn plan_outcome(
     plan: &Plan,
     hits: u64,
 ) -> Result<PlanDecision, StoreError> {
-    let items = plan.items.len();
+    let items = plan.len();
     match part {
         [0, rest @ ..] => plan_decision(rest, items),
         [status, index] => {
             let index = usize::try_from(*index).map_err(|_| bad("a negative item index"))?;
             let item = plan
-                .items
+                .items()
                 .get(index)
                 .ok_or_else(|| bad(&format!("item {index} of {items}")))?;
             Err(match status {

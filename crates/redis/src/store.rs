@@ -314,7 +314,7 @@ impl RedisStore {
         request: Request,
         mode: Mode,
     ) -> Result<PlanDecision, StoreError> {
-        if plan.items.is_empty() {
+        if plan.is_empty() {
             return Ok(plan::decide(&mut [], now, request, mode)?);
         }
         if request.hits >= MAX_EXACT || request.min_hits >= MAX_EXACT {
@@ -323,23 +323,24 @@ impl RedisStore {
                 request.hits.max(request.min_hits)
             )));
         }
+        // A plan's keys are distinct, and so are their Redis keys (the
+        // limit id ends at a `:`, the domain follows whole).
         let keys: Vec<String> = plan
-            .items
+            .items()
             .iter()
-            .map(|i| self.state_key(plan.affinity, &i.key))
+            .map(|i| self.state_key(plan.affinity(), &i.key))
             .collect();
-        check_distinct(plan, &keys)?;
         let (secs, nanos) = self.clock_args(now);
-        let mut args = Vec::with_capacity(6 + plan.items.len() * 12);
+        let mut args = Vec::with_capacity(6 + plan.len() * 12);
         args.extend([
             secs,
             nanos,
             u8::from(mode == Mode::Acquire).to_string(),
             request.hits.to_string(),
             request.min_hits.to_string(),
-            plan.items.len().to_string(),
+            plan.len().to_string(),
         ]);
-        for item in &plan.items {
+        for item in plan.items() {
             let e = params::encode(&item.limit);
             args.push(e.code.to_string());
             args.push(u8::from(item.shadow).to_string());
@@ -347,7 +348,7 @@ impl RedisStore {
             args.extend(e.params);
         }
         let call = PlanCall { keys, args };
-        let items = plan.items.len();
+        let items = plan.len();
         let answer = async {
             match &self.batcher {
                 Some(b) => b.decide(call, items).await,
@@ -380,21 +381,6 @@ fn timed_out(limit: Duration) -> RedisError {
         std::io::ErrorKind::TimedOut,
         format!("Redis did not answer within {limit:?}"),
     ))
-}
-
-/// Fails with [`StoreError::DuplicateKey`] if two items share a key.
-fn check_distinct(plan: &Plan, keys: &[String]) -> Result<(), StoreError> {
-    if keys.len() < 2 {
-        return Ok(());
-    }
-    let mut order: Vec<usize> = (0..keys.len()).collect();
-    order.sort_unstable_by(|&a, &b| keys[a].cmp(&keys[b]));
-    for w in order.windows(2) {
-        if keys[w[0]] == keys[w[1]] {
-            return Err(StoreError::DuplicateKey(plan.items[w[0]].key.to_string()));
-        }
-    }
-    Ok(())
 }
 
 impl Store for RedisStore {

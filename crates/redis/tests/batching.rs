@@ -32,8 +32,10 @@ async fn many_concurrent_decisions_share_few_calls_and_stay_exact() {
     let rate = Arc::new(gcra(1000, Nanos::from_secs(86_400), 1000));
     let plan = |scope: &str| {
         let mut p = Plan::default().with_affinity(1);
-        p.push(Key::new(LimitId(1), scope), Arc::clone(&window), false);
-        p.push(Key::new(LimitId(2), "*"), Arc::clone(&rate), false);
+        p.push(Key::new(LimitId(1), scope), Arc::clone(&window), false)
+            .unwrap();
+        p.push(Key::new(LimitId(2), "*"), Arc::clone(&rate), false)
+            .unwrap();
         p
     };
     let before = evalsha_calls(&server);

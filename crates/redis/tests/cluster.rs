@@ -55,8 +55,10 @@ async fn plans_of_many_namespaces_spread_over_the_masters_and_decide_like_memory
             let id = |n: u64| LimitId(i as u64 * 2 + n);
             let domain = if step % 3 == 0 { "globex" } else { "acme" };
             let mut plan = Plan::default().with_affinity(affinity);
-            plan.push(Key::new(id(0), domain), Arc::clone(&window), false);
-            plan.push(Key::new(id(1), "*"), Arc::clone(&rate), false);
+            plan.push(Key::new(id(0), domain), Arc::clone(&window), false)
+                .unwrap();
+            plan.push(Key::new(id(1), "*"), Arc::clone(&rate), false)
+                .unwrap();
             let request = Request::between(1, 1 + step % 2);
             let want = memory.decide_now(&plan, now, request, Mode::Try);
             let got = redis.decide(&plan, now, request, Mode::Try).await;

@@ -56,11 +56,9 @@ fn probes(advances: &[Nanos], requests: &[Request], items: &[usize]) -> Vec<Step
 async fn conform_at(redis: &RedisStore, items: &[Item], steps: &[(Nanos, Step)]) {
     let memory = MemoryStore::new();
     for (n, (now, step)) in steps.iter().enumerate() {
-        let mut plan = Plan::default().with_affinity(7);
-        for &i in &step.items {
-            let it = &items[i];
-            plan.push(it.key.clone(), Arc::clone(&it.limit), it.shadow);
-        }
+        let Some(plan) = common::plan_of(items, step) else {
+            continue;
+        };
         let want = memory.decide_now(&plan, *now, step.request, step.mode);
         let got = redis.decide(&plan, *now, step.request, step.mode).await;
         assert_eq!(
@@ -296,8 +294,10 @@ async fn acquire_cannot_schedule_in_either_store() {
     // Equal answers could be equal by accident: the error is the one the
     // core gives, naming the entry and the algorithm.
     let mut plan = Plan::default().with_affinity(7);
-    plan.push(items[1].key.clone(), Arc::clone(&items[1].limit), false);
-    plan.push(items[0].key.clone(), Arc::clone(&items[0].limit), true);
+    plan.push(items[1].key.clone(), Arc::clone(&items[1].limit), false)
+        .unwrap();
+    plan.push(items[0].key.clone(), Arc::clone(&items[0].limit), true)
+        .unwrap();
     let got = redis
         .decide(&plan, T0, Request::exactly(1), Mode::Acquire)
         .await;
@@ -370,7 +370,8 @@ async fn time_going_backwards_keeps_the_counters() {
 /// whether it was allowed.
 async fn hit(redis: &RedisStore, item: &Item, now: Nanos, hits: u64) -> bool {
     let mut plan = Plan::default().with_affinity(7);
-    plan.push(item.key.clone(), Arc::clone(&item.limit), false);
+    plan.push(item.key.clone(), Arc::clone(&item.limit), false)
+        .unwrap();
     let d = redis
         .decide(&plan, now, Request::exactly(hits), Mode::Try)
         .await

@@ -136,7 +136,8 @@ async fn redis_run(
         let mut plan = Plan::default().with_affinity(7);
         for &i in &step.items {
             let it = &items[i];
-            plan.push(it.key.clone(), Arc::clone(&it.limit), it.shadow);
+            plan.push(it.key.clone(), Arc::clone(&it.limit), it.shadow)
+                .unwrap();
         }
         out.push(
             redis
@@ -770,7 +771,7 @@ async fn keys_live_until_idle_and_expire_after() {
 
         let mut plan = Plan::default().with_affinity(7);
         let own = Item::new(limit.clone(), 1, "ttl");
-        plan.push(own.key, Arc::clone(&own.limit), false);
+        plan.push(own.key, Arc::clone(&own.limit), false).unwrap();
         let mut now = T0;
         for s in &steps {
             now = now.saturating_add(s.advance);

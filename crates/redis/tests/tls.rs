@@ -41,7 +41,8 @@ async fn decides_and_holds(store: &RedisStore) {
         FixedWindow::new(3, Nanos::from_secs(3600), Align::FirstHit).unwrap(),
     ));
     let mut plan = Plan::default().with_affinity(1);
-    plan.push(Key::new(LimitId(1), "acme"), window, false);
+    plan.push(Key::new(LimitId(1), "acme"), window, false)
+        .unwrap();
     let mut granted = Vec::new();
     for _ in 0..4 {
         let d = store
@@ -168,7 +169,8 @@ async fn a_tls_cluster_is_reached_on_every_master_with_the_client_certificate() 
     ));
     for affinity in 0..24u64 {
         let mut plan = Plan::default().with_affinity(affinity.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        plan.push(Key::new(LimitId(2), "acme"), Arc::clone(&window), false);
+        plan.push(Key::new(LimitId(2), "acme"), Arc::clone(&window), false)
+            .unwrap();
         let d = store
             .decide(&plan, Nanos::ZERO, Request::exactly(1), Mode::Try)
             .await

@@ -4,10 +4,12 @@
 //!
 //! # What it holds
 //!
-//! - **Keys**: sharded maps from [`Key`] to the limit and its
-//!   [`ReplicatedState`], decided under the shard locks exactly as the
-//!   memory store decides (all or nothing over a plan, locks taken in
-//!   ascending shard order).
+//! - **Keys**: the store's keyed-state table ([`tollgate_store::table`]),
+//!   from [`Key`] to the limit, its [`ReplicatedState`] and its last
+//!   gossiped report, decided under the shard locks exactly as the memory
+//!   store decides (the same table: all or nothing over a plan, locks
+//!   taken in ascending shard order, the same capacity rule). A key is
+//!   forgotten only once idle for longer than its retention margin.
 //! - **Per-neighbour deltas** ([`crate::deltas`]): for each live peer, the
 //!   payloads it has not been sent yet. A local grant adds its change to
 //!   every peer's delta; what is learnt from a peer goes to the peers the
@@ -31,11 +33,10 @@
 //! tens of nodes, not thousands (the thesis evaluates 30).
 
 use std::collections::HashMap;
-use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, MutexGuard, RwLock};
+use parking_lot::{Mutex, RwLock};
 use rand::Rng;
 use smallvec::SmallVec;
 use tollgate_core::hash::Fnv1a;
@@ -45,6 +46,7 @@ use tollgate_core::replicated::strategy::{
 };
 use tollgate_core::replicated::NodeId;
 use tollgate_core::{Algorithm, Limit, LimitState, Mode, Nanos, PlanDecision, Rate, Request};
+use tollgate_store::table::{AtCapacity, Effect, Events, Policy, Table, TableOptions};
 use tollgate_store::{Key, LimitId, Plan, PlanItem, StoreError};
 
 use crate::deltas::{Class, Deltas, Dissemination, PeerAddr, Round, Update};
@@ -60,8 +62,11 @@ pub struct ReplicaOptions {
     pub node: NodeId,
     /// How resources without `replication:` are replicated.
     pub default: Replication,
-    /// Most keys kept; new keys beyond it are decided on a fresh state
-    /// that is not kept, and received ones are dropped (counted).
+    /// Most keys kept, enforced per shard as `ceil(max_keys / 64)` (the
+    /// replica has 64 shards; see [`tollgate_store::table`]); new keys
+    /// beyond it are decided on a fresh state that is not kept, and
+    /// received ones are dropped (counted in
+    /// [`ReplicaStats::at_capacity`]).
     pub max_keys: usize,
     /// Most keys pending in one peer's delta; beyond it the delta is
     /// cleared and the peer gets a full state instead.
@@ -82,11 +87,40 @@ impl Default for ReplicaOptions {
     }
 }
 
+/// What the replica keeps per key besides its limit.
+#[derive(Clone)]
 struct Entry {
-    limit: Arc<Limit>,
     state: LimitState,
     /// The last epoch report added to the deltas (epoch keys only).
     reported: Option<Payload>,
+}
+
+/// How the replica keeps its keys in the table: with their last report,
+/// until idle for longer than their retention margin (so replicas that
+/// converged drop a key together), counting keys not kept at capacity.
+struct Keeping {
+    stats: Arc<ReplicaStats>,
+}
+
+impl Policy for Keeping {
+    type State = Entry;
+
+    fn fresh(&self, limit: &Limit) -> Entry {
+        Entry {
+            state: limit.fresh(),
+            reported: None,
+        }
+    }
+
+    fn is_dead(&self, limit: &Limit, entry: &Entry, now: Nanos) -> bool {
+        is_expired(limit, &entry.state, now)
+    }
+
+    fn record(&self, events: &Events, _keys: usize) {
+        self.stats
+            .at_capacity
+            .fetch_add(events.untracked, Ordering::Relaxed);
+    }
 }
 
 /// Counters of what the replica did, for metrics and tests.
@@ -108,17 +142,16 @@ pub struct ReplicaStats {
 /// One node's replicated state; see the [module docs](self).
 pub struct Replica {
     options: ReplicaOptions,
-    shards: Box<[Mutex<HashMap<Key, Entry>>]>,
-    hasher: std::collections::hash_map::RandomState,
+    table: Table<Keeping>,
     limits: RwLock<HashMap<LimitId, Arc<Limit>>>,
     gossip: Mutex<Deltas>,
     synced: AtomicBool,
     healthy: AtomicBool,
     key_mismatch: AtomicBool,
-    keys: AtomicU64,
     pub(crate) last_sweep: AtomicU64,
-    /// Counters.
-    pub stats: ReplicaStats,
+    /// Counters (shared with the table's policy, which counts keys not
+    /// kept at capacity).
+    pub stats: Arc<ReplicaStats>,
     /// Woken when urgent payloads wait ([`Replica::take_urgent`]).
     pub wake: tokio::sync::Notify,
 }
@@ -127,7 +160,7 @@ impl std::fmt::Debug for Replica {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Replica")
             .field("node", &self.options.node)
-            .field("keys", &self.keys.load(Ordering::Relaxed))
+            .field("keys", &self.table.len())
             .finish_non_exhaustive()
     }
 }
@@ -146,18 +179,28 @@ impl Replica {
     /// (the node calls it once a full state arrived, or nobody answered).
     pub fn new(options: ReplicaOptions) -> Replica {
         let dissemination = options.dissemination;
+        let stats = Arc::new(ReplicaStats::default());
+        let table = Table::new(
+            TableOptions {
+                shards: SHARDS,
+                max_keys: options.max_keys,
+                at_capacity: AtCapacity::DecideUntracked,
+                sweep_interval: SWEEP_EVERY,
+            },
+            Keeping {
+                stats: Arc::clone(&stats),
+            },
+        );
         Replica {
             options,
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            hasher: std::collections::hash_map::RandomState::new(),
+            table,
             limits: RwLock::new(HashMap::new()),
             gossip: Mutex::new(Deltas::new(dissemination)),
             synced: AtomicBool::new(false),
             healthy: AtomicBool::new(true),
             key_mismatch: AtomicBool::new(false),
-            keys: AtomicU64::new(0),
             last_sweep: AtomicU64::new(0),
-            stats: ReplicaStats::default(),
+            stats,
             wake: tokio::sync::Notify::new(),
         }
     }
@@ -203,7 +246,7 @@ impl Replica {
 
     /// Keys held.
     pub fn keys(&self) -> u64 {
-        self.keys.load(Ordering::Relaxed)
+        self.table.len() as u64
     }
 
     /// The gossip classes of every replicated limit known: each needs a
@@ -279,10 +322,6 @@ impl Replica {
         *self.limits.write() = limits;
     }
 
-    fn shard(&self, key: &Key) -> usize {
-        (self.hasher.hash_one(key) as usize) % SHARDS
-    }
-
     /// Decides `plan` locally, all or nothing (see [`Store::decide`](tollgate_store::Store::decide)), and
     /// queues what the grant changed for every neighbour.
     ///
@@ -302,67 +341,40 @@ impl Replica {
                 "joining the cluster: waiting for a full state from a peer".into(),
             ));
         }
-        let items = &plan.items;
-        if let [item] = items.as_slice() {
+        let items = plan.items();
+        if let [item] = items {
             return self.decide_one(item, now, request, mode);
         }
-        let shard_ids: SmallVec<[usize; 4]> = items.iter().map(|i| self.shard(&i.key)).collect();
-        for (i, a) in items.iter().enumerate() {
-            if items[..i].iter().any(|b| b.key == a.key) {
-                return Err(StoreError::DuplicateKey(a.key.to_string()));
-            }
-        }
-        // The memory store's lock order; each item's guard is
-        // `guards[pos[i]]`.
-        let (order, pos) = tollgate_store::lock_order(&shard_ids);
-        let mut guards: SmallVec<[MutexGuard<'_, HashMap<Key, Entry>>; 4]> =
-            order.iter().map(|&s| self.shards[s].lock()).collect();
-
-        // Each state taken out of its table (or fresh), with what it was
-        // last reported as.
-        let mut taken: SmallVec<[(LimitState, Option<Option<Payload>>); 4]> = SmallVec::new();
-        let mut marks: SmallVec<[Mark; 4]> = SmallVec::new();
-        for (i, item) in items.iter().enumerate() {
-            let (state, reported) = match guards[pos[i]].remove(&item.key) {
-                Some(e) => (e.state, Some(e.reported)),
-                None => (item.limit.fresh(), None),
-            };
-            marks.push(mark_of(&item.limit, &state));
-            taken.push((state, reported));
-        }
-        let result = {
-            let mut entries: SmallVec<[PlanEntry<'_>; 4]> = items
+        let origin = self.origin();
+        // Each state taken out of the table (or fresh), with what it was
+        // last reported as; the news of what the decision changed is
+        // worked out under the locks, and published after.
+        let (decision, news) = self.table.decide_many(plan, now, |taken| {
+            let marks: SmallVec<[Mark; 4]> = items
                 .iter()
-                .zip(taken.iter_mut())
-                .map(|(item, (state, _))| PlanEntry {
-                    limit: &item.limit,
-                    state,
-                    shadow: item.shadow,
-                })
+                .zip(taken.iter())
+                .map(|(item, e)| mark_of(&item.limit, &e.state))
                 .collect();
-            plan::decide(&mut entries, now, request, mode)
-        };
-        let mut news: SmallVec<[News; 4]> = SmallVec::new();
-        for (i, (state, reported)) in taken.into_iter().enumerate() {
-            let item = &items[i];
-            if result.is_ok() {
-                news.push(news_of(item, &state, marks[i], now, self.origin()));
-            }
-            let stored = reported.is_some();
-            if !stored && !self.room_for_new(&item.limit, &state, now) {
-                continue;
-            }
-            guards[pos[i]].insert(
-                item.key.clone(),
-                Entry {
-                    limit: Arc::clone(&item.limit),
-                    state,
-                    reported: reported.flatten(),
-                },
-            );
-        }
-        drop(guards);
-        let decision = result?;
+            let decision = {
+                let mut entries: SmallVec<[PlanEntry<'_>; 4]> = items
+                    .iter()
+                    .zip(taken.iter_mut())
+                    .map(|(item, e)| PlanEntry {
+                        limit: &item.limit,
+                        state: &mut e.state,
+                        shadow: item.shadow,
+                    })
+                    .collect();
+                plan::decide(&mut entries, now, request, mode)?
+            };
+            let news: SmallVec<[News; 4]> = items
+                .iter()
+                .zip(taken.iter())
+                .zip(marks)
+                .map(|((item, e), mark)| news_of(item, &e.state, mark, now, origin))
+                .collect();
+            Ok((decision, news))
+        })?;
         self.publish(items, news, now);
         Ok(decision)
     }
@@ -375,45 +387,26 @@ impl Replica {
         request: Request,
         mode: Mode,
     ) -> Result<PlanDecision, StoreError> {
-        let mut shard = self.shards[self.shard(&item.key)].lock();
-        let decide = |state: &mut LimitState| {
-            let mark = mark_of(&item.limit, state);
-            let mut entries = [PlanEntry {
-                limit: &item.limit,
-                state,
-                shadow: item.shadow,
-            }];
-            let result = plan::decide(&mut entries, now, request, mode);
-            let news = result
-                .as_ref()
-                .ok()
-                .map(|_| news_of(item, entries[0].state, mark, now, self.origin()));
-            (result, news)
-        };
-        let (result, news) = match shard.get_mut(&item.key) {
-            Some(entry) => {
-                if !Arc::ptr_eq(&entry.limit, &item.limit) {
-                    entry.limit = Arc::clone(&item.limit);
+        let origin = self.origin();
+        let (result, news) = self
+            .table
+            .decide_one(&item.key, &item.limit, now, |limit, e| {
+                let mark = mark_of(limit, &e.state);
+                let mut entries = [PlanEntry {
+                    limit,
+                    state: &mut e.state,
+                    shadow: item.shadow,
+                }];
+                match plan::decide(&mut entries, now, request, mode) {
+                    Ok(d) => {
+                        let news = news_of(item, &e.state, mark, now, origin);
+                        let dead = is_expired(limit, &e.state, now);
+                        ((Ok(d), Some(news)), Effect::after(dead))
+                    }
+                    // Refused before the state was touched.
+                    Err(err) => ((Err(err), None), Effect::Untouched),
                 }
-                decide(&mut entry.state)
-            }
-            None => {
-                let mut state = item.limit.fresh();
-                let out = decide(&mut state);
-                if self.room_for_new(&item.limit, &state, now) {
-                    shard.insert(
-                        item.key.clone(),
-                        Entry {
-                            limit: Arc::clone(&item.limit),
-                            state,
-                            reported: None,
-                        },
-                    );
-                }
-                out
-            }
-        };
-        drop(shard);
+            })?;
         let decision = result?;
         if let Some(news) = news {
             self.publish(
@@ -423,21 +416,6 @@ impl Replica {
             );
         }
         Ok(decision)
-    }
-
-    /// Whether a new key's state is to be kept: not when it is still
-    /// fresh (nothing granted), nor when the replica is full (counted).
-    /// Counts it when kept.
-    fn room_for_new(&self, limit: &Limit, state: &LimitState, now: Nanos) -> bool {
-        if limit.is_idle(state, now) {
-            return false;
-        }
-        if self.keys() >= self.options.max_keys as u64 {
-            self.stats.at_capacity.fetch_add(1, Ordering::Relaxed);
-            return false;
-        }
-        self.keys.fetch_add(1, Ordering::Relaxed);
-        true
     }
 
     /// Queues what decisions changed for the neighbours, and remembers
@@ -517,36 +495,37 @@ impl Replica {
             let Limit::Replicated(r) = &*limit else {
                 continue;
             };
-            let mut shard = self.shards[self.shard(&key)].lock();
-            let present = shard.contains_key(&key);
-            if !present && self.keys() >= self.options.max_keys as u64 {
-                self.stats.at_capacity.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            let entry = shard.entry(key.clone()).or_insert_with(|| Entry {
-                limit: Arc::clone(&limit),
-                state: limit.fresh(),
-                reported: None,
+            let me = self.node();
+            // A key not held takes room first: at capacity it is dropped
+            // unmerged (the table counts it in `stats.at_capacity`).
+            let merged = self.table.update(&key, &limit, now, |entry, present| {
+                let LimitState::Replicated(state) = &mut entry.state else {
+                    entry.state = limit.fresh();
+                    return (None, Effect::Keep);
+                };
+                let news = relayed_news(state, &payload, sender, me);
+                let changed = r.absorb(state, now, &payload);
+                // A key this node swept (or never held) whose news is
+                // already past its retention margin stays forgotten:
+                // adopting it would restart its gossip to every neighbour,
+                // and they too would adopt it after sweeping it, round
+                // after round. The receiver ends as the sender soon will:
+                // without the key.
+                if !present && is_expired(&limit, &entry.state, now) {
+                    return (None, Effect::Idle);
+                }
+                let LimitState::Replicated(state) = &mut entry.state else {
+                    return (None, Effect::Keep);
+                };
+                let answer = if r.should_answer(state, &payload) {
+                    r.report(state, now)
+                } else {
+                    None
+                };
+                let keep = !matches!(&**state, ReplicatedState::Queue(q) if q.is_empty());
+                (Some((news, changed, answer)), Effect::after(!keep))
             });
-            if !Arc::ptr_eq(&entry.limit, &limit) {
-                entry.limit = Arc::clone(&limit);
-            }
-            let LimitState::Replicated(state) = &mut entry.state else {
-                entry.state = limit.fresh();
-                continue;
-            };
-            let news = relayed_news(state, &payload, sender, self.node());
-            let changed = r.absorb(state, now, &payload);
-            // A key this node swept (or never held) whose news is already
-            // past its retention margin stays forgotten: adopting it would
-            // restart its gossip to every neighbour, and they too would
-            // adopt it after sweeping it, round after round. The receiver
-            // ends as the sender soon will: without the key.
-            if !present && is_expired(&entry.limit, &entry.state, now) {
-                shard.remove(&key);
-                continue;
-            }
-            let LimitState::Replicated(state) = &mut entry.state else {
+            let Some(Some((news, changed, answer))) = merged else {
                 continue;
             };
             if let Some((born, origins)) = news {
@@ -565,23 +544,9 @@ impl Replica {
                     }
                 }
             }
-            if r.should_answer(state, &payload) {
-                if let Some(mine) = r.report(state, now) {
-                    answers.push((key.clone(), mine));
-                }
+            if let Some(mine) = answer {
+                answers.push((key.clone(), mine));
             }
-            let keep = !matches!(&**state, ReplicatedState::Queue(q) if q.is_empty());
-            if !keep {
-                if present {
-                    shard.remove(&key);
-                    self.keys.fetch_sub(1, Ordering::Relaxed);
-                } else {
-                    shard.remove(&key);
-                }
-            } else if !present {
-                self.keys.fetch_add(1, Ordering::Relaxed);
-            }
-            drop(shard);
             if let Some(change) = changed {
                 forwards.push((key, change, Class::of(&r.replication)));
             }
@@ -624,21 +589,17 @@ impl Replica {
     /// The whole state of every key `keep` picks.
     fn whole_states(&self, now: Nanos, keep: impl Fn(&Key) -> bool) -> Vec<(Key, Payload)> {
         let mut out = Vec::new();
-        for shard in self.shards.iter() {
-            let mut shard = shard.lock();
-            for (key, entry) in shard.iter_mut() {
-                if !keep(key) {
-                    continue;
-                }
-                if let (Limit::Replicated(r), LimitState::Replicated(s)) =
-                    (&*entry.limit, &mut entry.state)
-                {
-                    if let Some(p) = r.full(s, now) {
-                        out.push((key.clone(), p));
-                    }
+        self.table.for_each(|key, limit, entry| {
+            if !keep(key) {
+                return;
+            }
+            if let (Limit::Replicated(r), LimitState::Replicated(s)) = (&**limit, &mut entry.state)
+            {
+                if let Some(p) = r.full(s, now) {
+                    out.push((key.clone(), p));
                 }
             }
-        }
+        });
         out
     }
 
@@ -713,29 +674,32 @@ impl Replica {
         let mut reports = Vec::new();
         let mut done = Vec::new();
         for key in keys {
-            let mut shard = self.shards[self.shard(&key)].lock();
-            let Some(entry) = shard.get_mut(&key) else {
-                done.push(key);
-                continue;
-            };
-            let (Limit::Replicated(r), LimitState::Replicated(s)) =
-                (&*entry.limit, &mut entry.state)
-            else {
-                done.push(key);
-                continue;
-            };
-            if Class::of(&r.replication) != class {
-                continue;
-            }
-            if let Some(report) = r.report(s, now) {
-                if entry.reported.as_ref() != Some(&report) {
-                    entry.reported = Some(report.clone());
-                    reports.push((key.clone(), report));
+            // `None`: the key is gone or not replicated; stop listing it.
+            let found = self.table.with_stored(&key, |limit, entry| {
+                let (Limit::Replicated(r), LimitState::Replicated(s)) =
+                    (&**limit, &mut entry.state)
+                else {
+                    return None;
+                };
+                if Class::of(&r.replication) != class {
+                    return Some(None);
                 }
+                match r.report(s, now) {
+                    Some(report) if entry.reported.as_ref() != Some(&report) => {
+                        entry.reported = Some(report.clone());
+                        Some(Some(report))
+                    }
+                    _ => Some(None),
+                }
+            });
+            match found.flatten() {
+                None => done.push(key),
+                Some(Some(report)) => reports.push((key, report)),
+                // An idle key stays listed until the sweep drops its
+                // entry: forgetting it here could race with a grant that
+                // just listed it again.
+                Some(None) => {}
             }
-            // An idle key stays listed until the sweep drops its entry:
-            // forgetting it here could race with a grant that just
-            // listed it again.
         }
         let mut gossip = self.gossip.lock();
         for key in done {
@@ -757,14 +721,7 @@ impl Replica {
     /// that converged drop a key together (a node that dropped it early
     /// would hide new grants under its peers' old counts).
     pub fn sweep_now(&self, now: Nanos) -> u64 {
-        let mut dropped = 0u64;
-        for shard in self.shards.iter() {
-            let mut shard = shard.lock();
-            let before = shard.len();
-            shard.retain(|_, e| !is_expired(&e.limit, &e.state, now));
-            dropped += (before - shard.len()) as u64;
-        }
-        self.keys.fetch_sub(dropped, Ordering::Relaxed);
+        let dropped = self.table.sweep(now);
         metrics::gauge!(m::STATE_KEYS).set(self.keys() as f64);
         let (pending, elements) = self.delta_sizes();
         metrics::gauge!(m::DELTA_KEYS).set(pending as f64);
@@ -788,17 +745,13 @@ impl Replica {
     /// full state.
     pub fn digest(&self, at: Nanos) -> Digest {
         let mut digest = Digest::default();
-        for shard in self.shards.iter() {
-            for (key, entry) in shard.lock().iter() {
-                if let (Limit::Replicated(r), LimitState::Replicated(s)) =
-                    (&*entry.limit, &entry.state)
-                {
-                    if let Some(h) = settled_hash(r, s, at) {
-                        digest.add(key, h);
-                    }
+        self.table.for_each(|key, limit, entry| {
+            if let (Limit::Replicated(r), LimitState::Replicated(s)) = (&**limit, &entry.state) {
+                if let Some(h) = settled_hash(r, s, at) {
+                    digest.add(key, h);
                 }
             }
-        }
+        });
         digest
     }
 
@@ -812,10 +765,12 @@ impl Replica {
 
     /// The state of `key`, for tests and the status page.
     pub fn state_of(&self, key: &Key) -> Option<ReplicatedState> {
-        match &self.shards[self.shard(key)].lock().get(key)?.state {
-            LimitState::Replicated(s) => Some(ReplicatedState::clone(s)),
-            _ => None,
-        }
+        self.table
+            .with_stored(key, |_, entry| match &entry.state {
+                LimitState::Replicated(s) => Some(ReplicatedState::clone(s)),
+                _ => None,
+            })
+            .flatten()
     }
 
     /// Bytes the replica's state takes: every key (its name and state)
@@ -823,16 +778,10 @@ impl Replica {
     /// least-informed priorities. Map overhead is left out; it is the
     /// simulator's memory measure (the thesis's "memory per node").
     pub fn memory_bytes(&self) -> usize {
-        let keys: usize = self
-            .shards
-            .iter()
-            .map(|s| {
-                s.lock()
-                    .iter()
-                    .map(|(k, e)| std::mem::size_of_val(k) + k.scope().len() + e.state.footprint())
-                    .sum::<usize>()
-            })
-            .sum();
+        let mut keys = 0usize;
+        self.table.for_each(|k, _, e| {
+            keys += std::mem::size_of_val(k) + k.scope().len() + e.state.footprint();
+        });
         let deltas = self.gossip.lock().footprint();
         keys + deltas
     }
@@ -842,14 +791,13 @@ impl Replica {
     /// epoch bucket's report (its level is each node's own). Two nodes
     /// have converged on a key when these are equal.
     pub fn view_of(&self, key: &Key, now: Nanos) -> Option<Payload> {
-        let (limit, mut state) = {
-            let shard = self.shards[self.shard(key)].lock();
-            let entry = shard.get(key)?;
-            let LimitState::Replicated(s) = &entry.state else {
-                return None;
-            };
-            (Arc::clone(&entry.limit), ReplicatedState::clone(s))
-        };
+        let (limit, mut state) = self
+            .table
+            .with_stored(key, |limit, entry| match &entry.state {
+                LimitState::Replicated(s) => Some((Arc::clone(limit), ReplicatedState::clone(s))),
+                _ => None,
+            })
+            .flatten()?;
         let Limit::Replicated(r) = &*limit else {
             return None;
         };
@@ -861,18 +809,13 @@ impl Replica {
 
     /// Elements or entries held over every key.
     pub fn state_size(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| {
-                s.lock()
-                    .values()
-                    .map(|e| match &e.state {
-                        LimitState::Replicated(r) => ReplicatedLimit::size(r),
-                        _ => 0,
-                    })
-                    .sum::<usize>()
-            })
-            .sum()
+        let mut size = 0;
+        self.table.for_each(|_, _, e| {
+            if let LimitState::Replicated(r) = &e.state {
+                size += ReplicatedLimit::size(r);
+            }
+        });
+        size
     }
 }
 

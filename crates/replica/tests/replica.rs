@@ -402,8 +402,9 @@ fn a_plan_of_several_keys_is_all_or_nothing_and_gossips_only_what_it_granted() {
     let ten = plan(&r, &how, 10, "b");
     let mut both = Plan::default();
     for p in [&one, &ten] {
-        let item = &p.items[0];
-        both.push(item.key.clone(), Arc::clone(&item.limit), false);
+        let item = &p.items()[0];
+        both.push(item.key.clone(), Arc::clone(&item.limit), false)
+            .unwrap();
     }
     let first = r
         .decide_now(&both, T0, Request::exactly(1), Mode::Try)
@@ -638,4 +639,56 @@ fn a_relay_passes_on_only_the_updates_of_nodes_the_asker_does_not_hear() {
     let latest = later.saturating_add(Nanos::SECOND);
     r.absorb(peer(2), NodeId(2), granted_by(4, &how, 6, latest), latest);
     assert_eq!(drain(&r, class(&how), latest).len(), 1);
+}
+
+/// The replica keeps its keys in the store's keyed-state table, under the
+/// memory store's capacity rule: `max_keys` holds per shard under the
+/// shard's lock, grants beyond it are decided on a state not kept (and
+/// counted), and a full shard first sweeps its expired keys. The replica's
+/// own copy used to count keys globally and never swept at the cap: once
+/// full, it kept every new key untracked until the next timed sweep, even
+/// with every key it held long expired.
+#[test]
+fn at_max_keys_new_grants_are_not_kept_until_expired_keys_make_room() {
+    const MAX: usize = 64;
+    let r = Replica::new(ReplicaOptions {
+        node: NodeId(1),
+        max_keys: MAX,
+        ..ReplicaOptions::default()
+    });
+    r.set_synced(true);
+    let how = plain_queue();
+    let domains = |tag: &'static str| (0..400).map(move |i| format!("{tag}-{i}"));
+    for d in domains("first") {
+        let p = plan(&r, &how, 10, &d);
+        let decision = r
+            .decide_now(&p, T0, Request::exactly(1), Mode::Try)
+            .unwrap();
+        assert!(decision.allowed, "{d}: a fresh key grants");
+    }
+    let kept = r.keys();
+    assert!(
+        kept > 0 && kept <= MAX as u64,
+        "{kept} keys kept, cap {MAX}"
+    );
+    let untracked = r
+        .stats
+        .at_capacity
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(untracked, 400 - kept, "every grant not kept is counted");
+
+    // An hour on, every key held is long past its retention margin, and no
+    // timed sweep ran: a new grant finds its shard full of expired keys,
+    // sweeps it, and is kept.
+    let later = T0.saturating_add(Nanos::from_secs(3600));
+    for d in domains("second") {
+        let p = plan(&r, &how, 10, &d);
+        r.decide_now(&p, later, Request::exactly(1), Mode::Try)
+            .unwrap();
+    }
+    let fresh = domains("second")
+        .filter(|d| r.state_of(&Key::new(LIMIT, d)).is_some())
+        .count();
+    assert!(fresh > 0, "no new grant was kept");
+    assert!(r.keys() <= MAX as u64, "{} keys kept, cap {MAX}", r.keys());
 }

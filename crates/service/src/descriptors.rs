@@ -11,7 +11,7 @@
 //! decide the plan built here.
 
 use tollgate_core::PlanDecision;
-use tollgate_store::{Key, Plan};
+use tollgate_store::{Key, Plan, StoreError};
 
 use crate::error::ServiceError;
 use crate::limiter::{DescriptorOutcome, DescriptorRequest, DescriptorStatus};
@@ -125,11 +125,12 @@ pub(crate) fn plan(view: &View, req: &DescriptorRequest<'_>) -> Result<Planned, 
                         // Two identical descriptors share one counter
                         // (as upstream); they are one plan item here.
                         let key = Key::new(c.id, &m.domain);
-                        item = Some(match plan.items.iter().position(|it| it.key == key) {
+                        item = Some(match plan.position(&key) {
                             Some(existing) => existing,
                             None => {
-                                plan.push(key, c.limit.clone(), shadow);
-                                plan.items.len() - 1
+                                plan.push(key, c.limit.clone(), shadow)
+                                    .map_err(StoreError::from)?;
+                                plan.len() - 1
                             }
                         });
                     }
@@ -169,7 +170,7 @@ impl ToDecide {
             let Some(item) = *item else { continue };
             let fits = pd.rooms.get(item).is_some_and(|&r| r >= hits);
             status.decision = pd.decisions.get(item).copied();
-            if plan.items[item].shadow {
+            if plan.items()[item].shadow {
                 status.shadowed = !fits;
             } else {
                 status.allowed = fits;
@@ -324,7 +325,7 @@ namespaces:
             d(&[("path", "/open")]),
         ];
         let t = to_decide(&view, &list);
-        assert!(t.plan.items.is_empty());
+        assert!(t.plan.items().is_empty());
         assert_eq!(t.item_of, vec![None, None, None]);
         assert_eq!(t.statuses[0], DescriptorStatus::unlimited_by_default());
         assert_eq!(t.statuses[1], DescriptorStatus::unlimited_by_default());
@@ -360,7 +361,7 @@ namespaces:
     fn a_deny_in_shadow_mode_is_shadowed_and_decides_nothing() {
         let view = view(EDGE, false);
         let t = to_decide(&view, &[d(&[("blocked", "b")])]);
-        assert!(t.plan.items.is_empty());
+        assert!(t.plan.items().is_empty());
         let s = &t.statuses[0];
         assert!(s.allowed && s.shadowed);
         assert_eq!(s.resource.as_deref(), Some("blocked"));
@@ -372,14 +373,14 @@ namespaces:
         let list = [d(&[("user", "u1")]), d(&[("tenant", "t1")])];
         let t = to_decide(&view, &list);
         let affinity = view.namespace("edge").unwrap().affinity;
-        assert_eq!(t.plan.affinity, affinity);
-        assert_eq!(t.plan.items.len(), 2);
+        assert_eq!(t.plan.affinity(), affinity);
+        assert_eq!(t.plan.items().len(), 2);
         assert_eq!(t.item_of, vec![Some(0), Some(1)]);
-        assert_eq!(t.plan.items[0].key.scope(), "user=u1");
-        assert!(!t.plan.items[0].shadow);
-        assert_eq!(t.plan.items[1].key.scope(), "tenant=t1");
-        assert!(t.plan.items[1].shadow);
-        assert_ne!(t.plan.items[0].key.limit, t.plan.items[1].key.limit);
+        assert_eq!(t.plan.items()[0].key.scope(), "user=u1");
+        assert!(!t.plan.items()[0].shadow);
+        assert_eq!(t.plan.items()[1].key.scope(), "tenant=t1");
+        assert!(t.plan.items()[1].shadow);
+        assert_ne!(t.plan.items()[0].key.limit, t.plan.items()[1].key.limit);
     }
 
     #[test]
@@ -391,7 +392,7 @@ namespaces:
             d(&[("user", "u1")]),
         ];
         let t = to_decide(&view, &list);
-        assert_eq!(t.plan.items.len(), 2);
+        assert_eq!(t.plan.items().len(), 2);
         assert_eq!(t.item_of, vec![Some(0), Some(1), Some(0)]);
         // Both copies get the shared counter's answer.
         let out = t.outcome(&decided(&[0, 3]), 1);
@@ -411,7 +412,7 @@ namespaces:
         assert_eq!(t.item_of, vec![None, Some(0)]);
         assert_eq!(t.statuses[0], DescriptorStatus::unlimited_by_default());
         assert_eq!(t.statuses[1].resource.as_deref(), Some("premium_yes"));
-        assert_eq!(t.plan.items.len(), 1);
+        assert_eq!(t.plan.items().len(), 1);
         let alone = to_decide(&view, &both[..1]);
         assert_eq!(alone.item_of, vec![Some(0)]);
         assert_eq!(alone.statuses[0].resource.as_deref(), Some("account"));
@@ -423,7 +424,7 @@ namespaces:
         let list = [d(&[("user", "u1")]), d(&[("ip", "10.0.0.1")])];
         let t = to_decide(&view, &list);
         assert_eq!(t.item_of, vec![Some(0), None]);
-        assert!(t.plan.items[0].shadow);
+        assert!(t.plan.items()[0].shadow);
         assert!(t.statuses[1].allowed && t.statuses[1].shadowed);
         // Over the limit, yet allowed: shadowed.
         let out = t.outcome(&decided(&[0]), 1);

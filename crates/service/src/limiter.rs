@@ -12,7 +12,7 @@ use smallvec::SmallVec;
 use tollgate_config::{Config, ResourceKind};
 use tollgate_core::copies::{CopyLimits, Reservation};
 use tollgate_core::{Decision, Limit, Mode, Nanos, PlanDecision, Request, TierInfo};
-use tollgate_store::{Admit, Key, OpId, Plan, PoolKey, Store};
+use tollgate_store::{Admit, DuplicateKey, Key, OpId, Plan, PoolKey, Store, StoreError};
 
 use crate::descriptors::{self, Planned};
 use crate::error::ServiceError;
@@ -268,7 +268,10 @@ impl<S: Store> Limiter<S> {
         };
         let limits = rate.for_domain(req.domain);
         let shadow = entry.shadow || ns.ignore_configured;
-        let (plan, roles) = rate_plan(rate, limits, req.domain, shadow);
+        // A config gives each limit its own id, so the keys are distinct;
+        // were they not, the request fails rather than counting twice.
+        let (plan, roles) =
+            rate_plan(rate, limits, req.domain, shadow).map_err(StoreError::from)?;
         let plan = plan.with_affinity(ns.affinity);
         let request = Request::between(req.min_hits, req.hits);
         if matches!(limits.main, Main::Deny) && !shadow {
@@ -493,22 +496,22 @@ fn rate_plan(
     limits: &DomainLimits,
     domain: &str,
     shadow: bool,
-) -> (Plan, SmallVec<[Role; 3]>) {
+) -> Result<(Plan, SmallVec<[Role; 3]>), DuplicateKey> {
     let mut plan = Plan::default();
     let mut roles = SmallVec::new();
     if let Main::Limited(c) = &limits.main {
-        plan.push(Key::new(c.id, domain), c.limit.clone(), shadow);
+        plan.push(Key::new(c.id, domain), c.limit.clone(), shadow)?;
         roles.push(Role::Main);
     }
     if let Some(h) = &limits.hard {
-        plan.push(Key::new(h.id, domain), h.limit.clone(), shadow);
+        plan.push(Key::new(h.id, domain), h.limit.clone(), shadow)?;
         roles.push(Role::Hard);
     }
     if let Some(g) = &rate.global {
-        plan.push(Key::new(g.id, ""), g.limit.clone(), shadow);
+        plan.push(Key::new(g.id, ""), g.limit.clone(), shadow)?;
         roles.push(Role::Global);
     }
-    (plan, roles)
+    Ok((plan, roles))
 }
 
 fn rate_outcome(

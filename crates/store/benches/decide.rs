@@ -197,7 +197,7 @@ fn bench_algorithms(c: &mut Criterion) {
                 b.iter(|| {
                     now += STEP;
                     let d =
-                        store.decide_limit(&plans[i].items[0].key, &limit, Nanos::new(now), one);
+                        store.decide_limit(&plans[i].items()[0].key, &limit, Nanos::new(now), one);
                     i += 1;
                     if i == n {
                         i = 0;

@@ -6,6 +6,8 @@ use thiserror::Error;
 use tollgate_core::copies::CopyError;
 use tollgate_core::PlanError;
 
+use crate::plan::DuplicateKey;
+
 /// A store's failure. Client errors (`Plan`, `Copy`, `DuplicateKey`) are the
 /// caller's fault; `AtCapacity` and `Unavailable` are the server's.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -18,9 +20,10 @@ pub enum StoreError {
     /// A copy operation was refused (not held, unknown transfer, ...).
     #[error(transparent)]
     Copy(#[from] CopyError),
-    /// Two items of one plan share a key.
-    #[error("plan lists key `{0}` twice")]
-    DuplicateKey(String),
+    /// Two items of one plan would share a key: building the plan failed
+    /// ([`crate::Plan::push`]); no store sees such a plan.
+    #[error(transparent)]
+    DuplicateKey(#[from] DuplicateKey),
     /// The store holds its maximum number of keys and is configured to
     /// reject requests for new ones.
     #[error("the store is at its key capacity ({0} keys)")]

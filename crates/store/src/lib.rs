@@ -1,5 +1,6 @@
-//! Where limit state lives: the [`Store`] trait and the embedded
-//! [`MemoryStore`].
+//! Where limit state lives: the [`Store`] trait, the embedded
+//! [`MemoryStore`], and the sharded keyed-state [`Table`] it keeps its
+//! states in (shared with the gossip cluster's replica).
 //!
 //! A store answers one question atomically: "apply this [`Plan`] of limit
 //! keys now, all or nothing, granting the most hits in `[min_hits, hits]`
@@ -18,13 +19,15 @@ pub mod error;
 pub mod key;
 pub mod memory;
 pub mod plan;
+pub mod table;
 
 use std::future::Future;
 
 pub use error::{Refusal, StoreError};
 pub use key::{Key, LimitId, PoolKey};
 pub use memory::{AtCapacity, MemoryStore, MemoryStoreOptions, StoreStats};
-pub use plan::{lock_order, Plan, PlanItem};
+pub use plan::{lock_order, DuplicateKey, Plan, PlanItem};
+pub use table::{Table, TableOptions};
 
 use tollgate_core::copies::{CopyLimits, Groups, Reservation, Staged, TransferId};
 use tollgate_core::replicated::strategy::Replication;

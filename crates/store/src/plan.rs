@@ -1,8 +1,15 @@
 //! A [`Plan`]: the limits one request must pass, each with its key.
+//!
+//! A plan's keys are distinct, and the plan itself keeps them so: its
+//! items are private, and [`Plan::push`] refuses a key it already holds
+//! with [`DuplicateKey`]. Every store can therefore take each key of a plan
+//! out once without checking (deciding one key twice in one plan would
+//! count the request twice against it, or lose one of the two updates).
 
 use std::sync::Arc;
 
 use smallvec::SmallVec;
+use thiserror::Error;
 use tollgate_core::Limit;
 
 use crate::key::Key;
@@ -18,17 +25,22 @@ pub struct PlanItem {
     pub shadow: bool,
 }
 
-/// The limits one request must pass, decided all or nothing. Keys must be
-/// distinct.
+/// A key pushed onto a [`Plan`] that already holds it.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("plan lists key `{key}` twice")]
+pub struct DuplicateKey {
+    /// The key pushed twice.
+    pub key: Key,
+}
+
+/// The limits one request must pass, decided all or nothing. Its keys are
+/// distinct ([`Plan::push`] refuses a key twice).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
     /// The items, in the order their decisions are reported.
-    pub items: SmallVec<[PlanItem; 3]>,
-    /// Which keys must live together: a store that partitions its keys
-    /// (Redis Cluster) places every key of a plan by this one number, so a
-    /// plan is always decided in one place. The service sets it per
-    /// namespace; the memory store ignores it.
-    pub affinity: u64,
+    items: SmallVec<[PlanItem; 3]>,
+    /// See [`Plan::affinity`].
+    affinity: u64,
 }
 
 impl Plan {
@@ -43,9 +55,15 @@ impl Plan {
         Plan { items, affinity: 0 }
     }
 
-    /// Adds a limit.
-    pub fn push(&mut self, key: Key, limit: Arc<Limit>, shadow: bool) {
+    /// Adds a limit, or refuses it, leaving the plan as it was, if the plan
+    /// holds `key` already. Compares with every item: plans are a handful
+    /// of limits.
+    pub fn push(&mut self, key: Key, limit: Arc<Limit>, shadow: bool) -> Result<(), DuplicateKey> {
+        if self.position(&key).is_some() {
+            return Err(DuplicateKey { key });
+        }
         self.items.push(PlanItem { key, limit, shadow });
+        Ok(())
     }
 
     /// The plan with `affinity` (see [`Plan::affinity`]).
@@ -53,6 +71,30 @@ impl Plan {
     pub fn with_affinity(mut self, affinity: u64) -> Plan {
         self.affinity = affinity;
         self
+    }
+
+    /// The items, in the order their decisions are reported; their keys
+    /// are distinct.
+    pub fn items(&self) -> &[PlanItem] {
+        &self.items
+    }
+
+    /// Which keys must live together: a store that partitions its keys
+    /// (Redis Cluster) places every key of a plan by this one number, so a
+    /// plan is always decided in one place. The service sets it per
+    /// namespace; the memory store ignores it.
+    pub fn affinity(&self) -> u64 {
+        self.affinity
+    }
+
+    /// The position of the item of `key`, if the plan holds it.
+    pub fn position(&self, key: &Key) -> Option<usize> {
+        self.items.iter().position(|it| it.key == *key)
+    }
+
+    /// How many limits the plan checks.
+    pub fn len(&self) -> usize {
+        self.items.len()
     }
 
     /// Whether the plan checks nothing (an unlimited request).

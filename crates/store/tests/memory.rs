@@ -25,8 +25,8 @@ use tollgate_core::{
 };
 use tollgate_core::{PlanDecision, Request};
 use tollgate_store::{
-    AtCapacity, Held, Key, LimitId, MemoryStore, MemoryStoreOptions, OpId, Plan, PoolKey, Store,
-    StoreError,
+    AtCapacity, DuplicateKey, Held, Key, LimitId, MemoryStore, MemoryStoreOptions, OpId, Plan,
+    PoolKey, Store, StoreError,
 };
 
 // ---------------------------------------------------------------- helpers
@@ -56,7 +56,7 @@ fn window(limit: u64) -> Arc<Limit> {
 fn plan(items: &[(&Key, &Arc<Limit>)]) -> Plan {
     let mut p = Plan::default();
     for (k, l) in items {
-        p.push((*k).clone(), Arc::clone(l), false);
+        p.push((*k).clone(), Arc::clone(l), false).unwrap();
     }
     p
 }
@@ -212,18 +212,27 @@ fn a_min_hits_no_limit_admits_grants_nothing_anywhere() {
     assert_eq!(drain(&store, &a, &la, T0), 10);
 }
 
+/// A plan refuses a key it already holds (it used to accept it, and
+/// every store checked it again on each decision), so no store ever sees
+/// a key twice in one plan.
 #[test]
-fn duplicate_keys_are_rejected_and_change_nothing() {
+fn a_plan_refuses_a_key_twice_and_stays_as_it_was() {
     let store = MemoryStore::new();
     let (a, la) = (key(1, "a"), window(10));
     let (b, lb) = (key(2, "a"), window(10));
-    let p = plan(&[(&a, &la), (&b, &lb), (&a, &la)]);
-    let err = store
+    let mut p = plan(&[(&a, &la), (&b, &lb)]);
+    let err = p.push(a.clone(), Arc::clone(&la), true).unwrap_err();
+    assert_eq!(err, DuplicateKey { key: a.clone() });
+    assert_eq!(err.to_string(), format!("plan lists key `{a}` twice"));
+    assert_eq!(p.len(), 2, "the refused item was not added");
+    assert!(!p.items()[0].shadow, "the held item was not changed");
+    assert_eq!(p.position(&b), Some(1));
+    // The plan decides each key once.
+    store
         .decide_now(&p, T0, Request::exactly(1), Mode::Try)
-        .unwrap_err();
-    assert_eq!(err, StoreError::DuplicateKey(a.to_string()));
-    assert_eq!(store.stats().keys, 0);
-    assert_eq!(drain(&store, &b, &lb, T0), 10);
+        .unwrap();
+    assert_eq!(drain(&store, &a, &la, T0), 9);
+    assert_eq!(drain(&store, &b, &lb, T0), 9);
 }
 
 #[test]
@@ -898,7 +907,8 @@ fn agrees_with_core(ops: &[Op], shards: usize) -> Result<(), TestCaseError> {
                 let mode = if *acquire { Mode::Acquire } else { Mode::Try };
                 let mut p = Plan::default();
                 for &(slot, shadow) in items {
-                    p.push(key_of(slot), Arc::clone(limit_of(slot)), shadow);
+                    p.push(key_of(slot), Arc::clone(limit_of(slot)), shadow)
+                        .unwrap();
                 }
                 // A one-limit try request goes, every other time, through
                 // the lean single-limit path, which must answer the same.
