@@ -127,9 +127,9 @@ pub struct CounterBucket {
 
 impl CounterBucket {
     /// A bucket of `capacity` tokens refilled at `rate`. The capacity must
-    /// be positive and a whole refill (`capacity` tokens at `rate`) must fit
-    /// in a [`crate::Span`], as for [`crate::TokenBucket`], so the two accept the
-    /// same parameters.
+    /// be positive and a whole refill (`capacity` tokens at `rate`) must be
+    /// a [`crate::Span`], as for [`crate::TokenBucket`], so the two accept
+    /// the same parameters.
     pub fn new(capacity: u64, rate: Rate) -> Result<CounterBucket, ParamError> {
         let capacity = ParamError::positive("capacity", capacity)?;
         let interval = rate.interval();

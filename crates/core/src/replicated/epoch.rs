@@ -133,16 +133,15 @@ impl EpochBucket {
     pub const DEFAULT_EPOCH: Nanos = Nanos::SECOND;
 
     /// A bucket of `capacity` tokens refilled at `rate`, with one-second
-    /// epochs. The capacity must be positive and a whole refill must fit in
-    /// 146 years, as for [`crate::TokenBucket`] (which also keeps the level,
-    /// a signed count, far from overflow).
+    /// epochs. The capacity must be positive and a whole refill must be a
+    /// [`crate::Span`], as for [`crate::TokenBucket`] (which also keeps the
+    /// level, a signed count, far from overflow).
     pub fn new(capacity: u64, rate: Rate) -> Result<EpochBucket, ParamError> {
         EpochBucket::with_epoch(capacity, rate, EpochBucket::DEFAULT_EPOCH)
     }
 
     /// [`EpochBucket::new`] with epochs of `epoch`, which must be a
-    /// [`crate::Span`].
-    /// Shorter epochs correct sooner (a smaller burst) but need gossip to
+    /// [`crate::Span`]. Shorter epochs correct sooner (a smaller burst) but need gossip to
     /// reach every node within one epoch (seed 001).
     pub fn with_epoch(capacity: u64, rate: Rate, epoch: Nanos) -> Result<EpochBucket, ParamError> {
         let capacity = ParamError::positive("capacity", capacity)?;
