@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tollgate_core::copies::CopyLimits;
 use tollgate_core::replicated::strategy::{Eager, Replication, StrategyKind};
-use tollgate_core::{Align, Nanos, Tier};
+use tollgate_core::{Align, Nanos, Span, Tier};
 
 use crate::diag::{Diagnostic, Diagnostics, Pos};
 use crate::model::{
@@ -82,9 +82,6 @@ const STRATEGY_FIELDS: &[(&str, StrategyKind)] = &[
     ("retention", StrategyKind::Queue),
     ("epoch", StrategyKind::Epoch),
 ];
-/// The longest span the replicated states take (2^62 ns, about 146
-/// years), as for the algorithms' windows and periods.
-const MAX_SPAN: Nanos = Nanos::new(1 << 62);
 
 /// The parameters each algorithm accepts.
 pub(crate) fn algorithm_params(name: &str) -> &'static [&'static str] {
@@ -308,7 +305,7 @@ fn read_replication_map(
         }
     }
     if let Some(g) = p.opt_span("gossip_interval", diags) {
-        r.gossip_interval = g;
+        r.gossip_interval = g.get();
     }
     match kind {
         StrategyKind::Queue => {
@@ -336,7 +333,7 @@ fn read_replication_map(
             // default anyway, so only `eager: false` turns it off.
             r.eager = (eager != Some(false)).then(|| Eager {
                 window,
-                threshold: threshold.unwrap_or(Eager::DEFAULT_THRESHOLD),
+                threshold: threshold.map_or(Eager::DEFAULT_THRESHOLD, Span::get),
             });
             r.least_informed = flag(&f, "least_informed", diags);
             if let Some(near) = f
@@ -345,11 +342,11 @@ fn read_replication_map(
             {
                 r.near_limit = near;
             }
-            r.retention = p.opt_span("retention", diags);
+            r.retention = p.opt_span("retention", diags).map(Span::get);
         }
         StrategyKind::Epoch => {
             if let Some(e) = p.opt_span("epoch", diags) {
-                r.epoch = e;
+                r.epoch = e.get();
             }
         }
         StrategyKind::Counter => {}
@@ -628,20 +625,18 @@ impl Params<'_, '_> {
             .and_then(|n| diags.take(duration(n, name).map_err(|d| in_context(d, self.context))))
     }
 
-    /// An optional duration that must be greater than zero and at most
-    /// [`MAX_SPAN`].
-    fn opt_span(&self, name: &str, diags: &mut Diagnostics) -> Option<Nanos> {
+    /// An optional duration that must be a [`Span`] (greater than zero
+    /// and at most 146 years).
+    fn opt_span(&self, name: &str, diags: &mut Diagnostics) -> Option<Span> {
         let n = self.f.get(name)?;
         let d = self.opt_duration(name, diags)?;
-        let problem = if d.is_zero() {
-            "must be greater than zero"
-        } else if d > MAX_SPAN {
-            "must be at most 146 years (2^62 ns)"
-        } else {
-            return Some(d);
-        };
-        diags.error(&n.pos, format!("{}: `{name}` {problem}", self.context));
-        None
+        match Span::new(d) {
+            Ok(span) => Some(span),
+            Err(problem) => {
+                diags.error(&n.pos, format!("{}: `{name}` {problem}", self.context));
+                None
+            }
+        }
     }
 
     fn align(&self, diags: &mut Diagnostics) -> Align {

@@ -26,7 +26,7 @@
 
 use std::fs;
 use std::io::ErrorKind;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -95,7 +95,7 @@ impl PostgresServer {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            server.port = free_port();
+            server.port = tollgate_testing::free_port();
             match server.spawn() {
                 Ok(()) => return server,
                 Err(why) if attempts < 5 && why.log.contains("Address already in use") => {}
@@ -315,24 +315,12 @@ impl PostgresServer {
 
     /// Waits until the server accepts connections, or says why not.
     fn wait_ready(&mut self, bins: &Binaries) -> Result<(), String> {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    return Err(format!("the server exited ({status})"));
-                }
-            }
-            if self.ready(bins) {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(format!(
-                    "the server did not accept connections within {} s",
-                    READY_TIMEOUT.as_secs()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let Some(mut child) = self.child.take() else {
+            return Err("the server is not running".into());
+        };
+        let ready = tollgate_testing::wait_ready(&mut child, READY_TIMEOUT, || self.ready(bins));
+        self.child = Some(child);
+        ready.map_err(|why| format!("the server did not accept connections: {why}"))
     }
 
     /// Whether this server (its `postmaster.pid` says so: not another
@@ -356,8 +344,8 @@ impl PostgresServer {
                 .status()
                 .is_ok_and(|status| status.success()),
             None => {
-                let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
-                let accepted = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok();
+                let accepted =
+                    tollgate_testing::accepts(SocketAddr::from(([127, 0, 0, 1], self.port)));
                 if accepted {
                     std::thread::sleep(Duration::from_millis(100));
                 }
@@ -473,17 +461,6 @@ fn find_program(name: &str) -> Option<PathBuf> {
         .collect();
     versions.sort();
     versions.pop().map(|(_, program)| program)
-}
-
-/// A free loopback port (the listener is dropped just before use; a clash
-/// with another process in that instant is retried by
-/// [`PostgresServer::start`]).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A new, empty directory of this server's own under the system's

@@ -56,7 +56,7 @@ pub use error::ParamError;
 pub use limit::{Limit, LimitState};
 pub use plan::{PlanDecision, PlanEntry, PlanError};
 pub use rate::Rate;
-pub use time::Nanos;
+pub use time::{Nanos, Span, SpanError};
 
 /// A per-second sliding log: Charon's hard limit (per domain) and global
 /// limit (all domains), "the maximum number of requests that can be granted

@@ -7,6 +7,7 @@
 //! refused rather than silently slowed.
 
 use std::fmt;
+use std::num::NonZeroU64;
 
 use crate::error::ParamError;
 use crate::time::Nanos;
@@ -14,7 +15,7 @@ use crate::time::Nanos;
 /// `count` hits per `period`; see the module docs for rounding.
 #[derive(Copy, Clone, PartialEq, Eq, Hash)]
 pub struct Rate {
-    count: u64,
+    count: NonZeroU64,
     period: Nanos,
 }
 
@@ -22,9 +23,7 @@ impl Rate {
     /// A rate of `count` per `period`. Both must be positive and the
     /// interval between hits at least one nanosecond.
     pub fn new(count: u64, period: Nanos) -> Result<Rate, ParamError> {
-        if count == 0 {
-            return Err(ParamError::MustBePositive { param: "rate" });
-        }
+        let count = ParamError::positive("rate", count)?;
         if period.is_zero() {
             return Err(ParamError::MustBePositive {
                 param: "rate period",
@@ -46,7 +45,7 @@ impl Rate {
 
     /// Hits per period.
     pub const fn count(&self) -> u64 {
-        self.count
+        self.count.get()
     }
 
     /// The period.
@@ -57,12 +56,12 @@ impl Rate {
     /// Nanoseconds between two hits, rounded down (at least 1).
     #[inline]
     pub const fn interval(&self) -> Nanos {
-        Nanos::new(self.period.as_u64() / self.count)
+        Nanos::new(self.period.as_u64() / self.count.get())
     }
 
     /// Hits per second as a float (for Guava-style algorithms).
     pub fn per_second_f64(&self) -> f64 {
-        self.count as f64 * 1e9 / self.period.as_u64() as f64
+        self.count.get() as f64 * 1e9 / self.period.as_u64() as f64
     }
 }
 

@@ -6,9 +6,17 @@
 //! serves both for instants (nanoseconds since the Unix epoch, or since any
 //! origin a trace chooses) and for durations, and all of its arithmetic
 //! saturates, so no input can make the core overflow or panic.
+//!
+//! A duration a *parameter* takes (a window, an epoch, the time to refill a
+//! bucket) is a [`Span`]: greater than zero and at most [`Span::MAX`]. It is
+//! checked once, by [`Span::new`] or [`Span::times`], and what holds a
+//! `Span` never checks again.
 
 use std::fmt;
+use std::num::NonZeroU64;
 use std::time::Duration;
+
+use thiserror::Error;
 
 /// A point in time or a span of time, in whole nanoseconds.
 ///
@@ -172,9 +180,128 @@ impl fmt::Display for Nanos {
     }
 }
 
+/// A duration a parameter may take: greater than zero and at most
+/// [`Span::MAX`] (2^62 ns, about 146 years).
+///
+/// The bound keeps every sum of a span and a Unix-epoch time, and every
+/// signed token-time of one, far from `u64` and `i64` overflow. The only
+/// ways to make one are [`Span::new`] and [`Span::times`], so a value of
+/// this type needs no further check (and divides without a zero case).
+#[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Span(NonZeroU64);
+
+/// Why a duration is not a [`Span`]. Its message completes a sentence that
+/// names the parameter: "`window` must be greater than zero".
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum SpanError {
+    /// The duration is zero.
+    #[error("must be greater than zero")]
+    Zero,
+    /// The duration is longer than [`Span::MAX`] (or a product that makes
+    /// one overflows).
+    #[error("must be at most 146 years (2^62 ns)")]
+    TooLong,
+}
+
+impl Span {
+    /// The longest span: 2^62 ns, about 146 years.
+    pub const MAX: Span = match NonZeroU64::new(1 << 62) {
+        Some(n) => Span(n),
+        None => unreachable!(),
+    };
+
+    /// One second.
+    pub const SECOND: Span = match NonZeroU64::new(Nanos::SECOND.as_u64()) {
+        Some(n) => Span(n),
+        None => unreachable!(),
+    };
+
+    /// `duration` as a span, if it is one.
+    pub const fn new(duration: Nanos) -> Result<Span, SpanError> {
+        match NonZeroU64::new(duration.as_u64()) {
+            None => Err(SpanError::Zero),
+            Some(n) if n.get() > Span::MAX.0.get() => Err(SpanError::TooLong),
+            Some(n) => Ok(Span(n)),
+        }
+    }
+
+    /// `n` times `unit` as a span (the time of `n` hits one `unit`
+    /// apart), if the product is one.
+    pub const fn times(unit: Nanos, n: u64) -> Result<Span, SpanError> {
+        match unit.as_u64().checked_mul(n) {
+            Some(product) => Span::new(Nanos::new(product)),
+            None => Err(SpanError::TooLong),
+        }
+    }
+
+    /// The span as a time.
+    #[inline]
+    pub const fn get(self) -> Nanos {
+        Nanos(self.0.get())
+    }
+
+    /// The raw count of nanoseconds, never zero.
+    #[inline]
+    pub const fn as_u64(self) -> u64 {
+        self.0.get()
+    }
+
+    /// The count of nanoseconds as a [`NonZeroU64`], to divide by.
+    #[inline]
+    pub const fn as_non_zero(self) -> NonZeroU64 {
+        self.0
+    }
+}
+
+impl From<Span> for Nanos {
+    #[inline]
+    fn from(s: Span) -> Nanos {
+        s.get()
+    }
+}
+
+impl TryFrom<Nanos> for Span {
+    type Error = SpanError;
+
+    fn try_from(n: Nanos) -> Result<Span, SpanError> {
+        Span::new(n)
+    }
+}
+
+impl fmt::Debug for Span {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.get(), f)
+    }
+}
+
+impl fmt::Display for Span {
+    /// As [`Nanos`] prints: `5m`, `1500ms`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.get(), f)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_span_is_positive_and_at_most_146_years() {
+        assert_eq!(Span::new(Nanos::ZERO), Err(SpanError::Zero));
+        assert_eq!(Span::new(Nanos::new(1)).map(Span::as_u64), Ok(1));
+        assert_eq!(Span::new(Nanos::new(1 << 62)), Ok(Span::MAX));
+        assert_eq!(
+            Span::new(Nanos::new((1 << 62) + 1)),
+            Err(SpanError::TooLong)
+        );
+        assert_eq!(Span::new(Nanos::MAX), Err(SpanError::TooLong));
+        assert_eq!(Span::times(Nanos::new(1 << 31), 1 << 31), Ok(Span::MAX));
+        assert_eq!(Span::times(Nanos::new(3), 0), Err(SpanError::Zero));
+        assert_eq!(Span::times(Nanos::MAX, 2), Err(SpanError::TooLong));
+        assert_eq!(Span::SECOND.get(), Nanos::SECOND);
+        assert_eq!(Span::SECOND.to_string(), "1s");
+    }
 
     #[test]
     fn arithmetic_saturates() {

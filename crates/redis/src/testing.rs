@@ -5,10 +5,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+pub use tollgate_testing::free_port;
+use tollgate_testing::KillOnDrop;
 
 /// The redis-server binary: `$TOLLGATE_REDIS_SERVER`, else the one on the
 /// PATH. `scripts/test.sh` installs it when missing.
@@ -25,16 +27,6 @@ pub fn redis_server_binary() -> PathBuf {
     panic!(
         "redis-server not found: install it (scripts/test.sh does) or set TOLLGATE_REDIS_SERVER"
     );
-}
-
-/// A free loopback port (the listener is dropped just before use; a clash
-/// with another process in that instant makes the start fail loudly).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Certificates for a TLS test server and its clients, made fresh by
@@ -100,7 +92,9 @@ struct Tls {
 
 /// A redis-server process of the test's own, killed when dropped.
 pub struct RedisServer {
-    child: Option<Child>,
+    /// Declared first, so the process is killed before its directory is
+    /// removed.
+    child: Option<KillOnDrop>,
     /// The port it listens on: plain TCP, or TLS only for a TLS server.
     pub port: u16,
     dir: tempfile::TempDir,
@@ -176,41 +170,27 @@ impl RedisServer {
                     .arg(if tls.require_client_cert { "yes" } else { "no" });
             }
         }
-        let child = cmd
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir)
-            .arg("--logfile")
-            .arg(dir.join("redis.log"))
-            .args(&self.extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start redis-server");
+        let mut child = KillOnDrop::spawn(
+            cmd.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .arg("--dir")
+                .arg(dir)
+                .arg("--logfile")
+                .arg(dir.join("redis.log"))
+                .args(&self.extra)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        )
+        .expect("start redis-server");
+        let ready =
+            tollgate_testing::wait_ready(&mut child, Duration::from_secs(10), || self.ping());
         self.child = Some(child);
-        self.wait_ready();
-    }
-
-    fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if self.ping() {
-                return;
-            }
-            let exited = self
-                .child
-                .as_mut()
-                .is_some_and(|c| c.try_wait().ok().flatten().is_some());
-            if exited || Instant::now() >= deadline {
-                let log =
-                    std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
-                panic!(
-                    "redis-server on port {} did not start ({}); its log:\n{log}",
-                    self.port,
-                    if exited { "it exited" } else { "no answer" }
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if let Err(why) = ready {
+            let log =
+                std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
+            panic!(
+                "redis-server on port {} did not start ({why}); its log:\n{log}",
+                self.port
+            );
         }
     }
 
@@ -261,10 +241,8 @@ impl RedisServer {
 
     /// Kills the server (SIGKILL): everything in it is lost.
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        // Dropping the guard kills and reaps it.
+        self.child = None;
     }
 
     /// Stops the process (SIGSTOP): connections stay open and nothing is
@@ -282,14 +260,9 @@ impl RedisServer {
         let pid = self
             .child
             .as_ref()
-            .map(Child::id)
+            .map(|c| c.id())
             .expect("a running redis-server");
-        let ok = Command::new("kill")
-            .arg(format!("-{name}"))
-            .arg(pid.to_string())
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "kill -{name} {pid}");
+        assert!(tollgate_testing::signal(pid, name), "kill -{name} {pid}");
     }
 
     /// Starts it again, empty, on the same port.
@@ -324,12 +297,6 @@ impl RedisServer {
     /// name the `redis` crate's types.
     pub fn client(&self) -> Client {
         Client(self.connection())
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 
@@ -474,11 +441,13 @@ impl RedisCluster {
                 .unwrap();
         }
         let cluster = RedisCluster { nodes };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !cluster.settled() {
-            assert!(Instant::now() < deadline, "the test cluster did not settle");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        tollgate_testing::eventually("the test cluster settles", Duration::from_secs(30), || {
+            if cluster.settled() {
+                Ok(())
+            } else {
+                Err("CLUSTER INFO is not ok, complete and covering every slot yet".into())
+            }
+        });
         cluster
     }
 

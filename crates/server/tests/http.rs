@@ -126,13 +126,17 @@ async fn holds(app: &App<MemoryStore>, domain: &str) -> (u64, u64) {
 
 /// Polls an async `check` until it holds (up to 10 s).
 async fn eventually_async<F: Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
-    for _ in 0..1000 {
-        if check().await {
-            return;
+    tollgate_testing::eventually_async(what, Duration::from_secs(10), || {
+        let holds = check();
+        async move {
+            if holds.await {
+                Ok(())
+            } else {
+                Err("not yet".to_owned())
+            }
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("never happened: {what}");
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -3,37 +3,19 @@
 //!
 //! - [`JavaRandom`]: `java.util.Random`, bit for bit, so tests replay what
 //!   Guava's own tests draw with the same seeds.
-//! - [`eventually`]: polls a condition of a real process (which a test
-//!   cannot step by a clock of its own) until it holds, and fails with its
-//!   last complaint after a bound.
+//! - [`eventually`] and [`eventually_async`]: poll a condition of a real
+//!   process (which a test cannot step by a clock of its own) until it
+//!   holds, and fail with its last complaint after a bound.
+//! - Process harness pieces: [`free_port`], [`free_udp_addr`], a
+//!   [`KillOnDrop`] guard for a child, [`wait_ready`] until a started
+//!   server answers ([`accepts`] for a plain TCP one), and [`signal`].
 
 #![deny(missing_docs)]
 
 mod java_random;
+mod poll;
+mod process;
 
 pub use java_random::JavaRandom;
-
-use std::time::{Duration, Instant};
-
-/// How often [`eventually`] asks again.
-const POLL: Duration = Duration::from_millis(50);
-
-/// Calls `check` every 50 ms until it returns `Ok`; panics naming `what`
-/// and the last `Err` it gave once `within` has passed.
-///
-/// For outcomes of real processes only (a socket closed, a log line
-/// written): the bound is generous and only a failing test waits it out.
-pub fn eventually(what: &str, within: Duration, mut check: impl FnMut() -> Result<(), String>) {
-    let deadline = Instant::now() + within;
-    loop {
-        let last = match check() {
-            Ok(()) => return,
-            Err(e) => e,
-        };
-        assert!(
-            Instant::now() < deadline,
-            "never happened within {within:?}: {what}; last: {last}"
-        );
-        std::thread::sleep(POLL);
-    }
-}
+pub use poll::{eventually, eventually_async, POLL};
+pub use process::{accepts, free_port, free_udp_addr, signal, wait_ready, KillOnDrop};

@@ -6,25 +6,19 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tollgate_testing::KillOnDrop;
 
 /// A running `tollgate` server process, killed when dropped (also when a
 /// test panics).
 struct Server {
-    child: Child,
+    child: KillOnDrop,
     grpc: String,
     http: Option<String>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Server {
@@ -67,9 +61,8 @@ impl Server {
         ] {
             cmd.env_remove(var);
         }
-        let mut child = cmd.spawn().expect("the tollgate binary runs");
+        let mut child = KillOnDrop::spawn(&mut cmd).expect("the tollgate binary runs");
         let stderr = child.stderr.take().unwrap();
-        // Guard the child before anything can panic.
         let mut server = Server {
             child,
             grpc: String::new(),

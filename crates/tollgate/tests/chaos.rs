@@ -52,7 +52,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpStream};
 use std::panic::AssertUnwindSafe;
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -390,15 +390,6 @@ fn settle(mut check: impl FnMut() -> Vec<Violation>) -> Vec<Violation> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// A free port on loopback (bound, then released).
-fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Sends one HTTP request and closes the connection at once, without
@@ -1884,7 +1875,7 @@ impl GossipWorld {
     /// Starts node `i`; `seeded`: with every other node as a seed (else
     /// it is the first of its cluster).
     fn start_node(&mut self, i: usize, seeded: bool) {
-        let port = free_udp_port();
+        let port = tollgate_testing::free_udp_addr().port();
         let real: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         self.mesh.set_node(i, real);
         let peers: Vec<String> = (0..GOSSIP_NODES)

@@ -270,13 +270,15 @@ async fn can_hold(client: &Client, resource: &str, copies: u64) -> bool {
 /// Waits until `copies` can be reserved (a release on drop is sent
 /// without waiting for its answer).
 async fn eventually_holds(client: &Client, resource: &str, copies: u64) {
-    for _ in 0..200 {
+    let what = format!("{copies} copies of {resource} come free");
+    tollgate_testing::eventually_async(&what, Duration::from_secs(5), move || async move {
         if can_hold(client, resource, copies).await {
-            return;
+            Ok(())
+        } else {
+            Err("a reserve is rejected".to_owned())
         }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("{copies} copies of {resource} never came free");
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

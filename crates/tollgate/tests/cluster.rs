@@ -516,18 +516,10 @@ fn a_joining_node_that_cannot_reach_its_peers_refuses_to_decide_until_it_can() {
     );
 }
 
-/// A free UDP port on loopback (bound, then released).
-fn free_gossip_address() -> SocketAddr {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
 #[test]
 fn a_node_started_before_its_seed_joins_the_cluster_once_the_seed_is_up() {
     let dir = sandbox("cluster-seed-later");
-    let seed = free_gossip_address();
+    let seed = tollgate_testing::free_udp_addr();
     // Node 2 starts first: its announce to the seed finds nobody, and
     // after the join timeout it decides alone.
     let early = Serving::start_node(&dir, "t", "n2", "127.0.0.1:0", &[seed], &[]);

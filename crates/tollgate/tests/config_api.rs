@@ -12,6 +12,7 @@ mod common;
 use std::time::Duration;
 
 use common::config_api::{ConfigApi, ADMIN, READER};
+use common::live_usage::limiting_server;
 use common::Sandbox;
 use serde_json::{json, Value};
 
@@ -1426,16 +1427,15 @@ async fn postgres_crud_concurrent_writers_and_the_database_going_away() {
 /// Polls the server's `/status` until the config API revision in force is
 /// `revision`.
 fn until_revision(server: &common::serving::Serving, revision: i64) -> Value {
-    let mut last = Value::Null;
-    for _ in 0..3000 {
+    let what = format!("the server runs revision {revision}");
+    tollgate_testing::eventually(&what, Duration::from_secs(60), || {
         let (_, status) = server.json("GET", "/status", None);
         if status["config"]["api_revision"] == revision {
-            return status;
+            Ok(status)
+        } else {
+            Err(status.to_string())
         }
-        last = status;
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("the server never ran revision {revision}: {last}");
+    })
 }
 
 fn hit(server: &common::serving::Serving, ns: &str, resource: &str) -> bool {
@@ -1689,16 +1689,14 @@ fn follow_args<'a>(url: &'a str, token: &'a std::path::Path) -> Vec<&'a str> {
 /// Polls the server's log until a line with `message` appears (a minute
 /// at most: the follower backs off up to 5 s between tries).
 fn until_logged(server: &common::serving::Serving, message: &str) -> Value {
-    for _ in 0..3000 {
-        if let Some(line) = server.logged(message).into_iter().next() {
-            return line;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!(
-        "never logged {message:?}: {:?}",
-        server.logs.lock().unwrap()
-    );
+    let what = format!("the server logs {message:?}");
+    tollgate_testing::eventually(&what, Duration::from_secs(60), || {
+        server
+            .logged(message)
+            .into_iter()
+            .next()
+            .ok_or_else(|| format!("{:?}", server.logs.lock().unwrap()))
+    })
 }
 
 /// Regression (issue 23): a wrong token was retried for
@@ -2255,37 +2253,6 @@ async fn a_following_server_enforces_the_override_resolved_against_its_resource(
     assert_eq!(allowed, [true, true, true, false]);
 }
 
-/// The read token the limiting servers of these tests take for their
-/// admin endpoints (`serve --admin-tokens-file`), and the file the config
-/// API sends it from (`--servers-token-file`).
-const SERVERS_TOKEN: &str = "console-read-token-0123456789";
-
-/// A `tollgate serve` on free ports with `shop/login` (a fixed window of 2
-/// an hour) in a file of its own, taking [`SERVERS_TOKEN`] for its admin
-/// endpoints.
-fn limiting_server(dir: &Sandbox) -> common::serving::Serving {
-    let file = dir.write(
-        "limits.yaml",
-        "namespaces:\n  - name: shop\n    resources:\n      \
-         - { name: login, algorithm: fixed_window, limit: 2, window: 1h }\n",
-    );
-    let tokens = dir.write("admin-tokens", format!("read:console:{SERVERS_TOKEN}\n"));
-    common::serving::Serving::start(
-        dir,
-        &[
-            "--config",
-            file.to_str().unwrap(),
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--admin-tokens-file",
-            tokens.to_str().unwrap(),
-        ],
-        &[],
-    )
-}
-
 /// Review of issue 22: the servers were read through `HTTP_PROXY` when
 /// it was set, so the bearer token sent to a plain `http://` loopback
 /// server went in clear to the proxy. With every proxy variable naming a
@@ -2293,13 +2260,12 @@ fn limiting_server(dir: &Sandbox) -> common::serving::Serving {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_servers_are_read_directly_never_through_a_proxy() {
     let dir = Sandbox::new("config-api-usage-no-proxy");
-    let server = limiting_server(&dir);
+    let (server, token_file) = limiting_server(&dir, "login", &[]);
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap();
     let proxy = format!("http://{closed}");
-    let token_file = dir.write("servers-token", format!("{SERVERS_TOKEN}\n"));
     let servers = format!("http://{}", server.http);
     let tokens = format!("admin:alice:{ADMIN}\nread:fleet:{READER}\n");
     let env: Vec<(&str, &str)> = [
@@ -2342,15 +2308,20 @@ async fn the_servers_are_read_directly_never_through_a_proxy() {
 
 /// Polls `GET /v1/usage` until `done` holds (a minute at most).
 async fn until_usage(api: &ConfigApi, done: impl Fn(&Value) -> bool) -> Value {
-    let mut last = Value::Null;
-    for _ in 0..600 {
-        last = api.get("/v1/usage").await;
-        if done(&last) {
-            return last;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the usage never got there: {last}");
+    let done = &done;
+    tollgate_testing::eventually_async(
+        "the usage gets there",
+        Duration::from_secs(60),
+        move || async move {
+            let usage = api.get("/v1/usage").await;
+            if done(&usage) {
+                Ok(usage)
+            } else {
+                Err(usage.to_string())
+            }
+        },
+    )
+    .await
 }
 
 /// Issue 22: the console shows what the limiting servers decide now, from
@@ -2359,7 +2330,7 @@ async fn until_usage(api: &ConfigApi, done: impl Fn(&Value) -> bool) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_reads_live_usage_from_the_limiting_servers_metrics() {
     let dir = Sandbox::new("config-api-usage");
-    let server = limiting_server(&dir);
+    let (server, token_file) = limiting_server(&dir, "login", &[]);
     // A port nobody listens on, and one that accepts and never answers.
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -2368,7 +2339,6 @@ async fn the_api_reads_live_usage_from_the_limiting_servers_metrics() {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let silent_addr = silent.local_addr().unwrap();
     let servers = format!("{},{closed},http://{silent_addr}", server.http);
-    let token_file = dir.write("servers-token", format!("{SERVERS_TOKEN}\n"));
     let api = ConfigApi::start(
         &dir,
         &common::config_api::sqlite(&dir, "t.db"),
@@ -2544,7 +2514,7 @@ fn oversized_server(bytes: usize, announce: bool) -> std::net::SocketAddr {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_with_metrics_over_the_cap_is_reported_too_large() {
     let dir = Sandbox::new("config-api-usage-large");
-    let server = limiting_server(&dir);
+    let (server, _) = limiting_server(&dir, "login", &[]);
     let announced = oversized_server(9 * 1024 * 1024, true);
     let streamed = oversized_server(9 * 1024 * 1024, false);
     let servers = format!("{},{announced},{streamed}", server.http);
@@ -2589,34 +2559,19 @@ async fn live_usage_reads_servers_on_their_own_mutual_tls() {
     let ca = dir.write("ca.pem", &certs.ca);
     let client_cert = dir.write("client.pem", &certs.client_cert);
     let client_key = dir.write("client.key", &certs.client_key);
-    let file = dir.write(
-        "limits.yaml",
-        "namespaces:\n  - name: shop\n    resources:\n      \
-         - { name: login, algorithm: fixed_window, limit: 2, window: 1h }\n",
-    );
-    let tokens = dir.write("admin-tokens", format!("read:console:{SERVERS_TOKEN}\n"));
-    let server = common::serving::Serving::start(
+    let (server, token_file) = limiting_server(
         &dir,
+        "login",
         &[
-            "--config",
-            file.to_str().unwrap(),
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
             "--tls-cert",
             cert.to_str().unwrap(),
             "--tls-key",
             key.to_str().unwrap(),
             "--tls-client-ca",
             ca.to_str().unwrap(),
-            "--admin-tokens-file",
-            tokens.to_str().unwrap(),
         ],
-        &[],
     );
     let servers = format!("https://{}", server.http);
-    let token_file = dir.write("servers-token", SERVERS_TOKEN);
     let api = ConfigApi::start(
         &dir,
         &common::config_api::sqlite(&dir, "t.db"),

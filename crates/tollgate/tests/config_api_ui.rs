@@ -1491,29 +1491,8 @@ async fn at_390_px_nothing_overflows_and_every_control_is_on_screen() {
 #[tokio::test]
 async fn the_console_shows_what_the_limiting_servers_decide_now() {
     let dir = Sandbox::new("config-api-ui-live");
-    let file = dir.write(
-        "limits.yaml",
-        "namespaces:\n  - name: shop\n    resources:\n      \
-         - { name: api, algorithm: fixed_window, limit: 2, window: 1h }\n",
-    );
-    const SERVERS_TOKEN: &str = "console-read-token-0123456789";
-    let admin_tokens = dir.write("admin-tokens", format!("read:console:{SERVERS_TOKEN}\n"));
-    let server = common::serving::Serving::start(
-        &dir,
-        &[
-            "--config",
-            file.to_str().unwrap(),
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--admin-tokens-file",
-            admin_tokens.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let (server, token_file) = common::live_usage::limiting_server(&dir, "api", &[]);
     let servers = server.http.to_string();
-    let token_file = dir.write("servers-token", SERVERS_TOKEN);
     let api = ConfigApi::start(
         &dir,
         &sqlite(&dir, "tollgate.db"),

@@ -9,7 +9,9 @@ use std::process::Command;
 
 /// Each library crate and the tollgate crates it may depend on (normal and
 /// build dependencies). Dev-dependencies may add `tollgate-testing` and
-/// `tollgate-faults`, and the crate itself (for test features).
+/// `tollgate-faults`, and the crate itself (for test features); so may an
+/// optional dependency, which only a test harness feature turns on (the
+/// Redis store's and the config API's `testing`).
 const ALLOWED: &[(&str, &[&str])] = &[
     ("tollgate-core", &[]),
     ("tollgate-proto", &[]),
@@ -59,12 +61,25 @@ const ALLOWED: &[(&str, &[&str])] = &[
 /// Crates only tests may use.
 const DEV_ONLY: &[&str] = &["tollgate-testing", "tollgate-faults"];
 
-/// Every workspace crate, with its tollgate dependencies by kind (`None`
-/// for normal, `Some("dev")`, `Some("build")`).
-fn workspace() -> BTreeMap<String, Vec<(String, Option<String>)>> {
+/// A dependency on another tollgate crate.
+struct Dep {
+    name: String,
+    /// `None` for normal, `Some("dev")`, `Some("build")`.
+    kind: Option<String>,
+    optional: bool,
+}
+
+/// Every workspace crate, with its tollgate dependencies.
+fn workspace() -> BTreeMap<String, Vec<Dep>> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo metadata runs");
@@ -88,11 +103,10 @@ fn workspace() -> BTreeMap<String, Vec<(String, Option<String>)>> {
                 .iter()
                 .filter_map(|d| {
                     let name = d["name"].as_str()?;
-                    names.contains(name).then(|| {
-                        (
-                            name.to_owned(),
-                            d["kind"].as_str().map(str::to_owned),
-                        )
+                    names.contains(name).then(|| Dep {
+                        name: name.to_owned(),
+                        kind: d["kind"].as_str().map(str::to_owned),
+                        optional: d["optional"].as_bool().unwrap_or(false),
                     })
                 })
                 .collect();
@@ -110,9 +124,9 @@ fn every_crate_depends_only_on_the_layers_below_it() {
         if krate == "tollgate" {
             // The binary is the composition root: it may use any crate,
             // but not ship the dev-only ones.
-            for (dep, kind) in deps {
-                if kind.as_deref() != Some("dev") && DEV_ONLY.contains(&dep.as_str()) {
-                    wrong.push(format!("tollgate -> {dep} (dev-only crate)"));
+            for dep in deps {
+                if dep.kind.as_deref() != Some("dev") && DEV_ONLY.contains(&dep.name.as_str()) {
+                    wrong.push(format!("tollgate -> {} (dev-only crate)", dep.name));
                 }
             }
             continue;
@@ -123,17 +137,17 @@ fn every_crate_depends_only_on_the_layers_below_it() {
             ));
             continue;
         };
-        for (dep, kind) in deps {
-            let ok = match kind.as_deref() {
-                Some("dev") => {
-                    may.contains(&dep.as_str())
-                        || DEV_ONLY.contains(&dep.as_str())
-                        || dep == krate
-                }
-                _ => may.contains(&dep.as_str()),
-            };
+        for dep in deps {
+            let name = dep.name.as_str();
+            let for_tests = dep.kind.as_deref() == Some("dev") || dep.optional;
+            let ok =
+                may.contains(&name) || (for_tests && (DEV_ONLY.contains(&name) || name == krate));
             if !ok {
-                wrong.push(format!("{krate} -> {dep} ({})", kind.as_deref().unwrap_or("normal")));
+                wrong.push(format!(
+                    "{krate} -> {name} ({}{})",
+                    dep.kind.as_deref().unwrap_or("normal"),
+                    if dep.optional { ", optional" } else { "" }
+                ));
             }
         }
     }

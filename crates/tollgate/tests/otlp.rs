@@ -151,19 +151,14 @@ impl Receiver {
     /// The span whose parent is `caller`'s span, waiting for it with a
     /// generous bound (exports are batched every 50 ms here).
     fn wait_for(&self, caller: &Caller) -> Received {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(r) = self.spans().into_iter().find(|r| caller.is_parent_of(r)) {
-                return r;
+        let what = format!("a span with parent {} arrives", caller.span_id);
+        tollgate_testing::eventually(&what, Duration::from_secs(60), || {
+            let spans = self.spans();
+            match spans.iter().find(|r| caller.is_parent_of(r)) {
+                Some(r) => Ok(r.clone()),
+                None => Err(format!("received: {spans:#?}")),
             }
-            assert!(
-                Instant::now() < deadline,
-                "no span with parent {} arrived; received: {:#?}",
-                caller.span_id,
-                self.spans()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        })
     }
 }
 

@@ -303,15 +303,16 @@ impl Drop for FlagOnDrop<'_> {
 }
 
 fn wait_until(shared: &Shared, what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + DEADLINE;
-    while !done() {
+    tollgate_testing::eventually(what, DEADLINE, || {
+        if done() {
+            return Ok(());
+        }
         assert!(
             !shared.failed.load(Ordering::SeqCst),
             "another thread failed while waiting for: {what}"
         );
-        assert!(Instant::now() < deadline, "never happened: {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+        Err("not yet".into())
+    });
 }
 
 /// One client thread: reserves and releases on `addr` until told to stop.

@@ -31,11 +31,10 @@
 use smallvec::SmallVec;
 
 use crate::algorithm::Algorithm;
-use crate::algorithms::gcra::MAX_SPAN;
 use crate::algorithms::hit_log::HitLog;
 use crate::decision::{Decision, Grant, Request, TierInfo};
 use crate::error::ParamError;
-use crate::time::Nanos;
+use crate::time::{Nanos, Span};
 
 /// One burst tier's configuration, `(L, Tw, Ta, Tc, S)` in Charon §2.1.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -99,19 +98,16 @@ impl BurstTiers {
                     reason: "a tier's limit must be at least 1: a tier with limit 0 can never be entered".into(),
                 });
             }
-            if t.window.is_zero() {
-                return Err(ParamError::MustBePositive { param: "window" });
-            }
-            if t.active.is_zero() {
-                return Err(ParamError::MustBePositive { param: "active" });
-            }
-            let span = t.active.as_u64().checked_add(t.cooldown.as_u64());
-            if t.window.as_u64() > MAX_SPAN || span.is_none_or(|s| s > MAX_SPAN) {
-                return Err(ParamError::TooLarge {
-                    param: "active",
-                    reason: "window, active and cooldown must each stay under 146 years".into(),
-                });
-            }
+            ParamError::span("window", t.window)?;
+            ParamError::span("active", t.active)?;
+            // The cycle of active then cooldown is a span too (`active` is
+            // positive, so only its bound can fail).
+            Span::new(t.active.saturating_add(t.cooldown)).map_err(|problem| {
+                ParamError::TooLarge {
+                    param: "cooldown",
+                    reason: format!("`active` + `cooldown` {problem}"),
+                }
+            })?;
         }
         Ok(BurstTiers { tiers })
     }

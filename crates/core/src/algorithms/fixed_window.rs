@@ -8,11 +8,12 @@
 //! own windows, but a burst straddling a boundary can pass up to twice the
 //! limit in one window-length (seed 002's "stampeding elephant").
 
+use std::num::NonZeroU64;
+
 use crate::algorithm::Algorithm;
-use crate::algorithms::gcra::MAX_SPAN;
 use crate::decision::{Decision, Grant, Request};
 use crate::error::ParamError;
-use crate::time::Nanos;
+use crate::time::{Nanos, Span};
 
 /// Where a window starts.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -27,8 +28,8 @@ pub enum Align {
 /// Fixed-window parameters.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct FixedWindow {
-    limit: u64,
-    window: Nanos,
+    limit: NonZeroU64,
+    window: Span,
     align: Align,
 }
 
@@ -44,18 +45,8 @@ pub struct FixedWindowState {
 impl FixedWindow {
     /// `limit` hits per `window`, windows aligned as `align` says.
     pub fn new(limit: u64, window: Nanos, align: Align) -> Result<FixedWindow, ParamError> {
-        if limit == 0 {
-            return Err(ParamError::MustBePositive { param: "limit" });
-        }
-        if window.is_zero() {
-            return Err(ParamError::MustBePositive { param: "window" });
-        }
-        if window.as_u64() > MAX_SPAN {
-            return Err(ParamError::TooLarge {
-                param: "window",
-                reason: "longer than 146 years".into(),
-            });
-        }
+        let limit = ParamError::positive("limit", limit)?;
+        let window = ParamError::span("window", window)?;
         Ok(FixedWindow {
             limit,
             window,
@@ -65,7 +56,7 @@ impl FixedWindow {
 
     /// The window's length.
     pub fn window(&self) -> Nanos {
-        self.window
+        self.window.get()
     }
 
     /// Where windows start.
@@ -75,14 +66,14 @@ impl FixedWindow {
 
     /// Hits per window.
     pub fn limit(&self) -> u64 {
-        self.limit
+        self.limit.get()
     }
 
     /// Whether the stored window still covers `now`. A time before the
     /// window (a clock or trace going backwards) keeps it: forgetting hits
     /// because time went backwards would be an exploit.
     fn current(&self, state: &FixedWindowState, now: Nanos) -> bool {
-        state.count > 0 && now < state.start.saturating_add(self.window)
+        state.count > 0 && now < state.start.saturating_add(self.window.get())
     }
 
     fn count(&self, state: &FixedWindowState, now: Nanos) -> u64 {
@@ -95,7 +86,7 @@ impl FixedWindow {
 
     fn window_start(&self, now: Nanos) -> Nanos {
         match self.align {
-            Align::Epoch => Nanos::new(now.as_u64() - now.as_u64() % self.window.as_u64()),
+            Align::Epoch => Nanos::new(now.as_u64() - now.as_u64() % self.window.as_non_zero()),
             Align::FirstHit => now,
         }
     }
@@ -109,7 +100,10 @@ impl Algorithm for FixedWindow {
     }
 
     fn room(&self, state: &FixedWindowState, now: Nanos, hits: u64) -> u64 {
-        self.limit.saturating_sub(self.count(state, now)).min(hits)
+        self.limit
+            .get()
+            .saturating_sub(self.count(state, now))
+            .min(hits)
     }
 
     fn commit(
@@ -130,13 +124,16 @@ impl Algorithm for FixedWindow {
         }
         let count = self.count(state, now);
         let until_end = if count > 0 {
-            state.start.saturating_add(self.window).saturating_sub(now)
+            state
+                .start
+                .saturating_add(self.window.get())
+                .saturating_sub(now)
         } else {
             Nanos::ZERO
         };
-        let retry_after = if request.min_hits > self.limit {
+        let retry_after = if request.min_hits > self.limit.get() {
             None
-        } else if count.saturating_add(request.min_hits) <= self.limit {
+        } else if count.saturating_add(request.min_hits) <= self.limit.get() {
             Some(Nanos::ZERO)
         } else {
             Some(until_end)
@@ -144,8 +141,8 @@ impl Algorithm for FixedWindow {
         Decision {
             granted: grant.granted,
             allowed: grant.allowed,
-            limit: self.limit,
-            remaining: self.limit.saturating_sub(count),
+            limit: self.limit.get(),
+            remaining: self.limit.get().saturating_sub(count),
             reset_after: until_end,
             retry_after,
             wait: Nanos::ZERO,

@@ -10,22 +10,22 @@
 //! its own algorithm because it is the one users of redis-cell and governor
 //! configure, with their vocabulary, and because its state is 8 bytes.
 
+use std::num::NonZeroU64;
+
 use crate::algorithm::{Algorithm, Alone, Schedule};
 use crate::decision::{Decision, Grant, Request};
 use crate::error::ParamError;
 use crate::rate::Rate;
-use crate::time::Nanos;
-
-/// The largest burst window (`burst × interval`) accepted: about 146 years,
-/// far from `u64` overflow when added to a Unix-epoch time.
-pub(crate) const MAX_SPAN: u64 = 1 << 62;
+use crate::time::{Nanos, Span};
 
 /// GCRA parameters: a rate and a burst.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Gcra {
     interval: Nanos,
-    burst: u64,
-    tolerance: Nanos,
+    burst: NonZeroU64,
+    /// `burst × interval`: at most [`Span::MAX`], far from `u64` overflow
+    /// when added to a Unix-epoch time.
+    tolerance: Span,
 }
 
 /// GCRA state: the theoretical arrival time.
@@ -38,26 +38,13 @@ pub struct GcraState {
 impl Gcra {
     /// `rate` sustained, `burst` hits admitted at once (at least 1).
     pub fn new(rate: Rate, burst: u64) -> Result<Gcra, ParamError> {
-        if burst == 0 {
-            return Err(ParamError::MustBePositive { param: "burst" });
-        }
+        let burst = ParamError::positive("burst", burst)?;
         let interval = rate.interval();
-        let tolerance = interval
-            .as_u64()
-            .checked_mul(burst)
-            .filter(|t| *t <= MAX_SPAN);
-        let Some(tolerance) = tolerance else {
-            return Err(ParamError::TooLarge {
-                param: "burst",
-                reason: format!(
-                    "burst {burst} at one hit every {interval} spans more than 146 years"
-                ),
-            });
-        };
+        let tolerance = ParamError::hits_span("burst", burst, interval)?;
         Ok(Gcra {
             interval,
             burst,
-            tolerance: Nanos::new(tolerance),
+            tolerance,
         })
     }
 
@@ -69,17 +56,17 @@ impl Gcra {
     /// `interval × burst`: how far the theoretical arrival time may run
     /// ahead of now.
     pub fn tolerance(&self) -> Nanos {
-        self.tolerance
+        self.tolerance.get()
     }
 
     /// Hits admitted at once.
     pub fn burst(&self) -> u64 {
-        self.burst
+        self.burst.get()
     }
 
     #[inline]
     fn room_at(&self, tat: Nanos, now: Nanos) -> u64 {
-        let horizon = now.saturating_add(self.tolerance);
+        let horizon = now.saturating_add(self.tolerance.get());
         let free = horizon.saturating_sub(tat.max(now));
         free.as_u64() / self.interval.as_u64()
     }
@@ -87,7 +74,7 @@ impl Gcra {
     /// Time from `now` until `min_hits` conform, given the TAT.
     #[inline]
     fn retry_after(&self, tat: Nanos, now: Nanos, min_hits: u64) -> Option<Nanos> {
-        if min_hits > self.burst {
+        if min_hits > self.burst.get() {
             return None;
         }
         if min_hits == 0 {
@@ -96,7 +83,7 @@ impl Gcra {
         }
         let needed = tat
             .saturating_add(self.interval.saturating_mul(min_hits))
-            .saturating_sub(self.tolerance);
+            .saturating_sub(self.tolerance.get());
         Some(needed.saturating_sub(now))
     }
 
@@ -112,7 +99,7 @@ impl Gcra {
         Decision {
             granted: grant.granted,
             allowed: grant.allowed,
-            limit: self.burst,
+            limit: self.burst.get(),
             remaining: self.room_at(state.tat, now),
             reset_after: state.tat.saturating_sub(now),
             retry_after: self.retry_after(state.tat, now, request.min_hits),
@@ -139,7 +126,7 @@ impl Algorithm for Gcra {
     fn decide_alone(&self, state: &mut GcraState, now: Nanos, request: Request) -> Alone {
         let t = self.interval.as_u64();
         let start = state.tat.max(now);
-        let horizon = now.saturating_add(self.tolerance);
+        let horizon = now.saturating_add(self.tolerance.get());
         let free = horizon.saturating_sub(start).as_u64();
         let hits = request.hits;
         let (room, slots) = match hits.checked_mul(t) {
@@ -158,7 +145,7 @@ impl Algorithm for Gcra {
             decision: Decision {
                 granted: grant.granted,
                 allowed: grant.allowed,
-                limit: self.burst,
+                limit: self.burst.get(),
                 remaining: slots - grant.granted,
                 reset_after: state.tat.saturating_sub(now),
                 retry_after: self.retry_after(state.tat, now, request.min_hits),
@@ -179,7 +166,7 @@ impl Algorithm for Gcra {
         // The common question is "do all `hits` fit?": one multiply answers
         // it; only a request that does not fit pays for the division.
         let free = now
-            .saturating_add(self.tolerance)
+            .saturating_add(self.tolerance.get())
             .saturating_sub(state.tat.max(now))
             .as_u64();
         match hits.checked_mul(self.interval.as_u64()) {
@@ -218,7 +205,10 @@ impl Schedule for Gcra {
         };
         let mut d = self.describe(state, now, request, grant);
         // The last hit conforms once the TAT is within the tolerance.
-        d.wait = state.tat.saturating_sub(self.tolerance).saturating_sub(now);
+        d.wait = state
+            .tat
+            .saturating_sub(self.tolerance.get())
+            .saturating_sub(now);
         d.retry_after = self.retry_after(state.tat, now, 1);
         d
     }

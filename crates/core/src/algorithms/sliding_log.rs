@@ -15,18 +15,19 @@
 //! Memory is one 16-byte entry per distinct timestamp, never more than
 //! `limit` entries: only the newest `limit` hits can affect a decision.
 
+use std::num::NonZeroU64;
+
 use crate::algorithm::Algorithm;
-use crate::algorithms::gcra::MAX_SPAN;
 use crate::algorithms::hit_log::HitLog;
 use crate::decision::{Decision, Grant, Request};
 use crate::error::ParamError;
-use crate::time::Nanos;
+use crate::time::{Nanos, Span};
 
 /// Sliding-log parameters.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SlidingLog {
-    limit: u64,
-    window: Nanos,
+    limit: NonZeroU64,
+    window: Span,
     min_gap: Nanos,
     count_rejected: bool,
 }
@@ -37,18 +38,8 @@ pub type SlidingLogState = Box<HitLog>;
 impl SlidingLog {
     /// At most `limit` hits in any `window`.
     pub fn new(limit: u64, window: Nanos) -> Result<SlidingLog, ParamError> {
-        if limit == 0 {
-            return Err(ParamError::MustBePositive { param: "limit" });
-        }
-        if window.is_zero() {
-            return Err(ParamError::MustBePositive { param: "window" });
-        }
-        if window.as_u64() > MAX_SPAN {
-            return Err(ParamError::TooLarge {
-                param: "window",
-                reason: "longer than 146 years".into(),
-            });
-        }
+        let limit = ParamError::positive("limit", limit)?;
+        let window = ParamError::span("window", window)?;
         Ok(SlidingLog {
             limit,
             window,
@@ -83,18 +74,18 @@ impl SlidingLog {
 
     /// Hits per window.
     pub fn limit(&self) -> u64 {
-        self.limit
+        self.limit.get()
     }
 
     /// The window.
     pub fn window(&self) -> Nanos {
-        self.window
+        self.window.get()
     }
 
     /// First instant at which a hit logged at `now - window` no longer counts
     /// is `now + 1`; so the window at `now` starts at `now - window`.
     fn window_start(&self, now: Nanos) -> Nanos {
-        now.saturating_sub(self.window)
+        now.saturating_sub(self.window.get())
     }
 
     /// Hits counted at `now`.
@@ -110,7 +101,7 @@ impl SlidingLog {
     }
 
     fn retry_after(&self, log: &HitLog, now: Nanos, min_hits: u64) -> Option<Nanos> {
-        if min_hits > self.limit {
+        if min_hits > self.limit.get() {
             return None;
         }
         if min_hits == 0 {
@@ -124,9 +115,9 @@ impl SlidingLog {
     /// (`hits <= limit`) and `min_gap` has passed since its newest hit.
     fn earliest(&self, log: &HitLog, from: Nanos, hits: u64) -> Nanos {
         let mut at = from;
-        if let Some(t) = log.blocking_entry(self.limit - hits) {
+        if let Some(t) = log.blocking_entry(self.limit.get() - hits) {
             at = at.max(
-                t.saturating_add(self.window)
+                t.saturating_add(self.window.get())
                     .saturating_add(Nanos::NANOSECOND),
             );
         }
@@ -145,7 +136,7 @@ impl SlidingLog {
     /// time order), at which the window holds room for them and `min_gap`
     /// has passed. `None` when more than `limit` hits are asked at once.
     pub fn schedule(&self, log: &HitLog, now: Nanos, hits: u64) -> Option<Nanos> {
-        if hits > self.limit {
+        if hits > self.limit.get() {
             return None;
         }
         let from = log.newest().map_or(now, |n| now.max(n));
@@ -156,7 +147,7 @@ impl SlidingLog {
     /// [`SlidingLog::schedule`] said, or later) and describes the state.
     pub fn acquire_at(&self, log: &mut HitLog, now: Nanos, hits: u64, at: Nanos) -> Decision {
         log.prune(self.window_start(now));
-        log.push(at, hits, self.limit);
+        log.push(at, hits, self.limit.get());
         let grant = Grant {
             granted: hits,
             allowed: true,
@@ -171,20 +162,20 @@ impl SlidingLog {
         // Fresh again once the newest hit has left the window and the gap
         // after it has passed.
         let reset_after = log.newest().map_or(Nanos::ZERO, |t| {
-            t.saturating_add(self.window)
+            t.saturating_add(self.window.get())
                 .saturating_add(Nanos::NANOSECOND)
                 .max(t.saturating_add(self.min_gap))
                 .saturating_sub(now)
         });
         let remaining = if self.gap_open(log, now) {
-            self.limit.saturating_sub(count)
+            self.limit.get().saturating_sub(count)
         } else {
             0
         };
         Decision {
             granted: grant.granted,
             allowed: grant.allowed,
-            limit: self.limit,
+            limit: self.limit.get(),
             remaining,
             reset_after,
             retry_after: self.retry_after(log, now, request.min_hits),
@@ -205,7 +196,10 @@ impl Algorithm for SlidingLog {
         if !self.gap_open(log, now) {
             return 0;
         }
-        self.limit.saturating_sub(self.count(log, now)).min(hits)
+        self.limit
+            .get()
+            .saturating_sub(self.count(log, now))
+            .min(hits)
     }
 
     fn commit(
@@ -217,9 +211,9 @@ impl Algorithm for SlidingLog {
     ) -> Decision {
         log.prune(self.window_start(now));
         if grant.granted > 0 {
-            log.push(now, grant.granted, self.limit);
+            log.push(now, grant.granted, self.limit.get());
         } else if !grant.allowed && self.count_rejected {
-            log.push(now, request.hits.max(1), self.limit);
+            log.push(now, request.hits.max(1), self.limit.get());
         }
         self.describe(log, now, request, grant)
     }

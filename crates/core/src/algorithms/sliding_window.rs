@@ -17,13 +17,14 @@
 //! Sub-windows are aligned to the Unix epoch and their length is
 //! `window / (N − 1)` rounded down to whole nanoseconds.
 
+use std::num::NonZeroU64;
+
 use smallvec::{smallvec, SmallVec};
 
 use crate::algorithm::Algorithm;
-use crate::algorithms::gcra::MAX_SPAN;
 use crate::decision::{Decision, Grant, Request};
 use crate::error::ParamError;
-use crate::time::Nanos;
+use crate::time::{Nanos, Span};
 
 /// The most counters a key may keep.
 pub const MAX_BUCKETS: u32 = 1024;
@@ -31,9 +32,10 @@ pub const MAX_BUCKETS: u32 = 1024;
 /// Sliding-window parameters.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SlidingWindow {
-    limit: u64,
+    limit: NonZeroU64,
     buckets: u32,
-    sub: Nanos,
+    /// The sub-window's length: a span, so never zero.
+    sub: Span,
 }
 
 /// Sliding-window state: the newest sub-window's start and the counters,
@@ -59,31 +61,20 @@ struct View {
 impl SlidingWindow {
     /// `limit` hits per `window`, estimated from `buckets` counters (>= 2).
     pub fn new(limit: u64, window: Nanos, buckets: u32) -> Result<SlidingWindow, ParamError> {
-        if limit == 0 {
-            return Err(ParamError::MustBePositive { param: "limit" });
-        }
-        if window.is_zero() {
-            return Err(ParamError::MustBePositive { param: "window" });
-        }
-        if window.as_u64() > MAX_SPAN {
-            return Err(ParamError::TooLarge {
-                param: "window",
-                reason: "longer than 146 years".into(),
-            });
-        }
+        let limit = ParamError::positive("limit", limit)?;
+        let window = ParamError::span("window", window)?.get();
         if !(2..=MAX_BUCKETS).contains(&buckets) {
             return Err(ParamError::Invalid {
                 param: "buckets",
                 reason: format!("must be between 2 and {MAX_BUCKETS}, got {buckets}"),
             });
         }
-        let sub = window.div_floor(u64::from(buckets - 1));
-        if sub.is_zero() {
-            return Err(ParamError::Invalid {
+        let sub = Span::new(window.div_floor(u64::from(buckets - 1))).map_err(|_| {
+            ParamError::Invalid {
                 param: "buckets",
                 reason: format!("{window} cannot be split into {} sub-windows", buckets - 1),
-            });
-        }
+            }
+        })?;
         Ok(SlidingWindow {
             limit,
             buckets,
@@ -98,12 +89,12 @@ impl SlidingWindow {
 
     /// Hits per window.
     pub fn limit(&self) -> u64 {
-        self.limit
+        self.limit.get()
     }
 
     /// Length of one sub-window.
     pub fn sub_window(&self) -> Nanos {
-        self.sub
+        self.sub.get()
     }
 
     fn n(&self) -> usize {
@@ -151,7 +142,7 @@ impl SlidingWindow {
     fn room_with(&self, whole: u64, oldest: u64, elapsed: u64) -> u64 {
         let s = self.sub.as_u64() as u128;
         let weighted = oldest as u128 * (s - elapsed as u128);
-        let budget = self.limit as u128 * s;
+        let budget = self.limit.get() as u128 * s;
         if weighted > budget {
             return 0;
         }
@@ -160,7 +151,7 @@ impl SlidingWindow {
     }
 
     fn retry_after(&self, state: &SlidingWindowState, now: Nanos, min_hits: u64) -> Option<Nanos> {
-        if min_hits > self.limit {
+        if min_hits > self.limit.get() {
             return None;
         }
         let view = self.view(state, now);
@@ -171,7 +162,7 @@ impl SlidingWindow {
         let (mut whole, mut oldest) = self.split(state, view.shift);
         for k in 0..=n {
             let from = if k == 0 { view.elapsed } else { 0 };
-            if let Some(r) = self.limit.checked_sub(whole.saturating_add(min_hits)) {
+            if let Some(r) = self.limit.get().checked_sub(whole.saturating_add(min_hits)) {
                 // Need oldest·(S − e) <= r·S, i.e. e >= S − floor(r·S / oldest).
                 let e_min = if oldest == 0 {
                     0
@@ -183,7 +174,7 @@ impl SlidingWindow {
                 if e < s {
                     let at = view
                         .start
-                        .saturating_add(self.sub.saturating_mul(k as u64))
+                        .saturating_add(self.sub.get().saturating_mul(k as u64))
                         .saturating_add(Nanos::new(e));
                     return Some(at.saturating_sub(now));
                 }
@@ -241,14 +232,14 @@ impl Algorithm for SlidingWindow {
         let reset_after = match newest {
             Some(i) => view
                 .start
-                .saturating_add(self.sub.saturating_mul((self.n() - i) as u64))
+                .saturating_add(self.sub.get().saturating_mul((self.n() - i) as u64))
                 .saturating_sub(now),
             None => Nanos::ZERO,
         };
         Decision {
             granted: grant.granted,
             allowed: grant.allowed,
-            limit: self.limit,
+            limit: self.limit.get(),
             remaining: self.room_with(whole, oldest, view.elapsed),
             reset_after,
             retry_after: self.retry_after(state, now, request.min_hits),

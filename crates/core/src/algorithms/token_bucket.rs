@@ -16,22 +16,24 @@
 //! because a full bucket and a new one behave alike; it is what lets a store
 //! drop idle keys and keep memory bounded.
 
+use std::num::NonZeroU64;
+
 use crate::algorithm::{Algorithm, Schedule};
-use crate::algorithms::gcra::MAX_SPAN;
 use crate::decision::{Decision, Grant, Request};
 use crate::error::ParamError;
 use crate::rate::Rate;
-use crate::time::Nanos;
+use crate::time::{Nanos, Span};
 
 /// Token-bucket parameters.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TokenBucket {
-    capacity: u64,
+    capacity: NonZeroU64,
     initial: u64,
     interval: Nanos,
-    /// `capacity × interval`, the token-time of a full bucket.
+    /// `capacity × interval`, the token-time of a full bucket (a [`Span`],
+    /// so it fits an `i64`).
     full: i64,
-    /// `initial × interval`.
+    /// `initial × interval`, zero or a [`Span`].
     initial_time: i64,
 }
 
@@ -60,29 +62,20 @@ impl TokenBucket {
         rate: Rate,
         initial: u64,
     ) -> Result<TokenBucket, ParamError> {
-        if capacity == 0 {
-            return Err(ParamError::MustBePositive { param: "capacity" });
-        }
+        let capacity = ParamError::positive("capacity", capacity)?;
         let interval = rate.interval();
-        let span = |n: u64, param: &'static str| {
-            interval
-                .as_u64()
-                .checked_mul(n)
-                .filter(|t| *t <= MAX_SPAN)
-                .map(|t| t as i64)
-                .ok_or_else(|| ParamError::TooLarge {
-                    param,
-                    reason: format!(
-                        "{n} tokens at one every {interval} take more than 146 years to refill"
-                    ),
-                })
+        // A span is at most 2^62 ns: the token-times fit an `i64`.
+        let full = ParamError::hits_span("capacity", capacity, interval)?.as_u64() as i64;
+        let initial_time = match NonZeroU64::new(initial) {
+            None => 0,
+            Some(n) => ParamError::hits_span("initial_tokens", n, interval)?.as_u64() as i64,
         };
         Ok(TokenBucket {
             capacity,
             initial,
             interval,
-            full: span(capacity, "capacity")?,
-            initial_time: span(initial, "initial_tokens")?,
+            full,
+            initial_time,
         })
     }
 
@@ -103,7 +96,7 @@ impl TokenBucket {
 
     /// Tokens a full bucket holds.
     pub fn capacity(&self) -> u64 {
-        self.capacity
+        self.capacity.get()
     }
 
     /// Tokens a new bucket holds.
@@ -134,7 +127,10 @@ impl TokenBucket {
             // Initial tokens above the capacity are spent, never refilled.
             return state.token_time;
         }
-        let elapsed = now.as_u64().saturating_sub(state.last).min(MAX_SPAN) as i64;
+        let elapsed = now
+            .as_u64()
+            .saturating_sub(state.last)
+            .min(Span::MAX.as_u64()) as i64;
         state.token_time.saturating_add(elapsed).min(self.full)
     }
 
@@ -174,7 +170,7 @@ impl TokenBucket {
         if level >= 0 && level as u64 >= needed {
             return Some(Nanos::ZERO);
         }
-        if min_hits <= self.capacity {
+        if min_hits <= self.capacity.get() {
             // Refill adds one nanosecond of token-time per nanosecond.
             let missing = (needed as i128 - level as i128).max(0) as u64;
             return Some(Nanos::new(missing));
@@ -200,7 +196,7 @@ impl TokenBucket {
         Decision {
             granted: grant.granted,
             allowed: grant.allowed,
-            limit: self.capacity,
+            limit: self.capacity.get(),
             remaining: self.tokens(level),
             reset_after: Nanos::new((self.full as i128 - level as i128).max(0) as u64),
             retry_after: self.retry_after(state, now, request.min_hits),
@@ -233,7 +229,7 @@ impl Algorithm for TokenBucket {
     ) -> Decision {
         if grant.granted > 0 {
             self.take(state, now, grant.granted);
-        } else if self.forgotten(state, now) && self.initial < self.capacity {
+        } else if self.forgotten(state, now) && self.initial < self.capacity.get() {
             // A new bucket below capacity starts refilling from its first
             // request, even a rejected one; nothing is taken.
             self.take(state, now, 0);

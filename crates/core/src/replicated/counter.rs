@@ -104,9 +104,10 @@
 //! reach every node ([`CounterBucket::full_at`] plus a grace period), so that
 //! every replica, deciding on the same converged state, drops it too.
 
+use std::num::NonZeroU64;
+
 use smallvec::SmallVec;
 
-use crate::algorithms::gcra::MAX_SPAN;
 use crate::decision::{Decision, Grant, Request};
 use crate::error::ParamError;
 use crate::rate::Rate;
@@ -118,7 +119,7 @@ use crate::time::Nanos;
 /// cluster; which node decides is an argument ([`CounterBucket::on`]).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CounterBucket {
-    capacity: u64,
+    capacity: NonZeroU64,
     rate: Rate,
     /// `rate.interval()`: nanoseconds per token, at least 1.
     interval: Nanos,
@@ -126,26 +127,13 @@ pub struct CounterBucket {
 
 impl CounterBucket {
     /// A bucket of `capacity` tokens refilled at `rate`. The capacity must
-    /// be positive and a whole refill (`capacity` tokens at `rate`) must fit
-    /// in 146 years, as for [`crate::TokenBucket`], so the two accept the
-    /// same parameters.
+    /// be positive and a whole refill (`capacity` tokens at `rate`) must be
+    /// a [`crate::Span`], as for [`crate::TokenBucket`], so the two accept
+    /// the same parameters.
     pub fn new(capacity: u64, rate: Rate) -> Result<CounterBucket, ParamError> {
-        if capacity == 0 {
-            return Err(ParamError::MustBePositive { param: "capacity" });
-        }
+        let capacity = ParamError::positive("capacity", capacity)?;
         let interval = rate.interval();
-        if interval
-            .as_u64()
-            .checked_mul(capacity)
-            .is_none_or(|t| t > MAX_SPAN)
-        {
-            return Err(ParamError::TooLarge {
-                param: "capacity",
-                reason: format!(
-                    "{capacity} tokens at one every {interval} take more than 146 years to refill"
-                ),
-            });
-        }
+        ParamError::hits_span("capacity", capacity, interval)?;
         Ok(CounterBucket {
             capacity,
             rate,
@@ -155,7 +143,7 @@ impl CounterBucket {
 
     /// Tokens a full bucket holds.
     pub fn capacity(&self) -> u64 {
-        self.capacity
+        self.capacity.get()
     }
 
     /// The refill rate.
@@ -178,7 +166,7 @@ impl CounterBucket {
     /// Listing 3.1's `refill()` at `now`, without changing the state: the
     /// limit and refill timestamp the state would hold.
     fn refilled(&self, state: &CounterBucketState, now: Nanos) -> Refill {
-        let full = state.consumed().saturating_add(self.capacity);
+        let full = state.consumed().saturating_add(self.capacity.get());
         let Some(at) = state.refill_timestamp else {
             // Listing 3.1, lines 2–3: a new bucket starts with a limit of
             // `capacity`, that is, full. Counted on top of any consumption
@@ -234,7 +222,7 @@ impl CounterBucket {
         refill
             .limit
             .saturating_sub(state.consumed())
-            .min(self.capacity)
+            .min(self.capacity.get())
     }
 
     /// How many of `hits` the state admits at `now`, without changing it.
@@ -289,7 +277,7 @@ impl CounterBucket {
         };
         let missing = state
             .consumed()
-            .saturating_add(self.capacity)
+            .saturating_add(self.capacity.get())
             .saturating_sub(state.limit);
         at.saturating_add(self.interval.saturating_mul(missing))
     }
@@ -308,7 +296,7 @@ impl CounterBucket {
         if min_hits == 0 {
             return Some(Nanos::ZERO);
         }
-        if min_hits > self.capacity {
+        if min_hits > self.capacity.get() {
             return None;
         }
         let refill = self.refilled(state, now);
@@ -337,7 +325,7 @@ impl CounterBucket {
         Decision {
             granted: grant.granted,
             allowed: grant.allowed,
-            limit: self.capacity,
+            limit: self.capacity.get(),
             remaining: self.available(state, self.refilled(state, now)),
             reset_after: self.full_at(state).saturating_sub(now),
             retry_after: self.retry_after(state, now, request.min_hits),

@@ -106,25 +106,26 @@
 //! empty one: then it behaves exactly like a fresh state, for decisions and
 //! for every report it may still receive.
 
+use std::num::NonZeroU64;
+
 use smallvec::SmallVec;
 
-use crate::algorithms::gcra::MAX_SPAN;
 use crate::decision::{Decision, Grant, Request};
 use crate::error::ParamError;
 use crate::rate::Rate;
 use crate::replicated::{raise_entry, NodeId, OnNode, Replicated};
-use crate::time::Nanos;
+use crate::time::{Nanos, Span};
 
 /// Parameters of an epoch bucket: capacity, refill rate and epoch length.
 /// The same on every node of a cluster (the epoch numbers only agree if the
 /// length does); which node decides is an argument ([`EpochBucket::on`]).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct EpochBucket {
-    capacity: u64,
+    capacity: NonZeroU64,
     rate: Rate,
     /// `rate.interval()`: nanoseconds per token, at least 1.
     interval: Nanos,
-    epoch: Nanos,
+    epoch: Span,
 }
 
 impl EpochBucket {
@@ -132,36 +133,21 @@ impl EpochBucket {
     pub const DEFAULT_EPOCH: Nanos = Nanos::SECOND;
 
     /// A bucket of `capacity` tokens refilled at `rate`, with one-second
-    /// epochs. The capacity must be positive and a whole refill must fit in
-    /// 146 years, as for [`crate::TokenBucket`] (which also keeps the level,
-    /// a signed count, far from overflow).
+    /// epochs. The capacity must be positive and a whole refill must be a
+    /// [`crate::Span`], as for [`crate::TokenBucket`] (which also keeps the
+    /// level, a signed count, far from overflow).
     pub fn new(capacity: u64, rate: Rate) -> Result<EpochBucket, ParamError> {
         EpochBucket::with_epoch(capacity, rate, EpochBucket::DEFAULT_EPOCH)
     }
 
-    /// [`EpochBucket::new`] with epochs of `epoch`, which must be positive.
-    /// Shorter epochs correct sooner (a smaller burst) but need gossip to
+    /// [`EpochBucket::new`] with epochs of `epoch`, which must be a
+    /// [`crate::Span`]. Shorter epochs correct sooner (a smaller burst) but need gossip to
     /// reach every node within one epoch (seed 001).
     pub fn with_epoch(capacity: u64, rate: Rate, epoch: Nanos) -> Result<EpochBucket, ParamError> {
-        if capacity == 0 {
-            return Err(ParamError::MustBePositive { param: "capacity" });
-        }
-        if epoch.is_zero() {
-            return Err(ParamError::MustBePositive { param: "epoch" });
-        }
+        let capacity = ParamError::positive("capacity", capacity)?;
+        let epoch = ParamError::span("epoch", epoch)?;
         let interval = rate.interval();
-        if interval
-            .as_u64()
-            .checked_mul(capacity)
-            .is_none_or(|t| t > MAX_SPAN)
-        {
-            return Err(ParamError::TooLarge {
-                param: "capacity",
-                reason: format!(
-                    "{capacity} tokens at one every {interval} take more than 146 years to refill"
-                ),
-            });
-        }
+        ParamError::hits_span("capacity", capacity, interval)?;
         Ok(EpochBucket {
             capacity,
             rate,
@@ -172,7 +158,7 @@ impl EpochBucket {
 
     /// Tokens a full bucket holds.
     pub fn capacity(&self) -> u64 {
-        self.capacity
+        self.capacity.get()
     }
 
     /// The refill rate.
@@ -187,14 +173,14 @@ impl EpochBucket {
 
     /// The length of an epoch.
     pub fn epoch(&self) -> Nanos {
-        self.epoch
+        self.epoch.get()
     }
 
     /// The number of the epoch `now` falls in: `now / epoch`, the same on
     /// every node whose clock agrees (seed 001's "timestamp (with
     /// epoch-level resolution)").
     pub fn epoch_of(&self, now: Nanos) -> u64 {
-        now.as_u64() / self.epoch.as_u64()
+        now.as_u64() / self.epoch.as_non_zero()
     }
 
     /// This bucket as node `node` decides with it: an [`Algorithm`] whose
@@ -205,7 +191,7 @@ impl EpochBucket {
 
     /// The capacity as a level. Validation keeps it at most 2^62.
     fn full(&self) -> i64 {
-        i64::try_from(self.capacity).unwrap_or(i64::MAX)
+        i64::try_from(self.capacity.get()).unwrap_or(i64::MAX)
     }
 
     /// The level and refill timestamp after refilling at `now`, without
@@ -246,7 +232,9 @@ impl EpochBucket {
     /// zero (a bucket in debt grants nothing).
     fn available(&self, state: &EpochBucketState, now: Nanos) -> u64 {
         let (level, _) = self.refilled(state, now);
-        u64::try_from(level.max(0)).unwrap_or(0).min(self.capacity)
+        u64::try_from(level.max(0))
+            .unwrap_or(0)
+            .min(self.capacity.get())
     }
 
     /// Brings the state to `now`: refills the bucket and, if `now` is in a
@@ -404,7 +392,7 @@ impl EpochBucket {
         if min_hits == 0 {
             return Some(Nanos::ZERO);
         }
-        if min_hits > self.capacity {
+        if min_hits > self.capacity.get() {
             return None;
         }
         let (level, at) = self.refilled(state, now);
@@ -429,7 +417,7 @@ impl EpochBucket {
         Decision {
             granted: grant.granted,
             allowed: grant.allowed,
-            limit: self.capacity,
+            limit: self.capacity.get(),
             remaining: self.available(state, now),
             reset_after: self.full_at(state).saturating_sub(now),
             retry_after: self.retry_after(state, now, request.min_hits),

@@ -111,14 +111,14 @@
 use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::VecDeque;
+use std::num::NonZeroU64;
 
 use super::{NodeId, OnNode, Replicated};
 use crate::algorithm::Algorithm;
-use crate::algorithms::gcra::MAX_SPAN;
 use crate::decision::{Decision, Grant, Request};
 use crate::error::ParamError;
 use crate::rate::Rate;
-use crate::time::Nanos;
+use crate::time::{Nanos, Span, SpanError};
 
 /// The most elements one node's queue may hold for one key after a local
 /// decision (`capacity + margin / interval + 1`): 65,536 elements, 2 MiB.
@@ -128,7 +128,7 @@ pub const MAX_ELEMENTS: u64 = 1 << 16;
 /// margin (thesis §4.1.2, §5.4).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TokenQueue {
-    capacity: u64,
+    capacity: NonZeroU64,
     interval: Nanos,
     margin: Nanos,
 }
@@ -182,29 +182,20 @@ impl TokenQueue {
     /// As [`TokenQueue::new`], keeping dead elements for `margin` past
     /// their death so gossip can still carry them to every node (§5.4).
     pub fn with_margin(capacity: u64, rate: Rate, margin: Nanos) -> Result<TokenQueue, ParamError> {
-        if capacity == 0 {
-            return Err(ParamError::MustBePositive { param: "capacity" });
-        }
+        let capacity = ParamError::positive("capacity", capacity)?;
         let interval = rate.interval();
-        let lifetime = interval.as_u64().checked_mul(capacity);
-        if lifetime.is_none_or(|t| t > MAX_SPAN) {
-            return Err(ParamError::TooLarge {
-                param: "capacity",
-                reason: format!(
-                    "{capacity} tokens at one every {interval} take more than 146 years to refill"
-                ),
-            });
-        }
-        if margin.as_u64() > MAX_SPAN {
-            return Err(ParamError::TooLarge {
+        ParamError::hits_span("capacity", capacity, interval)?;
+        // No margin is the thesis's behaviour; a margin is a span.
+        if let Err(problem @ SpanError::TooLong) = Span::new(margin) {
+            return Err(ParamError::Span {
                 param: "margin",
-                reason: "longer than 146 years".into(),
+                problem,
             });
         }
         // Deaths are at least one interval apart, so the margin keeps at
         // most this many dead elements besides the live ones.
         let kept = margin.as_u64().div_ceil(interval.as_u64().max(1));
-        let most = capacity.saturating_add(kept).saturating_add(1);
+        let most = capacity.get().saturating_add(kept).saturating_add(1);
         if most > MAX_ELEMENTS {
             return Err(ParamError::TooLarge {
                 param: "capacity",
@@ -223,7 +214,7 @@ impl TokenQueue {
 
     /// Tokens a full bucket holds: the most elements a node lets live.
     pub fn capacity(&self) -> u64 {
-        self.capacity
+        self.capacity.get()
     }
 
     /// Nanoseconds per token, `1 / refillRate` in Equation 4.2 (rounded
@@ -241,7 +232,7 @@ impl TokenQueue {
     /// granted on one node lives, i.e. the time an empty bucket takes to
     /// refill. The thesis's example: 4 tokens at 1 per second, 4 seconds.
     pub fn lifetime(&self) -> Nanos {
-        self.interval.saturating_mul(self.capacity)
+        self.interval.saturating_mul(self.capacity.get())
     }
 
     /// This queue deciding on behalf of `node`.
@@ -259,7 +250,7 @@ impl TokenQueue {
     /// anything.
     pub fn room(&self, state: &QueueState, node: NodeId, now: Nanos, hits: u64) -> u64 {
         let state = self.effective(state);
-        let free = self.capacity.saturating_sub(state.live(now));
+        let free = self.capacity.get().saturating_sub(state.live(now));
         // The identities commit will take come after the tail that
         // survives its pruning; deaths rise, so either the tail survives
         // or nothing does.
@@ -373,8 +364,8 @@ impl TokenQueue {
         Decision {
             granted: grant.granted,
             allowed: grant.allowed,
-            limit: self.capacity,
-            remaining: self.capacity.saturating_sub(live),
+            limit: self.capacity.get(),
+            remaining: self.capacity.get().saturating_sub(live),
             reset_after,
             retry_after: self.retry_after(state, now, request.min_hits),
             wait: Nanos::ZERO,
@@ -389,12 +380,12 @@ impl TokenQueue {
         if min_hits == 0 {
             return Some(Nanos::ZERO);
         }
-        if min_hits > self.capacity {
+        if min_hits > self.capacity.get() {
             return None;
         }
         let first = state.first_live(now);
         let live = state.elements.len().saturating_sub(first) as u64;
-        let must_die = live.saturating_sub(self.capacity - min_hits);
+        let must_die = live.saturating_sub(self.capacity.get() - min_hits);
         if must_die == 0 {
             return Some(Nanos::ZERO);
         }

@@ -158,11 +158,7 @@ impl Replication {
         rate: Rate,
         node: NodeId,
     ) -> Result<ReplicatedLimit, ParamError> {
-        if self.gossip_interval.is_zero() {
-            return Err(ParamError::MustBePositive {
-                param: "gossip_interval",
-            });
-        }
+        ParamError::span("gossip_interval", self.gossip_interval)?;
         let strategy = match self.strategy {
             StrategyKind::Counter => Strategy::Counter(CounterBucket::new(capacity, rate)?),
             StrategyKind::Queue => Strategy::Queue(TokenQueue::with_margin(

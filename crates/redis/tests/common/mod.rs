@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tollgate_core::copies::CopyLimits;
 use tollgate_core::{Limit, Mode, Nanos, Request};
@@ -218,17 +218,17 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = Instant::now() + limit;
-    loop {
-        if check().await {
-            return;
+    tollgate_testing::eventually_async("the condition holds", limit, || {
+        let holds = check();
+        async move {
+            if holds.await {
+                Ok(())
+            } else {
+                Err("it does not yet".to_owned())
+            }
         }
-        assert!(
-            Instant::now() < deadline,
-            "condition not reached within {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
 }
 
 /// A GCRA limit of `count` per `period` with `burst`: the second limit of

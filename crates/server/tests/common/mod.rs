@@ -156,13 +156,11 @@ impl Drop for TestServer {
 /// Polls `check` until it holds (up to 10 s): for effects that happen in
 /// the background (a session's holds released after its stream ends).
 pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    for _ in 0..1000 {
-        if check() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("never happened: {what}");
+    tollgate_testing::eventually_async(what, Duration::from_secs(10), || {
+        let holds = check();
+        async move { holds.then_some(()).ok_or_else(|| "not yet".to_owned()) }
+    })
+    .await;
 }
 
 /// Copies of `namespace/resource` held by `domain` and by everyone, asked

@@ -3,10 +3,11 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tollgate_testing::KillOnDrop;
 
 use super::Sandbox;
 
@@ -20,22 +21,16 @@ pub fn sqlite(dir: &Sandbox, file: &str) -> String {
     format!("sqlite://{}", dir.path(file).display())
 }
 
-/// A running `tollgate config-api`, killed on drop.
+/// A running `tollgate config-api`, killed on drop (by its guard).
 pub struct ConfigApi {
-    child: Child,
+    /// The process; only held, as dropping the guard kills it.
+    _child: KillOnDrop,
     /// Where it listens.
     pub addr: SocketAddr,
     /// `http` or `https`.
     pub scheme: String,
     /// A client for it.
     pub http: reqwest::Client,
-}
-
-impl Drop for ConfigApi {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl ConfigApi {
@@ -82,23 +77,24 @@ impl ConfigApi {
         } else {
             &["--listen", "127.0.0.1:0"][..]
         };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args(["config-api", "--log-format", "json"])
-            .args(listen)
-            .args(["--database", database])
-            .arg("--tokens-file")
-            .arg(&tokens)
-            .args(extra)
-            .current_dir(&dir.dir)
-            .env("TOLLGATE_LOG", "info")
-            .env_remove("TOLLGATE_DATABASE")
-            .env_remove("TOLLGATE_CONFIG_API_TOKENS")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = KillOnDrop::spawn(
+            Command::new(env!("CARGO_BIN_EXE_tollgate"))
+                .args(["config-api", "--log-format", "json"])
+                .args(listen)
+                .args(["--database", database])
+                .arg("--tokens-file")
+                .arg(&tokens)
+                .args(extra)
+                .current_dir(&dir.dir)
+                .env("TOLLGATE_LOG", "info")
+                .env_remove("TOLLGATE_DATABASE")
+                .env_remove("TOLLGATE_CONFIG_API_TOKENS")
+                .envs(env.iter().copied())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped()),
+        )
+        .unwrap();
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -124,7 +120,7 @@ impl ConfigApi {
                 http.add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap());
         }
         ConfigApi {
-            child,
+            _child: child,
             addr,
             scheme,
             http: http.build().unwrap(),

@@ -7,6 +7,7 @@
 
 pub mod config_api;
 pub mod dns;
+pub mod live_usage;
 pub mod serving;
 
 use std::fmt;

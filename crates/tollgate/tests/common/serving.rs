@@ -5,17 +5,22 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
+use tollgate_testing::KillOnDrop;
 
 use super::Sandbox;
 
-/// A running `tollgate serve`, killed on drop.
+/// How long [`Serving::poll`] and [`Serving::gossip`] wait: a bound on a
+/// hung test, which a passing one never reaches.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// A running `tollgate serve`, killed on drop (by its guard).
 pub struct Serving {
-    pub child: Child,
+    pub child: KillOnDrop,
     pub grpc: SocketAddr,
     pub http: SocketAddr,
     pub logs: Arc<Mutex<Vec<Value>>>,
@@ -40,7 +45,7 @@ impl Serving {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let mut child = cmd.spawn().unwrap();
+        let mut child = KillOnDrop::spawn(&mut cmd).unwrap();
         let stderr = child.stderr.take().unwrap();
         let logs = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = std::sync::mpsc::channel();
@@ -69,12 +74,10 @@ impl Serving {
     }
 
     pub fn signal(&self, name: &str) {
-        let ok = Command::new("kill")
-            .args([&format!("-{name}"), &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -{name}");
+        assert!(
+            tollgate_testing::signal(self.child.id(), name),
+            "kill -{name}"
+        );
     }
 
     /// Sends SIGTERM and waits at most `limit` for the process to exit:
@@ -191,20 +194,16 @@ impl Serving {
     }
 
     /// The gossip address of a `--cluster` server, from its "listening"
-    /// line (logged as `Some(ADDR)`).
+    /// line (a field of its own, written with `Display`).
     pub fn gossip(&self) -> SocketAddr {
         // `start` returns when the reader thread has seen the line, which
         // it stores just after: give it a moment.
-        let mut line = None;
-        for _ in 0..500 {
-            line = self.logged("tollgate listening").into_iter().next();
-            if line.is_some() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let line = line
-            .unwrap_or_else(|| panic!("no listening line; logs: {:?}", self.logs.lock().unwrap()));
+        let line = tollgate_testing::eventually("the listening line is stored", WAIT, || {
+            self.logged("tollgate listening")
+                .into_iter()
+                .next()
+                .ok_or_else(|| format!("logs: {:?}", self.logs.lock().unwrap()))
+        });
         line["fields"]["gossip"]
             .as_str()
             .and_then(|s| s.parse().ok())
@@ -238,21 +237,13 @@ impl Serving {
             .collect()
     }
 
+    /// Polls `check` until it holds (up to [`WAIT`]).
     pub fn poll(&self, what: &str, mut check: impl FnMut(&Serving) -> bool) {
-        for _ in 0..1000 {
-            if check(self) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("never happened: {what}");
-    }
-}
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        tollgate_testing::eventually(what, WAIT, || {
+            check(self)
+                .then_some(())
+                .ok_or_else(|| "not yet".to_owned())
+        });
     }
 }
 
