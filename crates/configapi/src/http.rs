@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 use tollgate_core::algorithms::token_bucket::TokenBucketState;
 use tollgate_core::message::bounded;
-use tollgate_core::{Algorithm, Clock, Nanos, Request as Hits, TokenBucket};
+use tollgate_core::{Algorithm, Clock, Hits, Nanos, TokenBucket};
 
 use crate::auth::{Caller, Role, Tokens};
 use crate::error::ApiError;

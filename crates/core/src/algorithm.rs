@@ -12,7 +12,7 @@
 //! The store owns atomicity (a shard lock, a Lua script, a CRDT merge); the
 //! algorithm never knows which one runs it.
 
-use crate::decision::{Decision, Grant, Request};
+use crate::decision::{Decision, Grant, Hits};
 use crate::time::Nanos;
 
 /// A limiting algorithm: its parameters are `self`, its per-key state is
@@ -30,13 +30,7 @@ pub trait Algorithm {
     /// Records `grant` at `now` and describes the state afterwards;
     /// `request` is what was asked, for `retry_after` and for algorithms that
     /// record rejected attempts.
-    fn commit(
-        &self,
-        state: &mut Self::State,
-        now: Nanos,
-        request: Request,
-        grant: Grant,
-    ) -> Decision;
+    fn commit(&self, state: &mut Self::State, now: Nanos, request: Hits, grant: Grant) -> Decision;
 
     /// Whether the state is equivalent to [`Algorithm::fresh`] at `now` and
     /// every later time, so a store may drop it without changing any future
@@ -45,14 +39,14 @@ pub trait Algorithm {
 
     /// Decides one request against one limit: `(params, &mut state, now,
     /// hits, min_hits) -> decision`.
-    fn decide(&self, state: &mut Self::State, now: Nanos, request: Request) -> Decision {
+    fn decide(&self, state: &mut Self::State, now: Nanos, request: Hits) -> Decision {
         self.decide_alone(state, now, request).decision
     }
 
     /// [`Algorithm::decide`], also reporting the room it found and whether
     /// the state is idle afterwards: everything a store needs to decide a
     /// one-limit plan in one call.
-    fn decide_alone(&self, state: &mut Self::State, now: Nanos, request: Request) -> Alone {
+    fn decide_alone(&self, state: &mut Self::State, now: Nanos, request: Hits) -> Alone {
         // A malformed request (min_hits > hits) is rejected by the grant
         // rule; its room is still reported, as a plan reports it.
         let room = self.room(state, now, request.hits);

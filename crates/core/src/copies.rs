@@ -22,7 +22,7 @@ use std::fmt;
 
 use thiserror::Error;
 
-use crate::decision::{Grant, Request};
+use crate::decision::{Grant, Hits};
 use crate::error::ParamError;
 use crate::time::Nanos;
 
@@ -410,7 +410,7 @@ impl CopyPool {
 
     /// Reserves the largest `n` in `[min_copies, copies]` every limit
     /// allows, or nothing.
-    pub fn reserve(&mut self, limits: &CopyLimits, domain: &str, request: Request) -> Reservation {
+    pub fn reserve(&mut self, limits: &CopyLimits, domain: &str, request: Hits) -> Reservation {
         let grant = Grant::from_room(request, self.room(limits, domain));
         let groups = limits.groups_of(domain);
         if grant.granted > 0 {

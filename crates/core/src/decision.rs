@@ -7,21 +7,23 @@
 
 use crate::time::Nanos;
 
-/// How much a caller asks for: the largest `n` in `[min_hits, hits]` that the
-/// limits allow is granted, or nothing (Charon §3.1).
+/// How many hits (or copies) a caller asks for, as a range: the largest
+/// `n` in `[min_hits, hits]` that the limits allow is granted, or nothing
+/// (Charon §3.1). Not a whole request (which also names a limit and a
+/// key): only its hits.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Request {
+pub struct Hits {
     /// The most hits (or copies) wanted.
     pub hits: u64,
     /// The fewest hits that are still useful; fewer means rejection.
     pub min_hits: u64,
 }
 
-impl Request {
+impl Hits {
     /// Asks for exactly `hits`, all or nothing.
     #[inline]
-    pub const fn exactly(hits: u64) -> Request {
-        Request {
+    pub const fn exactly(hits: u64) -> Hits {
+        Hits {
             hits,
             min_hits: hits,
         }
@@ -29,8 +31,8 @@ impl Request {
 
     /// Asks for up to `hits`, accepting as few as `min_hits`.
     #[inline]
-    pub const fn between(min_hits: u64, hits: u64) -> Request {
-        Request { hits, min_hits }
+    pub const fn between(min_hits: u64, hits: u64) -> Hits {
+        Hits { hits, min_hits }
     }
 
     /// Whether the request can be answered at all: `min_hits <= hits`.
@@ -123,7 +125,7 @@ pub struct Grant {
 impl Grant {
     /// The grant rule of Charon §3.1: `n` if `n >= min_hits`, else nothing.
     #[inline]
-    pub fn from_room(request: Request, room: u64) -> Grant {
+    pub fn from_room(request: Hits, room: u64) -> Grant {
         if !request.is_well_formed() {
             return Grant {
                 granted: 0,

@@ -51,7 +51,7 @@ pub use algorithms::sliding_window::SlidingWindow;
 pub use algorithms::smooth::{Smooth, SmoothKind};
 pub use algorithms::token_bucket::TokenBucket;
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use decision::{Decision, Grant, Mode, Request, TierInfo};
+pub use decision::{Decision, Grant, Hits, Mode, TierInfo};
 pub use error::ParamError;
 pub use limit::{Limit, LimitState};
 pub use plan::{PlanDecision, PlanEntry, PlanError};

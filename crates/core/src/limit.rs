@@ -15,7 +15,7 @@ use crate::algorithms::sliding_log::{SlidingLog, SlidingLogState};
 use crate::algorithms::sliding_window::{SlidingWindow, SlidingWindowState};
 use crate::algorithms::smooth::{Smooth, SmoothKind, SmoothState};
 use crate::algorithms::token_bucket::{TokenBucket, TokenBucketState};
-use crate::decision::{Decision, Grant, Request};
+use crate::decision::{Decision, Grant, Hits};
 use crate::replicated::strategy::{ReplicatedLimit, ReplicatedState};
 use crate::time::Nanos;
 
@@ -191,7 +191,7 @@ impl Algorithm for Limit {
     /// grant, commit and idle check are inlined together, rather than
     /// matching the enum pair three times.
     #[inline]
-    fn decide_alone(&self, state: &mut LimitState, now: Nanos, request: Request) -> Alone {
+    fn decide_alone(&self, state: &mut LimitState, now: Nanos, request: Hits) -> Alone {
         match (self, &mut *state) {
             (Limit::Gcra(a), LimitState::Gcra(s)) => a.decide_alone(s, now, request),
             (Limit::TokenBucket(a), LimitState::TokenBucket(s)) => a.decide_alone(s, now, request),
@@ -235,13 +235,7 @@ impl Algorithm for Limit {
         })
     }
 
-    fn commit(
-        &self,
-        state: &mut LimitState,
-        now: Nanos,
-        request: Request,
-        grant: Grant,
-    ) -> Decision {
+    fn commit(&self, state: &mut LimitState, now: Nanos, request: Hits, grant: Grant) -> Decision {
         if !self.owns(state) {
             *state = self.fresh();
         }

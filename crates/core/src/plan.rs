@@ -16,7 +16,7 @@ use smallvec::SmallVec;
 use thiserror::Error;
 
 use crate::algorithm::Algorithm;
-use crate::decision::{Decision, Grant, Mode, Request};
+use crate::decision::{Decision, Grant, Hits, Mode};
 use crate::limit::{Limit, LimitState};
 use crate::time::Nanos;
 
@@ -132,7 +132,7 @@ pub fn decide_one(
     state: &mut LimitState,
     shadow: bool,
     now: Nanos,
-    request: Request,
+    request: Hits,
 ) -> OneDecision {
     if !shadow {
         let alone = limit.decide_alone(state, now, request);
@@ -166,7 +166,7 @@ pub fn decide_one(
 impl OneDecision {
     /// The same answer as a [`PlanDecision`].
     #[inline]
-    pub fn into_plan_decision(self, request: Request, shadow: bool) -> PlanDecision {
+    pub fn into_plan_decision(self, request: Hits, shadow: bool) -> PlanDecision {
         let limited = !shadow && self.room < request.hits && self.grant.granted < request.hits;
         PlanDecision {
             granted: self.grant.granted,
@@ -188,7 +188,7 @@ impl OneDecision {
 pub fn decide(
     entries: &mut [PlanEntry<'_>],
     now: Nanos,
-    request: Request,
+    request: Hits,
     mode: Mode,
 ) -> Result<PlanDecision, PlanError> {
     match mode {
@@ -197,7 +197,7 @@ pub fn decide(
     }
 }
 
-fn decide_try(entries: &mut [PlanEntry<'_>], now: Nanos, request: Request) -> PlanDecision {
+fn decide_try(entries: &mut [PlanEntry<'_>], now: Nanos, request: Hits) -> PlanDecision {
     let mut room = if request.is_well_formed() {
         request.hits
     } else {
@@ -322,7 +322,7 @@ mod tests {
                 },
             ];
             waits.push(
-                decide(&mut entries, now, Request::exactly(1), Mode::Acquire)
+                decide(&mut entries, now, Hits::exactly(1), Mode::Acquire)
                     .unwrap()
                     .wait,
             );
@@ -350,7 +350,7 @@ mod tests {
                 shadow: false,
             },
         ];
-        let err = decide(&mut entries, now, Request::exactly(3), Mode::Acquire).unwrap_err();
+        let err = decide(&mut entries, now, Hits::exactly(3), Mode::Acquire).unwrap_err();
         assert_eq!(err, PlanError::NeverAdmits { index: 1, hits: 3 });
         assert_eq!((b, h), before);
     }
@@ -374,7 +374,7 @@ mod tests {
                 shadow: true,
             },
         ];
-        let d = decide(&mut entries, Nanos::ZERO, Request::between(3, 4), Mode::Try).unwrap();
+        let d = decide(&mut entries, Nanos::ZERO, Hits::between(3, 4), Mode::Try).unwrap();
         assert_eq!((d.granted, d.shadow_limited), (4, true));
         assert_eq!(d.decisions[1].granted, 0);
         assert!(

@@ -12,7 +12,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use tollgate_core::algorithms::burst_tiers::BurstTiersState;
-use tollgate_core::{Algorithm, BurstTiers, Decision, Nanos, Request, Tier, TierInfo};
+use tollgate_core::{Algorithm, BurstTiers, Decision, Hits, Nanos, Tier, TierInfo};
 
 fn secs(n: u64) -> Nanos {
     Nanos::from_secs(n)
@@ -53,7 +53,7 @@ fn info(index: u32, limit: u64, hits: u64, burst: bool) -> Option<TierInfo> {
 }
 
 /// Decides and checks that the request was granted in full.
-fn grant(bt: &BurstTiers, st: &mut BurstTiersState, now: Nanos, req: Request) -> Decision {
+fn grant(bt: &BurstTiers, st: &mut BurstTiersState, now: Nanos, req: Hits) -> Decision {
     let d = bt.decide(st, now, req);
     assert!(d.allowed, "expected a grant at {now:?} for {req:?}: {d:?}");
     assert!(d.granted >= req.min_hits && d.granted <= req.hits);
@@ -62,7 +62,7 @@ fn grant(bt: &BurstTiers, st: &mut BurstTiersState, now: Nanos, req: Request) ->
 }
 
 fn hit(bt: &BurstTiers, st: &mut BurstTiersState, now: Nanos) -> Decision {
-    let d = grant(bt, st, now, Request::exactly(1));
+    let d = grant(bt, st, now, Hits::exactly(1));
     assert_eq!(d.granted, 1);
     d
 }
@@ -105,7 +105,7 @@ fn reject(
     bt: &BurstTiers,
     st: &mut BurstTiersState,
     now: Nanos,
-    req: Request,
+    req: Hits,
     structurally: bool,
 ) -> Decision {
     let before = st.clone();
@@ -130,10 +130,10 @@ fn assert_retry_exact(
     bt: &BurstTiers,
     st: &BurstTiersState,
     now: Nanos,
-    req: Request,
+    req: Hits,
     retry: Option<Nanos>,
 ) {
-    let probe = Request::exactly(req.min_hits);
+    let probe = Hits::exactly(req.min_hits);
     match retry {
         Some(r) => {
             let t = at(now, r);
@@ -200,11 +200,11 @@ fn successful_burst_figure_2() {
     let d = hit(&bt, &mut st, at(T, ms(200)));
     assert_eq!(d.tier, info(2, 50, 2, false));
     // A multi-hit request fills tier 2 exactly; then nothing is left above.
-    let d = grant(&bt, &mut st, at(T, ms(300)), Request::between(1, 100));
+    let d = grant(&bt, &mut st, at(T, ms(300)), Hits::between(1, 100));
     assert_eq!(d.granted, 48);
     assert_eq!(d.tier, info(2, 50, 50, false));
     assert_eq!(d.remaining, 0);
-    let d = reject(&bt, &mut st, at(T, ms(400)), Request::exactly(1), true);
+    let d = reject(&bt, &mut st, at(T, ms(400)), Hits::exactly(1), true);
     assert_eq!(d.tier, info(2, 50, 50, false));
     // Tier 2's oldest hit (t11 = T + 100 ms) leaves its 10 s window at
     // T + 10.1 s + 1ns, well before tier 2's active period ends.
@@ -216,7 +216,7 @@ fn burst_blocked_by_cooldown_figure_3() {
     let bt = figure_2();
     let mut st = bt.fresh();
     assert_eq!(
-        grant(&bt, &mut st, T, Request::exactly(10)).tier,
+        grant(&bt, &mut st, T, Hits::exactly(10)).tier,
         info(1, 10, 10, true)
     );
     let t2 = at(T, ms(100));
@@ -233,11 +233,11 @@ fn burst_blocked_by_cooldown_figure_3() {
 
     // Fill tier 1's window; the next request cannot burst.
     let fill = at(T, secs(32));
-    let d = grant(&bt, &mut st, fill, Request::between(1, 100));
+    let d = grant(&bt, &mut st, fill, Hits::between(1, 100));
     assert_eq!(d.granted, 10);
     assert_eq!(d.tier, info(1, 10, 10, false));
     let now = at(fill, ms(500));
-    let d = reject(&bt, &mut st, now, Request::exactly(1), true);
+    let d = reject(&bt, &mut st, now, Hits::exactly(1), true);
     assert_eq!(d.tier, info(1, 10, 10, false));
     assert_eq!(d.limit, 10);
     assert_eq!(d.remaining, 0);
@@ -250,16 +250,16 @@ fn burst_blocked_by_cooldown_figure_3() {
     // pass twenty hits in one second (Charon §4.1's concern): the retry is
     // when they leave, not the end of the active period.
     let t = at(T, secs(60)).saturating_sub(ms(200));
-    let d = grant(&bt, &mut st, t, Request::exactly(10));
+    let d = grant(&bt, &mut st, t, Hits::exactly(10));
     assert_eq!(d.tier, info(1, 10, 10, false));
-    let d = reject(&bt, &mut st, at(t, ms(100)), Request::exactly(1), true);
+    let d = reject(&bt, &mut st, at(t, ms(100)), Hits::exactly(1), true);
     assert_eq!(
         d.retry_after,
         Some(at(ms(900), NS)),
         "tier 1's window frees at T + 60.8 s + 1ns"
     );
     // (Only normalizes the ended period: compared by behaviour.)
-    reject(&bt, &mut st, at(T, secs(60)), Request::exactly(1), false);
+    reject(&bt, &mut st, at(T, secs(60)), Hits::exactly(1), false);
     let reentry = at(t, at(secs(1), NS));
     let d = hit(&bt, &mut st, reentry);
     assert_eq!(d.tier, info(1, 10, 1, true));
@@ -269,17 +269,11 @@ fn burst_blocked_by_cooldown_figure_3() {
     // burst; the retry is the end of the cooldown, not tier 1's window.
     let end = at(t2, secs(330));
     let before_end = end.saturating_sub(ms(100));
-    let d = grant(&bt, &mut st, before_end, Request::exactly(10));
+    let d = grant(&bt, &mut st, before_end, Hits::exactly(10));
     assert_eq!(d.tier, info(1, 10, 10, true), "tier 1 re-entered");
-    let d = reject(&bt, &mut st, before_end, Request::exactly(1), true);
+    let d = reject(&bt, &mut st, before_end, Hits::exactly(1), true);
     assert_eq!(d.retry_after, Some(ms(100)));
-    let d = reject(
-        &bt,
-        &mut st,
-        end.saturating_sub(NS),
-        Request::exactly(1),
-        true,
-    );
+    let d = reject(&bt, &mut st, end.saturating_sub(NS), Hits::exactly(1), true);
     assert_eq!(d.retry_after, Some(NS));
     let d = hit(&bt, &mut st, end);
     assert_eq!(d.tier, info(2, 50, 1, true), "the cooldown is over: burst");
@@ -299,11 +293,11 @@ fn skip_tiers(skippable: bool) -> BurstTiers {
 fn skippable_tier_in_cooldown_is_skipped() {
     let bt = skip_tiers(true);
     let mut st = bt.fresh();
-    let d = grant(&bt, &mut st, T, Request::exactly(5));
+    let d = grant(&bt, &mut st, T, Hits::exactly(5));
     assert_eq!(d.tier, info(2, 3, 3, true));
     // Tier 2 cools down from T + 5 s to T + 105 s.
     let t = at(T, secs(6));
-    let d = grant(&bt, &mut st, t, Request::exactly(2));
+    let d = grant(&bt, &mut st, t, Hits::exactly(2));
     assert_eq!(d.tier, info(1, 2, 2, false));
     assert_eq!(d.remaining, 5, "the burst capacity is tier 3's");
     let d = hit(&bt, &mut st, t);
@@ -311,7 +305,7 @@ fn skippable_tier_in_cooldown_is_skipped() {
     assert_eq!(st[1].entered, T, "the skipped tier is not re-entered");
     assert_eq!(st[2].entered, t);
     // Multi-hit: tier 3 takes the rest.
-    let d = grant(&bt, &mut st, t, Request::between(1, 10));
+    let d = grant(&bt, &mut st, t, Hits::between(1, 10));
     assert_eq!(d.granted, 4);
     assert_eq!(d.tier, info(3, 5, 5, false));
 }
@@ -320,18 +314,18 @@ fn skippable_tier_in_cooldown_is_skipped() {
 fn non_skippable_tier_in_cooldown_blocks_the_burst() {
     let bt = skip_tiers(false);
     let mut st = bt.fresh();
-    grant(&bt, &mut st, T, Request::exactly(5));
+    grant(&bt, &mut st, T, Hits::exactly(5));
     let t = at(T, secs(6));
-    let d = grant(&bt, &mut st, t, Request::exactly(2));
+    let d = grant(&bt, &mut st, t, Hits::exactly(2));
     assert_eq!(d.tier, info(1, 2, 2, false));
     assert_eq!(d.remaining, 0, "no burst past tier 2");
-    let d = reject(&bt, &mut st, t, Request::exactly(1), true);
+    let d = reject(&bt, &mut st, t, Hits::exactly(1), true);
     assert_eq!(d.tier, info(1, 2, 2, false));
     assert_eq!(d.retry_after, Some(at(secs(1), NS)), "tier 1's window");
     assert_eq!(st[2].entered, Nanos::MAX, "tier 3 never entered");
     // The cooldown ends at T + 105 s; tier 1 has been re-entered by then.
     let end = at(T, secs(105));
-    let d = grant(&bt, &mut st, end, Request::between(1, 100));
+    let d = grant(&bt, &mut st, end, Hits::between(1, 100));
     assert_eq!(d.granted, 10);
     assert_eq!(d.tier, info(3, 5, 5, true));
 }
@@ -345,14 +339,14 @@ fn fallback_drops_several_levels_at_once() {
     ])
     .unwrap();
     let mut st = bt.fresh();
-    let d = grant(&bt, &mut st, T, Request::exactly(3));
+    let d = grant(&bt, &mut st, T, Hits::exactly(3));
     assert_eq!(d.tier, info(3, 1, 1, true));
     // (Not structurally unchanged: tier 1's hit is pruned from its log.)
     let d = reject(
         &bt,
         &mut st,
         at(T, secs(10)).saturating_sub(NS),
-        Request::exactly(1),
+        Hits::exactly(1),
         false,
     );
     assert_eq!(d.tier, info(3, 1, 1, false));
@@ -364,7 +358,7 @@ fn fallback_drops_several_levels_at_once() {
     // Tiers 3 and 2 leave their active periods together: 3 -> 1.
     let d = hit(&bt, &mut st, at(T, secs(10)));
     assert_eq!(d.tier, info(1, 1, 1, false));
-    let d = reject(&bt, &mut st, at(T, secs(10)), Request::exactly(1), true);
+    let d = reject(&bt, &mut st, at(T, secs(10)), Hits::exactly(1), true);
     assert_eq!(d.tier, info(1, 1, 1, false));
     assert_eq!(d.retry_after, Some(at(secs(1), NS)));
 }
@@ -381,37 +375,32 @@ fn one_request_passes_through_several_tiers() {
     assert_eq!(hit(&bt, &mut st, T).tier, info(1, 2, 1, true));
     // Partial: 1 left in tier 1, 3 in tier 2, 5 in tier 3.
     let t = at(T, ms(1));
-    let d = grant(&bt, &mut st, t, Request::between(3, 20));
+    let d = grant(&bt, &mut st, t, Hits::between(3, 20));
     assert_eq!(d.granted, 9);
     assert_eq!(d.tier, info(3, 5, 5, true));
     assert_eq!(d.remaining, 0);
     assert_eq!((st[1].entered, st[2].entered), (t, t));
-    let d = reject(&bt, &mut st, at(T, ms(2)), Request::exactly(1), true);
+    let d = reject(&bt, &mut st, at(T, ms(2)), Hits::exactly(1), true);
     assert_eq!(d.retry_after, Some(at(secs(1), NS).saturating_sub(ms(1))));
 
     // min_hits: 10 does not fit the walk now (1 + 3 + 5)...
     let mut st = bt.fresh();
     hit(&bt, &mut st, T);
-    let d = reject(&bt, &mut st, T, Request::between(10, 20), true);
+    let d = reject(&bt, &mut st, T, Hits::between(10, 20), true);
     assert_eq!(d.tier, info(1, 2, 1, false));
     // ...but it does once tier 1's hit leaves its window: 2 + 3 + 5.
     assert_eq!(d.retry_after, Some(at(secs(1), NS)));
-    let d = grant(
-        &bt,
-        &mut st,
-        at(T, at(secs(1), NS)),
-        Request::between(10, 20),
-    );
+    let d = grant(&bt, &mut st, at(T, at(secs(1), NS)), Hits::between(10, 20));
     assert_eq!(d.granted, 10);
     assert_eq!(d.tier, info(3, 5, 5, true));
 
     // More than every tier together never fits.
     let mut st = bt.fresh();
-    let d = reject(&bt, &mut st, T, Request::exactly(11), true);
+    let d = reject(&bt, &mut st, T, Hits::exactly(11), true);
     assert_eq!(d.retry_after, None);
     assert_eq!(d.tier, info(0, 0, 0, false));
     assert_eq!(d.remaining, 10);
-    let d = grant(&bt, &mut st, T, Request::between(1, u64::MAX));
+    let d = grant(&bt, &mut st, T, Hits::between(1, u64::MAX));
     assert_eq!(d.granted, 10);
 }
 
@@ -421,7 +410,7 @@ fn fake_tier_zero() {
     let mut st = bt.fresh();
     // Nothing active: the fake tier is current, and a request from it always
     // bursts.
-    let d = reject(&bt, &mut st, T, Request::exactly(61), true);
+    let d = reject(&bt, &mut st, T, Hits::exactly(61), true);
     assert_eq!(d.tier, info(0, 0, 0, false));
     assert_eq!(d.limit, 0);
     assert_eq!(d.remaining, 60);
@@ -433,7 +422,7 @@ fn fake_tier_zero() {
     let later = at(T, secs(60));
     assert!(bt.is_idle(&st, later));
     assert!(!bt.is_idle(&st, later.saturating_sub(NS)));
-    let d = reject(&bt, &mut st, later, Request::exactly(61), false);
+    let d = reject(&bt, &mut st, later, Hits::exactly(61), false);
     assert_eq!(d.tier, info(0, 0, 0, false));
     assert_eq!(d.retry_after, None);
 }
@@ -443,9 +432,9 @@ fn no_tiers_reject_everything() {
     let bt = BurstTiers::new(Vec::new()).unwrap();
     let mut st = bt.fresh();
     for req in [
-        Request::exactly(1),
-        Request::between(1, 10),
-        Request::exactly(u64::MAX),
+        Hits::exactly(1),
+        Hits::between(1, 10),
+        Hits::exactly(u64::MAX),
     ] {
         let d = reject(&bt, &mut st, T, req, true);
         assert_eq!(d.retry_after, None);
@@ -493,7 +482,7 @@ fn penalties_pattern() {
     ])
     .unwrap();
     let mut st = bt.fresh();
-    let all = Request::between(1, 1000);
+    let all = Hits::between(1, 1000);
     // A heavy burst gets every tier: 10 + 20 + 40.
     let d = grant(&bt, &mut st, T, all);
     assert_eq!(d.granted, 70);
@@ -509,7 +498,7 @@ fn penalties_pattern() {
         let d = grant(&bt, &mut st, now, all);
         assert_eq!(d.granted, 10, "at {now:?}");
         assert_eq!(d.tier, info(1, 10, 10, false), "at {now:?}");
-        let d = reject(&bt, &mut st, now, Request::exactly(1), true);
+        let d = reject(&bt, &mut st, now, Hits::exactly(1), true);
         assert_eq!(d.retry_after, Some(at(secs(1), NS)), "at {now:?}");
         now = at(now, at(secs(1), NS));
         windows += 1;
@@ -525,7 +514,7 @@ fn penalties_pattern() {
     // until 130 s and blocks the way; tier 1 ended at 120 s, re-entered.
     let d = grant(&bt, &mut st, at(T, secs(125)), all);
     assert_eq!((d.granted, d.tier), (10, info(1, 10, 10, true)));
-    let d = reject(&bt, &mut st, at(T, secs(125)), Request::exactly(1), true);
+    let d = reject(&bt, &mut st, at(T, secs(125)), Hits::exactly(1), true);
     assert_eq!(
         d.retry_after,
         Some(at(secs(1), NS)),
@@ -547,13 +536,13 @@ fn punishment_prison_tier() {
     ])
     .unwrap();
     let mut st = bt.fresh();
-    grant(&bt, &mut st, T, Request::exactly(5));
+    grant(&bt, &mut st, T, Hits::exactly(5));
     // The 6th hit in a second is captured: entering the prison grants 1.
     let caught = at(T, ms(1));
     let d = hit(&bt, &mut st, caught);
     assert_eq!(d.tier, info(2, 1, 1, true));
     let free = at(caught, hour);
-    let d = reject(&bt, &mut st, at(caught, NS), Request::between(1, 100), true);
+    let d = reject(&bt, &mut st, at(caught, NS), Hits::between(1, 100), true);
     assert_eq!(d.remaining, 0);
     for now in [
         at(caught, NS),
@@ -562,7 +551,7 @@ fn punishment_prison_tier() {
         at(caught, secs(1800)),
         free.saturating_sub(NS),
     ] {
-        let d = reject(&bt, &mut st, now, Request::exactly(1), false);
+        let d = reject(&bt, &mut st, now, Hits::exactly(1), false);
         assert_eq!(d.tier, info(2, 1, 1, false));
         assert_eq!(d.retry_after, Some(free.saturating_sub(now)));
     }
@@ -579,7 +568,7 @@ fn batch_processing_pattern() {
     let mut st = bt.fresh();
     // 50 hits every 3 s: 5000 within the first 5 minutes.
     for k in 0..100 {
-        let d = grant(&bt, &mut st, at(T, secs(3 * k)), Request::exactly(50));
+        let d = grant(&bt, &mut st, at(T, secs(3 * k)), Hits::exactly(50));
         assert_eq!(d.tier, info(1, 5000, 50 * (k + 1), k == 0));
     }
     let day = at(T, secs(86_400));
@@ -593,13 +582,13 @@ fn batch_processing_pattern() {
         (at(T, secs(40_000)), false),
         (day.saturating_sub(NS), false),
     ] {
-        let d = reject(&bt, &mut st, now, Request::exactly(1), structurally);
+        let d = reject(&bt, &mut st, now, Hits::exactly(1), structurally);
         assert_eq!(d.retry_after, Some(day.saturating_sub(now)), "at {now:?}");
         let index = u32::from(now < at(T, secs(300)));
         assert_eq!(d.tier.map(|t| t.index), Some(index));
     }
     // 24 hours after entry the batch can run again, 5000 hits.
-    let d = grant(&bt, &mut st, day, Request::between(1, 10_000));
+    let d = grant(&bt, &mut st, day, Hits::between(1, 10_000));
     assert_eq!(d.granted, 5000);
     assert_eq!(d.tier, info(1, 5000, 5000, true));
     assert_eq!(st[0].entered, day);

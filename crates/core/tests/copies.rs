@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use tollgate_core::copies::{CopyError, CopyLimits, CopyPool, GroupContext, TransferId};
-use tollgate_core::{Nanos, Request};
+use tollgate_core::{Hits, Nanos};
 
 fn groups(names: &[&str]) -> Vec<String> {
     names.iter().map(|s| (*s).to_owned()).collect()
@@ -21,14 +21,14 @@ fn at(secs: u64) -> Nanos {
 
 /// Reserves and checks that the whole request was granted.
 fn take(pool: &mut CopyPool, limits: &CopyLimits, domain: &str, n: u64) -> Vec<String> {
-    let r = pool.reserve(limits, domain, Request::exactly(n));
+    let r = pool.reserve(limits, domain, Hits::exactly(n));
     assert!(r.allowed, "{domain} could not reserve {n}: {r:?}");
     assert_eq!(r.granted, n);
     r.groups
 }
 
 /// Reserves a request that must be refused; the pool must not change.
-fn refuse(pool: &mut CopyPool, limits: &CopyLimits, domain: &str, req: Request) {
+fn refuse(pool: &mut CopyPool, limits: &CopyLimits, domain: &str, req: Hits) {
     let before = pool.clone();
     let r = pool.reserve(limits, domain, req);
     assert!(!r.allowed, "{domain} got {r:?}");
@@ -41,14 +41,14 @@ fn domain_limit() {
     let limits = CopyLimits::new(3, None);
     let mut pool = CopyPool::default();
     for i in 1..=3 {
-        let r = pool.reserve(&limits, "a", Request::exactly(1));
+        let r = pool.reserve(&limits, "a", Hits::exactly(1));
         assert!(r.allowed);
         assert_eq!(r.context.domain_holds, i);
         assert_eq!(r.context.domain_limit, 3);
         assert_eq!(r.context.global_limit, None);
         assert!(r.groups.is_empty());
     }
-    refuse(&mut pool, &limits, "a", Request::exactly(1));
+    refuse(&mut pool, &limits, "a", Hits::exactly(1));
     assert_eq!(pool.room(&limits, "a"), 0);
     // Domains are independent.
     assert_eq!(pool.room(&limits, "b"), 3);
@@ -59,7 +59,7 @@ fn domain_limit() {
     // Releasing one lets one more in.
     pool.release("a", &[], 1).unwrap();
     take(&mut pool, &limits, "a", 1);
-    refuse(&mut pool, &limits, "a", Request::exactly(1));
+    refuse(&mut pool, &limits, "a", Hits::exactly(1));
 }
 
 #[test]
@@ -70,13 +70,13 @@ fn per_domain_overrides() {
     assert_eq!(limits.domain_limit_for("big"), 10);
     assert_eq!(limits.domain_limit_for("other"), 2);
     let mut pool = CopyPool::default();
-    let r = pool.reserve(&limits, "big", Request::between(1, 100));
+    let r = pool.reserve(&limits, "big", Hits::between(1, 100));
     assert_eq!(r.granted, 10);
     assert_eq!(r.context.domain_limit, 10);
-    let r = pool.reserve(&limits, "other", Request::between(1, 100));
+    let r = pool.reserve(&limits, "other", Hits::between(1, 100));
     assert_eq!(r.granted, 2);
     assert_eq!(r.context.domain_limit, 2);
-    refuse(&mut pool, &limits, "banned", Request::exactly(1));
+    refuse(&mut pool, &limits, "banned", Hits::exactly(1));
 }
 
 #[test]
@@ -84,12 +84,12 @@ fn global_limit() {
     let limits = CopyLimits::new(5, Some(7));
     let mut pool = CopyPool::default();
     take(&mut pool, &limits, "a", 5);
-    let r = pool.reserve(&limits, "b", Request::between(1, 5));
+    let r = pool.reserve(&limits, "b", Hits::between(1, 5));
     assert_eq!(r.granted, 2, "only two left globally");
     assert_eq!(r.context.global_holds, 7);
     assert_eq!(r.context.global_limit, Some(7));
     assert_eq!(r.context.domain_holds, 2);
-    refuse(&mut pool, &limits, "c", Request::exactly(1));
+    refuse(&mut pool, &limits, "c", Hits::exactly(1));
     pool.release("a", &[], 1).unwrap();
     take(&mut pool, &limits, "c", 1);
 }
@@ -102,7 +102,7 @@ fn a_domain_in_two_groups_takes_from_each_pool() {
         .with_group("g2", 2, ["a", "c"])
         .unwrap();
     let mut pool = CopyPool::default();
-    let r = pool.reserve(&limits, "a", Request::exactly(1));
+    let r = pool.reserve(&limits, "a", Hits::exactly(1));
     assert_eq!(r.groups, groups(&["g1", "g2"]));
     assert_eq!(
         r.context.groups,
@@ -123,13 +123,13 @@ fn a_domain_in_two_groups_takes_from_each_pool() {
     assert_eq!(pool.group_holds("g2"), 1);
     assert_eq!(pool.global_holds(), 1, "one copy, counted in both groups");
     // g2 (limit 2) bounds a.
-    let r = pool.reserve(&limits, "a", Request::between(1, 10));
+    let r = pool.reserve(&limits, "a", Hits::between(1, 10));
     assert_eq!(r.granted, 1);
     assert_eq!(pool.group_holds("g1"), 2);
     assert_eq!(pool.group_holds("g2"), 2);
     // c shares g2, which is full; b shares g1, which has two left.
-    refuse(&mut pool, &limits, "c", Request::exactly(1));
-    let r = pool.reserve(&limits, "b", Request::between(1, 10));
+    refuse(&mut pool, &limits, "c", Hits::exactly(1));
+    let r = pool.reserve(&limits, "b", Hits::between(1, 10));
     assert_eq!(r.granted, 2);
     assert_eq!(r.groups, groups(&["g1"]));
     assert_eq!(pool.group_holds("g1"), 4);
@@ -157,17 +157,17 @@ fn partial_reserve_grants_the_largest_n_in_range() {
     let mut pool = CopyPool::default();
     take(&mut pool, &limits, "a", 2);
     // Room is 3.
-    let r = pool.reserve(&limits, "a", Request::between(2, 5));
+    let r = pool.reserve(&limits, "a", Hits::between(2, 5));
     assert!(r.allowed);
     assert_eq!(r.granted, 3);
     assert_eq!(pool.domain_holds("a"), 5);
     pool.release("a", &[], 3).unwrap();
-    refuse(&mut pool, &limits, "a", Request::between(4, 5));
-    refuse(&mut pool, &limits, "a", Request::between(3, 2));
+    refuse(&mut pool, &limits, "a", Hits::between(4, 5));
+    refuse(&mut pool, &limits, "a", Hits::between(3, 2));
     // min 0 succeeds with what is left, even nothing.
     take(&mut pool, &limits, "a", 3);
     let before = pool.clone();
-    let r = pool.reserve(&limits, "a", Request::between(0, 5));
+    let r = pool.reserve(&limits, "a", Hits::between(0, 5));
     assert!(r.allowed);
     assert_eq!(r.granted, 0);
     assert_eq!(pool, before);

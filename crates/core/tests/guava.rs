@@ -5,7 +5,7 @@
 //! returns) or the user (`U`, `sleepMillis`). The stopwatch below does the
 //! same in nanoseconds; `acquire` is [`Schedule::acquire`] (its
 //! `Decision::wait` is the sleep), `tryAcquire()` is [`Algorithm::decide`]
-//! with `Request::exactly(n)` (its `allowed` is Guava's boolean). Guava prints
+//! with `Hits::exactly(n)` (its `allowed` is Guava's boolean). Guava prints
 //! events as `R0.38`-style strings rounded HALF_UP; here every sleep is
 //! compared in integer microseconds, the unit Guava computes in, so nothing
 //! is lost to formatting. Every microsecond value below was produced by a
@@ -36,7 +36,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use tollgate_core::algorithms::smooth::SmoothState;
-use tollgate_core::{Algorithm, Nanos, ParamError, Rate, Request, Schedule, Smooth};
+use tollgate_core::{Algorithm, Hits, Nanos, ParamError, Rate, Schedule, Smooth};
 use tollgate_testing::JavaRandom;
 
 /// One stopwatch event: a sleep, in whole microseconds.
@@ -107,7 +107,7 @@ impl Limiter {
         let before = self.state;
         let d = self
             .smooth
-            .decide(&mut self.state, sw.instant, Request::exactly(permits));
+            .decide(&mut self.state, sw.instant, Hits::exactly(permits));
         if d.allowed {
             assert_eq!(d.granted, permits);
             // Guava sleeps `max(next - now, 0)`, which is 0 when it may
@@ -378,7 +378,7 @@ fn try_acquire_no_wait_allowed() {
     // after the first), and it is.
     let d = l
         .smooth
-        .decide(&mut l.state.clone(), sw.instant, Request::exactly(1));
+        .decide(&mut l.state.clone(), sw.instant, Hits::exactly(1));
     assert_eq!(d.retry_after, Some(Nanos::from_millis(100)));
     sw.sleep_millis(100);
     assert!(l.try_acquire(&mut sw, 1));
@@ -549,7 +549,7 @@ fn created_at_is_the_guava_creation_instant() {
     let before = smooth.decide(
         &mut s.clone(),
         t0.saturating_sub(Nanos::from_millis(1)),
-        Request::exactly(1),
+        Hits::exactly(1),
     );
     assert!(!before.allowed);
     assert_eq!(before.retry_after, Some(Nanos::from_millis(1)));

@@ -22,8 +22,8 @@ use tollgate_core::algorithm::Schedule;
 use tollgate_core::copies::{CopyError, CopyLimits, CopyPool, TransferId};
 use tollgate_core::plan::{self, PlanEntry};
 use tollgate_core::{
-    Algorithm, Align, BurstTiers, Decision, FixedWindow, Gcra, LeakyBucket, Limit, LimitState,
-    Mode, Nanos, Rate, Request, SlidingLog, SlidingWindow, Smooth, Tier, TokenBucket,
+    Algorithm, Align, BurstTiers, Decision, FixedWindow, Gcra, Hits, LeakyBucket, Limit,
+    LimitState, Mode, Nanos, Rate, SlidingLog, SlidingWindow, Smooth, Tier, TokenBucket,
 };
 
 // ---------------------------------------------------------------------------
@@ -31,7 +31,7 @@ use tollgate_core::{
 // ---------------------------------------------------------------------------
 
 /// Mostly well-formed requests; sometimes `min_hits > hits`.
-fn request() -> impl Strategy<Value = Request> {
+fn request() -> impl Strategy<Value = Hits> {
     prop_oneof![
         8 => 0u64..=12,
         1 => 0u64..=200,
@@ -42,13 +42,13 @@ fn request() -> impl Strategy<Value = Request> {
             prop_oneof![6 => 0..=hits, 1 => Just(hits), 1 => Just(hits + 1)],
         )
     })
-    .prop_map(|(hits, min_hits)| Request { hits, min_hits })
+    .prop_map(|(hits, min_hits)| Hits { hits, min_hits })
 }
 
 #[derive(Clone, Debug)]
 struct Step {
     delta: u64,
-    req: Request,
+    req: Hits,
     /// Schedule `req.hits` with [`Mode::Acquire`] instead (where the
     /// algorithm can), which may leave the state in debt.
     acquire: bool,
@@ -93,14 +93,14 @@ fn run(limit: &Limit, st: &mut LimitState, start: u64, steps: &[Step]) -> Vec<De
 /// One decided request of [`run`].
 struct Decided {
     now: Nanos,
-    req: Request,
+    req: Hits,
     before: LimitState,
     after: LimitState,
     d: Decision,
 }
 
 /// Yields `(now, request)` along a sequence (ignoring `acquire`).
-fn times(start: u64, steps: &[Step]) -> Vec<(Nanos, Request)> {
+fn times(start: u64, steps: &[Step]) -> Vec<(Nanos, Hits)> {
     let mut now = start;
     steps
         .iter()
@@ -245,7 +245,7 @@ fn quiet_limit() -> impl Strategy<Value = Limit> {
 }
 
 /// The grant rule of Charon §3.1, written out again.
-fn expected_grant(req: Request, room: u64) -> (u64, bool) {
+fn expected_grant(req: Hits, room: u64) -> (u64, bool) {
     if req.min_hits > req.hits {
         return (0, false);
     }
@@ -569,7 +569,7 @@ proptest! {
     fn retry_after_is_exact(limit in any_limit(), start in start(), steps in steps(40)) {
         let mut st = limit.fresh();
         for Decided { now, req, after: st, d, .. } in run(&limit, &mut st, start, &steps) {
-            let probe = Request::exactly(req.min_hits);
+            let probe = Hits::exactly(req.min_hits);
             match d.retry_after {
                 Some(r) => {
                     let at = now.saturating_add(r);
@@ -611,14 +611,14 @@ proptest! {
                 continue;
             }
             if d.allowed && d.granted < req.hits {
-                let more = limit.decide(&mut before.clone(), now, Request::exactly(d.granted + 1));
+                let more = limit.decide(&mut before.clone(), now, Hits::exactly(d.granted + 1));
                 prop_assert!(
                     !more.allowed,
                     "{} granted, {} would have fit", d.granted, d.granted + 1
                 );
             }
             if !d.allowed {
-                let min = limit.decide(&mut before.clone(), now, Request::exactly(req.min_hits));
+                let min = limit.decide(&mut before.clone(), now, Hits::exactly(req.min_hits));
                 prop_assert!(!min.allowed, "rejected, yet min_hits {} fits", req.min_hits);
             }
         }
@@ -824,25 +824,13 @@ fn extreme_limit() -> impl Strategy<Value = Option<Limit>> {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Decide {
-        which: bool,
-        now: u64,
-        req: Request,
-    },
-    Acquire {
-        which: bool,
-        now: u64,
-        hits: u64,
-    },
-    Plan {
-        now: u64,
-        req: Request,
-        acquire: bool,
-    },
+    Decide { which: bool, now: u64, req: Hits },
+    Acquire { which: bool, now: u64, hits: u64 },
+    Plan { now: u64, req: Hits, acquire: bool },
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let req = || (edge(), edge()).prop_map(|(hits, min_hits)| Request { hits, min_hits });
+    let req = || (edge(), edge()).prop_map(|(hits, min_hits)| Hits { hits, min_hits });
     prop_oneof![
         4 => (any::<bool>(), edge(), req())
             .prop_map(|(which, now, req)| Op::Decide { which, now, req }),
@@ -927,11 +915,8 @@ fn schedule_with_huge_requests_does_not_panic() {
         }
     }
     // Deep in debt, nothing is admitted.
-    assert!(
-        !tb.decide(&mut a, Nanos::new(5), Request::exactly(1))
-            .allowed
-    );
-    assert!(!g.decide(&mut b, Nanos::new(5), Request::exactly(1)).allowed);
+    assert!(!tb.decide(&mut a, Nanos::new(5), Hits::exactly(1)).allowed);
+    assert!(!g.decide(&mut b, Nanos::new(5), Hits::exactly(1)).allowed);
 }
 
 // ---------------------------------------------------------------------------
@@ -1016,8 +1001,8 @@ proptest! {
                 CopyOp::Reserve { domain, min, max, limits } => {
                     let limits = if limits { &l1 } else { &l2 };
                     let room = pool.room(limits, domains[domain]);
-                    let r = pool.reserve(limits, domains[domain], Request::between(min, max));
-                    let want = expected_grant(Request::between(min, max), room);
+                    let r = pool.reserve(limits, domains[domain], Hits::between(min, max));
+                    let want = expected_grant(Hits::between(min, max), room);
                     prop_assert_eq!((r.granted, r.allowed), want);
                     if r.granted > 0 {
                         *held.entry((domain, r.groups.clone())).or_insert(0) += r.granted;
@@ -1130,8 +1115,8 @@ proptest! {
 fn retry_after_checks_are_not_vacuous() {
     let g = Limit::Gcra(Gcra::new(Rate::per_second(10).unwrap(), 2).unwrap());
     let mut st = g.fresh();
-    g.decide(&mut st, Nanos::ZERO, Request::exactly(2));
-    let d: Decision = g.decide(&mut st, Nanos::ZERO, Request::exactly(1));
+    g.decide(&mut st, Nanos::ZERO, Hits::exactly(2));
+    let d: Decision = g.decide(&mut st, Nanos::ZERO, Hits::exactly(1));
     assert!(!d.allowed);
     assert_eq!(d.retry_after, Some(Nanos::from_millis(100)));
 }
@@ -1151,11 +1136,8 @@ fn bug_hit_log_total_saturated_by_a_huge_rejected_request() {
         .unwrap()
         .counting_rejected(true);
     let mut st = log.fresh();
-    assert!(
-        log.decide(&mut st, Nanos::ZERO, Request::exactly(5))
-            .allowed
-    );
-    let d = log.decide(&mut st, Nanos::new(1), Request::exactly(u64::MAX));
+    assert!(log.decide(&mut st, Nanos::ZERO, Hits::exactly(5)).allowed);
+    let d = log.decide(&mut st, Nanos::new(1), Hits::exactly(u64::MAX));
     assert!(!d.allowed);
     assert_eq!(
         log.count(&st, Nanos::new(1)),
@@ -1164,29 +1146,20 @@ fn bug_hit_log_total_saturated_by_a_huge_rejected_request() {
     );
     // The rejected attempt (at 1ns) blocks until 1 s + 1ns, then all is free.
     let end = Nanos::SECOND.saturating_add(Nanos::new(1));
-    assert!(
-        !log.decide(&mut st.clone(), end, Request::exactly(1))
-            .allowed
-    );
+    assert!(!log.decide(&mut st.clone(), end, Hits::exactly(1)).allowed);
     let after = end.saturating_add(Nanos::new(1));
     assert_eq!(log.count(&st, after), 0);
-    assert_eq!(
-        log.decide(&mut st, after, Request::between(1, 10)).granted,
-        5
-    );
+    assert_eq!(log.decide(&mut st, after, Hits::between(1, 10)).granted, 5);
     // The same with a limit of `u64::MAX`, where the sum itself overflows.
     let log = SlidingLog::new(u64::MAX, Nanos::new(10))
         .unwrap()
         .counting_rejected(true);
     let mut st = log.fresh();
     assert!(
-        log.decide(&mut st, Nanos::ZERO, Request::exactly(u64::MAX))
+        log.decide(&mut st, Nanos::ZERO, Hits::exactly(u64::MAX))
             .allowed
     );
-    assert!(
-        !log.decide(&mut st, Nanos::new(1), Request::exactly(1))
-            .allowed
-    );
+    assert!(!log.decide(&mut st, Nanos::new(1), Hits::exactly(1)).allowed);
     assert_eq!(log.count(&st, Nanos::new(11)), 1);
     assert_eq!(log.count(&st, Nanos::new(12)), 0);
 }
@@ -1199,14 +1172,14 @@ fn bug_sliding_log_retry_after_for_min_hits_zero() {
     let gap = Nanos::new(UNIT);
     let log = SlidingLog::new(1, gap).unwrap().with_min_gap(gap);
     let mut st = log.fresh();
-    let d = log.decide(&mut st, Nanos::ZERO, Request::between(0, 1));
+    let d = log.decide(&mut st, Nanos::ZERO, Hits::between(0, 1));
     assert_eq!(d.granted, 1);
     assert_eq!(d.retry_after, Some(Nanos::ZERO));
-    let d = log.decide(&mut st, Nanos::new(1), Request::between(0, 1));
+    let d = log.decide(&mut st, Nanos::new(1), Hits::between(0, 1));
     assert!(d.allowed && d.granted == 0);
     assert_eq!(d.retry_after, Some(Nanos::ZERO));
     // For one hit the gap (and the window) still count.
-    let d = log.decide(&mut st, Nanos::new(1), Request::exactly(1));
+    let d = log.decide(&mut st, Nanos::new(1), Hits::exactly(1));
     assert_eq!(d.retry_after, Some(gap));
 }
 
@@ -1223,30 +1196,23 @@ fn bug_smooth_retry_after_rounded_to_whole_microseconds() {
         .created_at(Nanos::new(1_000));
     let mut st = sm.fresh();
     let now = Nanos::new(1_500);
-    assert!(sm.decide(&mut st, now, Request::exactly(1)).allowed);
+    assert!(sm.decide(&mut st, now, Hits::exactly(1)).allowed);
     // The next permit is free at 200_001 us = 200_001_000 ns.
-    let d = sm.decide(&mut st, now, Request::exactly(1));
+    let d = sm.decide(&mut st, now, Hits::exactly(1));
     assert!(!d.allowed);
     assert_eq!(d.retry_after, Some(Nanos::new(200_001_000 - 1_500)));
     let free = Nanos::new(200_001_000);
     assert!(
-        !sm.decide(
-            &mut st.clone(),
-            Nanos::new(200_000_999),
-            Request::exactly(1)
-        )
-        .allowed
-    );
-    assert!(
-        sm.decide(&mut st.clone(), free, Request::exactly(1))
+        !sm.decide(&mut st.clone(), Nanos::new(200_000_999), Hits::exactly(1))
             .allowed
     );
+    assert!(sm.decide(&mut st.clone(), free, Hits::exactly(1)).allowed);
     // Asking for at least nothing is granted now.
-    let d = sm.decide(&mut st, now, Request::between(0, 1));
+    let d = sm.decide(&mut st, now, Hits::between(0, 1));
     assert!(d.allowed && d.granted == 0);
     assert_eq!(d.retry_after, Some(Nanos::ZERO));
     // On whole microseconds (all of Guava's tests) nothing changes.
-    let d = sm.decide(&mut st, Nanos::new(2_000), Request::exactly(1));
+    let d = sm.decide(&mut st, Nanos::new(2_000), Hits::exactly(1));
     assert_eq!(d.retry_after, Some(Nanos::new(199_999_000)));
 }
 
@@ -1259,7 +1225,7 @@ fn bug_smooth_retry_after_rounded_to_whole_microseconds() {
 fn bug_smooth_remaining_overflowed_with_a_huge_burst() {
     let sm = Smooth::bursty(Rate::per_second(1_000_000_000).unwrap(), 1e300).unwrap();
     let mut st = sm.fresh();
-    let d = sm.decide(&mut st, Nanos::MAX, Request::between(0, 1));
+    let d = sm.decide(&mut st, Nanos::MAX, Hits::between(0, 1));
     assert!(d.allowed);
     assert_eq!(d.remaining, u64::MAX);
 }
@@ -1279,15 +1245,15 @@ fn bug_retry_after_for_min_hits_zero_in_debt() {
     for limit in limits {
         let mut st = limit.fresh();
         limit.acquire(&mut st, Nanos::ZERO, 3).unwrap();
-        let d = limit.decide(&mut st, Nanos::ZERO, Request::between(0, 1));
+        let d = limit.decide(&mut st, Nanos::ZERO, Hits::between(0, 1));
         assert!(d.allowed && d.granted == 0, "{limit:?}");
         assert_eq!(d.retry_after, Some(Nanos::ZERO), "{limit:?}");
         // One hit waits for the debt: three hits of 100 ms each, less the
         // burst of one, plus its own 100 ms. (The old answer for min_hits 0
         // was 200 ms.)
-        let d = limit.decide(&mut st, Nanos::ZERO, Request::exactly(1));
+        let d = limit.decide(&mut st, Nanos::ZERO, Hits::exactly(1));
         assert_eq!(d.retry_after, Some(Nanos::from_millis(300)), "{limit:?}");
-        let d = limit.decide(&mut st, Nanos::from_millis(300), Request::exactly(1));
+        let d = limit.decide(&mut st, Nanos::from_millis(300), Hits::exactly(1));
         assert!(d.allowed, "{limit:?}");
     }
 }

@@ -19,7 +19,7 @@ use common::{cases, delta, start, UNIT};
 use proptest::prelude::*;
 use tollgate_core::replicated::counter::{CounterBucket, CounterBucketState};
 use tollgate_core::replicated::NodeId;
-use tollgate_core::{Algorithm, Decision, Nanos, Rate, Request, TokenBucket};
+use tollgate_core::{Algorithm, Decision, Hits, Nanos, Rate, TokenBucket};
 
 // ---------------------------------------------------------------------------
 // Generators
@@ -43,12 +43,12 @@ fn moved(t: u64, by: i64) -> u64 {
 }
 
 /// Mostly well-formed requests; sometimes `min_hits > hits`.
-fn request() -> impl Strategy<Value = Request> {
+fn request() -> impl Strategy<Value = Hits> {
     prop_oneof![
-        4 => (0u64..4).prop_map(Request::exactly),
-        2 => (0u64..4, 0u64..10).prop_map(|(min, extra)| Request::between(min, min + extra)),
-        1 => (0u64..12).prop_map(Request::exactly),
-        1 => (1u64..6, 0u64..6).prop_map(|(min, hits)| Request::between(min, hits)),
+        4 => (0u64..4).prop_map(Hits::exactly),
+        2 => (0u64..4, 0u64..10).prop_map(|(min, extra)| Hits::between(min, min + extra)),
+        1 => (0u64..12).prop_map(Hits::exactly),
+        1 => (1u64..6, 0u64..6).prop_map(|(min, hits)| Hits::between(min, hits)),
     ]
 }
 
@@ -87,15 +87,8 @@ fn any_state() -> impl Strategy<Value = CounterBucketState> {
 /// gossiped to another.
 #[derive(Clone, Debug)]
 enum Step {
-    Request {
-        node: usize,
-        dt: u64,
-        request: Request,
-    },
-    Gossip {
-        from: usize,
-        to: usize,
-    },
+    Request { node: usize, dt: u64, request: Hits },
+    Gossip { from: usize, to: usize },
 }
 
 fn steps(nodes: usize) -> impl Strategy<Value = Vec<Step>> {
@@ -181,7 +174,7 @@ proptest! {
         let bk = bucket(p);
         let mut s = merged(&a, &b);
         let now = Nanos::new(now);
-        let _ = bk.decide(&mut s, NodeId(0), now, Request::between(min_hits, hits));
+        let _ = bk.decide(&mut s, NodeId(0), now, Hits::between(min_hits, hits));
         let _ = bk.is_idle(&s, now);
         let _ = bk.full_at(&s);
         let _ = s.footprint();

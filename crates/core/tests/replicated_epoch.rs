@@ -14,7 +14,7 @@ use common::{cases, delta, start, UNIT};
 use proptest::prelude::*;
 use tollgate_core::replicated::epoch::{EpochBucket, EpochBucketState, EpochReport};
 use tollgate_core::replicated::NodeId;
-use tollgate_core::{Algorithm, Nanos, Rate, Request, TokenBucket};
+use tollgate_core::{Algorithm, Hits, Nanos, Rate, TokenBucket};
 
 // ---------------------------------------------------------------------------
 // Helpers and generators
@@ -61,14 +61,14 @@ fn report() -> impl Strategy<Value = EpochReport> {
 /// Something that happens to one key on node 0.
 #[derive(Clone, Debug)]
 enum Op {
-    Decide(Request),
+    Decide(Hits),
     Receive(EpochReport),
     Report,
 }
 
 fn op() -> impl Strategy<Value = (u64, Op)> {
     let op = prop_oneof![
-        4 => (0u64..4, 0u64..4).prop_map(|(m, x)| Op::Decide(Request::between(m, m + x))),
+        4 => (0u64..4, 0u64..4).prop_map(|(m, x)| Op::Decide(Hits::between(m, m + x))),
         2 => report().prop_map(Op::Receive),
         1 => Just(Op::Report),
     ];
@@ -126,7 +126,7 @@ fn seed_001_greedy_client_bursts_then_buckets_go_negative() {
         .iter_mut()
         .enumerate()
         .map(|(i, s)| {
-            b.decide(s, NodeId(i as u64), Nanos::ZERO, Request::between(1, 100))
+            b.decide(s, NodeId(i as u64), Nanos::ZERO, Hits::between(1, 100))
                 .granted
         })
         .sum();
@@ -143,10 +143,10 @@ fn seed_001_greedy_client_bursts_then_buckets_go_negative() {
     // the debt is repaid at the configured rate.
     for (i, s) in states.iter_mut().enumerate() {
         let n = NodeId(i as u64);
-        let d = b.decide(s, n, Nanos::SECOND, Request::exactly(1));
+        let d = b.decide(s, n, Nanos::SECOND, Hits::exactly(1));
         assert_eq!(d.retry_after, Some(ms(1100)));
-        assert!(!b.decide(s, n, ms(2099), Request::exactly(1)).allowed);
-        assert!(b.decide(s, n, ms(2100), Request::exactly(1)).allowed);
+        assert!(!b.decide(s, n, ms(2099), Hits::exactly(1)).allowed);
+        assert!(b.decide(s, n, ms(2100), Hits::exactly(1)).allowed);
     }
 }
 
@@ -166,7 +166,7 @@ fn seed_001_long_run_average_is_the_configured_rate() {
         }
         for (i, s) in states.iter_mut().enumerate() {
             total += b
-                .decide(s, NodeId(i as u64), ms(t), Request::exactly(1))
+                .decide(s, NodeId(i as u64), ms(t), Hits::exactly(1))
                 .granted;
         }
     }
@@ -192,7 +192,7 @@ fn seed_001_partitions_deliver_the_rate_on_each_side_then_reconverge() {
         }
         for (i, s) in states.iter_mut().enumerate() {
             let g = b
-                .decide(s, NodeId(i as u64), ms(t), Request::exactly(1))
+                .decide(s, NodeId(i as u64), ms(t), Hits::exactly(1))
                 .granted;
             if t < 10_000 {
                 split += g;
@@ -306,9 +306,9 @@ proptest! {
                 // Gossip with no peers: ticks and commits, changes no decision.
                 b.report(&mut s, NodeId(7), now);
             }
-            let d = b.decide(&mut s, NodeId(7), now, Request::exactly(hits));
+            let d = b.decide(&mut s, NodeId(7), now, Hits::exactly(hits));
             prop_assert_eq!(d.allowed, reference.try_take(t, hits), "at {}", t);
-            prop_assert_eq!(d, tb.decide(&mut ts, now, Request::exactly(hits)));
+            prop_assert_eq!(d, tb.decide(&mut ts, now, Hits::exactly(hits)));
         }
     }
 
@@ -360,7 +360,7 @@ proptest! {
                 let t = boundary + at * e / 1000;
                 let node = node % n;
                 total += b
-                    .decide(&mut states[node], NodeId(node as u64), Nanos::new(t), Request::between(1, hits))
+                    .decide(&mut states[node], NodeId(node as u64), Nanos::new(t), Hits::between(1, hits))
                     .granted;
                 let bound = t / i + nn * c + (nn - 1) * (e / i + 1);
                 prop_assert!(total <= bound, "{} granted by {}, bound {}", total, t, bound);

@@ -19,7 +19,7 @@ use common::{cases, delta, start, UNIT};
 use proptest::prelude::*;
 use tollgate_core::replicated::queue::{Element, ElementId, QueueState, TokenQueue, MAX_ELEMENTS};
 use tollgate_core::replicated::NodeId;
-use tollgate_core::{Algorithm, Decision, Grant, Nanos, Rate, Request, TokenBucket};
+use tollgate_core::{Algorithm, Decision, Grant, Hits, Nanos, Rate, TokenBucket};
 
 // ---------------------------------------------------------------------------
 // Generators
@@ -46,7 +46,7 @@ fn queue() -> impl Strategy<Value = TokenQueue> {
 }
 
 /// Mostly well-formed requests; sometimes `min_hits > hits`.
-fn request() -> impl Strategy<Value = Request> {
+fn request() -> impl Strategy<Value = Hits> {
     prop_oneof![6 => 0u64..=4, 1 => 0u64..=10]
         .prop_flat_map(|hits| {
             (
@@ -54,7 +54,7 @@ fn request() -> impl Strategy<Value = Request> {
                 prop_oneof![6 => 0..=hits, 1 => Just(hits), 1 => Just(hits + 1)],
             )
         })
-        .prop_map(|(hits, min_hits)| Request { hits, min_hits })
+        .prop_map(|(hits, min_hits)| Hits { hits, min_hits })
 }
 
 /// What happens in a cluster, step by step.
@@ -64,7 +64,7 @@ enum Op {
     Decide {
         node: usize,
         delta: u64,
-        request: Request,
+        request: Hits,
     },
     /// `from` sends its whole state to `to`, which merges and prunes.
     Gossip { from: usize, to: usize },
@@ -184,7 +184,7 @@ impl ReferenceBucket {
     }
 
     /// Grants the largest n in [min_hits, hits] that the tokens cover.
-    fn decide(&mut self, now: u64, request: Request) -> u64 {
+    fn decide(&mut self, now: u64, request: Hits) -> u64 {
         let full = self.capacity * self.interval;
         if let Some(last) = self.last {
             self.level = full.min(self.level + (now - last));
@@ -385,7 +385,7 @@ proptest! {
             .enumerate()
             .map(|(i, &h)| {
                 let mut s = QueueState::default();
-                let d = q.decide(&mut s, node(i), t, Request::between(1, h));
+                let d = q.decide(&mut s, node(i), t, Hits::between(1, h));
                 assert_eq!(d.granted, h.min(q.capacity()));
                 s
             })
@@ -453,7 +453,7 @@ proptest! {
             &mut probe,
             NodeId(99),
             now,
-            Request::exactly(min_hits),
+            Hits::exactly(min_hits),
             Grant { granted: 0, allowed: false },
         );
         match d.retry_after {
@@ -552,7 +552,7 @@ proptest! {
     ) {
         let mut a = a;
         let now = Nanos::new(now);
-        let request = Request { hits, min_hits };
+        let request = Hits { hits, min_hits };
         let _ = a.clone().merge_changes(&b);
         let _ = b.changes_since(&a);
         let _ = a.includes(&b);
@@ -592,7 +592,7 @@ fn the_queue_is_an_algorithm_on_a_node() {
     let q = TokenQueue::new(2, Rate::per_second(1).unwrap()).unwrap();
     let at = q.on(NodeId(4));
     let mut s = at.fresh();
-    let alone = at.decide_alone(&mut s, Nanos::ZERO, Request::exactly(2));
+    let alone = at.decide_alone(&mut s, Nanos::ZERO, Hits::exactly(2));
     assert!(alone.decision.allowed);
     assert!(!alone.idle);
     assert!(s.elements().all(|e| e.id.node == NodeId(4)));
@@ -610,10 +610,10 @@ fn thesis_scenario_two_nodes_in_one_millisecond_pay_twice() {
     let t = Nanos::from_millis(1_700_000_000_123);
     let mut a = QueueState::default();
     let mut b = QueueState::default();
-    assert!(q.decide(&mut a, NodeId(1), t, Request::exactly(1)).allowed);
-    assert!(q.decide(&mut b, NodeId(2), t, Request::exactly(1)).allowed);
+    assert!(q.decide(&mut a, NodeId(1), t, Hits::exactly(1)).allowed);
+    assert!(q.decide(&mut b, NodeId(2), t, Hits::exactly(1)).allowed);
     a.merge(&b);
-    let d = q.decide(&mut a, NodeId(1), t, Request::exactly(1));
+    let d = q.decide(&mut a, NodeId(1), t, Hits::exactly(1));
     assert!(!d.allowed);
     // Both tokens must come back before the next grant: the user is in
     // debt by one, as after a centralized bucket's two grants.

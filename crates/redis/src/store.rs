@@ -14,7 +14,7 @@ use tollgate_core::copies::{
 
 use crate::copies::{refusal, Pools};
 use crate::copylog::{self, Beat, CopyLog, Resignation};
-use tollgate_core::{plan, Mode, Nanos, PlanDecision, Request};
+use tollgate_core::{plan, Hits, Mode, Nanos, PlanDecision};
 use tollgate_store::{Admit, Held, OpId, Plan, PoolKey, Refusal, Seized, Store, StoreError};
 
 use crate::batch::{self, Batcher, PlanCall};
@@ -311,7 +311,7 @@ impl RedisStore {
         &self,
         plan: &Plan,
         now: Nanos,
-        request: Request,
+        request: Hits,
         mode: Mode,
     ) -> Result<PlanDecision, StoreError> {
         if plan.is_empty() {
@@ -388,7 +388,7 @@ impl Store for RedisStore {
         &self,
         plan: &Plan,
         now: Nanos,
-        request: Request,
+        request: Hits,
         mode: Mode,
     ) -> Result<PlanDecision, StoreError> {
         self.decide_plan(plan, now, request, mode).await
@@ -399,7 +399,7 @@ impl Store for RedisStore {
         pool: &PoolKey,
         limits: &CopyLimits,
         domain: &str,
-        request: Request,
+        request: Hits,
         now: Nanos,
         op: OpId,
     ) -> Result<Reservation, StoreError> {
@@ -657,7 +657,7 @@ impl RedisStore {
         pool: &PoolKey,
         limits: &CopyLimits,
         domain: &str,
-        request: Request,
+        request: Hits,
         now: Nanos,
         op: OpId,
     ) -> Result<Reservation, StoreError> {

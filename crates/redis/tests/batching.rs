@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{gcra, store, unique_prefix, RedisServer};
-use tollgate_core::{Align, FixedWindow, Limit, Mode, Nanos, PlanError, Request};
+use tollgate_core::{Align, FixedWindow, Hits, Limit, Mode, Nanos, PlanError};
 use tollgate_store::{Key, LimitId, Plan, Store, StoreError};
 
 fn evalsha_calls(server: &RedisServer) -> u64 {
@@ -53,7 +53,7 @@ async fn many_concurrent_decisions_share_few_calls_and_stay_exact() {
             (
                 scope,
                 mode,
-                s.decide(&p, Nanos::ZERO, Request::exactly(1), mode).await,
+                s.decide(&p, Nanos::ZERO, Hits::exactly(1), mode).await,
             )
         });
     }
@@ -83,12 +83,7 @@ async fn many_concurrent_decisions_share_few_calls_and_stay_exact() {
     // The shared rate saw every granted decision and nothing else: the
     // refused acquires changed nothing.
     let d = s
-        .decide(
-            &plan("initech"),
-            Nanos::ZERO,
-            Request::exactly(0),
-            Mode::Try,
-        )
+        .decide(&plan("initech"), Nanos::ZERO, Hits::exactly(0), Mode::Try)
         .await
         .unwrap();
     assert_eq!(d.decisions[1].remaining, 1000 - 90);

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use common::{gcra, holds, store, unique_prefix, T0};
 use tollgate_core::copies::CopyLimits;
-use tollgate_core::{Align, FixedWindow, Limit, Mode, Nanos, Request};
+use tollgate_core::{Align, FixedWindow, Hits, Limit, Mode, Nanos};
 use tollgate_redis::testing::RedisCluster;
 use tollgate_redis::{RedisOptions, RedisStore, ScriptClock};
 use tollgate_store::{Held, Key, LimitId, MemoryStore, OpId, Plan, PoolKey, Store};
@@ -59,7 +59,7 @@ async fn plans_of_many_namespaces_spread_over_the_masters_and_decide_like_memory
                 .unwrap();
             plan.push(Key::new(id(1), "*"), Arc::clone(&rate), false)
                 .unwrap();
-            let request = Request::between(1, 1 + step % 2);
+            let request = Hits::between(1, 1 + step % 2);
             let want = memory.decide_now(&plan, now, request, Mode::Try);
             let got = redis.decide(&plan, now, request, Mode::Try).await;
             assert_eq!(got, want, "affinity {affinity:x}, step {step}");
@@ -99,7 +99,7 @@ async fn the_copy_log_spans_slots_cleans_up_after_a_dead_server_and_seizes_by_id
             pool,
             &l,
             "acme",
-            Request::exactly(4),
+            Hits::exactly(4),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -110,7 +110,7 @@ async fn the_copy_log_spans_slots_cleans_up_after_a_dead_server_and_seizes_by_id
                 pool,
                 &l,
                 "acme",
-                Request::exactly(3),
+                Hits::exactly(3),
                 Nanos::ZERO,
                 OpId::random(),
             )

@@ -11,7 +11,7 @@ use common::{
     caller_clock_store, check_ttls, conform, gcra, run, runtime, Item, RedisServer, Step, T0,
 };
 use proptest::prelude::*;
-use tollgate_core::{BurstTiers, Limit, Mode, Nanos, Request, Tier};
+use tollgate_core::{BurstTiers, Hits, Limit, Mode, Nanos, Tier};
 
 const NS: Nanos = Nanos::NANOSECOND;
 const ZERO: Nanos = Nanos::ZERO;
@@ -43,13 +43,13 @@ fn tiers(t: Vec<Tier>) -> Limit {
     Limit::BurstTiers(BurstTiers::new(t).unwrap())
 }
 
-fn one() -> Request {
-    Request::exactly(1)
+fn one() -> Hits {
+    Hits::exactly(1)
 }
 
 /// Try steps at the given offsets from the start (non-decreasing), each
 /// against `items`.
-fn timeline(points: &[(Nanos, Request)], items: &[usize]) -> Vec<Step> {
+fn timeline(points: &[(Nanos, Hits)], items: &[usize]) -> Vec<Step> {
     let mut prev = ZERO;
     points
         .iter()
@@ -88,21 +88,18 @@ async fn successful_burst_figure_2() {
         // Tier 1 is full: a burst into tier 2.
         (t11, one()),
         (ms(200), one()),
-        (ms(300), Request::between(1, 100)),
+        (ms(300), Hits::between(1, 100)),
         (ms(400), one()),
         // The oldest hit of tier 2 leaves its window at t11 + 10 s + 1ns.
         (at(t11, secs(10)), one()),
         (at(at(t11, secs(10)), NS), one()),
-        (
-            at(t11, secs(30)).saturating_sub(NS),
-            Request::between(0, 60),
-        ),
+        (at(t11, secs(30)).saturating_sub(NS), Hits::between(0, 60)),
         // Tier 2 cools down; tier 1 is current again.
-        (at(t11, secs(30)), Request::between(1, 60)),
+        (at(t11, secs(30)), Hits::between(1, 60)),
         (secs(60), one()),
-        (at(t11, secs(330)).saturating_sub(NS), Request::exactly(11)),
-        (at(t11, secs(330)), Request::exactly(11)),
-        (secs(400), Request::exactly(70)),
+        (at(t11, secs(330)).saturating_sub(NS), Hits::exactly(11)),
+        (at(t11, secs(330)), Hits::exactly(11)),
+        (secs(400), Hits::exactly(70)),
     ]);
     run(&server, &items, &timeline(&points, &[0])).await;
 }
@@ -117,24 +114,24 @@ async fn burst_blocked_by_cooldown_figure_3() {
     let t = secs(60).saturating_sub(ms(200));
     let end = at(t2, secs(330));
     let points = [
-        (ZERO, Request::exactly(10)),
+        (ZERO, Hits::exactly(10)),
         (t2, one()),
         (active_end.saturating_sub(NS), one()),
         // Fallback to tier 1; tier 2 cools down and blocks any burst.
         (active_end, one()),
-        (fill, Request::between(1, 100)),
+        (fill, Hits::between(1, 100)),
         (at(fill, ms(500)), one()),
-        (t, Request::exactly(10)),
+        (t, Hits::exactly(10)),
         // Re-entered at the end of tier 1's period, its old hits still count.
         (at(t, ms(100)), one()),
         (secs(60), one()),
         (at(t, secs(1)), one()),
         (at(at(t, secs(1)), NS), one()),
-        (end.saturating_sub(ms(100)), Request::exactly(10)),
+        (end.saturating_sub(ms(100)), Hits::exactly(10)),
         (end.saturating_sub(ms(100)), one()),
         (end.saturating_sub(NS), one()),
         (end, one()),
-        (end, Request::between(1, 100)),
+        (end, Hits::between(1, 100)),
     ];
     run(&server, &items, &timeline(&points, &[0])).await;
 }
@@ -151,16 +148,16 @@ fn skip_tiers(skippable: bool) -> Limit {
 async fn skippable_and_blocking_tiers_in_cooldown() {
     let server = RedisServer::start();
     let points = [
-        (ZERO, Request::exactly(5)),
-        (secs(6), Request::exactly(2)),
+        (ZERO, Hits::exactly(5)),
+        (secs(6), Hits::exactly(2)),
         // Skipped when skippable; otherwise the burst is blocked.
         (secs(6), one()),
-        (secs(6), Request::between(1, 10)),
-        (secs(7), Request::between(2, 10)),
-        (at(secs(7), NS), Request::between(3, 4)),
-        (secs(105).saturating_sub(NS), Request::between(1, 100)),
-        (secs(105), Request::between(1, 100)),
-        (secs(110), Request::between(6, 100)),
+        (secs(6), Hits::between(1, 10)),
+        (secs(7), Hits::between(2, 10)),
+        (at(secs(7), NS), Hits::between(3, 4)),
+        (secs(105).saturating_sub(NS), Hits::between(1, 100)),
+        (secs(105), Hits::between(1, 100)),
+        (secs(110), Hits::between(6, 100)),
     ];
     for skippable in [true, false] {
         let items = [
@@ -186,12 +183,12 @@ async fn fallback_drops_several_levels_at_once() {
         "acme",
     )];
     let points = [
-        (ZERO, Request::exactly(3)),
+        (ZERO, Hits::exactly(3)),
         (secs(10).saturating_sub(NS), one()),
         (secs(10), one()),
         (secs(10), one()),
-        (secs(60), Request::between(1, 5)),
-        (secs(61), Request::between(1, 5)),
+        (secs(60), Hits::between(1, 5)),
+        (secs(61), Hits::between(1, 5)),
     ];
     run(&server, &items, &timeline(&points, &[0])).await;
 }
@@ -212,13 +209,13 @@ async fn hits_outlive_the_tier_period() {
     )];
     let points = [
         (ZERO, one()),
-        (secs(2), Request::exactly(6)),
-        (secs(3), Request::exactly(2)),
-        (secs(3), Request::between(1, 6)),
-        (secs(5), Request::exactly(5)),
-        (secs(10), Request::exactly(2)),
-        (at(secs(10), NS), Request::exactly(2)),
-        (secs(20), Request::between(0, 9)),
+        (secs(2), Hits::exactly(6)),
+        (secs(3), Hits::exactly(2)),
+        (secs(3), Hits::between(1, 6)),
+        (secs(5), Hits::exactly(5)),
+        (secs(10), Hits::exactly(2)),
+        (at(secs(10), NS), Hits::exactly(2)),
+        (secs(20), Hits::between(0, 9)),
     ];
     run(&server, &items, &timeline(&points, &[0])).await;
 }
@@ -241,27 +238,27 @@ async fn min_hits_spanning_tiers() {
     let partial = [
         (ZERO, one()),
         // 1 left in tier 1, 3 in tier 2, 5 in tier 3.
-        (ms(1), Request::between(3, 20)),
+        (ms(1), Hits::between(3, 20)),
         (ms(2), one()),
-        (at(secs(1), NS), Request::between(9, 9)),
+        (at(secs(1), NS), Hits::between(9, 9)),
     ];
     run(&server, &items, &timeline(&partial, &[0])).await;
     let spanning = [
         (ZERO, one()),
         // 10 does not fit the walk now (1 + 3 + 5), once tier 1 empties it
         // does (2 + 3 + 5).
-        (ZERO, Request::between(10, 20)),
-        (secs(1), Request::between(10, 20)),
-        (at(secs(1), NS), Request::between(10, 20)),
-        (secs(2), Request::between(4, 4)),
+        (ZERO, Hits::between(10, 20)),
+        (secs(1), Hits::between(10, 20)),
+        (at(secs(1), NS), Hits::between(10, 20)),
+        (secs(2), Hits::between(4, 4)),
     ];
     run(&server, &items, &timeline(&spanning, &[0])).await;
     run(&server, &items, &timeline(&spanning, &[1, 0])).await;
     // More than every tier together never fits; a huge request takes all.
     let never = [
-        (ZERO, Request::exactly(11)),
-        (ZERO, Request::between(1, 1 << 40)),
-        (ms(5), Request::between(0, 1 << 40)),
+        (ZERO, Hits::exactly(11)),
+        (ZERO, Hits::between(1, 1 << 40)),
+        (ms(5), Hits::between(0, 1 << 40)),
     ];
     run(&server, &items, &timeline(&never, &[0])).await;
 }
@@ -274,19 +271,19 @@ async fn fake_tier_zero_and_no_tiers() {
         Item::new(tiers(Vec::new()), 2, "acme"),
     ];
     let points = [
-        (ZERO, Request::exactly(61)),
+        (ZERO, Hits::exactly(61)),
         (ZERO, one()),
-        (secs(60).saturating_sub(NS), Request::exactly(61)),
+        (secs(60).saturating_sub(NS), Hits::exactly(61)),
         // Tier 1's period (no cooldown) is over: idle, the fake tier again.
-        (secs(60), Request::exactly(61)),
-        (secs(60), Request::between(0, 3)),
+        (secs(60), Hits::exactly(61)),
+        (secs(60), Hits::between(0, 3)),
     ];
     run(&server, &items, &timeline(&points, &[0])).await;
     let none = [
         (ZERO, one()),
-        (ZERO, Request::between(1, 10)),
-        (ZERO, Request::between(0, 10)),
-        (ms(1), Request::exactly(1000)),
+        (ZERO, Hits::between(1, 10)),
+        (ZERO, Hits::between(0, 10)),
+        (ms(1), Hits::exactly(1000)),
     ];
     run(&server, &items, &timeline(&none, &[1])).await;
     run(&server, &items, &timeline(&points, &[0, 1])).await;
@@ -305,7 +302,7 @@ async fn penalties_pattern() {
         1,
         "acme",
     )];
-    let all = Request::between(1, 1000);
+    let all = Hits::between(1, 1000);
     let mut points = vec![(ZERO, all), (at(secs(1), NS), all)];
     let mut now = secs(5);
     while now < secs(59) {
@@ -340,15 +337,15 @@ async fn punishment_prison_tier() {
     let caught = ms(1);
     let free = at(caught, hour);
     let points = [
-        (ZERO, Request::exactly(5)),
+        (ZERO, Hits::exactly(5)),
         (caught, one()),
-        (at(caught, NS), Request::between(1, 100)),
+        (at(caught, NS), Hits::between(1, 100)),
         (secs(2), one()),
         (secs(61), one()),
         (at(caught, secs(1800)), one()),
         (free.saturating_sub(NS), one()),
         (free, one()),
-        (free, Request::between(1, 100)),
+        (free, Hits::between(1, 100)),
     ];
     run(&server, &items, &timeline(&points, &[0])).await;
 }
@@ -362,9 +359,8 @@ async fn batch_processing_pattern() {
         1,
         "acme",
     )];
-    let mut points: Vec<(Nanos, Request)> = (0..100)
-        .map(|k| (secs(3 * k), Request::exactly(50)))
-        .collect();
+    let mut points: Vec<(Nanos, Hits)> =
+        (0..100).map(|k| (secs(3 * k), Hits::exactly(50))).collect();
     let day = secs(86_400);
     points.extend([
         (secs(299), one()),
@@ -373,7 +369,7 @@ async fn batch_processing_pattern() {
         (secs(301), one()),
         (secs(40_000), one()),
         (day.saturating_sub(NS), one()),
-        (day, Request::between(1, 10_000)),
+        (day, Hits::between(1, 10_000)),
         (at(day, secs(1)), one()),
     ]);
     run(&server, &items, &timeline(&points, &[0])).await;
@@ -388,7 +384,7 @@ async fn acquire_cannot_schedule_and_changes_nothing() {
     ];
     let acquire = |items: Vec<usize>| Step {
         advance: ms(1),
-        request: Request::exactly(2),
+        request: Hits::exactly(2),
         mode: Mode::Acquire,
         items,
     };
@@ -414,7 +410,7 @@ async fn reshaped_tiers_under_a_key_start_fresh() {
     ];
     let step = |advance: Nanos, hits: u64, item: usize| Step {
         advance,
-        request: Request::between(1, hits),
+        request: Hits::between(1, hits),
         mode: Mode::Try,
         items: vec![item],
     };
@@ -444,13 +440,13 @@ async fn keys_live_until_the_tiers_are_idle() {
         ),
     ];
     let points = [
-        (ZERO, Request::exactly(11)),
+        (ZERO, Hits::exactly(11)),
         (ms(1), one()),
-        (secs(2), Request::exactly(6)),
+        (secs(2), Hits::exactly(6)),
         (secs(5), one()),
         (secs(40), one()),
-        (secs(400), Request::between(0, 4)),
-        (secs(800), Request::exactly(0)),
+        (secs(400), Hits::between(0, 4)),
+        (secs(800), Hits::exactly(0)),
     ];
     check_ttls(&server, &items, &timeline(&points, &[0, 1])).await;
     check_ttls(&server, &items, &timeline(&points, &[1])).await;

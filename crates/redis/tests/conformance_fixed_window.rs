@@ -8,7 +8,7 @@ mod common;
 use common::strategies::step;
 use common::{caller_clock_store, conform, gcra, pttl, runtime, Item, RedisServer, Step, T0};
 use proptest::prelude::*;
-use tollgate_core::{Align, FixedWindow, Limit, Mode, Nanos, Request};
+use tollgate_core::{Align, FixedWindow, Hits, Limit, Mode, Nanos};
 
 fn window(limit: u64, window: Nanos, align: Align) -> Limit {
     Limit::FixedWindow(FixedWindow::new(limit, window, align).unwrap())
@@ -18,7 +18,7 @@ fn window(limit: u64, window: Nanos, align: Align) -> Limit {
 fn ask(advance: Nanos, min: u64, hits: u64, items: &[usize]) -> Step {
     Step {
         advance,
-        request: Request::between(min, hits),
+        request: Hits::between(min, hits),
         mode: Mode::Try,
         items: items.to_vec(),
     }
@@ -158,13 +158,13 @@ async fn shadow_windows_and_mixed_plans() {
         // A window cannot schedule: Acquire fails, changing nothing.
         Step {
             advance: ZERO,
-            request: Request::exactly(1),
+            request: Hits::exactly(1),
             mode: Mode::Acquire,
             items: vec![2, 0],
         },
         Step {
             advance: ZERO,
-            request: Request::exactly(1),
+            request: Hits::exactly(1),
             mode: Mode::Acquire,
             items: vec![1],
         },

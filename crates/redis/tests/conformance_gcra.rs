@@ -8,7 +8,7 @@ mod common;
 use common::strategies::step;
 use common::{caller_clock_store, conform, gcra, runtime, Item, RedisServer, Step, T0};
 use proptest::prelude::*;
-use tollgate_core::{LeakyBucket, Limit, Mode, Nanos, Rate, Request};
+use tollgate_core::{Hits, LeakyBucket, Limit, Mode, Nanos, Rate};
 
 fn leaky(count: u64, period: Nanos, queue: u64) -> Limit {
     Limit::LeakyBucket(LeakyBucket::new(Rate::new(count, period).unwrap(), queue).unwrap())
@@ -31,13 +31,13 @@ async fn gcra_fixed_vectors_match() {
         Step::exactly(ms(0), 2, 2),
         Step {
             advance: ms(10),
-            request: Request::between(1, 9),
+            request: Hits::between(1, 9),
             mode: Mode::Try,
             items: vec![1, 0],
         },
         Step {
             advance: ms(10),
-            request: Request::exactly(2),
+            request: Hits::exactly(2),
             mode: Mode::Acquire,
             items: vec![0, 1],
         },

@@ -11,7 +11,7 @@ use common::{
     caller_clock_store, check_ttls, conform, gcra, run, runtime, Item, RedisServer, Step, T0,
 };
 use proptest::prelude::*;
-use tollgate_core::{Limit, Mode, Nanos, Request, SlidingLog};
+use tollgate_core::{Hits, Limit, Mode, Nanos, SlidingLog};
 
 const NS: Nanos = Nanos::NANOSECOND;
 
@@ -28,7 +28,7 @@ fn log(limit: u64, window: Nanos, min_gap: Nanos, count_rejected: bool) -> Limit
     )
 }
 
-fn step_at(advance: Nanos, request: Request, mode: Mode, items: &[usize]) -> Step {
+fn step_at(advance: Nanos, request: Hits, mode: Mode, items: &[usize]) -> Step {
     Step {
         advance,
         request,
@@ -48,13 +48,13 @@ async fn window_edges_and_partial_grants_match() {
         Step::exactly(ms(600), 1, 1),
         Step::exactly(NS, 1, 1),
         Step::exactly(Nanos::ZERO, 1, 1),
-        step_at(ms(399), Request::between(1, 5), Mode::Try, &[0]),
-        step_at(NS, Request::between(1, 5), Mode::Try, &[0]),
-        step_at(Nanos::ZERO, Request::between(0, 5), Mode::Try, &[0]),
+        step_at(ms(399), Hits::between(1, 5), Mode::Try, &[0]),
+        step_at(NS, Hits::between(1, 5), Mode::Try, &[0]),
+        step_at(Nanos::ZERO, Hits::between(0, 5), Mode::Try, &[0]),
         // More than the limit: retry_after never; min_hits > hits: rejected.
-        step_at(Nanos::ZERO, Request::exactly(3), Mode::Try, &[0]),
-        step_at(Nanos::ZERO, Request::between(4, 2), Mode::Try, &[0]),
-        step_at(Nanos::ZERO, Request::exactly(0), Mode::Try, &[0]),
+        step_at(Nanos::ZERO, Hits::exactly(3), Mode::Try, &[0]),
+        step_at(Nanos::ZERO, Hits::between(4, 2), Mode::Try, &[0]),
+        step_at(Nanos::ZERO, Hits::exactly(0), Mode::Try, &[0]),
         // Idle again: the key is dropped, and a fresh state decides.
         Step::exactly(Nanos::from_secs(5), 2, 1),
     ];
@@ -75,16 +75,16 @@ async fn min_gap_matches() {
         Step::exactly(ms(50).saturating_sub(NS), 1, 1),
         Step::exactly(NS, 1, 1),
         // min_hits 0 is granted now even while the gap is closed.
-        step_at(ms(1), Request::between(0, 3), Mode::Try, &[0, 1]),
-        step_at(Nanos::ZERO, Request::exactly(2), Mode::Try, &[1]),
-        step_at(ms(60), Request::exactly(1), Mode::Try, &[1]),
-        step_at(ms(640), Request::exactly(1), Mode::Try, &[1, 0]),
-        step_at(NS, Request::exactly(3), Mode::Try, &[1, 0]),
-        step_at(ms(100), Request::between(2, 4), Mode::Try, &[0, 1]),
+        step_at(ms(1), Hits::between(0, 3), Mode::Try, &[0, 1]),
+        step_at(Nanos::ZERO, Hits::exactly(2), Mode::Try, &[1]),
+        step_at(ms(60), Hits::exactly(1), Mode::Try, &[1]),
+        step_at(ms(640), Hits::exactly(1), Mode::Try, &[1, 0]),
+        step_at(NS, Hits::exactly(3), Mode::Try, &[1, 0]),
+        step_at(ms(100), Hits::between(2, 4), Mode::Try, &[0, 1]),
         // Shadow: recorded as if live, never limiting.
-        step_at(ms(5), Request::exactly(1), Mode::Try, &[0]),
-        step_at(ms(700), Request::exactly(1), Mode::Acquire, &[1, 0]),
-        step_at(ms(1), Request::exactly(1), Mode::Acquire, &[0, 1]),
+        step_at(ms(5), Hits::exactly(1), Mode::Try, &[0]),
+        step_at(ms(700), Hits::exactly(1), Mode::Acquire, &[1, 0]),
+        step_at(ms(1), Hits::exactly(1), Mode::Acquire, &[0, 1]),
         Step::exactly(Nanos::from_secs(3), 1, 2),
     ];
     run(&server, &items, &steps).await;
@@ -114,15 +114,15 @@ async fn count_rejected_matches() {
     steps.push(Step::exactly(ms(300), 1, 3));
     // Rejected requests of several hits (and of none, malformed) are logged
     // as their hits (at least one), trimmed to the limit.
-    steps.push(step_at(ms(1), Request::exactly(7), Mode::Try, &[2, 0]));
-    steps.push(step_at(ms(1), Request::between(3, 2), Mode::Try, &[2]));
-    steps.push(step_at(ms(1), Request::between(9, 0), Mode::Try, &[0]));
-    steps.push(step_at(NS, Request::between(0, 6), Mode::Try, &[2, 1]));
+    steps.push(step_at(ms(1), Hits::exactly(7), Mode::Try, &[2, 0]));
+    steps.push(step_at(ms(1), Hits::between(3, 2), Mode::Try, &[2]));
+    steps.push(step_at(ms(1), Hits::between(9, 0), Mode::Try, &[0]));
+    steps.push(step_at(NS, Hits::between(0, 6), Mode::Try, &[2, 1]));
     // Memory stays bounded by the limit while it keeps hammering.
     for k in 0..200 {
         steps.push(step_at(
             ms(1 + k % 7),
-            Request::between(k % 3, 1 + k % 4),
+            Hits::between(k % 3, 1 + k % 4),
             Mode::Try,
             &[(k % 3) as usize, 2],
         ));
@@ -141,7 +141,7 @@ async fn acquire_waits_for_the_plan_and_logs_hits_then() {
         Item::new(log(2, ms(500), ms(150), true), 3, "acme"),
     ];
     let acquire = |advance: Nanos, hits: u64, items: &[usize]| {
-        step_at(advance, Request::exactly(hits), Mode::Acquire, items)
+        step_at(advance, Hits::exactly(hits), Mode::Acquire, items)
     };
     let steps = [
         acquire(Nanos::ZERO, 1, &[0, 1]),
@@ -190,10 +190,10 @@ async fn long_logs_match() {
     // Hundreds of distinct timestamps, with batches and partial grants.
     for k in 0..700u64 {
         let request = match k % 5 {
-            0 => Request::between(1, 7),
-            1 => Request::exactly(3),
-            2 => Request::between(0, 2),
-            _ => Request::exactly(1),
+            0 => Hits::between(1, 7),
+            1 => Hits::exactly(3),
+            2 => Hits::between(0, 2),
+            _ => Hits::exactly(1),
         };
         let items: &[usize] = match k % 3 {
             0 => &[0],
@@ -204,7 +204,7 @@ async fn long_logs_match() {
     }
     steps.push(step_at(
         Nanos::ZERO,
-        Request::exactly(5),
+        Hits::exactly(5),
         Mode::Acquire,
         &[0, 1],
     ));
@@ -222,7 +222,7 @@ async fn keys_live_until_the_log_is_idle() {
         Item::new(gcra(1, ms(700), 1), 3, "acme"),
     ];
     let acquire = |advance: Nanos, hits: u64, items: &[usize]| {
-        step_at(advance, Request::exactly(hits), Mode::Acquire, items)
+        step_at(advance, Hits::exactly(hits), Mode::Acquire, items)
     };
     let steps = [
         Step::exactly(Nanos::ZERO, 1, 2),

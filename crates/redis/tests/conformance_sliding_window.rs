@@ -12,7 +12,7 @@ use std::sync::Arc;
 use common::strategies::step;
 use common::{caller_clock_store, conform, gcra, runtime, Item, RedisServer, Step, T0};
 use proptest::prelude::*;
-use tollgate_core::{Limit, Mode, Nanos, PlanError, Request, SlidingWindow};
+use tollgate_core::{Hits, Limit, Mode, Nanos, PlanError, SlidingWindow};
 use tollgate_redis::RedisStore;
 use tollgate_store::{MemoryStore, Plan, Store, StoreError};
 
@@ -31,7 +31,7 @@ fn boundary_after(t: Nanos, sub: Nanos) -> Nanos {
 }
 
 /// A `Try` step for `request` on the plan `items`.
-fn at(advance: Nanos, request: Request, items: &[usize]) -> Step {
+fn at(advance: Nanos, request: Hits, items: &[usize]) -> Step {
     Step {
         advance,
         request,
@@ -41,7 +41,7 @@ fn at(advance: Nanos, request: Request, items: &[usize]) -> Step {
 }
 
 /// After each advance, every request in turn (at that same time).
-fn probes(advances: &[Nanos], requests: &[Request], items: &[usize]) -> Vec<Step> {
+fn probes(advances: &[Nanos], requests: &[Hits], items: &[usize]) -> Vec<Step> {
     let mut steps = Vec::new();
     for &a in advances {
         for (i, &r) in requests.iter().enumerate() {
@@ -79,31 +79,31 @@ async fn two_buckets_weigh_the_previous_window() {
     let steps = [
         // Seed 004's example: 60 in the first minute, then at 01:43 the
         // previous minute weighs 17/60 and 83 remain.
-        at(s(30), Request::between(1, 60), &[0]),
-        at(s(73), Request::between(1, 1000), &[0]),
-        at(ns(0), Request::exactly(1), &[0]),
+        at(s(30), Hits::between(1, 60), &[0]),
+        at(s(73), Hits::between(1, 1000), &[0]),
+        at(ns(0), Hits::exactly(1), &[0]),
         // One nanosecond before 01:44 the weight still rounds up to 17.
-        at(s(1).saturating_sub(ns(1)), Request::exactly(1), &[0]),
-        at(ns(1), Request::exactly(1), &[0]),
-        at(ns(0), Request::between(0, 0), &[0]),
-        at(ns(0), Request::between(0, 7), &[0]),
+        at(s(1).saturating_sub(ns(1)), Hits::exactly(1), &[0]),
+        at(ns(1), Hits::exactly(1), &[0]),
+        at(ns(0), Hits::between(0, 0), &[0]),
+        at(ns(0), Hits::between(0, 7), &[0]),
         // Malformed, and more than the limit can ever hold.
-        at(ns(0), Request::between(5, 3), &[0]),
-        at(ns(0), Request::exactly(101), &[0]),
-        at(ns(0), Request::between(101, 200), &[0]),
+        at(ns(0), Hits::between(5, 3), &[0]),
+        at(ns(0), Hits::exactly(101), &[0]),
+        at(ns(0), Hits::between(101, 200), &[0]),
         // Just before, at and just after the minute's edge: the current
         // minute becomes the fully weighted previous one.
-        at(s(16).saturating_sub(ns(1)), Request::exactly(1), &[0]),
-        at(ns(1), Request::exactly(1), &[0]),
-        at(ns(1), Request::between(1, 100), &[0]),
-        at(s(59), Request::between(1, 100), &[0]),
+        at(s(16).saturating_sub(ns(1)), Hits::exactly(1), &[0]),
+        at(ns(1), Hits::exactly(1), &[0]),
+        at(ns(1), Hits::between(1, 100), &[0]),
+        at(s(59), Hits::between(1, 100), &[0]),
         // A shift of exactly one, then far more than the two counters.
-        at(s(1), Request::between(0, 3), &[0]),
-        at(s(60 * 5 + 7), Request::between(2, 300), &[0]),
-        at(s(59), Request::exactly(100), &[0]),
-        at(s(1), Request::exactly(1), &[0]),
-        at(s(119), Request::between(0, 1), &[0]),
-        at(s(1), Request::between(0, 1), &[0]),
+        at(s(1), Hits::between(0, 3), &[0]),
+        at(s(60 * 5 + 7), Hits::between(2, 300), &[0]),
+        at(s(59), Hits::exactly(100), &[0]),
+        at(s(1), Hits::exactly(1), &[0]),
+        at(s(119), Hits::between(0, 1), &[0]),
+        at(s(1), Hits::between(0, 1), &[0]),
     ];
     conform(&redis, &items, boundary_after(T0, minute), &steps).await;
 }
@@ -124,43 +124,39 @@ async fn n_buckets_track_sub_windows() {
     let ms = Nanos::from_millis;
     let ns = Nanos::new;
     let mut steps = vec![
-        at(ns(0), Request::exactly(10), &[0]),
-        at(s(59), Request::exactly(1), &[0]),
+        at(ns(0), Hits::exactly(10), &[0]),
+        at(s(59), Hits::exactly(1), &[0]),
         // At 60 s the first sub-window is the fully weighted oldest; it
         // fades until 1.5 s later.
-        at(s(1), Request::exactly(1), &[0]),
-        at(ms(1500).saturating_sub(ns(1)), Request::exactly(1), &[0]),
-        at(ns(1), Request::exactly(1), &[0]),
-        at(ns(0), Request::between(0, 10), &[0]),
+        at(s(1), Hits::exactly(1), &[0]),
+        at(ms(1500).saturating_sub(ns(1)), Hits::exactly(1), &[0]),
+        at(ns(1), Hits::exactly(1), &[0]),
+        at(ns(0), Hits::between(0, 10), &[0]),
         // A shift of two sub-windows, then of exactly the edge.
-        at(s(30), Request::between(1, 10), &[0]),
-        at(
-            ms(13_500).saturating_sub(ns(1)),
-            Request::between(0, 10),
-            &[0],
-        ),
-        at(ns(1), Request::between(0, 10), &[0]),
-        at(s(15), Request::between(1, 4), &[0]),
+        at(s(30), Hits::between(1, 10), &[0]),
+        at(ms(13_500).saturating_sub(ns(1)), Hits::between(0, 10), &[0]),
+        at(ns(1), Hits::between(0, 10), &[0]),
+        at(s(15), Hits::between(1, 4), &[0]),
         // Further than every counter, and a request no wait admits.
-        at(s(3600).saturating_add(ns(1)), Request::between(1, 4), &[0]),
-        at(ns(0), Request::exactly(11), &[0]),
+        at(s(3600).saturating_add(ns(1)), Hits::between(1, 4), &[0]),
+        at(ns(0), Hits::exactly(11), &[0]),
     ];
     // The 1024 counters, hit in many sub-windows, then shifted by less and
     // more than their number.
     for k in 0..40u64 {
-        steps.push(at(ns(7_000_000 + k * 3), Request::between(1, 3), &[1]));
+        steps.push(at(ns(7_000_000 + k * 3), Hits::between(1, 3), &[1]));
     }
     steps.extend([
-        at(ms(10_000), Request::between(1, 50), &[1]),
-        at(ms(230).saturating_sub(ns(1)), Request::between(0, 50), &[1]),
-        at(ns(1), Request::between(0, 50), &[1]),
-        at(s(20), Request::between(1, 50), &[1]),
-        at(ms(5), Request::exactly(51), &[1]),
+        at(ms(10_000), Hits::between(1, 50), &[1]),
+        at(ms(230).saturating_sub(ns(1)), Hits::between(0, 50), &[1]),
+        at(ns(1), Hits::between(0, 50), &[1]),
+        at(s(20), Hits::between(1, 50), &[1]),
+        at(ms(5), Hits::exactly(51), &[1]),
     ]);
     // The uneven window, alone and in one plan with the others.
     for k in 0..30u64 {
         let items: &[usize] = if k % 3 == 0 { &[2, 0, 1] } else { &[2] };
-        steps.push(at(ms(400 + 37 * k), Request::between(k % 2, 4), items));
+        steps.push(at(ms(400 + 37 * k), Hits::between(k % 2, 4), items));
     }
     conform(
         &redis,
@@ -196,19 +192,19 @@ async fn long_windows_and_large_counts_are_exact() {
         DAY.saturating_mul(11).saturating_add(ns(424_242_424_242)),
     ];
     let billion = [
-        Request::between(1, 999_999_937),
-        Request::exactly(1),
-        Request::exactly(17),
-        Request::exactly(1_000_000_000),
-        Request::between(0, 500_000_001),
-        Request::between(1_000_000_001, 1_000_000_001),
+        Hits::between(1, 999_999_937),
+        Hits::exactly(1),
+        Hits::exactly(17),
+        Hits::exactly(1_000_000_000),
+        Hits::between(0, 500_000_001),
+        Hits::between(1_000_000_001, 1_000_000_001),
     ];
     let top = [
-        Request::between(1, TOP),
-        Request::exactly(1),
-        Request::exactly(TOP),
-        Request::between(0, 1 << 51),
-        Request::exactly(123_456_789_012_345),
+        Hits::between(1, TOP),
+        Hits::exactly(1),
+        Hits::exactly(TOP),
+        Hits::between(0, 1 << 51),
+        Hits::exactly(123_456_789_012_345),
     ];
     let mut steps = probes(&odd, &billion, &[0]);
     steps.extend(probes(&odd, &billion, &[1]));
@@ -252,12 +248,12 @@ async fn retry_after_is_exact_for_long_windows() {
         (1, 1_000_000_000, 999_999_937, Nanos::from_secs(10 * 86_400)),
         (2, TOP, TOP - 1_234_567, Nanos::new(TOP)),
     ] {
-        let mut steps = vec![at(ns(0), Request::between(1, fill), &[i])];
+        let mut steps = vec![at(ns(0), Hits::between(1, fill), &[i])];
         for advance in [
             sub.saturating_add(DAY).saturating_add(ns(777)),
             DAY.saturating_mul(3).saturating_add(ns(5)),
         ] {
-            let requests = wanted(limit).map(Request::exactly);
+            let requests = wanted(limit).map(Hits::exactly);
             steps.extend(probes(&[advance], &requests, &[i]));
         }
         // Each item alone, from the start of one of its sub-windows.
@@ -276,18 +272,18 @@ async fn acquire_cannot_schedule_in_either_store() {
     ];
     let acquire = |items: &[usize]| Step {
         advance: Nanos::from_millis(10),
-        request: Request::exactly(1),
+        request: Hits::exactly(1),
         mode: Mode::Acquire,
         items: items.to_vec(),
     };
     let steps = [
-        at(Nanos::ZERO, Request::exactly(2), &[0, 1]),
+        at(Nanos::ZERO, Hits::exactly(2), &[0, 1]),
         acquire(&[0]),
         acquire(&[1, 0]),
         acquire(&[0, 1]),
         // Nothing was recorded by the failed acquires.
-        at(Nanos::ZERO, Request::between(1, 9), &[0, 1]),
-        at(Nanos::ZERO, Request::between(1, 9), &[1]),
+        at(Nanos::ZERO, Hits::between(1, 9), &[0, 1]),
+        at(Nanos::ZERO, Hits::between(1, 9), &[1]),
     ];
     conform(&redis, &items, T0, &steps).await;
 
@@ -299,7 +295,7 @@ async fn acquire_cannot_schedule_in_either_store() {
     plan.push(items[0].key.clone(), Arc::clone(&items[0].limit), true)
         .unwrap();
     let got = redis
-        .decide(&plan, T0, Request::exactly(1), Mode::Acquire)
+        .decide(&plan, T0, Hits::exactly(1), Mode::Acquire)
         .await;
     assert_eq!(
         got,
@@ -331,11 +327,7 @@ async fn shadow_and_multi_limit_plans_match() {
             2 => &[3, 2, 1],
             _ => &[1, 3],
         };
-        steps.push(at(
-            ms(45 * (k % 5)),
-            Request::between(k % 3, 1 + k % 6),
-            plan,
-        ));
+        steps.push(at(ms(45 * (k % 5)), Hits::between(k % 3, 1 + k % 6), plan));
     }
     conform(&redis, &items, T0, &steps).await;
 }
@@ -351,17 +343,17 @@ async fn time_going_backwards_keeps_the_counters() {
     let base = boundary_after(T0, Nanos::from_secs(60));
     let s = |n: u64| base.saturating_add(Nanos::from_secs(n));
     let back = |n: u64| base.saturating_sub(Nanos::from_secs(n));
-    let step = |request: Request, items: &[usize]| at(Nanos::ZERO, request, items);
+    let step = |request: Hits, items: &[usize]| at(Nanos::ZERO, request, items);
     let steps = [
-        (s(20), step(Request::exactly(4), &[0, 1])),
+        (s(20), step(Hits::exactly(4), &[0, 1])),
         // Into earlier sub-windows: the oldest weighs fully.
-        (s(5), step(Request::between(1, 10), &[0, 1])),
-        (back(50), step(Request::between(0, 10), &[0])),
-        (back(50), step(Request::between(0, 10), &[1])),
-        (s(70), step(Request::between(1, 10), &[0, 1])),
-        (s(16), step(Request::between(0, 10), &[0, 1])),
-        (s(140), step(Request::between(0, 3), &[0, 1])),
-        (s(10), step(Request::between(0, 3), &[0, 1])),
+        (s(5), step(Hits::between(1, 10), &[0, 1])),
+        (back(50), step(Hits::between(0, 10), &[0])),
+        (back(50), step(Hits::between(0, 10), &[1])),
+        (s(70), step(Hits::between(1, 10), &[0, 1])),
+        (s(16), step(Hits::between(0, 10), &[0, 1])),
+        (s(140), step(Hits::between(0, 3), &[0, 1])),
+        (s(10), step(Hits::between(0, 3), &[0, 1])),
     ];
     conform_at(&redis, &items, &steps).await;
 }
@@ -373,7 +365,7 @@ async fn hit(redis: &RedisStore, item: &Item, now: Nanos, hits: u64) -> bool {
     plan.push(item.key.clone(), Arc::clone(&item.limit), false)
         .unwrap();
     let d = redis
-        .decide(&plan, now, Request::exactly(hits), Mode::Try)
+        .decide(&plan, now, Hits::exactly(hits), Mode::Try)
         .await
         .unwrap();
     d.allowed

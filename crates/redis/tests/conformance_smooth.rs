@@ -22,7 +22,7 @@ use tollgate_testing::JavaRandom;
 use common::strategies::step;
 use common::{caller_clock_store, conform, gcra, runtime, Item, RedisServer, Step, T0};
 use proptest::prelude::*;
-use tollgate_core::{Algorithm, Limit, Mode, Nanos, PlanDecision, Rate, Request, Smooth};
+use tollgate_core::{Algorithm, Hits, Limit, Mode, Nanos, PlanDecision, Rate, Smooth};
 use tollgate_store::{Plan, Store};
 
 fn per_second(n: u64) -> Rate {
@@ -89,7 +89,7 @@ fn us(n: u64) -> Nanos {
 fn one_item(hits: u64, mode: Mode, advance: Nanos) -> Step {
     Step {
         advance,
-        request: Request::exactly(hits),
+        request: Hits::exactly(hits),
         mode,
         items: vec![0],
     }
@@ -602,25 +602,25 @@ async fn created_at_in_the_past_or_the_future_matches() {
         Step::exactly(ms(2333), 2, 2),
         Step {
             advance: ms(10),
-            request: Request::between(0, 3),
+            request: Hits::between(0, 3),
             mode: Mode::Try,
             items: vec![1, 0, 2],
         },
         Step {
             advance: ms(10),
-            request: Request::exactly(2),
+            request: Hits::exactly(2),
             mode: Mode::Acquire,
             items: vec![0, 1, 2],
         },
         Step {
             advance: s(3),
-            request: Request::between(1, 4),
+            request: Hits::between(1, 4),
             mode: Mode::Try,
             items: vec![2, 1],
         },
         Step {
             advance: ms(1),
-            request: Request::exactly(0),
+            request: Hits::exactly(0),
             mode: Mode::Acquire,
             items: vec![1],
         },
@@ -661,7 +661,7 @@ async fn a_reload_with_a_later_created_at_keeps_the_state() {
     ];
     let at = |advance, hits, item| Step {
         advance,
-        request: Request::exactly(hits),
+        request: Hits::exactly(hits),
         mode: Mode::Try,
         items: vec![item],
     };
@@ -787,7 +787,7 @@ async fn keys_live_until_idle_and_expire_after() {
             "{limit:?}: PTTL {} ms, idle in {wait:?}",
             ttl[0].1
         );
-        let zero = Request::exactly(0);
+        let zero = Hits::exactly(0);
         let before = idle.saturating_sub(Nanos::new(1));
         redis.decide(&plan, before, zero, Mode::Try).await.unwrap();
         assert_eq!(ttl_keys(&server).len(), 1, "{limit:?}: not idle yet");

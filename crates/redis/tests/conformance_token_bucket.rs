@@ -10,7 +10,7 @@ use common::{caller_clock_store, conform, gcra, pttl, runtime, Item, RedisServer
 use proptest::prelude::*;
 use std::sync::Arc;
 
-use tollgate_core::{Limit, Mode, Nanos, Rate, Request, TokenBucket};
+use tollgate_core::{Hits, Limit, Mode, Nanos, Rate, TokenBucket};
 use tollgate_store::{Key, LimitId, Plan, Store, StoreError};
 
 fn bucket(capacity: u64, count: u64, period: Nanos) -> Limit {
@@ -27,7 +27,7 @@ fn bucket_with(capacity: u64, count: u64, period: Nanos, initial: u64) -> Limit 
 fn ask(advance: Nanos, min: u64, hits: u64, items: &[usize]) -> Step {
     Step {
         advance,
-        request: Request::between(min, hits),
+        request: Hits::between(min, hits),
         mode: Mode::Try,
         items: items.to_vec(),
     }
@@ -37,7 +37,7 @@ fn ask(advance: Nanos, min: u64, hits: u64, items: &[usize]) -> Step {
 fn acquire(advance: Nanos, hits: u64, items: &[usize]) -> Step {
     Step {
         advance,
-        request: Request::exactly(hits),
+        request: Hits::exactly(hits),
         mode: Mode::Acquire,
         items: items.to_vec(),
     }
@@ -333,13 +333,13 @@ async fn an_acquire_that_would_wait_52_days_or_more_is_refused_and_changes_nothi
     // 2^52 ns is about 4.5 million seconds: at one token a second, asking
     // for five million more than the bucket holds is past it.
     let err = redis
-        .decide(&plan, T0, Request::exactly(5_000_010), Mode::Acquire)
+        .decide(&plan, T0, Hits::exactly(5_000_010), Mode::Acquire)
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::Unsupported(_)), "{err:?}");
     // Nothing was taken: the full bucket still grants its ten.
     let d = redis
-        .decide(&plan, T0, Request::exactly(10), Mode::Try)
+        .decide(&plan, T0, Hits::exactly(10), Mode::Try)
         .await
         .unwrap();
     assert_eq!(d.granted, 10);

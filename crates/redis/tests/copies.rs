@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{caller_clock_store, holds, store, unique_prefix, RedisServer, T0};
 use tollgate_core::copies::{CopyError, CopyLimits};
-use tollgate_core::{Nanos, Request};
+use tollgate_core::{Hits, Nanos};
 use tollgate_redis::{RedisOptions, RedisStore};
 use tollgate_store::{Held, MemoryStore, OpId, PoolKey, Store, StoreError};
 
@@ -25,7 +25,7 @@ async fn reserve(
     s: &RedisStore,
     pool: &PoolKey,
     l: &CopyLimits,
-    request: Request,
+    request: Hits,
 ) -> Result<tollgate_core::copies::Reservation, StoreError> {
     s.reserve(pool, l, "acme", request, Nanos::ZERO, OpId::random())
         .await
@@ -48,13 +48,13 @@ async fn reserve_release_transfer_and_seize_answer_what_the_memory_store_answers
 
     // Reservations against domain, group, global and override limits.
     for (domain, req) in [
-        ("acme", Request::exactly(4)),
-        ("globex", Request::between(1, 4)),
-        ("acme", Request::exactly(2)),
-        ("initech", Request::exactly(3)),
-        ("initech", Request::between(0, 3)),
-        ("hooli", Request::between(1, 5)),
-        ("hooli", Request::exactly(1)),
+        ("acme", Hits::exactly(4)),
+        ("globex", Hits::between(1, 4)),
+        ("acme", Hits::exactly(2)),
+        ("initech", Hits::exactly(3)),
+        ("initech", Hits::between(0, 3)),
+        ("hooli", Hits::between(1, 5)),
+        ("hooli", Hits::exactly(1)),
     ] {
         let want = memory.reserve_now(&pool, &l, domain, req, T0).unwrap();
         let got = redis
@@ -101,19 +101,11 @@ async fn reserve_release_transfer_and_seize_answer_what_the_memory_store_answers
         .transfer(held(&pool, &big, 2), s, T0, OpId::random())
         .await
         .unwrap();
-    let after = |store_m: &MemoryStore| {
-        store_m.reserve_now(&pool, &l, "globex", Request::between(0, 9), T0)
-    };
+    let after =
+        |store_m: &MemoryStore| store_m.reserve_now(&pool, &l, "globex", Hits::between(0, 9), T0);
     let want = after(&memory).unwrap();
     let got = redis
-        .reserve(
-            &pool,
-            &l,
-            "globex",
-            Request::between(0, 9),
-            T0,
-            OpId::random(),
-        )
+        .reserve(&pool, &l, "globex", Hits::between(0, 9), T0, OpId::random())
         .await
         .unwrap();
     assert_eq!(got, want, "staged copies still count");
@@ -142,17 +134,10 @@ async fn reserve_release_transfer_and_seize_answer_what_the_memory_store_answers
         memory.seize_now(id_m, late).unwrap_err()
     );
     let want = memory
-        .reserve_now(&pool, &l, "acme", Request::between(0, 9), late)
+        .reserve_now(&pool, &l, "acme", Hits::between(0, 9), late)
         .unwrap();
     let got = redis
-        .reserve(
-            &pool,
-            &l,
-            "acme",
-            Request::between(0, 9),
-            late,
-            OpId::random(),
-        )
+        .reserve(&pool, &l, "acme", Hits::between(0, 9), late, OpId::random())
         .await
         .unwrap();
     assert_eq!(got, want, "the expired transfer's copy is free again");
@@ -167,15 +152,13 @@ async fn a_survivor_releases_the_holds_of_a_server_whose_heartbeat_lapsed() {
     let dead = store(&server.url(), &prefix, 600).await;
     let alive = store(&server.url(), &prefix, 600).await;
     assert_ne!(dead.server_id(), alive.server_id());
-    reserve(&dead, &pool, &l, Request::exactly(4))
-        .await
-        .unwrap();
+    reserve(&dead, &pool, &l, Hits::exactly(4)).await.unwrap();
     alive
         .reserve(
             &pool,
             &l,
             "acme",
-            Request::exactly(3),
+            Hits::exactly(3),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -186,7 +169,7 @@ async fn a_survivor_releases_the_holds_of_a_server_whose_heartbeat_lapsed() {
             &pool,
             &l,
             "globex",
-            Request::exactly(2),
+            Hits::exactly(2),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -206,7 +189,7 @@ async fn a_survivor_releases_the_holds_of_a_server_whose_heartbeat_lapsed() {
             &pool,
             &l,
             "acme",
-            Request::exactly(1),
+            Hits::exactly(1),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -257,7 +240,7 @@ async fn a_survivor_releases_the_holds_of_a_server_whose_heartbeat_lapsed() {
             &pool,
             &l,
             "acme",
-            Request::exactly(1),
+            Hits::exactly(1),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -279,7 +262,7 @@ async fn a_server_that_was_declared_dead_resigns() {
             &pool,
             &CopyLimits::new(5, None),
             "acme",
-            Request::exactly(1),
+            Hits::exactly(1),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -305,7 +288,7 @@ async fn a_server_starting_alone_clears_holds_left_by_a_previous_generation() {
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(10, None);
     let old = store(&server.url(), &prefix, 300).await;
-    reserve(&old, &pool, &l, Request::exactly(6)).await.unwrap();
+    reserve(&old, &pool, &l, Hits::exactly(6)).await.unwrap();
     // The old generation's live-set entry vanishes (as if Redis had lost
     // it) while its holds stay: only the orphan sweep can find them.
     assert_eq!(server.command(&format!("DEL {prefix}{{srv}}:alive")), ":1");
@@ -348,7 +331,7 @@ async fn copy_operations_during_stalls_are_applied_once_and_the_server_keeps_its
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(10, None);
     let none = Vec::new();
-    reserve(&s, &pool, &l, Request::exactly(2)).await.unwrap();
+    reserve(&s, &pool, &l, Hits::exactly(2)).await.unwrap();
     let beating = beat(&s);
     // Redis stalls for 300 ms at a time, ten times in a row: every
     // heartbeat and copy operation waits behind a stall, longer than a
@@ -383,7 +366,7 @@ async fn copy_operations_during_stalls_are_applied_once_and_the_server_keeps_its
             &pool,
             &l,
             "acme",
-            Request::exactly(1),
+            Hits::exactly(1),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -433,11 +416,11 @@ async fn a_resent_operation_is_applied_once() {
     let none = Vec::new();
     let op = OpId::random();
     let first = s
-        .reserve(&pool, &l, "acme", Request::exactly(3), Nanos::ZERO, op)
+        .reserve(&pool, &l, "acme", Hits::exactly(3), Nanos::ZERO, op)
         .await
         .unwrap();
     let again = s
-        .reserve(&pool, &l, "acme", Request::exactly(3), Nanos::ZERO, op)
+        .reserve(&pool, &l, "acme", Hits::exactly(3), Nanos::ZERO, op)
         .await
         .unwrap();
     assert_eq!((first.granted, again.granted), (3, 3));
@@ -507,7 +490,7 @@ async fn the_registration_of_a_pool_held_no_more_is_withdrawn() {
             &pool,
             &CopyLimits::new(5, None),
             "acme",
-            Request::exactly(1),
+            Hits::exactly(1),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -542,7 +525,7 @@ async fn a_redis_that_restarts_empty_costs_its_counts_not_the_server() {
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(3, None);
     let none = Vec::new();
-    reserve(&s, &pool, &l, Request::exactly(3)).await.unwrap();
+    reserve(&s, &pool, &l, Hits::exactly(3)).await.unwrap();
     let beating = beat(&s);
     server.restart();
     // The heartbeat finds itself gone though nobody declared it dead, and
@@ -558,7 +541,7 @@ async fn a_redis_that_restarts_empty_costs_its_counts_not_the_server() {
             &pool,
             &l,
             "acme",
-            Request::exactly(1),
+            Hits::exactly(1),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -582,7 +565,7 @@ async fn a_pool_redis_lost_is_counted_again_by_the_next_operation() {
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(3, None);
     let none = Vec::new();
-    reserve(&s, &pool, &l, Request::exactly(2)).await.unwrap();
+    reserve(&s, &pool, &l, Hits::exactly(2)).await.unwrap();
     assert_eq!(server.command("FLUSHALL"), "+OK");
     // Without the recount this would grant 3 (and the release below would
     // be refused as not held).
@@ -591,7 +574,7 @@ async fn a_pool_redis_lost_is_counted_again_by_the_next_operation() {
             &pool,
             &l,
             "acme",
-            Request::between(1, 3),
+            Hits::between(1, 3),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -617,7 +600,7 @@ async fn a_pool_registered_before_redis_restarted_empty_is_registered_again() {
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(3, None);
     let none = Vec::new();
-    reserve(&a, &pool, &l, Request::exactly(1)).await.unwrap();
+    reserve(&a, &pool, &l, Hits::exactly(1)).await.unwrap();
     a.transfer(
         held(&pool, &none, 1),
         Nanos::from_secs(600),
@@ -635,7 +618,7 @@ async fn a_pool_registered_before_redis_restarted_empty_is_registered_again() {
     })
     .await;
     assert_eq!(
-        reserve(&a, &pool, &l, Request::exactly(2))
+        reserve(&a, &pool, &l, Hits::exactly(2))
             .await
             .unwrap()
             .granted,
@@ -670,10 +653,10 @@ async fn a_pool_that_went_back_to_an_older_state_is_written_again() {
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(5, None);
     let none = Vec::new();
-    reserve(&s, &pool, &l, Request::exactly(1)).await.unwrap();
+    reserve(&s, &pool, &l, Hits::exactly(1)).await.unwrap();
     let key = pool_hash(&server, &prefix);
     let old = server.client().dump(&key);
-    reserve(&s, &pool, &l, Request::exactly(2)).await.unwrap();
+    reserve(&s, &pool, &l, Hits::exactly(2)).await.unwrap();
     // Back to the state with one copy.
     server.client().restore(&key, &old);
     assert_eq!(
@@ -698,7 +681,7 @@ async fn remembered_replies_are_forgotten_once_received() {
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(100, None);
     for _ in 0..20 {
-        reserve(&s, &pool, &l, Request::exactly(1)).await.unwrap();
+        reserve(&s, &pool, &l, Hits::exactly(1)).await.unwrap();
     }
     let remembered = server
         .keys(&format!("{prefix}{{c:"))
@@ -720,7 +703,7 @@ async fn counts_stay_exact_whatever_the_limits() {
     let pool = PoolKey::new("ns", "made-up");
     let unbounded = CopyLimits::new(u64::MAX, None);
     let most = (1u64 << 52) - 1;
-    let r = reserve(&s, &pool, &unbounded, Request::between(1, most))
+    let r = reserve(&s, &pool, &unbounded, Hits::between(1, most))
         .await
         .unwrap();
     assert_eq!(r.granted, most);
@@ -729,7 +712,7 @@ async fn counts_stay_exact_whatever_the_limits() {
             &pool,
             &unbounded,
             "globex",
-            Request::between(0, 5),
+            Hits::between(0, 5),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -745,7 +728,7 @@ async fn counts_stay_exact_whatever_the_limits() {
             &pool,
             &unbounded,
             "globex",
-            Request::between(0, 5),
+            Hits::between(0, 5),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -767,7 +750,7 @@ async fn a_pool_put_back_to_an_older_state_with_the_same_total_is_written_again(
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(5, None);
     let none = Vec::new();
-    reserve(&s, &pool, &l, Request::exactly(1)).await.unwrap();
+    reserve(&s, &pool, &l, Hits::exactly(1)).await.unwrap();
     let key = pool_hash(&server, &prefix);
     let old = server.client().dump(&key);
     s.release(held(&pool, &none, 1), OpId::random())
@@ -777,7 +760,7 @@ async fn a_pool_put_back_to_an_older_state_with_the_same_total_is_written_again(
         &pool,
         &l,
         "globex",
-        Request::exactly(1),
+        Hits::exactly(1),
         Nanos::ZERO,
         OpId::random(),
     )
@@ -814,7 +797,7 @@ async fn a_server_that_may_take_no_new_holds_still_takes_back_its_own_transfer()
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(5, None);
     let none = Vec::new();
-    reserve(&s, &pool, &l, Request::exactly(2)).await.unwrap();
+    reserve(&s, &pool, &l, Hits::exactly(2)).await.unwrap();
     let id = s
         .transfer(
             held(&pool, &none, 2),

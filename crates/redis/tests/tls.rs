@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::{unique_prefix, RedisServer};
 use tollgate_core::copies::CopyLimits;
-use tollgate_core::{Align, FixedWindow, Limit, Mode, Nanos, Request};
+use tollgate_core::{Align, FixedWindow, Hits, Limit, Mode, Nanos};
 use tollgate_redis::conn::{ClientCert, TlsPart};
 use tollgate_redis::testing::{RedisCluster, TestCerts};
 use tollgate_redis::{ConnectError, RedisOptions, RedisStore};
@@ -46,7 +46,7 @@ async fn decides_and_holds(store: &RedisStore) {
     let mut granted = Vec::new();
     for _ in 0..4 {
         let d = store
-            .decide(&plan, Nanos::ZERO, Request::exactly(1), Mode::Try)
+            .decide(&plan, Nanos::ZERO, Hits::exactly(1), Mode::Try)
             .await
             .unwrap();
         granted.push(d.allowed);
@@ -60,7 +60,7 @@ async fn decides_and_holds(store: &RedisStore) {
             &pool,
             &limits,
             "acme",
-            Request::exactly(4),
+            Hits::exactly(4),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -72,7 +72,7 @@ async fn decides_and_holds(store: &RedisStore) {
             &pool,
             &limits,
             "acme",
-            Request::between(1, 3),
+            Hits::between(1, 3),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -96,7 +96,7 @@ async fn decides_and_holds(store: &RedisStore) {
             &pool,
             &limits,
             "acme",
-            Request::between(1, 9),
+            Hits::between(1, 9),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -172,7 +172,7 @@ async fn a_tls_cluster_is_reached_on_every_master_with_the_client_certificate() 
         plan.push(Key::new(LimitId(2), "acme"), Arc::clone(&window), false)
             .unwrap();
         let d = store
-            .decide(&plan, Nanos::ZERO, Request::exactly(1), Mode::Try)
+            .decide(&plan, Nanos::ZERO, Hits::exactly(1), Mode::Try)
             .await
             .unwrap();
         assert!(d.allowed, "affinity {affinity}");

@@ -45,7 +45,7 @@ use tollgate_core::replicated::strategy::{
     Mark, Payload, ReplicatedLimit, ReplicatedState, Replication, Strategy, StrategyKind,
 };
 use tollgate_core::replicated::NodeId;
-use tollgate_core::{Algorithm, Limit, LimitState, Mode, Nanos, PlanDecision, Rate, Request};
+use tollgate_core::{Algorithm, Hits, Limit, LimitState, Mode, Nanos, PlanDecision, Rate};
 use tollgate_store::table::{AtCapacity, Effect, Events, Policy, Table, TableOptions};
 use tollgate_store::{Key, LimitId, Plan, PlanItem, StoreError};
 
@@ -333,7 +333,7 @@ impl Replica {
         &self,
         plan: &Plan,
         now: Nanos,
-        request: Request,
+        request: Hits,
         mode: Mode,
     ) -> Result<PlanDecision, StoreError> {
         if !self.is_synced() {
@@ -384,7 +384,7 @@ impl Replica {
         &self,
         item: &PlanItem,
         now: Nanos,
-        request: Request,
+        request: Hits,
         mode: Mode,
     ) -> Result<PlanDecision, StoreError> {
         let origin = self.origin();

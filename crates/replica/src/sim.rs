@@ -429,7 +429,7 @@ impl SimNet {
         &mut self,
         i: usize,
         plan: &tollgate_store::Plan,
-        request: tollgate_core::Request,
+        request: tollgate_core::Hits,
     ) -> Result<tollgate_core::PlanDecision, tollgate_store::StoreError> {
         let d = self.replicas[i].decide_now(plan, self.clock(i), request, tollgate_core::Mode::Try);
         self.wake(i);

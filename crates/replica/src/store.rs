@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use tollgate_core::{Limit, Mode, Nanos, ParamError, PlanDecision, Request};
+use tollgate_core::{Hits, Limit, Mode, Nanos, ParamError, PlanDecision};
 use tollgate_store::{Admit, LimitId, Plan, Refusal, Store, StoreError};
 
 use crate::replica::{Replica, SWEEP_EVERY};
@@ -67,7 +67,7 @@ impl Store for ReplicaStore {
         &self,
         plan: &Plan,
         now: Nanos,
-        request: Request,
+        request: Hits,
         mode: Mode,
     ) -> Result<PlanDecision, StoreError> {
         self.replica.decide_now(plan, now, request, mode)

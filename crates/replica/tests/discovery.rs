@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use tollgate_core::replicated::strategy::{Replication, StrategyKind};
 use tollgate_core::replicated::NodeId;
-use tollgate_core::{Limit, Mode, Nanos, Rate, Request, TokenBucket};
+use tollgate_core::{Hits, Limit, Mode, Nanos, Rate, TokenBucket};
 use tollgate_replica::node::MAX_SEEDS;
 use tollgate_replica::sim::{addr_of, SimNet};
 use tollgate_replica::{Replica, ReplicaOptions};
@@ -44,12 +44,12 @@ fn plan(replica: &Replica, domain: &str) -> Plan {
 
 fn hit(net: &mut SimNet, i: usize, domain: &str) -> u64 {
     let p = plan(net.replica(i), domain);
-    net.decide(i, &p, Request::exactly(1)).unwrap().granted
+    net.decide(i, &p, Hits::exactly(1)).unwrap().granted
 }
 
 fn remaining(net: &mut SimNet, i: usize, domain: &str) -> u64 {
     let p = plan(net.replica(i), domain);
-    net.decide(i, &p, Request::exactly(0)).unwrap().decisions[0].remaining
+    net.decide(i, &p, Hits::exactly(0)).unwrap().decisions[0].remaining
 }
 
 fn members(net: &SimNet, i: usize) -> usize {
@@ -61,7 +61,7 @@ fn refuses(net: &SimNet, i: usize) -> bool {
     let p = plan(net.replica(i), "probe");
     matches!(
         net.replica(i)
-            .decide_now(&p, net.now(), Request::exactly(0), Mode::Try),
+            .decide_now(&p, net.now(), Hits::exactly(0), Mode::Try),
         Err(StoreError::Unavailable(_))
     )
 }

@@ -29,7 +29,7 @@ use tollgate_core::replicated::counter::CounterBucketState;
 use tollgate_core::replicated::epoch::EpochReport;
 use tollgate_core::replicated::strategy::{Payload, Replication, StrategyKind};
 use tollgate_core::replicated::NodeId;
-use tollgate_core::{Limit, Nanos, Rate, Request, TokenBucket};
+use tollgate_core::{Hits, Limit, Nanos, Rate, TokenBucket};
 use tollgate_replica::sim::{self, addr_of, SimNet};
 use tollgate_replica::wire::{self, Body, ClusterKey, Header, ANYONE, MAX_DOMAIN};
 use tollgate_replica::{Replica, ReplicaOptions};
@@ -85,12 +85,12 @@ fn plan(replica: &Replica, domain: &str) -> Plan {
 
 fn remaining(net: &mut SimNet, i: usize, domain: &str) -> u64 {
     let p = plan(net.replica(i), domain);
-    net.decide(i, &p, Request::exactly(0)).unwrap().decisions[0].remaining
+    net.decide(i, &p, Hits::exactly(0)).unwrap().decisions[0].remaining
 }
 
 fn hit(net: &mut SimNet, i: usize, domain: &str) -> u64 {
     let p = plan(net.replica(i), domain);
-    net.decide(i, &p, Request::exactly(1)).unwrap().granted
+    net.decide(i, &p, Hits::exactly(1)).unwrap().granted
 }
 
 fn members(net: &SimNet, i: usize) -> usize {

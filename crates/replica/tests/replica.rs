@@ -11,7 +11,7 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use tollgate_core::replicated::strategy::{Eager, Payload, Replication, StrategyKind};
 use tollgate_core::replicated::NodeId;
-use tollgate_core::{Limit, Mode, Nanos, Rate, Request, TokenBucket};
+use tollgate_core::{Hits, Limit, Mode, Nanos, Rate, TokenBucket};
 use tollgate_replica::{Class, Dissemination, Replica, ReplicaOptions, Round};
 use tollgate_store::{Key, LimitId, Plan};
 
@@ -83,7 +83,7 @@ fn a_local_grant_goes_to_every_neighbour_and_a_merged_change_never_back_to_its_s
     let p = plan(&sender, &how, 10, "u");
     sender.set_synced(true);
     sender
-        .decide_now(&p, T0, Request::exactly(3), Mode::Try)
+        .decide_now(&p, T0, Hits::exactly(3), Mode::Try)
         .unwrap();
     // What node 2 would send: the full state of its key.
     let items = sender.full_state(T0);
@@ -105,8 +105,7 @@ fn a_local_grant_goes_to_every_neighbour_and_a_merged_change_never_back_to_its_s
 
     // A local grant goes to all three.
     let p = plan(&r, &how, 10, "u");
-    r.decide_now(&p, T0, Request::exactly(1), Mode::Try)
-        .unwrap();
+    r.decide_now(&p, T0, Hits::exactly(1), Mode::Try).unwrap();
     let mut to: Vec<SocketAddr> = drain(&r, class(&how), T0).iter().map(|(p, _)| *p).collect();
     to.sort();
     assert_eq!(to, vec![peer(1), peer(2), peer(3)]);
@@ -127,15 +126,14 @@ fn a_frequent_key_is_pushed_at_once_when_its_window_fills() {
     // Two grants 50 ms apart: below the window, nothing urgent.
     for i in 0..2 {
         let at = T0.saturating_add(Nanos::from_millis(50 * i));
-        r.decide_now(&p, at, Request::exactly(1), Mode::Try)
-            .unwrap();
+        r.decide_now(&p, at, Hits::exactly(1), Mode::Try).unwrap();
     }
     assert!(r.take_urgent().is_empty());
     // The third fills the window at an average gap under 100 ms.
     r.decide_now(
         &p,
         T0.saturating_add(Nanos::from_millis(100)),
-        Request::exactly(1),
+        Hits::exactly(1),
         Mode::Try,
     )
     .unwrap();
@@ -159,7 +157,7 @@ fn a_frequent_key_is_pushed_at_once_when_its_window_fills() {
     let p = plan(&slow, &how, 10, "slow");
     for i in 0..5 {
         let at = T0.saturating_add(Nanos::from_secs(i));
-        slow.decide_now(&p, at, Request::exactly(1), Mode::Try)
+        slow.decide_now(&p, at, Hits::exactly(1), Mode::Try)
             .unwrap();
     }
     assert!(slow.take_urgent().is_empty());
@@ -178,7 +176,7 @@ fn least_informed_first_picks_the_neighbour_with_most_updates_queued() {
     let sender = replica(2, 1000);
     let p = plan(&sender, &how, 10, "u");
     sender
-        .decide_now(&p, T0, Request::exactly(4), Mode::Try)
+        .decide_now(&p, T0, Hits::exactly(4), Mode::Try)
         .unwrap();
     let r = replica(1, 1000);
     plan(&r, &how, 10, "u");
@@ -187,8 +185,7 @@ fn least_informed_first_picks_the_neighbour_with_most_updates_queued() {
     }
     r.absorb(peer(2), NodeId(2), sender.full_state(T0), T0);
     let p = plan(&r, &how, 10, "u");
-    r.decide_now(&p, T0, Request::exactly(1), Mode::Try)
-        .unwrap();
+    r.decide_now(&p, T0, Hits::exactly(1), Mode::Try).unwrap();
     let mut rng = SmallRng::seed_from_u64(7);
     let first = r.take_round(class(&how), T0, &mut rng);
     let second = r.take_round(class(&how), T0, &mut rng);
@@ -231,7 +228,7 @@ fn least_informed_first_never_picks_a_neighbour_it_has_nothing_for() {
     let state_of = |id: LimitId, how: &Replication, hits: u64| {
         let s = replica(9, 1000);
         let p = register(&s, id, how);
-        s.decide_now(&p, T0, Request::exactly(hits), Mode::Try)
+        s.decide_now(&p, T0, Hits::exactly(hits), Mode::Try)
             .unwrap();
         s.full_state(T0)
     };
@@ -264,8 +261,7 @@ fn an_overflowing_delta_becomes_a_full_state_resync() {
     r.add_peer(peer(2));
     for d in ["a", "b", "c"] {
         let p = plan(&r, &how, 10, d);
-        r.decide_now(&p, T0, Request::exactly(1), Mode::Try)
-            .unwrap();
+        r.decide_now(&p, T0, Hits::exactly(1), Mode::Try).unwrap();
     }
     let mut rng = SmallRng::seed_from_u64(1);
     let rounds = r.take_round(class(&how), T0, &mut rng);
@@ -289,10 +285,8 @@ fn an_epoch_report_missing_what_this_node_knows_is_answered() {
     b.add_peer(peer(1));
     let pa = plan(&a, &how, 10, "e");
     let pb = plan(&b, &how, 10, "e");
-    a.decide_now(&pa, T0, Request::exactly(2), Mode::Try)
-        .unwrap();
-    b.decide_now(&pb, T0, Request::exactly(3), Mode::Try)
-        .unwrap();
+    a.decide_now(&pa, T0, Hits::exactly(2), Mode::Try).unwrap();
+    b.decide_now(&pb, T0, Hits::exactly(3), Mode::Try).unwrap();
     // The next epoch: both commit and report.
     let t1 = T0.saturating_add(Nanos::from_secs(1));
     let from_a = drain(&a, class(&how), t1);
@@ -309,7 +303,7 @@ fn an_epoch_report_missing_what_this_node_knows_is_answered() {
     // token: 10 − 2 − 3 + 1 = 6 on both.
     for (r, p) in [(&a, &pa), (&b, &pb)] {
         let left = r
-            .decide_now(p, t1, Request::exactly(0), Mode::Try)
+            .decide_now(p, t1, Hits::exactly(0), Mode::Try)
             .unwrap()
             .decisions[0]
             .remaining;
@@ -322,8 +316,7 @@ fn an_idle_key_is_dropped_only_after_the_retention_margin() {
     let how = Replication::new(StrategyKind::Counter);
     let r = replica(1, 1000);
     let p = plan(&r, &how, 2, "idle");
-    r.decide_now(&p, T0, Request::exactly(2), Mode::Try)
-        .unwrap();
+    r.decide_now(&p, T0, Hits::exactly(2), Mode::Try).unwrap();
     assert_eq!(r.keys(), 1);
     // Full again 2 s later (1 token a second); the margin is 3 s (ten
     // gossip intervals of 300 ms).
@@ -344,7 +337,7 @@ fn a_swept_key_is_not_brought_back_by_late_news_past_its_margin() {
     let sender = replica(2, 1000);
     let p = plan(&sender, &how, 2, "late");
     sender
-        .decide_now(&p, T0, Request::exactly(2), Mode::Try)
+        .decide_now(&p, T0, Hits::exactly(2), Mode::Try)
         .unwrap();
     let news = sender.full_state(T0);
     let full = T0.saturating_add(Nanos::from_secs(2));
@@ -378,16 +371,11 @@ fn a_peek_or_a_rejection_gossips_nothing() {
         let r = replica(1, 1000);
         r.add_peer(peer(2));
         let p = plan(&r, &how, 1, "u");
-        r.decide_now(&p, T0, Request::exactly(1), Mode::Try)
-            .unwrap();
+        r.decide_now(&p, T0, Hits::exactly(1), Mode::Try).unwrap();
         assert_eq!(drain(&r, class(&how), T0).len(), 1, "{how:?}: the grant");
-        let peek = r
-            .decide_now(&p, T0, Request::exactly(0), Mode::Try)
-            .unwrap();
+        let peek = r.decide_now(&p, T0, Hits::exactly(0), Mode::Try).unwrap();
         assert_eq!(peek.granted, 0);
-        let rejected = r
-            .decide_now(&p, T0, Request::exactly(1), Mode::Try)
-            .unwrap();
+        let rejected = r.decide_now(&p, T0, Hits::exactly(1), Mode::Try).unwrap();
         assert!(!rejected.allowed);
         assert!(drain(&r, class(&how), T0).is_empty(), "{how:?}");
     }
@@ -407,7 +395,7 @@ fn a_plan_of_several_keys_is_all_or_nothing_and_gossips_only_what_it_granted() {
             .unwrap();
     }
     let first = r
-        .decide_now(&both, T0, Request::exactly(1), Mode::Try)
+        .decide_now(&both, T0, Hits::exactly(1), Mode::Try)
         .unwrap();
     assert!(first.allowed);
     let sent = drain(&r, class(&how), T0);
@@ -415,13 +403,11 @@ fn a_plan_of_several_keys_is_all_or_nothing_and_gossips_only_what_it_granted() {
     assert_eq!(sent[0].1.len(), 2, "both keys changed");
     // "a" is spent: the plan is refused, and "b" keeps its 9.
     let second = r
-        .decide_now(&both, T0, Request::exactly(1), Mode::Try)
+        .decide_now(&both, T0, Hits::exactly(1), Mode::Try)
         .unwrap();
     assert!(!second.allowed);
     assert!(drain(&r, class(&how), T0).is_empty());
-    let b = r
-        .decide_now(&ten, T0, Request::exactly(0), Mode::Try)
-        .unwrap();
+    let b = r.decide_now(&ten, T0, Hits::exactly(0), Mode::Try).unwrap();
     assert_eq!(b.decisions[0].remaining, 9);
 }
 
@@ -434,7 +420,7 @@ fn an_element_past_its_margin_is_not_passed_on() {
     let sender = replica(2, 1000);
     let p = plan(&sender, &how, 10, "old");
     sender
-        .decide_now(&p, T0, Request::exactly(1), Mode::Try)
+        .decide_now(&p, T0, Hits::exactly(1), Mode::Try)
         .unwrap();
     let items = sender.full_state(T0);
     let r = replica(1, 1000);
@@ -465,7 +451,7 @@ fn origin(node: u64) -> Replica {
 fn granted_by(node: u64, how: &Replication, hits: u64, at: Nanos) -> Vec<(Key, Payload)> {
     let r = origin(node);
     let p = plan(&r, how, 100, "u");
-    r.decide_now(&p, at, Request::exactly(hits), Mode::Try)
+    r.decide_now(&p, at, Hits::exactly(hits), Mode::Try)
         .unwrap();
     r.full_state(at)
 }
@@ -478,8 +464,7 @@ fn under_origin_dissemination_a_round_ships_every_neighbour_its_delta_and_learnt
     for n in [2, 3, 4] {
         r.add_peer(peer(n));
     }
-    r.decide_now(&p, T0, Request::exactly(2), Mode::Try)
-        .unwrap();
+    r.decide_now(&p, T0, Hits::exactly(2), Mode::Try).unwrap();
     // One round, every neighbour: not one at random.
     let mut rng = SmallRng::seed_from_u64(1);
     let mut to: Vec<SocketAddr> = r
@@ -571,8 +556,7 @@ fn digests_agree_on_settled_state_and_name_the_buckets_that_differ() {
     assert_eq!(a.digest(later).differs(&b.digest(later)), 0);
 
     // A grant on a that b has merged: the digests agree.
-    a.decide_now(&pa, T0, Request::exactly(2), Mode::Try)
-        .unwrap();
+    a.decide_now(&pa, T0, Hits::exactly(2), Mode::Try).unwrap();
     b.absorb(peer(1), NodeId(1), a.full_state(T0), T0);
     assert_eq!(a.digest(later).differs(&b.digest(later)), 0);
 
@@ -582,7 +566,7 @@ fn digests_agree_on_settled_state_and_name_the_buckets_that_differ() {
     a.decide_now(
         &pa,
         T0.saturating_add(Nanos::SECOND),
-        Request::exactly(1),
+        Hits::exactly(1),
         Mode::Try,
     )
     .unwrap();
@@ -596,7 +580,7 @@ fn digests_agree_on_settled_state_and_name_the_buckets_that_differ() {
 
     // A grant still within the settle time is on its way, not a gap: the
     // digest leaves it out.
-    a.decide_now(&pa, later, Request::exactly(1), Mode::Try)
+    a.decide_now(&pa, later, Hits::exactly(1), Mode::Try)
         .unwrap();
     assert_eq!(a.digest(later).differs(&b.digest(later)), 0);
 }
@@ -661,9 +645,7 @@ fn at_max_keys_new_grants_are_not_kept_until_expired_keys_make_room() {
     let domains = |tag: &'static str| (0..400).map(move |i| format!("{tag}-{i}"));
     for d in domains("first") {
         let p = plan(&r, &how, 10, &d);
-        let decision = r
-            .decide_now(&p, T0, Request::exactly(1), Mode::Try)
-            .unwrap();
+        let decision = r.decide_now(&p, T0, Hits::exactly(1), Mode::Try).unwrap();
         assert!(decision.allowed, "{d}: a fresh key grants");
     }
     let kept = r.keys();
@@ -683,7 +665,7 @@ fn at_max_keys_new_grants_are_not_kept_until_expired_keys_make_room() {
     let later = T0.saturating_add(Nanos::from_secs(3600));
     for d in domains("second") {
         let p = plan(&r, &how, 10, &d);
-        r.decide_now(&p, later, Request::exactly(1), Mode::Try)
+        r.decide_now(&p, later, Hits::exactly(1), Mode::Try)
             .unwrap();
     }
     let fresh = domains("second")

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tollgate_core::replicated::strategy::{Eager, Replication, StrategyKind};
 use tollgate_core::replicated::NodeId;
-use tollgate_core::{Limit, Nanos, Rate, Request, TokenBucket};
+use tollgate_core::{Hits, Limit, Nanos, Rate, TokenBucket};
 use tollgate_replica::sim::{self, SimNet};
 use tollgate_replica::{Dissemination, NotReplicable, Replica, ReplicaOptions, ReplicaStore};
 use tollgate_store::{Admit, Key, LimitId, Plan, Refusal, Store, StoreError};
@@ -65,12 +65,12 @@ fn net_with(n: usize, seed: u64, dissemination: Dissemination) -> SimNet {
 /// `remaining` on node `i`, by a request for nothing.
 fn remaining(net: &mut SimNet, i: usize, how: &Replication, capacity: u64, domain: &str) -> u64 {
     let p = plan(net.replica(i), how, capacity, domain);
-    net.decide(i, &p, Request::exactly(0)).unwrap().decisions[0].remaining
+    net.decide(i, &p, Hits::exactly(0)).unwrap().decisions[0].remaining
 }
 
 fn hit(net: &mut SimNet, i: usize, how: &Replication, capacity: u64, domain: &str) -> u64 {
     let p = plan(net.replica(i), how, capacity, domain);
-    net.decide(i, &p, Request::exactly(1)).unwrap().granted
+    net.decide(i, &p, Hits::exactly(1)).unwrap().granted
 }
 
 fn strategies() -> Vec<Replication> {
@@ -129,7 +129,7 @@ fn a_joining_node_decides_only_after_a_full_state() {
         let p = plan(net.replica(1), &how, 30, "u");
         let refused =
             net.replica(1)
-                .decide_now(&p, net.now(), Request::exactly(1), tollgate_core::Mode::Try);
+                .decide_now(&p, net.now(), Hits::exactly(1), tollgate_core::Mode::Try);
         assert!(
             matches!(refused, Err(StoreError::Unavailable(_))),
             "{refused:?}"
@@ -349,7 +349,7 @@ fn over_admission_stays_within_what_gossip_delay_allows() {
 fn a_replica_refuses_to_decide_before_it_is_synced() {
     let replica = Replica::new(options(NodeId(1)));
     let p = plan(&replica, &Replication::new(StrategyKind::Counter), 5, "u");
-    let r = replica.decide_now(&p, START, Request::exactly(1), tollgate_core::Mode::Try);
+    let r = replica.decide_now(&p, START, Hits::exactly(1), tollgate_core::Mode::Try);
     assert!(
         matches!(r, Err(StoreError::Unavailable(ref m)) if m.contains("full state")),
         "{r:?}"
@@ -580,11 +580,11 @@ fn a_steady_rate_just_above_the_limit_does_not_drift_through() {
                 &central_limit,
                 &mut central,
                 now,
-                Request::exactly(1),
+                Hits::exactly(1),
             )
             .granted;
             cluster += net
-                .decide(n % 3, &plans[n % 3], Request::exactly(1))
+                .decide(n % 3, &plans[n % 3], Hits::exactly(1))
                 .unwrap()
                 .granted;
             if n == 66 {

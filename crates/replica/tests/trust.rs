@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use tollgate_core::replicated::strategy::{Replication, StrategyKind};
 use tollgate_core::replicated::NodeId;
-use tollgate_core::{Limit, Nanos, Rate, Request, TokenBucket};
+use tollgate_core::{Hits, Limit, Nanos, Rate, TokenBucket};
 use tollgate_replica::sim::{self, addr_of, SimNet};
 use tollgate_replica::wire::{self, Body, MAX_DOMAIN};
 use tollgate_replica::{Replica, ReplicaOptions, ReplicaStore};
@@ -62,12 +62,12 @@ fn members(net: &SimNet, i: usize) -> usize {
 
 fn remaining(net: &mut SimNet, i: usize, domain: &str) -> u64 {
     let p = plan(net.replica(i), 30, domain);
-    net.decide(i, &p, Request::exactly(0)).unwrap().decisions[0].remaining
+    net.decide(i, &p, Hits::exactly(0)).unwrap().decisions[0].remaining
 }
 
 fn hit(net: &mut SimNet, i: usize, domain: &str) -> u64 {
     let p = plan(net.replica(i), 30, domain);
-    net.decide(i, &p, Request::exactly(1)).unwrap().granted
+    net.decide(i, &p, Hits::exactly(1)).unwrap().granted
 }
 
 fn dropped(net: &SimNet, i: usize, reason: &str) -> u64 {

@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 use tollgate_core::copies::TransferId;
-use tollgate_core::Request as Hits;
+use tollgate_core::Hits;
 use tollgate_proto::v1::{self, session_request::Op, session_response::Result as Answer};
 use tollgate_service::{ServiceError, Session, Target};
 use tollgate_store::Store;

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tollgate_config::model::{EnvoyLimit, EnvoyUnit};
-use tollgate_core::{Algorithm, Nanos, Request as Hits};
+use tollgate_core::{Algorithm, Hits, Nanos};
 use tollgate_proto::rls::rate_limit_response::{
     self, rate_limit::Unit, Code, DescriptorStatus as WireStatus, RateLimit,
 };

@@ -11,7 +11,7 @@ use arc_swap::ArcSwap;
 use smallvec::SmallVec;
 use tollgate_config::{Config, ResourceKind};
 use tollgate_core::copies::{CopyLimits, Reservation};
-use tollgate_core::{Decision, Limit, Mode, Nanos, PlanDecision, Request, TierInfo};
+use tollgate_core::{Decision, Hits, Limit, Mode, Nanos, PlanDecision, TierInfo};
 use tollgate_store::{Admit, DuplicateKey, Key, OpId, Plan, PoolKey, Store, StoreError};
 
 use crate::descriptors::{self, Planned};
@@ -273,7 +273,7 @@ impl<S: Store> Limiter<S> {
         let (plan, roles) =
             rate_plan(rate, limits, req.domain, shadow).map_err(StoreError::from)?;
         let plan = plan.with_affinity(ns.affinity);
-        let request = Request::between(req.min_hits, req.hits);
+        let request = Hits::between(req.min_hits, req.hits);
         if matches!(limits.main, Main::Deny) && !shadow {
             return Ok(denied(limits, rate));
         }
@@ -318,7 +318,7 @@ impl<S: Store> Limiter<S> {
         };
         let pd = self
             .store
-            .decide(&to_decide.plan, now, Request::exactly(req.hits), Mode::Try)
+            .decide(&to_decide.plan, now, Hits::exactly(req.hits), Mode::Try)
             .await?;
         Ok(to_decide.outcome(&pd, req.hits))
     }
@@ -331,7 +331,7 @@ impl<S: Store> Limiter<S> {
         namespace: &str,
         resource: &str,
         domain: &str,
-        request: Request,
+        request: Hits,
         now: Nanos,
         op: OpId,
     ) -> Result<ReserveOutcome, ServiceError> {

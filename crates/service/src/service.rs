@@ -46,7 +46,7 @@ use std::time::Duration;
 
 use tokio::sync::{oneshot, Notify};
 use tollgate_core::copies::{CopyError, TransferId};
-use tollgate_core::{Nanos, Request};
+use tollgate_core::{Hits, Nanos};
 use tollgate_store::{OpId, PoolKey, Seized, Store, StoreError};
 
 use crate::clock::Clock;
@@ -303,7 +303,7 @@ impl<S: Store> Service<S> {
         self: &Arc<Self>,
         session: &Arc<Session>,
         target: Target<'_>,
-        request: Request,
+        request: Hits,
     ) -> Result<ReserveOutcome, ServiceError> {
         self.check_target(&target)?;
         if session.is_closed() {

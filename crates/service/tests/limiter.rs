@@ -9,7 +9,7 @@
 use tollgate_config::load_str;
 use tollgate_core::copies::CopyError;
 use tollgate_core::copies::{Groups, TransferId};
-use tollgate_core::{Mode, Nanos, PlanError, Request};
+use tollgate_core::{Hits, Mode, Nanos, PlanError};
 use tollgate_service::{
     DescriptorOutcome, DescriptorRequest, LimitedBy, Limiter, RateOutcome, RateRequest,
     ServiceError, View,
@@ -464,7 +464,7 @@ async fn ignore_configured_never_rejects_but_still_records_use() {
             "ns",
             "pool",
             "acme",
-            Request::exactly(5),
+            Hits::exactly(5),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -491,7 +491,7 @@ async fn ignore_configured_never_rejects_but_still_records_use() {
             "ns",
             "pool",
             "acme",
-            Request::exactly(1),
+            Hits::exactly(1),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -513,7 +513,7 @@ async fn a_shadowed_copy_limited_resource_grants_beyond_its_limits_and_counts() 
             "ns",
             "pool",
             "acme",
-            Request::exactly(3),
+            Hits::exactly(3),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -580,7 +580,7 @@ async fn allow_unconfigured_grants_unknown_resources_of_either_kind() {
             "open",
             "new-pool",
             "acme",
-            Request::exactly(1_000),
+            Hits::exactly(1_000),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -627,7 +627,7 @@ namespaces:
             "ns",
             "nope",
             "acme",
-            Request::exactly(1),
+            Hits::exactly(1),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -668,7 +668,7 @@ namespaces:
             "ns",
             "api",
             "acme",
-            Request::exactly(1),
+            Hits::exactly(1),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -719,7 +719,7 @@ async fn min_hits_above_hits_is_malformed_and_changes_nothing() {
             "ns",
             "pool",
             "acme",
-            Request::between(3, 2),
+            Hits::between(3, 2),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -732,7 +732,7 @@ async fn min_hits_above_hits_is_malformed_and_changes_nothing() {
             "ns",
             "pool",
             "acme",
-            Request::exactly(2),
+            Hits::exactly(2),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -861,7 +861,7 @@ async fn reserve_respects_domain_group_and_global_limits() {
             "ns",
             "sandbox",
             "acme",
-            Request::exactly(2),
+            Hits::exactly(2),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -885,7 +885,7 @@ async fn reserve_respects_domain_group_and_global_limits() {
             "ns",
             "sandbox",
             "acme",
-            Request::exactly(1),
+            Hits::exactly(1),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -900,7 +900,7 @@ async fn reserve_respects_domain_group_and_global_limits() {
             "ns",
             "sandbox",
             "globex",
-            Request::between(1, 2),
+            Hits::between(1, 2),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -915,7 +915,7 @@ async fn reserve_respects_domain_group_and_global_limits() {
             "ns",
             "sandbox",
             "initech",
-            Request::exactly(2),
+            Hits::exactly(2),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -930,7 +930,7 @@ async fn reserve_respects_domain_group_and_global_limits() {
             "ns",
             "sandbox",
             "initech",
-            Request::between(1, 4),
+            Hits::between(1, 4),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -948,7 +948,7 @@ async fn holds(l: &Limiter<MemoryStore>, domain: &str) -> (u64, u64) {
             "ns",
             "sandbox",
             domain,
-            Request::between(0, 0),
+            Hits::between(0, 0),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -967,7 +967,7 @@ async fn release_of_what_is_not_held_is_refused_and_changes_nothing() {
             "ns",
             "sandbox",
             "acme",
-            Request::exactly(2),
+            Hits::exactly(2),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -1045,7 +1045,7 @@ async fn transfer_stages_copies_and_seize_claims_them() {
             "ns",
             "sandbox",
             "acme",
-            Request::exactly(2),
+            Hits::exactly(2),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -1088,7 +1088,7 @@ async fn transfer_stages_copies_and_seize_claims_them() {
             "ns",
             "sandbox",
             "globex",
-            Request::exactly(2),
+            Hits::exactly(2),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -1406,7 +1406,7 @@ async fn set_view_keeps_unchanged_limits_and_starts_changed_ones_fresh() {
             "ns",
             "pool",
             "acme",
-            Request::exactly(2),
+            Hits::exactly(2),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -1433,7 +1433,7 @@ async fn set_view_keeps_unchanged_limits_and_starts_changed_ones_fresh() {
             "ns",
             "pool",
             "acme",
-            Request::exactly(1),
+            Hits::exactly(1),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -1472,7 +1472,7 @@ fn futures_are_send(l: &Limiter<MemoryStore>) {
         "ns",
         "r",
         "d",
-        Request::exactly(1),
+        Hits::exactly(1),
         Nanos::ZERO,
         OpId::random(),
     ));
@@ -1537,7 +1537,7 @@ impl Store for Picky {
         &self,
         _plan: &tollgate_store::Plan,
         _now: Nanos,
-        _request: Request,
+        _request: Hits,
         _mode: Mode,
     ) -> Result<tollgate_core::PlanDecision, StoreError> {
         Err(StoreError::Unavailable("a store only for compiling".into()))

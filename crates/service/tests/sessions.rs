@@ -15,7 +15,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tokio::sync::watch;
 use tollgate_core::copies::{CopyLimits, Reservation, TransferId};
-use tollgate_core::{Mode, Nanos, PlanDecision, Request};
+use tollgate_core::{Hits, Mode, Nanos, PlanDecision};
 use tollgate_service::{
     Limiter, ManualClock, NotHeld, Service, ServiceError, ServiceOptions, Session, SessionLimits,
     Target, View, MAX_NAMED_GROUPS,
@@ -65,7 +65,7 @@ impl Store for Stalling {
         &self,
         plan: &Plan,
         now: Nanos,
-        request: Request,
+        request: Hits,
         mode: Mode,
     ) -> Result<PlanDecision, StoreError> {
         self.inner.decide(plan, now, request, mode).await
@@ -76,7 +76,7 @@ impl Store for Stalling {
         pool: &PoolKey,
         limits: &CopyLimits,
         domain: &str,
-        request: Request,
+        request: Hits,
         now: Nanos,
         op: OpId,
     ) -> Result<Reservation, StoreError> {
@@ -163,7 +163,7 @@ fn counted(svc: &Service<Stalling>, resource: &str) -> u64 {
             &pool,
             &CopyLimits::new(u64::MAX, None),
             "d",
-            Request::between(0, 0),
+            Hits::between(0, 0),
             Nanos::ZERO,
         )
         .unwrap()
@@ -184,7 +184,7 @@ async fn settled<S: Store>(svc: &Service<S>) {
 }
 
 async fn reserve(svc: &Arc<Service<Stalling>>, s: &Arc<Session>, n: u64) -> u64 {
-    svc.reserve(s, target("pool"), Request::exactly(n))
+    svc.reserve(s, target("pool"), Hits::exactly(n))
         .await
         .unwrap()
         .reservation
@@ -202,7 +202,7 @@ async fn a_grant_to_a_session_that_closed_meanwhile_is_given_back() {
     svc.limiter().store().stall();
     let reserving = tokio::spawn({
         let (svc, s) = (Arc::clone(&svc), Arc::clone(&s));
-        async move { svc.reserve(&s, target("pool"), Request::exactly(2)).await }
+        async move { svc.reserve(&s, target("pool"), Hits::exactly(2)).await }
     });
     tokio::task::yield_now().await;
     // The stream ends while the store is answering.
@@ -295,7 +295,7 @@ async fn a_reserve_applied_after_its_deadline_is_released() {
     let s = svc.open(None).unwrap();
     svc.limiter().store().stall();
     let e = svc
-        .reserve(&s, target("pool"), Request::exactly(2))
+        .reserve(&s, target("pool"), Hits::exactly(2))
         .await
         .unwrap_err();
     assert!(unavailable(&e), "{e:?}");
@@ -357,7 +357,7 @@ async fn a_transfer_whose_caller_gave_up_is_seized_back() {
                 &pool,
                 &CopyLimits::new(9, None),
                 "d",
-                Request::between(0, 0),
+                Hits::between(0, 0),
                 Nanos::ZERO
             )
             .unwrap()
@@ -403,14 +403,14 @@ async fn copy_operations_waiting_for_a_stalled_store_are_bounded() {
     svc.limiter().store().stall();
     for _ in 0..2 {
         let e = svc
-            .reserve(&s, target("pool"), Request::exactly(1))
+            .reserve(&s, target("pool"), Hits::exactly(1))
             .await
             .unwrap_err();
         assert!(e.to_string().contains("did not answer"), "{e}");
     }
     assert_eq!(svc.in_flight(), 2);
     let e = svc
-        .reserve(&s, target("pool"), Request::exactly(1))
+        .reserve(&s, target("pool"), Hits::exactly(1))
         .await
         .unwrap_err();
     assert!(e.to_string().contains("already waiting"), "{e}");
@@ -453,22 +453,19 @@ async fn a_session_holds_copies_under_at_most_max_holds_entries() {
             domain,
             ..target("big")
         };
-        svc.reserve(&s, t, Request::exactly(1)).await.unwrap();
+        svc.reserve(&s, t, Hits::exactly(1)).await.unwrap();
     }
     // More of a key it holds is fine; a third key is refused, untouched.
     let again = Target {
         domain: "a",
         ..target("big")
     };
-    svc.reserve(&s, again, Request::exactly(1)).await.unwrap();
+    svc.reserve(&s, again, Hits::exactly(1)).await.unwrap();
     let third = Target {
         domain: "c",
         ..target("big")
     };
-    let e = svc
-        .reserve(&s, third, Request::exactly(1))
-        .await
-        .unwrap_err();
+    let e = svc.reserve(&s, third, Hits::exactly(1)).await.unwrap_err();
     assert_eq!(e, ServiceError::TooManyHolds(2));
     assert_eq!(e.reason(), "too_many_holds");
     assert!(e.is_client_error());
@@ -486,7 +483,7 @@ async fn names_over_the_limit_are_refused() {
         domain: &long,
         ..target("big")
     };
-    let e = svc.reserve(&s, t, Request::exactly(1)).await.unwrap_err();
+    let e = svc.reserve(&s, t, Hits::exactly(1)).await.unwrap_err();
     assert_eq!(e.reason(), "malformed_request");
     assert!(e.to_string().contains("1025 bytes"), "{e}");
     assert!(e.to_string().contains("1024"), "{e}");
@@ -503,7 +500,7 @@ async fn a_shadow_pool_grants_counts_in_its_groups_and_says_it_would_have_refuse
             "app",
             "pool",
             "d",
-            Request::exactly(1),
+            Hits::exactly(1),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -515,7 +512,7 @@ async fn a_shadow_pool_grants_counts_in_its_groups_and_says_it_would_have_refuse
             "app",
             "pool",
             "d",
-            Request::exactly(2),
+            Hits::exactly(2),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -587,7 +584,7 @@ proptest! {
             for s in steps {
                 match s {
                     Step::Reserve { session, copies } => {
-                        let _ = svc.reserve(&sessions[session], target("pool"), Request::between(1, copies)).await;
+                        let _ = svc.reserve(&sessions[session], target("pool"), Hits::between(1, copies)).await;
                     }
                     Step::Release { session, copies } => {
                         let _ = svc.release(&sessions[session], target("pool"), None, copies).await;
@@ -658,7 +655,7 @@ async fn not_held_says_what_the_session_holds_instead() {
     // An HTTP hold: a session with a lease.
     let hold = svc.open(Some(Nanos::from_secs(60))).unwrap();
     let r = svc
-        .reserve(&hold, at("sandbox", "globex"), Request::exactly(2))
+        .reserve(&hold, at("sandbox", "globex"), Hits::exactly(2))
         .await
         .unwrap();
     assert_eq!(r.reservation.groups, big);
@@ -696,11 +693,11 @@ async fn not_held_says_what_the_session_holds_instead() {
         "this session holds no copies of resource `sandbox` for domain `globex`, so it cannot release 1; it holds no copies at all"
     );
     for domain in ["d1", "d2", "d3", "d4", "d5", "d6"] {
-        svc.reserve(&session, at("other", domain), Request::exactly(1))
+        svc.reserve(&session, at("other", domain), Hits::exactly(1))
             .await
             .unwrap();
     }
-    svc.reserve(&session, at("sandbox", "acme"), Request::exactly(1))
+    svc.reserve(&session, at("sandbox", "acme"), Hits::exactly(1))
         .await
         .unwrap();
     assert_eq!(
@@ -728,7 +725,7 @@ fn counted_in(svc: &Service<MemoryStore>, resource: &str, domain: &str) -> u64 {
             &PoolKey::new("app", resource),
             &CopyLimits::new(u64::MAX, None),
             domain,
-            Request::between(0, 0),
+            Hits::between(0, 0),
             Nanos::ZERO,
         )
         .unwrap()
@@ -761,13 +758,13 @@ async fn two_holds_the_second_unknown_to_the_store<S: Store>(
     limiter.set_view(View::new(&pool_config(true), Nanos::ZERO));
     let s = svc.open(None).unwrap();
     let r = svc
-        .reserve(&s, target("pool"), Request::exactly(3))
+        .reserve(&s, target("pool"), Hits::exactly(3))
         .await
         .unwrap();
     assert_eq!(r.reservation.groups, vec!["big".to_owned()]);
     limiter.set_view(View::new(&pool_config(false), Nanos::ZERO));
     let r = svc
-        .reserve(&s, target("pool"), Request::exactly(1))
+        .reserve(&s, target("pool"), Hits::exactly(1))
         .await
         .unwrap();
     assert!(r.reservation.groups.is_empty());
@@ -800,7 +797,7 @@ async fn a_release_the_store_refuses_halfway_changes_nothing() {
                 &pool,
                 &CopyLimits::new(u64::MAX, None),
                 "d",
-                Request::between(0, 0),
+                Hits::between(0, 0),
                 Nanos::ZERO,
             )
             .unwrap()
@@ -869,7 +866,7 @@ async fn not_held_stays_within_its_budget_and_groups_are_bounded() {
     let s = svc.open(None).unwrap();
     assert_eq!(domains[0].len(), 1024);
     for d in &domains[..6] {
-        svc.reserve(&s, at(d), Request::exactly(1)).await.unwrap();
+        svc.reserve(&s, at(d), Hits::exactly(1)).await.unwrap();
     }
     // As many groups as a request may name, each as long as a name may be.
     let named: Vec<String> = (0..MAX_NAMED_GROUPS)
@@ -961,7 +958,7 @@ async fn a_hold_in_more_groups_than_a_request_may_name_is_released_by_naming_the
         domain: "acme",
     };
     let s = svc.open(None).unwrap();
-    let granted = svc.reserve(&s, at, Request::exactly(3)).await.unwrap();
+    let granted = svc.reserve(&s, at, Hits::exactly(3)).await.unwrap();
     let named = granted.reservation.groups.clone();
     assert_eq!(named.len(), MAX_NAMED_GROUPS + 1);
     svc.release(&s, at, Some(&named), 1).await.unwrap();

@@ -38,7 +38,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::str::FromStr;
 
-use tollgate_core::{Algorithm, Nanos, Rate, Request, TokenBucket};
+use tollgate_core::{Algorithm, Hits, Nanos, Rate, TokenBucket};
 
 use crate::Arrival;
 
@@ -737,7 +737,7 @@ pub fn centralized_decisions(set: &DataSet) -> Vec<bool> {
             let state = states
                 .entry(a.user.as_str())
                 .or_insert_with(|| bucket.fresh());
-            bucket.decide(state, a.at, Request::exactly(1)).allowed
+            bucket.decide(state, a.at, Hits::exactly(1)).allowed
         })
         .collect()
 }

@@ -40,7 +40,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use tollgate_core::replicated::strategy::{Eager, Replication, StrategyKind};
 use tollgate_core::replicated::NodeId;
-use tollgate_core::{Algorithm, Limit, Nanos, Request, TokenBucket};
+use tollgate_core::{Algorithm, Hits, Limit, Nanos, TokenBucket};
 use tollgate_replica::sim::SimNet;
 use tollgate_replica::{Dissemination, ReplicaOptions};
 use tollgate_store::{Key, LimitId, Plan};
@@ -70,7 +70,7 @@ pub enum Assign {
     /// multiplied by the user id, so requests spread over all nodes but
     /// one user's requests of one millisecond go to one node.
     ConsistentHash,
-    /// Request `i` to node `i mod N`.
+    /// Hits `i` to node `i mod N`.
     RoundRobin,
     /// Every request of a user to one node (a hash of the user).
     Sticky,
@@ -510,13 +510,13 @@ pub fn run(
         let node = route(config.assign, arrival, i, nodes, &mut rng);
         let plan = Plan::single(Key::new(LIMIT, &arrival.user), Arc::clone(&limits[node]));
         let granted = net
-            .decide(node, &plan, Request::exactly(1))
+            .decide(node, &plan, Hits::exactly(1))
             .map_err(|e| format!("node {node} at {}: {e}", arrival.at))?
             .allowed;
         let state = central
             .entry(arrival.user.as_str())
             .or_insert_with(|| bucket.fresh());
-        let truth = bucket.decide(state, at, Request::exactly(1)).granted > 0;
+        let truth = bucket.decide(state, at, Hits::exactly(1)).granted > 0;
         out.requests += 1;
         out.rejections += u64::from(!granted);
         out.central_rejections += u64::from(!truth);

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use tollgate_core::{Algorithm, Nanos, Request};
+use tollgate_core::{Algorithm, Hits, Nanos};
 use tollgate_sim::chart::{line_chart, line_chart_svg, LineStyle, Series};
 use tollgate_sim::windows::{
     estimate, run, run_on, traffic, worst_window, Contender, StudyResult, WindowParams,
@@ -199,20 +199,20 @@ fn a_call_at_00_01_43_weighs_the_previous_minute_by_17_60() {
     let p = WindowParams::default();
     let two = Contender::TwoWindows.limit(&p, 100).unwrap();
     let mut s = two.fresh();
-    assert!(two.decide(&mut s, secs(30), Request::exactly(60)).allowed);
-    assert!(two.decide(&mut s, secs(70), Request::exactly(10)).allowed);
+    assert!(two.decide(&mut s, secs(30), Hits::exactly(60)).allowed);
+    assert!(two.decide(&mut s, secs(70), Hits::exactly(10)).allowed);
     // 10 this minute + 60 × 17/60 from the "00:00" counter.
     assert_eq!(estimate(&two, &mut s, secs(103)), 10 + 17);
     // The peek changed nothing: 100 − 27 more fit.
     assert_eq!(
-        two.decide(&mut s, secs(103), Request::between(1, 1000))
+        two.decide(&mut s, secs(103), Hits::between(1, 1000))
             .granted,
         73
     );
     // The weighted part rounds up, as the core admits: 50 × 17/60 = 14.17.
     let mut s = two.fresh();
-    two.decide(&mut s, secs(30), Request::exactly(50));
-    two.decide(&mut s, secs(70), Request::exactly(10));
+    two.decide(&mut s, secs(30), Hits::exactly(50));
+    two.decide(&mut s, secs(70), Hits::exactly(10));
     assert_eq!(estimate(&two, &mut s, secs(103)), 10 + 15);
 
     // The same through the study: calls early in the previous minute are
@@ -249,7 +249,7 @@ fn five_buckets_are_five_fifteen_second_windows() {
     assert_eq!(Contender::SubWindows.counters(&p), Some(5));
     let sub = Contender::SubWindows.limit(&p, 100).unwrap();
     let mut s = sub.fresh();
-    sub.decide(&mut s, secs(50), Request::exactly(30));
+    sub.decide(&mut s, secs(50), Hits::exactly(30));
     // The counter of [00:45, 01:00) counts whole while four counters
     // (current + three) reach back to it...
     assert_eq!(estimate(&sub, &mut s, secs(65)), 30);

@@ -42,8 +42,8 @@ use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use tollgate_core::{
-    Align, BurstTiers, FixedWindow, Gcra, LeakyBucket, Limit, Mode, Nanos, Rate, Request,
-    SlidingLog, SlidingWindow, Smooth, Tier, TokenBucket,
+    Align, BurstTiers, FixedWindow, Gcra, Hits, LeakyBucket, Limit, Mode, Nanos, Rate, SlidingLog,
+    SlidingWindow, Smooth, Tier, TokenBucket,
 };
 use tollgate_store::{Key, LimitId, MemoryStore, Plan};
 
@@ -172,7 +172,7 @@ fn stored(limit: &Arc<Limit>, n: usize, now: &mut u64) -> (MemoryStore, Vec<Plan
         let plan = Plan::single(key(i), Arc::clone(limit));
         black_box(
             store
-                .decide_now(&plan, Nanos::new(*now), Request::exactly(1), Mode::Try)
+                .decide_now(&plan, Nanos::new(*now), Hits::exactly(1), Mode::Try)
                 .ok(),
         );
     }
@@ -183,7 +183,7 @@ fn stored(limit: &Arc<Limit>, n: usize, now: &mut u64) -> (MemoryStore, Vec<Plan
 fn bench_algorithms(c: &mut Criterion) {
     let mut g = c.benchmark_group("algorithm");
     tune(&mut g);
-    let one = Request::exactly(1);
+    let one = Hits::exactly(1);
     for (name, limit) in algorithms() {
         let limit = Arc::new(limit);
         for (scenario, n) in [("hot", 1), ("1M", MANY)] {
@@ -240,7 +240,7 @@ impl Tollgate {
         let store = MemoryStore::new();
         let clock = TscClock::new();
         for i in 0..n {
-            let d = store.decide_limit(&key(i), limit, clock.now(), Request::exactly(1));
+            let d = store.decide_limit(&key(i), limit, clock.now(), Hits::exactly(1));
             black_box(d.ok());
         }
         assert_eq!(store.stats().keys, n, "every key stays stored");
@@ -255,7 +255,7 @@ impl Tollgate {
     #[inline]
     fn decide(&self, j: usize, now: Nanos) -> bool {
         self.store
-            .decide_limit(&self.keys[j], &self.limit, now, Request::exactly(1))
+            .decide_limit(&self.keys[j], &self.limit, now, Hits::exactly(1))
             .is_ok_and(|d| d.allowed)
     }
 }
@@ -280,7 +280,7 @@ impl Check for TollgatePlan {
         let now = self.inner.clock.now();
         self.inner
             .store
-            .decide_now(&self.plans[j], now, Request::exactly(1), Mode::Try)
+            .decide_now(&self.plans[j], now, Hits::exactly(1), Mode::Try)
             .is_ok_and(|d| d.allowed)
     }
 }

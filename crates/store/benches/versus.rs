@@ -29,7 +29,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use tollgate_core::{Gcra, Limit, Mode, Nanos, Rate, Request};
+use tollgate_core::{Gcra, Hits, Limit, Mode, Nanos, Rate};
 use tollgate_store::{Key, LimitId, MemoryStore, Plan};
 
 #[path = "common/tsc.rs"]
@@ -107,14 +107,14 @@ fn chunk<F: Fn(usize) -> bool + Sync>(threads: usize, order: &[usize], shared: b
 #[inline(never)]
 fn tollgate_decide(store: &MemoryStore, key: &Key, limit: &Arc<Limit>, now: Nanos) -> bool {
     store
-        .decide_limit(key, limit, now, Request::exactly(1))
+        .decide_limit(key, limit, now, Hits::exactly(1))
         .is_ok_and(|d| d.allowed)
 }
 
 #[inline(never)]
 fn tollgate_plan_decide(store: &MemoryStore, plan: &Plan, now: Nanos) -> bool {
     store
-        .decide_now(plan, now, Request::exactly(1), Mode::Try)
+        .decide_now(plan, now, Hits::exactly(1), Mode::Try)
         .is_ok_and(|d| d.allowed)
 }
 
@@ -176,7 +176,7 @@ fn main() {
             // Every key stored before measuring: no first-time inserts.
             for (i, k) in tkeys.iter().enumerate() {
                 store
-                    .decide_limit(k, &limit, clock.now(), Request::exactly(1))
+                    .decide_limit(k, &limit, clock.now(), Hits::exactly(1))
                     .unwrap();
                 black_box(gov_s.check_key(&names[i]).is_ok());
                 black_box(gov_u.check_key(&(i as u64)).is_ok());

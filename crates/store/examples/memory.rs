@@ -31,8 +31,8 @@ use tollgate_core::algorithms::sliding_window::SlidingWindowState;
 use tollgate_core::algorithms::smooth::SmoothState;
 use tollgate_core::algorithms::token_bucket::TokenBucketState;
 use tollgate_core::{
-    Algorithm, Align, BurstTiers, FixedWindow, Gcra, LeakyBucket, Limit, LimitState, Mode, Nanos,
-    Rate, Request, SlidingLog, SlidingWindow, Smooth, Tier, TokenBucket,
+    Algorithm, Align, BurstTiers, FixedWindow, Gcra, Hits, LeakyBucket, Limit, LimitState, Mode,
+    Nanos, Rate, SlidingLog, SlidingWindow, Smooth, Tier, TokenBucket,
 };
 use tollgate_store::{Key, LimitId, MemoryStore, Plan};
 
@@ -159,7 +159,7 @@ fn state_sizes() {
         let mut state = limit.fresh();
         for i in 0..hits {
             let at = NOW.saturating_add(Nanos::from_millis(i));
-            limit.decide(&mut state, at, Request::exactly(1));
+            limit.decide(&mut state, at, Hits::exactly(1));
         }
         let own = match &state {
             LimitState::TokenBucket(_) => size_of::<TokenBucketState>(),
@@ -230,7 +230,7 @@ fn child(what: &str, keys: usize) {
             // Built per key and dropped at once: only the store's copy of
             // the key stays resident.
             let plan = Plan::single(Key::new(LimitId(1), &scope), Arc::clone(&limit));
-            let d = store.decide_now(&plan, NOW, Request::exactly(1), Mode::Try);
+            let d = store.decide_now(&plan, NOW, Hits::exactly(1), Mode::Try);
             assert!(d.is_ok_and(|d| d.allowed));
         }
         // Every key is active at `NOW`: a sweep then drops none.

@@ -31,7 +31,7 @@ pub use table::{Table, TableOptions};
 
 use tollgate_core::copies::{CopyLimits, Groups, Reservation, Staged, TransferId};
 use tollgate_core::replicated::strategy::Replication;
-use tollgate_core::{Limit, Mode, Nanos, PlanDecision, Request};
+use tollgate_core::{Hits, Limit, Mode, Nanos, PlanDecision};
 
 /// Copies claimed by [`Store::seize`], and the resource they belong to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -104,7 +104,7 @@ pub trait Store: Send + Sync + 'static {
         &self,
         plan: &Plan,
         now: Nanos,
-        request: Request,
+        request: Hits,
         mode: Mode,
     ) -> impl Future<Output = Result<PlanDecision, StoreError>> + Send;
 
@@ -129,7 +129,7 @@ pub trait Store: Send + Sync + 'static {
         pool: &PoolKey,
         limits: &CopyLimits,
         domain: &str,
-        request: Request,
+        request: Hits,
         now: Nanos,
         op: OpId,
     ) -> impl Future<Output = Result<Reservation, StoreError>> + Send {

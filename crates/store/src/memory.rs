@@ -98,7 +98,7 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 use tollgate_core::copies::{CopyError, CopyLimits, CopyPool, Groups, Reservation, TransferId};
 use tollgate_core::plan::{self, PlanEntry};
-use tollgate_core::{Algorithm, Decision, Limit, LimitState, Mode, Nanos, PlanDecision, Request};
+use tollgate_core::{Algorithm, Decision, Hits, Limit, LimitState, Mode, Nanos, PlanDecision};
 
 use crate::error::StoreError;
 use crate::key::{Key, PoolKey};
@@ -315,7 +315,7 @@ impl MemoryStore {
         &self,
         plan: &Plan,
         now: Nanos,
-        request: Request,
+        request: Hits,
         mode: Mode,
     ) -> Result<PlanDecision, StoreError> {
         match plan.items() {
@@ -339,7 +339,7 @@ impl MemoryStore {
         key: &Key,
         limit: &Arc<Limit>,
         now: Nanos,
-        request: Request,
+        request: Hits,
     ) -> Result<Decision, StoreError> {
         self.table.decide_one(key, limit, now, |limit, state| {
             let alone = limit.decide_alone(state, now, request);
@@ -355,7 +355,7 @@ impl MemoryStore {
         pool: &PoolKey,
         limits: &CopyLimits,
         domain: &str,
-        request: Request,
+        request: Hits,
         now: Nanos,
     ) -> Result<Reservation, StoreError> {
         let mut guard = self.pools.lock();
@@ -496,7 +496,7 @@ impl MemoryStore {
         &self,
         item: &PlanItem,
         now: Nanos,
-        request: Request,
+        request: Hits,
     ) -> Result<PlanDecision, StoreError> {
         let decide = |limit: &Limit, state: &mut LimitState| {
             let one = plan::decide_one(limit, state, item.shadow, now, request);
@@ -516,7 +516,7 @@ impl MemoryStore {
         &self,
         item: &PlanItem,
         now: Nanos,
-        request: Request,
+        request: Hits,
     ) -> Result<PlanDecision, StoreError> {
         self.table
             .decide_one(&item.key, &item.limit, now, |limit, state| {
@@ -535,7 +535,7 @@ impl MemoryStore {
         &self,
         plan: &Plan,
         now: Nanos,
-        request: Request,
+        request: Hits,
         mode: Mode,
     ) -> Result<PlanDecision, StoreError> {
         self.table.decide_many(plan, now, |states| {
@@ -587,7 +587,7 @@ fn decide_entry(
     state: &mut LimitState,
     shadow: bool,
     now: Nanos,
-    request: Request,
+    request: Hits,
     mode: Mode,
 ) -> Result<PlanDecision, StoreError> {
     let mut entries = [PlanEntry {
@@ -605,7 +605,7 @@ impl Store for MemoryStore {
         &self,
         plan: &Plan,
         now: Nanos,
-        request: Request,
+        request: Hits,
         mode: Mode,
     ) -> Result<PlanDecision, StoreError> {
         self.decide_now(plan, now, request, mode)
@@ -618,7 +618,7 @@ impl Store for MemoryStore {
         pool: &PoolKey,
         limits: &CopyLimits,
         domain: &str,
-        request: Request,
+        request: Hits,
         now: Nanos,
         _op: OpId,
     ) -> Result<Reservation, StoreError> {

@@ -23,7 +23,7 @@ use tollgate_core::{
     Algorithm, Align, BurstTiers, FixedWindow, Gcra, LeakyBucket, Limit, LimitState, Mode, Nanos,
     PlanError, Rate, SlidingLog, SlidingWindow, Smooth, Tier, TokenBucket,
 };
-use tollgate_core::{PlanDecision, Request};
+use tollgate_core::{Hits, PlanDecision};
 use tollgate_store::{
     AtCapacity, DuplicateKey, Held, Key, LimitId, MemoryStore, MemoryStoreOptions, OpId, Plan,
     PoolKey, Store, StoreError,
@@ -68,7 +68,7 @@ fn take(store: &MemoryStore, k: &Key, l: &Arc<Limit>, now: Nanos, hits: u64) -> 
         .decide_now(
             &Plan::single(k.clone(), Arc::clone(l)),
             now,
-            Request::exactly(hits),
+            Hits::exactly(hits),
             Mode::Try,
         )
         .unwrap()
@@ -82,7 +82,7 @@ fn drain(store: &MemoryStore, k: &Key, l: &Arc<Limit>, now: Nanos) -> u64 {
         .decide_now(
             &Plan::single(k.clone(), Arc::clone(l)),
             now,
-            Request::between(0, u64::from(u32::MAX)),
+            Hits::between(0, u64::from(u32::MAX)),
             Mode::Try,
         )
         .unwrap();
@@ -119,12 +119,7 @@ fn single_item_grants_up_to_the_limit() {
         assert_eq!(take(&store, &k, &l, T0, 1), 1);
     }
     let d = store
-        .decide_now(
-            &Plan::single(k.clone(), l),
-            T0,
-            Request::exactly(1),
-            Mode::Try,
-        )
+        .decide_now(&Plan::single(k.clone(), l), T0, Hits::exactly(1), Mode::Try)
         .unwrap();
     assert!(!d.allowed);
     assert_eq!(d.granted, 0);
@@ -135,7 +130,7 @@ fn single_item_grants_up_to_the_limit() {
 fn empty_plan_grants_everything() {
     let store = MemoryStore::new();
     let d = store
-        .decide_now(&Plan::default(), T0, Request::exactly(7), Mode::Try)
+        .decide_now(&Plan::default(), T0, Hits::exactly(7), Mode::Try)
         .unwrap();
     assert!(d.allowed);
     assert_eq!(d.granted, 7);
@@ -154,13 +149,13 @@ fn a_plan_rejected_by_its_second_limit_leaves_the_first_unchanged() {
         let p = plan(&[(&a, &la), (&b, &lb)]);
         assert!(
             store
-                .decide_now(&p, T0, Request::exactly(2), Mode::Try)
+                .decide_now(&p, T0, Hits::exactly(2), Mode::Try)
                 .unwrap()
                 .allowed
         );
 
         let d = store
-            .decide_now(&p, T0, Request::exactly(1), Mode::Try)
+            .decide_now(&p, T0, Hits::exactly(1), Mode::Try)
             .unwrap();
         assert!(!d.allowed);
         assert_eq!(d.limited_by, Some(1));
@@ -185,7 +180,7 @@ fn a_partial_grant_is_the_largest_every_limit_allows_and_is_recorded_in_all() {
 
     let p = plan(&[(&a, &la), (&b, &lb), (&c, &lc)]);
     let d = store
-        .decide_now(&p, T0, Request::between(1, 10), Mode::Try)
+        .decide_now(&p, T0, Hits::between(1, 10), Mode::Try)
         .unwrap();
     assert!(d.allowed);
     assert_eq!(d.granted, 3);
@@ -203,7 +198,7 @@ fn a_min_hits_no_limit_admits_grants_nothing_anywhere() {
     let (b, lb) = (key(2, "a"), window(4));
     let p = plan(&[(&a, &la), (&b, &lb)]);
     let d = store
-        .decide_now(&p, T0, Request::between(5, 8), Mode::Try)
+        .decide_now(&p, T0, Hits::between(5, 8), Mode::Try)
         .unwrap();
     assert!(!d.allowed);
     assert_eq!(d.granted, 0);
@@ -229,7 +224,7 @@ fn a_plan_refuses_a_key_twice_and_stays_as_it_was() {
     assert_eq!(p.position(&b), Some(1));
     // The plan decides each key once.
     store
-        .decide_now(&p, T0, Request::exactly(1), Mode::Try)
+        .decide_now(&p, T0, Hits::exactly(1), Mode::Try)
         .unwrap();
     assert_eq!(drain(&store, &a, &la, T0), 9);
     assert_eq!(drain(&store, &b, &lb, T0), 9);
@@ -245,7 +240,7 @@ fn acquire_on_an_algorithm_that_cannot_schedule_changes_nothing() {
 
     let p = plan(&[(&a, &la), (&b, &lb)]);
     let err = store
-        .decide_now(&p, T0, Request::exactly(2), Mode::Acquire)
+        .decide_now(&p, T0, Hits::exactly(2), Mode::Acquire)
         .unwrap_err();
     assert!(matches!(
         err,
@@ -253,7 +248,7 @@ fn acquire_on_an_algorithm_that_cannot_schedule_changes_nothing() {
     ));
     let single = Plan::single(key(3, "a"), window(4));
     assert!(matches!(
-        store.decide_now(&single, T0, Request::exactly(1), Mode::Acquire),
+        store.decide_now(&single, T0, Hits::exactly(1), Mode::Acquire),
         Err(StoreError::Plan(PlanError::CannotSchedule { index: 0, .. }))
     ));
 
@@ -269,7 +264,7 @@ fn acquire_on_schedulable_limits_always_grants_and_records() {
     let (b, lb) = (key(2, "a"), gcra(5));
     let p = plan(&[(&a, &la), (&b, &lb)]);
     let d = store
-        .decide_now(&p, T0, Request::exactly(3), Mode::Acquire)
+        .decide_now(&p, T0, Hits::exactly(3), Mode::Acquire)
         .unwrap();
     assert!(d.allowed);
     assert!(d.wait > Nanos::ZERO, "a is in debt and must wait");
@@ -300,7 +295,7 @@ fn hammer_one_key(limit: Arc<Limit>, room: u64) {
                 barrier.wait();
                 for _ in 0..room {
                     let d = store
-                        .decide_now(&p, T0, Request::exactly(1), Mode::Try)
+                        .decide_now(&p, T0, Hits::exactly(1), Mode::Try)
                         .unwrap();
                     granted.fetch_add(d.granted, Ordering::Relaxed);
                 }
@@ -359,7 +354,7 @@ fn concurrent_two_item_plans_never_exceed_either_limit() {
                     barrier.wait();
                     for _ in 0..2 * PER_DOMAIN {
                         let r = store
-                            .decide_now(&p, T0, Request::between(1, 2), Mode::Try)
+                            .decide_now(&p, T0, Hits::between(1, 2), Mode::Try)
                             .unwrap();
                         granted[d].fetch_add(r.granted, Ordering::Relaxed);
                     }
@@ -461,7 +456,7 @@ fn at_capacity_reject_fails_and_stores_nothing() {
     let new = key(1, "new");
     let single = Plan::single(new.clone(), Arc::clone(&l));
     assert_eq!(
-        store.decide_now(&single, T0, Request::exactly(1), Mode::Try),
+        store.decide_now(&single, T0, Hits::exactly(1), Mode::Try),
         Err(StoreError::AtCapacity(2))
     );
 
@@ -469,7 +464,7 @@ fn at_capacity_reject_fails_and_stores_nothing() {
     // key keeps its count.
     let p = plan(&[(&k0, &l), (&new, &l)]);
     assert_eq!(
-        store.decide_now(&p, T0, Request::exactly(1), Mode::Try),
+        store.decide_now(&p, T0, Hits::exactly(1), Mode::Try),
         Err(StoreError::AtCapacity(2))
     );
     let s = store.stats();
@@ -480,7 +475,7 @@ fn at_capacity_reject_fails_and_stores_nothing() {
 
     // A new key whose decision leaves it fresh needs no room.
     let d = store
-        .decide_now(&single, T0, Request::exactly(6), Mode::Try)
+        .decide_now(&single, T0, Hits::exactly(6), Mode::Try)
         .unwrap();
     assert!(!d.allowed);
 
@@ -497,7 +492,7 @@ fn at_capacity_a_multi_key_plan_stores_what_fits_and_decides_the_rest_untracked(
 
     let p = plan(&[(&k0, &l), (&n1, &l), (&n2, &l)]);
     let d = store
-        .decide_now(&p, T0, Request::exactly(2), Mode::Try)
+        .decide_now(&p, T0, Hits::exactly(2), Mode::Try)
         .unwrap();
     assert!(d.allowed);
     let s = store.stats();
@@ -524,7 +519,7 @@ fn at_capacity_reject_lets_a_plan_through_once_a_sweep_makes_room() {
     let p = plan(&[(&k0, &slow), (&new, &slow)]);
     assert!(
         store
-            .decide_now(&p, t, Request::exactly(1), Mode::Try)
+            .decide_now(&p, t, Hits::exactly(1), Mode::Try)
             .unwrap()
             .allowed
     );
@@ -582,16 +577,16 @@ fn copies_reserve_release_transfer_seize_and_expire() {
         .unwrap();
 
     let r = store
-        .reserve_now(&pool, &limits, "d1", Request::exactly(2), Nanos::ZERO)
+        .reserve_now(&pool, &limits, "d1", Hits::exactly(2), Nanos::ZERO)
         .unwrap();
     assert_eq!((r.granted, r.allowed), (2, true));
     assert_eq!(r.groups, groups(&["team"]));
     let r = store
-        .reserve_now(&pool, &limits, "d1", Request::exactly(1), Nanos::ZERO)
+        .reserve_now(&pool, &limits, "d1", Hits::exactly(1), Nanos::ZERO)
         .unwrap();
     assert!(!r.allowed);
     let r = store
-        .reserve_now(&pool, &limits, "d2", Request::between(1, 2), Nanos::ZERO)
+        .reserve_now(&pool, &limits, "d2", Hits::between(1, 2), Nanos::ZERO)
         .unwrap();
     assert_eq!(r.granted, 1, "global limit 3");
     assert_eq!(r.context.global_holds, 3);
@@ -646,7 +641,7 @@ fn copies_reserve_release_transfer_seize_and_expire() {
 
     // Both of d1's copies went back to the pool with their transfers.
     let r = store
-        .reserve_now(&pool, &limits, "d1", Request::between(0, 5), Nanos::ZERO)
+        .reserve_now(&pool, &limits, "d1", Hits::between(0, 5), Nanos::ZERO)
         .unwrap();
     assert_eq!(r.granted, 2);
     assert_eq!(r.context.global_holds, 2);
@@ -687,7 +682,7 @@ fn concurrent_reserves_never_exceed_the_domain_limit() {
                 let mut held = 0;
                 for _ in 0..50 {
                     let r = store
-                        .reserve_now(&pool, &limits, domain, Request::exactly(1), Nanos::ZERO)
+                        .reserve_now(&pool, &limits, domain, Hits::exactly(1), Nanos::ZERO)
                         .unwrap();
                     held += r.granted;
                     assert!(r.context.domain_holds <= 10);
@@ -708,7 +703,7 @@ fn concurrent_reserves_never_exceed_the_domain_limit() {
         store.release_now(&pool, domain, &Vec::new(), held).unwrap();
     }
     let r = store
-        .reserve_now(&pool, &limits, "a", Request::between(0, 0), Nanos::ZERO)
+        .reserve_now(&pool, &limits, "a", Hits::between(0, 0), Nanos::ZERO)
         .unwrap();
     assert_eq!(r.context.global_holds, 0);
 }
@@ -718,7 +713,7 @@ fn concurrent_reserves_never_exceed_the_domain_limit() {
 async fn through_the_trait<S: Store>(store: &S) -> (PlanDecision, u64) {
     let p = Plan::single(key(1, "a"), window(2));
     let d = store
-        .decide(&p, T0, Request::exactly(2), Mode::Try)
+        .decide(&p, T0, Hits::exactly(2), Mode::Try)
         .await
         .unwrap();
     let pool = PoolKey::new("ns", "r");
@@ -728,7 +723,7 @@ async fn through_the_trait<S: Store>(store: &S) -> (PlanDecision, u64) {
             &pool,
             &limits,
             "a",
-            Request::exactly(1),
+            Hits::exactly(1),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -778,7 +773,7 @@ fn a_future_dropped_unpolled_changes_nothing() {
     let store = MemoryStore::new();
     let (k, l) = (key(1, "a"), window(2));
     let p = Plan::single(k.clone(), Arc::clone(&l));
-    drop(store.decide(&p, T0, Request::exactly(2), Mode::Try));
+    drop(store.decide(&p, T0, Hits::exactly(2), Mode::Try));
     assert_eq!(store.stats().keys, 0);
     assert_eq!(drain(&store, &k, &l, T0), 2);
 }
@@ -903,7 +898,7 @@ fn agrees_with_core(ops: &[Op], shards: usize) -> Result<(), TestCaseError> {
                 advance_ms,
             } => {
                 now = now.saturating_add(Nanos::from_millis(*advance_ms));
-                let request = Request::between(*min_hits, *hits);
+                let request = Hits::between(*min_hits, *hits);
                 let mode = if *acquire { Mode::Acquire } else { Mode::Try };
                 let mut p = Plan::default();
                 for &(slot, shadow) in items {
@@ -994,7 +989,7 @@ fn a_reserve_releases_transfers_whose_ttl_ended() {
     let pool = PoolKey::new("ns", "pool");
     let limits = CopyLimits::new(2, None);
     let r = store
-        .reserve_now(&pool, &limits, "d", Request::exactly(2), T0)
+        .reserve_now(&pool, &limits, "d", Hits::exactly(2), T0)
         .unwrap();
     let groups = r.groups.clone();
     let id = store
@@ -1005,13 +1000,13 @@ fn a_reserve_releases_transfers_whose_ttl_ended() {
         .saturating_add(Nanos::SECOND)
         .saturating_sub(Nanos::NANOSECOND);
     let r = store
-        .reserve_now(&pool, &limits, "d", Request::exactly(1), before)
+        .reserve_now(&pool, &limits, "d", Hits::exactly(1), before)
         .unwrap();
     assert!(!r.allowed);
     // At the TTL the staged copies are released by the reserve itself.
     let at = T0.saturating_add(Nanos::SECOND);
     let r = store
-        .reserve_now(&pool, &limits, "d", Request::exactly(2), at)
+        .reserve_now(&pool, &limits, "d", Hits::exactly(2), at)
         .unwrap();
     assert!(r.allowed, "{r:?}");
     assert_eq!(
@@ -1032,7 +1027,7 @@ fn staged_transfers_are_bounded() {
     let pool = PoolKey::new("ns", "made-up");
     let limits = CopyLimits::new(u64::MAX, None);
     let r = store
-        .reserve_now(&pool, &limits, "a", Request::exactly(3), T0)
+        .reserve_now(&pool, &limits, "a", Hits::exactly(3), T0)
         .unwrap();
     for ttl in [1, 60] {
         store
@@ -1046,7 +1041,7 @@ fn staged_transfers_are_bounded() {
     // Still held, not staged: it can be released.
     store.release_now(&pool, "a", &r.groups, 1).unwrap();
     let r = store
-        .reserve_now(&pool, &limits, "a", Request::exactly(1), T0)
+        .reserve_now(&pool, &limits, "a", Hits::exactly(1), T0)
         .unwrap();
     // Once the first is due, there is room again.
     let later = T0.saturating_add(Nanos::from_secs(2));

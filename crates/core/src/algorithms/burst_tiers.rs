@@ -32,7 +32,7 @@ use smallvec::SmallVec;
 
 use crate::algorithm::Algorithm;
 use crate::algorithms::hit_log::HitLog;
-use crate::decision::{Decision, Grant, Request, TierInfo};
+use crate::decision::{Decision, Grant, Hits, TierInfo};
 use crate::error::ParamError;
 use crate::time::{Nanos, Span};
 
@@ -280,7 +280,7 @@ impl Algorithm for BurstTiers {
         &self,
         states: &mut BurstTiersState,
         now: Nanos,
-        request: Request,
+        request: Hits,
         grant: Grant,
     ) -> Decision {
         if states.len() != self.tiers.len() {

@@ -11,7 +11,7 @@
 use std::num::NonZeroU64;
 
 use crate::algorithm::Algorithm;
-use crate::decision::{Decision, Grant, Request};
+use crate::decision::{Decision, Grant, Hits};
 use crate::error::ParamError;
 use crate::time::{Nanos, Span};
 
@@ -110,7 +110,7 @@ impl Algorithm for FixedWindow {
         &self,
         state: &mut FixedWindowState,
         now: Nanos,
-        request: Request,
+        request: Hits,
         grant: Grant,
     ) -> Decision {
         if grant.granted > 0 {
@@ -164,13 +164,13 @@ mod tests {
         let w = FixedWindow::new(3, Nanos::from_secs(60), Align::Epoch).unwrap();
         let mut s = w.fresh();
         let t = Nanos::from_secs(60 * 100 + 59);
-        assert_eq!(w.decide(&mut s, t, Request::between(1, 5)).granted, 3);
-        let d = w.decide(&mut s, t, Request::exactly(1));
+        assert_eq!(w.decide(&mut s, t, Hits::between(1, 5)).granted, 3);
+        let d = w.decide(&mut s, t, Hits::exactly(1));
         assert!(!d.allowed);
         assert_eq!(d.retry_after, Some(Nanos::from_secs(1)));
         // The stampede: a new window one second later admits three more.
         let next = Nanos::from_secs(60 * 101);
-        assert_eq!(w.decide(&mut s, next, Request::between(1, 5)).granted, 3);
+        assert_eq!(w.decide(&mut s, next, Hits::between(1, 5)).granted, 3);
     }
 
     #[test]
@@ -178,14 +178,14 @@ mod tests {
         let w = FixedWindow::new(2, Nanos::from_secs(10), Align::FirstHit).unwrap();
         let mut s = w.fresh();
         let t0 = Nanos::from_secs(7);
-        let d = w.decide(&mut s, t0, Request::exactly(2));
+        let d = w.decide(&mut s, t0, Hits::exactly(2));
         assert_eq!(d.reset_after, Nanos::from_secs(10));
         assert!(
-            !w.decide(&mut s, Nanos::from_secs(16), Request::exactly(1))
+            !w.decide(&mut s, Nanos::from_secs(16), Hits::exactly(1))
                 .allowed
         );
         assert!(
-            w.decide(&mut s, Nanos::from_secs(17), Request::exactly(1))
+            w.decide(&mut s, Nanos::from_secs(17), Hits::exactly(1))
                 .allowed
         );
         assert_eq!(s.start, Nanos::from_secs(17));
@@ -196,11 +196,11 @@ mod tests {
         let w = FixedWindow::new(1, Nanos::from_secs(10), Align::FirstHit).unwrap();
         let mut s = w.fresh();
         assert!(
-            w.decide(&mut s, Nanos::from_secs(100), Request::exactly(1))
+            w.decide(&mut s, Nanos::from_secs(100), Hits::exactly(1))
                 .allowed
         );
         assert!(
-            !w.decide(&mut s, Nanos::from_secs(95), Request::exactly(1))
+            !w.decide(&mut s, Nanos::from_secs(95), Hits::exactly(1))
                 .allowed
         );
     }

@@ -13,7 +13,7 @@
 use std::num::NonZeroU64;
 
 use crate::algorithm::{Algorithm, Alone, Schedule};
-use crate::decision::{Decision, Grant, Request};
+use crate::decision::{Decision, Grant, Hits};
 use crate::error::ParamError;
 use crate::rate::Rate;
 use crate::time::{Nanos, Span};
@@ -93,7 +93,7 @@ impl Gcra {
         &self,
         state: &GcraState,
         now: Nanos,
-        request: Request,
+        request: Hits,
         grant: Grant,
     ) -> Decision {
         Decision {
@@ -123,7 +123,7 @@ impl Algorithm for Gcra {
     /// The whole decision in one pass and at most one division: the hot
     /// path of a single GCRA limit. Same answer as `room` then `commit`.
     #[inline]
-    fn decide_alone(&self, state: &mut GcraState, now: Nanos, request: Request) -> Alone {
+    fn decide_alone(&self, state: &mut GcraState, now: Nanos, request: Hits) -> Alone {
         let t = self.interval.as_u64();
         let start = state.tat.max(now);
         let horizon = now.saturating_add(self.tolerance.get());
@@ -176,13 +176,7 @@ impl Algorithm for Gcra {
     }
 
     #[inline]
-    fn commit(
-        &self,
-        state: &mut GcraState,
-        now: Nanos,
-        request: Request,
-        grant: Grant,
-    ) -> Decision {
+    fn commit(&self, state: &mut GcraState, now: Nanos, request: Hits, grant: Grant) -> Decision {
         if grant.granted > 0 {
             self.advance(state, now, grant.granted);
         }
@@ -198,7 +192,7 @@ impl Algorithm for Gcra {
 impl Schedule for Gcra {
     fn acquire(&self, state: &mut GcraState, now: Nanos, hits: u64) -> Decision {
         self.advance(state, now, hits);
-        let request = Request::exactly(hits);
+        let request = Hits::exactly(hits);
         let grant = Grant {
             granted: hits,
             allowed: true,
@@ -228,28 +222,28 @@ mod tests {
         let mut s = g.fresh();
         let now = Nanos::from_secs(100);
         for i in 0..5 {
-            let d = g.decide(&mut s, now, Request::exactly(1));
+            let d = g.decide(&mut s, now, Hits::exactly(1));
             assert!(d.allowed, "hit {i}");
             assert_eq!(d.remaining, 4 - i);
         }
-        let d = g.decide(&mut s, now, Request::exactly(1));
+        let d = g.decide(&mut s, now, Hits::exactly(1));
         assert!(!d.allowed);
         assert_eq!(d.granted, 0);
         assert_eq!(d.retry_after, Some(Nanos::from_millis(100)));
         assert_eq!(d.reset_after, Nanos::from_millis(500));
         // One interval later exactly one more conforms.
         let later = now.saturating_add(Nanos::from_millis(100));
-        assert!(g.decide(&mut s, later, Request::exactly(1)).allowed);
-        assert!(!g.decide(&mut s, later, Request::exactly(1)).allowed);
+        assert!(g.decide(&mut s, later, Hits::exactly(1)).allowed);
+        assert!(!g.decide(&mut s, later, Hits::exactly(1)).allowed);
     }
 
     #[test]
     fn partial_grant_is_the_largest_that_fits() {
         let g = gcra(1, 10);
         let mut s = g.fresh();
-        let d = g.decide(&mut s, Nanos::ZERO, Request::between(1, 25));
+        let d = g.decide(&mut s, Nanos::ZERO, Hits::between(1, 25));
         assert_eq!(d.granted, 10);
-        let d = g.decide(&mut s, Nanos::ZERO, Request::between(2, 5));
+        let d = g.decide(&mut s, Nanos::ZERO, Hits::between(2, 5));
         assert!(!d.allowed);
         assert_eq!(d.retry_after, Some(Nanos::from_secs(2)));
     }
@@ -258,7 +252,7 @@ mod tests {
     fn more_than_burst_never_conforms() {
         let g = gcra(1, 3);
         let mut s = g.fresh();
-        let d = g.decide(&mut s, Nanos::ZERO, Request::exactly(4));
+        let d = g.decide(&mut s, Nanos::ZERO, Hits::exactly(4));
         assert!(!d.allowed);
         assert_eq!(d.retry_after, None);
         assert!(g.is_idle(&s, Nanos::ZERO), "a rejection changes nothing");

@@ -17,7 +17,7 @@
 
 use crate::algorithm::{Algorithm, Schedule};
 use crate::algorithms::gcra::{Gcra, GcraState};
-use crate::decision::{Decision, Grant, Request};
+use crate::decision::{Decision, Grant, Hits};
 use crate::error::ParamError;
 use crate::rate::Rate;
 use crate::time::Nanos;
@@ -55,7 +55,7 @@ impl LeakyBucket {
         self.meter.burst()
     }
 
-    fn decision(&self, state: &GcraState, now: Nanos, request: Request, grant: Grant) -> Decision {
+    fn decision(&self, state: &GcraState, now: Nanos, request: Hits, grant: Grant) -> Decision {
         let mut d = self.meter.describe(state, now, request, grant);
         if grant.granted > 0 {
             // The last granted hit drains during [tat - T, tat).
@@ -79,13 +79,7 @@ impl Algorithm for LeakyBucket {
         self.meter.room(state, now, hits)
     }
 
-    fn commit(
-        &self,
-        state: &mut GcraState,
-        now: Nanos,
-        request: Request,
-        grant: Grant,
-    ) -> Decision {
+    fn commit(&self, state: &mut GcraState, now: Nanos, request: Hits, grant: Grant) -> Decision {
         if grant.granted > 0 {
             self.meter.advance(state, now, grant.granted);
         }
@@ -106,7 +100,7 @@ impl Schedule for LeakyBucket {
             allowed: true,
         };
         // Like the other schedulers, retry_after is for one more hit.
-        self.decision(state, now, Request::between(hits.min(1), hits), grant)
+        self.decision(state, now, Hits::between(hits.min(1), hits), grant)
     }
 }
 
@@ -119,7 +113,7 @@ mod tests {
         let b = LeakyBucket::new(Rate::per_second(4).unwrap(), 3).unwrap();
         let mut s = b.fresh();
         let waits: Vec<_> = (0..3)
-            .map(|_| b.decide(&mut s, Nanos::ZERO, Request::exactly(1)).wait)
+            .map(|_| b.decide(&mut s, Nanos::ZERO, Hits::exactly(1)).wait)
             .collect();
         assert_eq!(
             waits,
@@ -129,7 +123,7 @@ mod tests {
                 Nanos::from_millis(500)
             ]
         );
-        let full = b.decide(&mut s, Nanos::ZERO, Request::exactly(1));
+        let full = b.decide(&mut s, Nanos::ZERO, Hits::exactly(1));
         assert!(!full.allowed, "a full queue rejects");
         assert_eq!(full.retry_after, Some(Nanos::from_millis(250)));
         assert_eq!(full.reset_after, Nanos::from_millis(750));
@@ -139,9 +133,9 @@ mod tests {
     fn a_batch_proceeds_with_its_last_hit() {
         let b = LeakyBucket::new(Rate::per_second(10).unwrap(), 10).unwrap();
         let mut s = b.fresh();
-        let d = b.decide(&mut s, Nanos::ZERO, Request::exactly(4));
+        let d = b.decide(&mut s, Nanos::ZERO, Hits::exactly(4));
         assert_eq!(d.wait, Nanos::from_millis(300));
-        let d = b.decide(&mut s, Nanos::ZERO, Request::exactly(1));
+        let d = b.decide(&mut s, Nanos::ZERO, Hits::exactly(1));
         assert_eq!(d.wait, Nanos::from_millis(400));
     }
 
@@ -149,13 +143,13 @@ mod tests {
     fn queue_size_one_is_a_constant_rate_meter() {
         let b = LeakyBucket::new(Rate::per_second(2).unwrap(), 1).unwrap();
         let mut s = b.fresh();
-        assert!(b.decide(&mut s, Nanos::ZERO, Request::exactly(1)).allowed);
+        assert!(b.decide(&mut s, Nanos::ZERO, Hits::exactly(1)).allowed);
         assert!(
-            !b.decide(&mut s, Nanos::from_millis(499), Request::exactly(1))
+            !b.decide(&mut s, Nanos::from_millis(499), Hits::exactly(1))
                 .allowed
         );
         assert!(
-            b.decide(&mut s, Nanos::from_millis(500), Request::exactly(1))
+            b.decide(&mut s, Nanos::from_millis(500), Hits::exactly(1))
                 .allowed
         );
     }

@@ -19,7 +19,7 @@ use std::num::NonZeroU64;
 
 use crate::algorithm::Algorithm;
 use crate::algorithms::hit_log::HitLog;
-use crate::decision::{Decision, Grant, Request};
+use crate::decision::{Decision, Grant, Hits};
 use crate::error::ParamError;
 use crate::time::{Nanos, Span};
 
@@ -152,12 +152,12 @@ impl SlidingLog {
             granted: hits,
             allowed: true,
         };
-        let mut d = self.describe(log, now, Request::between(hits.min(1), hits), grant);
+        let mut d = self.describe(log, now, Hits::between(hits.min(1), hits), grant);
         d.wait = at.saturating_sub(now);
         d
     }
 
-    fn describe(&self, log: &HitLog, now: Nanos, request: Request, grant: Grant) -> Decision {
+    fn describe(&self, log: &HitLog, now: Nanos, request: Hits, grant: Grant) -> Decision {
         let count = self.count(log, now);
         // Fresh again once the newest hit has left the window and the gap
         // after it has passed.
@@ -206,7 +206,7 @@ impl Algorithm for SlidingLog {
         &self,
         log: &mut SlidingLogState,
         now: Nanos,
-        request: Request,
+        request: Hits,
         grant: Grant,
     ) -> Decision {
         log.prune(self.window_start(now));
@@ -235,16 +235,16 @@ mod tests {
     fn exact_window_with_inclusive_edge() {
         let l = SlidingLog::new(2, ms(1000)).unwrap();
         let mut s = l.fresh();
-        assert!(l.decide(&mut s, ms(0), Request::exactly(1)).allowed);
-        assert!(l.decide(&mut s, ms(400), Request::exactly(1)).allowed);
-        let d = l.decide(&mut s, ms(1000), Request::exactly(1));
+        assert!(l.decide(&mut s, ms(0), Hits::exactly(1)).allowed);
+        assert!(l.decide(&mut s, ms(400), Hits::exactly(1)).allowed);
+        let d = l.decide(&mut s, ms(1000), Hits::exactly(1));
         assert!(!d.allowed, "the hit at 0 still counts at exactly 1000");
         assert_eq!(d.retry_after, Some(Nanos::NANOSECOND));
         assert!(
             l.decide(
                 &mut s,
                 ms(1000).saturating_add(Nanos::NANOSECOND),
-                Request::exactly(1)
+                Hits::exactly(1)
             )
             .allowed
         );
@@ -254,11 +254,11 @@ mod tests {
     fn min_gap_blocks_close_requests() {
         let l = SlidingLog::new(10, ms(1000)).unwrap().with_min_gap(ms(100));
         let mut s = l.fresh();
-        assert!(l.decide(&mut s, ms(0), Request::exactly(1)).allowed);
-        let d = l.decide(&mut s, ms(50), Request::exactly(1));
+        assert!(l.decide(&mut s, ms(0), Hits::exactly(1)).allowed);
+        let d = l.decide(&mut s, ms(50), Hits::exactly(1));
         assert!(!d.allowed);
         assert_eq!(d.retry_after, Some(ms(50)));
-        assert!(l.decide(&mut s, ms(100), Request::exactly(1)).allowed);
+        assert!(l.decide(&mut s, ms(100), Hits::exactly(1)).allowed);
     }
 
     #[test]
@@ -269,30 +269,26 @@ mod tests {
         let plain = SlidingLog::new(2, ms(1000)).unwrap();
         let (mut s, mut p) = (counting.fresh(), plain.fresh());
         for t in [0, 10] {
-            assert!(counting.decide(&mut s, ms(t), Request::exactly(1)).allowed);
-            assert!(plain.decide(&mut p, ms(t), Request::exactly(1)).allowed);
+            assert!(counting.decide(&mut s, ms(t), Hits::exactly(1)).allowed);
+            assert!(plain.decide(&mut p, ms(t), Hits::exactly(1)).allowed);
         }
         // Keeps trying every 300 ms: each rejected attempt renews the block.
         for t in [300, 600, 900] {
             assert!(
-                !counting.decide(&mut s, ms(t), Request::exactly(1)).allowed,
+                !counting.decide(&mut s, ms(t), Hits::exactly(1)).allowed,
                 "at {t}"
             );
             assert!(
-                !plain.decide(&mut p, ms(t), Request::exactly(1)).allowed,
+                !plain.decide(&mut p, ms(t), Hits::exactly(1)).allowed,
                 "at {t}"
             );
         }
-        assert!(
-            !counting
-                .decide(&mut s, ms(1200), Request::exactly(1))
-                .allowed
-        );
-        assert!(plain.decide(&mut p, ms(1200), Request::exactly(1)).allowed);
+        assert!(!counting.decide(&mut s, ms(1200), Hits::exactly(1)).allowed);
+        assert!(plain.decide(&mut p, ms(1200), Hits::exactly(1)).allowed);
         let l = counting;
         // Memory stays bounded by the limit.
         for t in 0..1000 {
-            l.decide(&mut s, ms(3000 + t), Request::exactly(1));
+            l.decide(&mut s, ms(3000 + t), Hits::exactly(1));
         }
         assert!(s.heap_bytes() <= 16 * 8);
     }

@@ -22,7 +22,7 @@ use std::num::NonZeroU64;
 use smallvec::{smallvec, SmallVec};
 
 use crate::algorithm::Algorithm;
-use crate::decision::{Decision, Grant, Request};
+use crate::decision::{Decision, Grant, Hits};
 use crate::error::ParamError;
 use crate::time::{Nanos, Span};
 
@@ -208,7 +208,7 @@ impl Algorithm for SlidingWindow {
         &self,
         state: &mut SlidingWindowState,
         now: Nanos,
-        request: Request,
+        request: Hits,
         grant: Grant,
     ) -> Decision {
         let view = self.view(state, now);
@@ -265,14 +265,14 @@ mod tests {
         let w = SlidingWindow::new(100, Nanos::from_secs(60), 2).unwrap();
         let mut s = w.fresh();
         assert_eq!(
-            w.decide(&mut s, Nanos::from_secs(30), Request::between(1, 60))
+            w.decide(&mut s, Nanos::from_secs(30), Hits::between(1, 60))
                 .granted,
             60
         );
         let t = Nanos::from_secs(103);
         // 60 × 17/60 = 17 estimated from the previous minute.
-        assert_eq!(w.decide(&mut s, t, Request::between(1, 1000)).granted, 83);
-        let d = w.decide(&mut s, t, Request::exactly(1));
+        assert_eq!(w.decide(&mut s, t, Hits::between(1, 1000)).granted, 83);
+        let d = w.decide(&mut s, t, Hits::exactly(1));
         assert!(!d.allowed);
         // One more fits once the previous minute weighs 16/60 or less: 1 s.
         assert_eq!(d.retry_after, Some(Nanos::from_secs(1)));
@@ -284,19 +284,19 @@ mod tests {
         assert_eq!(w.sub_window(), Nanos::from_secs(15));
         let mut s = w.fresh();
         assert!(
-            w.decide(&mut s, Nanos::from_secs(0), Request::exactly(10))
+            w.decide(&mut s, Nanos::from_secs(0), Hits::exactly(10))
                 .allowed
         );
         assert!(
-            !w.decide(&mut s, Nanos::from_secs(59), Request::exactly(1))
+            !w.decide(&mut s, Nanos::from_secs(59), Hits::exactly(1))
                 .allowed
         );
         // At 60 s the first sub-window is the oldest, fully weighted; it
         // fades over [60, 75): 10·(15 − e)/15 <= 9 from e = 1.5 s.
-        let d = w.decide(&mut s, Nanos::from_secs(60), Request::exactly(1));
+        let d = w.decide(&mut s, Nanos::from_secs(60), Hits::exactly(1));
         assert_eq!(d.retry_after, Some(Nanos::from_millis(1500)));
         assert!(
-            w.decide(&mut s, Nanos::from_millis(61_500), Request::exactly(1))
+            w.decide(&mut s, Nanos::from_millis(61_500), Hits::exactly(1))
                 .allowed
         );
         // That hit, in the sub-window [60, 75), weighs until 135 s.

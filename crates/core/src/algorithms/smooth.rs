@@ -20,7 +20,7 @@
 //! throttling altogether, google/guava#2730).
 
 use crate::algorithm::{Algorithm, Schedule};
-use crate::decision::{Decision, Grant, Request};
+use crate::decision::{Decision, Grant, Hits};
 use crate::error::ParamError;
 use crate::rate::Rate;
 use crate::time::Nanos;
@@ -318,13 +318,7 @@ impl Algorithm for Smooth {
         }
     }
 
-    fn commit(
-        &self,
-        state: &mut SmoothState,
-        now: Nanos,
-        request: Request,
-        grant: Grant,
-    ) -> Decision {
+    fn commit(&self, state: &mut SmoothState, now: Nanos, request: Hits, grant: Grant) -> Decision {
         let mut wait = 0;
         if grant.granted > 0 {
             let now_micros = micros(now);

@@ -19,7 +19,7 @@
 use std::num::NonZeroU64;
 
 use crate::algorithm::{Algorithm, Schedule};
-use crate::decision::{Decision, Grant, Request};
+use crate::decision::{Decision, Grant, Hits};
 use crate::error::ParamError;
 use crate::rate::Rate;
 use crate::time::{Nanos, Span};
@@ -189,7 +189,7 @@ impl TokenBucket {
         &self,
         state: &TokenBucketState,
         now: Nanos,
-        request: Request,
+        request: Hits,
         grant: Grant,
     ) -> Decision {
         let level = self.level(state, now);
@@ -224,7 +224,7 @@ impl Algorithm for TokenBucket {
         &self,
         state: &mut TokenBucketState,
         now: Nanos,
-        request: Request,
+        request: Hits,
         grant: Grant,
     ) -> Decision {
         if grant.granted > 0 {
@@ -250,7 +250,7 @@ impl Schedule for TokenBucket {
             granted: hits,
             allowed: true,
         };
-        let mut d = self.describe(state, now, Request::exactly(hits), grant);
+        let mut d = self.describe(state, now, Hits::exactly(hits), grant);
         d.wait = Nanos::new(state.token_time.min(0).unsigned_abs());
         d.retry_after = self.retry_after(state, now, 1);
         d
@@ -270,29 +270,29 @@ mod tests {
         let b = bucket(10, 4);
         let mut s = b.fresh();
         let t0 = Nanos::from_secs(1000);
-        let d = b.decide(&mut s, t0, Request::exactly(10));
+        let d = b.decide(&mut s, t0, Hits::exactly(10));
         assert!(d.allowed);
         assert_eq!(d.remaining, 0);
         assert_eq!(d.reset_after, Nanos::from_millis(2500));
         // 100 ms is 0.4 of a token: not enough, but it is kept.
         let t1 = t0.saturating_add(Nanos::from_millis(100));
-        let d = b.decide(&mut s, t1, Request::exactly(1));
+        let d = b.decide(&mut s, t1, Hits::exactly(1));
         assert!(!d.allowed);
         assert_eq!(d.retry_after, Some(Nanos::from_millis(150)));
         let t2 = t0.saturating_add(Nanos::from_millis(250));
-        assert!(b.decide(&mut s, t2, Request::exactly(1)).allowed);
+        assert!(b.decide(&mut s, t2, Hits::exactly(1)).allowed);
         // The 0.0 left over plus 500 ms is exactly two tokens.
         let t3 = t2.saturating_add(Nanos::from_millis(500));
-        assert_eq!(b.decide(&mut s, t3, Request::between(1, 5)).granted, 2);
+        assert_eq!(b.decide(&mut s, t3, Hits::between(1, 5)).granted, 2);
     }
 
     #[test]
     fn never_refills_past_capacity() {
         let b = bucket(3, 1);
         let mut s = b.fresh();
-        assert!(b.decide(&mut s, Nanos::ZERO, Request::exactly(1)).allowed);
+        assert!(b.decide(&mut s, Nanos::ZERO, Hits::exactly(1)).allowed);
         let later = Nanos::from_secs(60);
-        let d = b.decide(&mut s, later, Request::between(1, 10));
+        let d = b.decide(&mut s, later, Hits::between(1, 10));
         assert_eq!(d.granted, 3);
     }
 
@@ -301,14 +301,14 @@ mod tests {
         let b = TokenBucket::with_initial(100, Rate::new(100, Nanos::from_secs(60)).unwrap(), 150)
             .unwrap();
         let mut s = b.fresh();
-        let d = b.decide(&mut s, Nanos::ZERO, Request::between(1, 1000));
+        let d = b.decide(&mut s, Nanos::ZERO, Hits::between(1, 1000));
         assert_eq!(d.granted, 150);
         // Thirty seconds refill fifty, not more.
-        let d = b.decide(&mut s, Nanos::from_secs(30), Request::between(1, 1000));
+        let d = b.decide(&mut s, Nanos::from_secs(30), Hits::between(1, 1000));
         assert_eq!(d.granted, 50);
         // Idle for a whole refill time after being full: the burst returns.
         let t = Nanos::from_secs(30 + 60 + 60 + 1);
-        let d = b.decide(&mut s, t, Request::between(1, 1000));
+        let d = b.decide(&mut s, t, Hits::between(1, 1000));
         assert_eq!(d.granted, 150);
     }
 
@@ -316,11 +316,11 @@ mod tests {
     fn initial_tokens_below_capacity_refill_from_the_first_request() {
         let b = TokenBucket::with_initial(10, Rate::per_second(1).unwrap(), 2).unwrap();
         let mut s = b.fresh();
-        let d = b.decide(&mut s, Nanos::ZERO, Request::exactly(5));
+        let d = b.decide(&mut s, Nanos::ZERO, Hits::exactly(5));
         assert!(!d.allowed);
         assert_eq!(d.retry_after, Some(Nanos::from_secs(3)));
         assert!(
-            b.decide(&mut s, Nanos::from_secs(3), Request::exactly(5))
+            b.decide(&mut s, Nanos::from_secs(3), Hits::exactly(5))
                 .allowed
         );
     }
@@ -329,7 +329,7 @@ mod tests {
     fn asking_for_more_than_capacity_never_succeeds() {
         let b = bucket(5, 1);
         let mut s = b.fresh();
-        let d = b.decide(&mut s, Nanos::ZERO, Request::exactly(6));
+        let d = b.decide(&mut s, Nanos::ZERO, Hits::exactly(6));
         assert_eq!(d.retry_after, None);
         assert!(b.is_idle(&s, Nanos::ZERO));
     }
@@ -344,7 +344,7 @@ mod tests {
             Nanos::from_millis(300)
         );
         // The debt is repaid before anything is admitted again.
-        let d = b.decide(&mut s, Nanos::from_millis(350), Request::exactly(1));
+        let d = b.decide(&mut s, Nanos::from_millis(350), Hits::exactly(1));
         assert!(!d.allowed);
         assert_eq!(d.retry_after, Some(Nanos::from_millis(50)));
         assert!(!b.is_idle(&s, Nanos::from_millis(400)));
@@ -359,7 +359,7 @@ mod tests {
         let granted: u64 = (0..200)
             .map(|i| {
                 let t = if i % 2 == 0 { 110 } else { 100 };
-                b.decide(&mut s, Nanos::from_secs(t), Request::exactly(1))
+                b.decide(&mut s, Nanos::from_secs(t), Hits::exactly(1))
                     .granted
             })
             .sum();
@@ -370,7 +370,7 @@ mod tests {
     fn a_full_unused_bucket_is_idle() {
         let b = bucket(10, 10);
         let mut s = b.fresh();
-        b.decide(&mut s, Nanos::ZERO, Request::exactly(10));
+        b.decide(&mut s, Nanos::ZERO, Hits::exactly(10));
         assert!(!b.is_idle(&s, Nanos::from_millis(1000)));
         assert!(b.is_idle(&s, Nanos::from_millis(1001)));
     }

@@ -61,9 +61,9 @@
 //!   have consumed tokens", §3.1).
 //!
 //! Two smaller choices. A request may ask for several hits and accept as few
-//! as `min_hits` (the core's [`Request`]): the largest `n` in
+//! as `min_hits` (the core's [`Hits`]): the largest `n` in
 //! `[min_hits, hits]` that the bucket holds is consumed, or nothing; the
-//! thesis's one-token request is `Request::exactly(1)`. And Listing 3.4
+//! thesis's one-token request is `Hits::exactly(1)`. And Listing 3.4
 //! replaces the limit only when the other one is strictly greater, which
 //! keeps whichever refill timestamp was merged *into*: `merge(a, b)` and
 //! `merge(b, a)` would differ on equal limits. Equal limits keep the later
@@ -108,7 +108,7 @@ use std::num::NonZeroU64;
 
 use smallvec::SmallVec;
 
-use crate::decision::{Decision, Grant, Request};
+use crate::decision::{Decision, Grant, Hits};
 use crate::error::ParamError;
 use crate::rate::Rate;
 use crate::replicated::{raise_entry, NodeId, OnNode, Replicated};
@@ -239,7 +239,7 @@ impl CounterBucket {
         state: &mut CounterBucketState,
         node: NodeId,
         now: Nanos,
-        request: Request,
+        request: Hits,
         grant: Grant,
     ) -> Decision {
         if grant.granted > 0 {
@@ -259,7 +259,7 @@ impl CounterBucket {
         state: &mut CounterBucketState,
         node: NodeId,
         now: Nanos,
-        request: Request,
+        request: Hits,
     ) -> Decision {
         let room = self.room(state, now, request.hits);
         let grant = Grant::from_room(request, room);
@@ -319,7 +319,7 @@ impl CounterBucket {
         &self,
         state: &CounterBucketState,
         now: Nanos,
-        request: Request,
+        request: Hits,
         grant: Grant,
     ) -> Decision {
         Decision {
@@ -354,7 +354,7 @@ impl Replicated for CounterBucket {
         state: &mut CounterBucketState,
         node: NodeId,
         now: Nanos,
-        request: Request,
+        request: Hits,
         grant: Grant,
     ) -> Decision {
         self.commit(state, node, now, request, grant)
@@ -513,7 +513,7 @@ mod tests {
     }
 
     fn one(b: &CounterBucket, s: &mut CounterBucketState, node: NodeId, t: Nanos) -> bool {
-        b.decide(s, node, t, Request::exactly(1)).allowed
+        b.decide(s, node, t, Hits::exactly(1)).allowed
     }
 
     #[test]
@@ -540,7 +540,7 @@ mod tests {
         let b = bucket(5, 1);
         let mut s = CounterBucketState::default();
         let t = Nanos::from_secs(100);
-        let d = b.decide(&mut s, A, t, Request::exactly(1));
+        let d = b.decide(&mut s, A, t, Hits::exactly(1));
         assert!(d.allowed);
         assert_eq!(d.remaining, 4);
         assert_eq!(s.limit(), 5);
@@ -550,7 +550,7 @@ mod tests {
         for _ in 0..4 {
             assert!(one(&b, &mut s, A, t));
         }
-        let d = b.decide(&mut s, A, t, Request::exactly(1));
+        let d = b.decide(&mut s, A, t, Hits::exactly(1));
         assert!(!d.allowed);
         assert_eq!(d.retry_after, Some(Nanos::SECOND));
         assert_eq!(d.reset_after, Nanos::from_secs(5));
@@ -563,16 +563,13 @@ mod tests {
         // whole token at 3 s.
         let b = bucket(5, 1);
         let mut s = CounterBucketState::default();
-        assert!(
-            b.decide(&mut s, A, Nanos::ZERO, Request::exactly(5))
-                .allowed
-        );
-        let d = b.decide(&mut s, A, ms(2500), Request::exactly(1));
+        assert!(b.decide(&mut s, A, Nanos::ZERO, Hits::exactly(5)).allowed);
+        let d = b.decide(&mut s, A, ms(2500), Hits::exactly(1));
         assert!(d.allowed);
         assert_eq!(d.remaining, 1);
         assert_eq!(s.limit(), 7);
         assert_eq!(s.refill_timestamp(), Some(ms(2000)));
-        let d = b.decide(&mut s, A, ms(3000), Request::between(1, 10));
+        let d = b.decide(&mut s, A, ms(3000), Hits::between(1, 10));
         assert_eq!(d.granted, 2);
         assert_eq!(s.limit(), 8);
         assert_eq!(s.refill_timestamp(), Some(ms(3000)));
@@ -586,7 +583,7 @@ mod tests {
         let b = bucket(5, 1);
         let mut s = CounterBucketState::default();
         assert!(one(&b, &mut s, A, Nanos::ZERO));
-        let d = b.decide(&mut s, A, Nanos::from_secs(60), Request::between(1, 100));
+        let d = b.decide(&mut s, A, Nanos::from_secs(60), Hits::between(1, 100));
         assert_eq!(d.granted, 5);
         assert_eq!(s.limit(), 6);
         assert_eq!(s.refill_timestamp(), Some(Nanos::from_secs(60)));
@@ -609,15 +606,15 @@ mod tests {
     fn a_rejection_changes_nothing() {
         let b = bucket(2, 1);
         let mut s = CounterBucketState::default();
-        b.decide(&mut s, A, Nanos::ZERO, Request::exactly(2));
+        b.decide(&mut s, A, Nanos::ZERO, Hits::exactly(2));
         let before = s.clone();
-        let d = b.decide(&mut s, A, ms(1500), Request::exactly(2));
+        let d = b.decide(&mut s, A, ms(1500), Hits::exactly(2));
         assert!(!d.allowed);
         assert_eq!(d.remaining, 1);
         assert_eq!(d.retry_after, Some(ms(500)));
         assert_eq!(s, before);
         // Asking for more than the capacity never succeeds.
-        let d = b.decide(&mut s, A, ms(1500), Request::exactly(3));
+        let d = b.decide(&mut s, A, ms(1500), Hits::exactly(3));
         assert_eq!(d.retry_after, None);
         assert_eq!(s, before);
     }
@@ -629,8 +626,8 @@ mod tests {
         let b = bucket(10, 1);
         let mut a = CounterBucketState::default();
         let mut bb = CounterBucketState::default();
-        b.decide(&mut a, A, Nanos::ZERO, Request::exactly(2));
-        b.decide(&mut bb, B, Nanos::ZERO, Request::exactly(3));
+        b.decide(&mut a, A, Nanos::ZERO, Hits::exactly(2));
+        b.decide(&mut bb, B, Nanos::ZERO, Hits::exactly(3));
         let a0 = a.clone();
         assert!(a.merge(&bb));
         assert!(bb.merge(&a0));
@@ -645,7 +642,7 @@ mod tests {
         // B; then each grants the last token before hearing of the other.
         let b = bucket(5, 1);
         let mut a = CounterBucketState::default();
-        b.decide(&mut a, A, Nanos::ZERO, Request::exactly(4));
+        b.decide(&mut a, A, Nanos::ZERO, Hits::exactly(4));
         let mut bb = CounterBucketState::default();
         assert!(bb.merge(&a));
         assert!(one(&b, &mut a, A, ms(100)));
@@ -663,7 +660,7 @@ mod tests {
         assert_eq!(a.refill_timestamp(), Some(Nanos::ZERO));
         // The debt is repaid at the refill rate (§5.2.5): the token refilled
         // at 1 s pays it, the next one comes at 2 s.
-        let d = b.decide(&mut a, A, ms(1000), Request::exactly(1));
+        let d = b.decide(&mut a, A, ms(1000), Hits::exactly(1));
         assert!(!d.allowed);
         assert_eq!(d.retry_after, Some(ms(1000)));
         assert!(!one(&b, &mut a, A, ms(1999)));
@@ -679,7 +676,7 @@ mod tests {
         let mut states = [A, B, C].map(|n| {
             let mut s = CounterBucketState::default();
             assert_eq!(
-                b.decide(&mut s, n, Nanos::ZERO, Request::between(1, 10))
+                b.decide(&mut s, n, Nanos::ZERO, Hits::between(1, 10))
                     .granted,
                 5
             );
@@ -692,7 +689,7 @@ mod tests {
         assert_eq!(first.consumed(), 15);
         assert_eq!(first.limit(), 5);
         // Ten tokens of debt: the next token is eleven seconds away.
-        let d = b.decide(first, A, Nanos::ZERO, Request::exactly(1));
+        let d = b.decide(first, A, Nanos::ZERO, Hits::exactly(1));
         assert_eq!(d.retry_after, Some(Nanos::from_secs(11)));
         assert_eq!(d.reset_after, Nanos::from_secs(15));
     }
@@ -729,7 +726,7 @@ mod tests {
     fn merge_reports_change_as_listing_3_3_needs() {
         let b = bucket(5, 1);
         let mut a = CounterBucketState::default();
-        b.decide(&mut a, A, Nanos::ZERO, Request::exactly(1));
+        b.decide(&mut a, A, Nanos::ZERO, Hits::exactly(1));
         // A key the receiver lacks: the received bucket is taken as it is.
         let mut r = CounterBucketState::default();
         assert!(r.merge(&a));
@@ -761,7 +758,7 @@ mod tests {
         let b = bucket(10, 10);
         let mut s = CounterBucketState::default();
         assert!(b.is_idle(&s, Nanos::ZERO));
-        b.decide(&mut s, A, Nanos::ZERO, Request::exactly(10));
+        b.decide(&mut s, A, Nanos::ZERO, Hits::exactly(10));
         assert_eq!(b.full_at(&s), ms(1000));
         assert!(!b.is_idle(&s, ms(999)));
         assert!(b.is_idle(&s, ms(1000)));
@@ -785,7 +782,7 @@ mod tests {
     fn on_node_is_an_algorithm() {
         let alg = bucket(3, 1).on(B);
         let mut s = alg.fresh();
-        let alone = alg.decide_alone(&mut s, Nanos::ZERO, Request::between(1, 5));
+        let alone = alg.decide_alone(&mut s, Nanos::ZERO, Hits::between(1, 5));
         assert_eq!(alone.room, 3);
         assert_eq!(alone.decision.granted, 3);
         assert!(!alone.idle);
@@ -800,12 +797,12 @@ mod tests {
             u64::MAX,
             Some(Nanos::MAX),
         );
-        let d = b.decide(&mut s, A, Nanos::MAX, Request::exactly(u64::MAX));
+        let d = b.decide(&mut s, A, Nanos::MAX, Hits::exactly(u64::MAX));
         assert!(!d.allowed);
-        let d = b.decide(&mut s, C, Nanos::ZERO, Request::between(0, u64::MAX));
+        let d = b.decide(&mut s, C, Nanos::ZERO, Hits::between(0, u64::MAX));
         assert_eq!(d.granted, 0);
         let mut t = CounterBucketState::default();
-        b.decide(&mut t, A, Nanos::MAX, Request::between(1, u64::MAX));
+        b.decide(&mut t, A, Nanos::MAX, Hits::between(1, u64::MAX));
         t.merge(&s);
         assert!(!b.is_idle(&t, Nanos::ZERO));
         assert!(s.footprint() >= std::mem::size_of::<CounterBucketState>());

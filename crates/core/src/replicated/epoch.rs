@@ -73,7 +73,7 @@
 //!   exactly like a `TokenBucket` of the same capacity and rate. The seed
 //!   only says "a standard token bucket".
 //! - **A request may take several hits** and accept as few as `min_hits`
-//!   (the core's [`Request`]): the largest `n` in `[min_hits, hits]` not
+//!   (the core's [`Hits`]): the largest `n` in `[min_hits, hits]` not
 //!   above the level is granted, or nothing.
 //! - **A rejection changes nothing** (no refill, no tick), so a key that is
 //!   only rejected has nothing new to store or gossip; refilling or ticking
@@ -110,7 +110,7 @@ use std::num::NonZeroU64;
 
 use smallvec::SmallVec;
 
-use crate::decision::{Decision, Grant, Request};
+use crate::decision::{Decision, Grant, Hits};
 use crate::error::ParamError;
 use crate::rate::Rate;
 use crate::replicated::{raise_entry, NodeId, OnNode, Replicated};
@@ -335,7 +335,7 @@ impl EpochBucket {
         state: &mut EpochBucketState,
         node: NodeId,
         now: Nanos,
-        request: Request,
+        request: Hits,
         grant: Grant,
     ) -> Decision {
         if grant.granted > 0 {
@@ -354,7 +354,7 @@ impl EpochBucket {
         state: &mut EpochBucketState,
         node: NodeId,
         now: Nanos,
-        request: Request,
+        request: Hits,
     ) -> Decision {
         let room = self.room(state, now, request.hits);
         let grant = Grant::from_room(request, room);
@@ -411,7 +411,7 @@ impl EpochBucket {
         &self,
         state: &EpochBucketState,
         now: Nanos,
-        request: Request,
+        request: Hits,
         grant: Grant,
     ) -> Decision {
         Decision {
@@ -439,7 +439,7 @@ impl Replicated for EpochBucket {
         state: &mut EpochBucketState,
         node: NodeId,
         now: Nanos,
-        request: Request,
+        request: Hits,
         grant: Grant,
     ) -> Decision {
         self.commit(state, node, now, request, grant)
@@ -642,16 +642,16 @@ mod tests {
     fn never_grants_more_than_the_level() {
         let b = bucket(5, 1);
         let mut s = EpochBucketState::default();
-        let d = b.decide(&mut s, A, Nanos::ZERO, Request::between(1, 8));
+        let d = b.decide(&mut s, A, Nanos::ZERO, Hits::between(1, 8));
         assert_eq!(d.granted, 5);
         assert_eq!(s.open_traffic(), 5);
-        let d = b.decide(&mut s, A, ms(500), Request::exactly(1));
+        let d = b.decide(&mut s, A, ms(500), Hits::exactly(1));
         assert!(!d.allowed);
         assert_eq!(d.retry_after, Some(ms(500)));
         assert_eq!(d.reset_after, ms(4500));
         // A rejection changes nothing.
         let before = s.clone();
-        b.decide(&mut s, A, ms(900), Request::exactly(6));
+        b.decide(&mut s, A, ms(900), Hits::exactly(6));
         assert_eq!(s, before);
     }
 
@@ -659,13 +659,13 @@ mod tests {
     fn the_tick_commits_the_open_traffic() {
         let b = bucket(5, 1);
         let mut s = EpochBucketState::default();
-        b.decide(&mut s, A, ms(200), Request::exactly(3));
+        b.decide(&mut s, A, ms(200), Hits::exactly(3));
         assert_eq!(s.report(), &EpochReport::new(0));
         let r = b.report(&mut s, A, ms(1100));
         assert_eq!(r, EpochReport::from_parts(0, [(A, 3)]));
         assert_eq!((s.open_epoch(), s.open_traffic()), (1, 0));
         // The next tick starts a new report; an idle epoch reports nothing.
-        b.decide(&mut s, A, ms(1200), Request::exactly(1));
+        b.decide(&mut s, A, ms(1200), Hits::exactly(1));
         assert_eq!(
             b.report(&mut s, A, ms(2000)),
             EpochReport::from_parts(1, [(A, 1)])
@@ -677,7 +677,7 @@ mod tests {
     fn a_late_tick_files_the_traffic_under_the_epoch_just_closed() {
         let b = bucket(5, 1);
         let mut s = EpochBucketState::default();
-        b.decide(&mut s, A, ms(200), Request::exactly(2));
+        b.decide(&mut s, A, ms(200), Hits::exactly(2));
         assert_eq!(
             b.report(&mut s, A, ms(3500)),
             EpochReport::from_parts(2, [(A, 2)])
@@ -690,14 +690,8 @@ mod tests {
         let b = bucket(5, 1);
         let mut a = EpochBucketState::default();
         let mut bb = EpochBucketState::default();
-        assert_eq!(
-            b.decide(&mut a, A, ms(0), Request::between(1, 9)).granted,
-            5
-        );
-        assert_eq!(
-            b.decide(&mut bb, B, ms(0), Request::between(1, 9)).granted,
-            5
-        );
+        assert_eq!(b.decide(&mut a, A, ms(0), Hits::between(1, 9)).granted, 5);
+        assert_eq!(b.decide(&mut bb, B, ms(0), Hits::between(1, 9)).granted, 5);
         let ra = b.report(&mut a, A, ms(1000));
         let rb = b.report(&mut bb, B, ms(1000));
         assert!(b.receive(&mut a, A, ms(1000), &rb));
@@ -718,7 +712,7 @@ mod tests {
             &EpochReport::from_parts(0, [(A, 5), (B, 7), (C, 1)])
         );
         // The debt is repaid at the rate: one token needs 8 more seconds.
-        let d = b.decide(&mut a, A, ms(1000), Request::exactly(1));
+        let d = b.decide(&mut a, A, ms(1000), Hits::exactly(1));
         assert_eq!(d.retry_after, Some(Nanos::from_secs(8)));
         assert_eq!(d.remaining, 0);
     }
@@ -727,7 +721,7 @@ mod tests {
     fn reports_of_other_epochs() {
         let b = bucket(10, 1);
         let mut a = EpochBucketState::default();
-        b.decide(&mut a, A, ms(4100), Request::exactly(1));
+        b.decide(&mut a, A, ms(4100), Hits::exactly(1));
         b.advance(&mut a, A, ms(5100));
         assert_eq!(a.report().epoch(), 4);
         // An older epoch is ignored: its traffic is never subtracted.
@@ -744,7 +738,7 @@ mod tests {
         assert_eq!(a.report(), &EpochReport::from_parts(5, [(A, 9), (B, 2)]));
         assert_eq!(a.level(), 10 - 2);
         // Our own open traffic of epoch 5 adds to our entry when it closes.
-        b.decide(&mut a, A, ms(5200), Request::exactly(1));
+        b.decide(&mut a, A, ms(5200), Hits::exactly(1));
         assert_eq!(b.report(&mut a, A, ms(6000)).traffic_of(A), 10);
     }
 
@@ -778,7 +772,7 @@ mod tests {
         let b = bucket(2, 10);
         let mut s = EpochBucketState::default();
         assert!(b.is_idle(&s, ms(123)));
-        b.decide(&mut s, A, ms(100), Request::exactly(2));
+        b.decide(&mut s, A, ms(100), Hits::exactly(2));
         // Full again at 300 ms, but the traffic is open.
         assert!(!b.is_idle(&s, ms(900)));
         b.advance(&mut s, A, ms(1000));
@@ -796,7 +790,7 @@ mod tests {
     fn on_node_is_an_algorithm() {
         let alg = bucket(3, 1).on(B);
         let mut s = alg.fresh();
-        let alone = alg.decide_alone(&mut s, Nanos::ZERO, Request::between(1, 5));
+        let alone = alg.decide_alone(&mut s, Nanos::ZERO, Hits::between(1, 5));
         assert_eq!(alone.room, 3);
         assert_eq!(alone.decision.granted, 3);
         assert!(!alone.idle);
@@ -812,14 +806,14 @@ mod tests {
         )
         .unwrap();
         let mut s = EpochBucketState::default();
-        b.decide(&mut s, A, Nanos::MAX, Request::between(1, u64::MAX));
+        b.decide(&mut s, A, Nanos::MAX, Hits::between(1, u64::MAX));
         let huge = EpochReport::from_parts(u64::MAX, [(B, u64::MAX), (C, u64::MAX)]);
         assert!(b.receive(&mut s, A, Nanos::MAX, &huge));
         assert_eq!(s.level(), i64::MIN);
-        let d = b.decide(&mut s, A, Nanos::MAX, Request::exactly(1));
+        let d = b.decide(&mut s, A, Nanos::MAX, Hits::exactly(1));
         assert!(!d.allowed);
         assert_eq!(d.retry_after, Some(Nanos::ZERO));
-        let d = b.decide(&mut s, C, Nanos::ZERO, Request::between(0, u64::MAX));
+        let d = b.decide(&mut s, C, Nanos::ZERO, Hits::between(0, u64::MAX));
         assert_eq!(d.granted, 0);
         assert!(!b.is_idle(&s, Nanos::ZERO));
         b.report(&mut s, A, Nanos::ZERO);

@@ -27,7 +27,7 @@ pub mod epoch;
 pub mod queue;
 pub mod strategy;
 
-use crate::{Algorithm, Decision, Grant, Nanos, Request};
+use crate::{Algorithm, Decision, Grant, Hits, Nanos};
 
 /// A node of a replicated cluster, as the states know it: a number every
 /// node derives the same way from the node's configured id, so states
@@ -78,7 +78,7 @@ pub trait Replicated: Copy {
         state: &mut Self::State,
         node: NodeId,
         now: Nanos,
-        request: Request,
+        request: Hits,
         grant: Grant,
     ) -> Decision;
 
@@ -107,7 +107,7 @@ impl<L: Replicated> Algorithm for OnNode<L> {
         self.limit.room_on(state, self.node, now, hits)
     }
 
-    fn commit(&self, state: &mut L::State, now: Nanos, request: Request, grant: Grant) -> Decision {
+    fn commit(&self, state: &mut L::State, now: Nanos, request: Hits, grant: Grant) -> Decision {
         self.limit.commit_on(state, self.node, now, request, grant)
     }
 

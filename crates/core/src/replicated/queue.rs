@@ -115,7 +115,7 @@ use std::num::NonZeroU64;
 
 use super::{NodeId, OnNode, Replicated};
 use crate::algorithm::Algorithm;
-use crate::decision::{Decision, Grant, Request};
+use crate::decision::{Decision, Grant, Hits};
 use crate::error::ParamError;
 use crate::rate::Rate;
 use crate::time::{Nanos, Span, SpanError};
@@ -274,7 +274,7 @@ impl TokenQueue {
         state: &mut QueueState,
         node: NodeId,
         now: Nanos,
-        request: Request,
+        request: Hits,
         grant: Grant,
     ) -> Decision {
         // Re-closing under a slower configured rate comes first, so the
@@ -321,7 +321,7 @@ impl TokenQueue {
         state: &mut QueueState,
         node: NodeId,
         now: Nanos,
-        request: Request,
+        request: Hits,
     ) -> Decision {
         self.on(node).decide(state, now, request)
     }
@@ -355,7 +355,7 @@ impl TokenQueue {
         }
     }
 
-    fn describe(&self, state: &QueueState, now: Nanos, request: Request, grant: Grant) -> Decision {
+    fn describe(&self, state: &QueueState, now: Nanos, request: Hits, grant: Grant) -> Decision {
         let live = state.live(now);
         let reset_after = state
             .elements
@@ -409,7 +409,7 @@ impl Replicated for TokenQueue {
         state: &mut QueueState,
         node: NodeId,
         now: Nanos,
-        request: Request,
+        request: Hits,
         grant: Grant,
     ) -> Decision {
         self.commit(state, node, now, request, grant)
@@ -788,7 +788,7 @@ mod tests {
     fn hand_computed_capacity_4_at_1_per_second() {
         let q = figure_4_1();
         let mut s = QueueState::default();
-        let d = q.decide(&mut s, A, Nanos::ZERO, Request::exactly(4));
+        let d = q.decide(&mut s, A, Nanos::ZERO, Hits::exactly(4));
         assert!(d.allowed);
         assert_eq!(d.remaining, 0);
         assert_eq!(d.reset_after, secs(4));
@@ -798,26 +798,26 @@ mod tests {
             [0, 1, 2, 3]
         );
         // Half a second later nothing has died.
-        let d = q.decide(&mut s, A, ms(500), Request::exactly(1));
+        let d = q.decide(&mut s, A, ms(500), Hits::exactly(1));
         assert!(!d.allowed);
         assert_eq!(d.retry_after, Some(ms(500)));
         // At 1 s the first element dies (death <= now) and its token is back;
         // the new element dies one interval after the tail (Equation 4.2).
-        let d = q.decide(&mut s, A, secs(1), Request::exactly(1));
+        let d = q.decide(&mut s, A, secs(1), Hits::exactly(1));
         assert!(d.allowed);
         assert_eq!(deaths(&s), [secs(2), secs(3), secs(4), secs(5)]);
         // At 2.5 s one more died: room for one of four.
-        let d = q.decide(&mut s, A, ms(2500), Request::between(1, 4));
+        let d = q.decide(&mut s, A, ms(2500), Hits::between(1, 4));
         assert_eq!(d.granted, 1);
         assert_eq!(deaths(&s), [secs(3), secs(4), secs(5), secs(6)]);
         assert_eq!(d.retry_after, Some(ms(500)));
         // Two tokens are back at 4 s.
-        let d = q.decide(&mut s, A, ms(2500), Request::exactly(2));
+        let d = q.decide(&mut s, A, ms(2500), Hits::exactly(2));
         assert_eq!(d.retry_after, Some(ms(1500)));
         // Once everything is dead the queue is empty again and Equation
         // 4.2's first case applies: death = now + 1/refillRate.
         assert!(q.is_idle(&s, secs(6)));
-        let d = q.decide(&mut s, A, secs(10), Request::exactly(2));
+        let d = q.decide(&mut s, A, secs(10), Hits::exactly(2));
         assert!(d.allowed);
         assert_eq!(deaths(&s), [secs(11), secs(12)]);
         assert_eq!(d.remaining, 2);
@@ -837,8 +837,8 @@ mod tests {
         let mut log_grants = vec![];
         for t in [0, 0, 0, 0, 1, 2, 3] {
             let now = secs(t);
-            queue_grants.push(q.decide(&mut s, A, now, Request::exactly(1)).granted);
-            log_grants.push(log.decide(&mut l, now, Request::exactly(1)).granted);
+            queue_grants.push(q.decide(&mut s, A, now, Hits::exactly(1)).granted);
+            log_grants.push(log.decide(&mut l, now, Hits::exactly(1)).granted);
         }
         assert_eq!(queue_grants, [1, 1, 1, 1, 1, 1, 1]);
         assert_eq!(log_grants, [1, 1, 1, 1, 0, 0, 0]);
@@ -853,11 +853,11 @@ mod tests {
         let q = TokenQueue::new(5, Rate::new(1, secs(20)).unwrap()).unwrap();
         let mut a = QueueState::default();
         for t in [1, 3, 5] {
-            assert!(q.decide(&mut a, A, secs(t), Request::exactly(1)).allowed);
+            assert!(q.decide(&mut a, A, secs(t), Hits::exactly(1)).allowed);
         }
         let mut b = QueueState::default();
         for t in [2, 4] {
-            assert!(q.decide(&mut b, B, secs(t), Request::exactly(1)).allowed);
+            assert!(q.decide(&mut b, B, secs(t), Hits::exactly(1)).allowed);
         }
         assert_eq!(deaths(&a), [secs(21), secs(41), secs(61)]);
         assert_eq!(deaths(&b), [secs(22), secs(42)]);
@@ -888,8 +888,8 @@ mod tests {
         let q = figure_4_1();
         let mut a = QueueState::default();
         let mut b = QueueState::default();
-        assert!(q.decide(&mut a, A, secs(7), Request::exactly(1)).allowed);
-        assert!(q.decide(&mut b, B, secs(7), Request::exactly(1)).allowed);
+        assert!(q.decide(&mut a, A, secs(7), Hits::exactly(1)).allowed);
+        assert!(q.decide(&mut b, B, secs(7), Hits::exactly(1)).allowed);
         assert_eq!(deaths(&a), deaths(&b));
         a.merge(&b);
         assert_eq!(a.len(), 2);
@@ -902,7 +902,7 @@ mod tests {
         // §4.2.2, first scenario (Figure 4.4): A -> B -> C -> A.
         let q = figure_4_1();
         let mut a = QueueState::default();
-        q.decide(&mut a, A, secs(1), Request::exactly(1));
+        q.decide(&mut a, A, secs(1), Hits::exactly(1));
         let mut b = QueueState::default();
         b.merge(&a);
         let mut c = QueueState::default();
@@ -922,8 +922,8 @@ mod tests {
         let q = figure_4_1();
         let mut a = QueueState::default();
         let mut b = QueueState::default();
-        q.decide(&mut a, A, secs(0), Request::exactly(1)); // dies at 1
-        q.decide(&mut b, B, ms(500), Request::exactly(1)); // dies at 1.5
+        q.decide(&mut a, A, secs(0), Hits::exactly(1)); // dies at 1
+        q.decide(&mut b, B, ms(500), Hits::exactly(1)); // dies at 1.5
         let mut c = a.clone();
         c.merge(&b); // B's element now dies at 2
         assert_eq!(deaths(&c), [secs(1), secs(2)]);
@@ -943,8 +943,8 @@ mod tests {
     fn the_margin_keeps_dead_elements_without_counting_them() {
         let q = TokenQueue::with_margin(2, Rate::per_second(1).unwrap(), secs(3)).unwrap();
         let mut s = QueueState::default();
-        q.decide(&mut s, A, Nanos::ZERO, Request::exactly(2)); // dies at 1, 2
-        let d = q.decide(&mut s, A, secs(2), Request::exactly(2));
+        q.decide(&mut s, A, Nanos::ZERO, Hits::exactly(2)); // dies at 1, 2
+        let d = q.decide(&mut s, A, secs(2), Hits::exactly(2));
         assert!(d.allowed);
         // Both old elements are dead and still held; new ones die at 3, 4.
         assert_eq!(deaths(&s), [secs(1), secs(2), secs(3), secs(4)]);
@@ -964,9 +964,9 @@ mod tests {
         for (margin, expected) in [(Nanos::ZERO, ms(1100)), (secs(1), secs(2))] {
             let q = TokenQueue::with_margin(1, rate, margin).unwrap();
             let mut a = QueueState::default();
-            q.decide(&mut a, A, secs(0), Request::exactly(1)); // dies at 1
+            q.decide(&mut a, A, secs(0), Hits::exactly(1)); // dies at 1
             let mut b = QueueState::default();
-            q.decide(&mut b, B, ms(100), Request::exactly(1)); // dies at 1.1
+            q.decide(&mut b, B, ms(100), Hits::exactly(1)); // dies at 1.1
             q.prune(&mut a, ms(1500));
             b.merge(&a);
             assert_eq!(deaths(&b).last().copied(), Some(expected));
@@ -977,9 +977,9 @@ mod tests {
     fn births_are_clamped_to_the_tail() {
         let q = figure_4_1();
         let mut s = QueueState::default();
-        q.decide(&mut s, B, secs(5), Request::exactly(1));
+        q.decide(&mut s, B, secs(5), Hits::exactly(1));
         // A is behind B in node order, and its clock is behind too.
-        q.decide(&mut s, A, secs(4), Request::exactly(2));
+        q.decide(&mut s, A, secs(4), Hits::exactly(2));
         let ids: Vec<ElementId> = s.elements().map(|e| e.id).collect();
         assert_eq!(
             ids,
@@ -1003,7 +1003,7 @@ mod tests {
         );
         assert_eq!(deaths(&s), [secs(6), secs(7), secs(8)]);
         // C sorts after B at the same birth: no nanosecond is added.
-        q.decide(&mut s, C, secs(3), Request::exactly(1));
+        q.decide(&mut s, C, secs(3), Hits::exactly(1));
         assert_eq!(
             s.tail_id(),
             Some(ElementId {
@@ -1028,11 +1028,11 @@ mod tests {
         let mut s = QueueState::from_elements(q.interval(), [tail]);
         let now = Nanos::MAX.saturating_sub(secs(1));
         assert_eq!(q.room(&s, A, now, 1), 0);
-        let d = q.decide(&mut s, A, now, Request::exactly(1));
+        let d = q.decide(&mut s, A, now, Hits::exactly(1));
         assert!(!d.allowed);
         // C sorts after B, so it can still take identities at the end.
         assert_eq!(q.room(&s, C, now, 3), 3);
-        let d = q.decide(&mut s, C, now, Request::exactly(1));
+        let d = q.decide(&mut s, C, now, Hits::exactly(1));
         assert!(d.allowed);
         assert_eq!(s.len(), 2);
     }
@@ -1045,7 +1045,7 @@ mod tests {
             &mut s,
             A,
             Nanos::ZERO,
-            Request::exactly(u64::MAX),
+            Hits::exactly(u64::MAX),
             Grant {
                 granted: u64::MAX,
                 allowed: true,
@@ -1061,17 +1061,17 @@ mod tests {
         let fast = TokenQueue::new(4, Rate::per_second(2).unwrap()).unwrap();
         let slow = TokenQueue::new(4, Rate::per_second(1).unwrap()).unwrap();
         let mut s = QueueState::default();
-        fast.decide(&mut s, A, Nanos::ZERO, Request::exactly(2));
+        fast.decide(&mut s, A, Nanos::ZERO, Hits::exactly(2));
         assert_eq!(deaths(&s), [ms(500), secs(1)]);
         // Under the slower rate the second element dies at 1.5 s, not 1 s.
         assert_eq!(slow.live(&s, ms(900)), 1);
         assert_eq!(slow.live(&s, ms(1200)), 1);
-        slow.decide(&mut s, A, ms(900), Request::exactly(1));
+        slow.decide(&mut s, A, ms(900), Hits::exactly(1));
         assert_eq!(s.interval(), secs(1));
         // Re-closed to [0.5 s, 1.5 s], the first pruned, then Equation 4.2.
         assert_eq!(deaths(&s), [ms(1500), ms(2500)]);
         // A faster rate does not speed an existing queue up.
-        fast.decide(&mut s, A, ms(900), Request::exactly(1));
+        fast.decide(&mut s, A, ms(900), Hits::exactly(1));
         assert_eq!(deaths(&s).last().copied(), Some(ms(3500)));
     }
 
@@ -1115,10 +1115,10 @@ mod tests {
     fn local_grants_are_the_elements_after_the_old_tail() {
         let q = figure_4_1();
         let mut s = QueueState::default();
-        q.decide(&mut s, A, Nanos::ZERO, Request::exactly(1));
+        q.decide(&mut s, A, Nanos::ZERO, Hits::exactly(1));
         let version = s.tail_id();
         let before = s.clone();
-        q.decide(&mut s, A, ms(10), Request::exactly(2));
+        q.decide(&mut s, A, ms(10), Hits::exactly(2));
         let delta = s.elements_after(version);
         assert_eq!(delta.len(), 2);
         assert_eq!(delta, s.changes_since(&before));

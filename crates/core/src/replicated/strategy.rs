@@ -9,7 +9,7 @@
 //! and how eagerly it gossips, is [`Replication`], read from the config.
 
 use crate::algorithm::Algorithm;
-use crate::decision::{Decision, Grant, Request};
+use crate::decision::{Decision, Grant, Hits};
 use crate::rate::Rate;
 use crate::replicated::counter::{CounterBucket, CounterBucketState};
 use crate::replicated::epoch::{EpochBucket, EpochBucketState, EpochReport};
@@ -506,7 +506,7 @@ impl Algorithm for ReplicatedLimit {
         &self,
         state: &mut ReplicatedState,
         now: Nanos,
-        request: Request,
+        request: Hits,
         grant: Grant,
     ) -> Decision {
         if !self.owns(state) {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate_core::copies::CopyLimits;
-use tollgate_core::{Limit, Mode, Nanos, Request};
+use tollgate_core::{Hits, Limit, Mode, Nanos};
 pub use tollgate_redis::testing::RedisServer;
 use tollgate_redis::{RedisOptions, RedisStore, ScriptClock};
 use tollgate_store::{Key, LimitId, MemoryStore, OpId, Plan, PoolKey, Store};
@@ -54,7 +54,7 @@ pub async fn holds(store: &RedisStore, pool: &PoolKey, domain: &str) -> (u64, u6
             pool,
             &CopyLimits::new(1000, Some(1000)),
             domain,
-            Request::between(0, 0),
+            Hits::between(0, 0),
             Nanos::ZERO,
             OpId::random(),
         )
@@ -95,7 +95,7 @@ impl Item {
 #[derive(Clone, Debug)]
 pub struct Step {
     pub advance: Nanos,
-    pub request: Request,
+    pub request: Hits,
     pub mode: Mode,
     pub items: Vec<usize>,
 }
@@ -106,7 +106,7 @@ impl Step {
     pub fn exactly(advance: Nanos, hits: u64, items: usize) -> Step {
         Step {
             advance,
-            request: Request::exactly(hits),
+            request: Hits::exactly(hits),
             mode: Mode::Try,
             items: (0..items).collect(),
         }
@@ -164,7 +164,7 @@ pub fn runtime() -> tokio::runtime::Runtime {
 /// Proptest strategies shared by the conformance tests.
 pub mod strategies {
     use proptest::prelude::*;
-    use tollgate_core::{Mode, Nanos, Request};
+    use tollgate_core::{Hits, Mode, Nanos};
 
     use super::Step;
 
@@ -203,7 +203,7 @@ pub mod strategies {
                 };
                 Step {
                     advance: Nanos::new(advance),
-                    request: Request::between(min_hits, hits),
+                    request: Hits::between(min_hits, hits),
                     mode,
                     items: chosen,
                 }

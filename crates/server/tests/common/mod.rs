@@ -177,7 +177,7 @@ pub async fn holds(
             namespace,
             resource,
             domain,
-            tollgate_core::Request::between(0, 0),
+            tollgate_core::Hits::between(0, 0),
             app.now(),
             tollgate_store::OpId::random(),
         )

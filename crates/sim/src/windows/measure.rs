@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 
-use tollgate_core::{Algorithm, Grant, Limit, LimitState, Nanos, Request};
+use tollgate_core::{Algorithm, Grant, Hits, Limit, LimitState, Nanos};
 
 use super::{Contender, TimeSeries, WindowParams, WindowsError};
 
@@ -18,10 +18,10 @@ use super::{Contender, TimeSeries, WindowParams, WindowsError};
 pub const OBSERVER_LIMIT: u64 = 1 << 40;
 
 /// The algorithm's count in its window at `now`, as it decides by:
-/// `limit − remaining` of a zero-hit peek (`Request::exactly(0)`), which
+/// `limit − remaining` of a zero-hit peek (`Hits::exactly(0)`), which
 /// grants and records nothing (a sliding log only forgets expired hits).
 pub fn estimate(limit: &Limit, state: &mut LimitState, now: Nanos) -> u64 {
-    let d = limit.decide(state, now, Request::exactly(0));
+    let d = limit.decide(state, now, Hits::exactly(0));
     d.limit.saturating_sub(d.remaining)
 }
 
@@ -196,7 +196,7 @@ pub(super) fn measure_estimates(
         let truth = perfect.count(t);
         for (i, (limit, state)) in limits.iter().zip(states.iter_mut()).enumerate() {
             at_arrivals[i].add(estimate(limit, state, t), truth);
-            limit.decide(state, t, Request::exactly(1));
+            limit.decide(state, t, Hits::exactly(1));
         }
         perfect.push(t);
     }
@@ -247,7 +247,7 @@ pub(super) fn measure_decisions(
             perfect_stats.blocked += 1;
         }
         for (i, (limit, state)) in limits.iter().zip(states.iter_mut()).enumerate() {
-            let d = limit.decide(state, t, Request::exactly(1));
+            let d = limit.decide(state, t, Hits::exactly(1));
             let s = &mut stats[i];
             if d.allowed {
                 s.allowed += 1;
@@ -273,7 +273,7 @@ pub(super) fn measure_decisions(
                 granted: u64::from(ok),
                 allowed: ok,
             };
-            limit.commit(shadow, t, Request::exactly(1), grant);
+            limit.commit(shadow, t, Hits::exactly(1), grant);
             let bytes = state.footprint();
             bytes_sum[i] += bytes as u128;
             let cost = &mut costs[i];

@@ -48,7 +48,7 @@
 //!    window. Counting arrivals rather than grants keeps the comparison on
 //!    one input: with limiting on, every algorithm would have granted a
 //!    different history. The count is what the algorithm decides by: the
-//!    `remaining` of a zero-hit peek (`Request::exactly(0)`), as
+//!    `remaining` of a zero-hit peek (`Hits::exactly(0)`), as
 //!    `limit − remaining`. For the sliding window that is
 //!    `whole + ⌈oldest × (S − elapsed) / S⌉` (the core admits `n` when
 //!    `whole + n + oldest·(S − e)/S <= limit`, i.e. the weighted part
