@@ -34,7 +34,7 @@ pub struct Api {
     tokens: Arc<Tokens>,
     /// The time the rate limit reads: the database's clock ([`Db::clock`]).
     clock: Arc<dyn Clock>,
-    limiter: Arc<Limiter>,
+    limiter: Arc<CallerBuckets>,
     revision: watch::Sender<i64>,
     /// The last database check and when it was made: `/readyz` needs no
     /// token, so it must not let strangers load the database.
@@ -57,12 +57,12 @@ pub enum SetupError {
 
 /// The API's own rate limit: one token bucket per caller (per token name;
 /// requests without a valid token share one bucket).
-struct Limiter {
+struct CallerBuckets {
     bucket: TokenBucket,
     states: Mutex<HashMap<String, TokenBucketState>>,
 }
 
-impl Limiter {
+impl CallerBuckets {
     fn allow(&self, who: &str, now: Nanos) -> Option<Duration> {
         let mut states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
         if states.len() > 10_000 {
@@ -101,7 +101,7 @@ impl Api {
             clock: Arc::clone(db.clock()),
             db,
             tokens: Arc::new(tokens),
-            limiter: Arc::new(Limiter {
+            limiter: Arc::new(CallerBuckets {
                 bucket,
                 states: Mutex::new(HashMap::new()),
             }),
@@ -1169,7 +1169,7 @@ mod tests {
     #[test]
     fn each_caller_gets_a_bucket_that_refills_with_the_time_given() {
         let rate = tollgate_core::Rate::new(1, Nanos::from_secs(1)).unwrap();
-        let limiter = Limiter {
+        let limiter = CallerBuckets {
             bucket: TokenBucket::new(2, rate).unwrap(),
             states: Mutex::new(HashMap::new()),
         };

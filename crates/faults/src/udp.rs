@@ -105,7 +105,7 @@ struct State {
 
 /// What to do with one datagram, decided under the lock and carried out
 /// after it.
-struct Plan {
+struct Verdict {
     sends: Vec<(usize, SocketAddr, Vec<u8>, Duration)>,
 }
 
@@ -278,8 +278,8 @@ async fn receive_loop(
 }
 
 /// Decides what becomes of one datagram from `source` to node `to`.
-fn decide(s: &mut State, c: &Counters, source: SocketAddr, to: usize, bytes: &[u8]) -> Plan {
-    let mut plan = Plan { sends: Vec::new() };
+fn decide(s: &mut State, c: &Counters, source: SocketAddr, to: usize, bytes: &[u8]) -> Verdict {
+    let mut plan = Verdict { sends: Vec::new() };
     let Some(from) = s.real.iter().position(|r| *r == Some(source)) else {
         c.unknown_source.fetch_add(1, Ordering::Relaxed);
         return plan;

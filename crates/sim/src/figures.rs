@@ -4,14 +4,14 @@
 //! rejections, the ground truth, drawn on top of the others.
 //!
 //! A strategy wears the same line in every chart of every run (its place
-//! in [`Strategy::ALL`] picks it), so `counter` on B-extreme looks like
+//! in [`SimStrategy::ALL`] picks it), so `counter` on B-extreme looks like
 //! `counter` on B-barely; all of them and the ground truth differ from
 //! each other in colour and in dash.
 
 use std::path::{Path, PathBuf};
 
 use crate::chart::{self, ChartError, LineStyle, Series};
-use crate::run::{Outcome, Sample, Strategy};
+use crate::run::{Outcome, Sample, SimStrategy};
 
 /// One chart of a simulation: the file it goes to and what it shows.
 #[derive(Clone, Debug, PartialEq)]
@@ -48,10 +48,10 @@ impl Figure {
     }
 }
 
-/// The line of strategy `name` (one of [`Strategy::ALL`]), or `None` for
+/// The line of strategy `name` (one of [`SimStrategy::ALL`]), or `None` for
 /// a name the simulator does not know.
 pub fn strategy_style(name: &str) -> Option<LineStyle> {
-    Strategy::ALL
+    SimStrategy::ALL
         .iter()
         .position(|&s| s == name)
         .map(LineStyle::series)
@@ -62,7 +62,7 @@ pub fn strategy_style(name: &str) -> Option<LineStyle> {
 /// the next style no strategy wears.
 pub fn styles(names: &[&str]) -> Vec<LineStyle> {
     let mut used = Vec::new();
-    let mut spare = Strategy::ALL.len();
+    let mut spare = SimStrategy::ALL.len();
     names
         .iter()
         .map(|name| {

@@ -105,7 +105,7 @@ impl Assign {
 /// A strategy as the simulator names it: the replication and its two
 /// queue extensions.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Strategy {
+pub struct SimStrategy {
     /// `counter`, `queue`, `queue+freq`, `queue+linf`, `queue+freq+linf`,
     /// `epoch` (the thesis's), `queue+near` or `queue+freq+near`
     /// (tollgate's near-limit propagation).
@@ -114,7 +114,7 @@ pub struct Strategy {
     replication: Replication,
 }
 
-impl Strategy {
+impl SimStrategy {
     /// Every strategy name: the thesis's, in the order it presents them,
     /// then tollgate's near-limit propagation on top of the queue.
     pub const ALL: [&'static str; 8] = [
@@ -129,7 +129,7 @@ impl Strategy {
     ];
 
     /// The strategy `name` gossiping every `interval`.
-    pub fn parse(name: &str, interval: Nanos) -> Option<Strategy> {
+    pub fn parse(name: &str, interval: Nanos) -> Option<SimStrategy> {
         let mut r = match name {
             "counter" => Replication::new(StrategyKind::Counter),
             "epoch" => Replication::new(StrategyKind::Epoch),
@@ -147,7 +147,7 @@ impl Strategy {
             _ => return None,
         };
         r.gossip_interval = interval;
-        Some(Strategy {
+        Some(SimStrategy {
             name: name.to_owned(),
             replication: r,
         })
@@ -446,7 +446,7 @@ fn mix(mut z: u64) -> u64 {
 /// centralized limiter. `progress` is told how many arrivals are done.
 pub fn run(
     set: &DataSet,
-    strategy: &Strategy,
+    strategy: &SimStrategy,
     config: &SimConfig,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Outcome, String> {
@@ -562,7 +562,7 @@ pub fn run(
 /// averages them ([`average`]), as the thesis averaged ten runs.
 pub fn run_many(
     set: &DataSet,
-    strategy: &Strategy,
+    strategy: &SimStrategy,
     config: &SimConfig,
     runs: u64,
     progress: &mut dyn FnMut(u64),

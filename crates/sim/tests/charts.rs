@@ -13,7 +13,7 @@ use tollgate_core::Nanos;
 use tollgate_sim::chart::{dash_runs, line_chart_svg, LineStyle, Series, HEIGHT};
 use tollgate_sim::dataset::{self, Kind, Params};
 use tollgate_sim::figures::{figures, strategy_style, styles, Figure};
-use tollgate_sim::run::{self, Outcome, SimConfig, Strategy};
+use tollgate_sim::run::{self, Outcome, SimConfig, SimStrategy};
 use tollgate_sim::windows::{self, Contender, WindowParams};
 
 /// Every strategy on a small B-extreme (capacity 20: 430 requests) in a
@@ -36,10 +36,10 @@ fn run_all_strategies() -> (String, Vec<Outcome>) {
         nodes: 3,
         ..SimConfig::default()
     };
-    let outcomes = Strategy::ALL
+    let outcomes = SimStrategy::ALL
         .iter()
         .map(|name| {
-            let strategy = Strategy::parse(name, Nanos::from_millis(300)).unwrap();
+            let strategy = SimStrategy::parse(name, Nanos::from_millis(300)).unwrap();
             run::run(&set, &strategy, &config, &mut |_| {}).unwrap()
         })
         .collect();
@@ -109,7 +109,7 @@ fn texts(svg: &str) -> Vec<(i32, i32, String, bool, String)> {
 fn every_strategy_and_the_ground_truth_differ_in_colour_and_in_dash() {
     // All the strategies the simulator can run at once, and the
     // centralized limiter: nine lines, nine colours, nine dashes.
-    let mut all: Vec<LineStyle> = Strategy::ALL
+    let mut all: Vec<LineStyle> = SimStrategy::ALL
         .iter()
         .map(|name| strategy_style(name).unwrap())
         .collect();
@@ -179,7 +179,7 @@ fn the_simulations_charts_give_each_line_its_own_look() {
         }
     }
     let rejections = &charts[0];
-    assert_eq!(rejections.series.len(), Strategy::ALL.len() + 1);
+    assert_eq!(rejections.series.len(), SimStrategy::ALL.len() + 1);
     let truth: Vec<&Series> = rejections.series.iter().filter(|s| s.reference).collect();
     assert_eq!(truth.len(), 1);
     assert_eq!(truth[0].name, "centralized");

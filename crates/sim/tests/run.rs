@@ -7,7 +7,7 @@
 use tollgate_core::{Nanos, Rate};
 use tollgate_replica::Dissemination;
 use tollgate_sim::dataset::{self, DataSet, Kind, Params};
-use tollgate_sim::run::{self, Assign, Outcome, SimConfig, Strategy};
+use tollgate_sim::run::{self, Assign, Outcome, SimConfig, SimStrategy};
 use tollgate_sim::Arrival;
 
 fn config(nodes: usize, seed: u64) -> SimConfig {
@@ -19,7 +19,7 @@ fn config(nodes: usize, seed: u64) -> SimConfig {
 }
 
 fn simulate(set: &DataSet, strategy: &str, config: &SimConfig) -> Outcome {
-    let strategy = Strategy::parse(strategy, Nanos::from_millis(300)).unwrap();
+    let strategy = SimStrategy::parse(strategy, Nanos::from_millis(300)).unwrap();
     run::run(set, &strategy, config, &mut |_| {}).unwrap()
 }
 
@@ -70,7 +70,7 @@ fn a_one_node_cluster_is_the_ground_truth() {
             users: None,
         },
     );
-    for strategy in Strategy::ALL {
+    for strategy in SimStrategy::ALL {
         let o = simulate(&set, strategy, &config(1, 1));
         assert_eq!(o.over_admissions, 0, "{strategy}");
         assert_eq!(o.false_rejections, 0, "{strategy}");
@@ -139,11 +139,13 @@ fn data_set_d_gives_its_hand_checked_ground_truth() {
 
 #[test]
 fn bad_parameters_are_refused_by_name() {
-    assert!(Strategy::parse("queue+magic", Nanos::from_millis(300)).is_none());
+    assert!(SimStrategy::parse("queue+magic", Nanos::from_millis(300)).is_none());
     assert!(Assign::parse("nearest").is_none());
-    for name in Strategy::ALL {
+    for name in SimStrategy::ALL {
         assert_eq!(
-            Strategy::parse(name, Nanos::from_millis(300)).unwrap().name,
+            SimStrategy::parse(name, Nanos::from_millis(300))
+                .unwrap()
+                .name,
             name
         );
     }
@@ -201,7 +203,7 @@ fn partitions_are_parsed_and_bad_ones_named() {
 #[test]
 fn several_runs_are_averaged_with_their_range() {
     let set = small_barely(5);
-    let strategy = Strategy::parse("counter", Nanos::from_millis(300)).unwrap();
+    let strategy = SimStrategy::parse("counter", Nanos::from_millis(300)).unwrap();
     let cfg = config(4, 11);
     let many = run::run_many(&set, &strategy, &cfg, 3, &mut |_| {}).unwrap();
     assert_eq!(many.runs, 3);

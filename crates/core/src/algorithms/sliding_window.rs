@@ -49,7 +49,7 @@ pub struct SlidingWindowState {
 }
 
 /// The counters as seen at some time, without moving them.
-struct View {
+struct Counted {
     /// Start of the sub-window containing `now`.
     start: Nanos,
     /// Nanoseconds of that sub-window already elapsed.
@@ -101,19 +101,19 @@ impl SlidingWindow {
         self.buckets as usize
     }
 
-    fn view(&self, state: &SlidingWindowState, now: Nanos) -> View {
+    fn view(&self, state: &SlidingWindowState, now: Nanos) -> Counted {
         let s = self.sub.as_u64();
         let start = Nanos::new(now.as_u64() - now.as_u64() % s);
         if start < state.start {
             // Time went backwards: keep the counters, weigh the oldest fully.
-            return View {
+            return Counted {
                 start: state.start,
                 elapsed: 0,
                 shift: 0,
             };
         }
         let shift = (start.saturating_sub(state.start).as_u64() / s).min(self.n() as u64) as usize;
-        View {
+        Counted {
             start,
             elapsed: now.as_u64() - start.as_u64(),
             shift,

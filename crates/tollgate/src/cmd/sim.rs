@@ -13,7 +13,7 @@ use tollgate_core::{Nanos, Rate};
 use tollgate_replica::Dissemination;
 use tollgate_sim::dataset::{self, DataSet, Kind, Params};
 use tollgate_sim::figures;
-use tollgate_sim::run::{self, Assign, Outcome, Partition, SimConfig, Strategy, Topology};
+use tollgate_sim::run::{self, Assign, Outcome, Partition, SimConfig, SimStrategy, Topology};
 use tollgate_sim::Arrival;
 
 /// Arguments of `tollgate sim`.
@@ -210,14 +210,14 @@ fn trace_lines(text: &str, path: &Path) -> Result<Vec<Arrival>> {
 fn simulate(args: &RunArgs) -> Result<()> {
     let set = load(args)?;
     let interval = Nanos::from_millis(args.gossip_interval_ms.max(1));
-    let strategies: Vec<Strategy> = args
+    let strategies: Vec<SimStrategy> = args
         .strategies
         .iter()
         .map(|name| {
-            Strategy::parse(name, interval).ok_or_else(|| {
+            SimStrategy::parse(name, interval).ok_or_else(|| {
                 anyhow::anyhow!(
                     "--strategies: unknown strategy `{name}` (expected {})",
-                    Strategy::ALL.join(", ")
+                    SimStrategy::ALL.join(", ")
                 )
             })
         })

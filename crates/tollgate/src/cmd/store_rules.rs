@@ -24,7 +24,7 @@ use tollgate_store::{MemoryStore, Refusal};
 /// `TOLLGATE_REPLICATION`) takes it: `counter`, `queue` or `epoch`, the
 /// names a config's `replication:` uses.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Strategy(pub StrategyKind);
+pub struct StrategyFlag(pub StrategyKind);
 
 /// `--replication`, one flag for `serve` and `check-config` (same name,
 /// variable, values and default), flattened into each.
@@ -40,15 +40,15 @@ pub struct ReplicationArg {
         value_enum,
         default_value = "queue"
     )]
-    pub strategy: Strategy,
+    pub strategy: StrategyFlag,
 }
 
-impl ValueEnum for Strategy {
-    fn value_variants<'a>() -> &'a [Strategy] {
+impl ValueEnum for StrategyFlag {
+    fn value_variants<'a>() -> &'a [StrategyFlag] {
         &[
-            Strategy(StrategyKind::Counter),
-            Strategy(StrategyKind::Queue),
-            Strategy(StrategyKind::Epoch),
+            StrategyFlag(StrategyKind::Counter),
+            StrategyFlag(StrategyKind::Queue),
+            StrategyFlag(StrategyKind::Epoch),
         ]
     }
 

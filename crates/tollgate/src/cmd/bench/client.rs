@@ -18,7 +18,7 @@ use tollgate_proto::v1::tollgate_client::TollgateClient;
 use tollgate_proto::v1::RateRequest;
 use tonic::transport::{Channel, Endpoint};
 
-use super::plan::{Plan, Template};
+use super::plan::{LoadPlan, Template};
 use super::Api;
 
 /// What one request came back as.
@@ -162,7 +162,7 @@ fn cut(s: &str, max: usize) -> String {
 
 /// Opens the connections (before the clock starts, so connection setup is
 /// not measured).
-pub(super) async fn connect(plan: &Plan) -> Result<Vec<Client>> {
+pub(super) async fn connect(plan: &LoadPlan) -> Result<Vec<Client>> {
     match plan.api {
         Api::Http => {
             let client = reqwest::Client::builder()
@@ -198,7 +198,7 @@ pub(super) async fn connect(plan: &Plan) -> Result<Vec<Client>> {
     }
 }
 
-pub(super) async fn call(client: &mut Client, plan: &Plan, key: u64) -> Outcome {
+pub(super) async fn call(client: &mut Client, plan: &LoadPlan, key: u64) -> Outcome {
     match tokio::time::timeout(plan.timeout, client.call(&plan.template, key)).await {
         Ok(outcome) => outcome,
         Err(_) => Outcome::Error(format!("timeout ({:?})", plan.timeout)),

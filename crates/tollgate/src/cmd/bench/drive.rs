@@ -18,7 +18,7 @@ use tokio::sync::Semaphore;
 use super::client::{call, connect, Client};
 use super::cpu::measure_cpu;
 use super::pacing::{open_task, pace, Tickets};
-use super::plan::Plan;
+use super::plan::LoadPlan;
 use super::report::Report;
 use super::tally::Tally;
 use super::BenchArgs;
@@ -42,7 +42,7 @@ pub(super) struct Clock {
 /// Closed loop: send, wait, repeat until the end.
 async fn closed_task(
     mut client: Client,
-    plan: Arc<Plan>,
+    plan: Arc<LoadPlan>,
     clock: Arc<Clock>,
     mut rng: SmallRng,
 ) -> Result<Tally> {
@@ -62,7 +62,7 @@ async fn closed_task(
     }
 }
 
-pub(super) async fn drive(args: &BenchArgs, plan: Plan) -> Result<Report> {
+pub(super) async fn drive(args: &BenchArgs, plan: LoadPlan) -> Result<Report> {
     let clients = connect(&plan).await?;
     let plan = Arc::new(plan);
     let start = Instant::now();

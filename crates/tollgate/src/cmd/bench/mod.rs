@@ -44,7 +44,7 @@ mod report;
 mod tally;
 
 use drive::drive;
-use plan::Plan;
+use plan::LoadPlan;
 
 /// Which API `tollgate bench` drives.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum, Serialize)]
@@ -154,7 +154,7 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 /// Runs the benchmark and prints its summary; fails if the arguments are
 /// unusable, the target cannot be reached, or every request failed.
 pub fn run(args: BenchArgs) -> Result<()> {
-    let plan = Plan::new(&args)?;
+    let plan = LoadPlan::new(&args)?;
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     runtime.enable_all();
     if let Some(threads) = args.threads {

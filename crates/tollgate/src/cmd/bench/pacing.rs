@@ -17,7 +17,7 @@ use tokio::sync::Semaphore;
 
 use super::client::{call, Client};
 use super::drive::Clock;
-use super::plan::Plan;
+use super::plan::LoadPlan;
 use super::tally::{nanos, Tally};
 
 /// Tickets of the open loop: the pacer adds a permit per due request; a
@@ -41,7 +41,7 @@ impl Tickets {
 /// time.
 pub(super) async fn open_task(
     mut client: Client,
-    plan: Arc<Plan>,
+    plan: Arc<LoadPlan>,
     clock: Arc<Clock>,
     tickets: Arc<Tickets>,
     mut rng: SmallRng,

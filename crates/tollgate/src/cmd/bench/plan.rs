@@ -1,4 +1,4 @@
-//! The shape of a run: the arguments checked and resolved into a [`Plan`]
+//! The shape of a run: the arguments checked and resolved into a [`LoadPlan`]
 //! before anything connects, and how request keys are drawn.
 //!
 //! Apart so that every refusal of bad arguments is in one place and runs
@@ -14,7 +14,7 @@ use rand_distr::Zipf;
 use super::{Api, BenchArgs, KeyDistribution};
 
 /// The validated shape of a run.
-pub(super) struct Plan {
+pub(super) struct LoadPlan {
     pub(super) api: Api,
     pub(super) target: String,
     pub(super) concurrency: usize,
@@ -27,8 +27,8 @@ pub(super) struct Plan {
     pub(super) template: Template,
 }
 
-impl Plan {
-    pub(super) fn new(args: &BenchArgs) -> Result<Plan> {
+impl LoadPlan {
+    pub(super) fn new(args: &BenchArgs) -> Result<LoadPlan> {
         if args.concurrency == 0 {
             bail!("--concurrency must be at least 1");
         }
@@ -74,7 +74,7 @@ impl Plan {
         if target.is_empty() {
             bail!("--target is empty (expected host:port)");
         }
-        Ok(Plan {
+        Ok(LoadPlan {
             api: args.api,
             target,
             concurrency: args.concurrency,

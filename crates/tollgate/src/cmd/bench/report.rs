@@ -13,7 +13,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::cpu::CpuWindow;
-use super::plan::Plan;
+use super::plan::LoadPlan;
 use super::tally::Tally;
 use super::{Api, BenchArgs, KeyDistribution};
 
@@ -126,7 +126,7 @@ impl Latency {
 }
 
 impl Report {
-    pub(super) fn new(args: &BenchArgs, plan: &Plan, t: &Tally, cpu: CpuWindow) -> Report {
+    pub(super) fn new(args: &BenchArgs, plan: &LoadPlan, t: &Tally, cpu: CpuWindow) -> Report {
         let secs = plan.duration.as_secs_f64();
         let errors = t.errors.values().sum();
         Report {
