@@ -199,6 +199,18 @@ impl Follower {
         Ok(self.copy.text())
     }
 
+    /// After an answer this copy cannot follow (a bad delta, or a body that
+    /// is not one): forgets the copy, so the next fetch asks for
+    /// everything, and waits a second first; `true` when `stop` came
+    /// meanwhile.
+    async fn start_over(&mut self, stop: &mut watch::Receiver<bool>) -> bool {
+        self.copy = FollowedConfig::default();
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => false,
+            _ = stop.wait_for(|s| *s) => true,
+        }
+    }
+
     /// Follows the API until `stop`, handing each new revision to
     /// `install`, which puts it in force and answers the server's own
     /// revision for the log, or why the server refused it (the previous
@@ -225,12 +237,10 @@ impl Follower {
                 // same `since` again.
                 Err(FetchError::NotDelta(e)) => {
                     tracing::error!(error = ?e.to_string(), "the config API answered with a body that is not a delta; fetching everything again");
-                    self.copy = FollowedConfig::default();
-                    reset = true;
-                    tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                        _ = stop.wait_for(|s| *s) => return,
+                    if self.start_over(&mut stop).await {
+                        return;
                     }
+                    reset = true;
                     continue;
                 }
                 Err(e) => {
@@ -297,12 +307,10 @@ impl Follower {
             }
             if let Err(e) = self.copy.apply(&delta) {
                 tracing::error!(error = ?e.to_string(), "a bad delta from the config API; fetching everything again");
-                self.copy = FollowedConfig::default();
-                reset = true;
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    _ = stop.wait_for(|s| *s) => return,
+                if self.start_over(&mut stop).await {
+                    return;
                 }
+                reset = true;
                 continue;
             }
             if self.copy.revision == before && !reset {
