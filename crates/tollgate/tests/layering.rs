@@ -4,6 +4,8 @@
 //! rather than in a review (the config API once depended on the whole
 //! server for a clock).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
