@@ -185,7 +185,7 @@ async fn an_unknown_token_is_refused_with_the_apis_message() {
     assert_eq!(
         e.to_string(),
         format!(
-            "the config API at {base} refused the token in --config-api-token-file {} \
+            "the config API at {base} refused the token in the token file {} \
              (401 Unauthorized: the bearer token is not known); it must hold a `read` token \
              of the config API alone (the TOKEN of a `read:NAME:TOKEN` line of the API's \
              tokens file)",

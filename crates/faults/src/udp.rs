@@ -250,11 +250,11 @@ async fn receive_loop(
             // ICMP errors from a node that is down surface here.
             continue;
         };
-        let plan = {
+        let verdict = {
             let mut s = state.lock().unwrap_or_else(PoisonError::into_inner);
             decide(&mut s, &counters, source, to, &buf[..n])
         };
-        for (from, dest, bytes, delay) in plan.sends {
+        for (from, dest, bytes, delay) in verdict.sends {
             let socket = Arc::clone(&sockets[from]);
             let counters = Arc::clone(&counters);
             let send = async move {
@@ -279,19 +279,19 @@ async fn receive_loop(
 
 /// Decides what becomes of one datagram from `source` to node `to`.
 fn decide(s: &mut State, c: &Counters, source: SocketAddr, to: usize, bytes: &[u8]) -> Verdict {
-    let mut plan = Verdict { sends: Vec::new() };
+    let mut verdict = Verdict { sends: Vec::new() };
     let Some(from) = s.real.iter().position(|r| *r == Some(source)) else {
         c.unknown_source.fetch_add(1, Ordering::Relaxed);
-        return plan;
+        return verdict;
     };
     let Some(dest) = s.real[to] else {
         // The receiver has not started yet: as if it were down.
         c.lost.fetch_add(1, Ordering::Relaxed);
-        return plan;
+        return verdict;
     };
     if s.side[from] != s.side[to] {
         c.partitioned.fetch_add(1, Ordering::Relaxed);
-        return plan;
+        return verdict;
     }
     let f = s.faults;
     // Replays draw from what came before this datagram.
@@ -299,7 +299,7 @@ fn decide(s: &mut State, c: &Counters, source: SocketAddr, to: usize, bytes: &[u
         let h = &s.history[from][to];
         let old = h[s.rng.index(h.len())].clone();
         c.replayed.fetch_add(1, Ordering::Relaxed);
-        plan.sends.push((from, dest, old, Duration::ZERO));
+        verdict.sends.push((from, dest, old, Duration::ZERO));
     }
     if !s.history[from][to].is_empty() && s.rng.chance(f.replay_elsewhere) {
         let others: Vec<usize> = (0..s.real.len())
@@ -311,7 +311,7 @@ fn decide(s: &mut State, c: &Counters, source: SocketAddr, to: usize, bytes: &[u
             let old = h[s.rng.index(h.len())].clone();
             if let Some(elsewhere) = s.real[k] {
                 c.replayed_elsewhere.fetch_add(1, Ordering::Relaxed);
-                plan.sends.push((from, elsewhere, old, Duration::ZERO));
+                verdict.sends.push((from, elsewhere, old, Duration::ZERO));
             }
         }
     }
@@ -322,7 +322,7 @@ fn decide(s: &mut State, c: &Counters, source: SocketAddr, to: usize, bytes: &[u
     h.push_back(bytes.to_vec());
     if s.rng.chance(f.loss) {
         c.lost.fetch_add(1, Ordering::Relaxed);
-        return plan;
+        return verdict;
     }
     let delay = if s.rng.chance(f.reorder) {
         c.reordered.fetch_add(1, Ordering::Relaxed);
@@ -331,13 +331,14 @@ fn decide(s: &mut State, c: &Counters, source: SocketAddr, to: usize, bytes: &[u
     } else {
         Duration::ZERO
     };
-    plan.sends.push((from, dest, bytes.to_vec(), delay));
+    verdict.sends.push((from, dest, bytes.to_vec(), delay));
     if s.rng.chance(f.duplicate) {
         c.duplicated.fetch_add(1, Ordering::Relaxed);
-        plan.sends
+        verdict
+            .sends
             .push((from, dest, bytes.to_vec(), Duration::ZERO));
     }
-    plan
+    verdict
 }
 
 #[cfg(test)]

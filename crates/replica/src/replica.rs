@@ -952,14 +952,16 @@ fn settled_hash(limit: &ReplicatedLimit, state: &ReplicatedState, at: Nanos) -> 
 }
 
 /// Whether a key has been idle for longer than its retention margin, so
-/// every replica may forget it.
+/// every replica may forget it. A limit that is not replicated (the store
+/// admits none, but `decide_now` is public) has no margin: it is forgotten
+/// once idle, as the memory store forgets it, never while it still limits.
 fn is_expired(limit: &Limit, state: &LimitState, now: Nanos) -> bool {
     match limit {
         Limit::Replicated(r) => {
             let grace = r.replication.retention_margin();
             limit.is_idle(state, now.saturating_sub(grace)) && limit.is_idle(state, now)
         }
-        _ => true,
+        _ => limit.is_idle(state, now),
     }
 }
 

@@ -70,7 +70,7 @@ pub enum Assign {
     /// multiplied by the user id, so requests spread over all nodes but
     /// one user's requests of one millisecond go to one node.
     ConsistentHash,
-    /// Hits `i` to node `i mod N`.
+    /// Request `i` to node `i mod N`.
     RoundRobin,
     /// Every request of a user to one node (a hash of the user).
     Sticky,

@@ -376,10 +376,7 @@ pub(crate) mod tests {
         let mut f = follower(&token);
         std::fs::remove_file(&token).unwrap();
         let first = f.reread_token(false).expect("the first failure is logged");
-        assert!(
-            first.contains("cannot read --config-api-token-file"),
-            "{first}"
-        );
+        assert!(first.contains("cannot read the token file"), "{first}");
         assert_eq!(f.reread_token(false), None);
         assert_eq!(f.reread_token(false), None);
         assert_eq!(f.reread_token(true).as_deref(), Some(first.as_str()));

@@ -129,10 +129,7 @@ mod tests {
             let path = temp_file(&format!("bad-{i}"), contents);
             let e = chain(&TokenSource::file(path.clone()).read().unwrap_err());
             assert!(
-                e.starts_with(&format!(
-                    "--config-api-token-file {} {problem}",
-                    path.display()
-                )),
+                e.starts_with(&format!("the token file {} {problem}", path.display())),
                 "{e}"
             );
             assert!(!e.contains("abc"), "{e}");

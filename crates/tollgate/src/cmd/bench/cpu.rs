@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::drive::Clock;
+use super::drive::RunClock;
 
 /// CPU time used by the client and the server during the measured window.
 #[derive(Default)]
@@ -20,7 +20,7 @@ pub(super) struct CpuWindow {
 }
 
 /// Samples both processes' CPU time when measuring starts and ends.
-pub(super) async fn measure_cpu(clock: Arc<Clock>, server: Option<u32>) -> CpuWindow {
+pub(super) async fn measure_cpu(clock: Arc<RunClock>, server: Option<u32>) -> CpuWindow {
     let sample = || {
         (
             Instant::now(),

@@ -24,7 +24,7 @@ use super::tally::Tally;
 use super::BenchArgs;
 
 /// The clock of a run, shared by every task.
-pub(super) struct Clock {
+pub(super) struct RunClock {
     /// Load starts (warm-up begins).
     pub(super) start: Instant,
     /// Measuring starts: requests sent (or, open loop, intended) before it
@@ -43,7 +43,7 @@ pub(super) struct Clock {
 async fn closed_task(
     mut client: Client,
     plan: Arc<LoadPlan>,
-    clock: Arc<Clock>,
+    clock: Arc<RunClock>,
     mut rng: SmallRng,
 ) -> Result<Tally> {
     let mut tally = Tally::new()?;
@@ -68,7 +68,7 @@ pub(super) async fn drive(args: &BenchArgs, plan: LoadPlan) -> Result<Report> {
     let start = Instant::now();
     let measure_from = start + plan.warmup;
     let end = measure_from + plan.duration;
-    let clock = Arc::new(Clock {
+    let clock = Arc::new(RunClock {
         start,
         measure_from,
         end,
@@ -136,7 +136,7 @@ pub(super) async fn drive(args: &BenchArgs, plan: LoadPlan) -> Result<Report> {
 
 /// A bar over the run's length, with the current answer rate; indicatif
 /// draws nothing when stderr is not a terminal.
-fn progress_bar(clock: &Arc<Clock>) -> ProgressBar {
+fn progress_bar(clock: &Arc<RunClock>) -> ProgressBar {
     let length = clock.end.duration_since(clock.start);
     let bar = ProgressBar::new(u64::try_from(length.as_millis()).unwrap_or(u64::MAX));
     if let Ok(style) =

@@ -16,7 +16,7 @@ use rand::rngs::SmallRng;
 use tokio::sync::Semaphore;
 
 use super::client::{call, Client};
-use super::drive::Clock;
+use super::drive::RunClock;
 use super::plan::LoadPlan;
 use super::tally::{nanos, Tally};
 
@@ -32,7 +32,7 @@ pub(super) struct Tickets {
 }
 
 impl Tickets {
-    pub(super) fn intended(&self, clock: &Clock, n: u64) -> Instant {
+    pub(super) fn intended(&self, clock: &RunClock, n: u64) -> Instant {
         clock.start + Duration::from_secs_f64(n as f64 / self.rate)
     }
 }
@@ -42,7 +42,7 @@ impl Tickets {
 pub(super) async fn open_task(
     mut client: Client,
     plan: Arc<LoadPlan>,
-    clock: Arc<Clock>,
+    clock: Arc<RunClock>,
     tickets: Arc<Tickets>,
     mut rng: SmallRng,
 ) -> Result<Tally> {
@@ -86,7 +86,7 @@ pub(super) async fn open_task(
 /// docs/benchmarks.md, mostly the kernel's timer slack) is counted in
 /// every latency, as it should be, since latency is measured from the
 /// intended time, and shows in `send_lag_us`.
-pub(super) fn pace(tickets: &Tickets, clock: &Clock, tasks: usize, stop: &AtomicBool) {
+pub(super) fn pace(tickets: &Tickets, clock: &RunClock, tasks: usize, stop: &AtomicBool) {
     let mut issued = 0u64;
     while issued < tickets.total && !stop.load(Ordering::Relaxed) {
         let elapsed = clock.start.elapsed().as_secs_f64();
