@@ -294,20 +294,33 @@ pub struct Via<'a> {
     pub caller: &'a Caller,
 }
 
+/// A copy operation as its span names it.
+struct CopyOp<'a> {
+    /// When it began, when spans are on.
+    started: Option<tollgate_core::Nanos>,
+    /// The span's name (`tollgate.reserve`, ...).
+    name: &'static str,
+    /// The namespace and resource it acted on.
+    target: (&'a str, &'a str),
+    /// The copies it asked for.
+    copies: u64,
+}
+
 impl Via<'_> {
-    /// Records the span of a copy operation that began at `started` (when
-    /// spans are on) and ended with `result`.
-    #[allow(clippy::too_many_arguments)]
+    /// Records the span of copy operation `op`, which ended with `result`.
     fn record<S: Store, T>(
         self,
         app: &App<S>,
-        started: Option<tollgate_core::Nanos>,
-        name: &'static str,
-        target: (&str, &str),
-        copies: u64,
+        op: CopyOp<'_>,
         result: &Result<T, ServiceError>,
         outcome: impl FnOnce(&T) -> (Outcome, u64),
     ) {
+        let CopyOp {
+            started,
+            name,
+            target,
+            copies,
+        } = op;
         let Some(started) = started else { return };
         let ended = app.now();
         let (outcome, granted) = match result {
@@ -355,10 +368,12 @@ pub async fn reserve<S: Store>(
         .await;
     via.record(
         app,
-        started,
-        "tollgate.reserve",
-        (&r.namespace, &r.resource),
-        r.copies,
+        CopyOp {
+            started,
+            name: "tollgate.reserve",
+            target: (&r.namespace, &r.resource),
+            copies: r.copies,
+        },
         &reservation,
         |o| {
             let granted = o.reservation.granted;
@@ -387,10 +402,12 @@ pub async fn release<S: Store>(
         .await;
     via.record(
         app,
-        started,
-        "tollgate.release",
-        (&r.namespace, &r.resource),
-        r.copies,
+        CopyOp {
+            started,
+            name: "tollgate.release",
+            target: (&r.namespace, &r.resource),
+            copies: r.copies,
+        },
         &done,
         |d| (Outcome::Done, d.released),
     );
@@ -416,10 +433,12 @@ pub async fn transfer<S: Store>(
     let id = transfer_now(app, session, r).await;
     via.record(
         app,
-        started,
-        "tollgate.transfer",
-        (&r.namespace, &r.resource),
-        r.copies,
+        CopyOp {
+            started,
+            name: "tollgate.transfer",
+            target: (&r.namespace, &r.resource),
+            copies: r.copies,
+        },
         &id,
         |_| (Outcome::Done, r.copies),
     );
@@ -473,10 +492,12 @@ pub async fn seize<S: Store>(
     };
     via.record(
         app,
-        started,
-        "tollgate.seize",
-        (namespace, resource),
-        seized.as_ref().map_or(0, |s| s.copies),
+        CopyOp {
+            started,
+            name: "tollgate.seize",
+            target: (namespace, resource),
+            copies: seized.as_ref().map_or(0, |s| s.copies),
+        },
         &seized,
         |s| (Outcome::Granted, s.copies),
     );

@@ -365,7 +365,12 @@ impl<P: Policy> Table<P> {
                 Ok(decision)
             }
             (None, Some(state)) if effect == Effect::Keep => {
-                self.insert_new(shard, inner, hash, key, arc, state, now, decision)
+                let slot = Slot {
+                    key: key.clone(),
+                    state,
+                    limit: Arc::clone(arc),
+                };
+                self.insert_new(shard, inner, hash, slot, now, decision)
             }
             // A fresh state left dead needs no room.
             _ => Ok(decision),
@@ -376,25 +381,17 @@ impl<P: Policy> Table<P> {
     /// applying [`AtCapacity`] when the shard is full. Out of line: the
     /// common case is a key already stored.
     #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
     fn insert_new<T>(
         &self,
         shard: &Shard<P::State>,
         mut inner: MutexGuard<'_, ShardInner<P::State>>,
         hash: u64,
-        key: &Key,
-        arc: &Arc<Limit>,
-        state: P::State,
+        slot: Slot<P::State>,
         now: Nanos,
         decision: T,
     ) -> Result<T, StoreError> {
         let mut events = Events::default();
         let result = if self.make_room(&mut inner, 1, now, &mut events) {
-            let slot = Slot {
-                key: key.clone(),
-                state,
-                limit: Arc::clone(arc),
-            };
             inner
                 .table
                 .insert_unique(hash, slot, |s| self.hasher.hash_one(&s.key));
