@@ -45,7 +45,7 @@ pub struct Profile {
 
 /// Which proxy a fault hits.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Target {
+pub enum FaultTarget {
     /// The proxy of one server.
     One(usize),
     /// Every proxy.
@@ -195,7 +195,7 @@ pub enum Fault {
     /// Added latency on a Redis proxy for a while.
     Latency {
         /// Which proxy.
-        target: Target,
+        target: FaultTarget,
         /// Per chunk.
         ms: u64,
         /// How long.
@@ -205,26 +205,26 @@ pub enum Fault {
     /// server's Redis timeout).
     Stall {
         /// Which proxy.
-        target: Target,
+        target: FaultTarget,
         /// How long.
         for_ms: u64,
     },
     /// A Redis proxy refuses new connections for a while.
     Refuse {
         /// Which proxy.
-        target: Target,
+        target: FaultTarget,
         /// How long.
         for_ms: u64,
     },
     /// A Redis proxy closes every open connection.
     Drop {
         /// Which proxy.
-        target: Target,
+        target: FaultTarget,
     },
     /// A Redis proxy resets every open connection.
     Reset {
         /// Which proxy.
-        target: Target,
+        target: FaultTarget,
     },
     /// `DEBUG SLEEP` on a Redis node: Redis itself stalls.
     RedisSleep {
@@ -509,11 +509,11 @@ fn client_step(rng: &mut Rng, p: &Profile, up: &[usize], flood_next: &mut u64) -
     Step::Client { server, op, call }
 }
 
-fn target(rng: &mut Rng, p: &Profile) -> Target {
+fn target(rng: &mut Rng, p: &Profile) -> FaultTarget {
     if rng.chance(300) {
-        Target::All
+        FaultTarget::All
     } else {
-        Target::One(rng.index(p.servers.max(1)))
+        FaultTarget::One(rng.index(p.servers.max(1)))
     }
 }
 

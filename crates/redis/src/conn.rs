@@ -37,7 +37,7 @@ use tollgate_tls::{certificates, private_key, trust_anchors, Anchors};
 
 /// Where the store's Redis is, as given on the command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Target {
+pub enum RedisTarget {
     /// One server: `redis://` or `rediss://` (TLS).
     Single(String),
     /// A cluster, by seed nodes: `redis-cluster://a:6379,b:6379` or
@@ -125,20 +125,20 @@ impl fmt::Display for TlsPart {
 /// rule for every URL tollgate shows: [`tollgate_auth::redact`]).
 pub use tollgate_auth::redact;
 
-impl Target {
+impl RedisTarget {
     /// Whether its connections use TLS (`rediss://`, `rediss-cluster://`).
     pub fn is_tls(&self) -> bool {
         match self {
-            Target::Single(url) => url.starts_with("rediss://"),
-            Target::Cluster { seeds } => seeds.iter().all(|s| s.starts_with("rediss://")),
+            RedisTarget::Single(url) => url.starts_with("rediss://"),
+            RedisTarget::Cluster { seeds } => seeds.iter().all(|s| s.starts_with("rediss://")),
         }
     }
 
     /// The URL (or the seeds') as errors show it, without passwords.
     fn shown(&self) -> String {
         match self {
-            Target::Single(url) => redact(url),
-            Target::Cluster { seeds } => seeds
+            RedisTarget::Single(url) => redact(url),
+            RedisTarget::Cluster { seeds } => seeds
                 .iter()
                 .map(|s| redact(s))
                 .collect::<Vec<_>>()
@@ -147,7 +147,7 @@ impl Target {
     }
 
     /// Parses `--store`'s URL.
-    pub fn parse(url: &str) -> Result<Target, ConnectError> {
+    pub fn parse(url: &str) -> Result<RedisTarget, ConnectError> {
         let bad = |reason: &str| ConnectError::BadUrl {
             url: redact(url),
             reason: reason.to_owned(),
@@ -162,7 +162,7 @@ impl Target {
             "redis" | "rediss" => {
                 url.into_connection_info()
                     .map_err(|e| bad(&e.to_string()))?;
-                Ok(Target::Single(url.to_owned()))
+                Ok(RedisTarget::Single(url.to_owned()))
             }
             "redis-cluster" | "rediss-cluster" => {
                 let node_scheme = scheme.trim_end_matches("-cluster");
@@ -187,7 +187,7 @@ impl Target {
                         .into_connection_info()
                         .map_err(|e| bad(&e.to_string()))?;
                 }
-                Ok(Target::Cluster { seeds })
+                Ok(RedisTarget::Cluster { seeds })
             }
             other => Err(bad(&format!(
                 "unknown scheme `{other}` (expected redis, rediss, redis-cluster or rediss-cluster)"
@@ -334,7 +334,7 @@ impl ConnectOptions {
 /// refused for a URL that does not use TLS, and refused when redis-rs
 /// would refuse it at the first handshake.
 pub(crate) fn checked_tls(
-    target: &Target,
+    target: &RedisTarget,
     options: &ConnectOptions,
 ) -> Result<Option<TlsCertificates>, ConnectError> {
     let shown = target.shown();
@@ -366,12 +366,12 @@ impl Conn {
     /// Connects; fails if Redis does not answer now, so a bad address is a
     /// startup error rather than a server that never serves.
     pub(crate) async fn open(
-        target: &Target,
+        target: &RedisTarget,
         options: &ConnectOptions,
     ) -> Result<Conn, ConnectError> {
         let tls = checked_tls(target, options)?;
         match target {
-            Target::Single(url) => {
+            RedisTarget::Single(url) => {
                 let connect_err = |cause| ConnectError::Connect {
                     url: redact(url),
                     cause,
@@ -413,7 +413,7 @@ impl Conn {
                     next: Arc::new(AtomicUsize::new(0)),
                 })
             }
-            Target::Cluster { seeds } => {
+            RedisTarget::Cluster { seeds } => {
                 let connect_err = |cause| ConnectError::Connect {
                     url: target.shown(),
                     cause,
@@ -513,16 +513,16 @@ mod tests {
 
     #[test]
     fn cluster_urls_give_one_seed_per_host() {
-        let t = Target::parse("redis-cluster://:pw@a:1,b:2").unwrap_or_else(|e| panic!("{e}"));
+        let t = RedisTarget::parse("redis-cluster://:pw@a:1,b:2").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             t,
-            Target::Cluster {
+            RedisTarget::Cluster {
                 seeds: vec!["redis://:pw@a:1".into(), "redis://:pw@b:2".into()]
             }
         );
-        assert!(Target::parse("memcached://x").is_err());
-        assert!(Target::parse("redis-cluster://").is_err());
-        let err = Target::parse("nonsense")
+        assert!(RedisTarget::parse("memcached://x").is_err());
+        assert!(RedisTarget::parse("redis-cluster://").is_err());
+        let err = RedisTarget::parse("nonsense")
             .map(|_| ())
             .unwrap_err()
             .to_string();
@@ -535,7 +535,7 @@ mod tests {
     #[test]
     fn only_rediss_urls_use_tls() {
         let tls = |url: &str| {
-            Target::parse(url)
+            RedisTarget::parse(url)
                 .unwrap_or_else(|e| panic!("{e}"))
                 .is_tls()
         };

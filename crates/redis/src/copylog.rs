@@ -414,7 +414,7 @@ fn parse_survey(v: &Value) -> (i64, Vec<String>) {
 #[cfg(all(test, feature = "testing"))]
 mod tests {
     use super::*;
-    use crate::conn::{ConnectOptions, Target};
+    use crate::conn::{ConnectOptions, RedisTarget};
     use crate::testing::RedisServer;
 
     /// Review of issue 16's fix: a withdrawal of a pool's registration
@@ -425,7 +425,7 @@ mod tests {
     #[tokio::test]
     async fn a_late_withdrawal_never_removes_a_later_registration() {
         let server = RedisServer::start();
-        let target = Target::parse(&server.url()).unwrap();
+        let target = RedisTarget::parse(&server.url()).unwrap();
         let conn = Conn::open(&target, &ConnectOptions::default())
             .await
             .unwrap();

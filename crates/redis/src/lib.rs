@@ -56,7 +56,7 @@ mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use conn::{ClientCert, ConnectError, ConnectOptions, Target, TlsPart};
+pub use conn::{ClientCert, ConnectError, ConnectOptions, RedisTarget, TlsPart};
 pub use copylog::Resignation;
 pub use params::{check_limit, Inexact, MAX_EXACT};
 pub use store::{RedisOptions, RedisStore, ScriptClock};

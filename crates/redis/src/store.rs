@@ -18,7 +18,7 @@ use tollgate_core::{plan, Hits, Mode, Nanos, PlanDecision};
 use tollgate_store::{Admit, Held, OpId, Plan, PoolKey, Refusal, Seized, Store, StoreError};
 
 use crate::batch::{self, Batcher, PlanCall};
-use crate::conn::{redact, Conn, ConnectError, ConnectOptions, Target};
+use crate::conn::{redact, Conn, ConnectError, ConnectOptions, RedisTarget};
 use crate::params::{self, MAX_EXACT};
 use crate::reply;
 use crate::script;
@@ -71,13 +71,13 @@ impl RedisOptions {
     /// material (present only with a TLS URL, certificates and key that
     /// parse and match). `tollgate serve --check` runs it; `connect` runs
     /// it first, so both refuse the same options with the same error.
-    pub fn check(&self) -> Result<Target, ConnectError> {
+    pub fn check(&self) -> Result<RedisTarget, ConnectError> {
         if self.prefix.contains(['{', '}']) {
             return Err(ConnectError::BadPrefix {
                 prefix: self.prefix.clone(),
             });
         }
-        let target = Target::parse(&self.url)?;
+        let target = RedisTarget::parse(&self.url)?;
         crate::conn::checked_tls(&target, &self.connect)?;
         Ok(target)
     }

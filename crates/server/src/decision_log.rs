@@ -37,20 +37,20 @@ pub const WRITTEN: &str = "tollgate_decision_log_lines_total";
 
 /// Where the log goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Target {
+pub enum LogTarget {
     /// Standard output.
     Stdout,
     /// A file, appended to.
     File(PathBuf),
 }
 
-impl std::str::FromStr for Target {
+impl std::str::FromStr for LogTarget {
     type Err = std::convert::Infallible;
     /// `-` or `stdout` is standard output; anything else a file path.
-    fn from_str(s: &str) -> Result<Target, Self::Err> {
+    fn from_str(s: &str) -> Result<LogTarget, Self::Err> {
         Ok(match s {
-            "-" | "stdout" => Target::Stdout,
-            path => Target::File(PathBuf::from(path)),
+            "-" | "stdout" => LogTarget::Stdout,
+            path => LogTarget::File(PathBuf::from(path)),
         })
     }
 }
@@ -119,7 +119,7 @@ impl DecisionLog {
     /// Opens `target` and starts the writer; `sample` in `(0, 1]` is the
     /// fraction of decisions logged (exactly: every decision whose running
     /// count crosses a multiple of `1 / sample`).
-    pub fn open(target: &Target, sample: f64) -> io::Result<DecisionLog> {
+    pub fn open(target: &LogTarget, sample: f64) -> io::Result<DecisionLog> {
         if !(sample > 0.0 && sample <= 1.0) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -127,8 +127,8 @@ impl DecisionLog {
             ));
         }
         let out: Box<dyn Write + Send> = match target {
-            Target::Stdout => Box::new(io::stdout()),
-            Target::File(path) => Box::new(
+            LogTarget::Stdout => Box::new(io::stdout()),
+            LogTarget::File(path) => Box::new(
                 OpenOptions::new()
                     .create(true)
                     .append(true)
@@ -251,13 +251,13 @@ mod tests {
     #[test]
     fn sampling_keeps_exactly_the_fraction_asked() {
         let dir = tempfile::tempdir().unwrap();
-        let log = DecisionLog::open(&Target::File(dir.path().join("d.jsonl")), 0.25).unwrap();
+        let log = DecisionLog::open(&LogTarget::File(dir.path().join("d.jsonl")), 0.25).unwrap();
         let kept = (0..1000).filter(|_| log.sampled()).count();
         assert_eq!(kept, 250);
-        let all = DecisionLog::open(&Target::File(dir.path().join("e.jsonl")), 1.0).unwrap();
+        let all = DecisionLog::open(&LogTarget::File(dir.path().join("e.jsonl")), 1.0).unwrap();
         assert!((0..10).all(|_| all.sampled()));
         for bad in [0.0, -1.0, 1.5, f64::NAN] {
-            assert!(DecisionLog::open(&Target::Stdout, bad).is_err(), "{bad}");
+            assert!(DecisionLog::open(&LogTarget::Stdout, bad).is_err(), "{bad}");
         }
     }
 
@@ -266,7 +266,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("d.jsonl");
         for round in 0..2 {
-            let log = DecisionLog::open(&Target::File(path.clone()), 1.0).unwrap();
+            let log = DecisionLog::open(&LogTarget::File(path.clone()), 1.0).unwrap();
             log.write(&line(round));
             log.close();
         }
@@ -285,7 +285,7 @@ mod tests {
 
     #[test]
     fn an_unwritable_path_is_an_error_naming_it() {
-        let e = DecisionLog::open(&Target::File("/nonexistent-dir/x.jsonl".into()), 1.0)
+        let e = DecisionLog::open(&LogTarget::File("/nonexistent-dir/x.jsonl".into()), 1.0)
             .err()
             .unwrap();
         assert!(e.to_string().contains("/nonexistent-dir/x.jsonl"), "{e}");

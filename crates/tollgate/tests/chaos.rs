@@ -63,7 +63,7 @@ use common::serving::{self, Serving};
 use common::Sandbox;
 use serde_json::{json, Value};
 use tollgate_faults::copylog::{self, Violation};
-use tollgate_faults::schedule::{self, Call, Family, Fault, Op, Profile, Step, Target};
+use tollgate_faults::schedule::{self, Call, Family, Fault, FaultTarget, Op, Profile, Step};
 use tollgate_faults::tcp::{TcpMode, TcpProxy};
 use tollgate_faults::udp::{UdpFaults, UdpMesh};
 use tollgate_proto::v1::{
@@ -1084,10 +1084,10 @@ impl RedisWorld {
         self.servers[server].running().map(|s| s.http)
     }
 
-    fn proxies_of(&self, t: Target) -> Vec<usize> {
+    fn proxies_of(&self, t: FaultTarget) -> Vec<usize> {
         match t {
-            Target::One(i) => vec![i % self.proxies.len().max(1)],
-            Target::All => (0..self.proxies.len()).collect(),
+            FaultTarget::One(i) => vec![i % self.proxies.len().max(1)],
+            FaultTarget::All => (0..self.proxies.len()).collect(),
         }
     }
 

@@ -132,7 +132,7 @@ pub struct ServeArgs {
     /// Record decisions as JSON lines `tollgate replay` reads back: a file
     /// (appended to), or `-` for standard output.
     #[arg(long, env = "TOLLGATE_DECISION_LOG")]
-    pub decision_log: Option<tollgate_server::decision_log::Target>,
+    pub decision_log: Option<tollgate_server::decision_log::LogTarget>,
     /// PEM certificate chain: serve TLS on both ports (with --tls-key).
     #[arg(long, env = "TOLLGATE_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
