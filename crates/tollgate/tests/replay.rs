@@ -447,7 +447,7 @@ not json
 /// Replays `t.jsonl` against `c.yaml` printing only the JSON summary, which
 /// must parse; the run is returned for further checks.
 fn summary_json(sb: &Sandbox) -> (Run, Value) {
-    let run = replay_t(&sb, &["--no-events", "--summary", "json"]);
+    let run = replay_t(sb, &["--no-events", "--summary", "json"]);
     assert!(run.success(), "{run}");
     let doc: Value = serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}{run}"));
     (run, doc)
