@@ -694,6 +694,18 @@ async fn writers_held_together_then_released(api: &std::sync::Arc<ConfigApi>, ur
     }
 }
 
+/// Resource `imp/a`, asserting its domain `big` overrides the capacity
+/// (50) and nothing else.
+async fn big_kept_its_override(api: &ConfigApi) -> Value {
+    let a = api.get("/v1/namespaces/imp/resources/a").await;
+    assert_eq!(
+        a["resource"]["domains"]["big"],
+        json!({"capacity": 50}),
+        "{a}"
+    );
+    a
+}
+
 /// Issue 22: the API stored a domain override with every inherited field
 /// written out, so raising the resource's rate left the override at the
 /// old one. An override stores what it changes; the resolved view (what
@@ -776,12 +788,7 @@ async fn inheritance(api: &ConfigApi) {
             .call(Some(ADMIN), "POST", "/v1/import", Some(import))
             .await;
         assert_eq!(status, 200, "{r}");
-        let a = api.get("/v1/namespaces/imp/resources/a").await;
-        assert_eq!(
-            a["resource"]["domains"]["big"],
-            json!({"capacity": 50}),
-            "{a}"
-        );
+        let a = big_kept_its_override(api).await;
         assert_eq!(a["resolved"]["domains"]["big"]["rate"], "1/1s", "{a}");
     }
 
@@ -806,12 +813,7 @@ async fn inheritance(api: &ConfigApi) {
         )
         .await;
     assert_eq!(status, 200, "{r}");
-    let a = api.get("/v1/namespaces/imp/resources/a").await;
-    assert_eq!(
-        a["resource"]["domains"]["big"],
-        json!({"capacity": 50}),
-        "{a}"
-    );
+    let a = big_kept_its_override(api).await;
     let mut body = a["resource"].clone();
     body["rate"] = json!("2/s");
     let r = api
