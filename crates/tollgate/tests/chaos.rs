@@ -456,6 +456,17 @@ impl Proc {
     }
 }
 
+/// `serve` flags for the sandbox's `tollgate.yaml` on free ports, plus
+/// `flags`, owned.
+fn serve_args(flags: &[&str]) -> Vec<String> {
+    ["--config", "tollgate.yaml"]
+        .iter()
+        .chain(&serving::FREE_PORTS)
+        .chain(flags)
+        .map(|s| (*s).to_owned())
+        .collect()
+}
+
 /// Starts `tollgate serve` with `args`, retrying a few times: a start may
 /// fail while the store is still unreachable (a restart during a fault).
 fn start_with_retries(dir: &Sandbox, args: &[String]) -> Option<Serving> {
@@ -1043,13 +1054,7 @@ impl RedisWorld {
     }
 
     fn start_server(&mut self, i: usize) {
-        let args: Vec<String> = [
-            "--config",
-            "tollgate.yaml",
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
+        let args = serve_args(&[
             "--store",
             &self.store_url(i),
             "--redis-timeout-ms",
@@ -1060,10 +1065,7 @@ impl RedisWorld {
             "200",
             "--heartbeat-ttl-ms",
             &HEARTBEAT_TTL_MS.to_string(),
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
+        ]);
         let serving = start_with_retries(&self.dir, &args);
         let id = serving.as_ref().and_then(copy_log_id);
         if serving.is_none() {
@@ -1882,13 +1884,7 @@ impl GossipWorld {
             .filter(|k| *k != i)
             .map(|k| self.mesh.advertised(k).to_string())
             .collect();
-        let mut args: Vec<String> = [
-            "--config",
-            "tollgate.yaml",
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
+        let mut args = serve_args(&[
             "--cluster",
             "chaos",
             "--node-id",
@@ -1905,10 +1901,7 @@ impl GossipWorld {
             "1000",
             "--max-keys",
             &GOSSIP_MAX_KEYS.to_string(),
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
+        ]);
         if seeded {
             args.push("--peers".into());
             args.push(peers.join(","));
