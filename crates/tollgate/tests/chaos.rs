@@ -564,6 +564,18 @@ impl Names {
     fn domain(&self, i: usize) -> &str {
         &self.domains[i % self.domains.len()]
     }
+
+    /// A JSON body naming hold `h` (its id, namespace, resource and
+    /// domain), then the fields in `rest`.
+    fn hold_body(&self, h: &Hold, rest: &str) -> String {
+        format!(
+            r#"{{"hold_id":"{}","namespace":"{}","resource":"{}","domain":"{}",{rest}}}"#,
+            h.id,
+            self.namespace,
+            self.copy[h.resource],
+            self.domain(h.domain)
+        )
+    }
 }
 
 /// Carries out one HTTP operation on `addr` (a server's HTTP port) and
@@ -624,12 +636,7 @@ fn http_op(
                 (
                     "POST",
                     "/v1/release".to_owned(),
-                    format!(
-                        r#"{{"hold_id":"{}","namespace":"{ns}","resource":"{}","domain":"{}","copies":{copies}}}"#,
-                        h.id,
-                        n.copy[h.resource],
-                        n.domain(h.domain)
-                    ),
+                    n.hold_body(&h, &format!(r#""copies":{copies}"#)),
                     Then::Released(h.clone()),
                     h.server,
                 )
@@ -658,12 +665,7 @@ fn http_op(
                 (
                     "POST",
                     "/v1/transfer".to_owned(),
-                    format!(
-                        r#"{{"hold_id":"{}","namespace":"{ns}","resource":"{}","domain":"{}","copies":{copies},"ttl_ms":{ttl_ms}}}"#,
-                        h.id,
-                        n.copy[h.resource],
-                        n.domain(h.domain)
-                    ),
+                    n.hold_body(&h, &format!(r#""copies":{copies},"ttl_ms":{ttl_ms}"#)),
                     Then::Transferred(h.clone(), copies),
                     h.server,
                 )
