@@ -456,6 +456,17 @@ impl Proc {
     }
 }
 
+/// `serve` flags for the sandbox's `tollgate.yaml` on free ports, plus
+/// `flags`, owned.
+fn serve_args(flags: &[&str]) -> Vec<String> {
+    ["--config", "tollgate.yaml"]
+        .iter()
+        .chain(&serving::FREE_PORTS)
+        .chain(flags)
+        .map(|s| (*s).to_owned())
+        .collect()
+}
+
 /// Starts `tollgate serve` with `args`, retrying a few times: a start may
 /// fail while the store is still unreachable (a restart during a fault).
 fn start_with_retries(dir: &Sandbox, args: &[String]) -> Option<Serving> {
@@ -553,6 +564,18 @@ impl Names {
     fn domain(&self, i: usize) -> &str {
         &self.domains[i % self.domains.len()]
     }
+
+    /// A JSON body naming hold `h` (its id, namespace, resource and
+    /// domain), then the fields in `rest`.
+    fn hold_body(&self, h: &Hold, rest: &str) -> String {
+        format!(
+            r#"{{"hold_id":"{}","namespace":"{}","resource":"{}","domain":"{}",{rest}}}"#,
+            h.id,
+            self.namespace,
+            self.copy[h.resource],
+            self.domain(h.domain)
+        )
+    }
 }
 
 /// Carries out one HTTP operation on `addr` (a server's HTTP port) and
@@ -613,12 +636,7 @@ fn http_op(
                 (
                     "POST",
                     "/v1/release".to_owned(),
-                    format!(
-                        r#"{{"hold_id":"{}","namespace":"{ns}","resource":"{}","domain":"{}","copies":{copies}}}"#,
-                        h.id,
-                        n.copy[h.resource],
-                        n.domain(h.domain)
-                    ),
+                    n.hold_body(&h, &format!(r#""copies":{copies}"#)),
                     Then::Released(h.clone()),
                     h.server,
                 )
@@ -647,12 +665,7 @@ fn http_op(
                 (
                     "POST",
                     "/v1/transfer".to_owned(),
-                    format!(
-                        r#"{{"hold_id":"{}","namespace":"{ns}","resource":"{}","domain":"{}","copies":{copies},"ttl_ms":{ttl_ms}}}"#,
-                        h.id,
-                        n.copy[h.resource],
-                        n.domain(h.domain)
-                    ),
+                    n.hold_body(&h, &format!(r#""copies":{copies},"ttl_ms":{ttl_ms}"#)),
                     Then::Transferred(h.clone(), copies),
                     h.server,
                 )
@@ -1043,13 +1056,7 @@ impl RedisWorld {
     }
 
     fn start_server(&mut self, i: usize) {
-        let args: Vec<String> = [
-            "--config",
-            "tollgate.yaml",
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
+        let args = serve_args(&[
             "--store",
             &self.store_url(i),
             "--redis-timeout-ms",
@@ -1060,10 +1067,7 @@ impl RedisWorld {
             "200",
             "--heartbeat-ttl-ms",
             &HEARTBEAT_TTL_MS.to_string(),
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
+        ]);
         let serving = start_with_retries(&self.dir, &args);
         let id = serving.as_ref().and_then(copy_log_id);
         if serving.is_none() {
@@ -1882,13 +1886,7 @@ impl GossipWorld {
             .filter(|k| *k != i)
             .map(|k| self.mesh.advertised(k).to_string())
             .collect();
-        let mut args: Vec<String> = [
-            "--config",
-            "tollgate.yaml",
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
+        let mut args = serve_args(&[
             "--cluster",
             "chaos",
             "--node-id",
@@ -1905,10 +1903,7 @@ impl GossipWorld {
             "1000",
             "--max-keys",
             &GOSSIP_MAX_KEYS.to_string(),
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
+        ]);
         if seeded {
             args.push("--peers".into());
             args.push(peers.join(","));

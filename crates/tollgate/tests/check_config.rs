@@ -417,20 +417,8 @@ fn check_config_cluster_and_serve_check_the_same_cluster_with_the_same_flag() {
         common::run_clean(&sb.dir, &args, env)
     };
     let served = |env: &[(&str, &str)], flags: &[&str]| {
-        let mut args = vec![
-            "serve",
-            "--check",
-            "--config",
-            "hourly.yaml",
-            "--cluster",
-            "prod",
-            "--node-id",
-            "n1",
-            "--gossip",
-            "127.0.0.1:0",
-            "--cluster-secret-file",
-            "secret",
-        ];
+        let mut args = vec!["serve", "--check", "--config", "hourly.yaml"];
+        args.extend_from_slice(&common::NODE_N1);
         args.extend_from_slice(flags);
         common::run_clean(&sb.dir, &args, env)
     };

@@ -20,7 +20,7 @@ use common::serving::Serving;
 use common::Sandbox;
 use serde_json::Value;
 use tollgate_client::backoff::{Backoff, Sleep, Timer};
-use tollgate_client::{Client, ClientConfig, Error, FailureKind, Rejected, Tls, Via};
+use tollgate_client::{Client, ClientConfig, Error, FailureKind, Hold, Rejected, Tls, Via};
 
 const CONFIG: &str = r#"
 namespaces:
@@ -35,16 +35,25 @@ namespaces:
 
 fn serve(dir: &Sandbox, extra: &[&str]) -> Serving {
     let config = dir.write("tollgate.yaml", CONFIG);
-    let mut args = vec![
-        "--config",
-        config.to_str().unwrap(),
-        "--grpc",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
-    ];
+    Serving::start_config(dir, &config, extra, &[])
+}
+
+/// `tollgate request app api acme --server server` plus `extra`.
+fn request_cli(dir: &Sandbox, server: &str, extra: &[&str]) -> common::Run {
+    let mut args = vec!["request", "app", "api", "acme", "--server", server];
     args.extend_from_slice(extra);
-    Serving::start(dir, &args, &[])
+    dir.run(&args)
+}
+
+/// A request for 5 hits of `api`, at least 2, which is answered.
+async fn five_at_least_two(client: &Client) -> tollgate_client::Grant {
+    client
+        .request("app", "api", "acme")
+        .hits(5)
+        .min_hits(2)
+        .send()
+        .await
+        .unwrap()
 }
 
 /// A clock that sleeps instantly and remembers every sleep.
@@ -181,24 +190,12 @@ async fn fails_open_while_the_server_is_dead_and_recovers_when_it_returns() {
         c.fail_open = false;
         Client::new(c).unwrap()
     };
-    let g = client
-        .request("app", "api", "acme")
-        .hits(5)
-        .min_hits(2)
-        .send()
-        .await
-        .unwrap();
+    let g = five_at_least_two(&client).await;
     assert_eq!((g.granted, g.via), (5, Via::Server));
 
     server.child.kill().unwrap();
     server.child.wait().unwrap();
-    let g = client
-        .request("app", "api", "acme")
-        .hits(5)
-        .min_hits(2)
-        .send()
-        .await
-        .unwrap();
+    let g = five_at_least_two(&client).await;
     assert_eq!(
         (g.granted, g.via),
         (2, Via::Degraded),
@@ -249,6 +246,16 @@ async fn fails_open_while_the_server_is_dead_and_recovers_when_it_returns() {
     assert_eq!(via, Via::Server);
 }
 
+/// A hold on `copies` of `resource` for `acme`, which the server grants.
+async fn granted_hold(client: &Client, resource: &str, copies: u64) -> Hold {
+    client
+        .hold("app", resource, "acme")
+        .copies(copies)
+        .send()
+        .await
+        .unwrap()
+}
+
 /// Whether `copies` of `resource` can be reserved now (released at once).
 async fn can_hold(client: &Client, resource: &str, copies: u64) -> bool {
     match client
@@ -288,12 +295,7 @@ async fn holds_are_released_in_part_on_drop_and_on_panic() {
     let client = client(&server);
     let other = crate::client(&server);
 
-    let mut hold = client
-        .hold("app", "pool", "acme")
-        .copies(3)
-        .send()
-        .await
-        .unwrap();
+    let mut hold = granted_hold(&client, "pool", 3).await;
     assert_eq!(hold.copies(), 3);
     assert_eq!(hold.response().unwrap().domain_limit, 3);
     assert!(!can_hold(&other, "pool", 1).await);
@@ -306,12 +308,7 @@ async fn holds_are_released_in_part_on_drop_and_on_panic() {
 
     let c = client.clone();
     let task = tokio::spawn(async move {
-        let _hold = c
-            .hold("app", "pool", "acme")
-            .copies(3)
-            .send()
-            .await
-            .unwrap();
+        let _hold = granted_hold(&c, "pool", 3).await;
         panic!("the work failed while holding");
     });
     assert!(task.await.unwrap_err().is_panic());
@@ -348,12 +345,7 @@ async fn calls_abandoned_mid_flight_leave_nothing_held() {
     // A release whose caller gives up: the hold's count is already down,
     // so the drop releases only the rest, and all three come free (a
     // release of all three would be refused once the one was released).
-    let mut hold = client
-        .hold("app", "pool", "acme")
-        .copies(3)
-        .send()
-        .await
-        .unwrap();
+    let mut hold = granted_hold(&client, "pool", 3).await;
     let cancelled = once(hold.release(1)).await;
     assert!(cancelled.is_none());
     assert_eq!(hold.copies(), 2);
@@ -361,12 +353,7 @@ async fn calls_abandoned_mid_flight_leave_nothing_held() {
     eventually_holds(&other, "pool", 3).await;
 
     // Asking for more than is held changes nothing.
-    let mut c = client
-        .hold("app", "pool", "acme")
-        .copies(2)
-        .send()
-        .await
-        .unwrap();
+    let mut c = granted_hold(&client, "pool", 2).await;
     assert!(matches!(
         c.transfer(3, Duration::from_secs(5)).await,
         Err(Error::Invalid(_))
@@ -447,12 +434,7 @@ async fn copies_transfer_between_two_servers_sharing_redis() {
     let b = Serving::start_redis(&dir, &redis.url(), &[], &[]);
     let on_a = client(&a);
     let on_b = client(&b);
-    let mut hold = on_a
-        .hold("app", "pool", "acme")
-        .copies(3)
-        .send()
-        .await
-        .unwrap();
+    let mut hold = granted_hold(&on_a, "pool", 3).await;
     let id = hold.transfer(2, Duration::from_secs(30)).await.unwrap();
     assert_eq!(hold.copies(), 1);
     let seized = on_b.seize(&id).await.unwrap();
@@ -495,16 +477,7 @@ async fn copies_transfer_between_two_servers_sharing_redis() {
     // Review of issue 23: the CLI told to "check that a server runs at
     // --server" of a server that runs and answered with an error.
     let grpc = a.grpc.to_string();
-    let out = dir.run(&[
-        "request",
-        "app",
-        "api",
-        "acme",
-        "--server",
-        &grpc,
-        "--timeout-ms",
-        "30000",
-    ]);
+    let out = request_cli(&dir, &grpc, &["--timeout-ms", "30000"]);
     assert_eq!(out.code, Some(0), "{out}");
     assert!(
         out.stderr.contains("the servers run but could not decide"),
@@ -677,17 +650,9 @@ async fn the_cli_exits_0_granted_1_rejected_2_error() {
         .ends_with("tollgate.yaml"));
     // Nobody listens here: fail-open off makes it an error.
     let dead = format!("127.0.0.1:{}", tollgate_redis::testing::free_port());
-    let out = dir.run(&[
-        "request",
-        "app",
-        "api",
-        "acme",
-        "--no-fail-open",
-        "--server",
-        &dead,
-    ]);
+    let out = request_cli(&dir, &dead, &["--no-fail-open"]);
     assert_eq!(out.code, Some(2), "{out}");
-    let out = dir.run(&["request", "app", "api", "acme", "--json", "--server", &dead]);
+    let out = request_cli(&dir, &dead, &["--json"]);
     assert_eq!(out.code, Some(0), "{out}");
     assert!(out.stdout.contains("\"via\":\"degraded\""), "{out}");
 }
@@ -696,9 +661,7 @@ async fn the_cli_exits_0_granted_1_rejected_2_error() {
 async fn mutual_tls_needs_the_clients_certificate() {
     let certs = tollgate_redis::testing::TestCerts::generate();
     let dir = Sandbox::new("client-tls");
-    let cert = dir.write("server.pem", &certs.server_cert);
-    let key = dir.write("server.key", &certs.server_key);
-    let ca = dir.write("ca.pem", &certs.ca);
+    let (cert, key, ca) = dir.write_server_tls(&certs, "server");
     let server = serve(
         &dir,
         &[
@@ -738,21 +701,19 @@ async fn mutual_tls_needs_the_clients_certificate() {
     // The CLI with files.
     let client_cert = dir.write("client.pem", &certs.client_cert);
     let client_key = dir.write("client.key", &certs.client_key);
-    let out = dir.run(&[
-        "request",
-        "app",
-        "api",
-        "acme",
-        "--no-fail-open",
-        "--server",
+    let out = request_cli(
+        &dir,
         &format!("https://localhost:{}", server.grpc.port()),
-        "--tls-ca",
-        ca.to_str().unwrap(),
-        "--tls-cert",
-        client_cert.to_str().unwrap(),
-        "--tls-key",
-        client_key.to_str().unwrap(),
-    ]);
+        &[
+            "--no-fail-open",
+            "--tls-ca",
+            ca.to_str().unwrap(),
+            "--tls-cert",
+            client_cert.to_str().unwrap(),
+            "--tls-key",
+            client_key.to_str().unwrap(),
+        ],
+    );
     assert_eq!(out.code, Some(0), "{out}");
 }
 
@@ -895,9 +856,7 @@ fn a_degraded_cli_grant_names_the_server_and_why() {
         "{out}"
     );
 
-    let out = dir.run(&[
-        "request", "app", "api", "acme", "--server", &closed, "--json",
-    ]);
+    let out = request_cli(&dir, &closed, &["--json"]);
     assert_eq!(out.code, Some(0), "{out}");
     let v: Value = serde_json::from_str(out.stdout.trim()).unwrap();
     assert_eq!(v["via"], "degraded", "{v}");
@@ -907,16 +866,7 @@ fn a_degraded_cli_grant_names_the_server_and_why() {
 
     // Review of issue 23: with fail-open off, the JSON error only had the
     // outage's words, not each server and its error apart.
-    let out = dir.run(&[
-        "request",
-        "app",
-        "api",
-        "acme",
-        "--server",
-        &closed,
-        "--json",
-        "--no-fail-open",
-    ]);
+    let out = request_cli(&dir, &closed, &["--json", "--no-fail-open"]);
     assert_eq!(out.code, Some(2), "{out}");
     let v: Value = serde_json::from_str(out.stdout.trim()).unwrap();
     assert_eq!(v["outcome"], "error", "{v}");

@@ -185,6 +185,19 @@ fn remainings(nodes: &[Serving], resource: &str, domain: &str) -> Vec<i64> {
         .collect()
 }
 
+/// Five grants of `k` on each of three nodes, for both resources, seen
+/// by all of them (`CAPACITY - 15` left).
+fn spend_five_each_on_k(nodes: &[Serving]) {
+    for resource in ["q", "api"] {
+        for s in nodes {
+            for _ in 0..5 {
+                assert!(hit(s, resource, "k"));
+            }
+        }
+        converge(nodes, resource, "k", CAPACITY - 15);
+    }
+}
+
 /// Waits until every node's peek shows `want`.
 fn converge(nodes: &[Serving], resource: &str, domain: &str, want: i64) {
     eventually(
@@ -399,14 +412,7 @@ fn the_epoch_strategy_stays_within_its_documented_bound() {
 fn a_node_killed_with_sigkill_rejoins_with_a_full_state_before_deciding() {
     let dir = sandbox("cluster-restart");
     let mut nodes = start_cluster(&dir, "t", 3, |_| vec![]);
-    for resource in ["q", "api"] {
-        for s in &nodes {
-            for _ in 0..5 {
-                assert!(hit(s, resource, "k"));
-            }
-        }
-        converge(&nodes, resource, "k", CAPACITY - 15);
-    }
+    spend_five_each_on_k(&nodes);
     let seed = nodes[0].gossip();
     let gossip = nodes[1].gossip().to_string();
     nodes[1].child.kill().unwrap();
@@ -995,14 +1001,7 @@ fn a_skewed_clock_makes_both_nodes_unready_while_they_keep_limiting() {
 fn a_node_restarted_with_its_clock_stepped_back_rejoins_with_a_full_state() {
     let dir = sandbox("cluster-stepped-back");
     let mut nodes = start_cluster(&dir, "t", 3, |_| vec![]);
-    for resource in ["q", "api"] {
-        for s in &nodes {
-            for _ in 0..5 {
-                assert!(hit(s, resource, "k"));
-            }
-        }
-        converge(&nodes, resource, "k", CAPACITY - 15);
-    }
+    spend_five_each_on_k(&nodes);
     let before = identity(&nodes[1]).1;
     let gossip = nodes[1].gossip().to_string();
     nodes[1].child.kill().unwrap();
@@ -1114,15 +1113,10 @@ fn a_node_with_another_secret_says_so_and_is_not_ready() {
     dir.write("wrong-secret", format!("{WRONG}\n"));
     let odd = {
         let peers = nodes[0].gossip().to_string();
-        Serving::start(
+        Serving::start_config(
             &dir,
+            std::path::Path::new("tollgate.yaml"),
             &[
-                "--config",
-                "tollgate.yaml",
-                "--grpc",
-                "127.0.0.1:0",
-                "--http",
-                "127.0.0.1:0",
                 "--cluster",
                 "t",
                 "--node-id",

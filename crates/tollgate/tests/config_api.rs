@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use common::config_api::{ConfigApi, ADMIN, READER};
 use common::live_usage::limiting_server;
+use common::serving::FREE_PORTS;
 use common::Sandbox;
 use serde_json::{json, Value};
 
@@ -229,8 +230,7 @@ async fn the_default_database_is_a_file_created_on_first_start() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strangers_and_readers_cannot_write_and_callers_are_rate_limited() {
     let dir = Sandbox::new("config-api-auth");
-    let db = format!("sqlite://{}", dir.path("t.db").display());
-    let api = ConfigApi::start(&dir, &db, &[]);
+    let api = ConfigApi::start_sqlite(&dir, &[]);
     let (status, e) = api.call(None, "GET", "/v1/namespaces", None).await;
     assert_eq!(
         (status, e["error"]["reason"].as_str()),
@@ -256,8 +256,7 @@ async fn strangers_and_readers_cannot_write_and_callers_are_rate_limited() {
     // tollgate's own token bucket in front of the API: 3 at once, then
     // one a second.
     let dir = Sandbox::new("config-api-limit");
-    let db = format!("sqlite://{}", dir.path("t.db").display());
-    let api = ConfigApi::start(&dir, &db, &["--rate-limit", "1", "--burst", "3"]);
+    let api = ConfigApi::start_sqlite(&dir, &["--rate-limit", "1", "--burst", "3"]);
     let mut statuses = Vec::new();
     for _ in 0..5 {
         statuses.push(
@@ -273,8 +272,7 @@ async fn strangers_and_readers_cannot_write_and_callers_are_rate_limited() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writers_each_get_their_own_revision() {
     let dir = Sandbox::new("config-api-concurrent");
-    let db = format!("sqlite://{}", dir.path("t.db").display());
-    let api = std::sync::Arc::new(ConfigApi::start(&dir, &db, &[]));
+    let api = std::sync::Arc::new(ConfigApi::start_sqlite(&dir, &[]));
     concurrent(&api).await;
 }
 
@@ -569,39 +567,15 @@ async fn preconditions(api: &std::sync::Arc<ConfigApi>) {
         .call_with(Some(READER), "GET", "/v1/namespaces/cc", None, &[])
         .await;
     let weak = format!("W/\"{}\"", ns["revision"]);
-    let (status, e, _) = api
-        .call_with(
-            Some(ADMIN),
-            "PUT",
-            "/v1/namespaces/cc",
-            Some("{}"),
-            &[("if-match", &weak)],
-        )
-        .await;
+    let (status, e, _) = put_cc_if_match(api, &weak).await;
     assert_eq!(status, 412, "{e}");
     let spaced = format!(" , \"{}\" ,", ns["revision"]);
-    let (status, e, _) = api
-        .call_with(
-            Some(ADMIN),
-            "PUT",
-            "/v1/namespaces/cc",
-            Some("{}"),
-            &[("if-match", &spaced)],
-        )
-        .await;
+    let (status, e, _) = put_cc_if_match(api, &spaced).await;
     assert_eq!(status, 200, "{e}");
 
     // A malformed precondition is a 400 naming the header.
     for bad in ["12", "W/12", "\"abc\""] {
-        let (status, e, _) = api
-            .call_with(
-                Some(ADMIN),
-                "PUT",
-                "/v1/namespaces/cc",
-                Some("{}"),
-                &[("if-match", bad)],
-            )
-            .await;
+        let (status, e, _) = put_cc_if_match(api, bad).await;
         assert_eq!(
             (status, e["error"]["reason"].as_str()),
             (400, Some("malformed_request")),
@@ -615,6 +589,18 @@ async fn preconditions(api: &std::sync::Arc<ConfigApi>) {
             "{e}"
         );
     }
+}
+
+/// `PUT /v1/namespaces/cc` by the admin with `If-Match: if_match`.
+async fn put_cc_if_match(api: &ConfigApi, if_match: &str) -> (u16, Value, Option<String>) {
+    api.call_with(
+        Some(ADMIN),
+        "PUT",
+        "/v1/namespaces/cc",
+        Some("{}"),
+        &[("if-match", if_match)],
+    )
+    .await
 }
 
 /// `psql` on `url` with `sql` (one row, one column, unaligned): its
@@ -708,6 +694,18 @@ async fn writers_held_together_then_released(api: &std::sync::Arc<ConfigApi>, ur
     }
 }
 
+/// Resource `imp/a`, asserting its domain `big` overrides the capacity
+/// (50) and nothing else.
+async fn big_kept_its_override(api: &ConfigApi) -> Value {
+    let a = api.get("/v1/namespaces/imp/resources/a").await;
+    assert_eq!(
+        a["resource"]["domains"]["big"],
+        json!({"capacity": 50}),
+        "{a}"
+    );
+    a
+}
+
 /// Issue 22: the API stored a domain override with every inherited field
 /// written out, so raising the resource's rate left the override at the
 /// old one. An override stores what it changes; the resolved view (what
@@ -782,30 +780,17 @@ async fn inheritance(api: &ConfigApi) {
     let text = "namespaces:\n  - name: imp\n    resources:\n      - name: a\n        \
                 algorithm: token_bucket\n        capacity: 10\n        rate: 1/s\n        \
                 domains:\n          big: { capacity: 50 }\n";
-    let (status, r) = api
-        .call(Some(ADMIN), "POST", "/v1/import", Some(text))
-        .await;
-    assert_eq!(status, 200, "{r}");
-    let a = api.get("/v1/namespaces/imp/resources/a").await;
-    assert_eq!(
-        a["resource"]["domains"]["big"],
-        json!({"capacity": 50}),
-        "{a}"
-    );
-    assert_eq!(a["resolved"]["domains"]["big"]["rate"], "1/1s", "{a}");
-
-    // Review M2: a multi-document file, overrides in a later document.
+    // The file alone, then (review M2) as the later document of a
+    // multi-document file: the override is imported either way.
     let multi = "namespaces:\n  - name: first\n    resources: []\n---\n".to_owned() + text;
-    let (status, r) = api
-        .call(Some(ADMIN), "POST", "/v1/import", Some(&multi))
-        .await;
-    assert_eq!(status, 200, "{r}");
-    let a = api.get("/v1/namespaces/imp/resources/a").await;
-    assert_eq!(
-        a["resource"]["domains"]["big"],
-        json!({"capacity": 50}),
-        "{a}"
-    );
+    for import in [text, multi.as_str()] {
+        let (status, r) = api
+            .call(Some(ADMIN), "POST", "/v1/import", Some(import))
+            .await;
+        assert_eq!(status, 200, "{r}");
+        let a = big_kept_its_override(api).await;
+        assert_eq!(a["resolved"]["domains"]["big"]["rate"], "1/1s", "{a}");
+    }
 
     // Review M3: a backup and its restore (export, then import under the
     // export's ETag) keep the override inheriting: the resource's rate
@@ -828,12 +813,7 @@ async fn inheritance(api: &ConfigApi) {
         )
         .await;
     assert_eq!(status, 200, "{r}");
-    let a = api.get("/v1/namespaces/imp/resources/a").await;
-    assert_eq!(
-        a["resource"]["domains"]["big"],
-        json!({"capacity": 50}),
-        "{a}"
-    );
+    let a = big_kept_its_override(api).await;
     let mut body = a["resource"].clone();
     body["rate"] = json!("2/s");
     let r = api
@@ -1019,16 +999,14 @@ async fn snapshot_and_history(api: &ConfigApi) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_writes_under_if_match_never_lose_an_update() {
     let dir = Sandbox::new("config-api-if-match");
-    let db = format!("sqlite://{}", dir.path("t.db").display());
-    let api = std::sync::Arc::new(ConfigApi::start(&dir, &db, &[]));
+    let api = std::sync::Arc::new(ConfigApi::start_sqlite(&dir, &[]));
     preconditions(&api).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_overrides_store_what_they_change_and_inherit_the_rest() {
     let dir = Sandbox::new("config-api-inherit");
-    let db = format!("sqlite://{}", dir.path("t.db").display());
-    let api = ConfigApi::start(&dir, &db, &[]);
+    let api = ConfigApi::start_sqlite(&dir, &[]);
     inheritance(&api).await;
 }
 
@@ -1040,8 +1018,7 @@ async fn sqlite_overrides_store_what_they_change_and_inherit_the_rest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn names_that_read_as_null_booleans_or_numbers_stay_strings() {
     let dir = Sandbox::new("config-api-yaml-words");
-    let db = format!("sqlite://{}", dir.path("t.db").display());
-    let api = ConfigApi::start(&dir, &db, &[]);
+    let api = ConfigApi::start_sqlite(&dir, &[]);
     api.ok("PUT", "/v1/namespaces/True", None).await;
     const R: &str = "/v1/namespaces/True/resources/NULL";
     let r = api
@@ -1084,16 +1061,14 @@ async fn names_that_read_as_null_booleans_or_numbers_stay_strings() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_the_whole_config_in_one_bounded_request_and_a_resources_history() {
     let dir = Sandbox::new("config-api-snapshot");
-    let db = format!("sqlite://{}", dir.path("t.db").display());
-    let api = ConfigApi::start(&dir, &db, &[]);
+    let api = ConfigApi::start_sqlite(&dir, &[]);
     snapshot_and_history(&api).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_poll_answers_with_the_change_that_ends_it() {
     let dir = Sandbox::new("config-api-wait");
-    let db = format!("sqlite://{}", dir.path("t.db").display());
-    let api = std::sync::Arc::new(ConfigApi::start(&dir, &db, &[]));
+    let api = std::sync::Arc::new(ConfigApi::start_sqlite(&dir, &[]));
     api.ok("PUT", "/v1/namespaces/w", None).await;
     let waiter = {
         let api = std::sync::Arc::clone(&api);
@@ -1124,8 +1099,7 @@ async fn a_long_poll_answers_with_the_change_that_ends_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bearer_scheme_is_taken_in_any_case() {
     let dir = Sandbox::new("config-api-bearer-case");
-    let db = format!("sqlite://{}", dir.path("t.db").display());
-    let api = ConfigApi::start(&dir, &db, &[]);
+    let api = ConfigApi::start_sqlite(&dir, &[]);
     let client = reqwest::Client::new();
     for (scheme, want) in [
         ("bearer", 200),
@@ -1151,10 +1125,8 @@ async fn the_bearer_scheme_is_taken_in_any_case() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_export_is_one_snapshot_and_its_etag_is_its_revision() {
     let dir = Sandbox::new("config-api-export-snapshot");
-    let db = format!("sqlite://{}", dir.path("t.db").display());
-    let api = std::sync::Arc::new(ConfigApi::start(
+    let api = std::sync::Arc::new(ConfigApi::start_sqlite(
         &dir,
-        &db,
         &["--rate-limit", "100000", "--burst", "100000"],
     ));
     api.ok("PUT", "/v1/namespaces/snap", None).await;
@@ -1206,7 +1178,7 @@ async fn an_export_is_one_snapshot_and_its_etag_is_its_revision() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_domain_override_key_is_bounded_so_the_export_imports_again() {
     let dir = Sandbox::new("config-api-long-override-key");
-    let api = ConfigApi::start(&dir, &common::config_api::sqlite(&dir, "t.db"), &[]);
+    let api = ConfigApi::start_sqlite(&dir, &[]);
     api.ok("PUT", "/v1/namespaces/shop", Some(json!({}))).await;
     let body = |key: &str| {
         let mut domains = serde_json::Map::new();
@@ -1303,18 +1275,24 @@ fn the_servers_token_is_not_sent_in_clear_beyond_loopback() {
     }
 }
 
+/// `tollgate config-api` on a free port with `database`, in the sandbox.
+fn config_api_on(dir: &Sandbox, database: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    cmd.args([
+        "config-api",
+        "--listen",
+        "127.0.0.1:0",
+        "--database",
+        database,
+    ])
+    .current_dir(&dir.dir);
+    cmd
+}
+
 #[test]
 fn it_refuses_to_start_without_tokens_or_with_a_bad_database() {
     let dir = Sandbox::new("config-api-refuse");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args([
-            "config-api",
-            "--listen",
-            "127.0.0.1:0",
-            "--database",
-            "sqlite://x.db",
-        ])
-        .current_dir(&dir.dir)
+    let out = config_api_on(&dir, "sqlite://x.db")
         .env_remove("TOLLGATE_CONFIG_API_TOKENS")
         .env_remove("TOLLGATE_CONFIG_API_TOKENS_FILE")
         .output()
@@ -1325,17 +1303,9 @@ fn it_refuses_to_start_without_tokens_or_with_a_bad_database() {
     // Issue 23: a file name was answered with "relative URL without a
     // base: relative URL without a base".
     for database in ["mysql://nope/x", "tollgate.db"] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args([
-                "config-api",
-                "--listen",
-                "127.0.0.1:0",
-                "--database",
-                database,
-            ])
+        let out = config_api_on(&dir, database)
             .arg("--tokens-file")
             .arg(&tokens)
-            .current_dir(&dir.dir)
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(1));
@@ -1449,8 +1419,7 @@ fn hit(server: &common::serving::Serving, ns: &str, resource: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_follows_the_api_and_keeps_the_state_of_unchanged_limits() {
     let dir = Sandbox::new("config-api-follow");
-    let db = format!("sqlite://{}", dir.path("t.db").display());
-    let api = ConfigApi::start(&dir, &db, &[]);
+    let api = ConfigApi::start_sqlite(&dir, &[]);
     api.ok("PUT", "/v1/namespaces/shop", None).await;
     let r = api
         .ok(
@@ -1468,22 +1437,9 @@ async fn a_server_follows_the_api_and_keeps_the_state_of_unchanged_limits() {
     );
     let token = dir.write("read-token", format!("{READER}\n"));
     let url = format!("http://{}", api.addr);
-    let server = common::serving::Serving::start(
-        &dir,
-        &[
-            "--config",
-            file.to_str().unwrap(),
-            "--config-api",
-            &url,
-            "--config-api-token-file",
-            token.to_str().unwrap(),
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-        ],
-        &[],
-    );
+    let mut args = vec!["--config", file.to_str().unwrap()];
+    args.extend(follow_args(&url, &token));
+    let server = common::serving::Serving::start(&dir, &args, &[]);
     let status = until_revision(&server, first);
     // Issue 23: both sources are named (the source was the file alone).
     assert_eq!(
@@ -1584,13 +1540,10 @@ async fn a_server_follows_the_api_and_keeps_the_state_of_unchanged_limits() {
 async fn https_for_the_api_and_for_a_server_that_follows_it() {
     let certs = tollgate_redis::testing::TestCerts::generate();
     let dir = Sandbox::new("config-api-tls");
-    let cert = dir.write("api.pem", &certs.server_cert);
-    let key = dir.write("api.key", &certs.server_key);
-    let ca = dir.write("ca.pem", &certs.ca);
-    let db = format!("sqlite://{}", dir.path("t.db").display());
+    let (cert, key, ca) = dir.write_server_tls(&certs, "api");
     let api = ConfigApi::start_trusting(
         &dir,
-        &db,
+        &common::config_api::sqlite(&dir, "t.db"),
         &[
             "--tls-cert",
             cert.to_str().unwrap(),
@@ -1614,22 +1567,9 @@ async fn https_for_the_api_and_for_a_server_that_follows_it() {
 
     let token = dir.write("read-token", READER);
     let url = format!("https://{}", api.addr);
-    let server = common::serving::Serving::start(
-        &dir,
-        &[
-            "--config-api",
-            &url,
-            "--config-api-token-file",
-            token.to_str().unwrap(),
-            "--config-api-ca",
-            ca.to_str().unwrap(),
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-        ],
-        &[],
-    );
+    let mut args = follow_args(&url, &token);
+    args.extend(["--config-api-ca", ca.to_str().unwrap()]);
+    let server = common::serving::Serving::start(&dir, &args, &[]);
     until_revision(&server, r["revision"].as_i64().unwrap());
     assert!(
         !hit(&server, "tls", "r"),
@@ -1671,19 +1611,29 @@ async fn a_deeply_nested_import_is_refused_and_the_api_keeps_serving() {
     assert_eq!(api.get("/v1/namespaces").await["revision"], 0);
 }
 
+/// A server following `api` over plain HTTP, its read token in the
+/// sandbox's `read-token`: the server, the API's URL and the token file.
+fn follow(
+    dir: &Sandbox,
+    api: &ConfigApi,
+) -> (common::serving::Serving, String, std::path::PathBuf) {
+    let token = dir.write("read-token", format!("{READER}\n"));
+    let url = format!("http://{}", api.addr);
+    let server = common::serving::Serving::start(dir, &follow_args(&url, &token), &[]);
+    (server, url, token)
+}
+
 /// The arguments of `tollgate serve` following the API at `url` with the
 /// token in `token`, on free ports.
 fn follow_args<'a>(url: &'a str, token: &'a std::path::Path) -> Vec<&'a str> {
-    vec![
+    let mut args = vec![
         "--config-api",
         url,
         "--config-api-token-file",
         token.to_str().unwrap(),
-        "--grpc",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
-    ]
+    ];
+    args.extend(FREE_PORTS);
+    args
 }
 
 /// Polls the server's log until a line with `message` appears (a minute
@@ -1708,7 +1658,7 @@ fn until_logged(server: &common::serving::Serving, message: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_token_stops_serve_at_once_naming_the_token_it_needs() {
     let dir = Sandbox::new("config-api-refused");
-    let api = ConfigApi::start(&dir, &common::config_api::sqlite(&dir, "t.db"), &[]);
+    let api = ConfigApi::start_sqlite(&dir, &[]);
     let url = format!("http://{}", api.addr);
     let wrong = dir.write("wrong-token", "not-a-token-of-this-api\n");
     // A whole line of the tokens file instead of its TOKEN part.
@@ -1742,16 +1692,16 @@ async fn a_refused_token_stops_serve_at_once_naming_the_token_it_needs() {
     let run = common::run_clean(
         &dir.dir,
         &[
-            "serve",
-            "--config-api",
-            &url,
-            "--config-api-startup-ms",
-            "600000",
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-        ],
+            &[
+                "serve",
+                "--config-api",
+                &url,
+                "--config-api-startup-ms",
+                "600000",
+            ][..],
+            &FREE_PORTS,
+        ]
+        .concat(),
         &[("TOLLGATE_CONFIG_API_TOKEN", "not-a-token-of-this-api")],
     );
     assert_eq!(run.code, Some(1), "{run}");
@@ -1796,23 +1746,13 @@ async fn a_token_refused_while_following_is_logged_and_the_config_keeps_serving(
         .await["revision"]
         .as_i64()
         .unwrap();
-    let token = dir.write("read-token", format!("{READER}\n"));
-    let url = format!("http://{}", api.addr);
-    let server = common::serving::Serving::start(&dir, &follow_args(&url, &token), &[]);
+    let (server, url, token) = follow(&dir, &api);
     until_revision(&server, first);
     // Another with the token in the variable, which cannot change.
-    let from_env = common::serving::Serving::start(
-        &dir,
-        &[
-            "--config-api",
-            &url,
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-        ],
-        &[("TOLLGATE_CONFIG_API_TOKEN", READER)],
-    );
+    let mut args = vec!["--config-api", url.as_str()];
+    args.extend(FREE_PORTS);
+    let from_env =
+        common::serving::Serving::start(&dir, &args, &[("TOLLGATE_CONFIG_API_TOKEN", READER)]);
     until_revision(&from_env, first);
 
     // The API comes back on the same address and database, without this
@@ -1965,7 +1905,7 @@ async fn a_refusal_that_echoes_the_token_does_not_show_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_following_the_api_alone_says_its_config_comes_from_the_api() {
     let dir = Sandbox::new("config-api-source");
-    let api = ConfigApi::start(&dir, &common::config_api::sqlite(&dir, "t.db"), &[]);
+    let api = ConfigApi::start_sqlite(&dir, &[]);
     api.ok("PUT", "/v1/namespaces/shop", None).await;
     let revision = api
         .ok(
@@ -1976,9 +1916,7 @@ async fn a_server_following_the_api_alone_says_its_config_comes_from_the_api() {
         .await["revision"]
         .as_i64()
         .unwrap();
-    let token = dir.write("read-token", format!("{READER}\n"));
-    let url = format!("http://{}", api.addr);
-    let server = common::serving::Serving::start(&dir, &follow_args(&url, &token), &[]);
+    let (server, url, token) = follow(&dir, &api);
 
     let listening = until_logged(&server, "tollgate listening");
     assert_eq!(
@@ -2023,7 +1961,7 @@ async fn a_server_following_the_api_alone_says_its_config_comes_from_the_api() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_refusal_names_the_problem_in_the_error_shape() {
     let dir = Sandbox::new("config-api-refusals");
-    let api = ConfigApi::start(&dir, &common::config_api::sqlite(&dir, "t.db"), &[]);
+    let api = ConfigApi::start_sqlite(&dir, &[]);
     // Method, path, status, reason, a part of the message, `Allow`.
     type Case = (
         &'static str,
@@ -2216,7 +2154,7 @@ async fn every_refusal_names_the_problem_in_the_error_shape() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_following_server_enforces_the_override_resolved_against_its_resource() {
     let dir = Sandbox::new("config-api-follow-inherit");
-    let api = ConfigApi::start(&dir, &common::config_api::sqlite(&dir, "t.db"), &[]);
+    let api = ConfigApi::start_sqlite(&dir, &[]);
     const R: &str = "/v1/namespaces/shop/resources/login";
     api.ok("PUT", "/v1/namespaces/shop", None).await;
     api.ok(
@@ -2233,9 +2171,7 @@ async fn a_following_server_enforces_the_override_resolved_against_its_resource(
             Some(json!({"window": "2h"})),
         )
         .await;
-    let token = dir.write("read-token", format!("{READER}\n"));
-    let url = format!("http://{}", api.addr);
-    let server = common::serving::Serving::start(&dir, &follow_args(&url, &token), &[]);
+    let (server, _, _) = follow(&dir, &api);
     until_revision(&server, r["revision"].as_i64().unwrap());
     assert!(hit(&server, "shop", "login"));
     assert!(
@@ -2261,10 +2197,7 @@ async fn a_following_server_enforces_the_override_resolved_against_its_resource(
 async fn the_servers_are_read_directly_never_through_a_proxy() {
     let dir = Sandbox::new("config-api-usage-no-proxy");
     let (server, token_file) = limiting_server(&dir, "login", &[]);
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let closed = closed_addr();
     let proxy = format!("http://{closed}");
     let servers = format!("http://{}", server.http);
     let tokens = format!("admin:alice:{ADMIN}\nread:fleet:{READER}\n");
@@ -2306,6 +2239,14 @@ async fn the_servers_are_read_directly_never_through_a_proxy() {
     assert_eq!(u["top_denied_unavailable"], Value::Null, "{u}");
 }
 
+/// A loopback address nobody listens on (bound, then let go).
+fn closed_addr() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
 /// Polls `GET /v1/usage` until `done` holds (a minute at most).
 async fn until_usage(api: &ConfigApi, done: impl Fn(&Value) -> bool) -> Value {
     let done = &done;
@@ -2332,16 +2273,12 @@ async fn the_api_reads_live_usage_from_the_limiting_servers_metrics() {
     let dir = Sandbox::new("config-api-usage");
     let (server, token_file) = limiting_server(&dir, "login", &[]);
     // A port nobody listens on, and one that accepts and never answers.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let closed = closed_addr();
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let silent_addr = silent.local_addr().unwrap();
     let servers = format!("{},{closed},http://{silent_addr}", server.http);
-    let api = ConfigApi::start(
+    let api = ConfigApi::start_sqlite(
         &dir,
-        &common::config_api::sqlite(&dir, "t.db"),
         &[
             "--servers",
             &servers,
@@ -2518,9 +2455,8 @@ async fn a_server_with_metrics_over_the_cap_is_reported_too_large() {
     let announced = oversized_server(9 * 1024 * 1024, true);
     let streamed = oversized_server(9 * 1024 * 1024, false);
     let servers = format!("{},{announced},{streamed}", server.http);
-    let api = ConfigApi::start(
+    let api = ConfigApi::start_sqlite(
         &dir,
-        &common::config_api::sqlite(&dir, "t.db"),
         &["--servers", &servers, "--servers-refresh-ms", "1000"],
     );
     assert!(hit(&server, "shop", "login"));
@@ -2554,9 +2490,7 @@ async fn a_server_with_metrics_over_the_cap_is_reported_too_large() {
 async fn live_usage_reads_servers_on_their_own_mutual_tls() {
     let certs = tollgate_redis::testing::TestCerts::generate();
     let dir = Sandbox::new("config-api-usage-tls");
-    let cert = dir.write("server.pem", &certs.server_cert);
-    let key = dir.write("server.key", &certs.server_key);
-    let ca = dir.write("ca.pem", &certs.ca);
+    let (cert, key, ca) = dir.write_server_tls(&certs, "server");
     let client_cert = dir.write("client.pem", &certs.client_cert);
     let client_key = dir.write("client.key", &certs.client_key);
     let (server, token_file) = limiting_server(
@@ -2572,9 +2506,8 @@ async fn live_usage_reads_servers_on_their_own_mutual_tls() {
         ],
     );
     let servers = format!("https://{}", server.http);
-    let api = ConfigApi::start(
+    let api = ConfigApi::start_sqlite(
         &dir,
-        &common::config_api::sqlite(&dir, "t.db"),
         &[
             "--servers",
             &servers,

@@ -960,18 +960,7 @@ fn probes_are_answered_by_a_real_server() {
     assert!(seen.probe_paths.contains("/healthz") && seen.probe_paths.contains("/readyz"));
     let dir = Sandbox::new("deploy-probes");
     let config = dir.write("tollgate.yaml", configmap_config("memory"));
-    let server = Serving::start(
-        &dir,
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-        ],
-        &[],
-    );
+    let server = Serving::start_config(&dir, &config, &[], &[]);
     for path in &seen.probe_paths {
         let (status, body) = server.http("GET", path, None);
         assert_eq!(status, 200, "GET {path}: {body}");
@@ -997,20 +986,7 @@ fn a_configmap_mount_is_reloaded_on_the_kubelets_symlink_swap() {
     let mut data = serde_json::Map::new();
     data.insert("tollgate.yaml".into(), json!(config));
     let first = kubelet_layout(&mount, &data, "1");
-    let server = Serving::start(
-        &dir,
-        &[
-            "--config",
-            mount.to_str().unwrap(),
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--watch-interval-ms",
-            "20",
-        ],
-        &[],
-    );
+    let server = Serving::start_config(&dir, &mount, &["--watch-interval-ms", "20"], &[]);
     let ask = |resource: &str| {
         server.http(
             "POST",

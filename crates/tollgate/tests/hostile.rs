@@ -69,17 +69,21 @@ fn sandbox(name: &str) -> Sandbox {
     dir
 }
 
+/// `tollgate replay` of the sandbox's `trace.jsonl` against its
+/// `tollgate.yaml`, with only the JSON summary on stdout.
+const REPLAY_SUMMARY: [&str; 8] = [
+    "replay",
+    "--config",
+    "tollgate.yaml",
+    "--trace",
+    "trace.jsonl",
+    "--no-events",
+    "--summary",
+    "json",
+];
+
 fn serve(dir: &Sandbox, extra: &[&str]) -> Serving {
-    let mut args = vec![
-        "--config",
-        "tollgate.yaml",
-        "--grpc",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
-    ];
-    args.extend_from_slice(extra);
-    Serving::start(dir, &args, &[])
+    Serving::start_config(dir, std::path::Path::new("tollgate.yaml"), extra, &[])
 }
 
 /// A `/v1/request` body of 64 KiB, the most the server reads, for a
@@ -716,16 +720,7 @@ fn replay_of_hostile_traces_ends_in_warnings_naming_each_line() {
             tried.set(tried.get() + lines.len());
             dir.write("trace.jsonl", &trace);
             for strict in [false, true] {
-                let mut args = vec![
-                    "replay",
-                    "--config",
-                    "tollgate.yaml",
-                    "--trace",
-                    "trace.jsonl",
-                    "--no-events",
-                    "--summary",
-                    "json",
-                ];
+                let mut args = REPLAY_SUMMARY.to_vec();
                 if strict {
                     args.push("--strict");
                 }
@@ -776,16 +771,7 @@ fn a_trace_line_longer_than_any_is_skipped_with_a_warning() {
         "d".repeat(3 << 20)
     );
     dir.write("trace.jsonl", format!("{ok}\n{long}\n{ok}\n"));
-    let run = dir.run(&[
-        "replay",
-        "--config",
-        "tollgate.yaml",
-        "--trace",
-        "trace.jsonl",
-        "--no-events",
-        "--summary",
-        "json",
-    ]);
+    let run = dir.run(&REPLAY_SUMMARY);
     assert_eq!(run.code, Some(0), "{run}");
     assert!(
         run.stderr
@@ -862,16 +848,7 @@ fn replay_tallies_saturate_rather_than_overflow() {
     let dir = sandbox("hostile-replay-overflow");
     let line = json!({"time_ms": 1000, "namespace": "app", "resource": "api", "domain": "acme", "hits": u64::MAX, "min_hits": 0});
     dir.write("trace.jsonl", format!("{line}\n{line}\n{line}\n"));
-    let run = dir.run(&[
-        "replay",
-        "--config",
-        "tollgate.yaml",
-        "--trace",
-        "trace.jsonl",
-        "--no-events",
-        "--summary",
-        "json",
-    ]);
+    let run = dir.run(&REPLAY_SUMMARY);
     assert_eq!(run.code, Some(0), "{run}");
     let summary: Value = serde_json::from_str(&run.stdout).unwrap();
     let row = &summary["rows"][0];

@@ -199,6 +199,28 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Waits for the span of `caller`'s decision, asserts it is the server
+/// span named `name` on `surface` ([`assert_child`]) with these text and
+/// integer attributes, and returns it.
+fn expect_span(
+    receiver: &Receiver,
+    caller: &Caller,
+    name: &str,
+    surface: &str,
+    texts: &[(&str, &str)],
+    ints: &[(&str, i64)],
+) -> Received {
+    let r = receiver.wait_for(caller);
+    assert_child(&r, caller, name, surface);
+    for (key, want) in texts {
+        assert_eq!(r.text(key), *want, "{key}: {r:#?}");
+    }
+    for (key, want) in ints {
+        assert_eq!(r.int(key), *want, "{key}: {r:#?}");
+    }
+    r
+}
+
 /// Asserts that `r` is the server span of `caller`'s decision named
 /// `name` on `surface`.
 fn assert_child(r: &Received, caller: &Caller, name: &str, surface: &str) {
@@ -235,11 +257,11 @@ fn post(addr: SocketAddr, path: &str, body: &str, caller: &Caller) -> (u16, Stri
     (status, body)
 }
 
-fn sandbox(name: &str) -> (Sandbox, String) {
+fn sandbox(name: &str) -> (Sandbox, std::path::PathBuf) {
     let dir = Sandbox::new(name);
     dir.write("config/tollgate.yaml", TOLLGATE);
     dir.write("config/envoy.yaml", ENVOY);
-    let config = dir.path("config").display().to_string();
+    let config = dir.path("config");
     (dir, config)
 }
 
@@ -250,18 +272,10 @@ fn every_surface_exports_a_decision_span_in_the_callers_trace() {
     let collector = receiver.start(&runtime);
     let (dir, config) = sandbox("otlp-surfaces");
     let endpoint = format!("http://{collector}");
-    let server = Serving::start(
+    let server = Serving::start_config(
         &dir,
-        &[
-            "--config",
-            &config,
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--otlp-endpoint",
-            &endpoint,
-        ],
+        &config,
+        &["--otlp-endpoint", &endpoint],
         &[("OTEL_BSP_SCHEDULE_DELAY", "50"), ("OTEL_SERVICE_NAME", "")],
     );
     let grpc = format!("http://{}", server.grpc);
@@ -348,48 +362,76 @@ fn every_surface_exports_a_decision_span_in_the_callers_trace() {
     );
     assert_eq!(status, 404, "{body}");
 
-    let r = receiver.wait_for(&native);
-    assert_child(&r, &native, "tollgate.rate", "grpc");
-    assert_eq!(r.text("tollgate.namespace"), "default");
-    assert_eq!(r.text("tollgate.resource"), "api");
-    assert_eq!(r.text("tollgate.outcome"), "granted");
-    assert_eq!(r.int("tollgate.hits"), 3);
-    assert_eq!(r.int("tollgate.granted"), 3);
-
-    let r = receiver.wait_for(&session);
-    assert_child(&r, &session, "tollgate.reserve", "session");
-    assert_eq!(r.text("tollgate.namespace"), "default");
-    assert_eq!(r.text("tollgate.resource"), "sandbox");
-    assert_eq!(r.text("tollgate.outcome"), "granted");
-    assert_eq!(r.int("tollgate.hits"), 2);
-    assert_eq!(r.int("tollgate.granted"), 2);
-
-    let r = receiver.wait_for(&rls);
-    assert_child(&r, &rls, "tollgate.should_rate_limit", "rls");
-    assert_eq!(r.text("tollgate.namespace"), "messaging");
-    assert_eq!(r.text("tollgate.descriptors"), "to_number=5551234");
-    assert_eq!(r.text("tollgate.outcome"), "granted");
-    assert_eq!(r.int("tollgate.hits"), 1);
-
-    let r = receiver.wait_for(&json);
-    assert_child(&r, &json, "tollgate.should_rate_limit", "rls_json");
-    assert_eq!(r.text("tollgate.namespace"), "messaging");
-    assert_eq!(r.text("tollgate.descriptors"), "to_number=5550000");
-    assert_eq!(r.text("tollgate.outcome"), "rejected");
-    assert_eq!(r.int("tollgate.hits"), 101);
-    assert_eq!(r.int("tollgate.granted"), 0);
-
-    let r = receiver.wait_for(&http);
-    assert_child(&r, &http, "tollgate.rate", "http");
-    assert_eq!(r.text("tollgate.namespace"), "default");
-    assert_eq!(r.text("tollgate.outcome"), "granted");
-    assert_eq!(r.int("tollgate.hits"), 2);
-
-    let r = receiver.wait_for(&refused);
-    assert_child(&r, &refused, "tollgate.rate", "http");
-    assert_eq!(r.text("tollgate.namespace"), "nowhere");
-    assert_eq!(r.text("tollgate.outcome"), "error");
-    assert_eq!(r.text("tollgate.error"), "unknown_namespace");
+    for (caller, name, surface, texts, ints) in [
+        (
+            &native,
+            "tollgate.rate",
+            "grpc",
+            &[
+                ("tollgate.namespace", "default"),
+                ("tollgate.resource", "api"),
+                ("tollgate.outcome", "granted"),
+            ][..],
+            &[("tollgate.hits", 3), ("tollgate.granted", 3)][..],
+        ),
+        (
+            &session,
+            "tollgate.reserve",
+            "session",
+            &[
+                ("tollgate.namespace", "default"),
+                ("tollgate.resource", "sandbox"),
+                ("tollgate.outcome", "granted"),
+            ],
+            &[("tollgate.hits", 2), ("tollgate.granted", 2)],
+        ),
+        (
+            &rls,
+            "tollgate.should_rate_limit",
+            "rls",
+            &[
+                ("tollgate.namespace", "messaging"),
+                ("tollgate.descriptors", "to_number=5551234"),
+                ("tollgate.outcome", "granted"),
+            ],
+            &[("tollgate.hits", 1)],
+        ),
+        (
+            &json,
+            "tollgate.should_rate_limit",
+            "rls_json",
+            &[
+                ("tollgate.namespace", "messaging"),
+                ("tollgate.descriptors", "to_number=5550000"),
+                ("tollgate.outcome", "rejected"),
+            ],
+            &[("tollgate.hits", 101), ("tollgate.granted", 0)],
+        ),
+        (
+            &http,
+            "tollgate.rate",
+            "http",
+            &[
+                ("tollgate.namespace", "default"),
+                ("tollgate.outcome", "granted"),
+            ],
+            &[("tollgate.hits", 2)],
+        ),
+    ] {
+        expect_span(&receiver, caller, name, surface, texts, ints);
+    }
+    let r = expect_span(
+        &receiver,
+        &refused,
+        "tollgate.rate",
+        "http",
+        &[
+            ("tollgate.namespace", "nowhere"),
+            ("tollgate.outcome", "error"),
+            ("tollgate.error", "unknown_namespace"),
+        ],
+        &[],
+    );
     assert_eq!(r.span.status.as_ref().map(|s| s.code), Some(2), "ERROR");
 
     // One span per decision: no surface exported two.
@@ -412,18 +454,10 @@ fn spans_still_queued_are_exported_when_the_server_stops() {
     let (dir, config) = sandbox("otlp-flush");
     let endpoint = format!("http://{collector}");
     // An hour between exports: only the shutdown can send the span.
-    let server = Serving::start(
+    let server = Serving::start_config(
         &dir,
-        &[
-            "--config",
-            &config,
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--otlp-schedule-delay-ms",
-            "3600000",
-        ],
+        &config,
+        &["--otlp-schedule-delay-ms", "3600000"],
         &[("TOLLGATE_OTLP_ENDPOINT", &endpoint)],
     );
     let caller = Caller::new(7);
@@ -504,19 +538,11 @@ fn spans_go_to_a_tls_collector_whose_certificate_chains_to_the_given_ca() {
     let ca = dir.write("ca.pem", &certs.ca).display().to_string();
     let endpoint = format!("https://{collector}");
     let start = |extra: &[&str]| {
-        let mut args = vec![
-            "--config",
-            &config,
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--otlp-endpoint",
-            &endpoint,
-        ];
+        let mut args = vec!["--otlp-endpoint", &endpoint];
         args.extend_from_slice(extra);
-        Serving::start(
+        Serving::start_config(
             &dir,
+            &config,
             &args,
             &[
                 ("OTEL_BSP_SCHEDULE_DELAY", "50"),
@@ -529,8 +555,7 @@ fn spans_go_to_a_tls_collector_whose_certificate_chains_to_the_given_ca() {
     let trusted = start(&["--otlp-ca", &ca]);
     let caller = Caller::new(8);
     assert_eq!(post(trusted.http, "/v1/request", request, &caller).0, 200);
-    let r = receiver.wait_for(&caller);
-    assert_child(&r, &caller, "tollgate.rate", "http");
+    expect_span(&receiver, &caller, "tollgate.rate", "http", &[], &[]);
 
     // Without the CA the collector's certificate is not trusted (Mozilla's
     // roots do not sign it): the export fails, is counted, and nothing

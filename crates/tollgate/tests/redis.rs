@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::serving::Serving;
+use common::serving::{Serving, FREE_PORTS};
 use common::Sandbox;
 use tollgate_redis::testing::{RedisCluster, RedisServer};
 
@@ -153,19 +153,10 @@ fn a_bad_or_unreachable_redis_url_is_a_clear_startup_error() {
         ("redis-cluster://", "no seed nodes"),
         (unreachable.as_str(), "cannot connect to Redis"),
     ] {
-        let run = dir.run(&[
-            "serve",
-            "--config",
-            "tollgate.yaml",
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--store",
-            url,
-            "--redis-connect-timeout-ms",
-            "500",
-        ]);
+        let mut args = vec!["serve", "--config", "tollgate.yaml"];
+        args.extend(FREE_PORTS);
+        args.extend(["--store", url, "--redis-connect-timeout-ms", "500"]);
+        let run = dir.run(&args);
         assert_ne!(run.code, Some(0), "{run}");
         assert!(run.stderr.contains(expect), "{url}: {run}");
     }

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::serving::Serving;
+use common::serving::{Serving, FREE_PORTS};
 use common::Sandbox;
 use tollgate_redis::testing::{free_port, RedisServer, TestCerts};
 
@@ -111,19 +111,9 @@ fn tls_files_that_cannot_work_are_a_clear_startup_error() {
         ),
     ];
     for (url, flags, expect) in cases {
-        let mut args = vec![
-            "serve",
-            "--config",
-            "tollgate.yaml",
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--store",
-            url,
-            "--redis-connect-timeout-ms",
-            "200",
-        ];
+        let mut args = vec!["serve", "--config", "tollgate.yaml"];
+        args.extend(FREE_PORTS);
+        args.extend(["--store", url, "--redis-connect-timeout-ms", "200"]);
         args.extend(flags);
         let run = dir.run(&args);
         assert_eq!(run.code, Some(1), "{run}");

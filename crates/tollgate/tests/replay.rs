@@ -43,6 +43,22 @@ namespaces:
       - { name: r, algorithm: fixed_window, limit: 2, window: 1s }
 ";
 
+/// `tollgate replay -c c.yaml -t t.jsonl` plus `extra`, in `sb`.
+fn replay_t(sb: &Sandbox, extra: &[&str]) -> Run {
+    let mut args = vec!["replay", "-c", "c.yaml", "-t", "t.jsonl"];
+    args.extend_from_slice(extra);
+    sb.run(&args)
+}
+
+/// A sandbox holding `c.yaml` ([`ONE_WINDOW`]) and the trace `text` in
+/// `file`.
+fn one_window_with_trace(name: &str, file: &str, text: &str) -> Sandbox {
+    let sb = Sandbox::new(name);
+    sb.write("c.yaml", ONE_WINDOW);
+    sb.write(file, text);
+    sb
+}
+
 fn field<'a>(e: &'a Value, name: &str) -> &'a Value {
     e.get(name).unwrap_or_else(|| panic!("no `{name}` in {e}"))
 }
@@ -204,9 +220,8 @@ fn the_bundled_trace_replays_event_by_event_then_summarizes() {
 /// with serde's messages, and the run exited 0 having replayed nothing.
 #[test]
 fn a_json_array_is_refused_as_such_with_how_to_convert_it() {
-    let sb = Sandbox::new("replay-array");
-    sb.write("c.yaml", ONE_WINDOW);
-    sb.write(
+    let sb = one_window_with_trace(
+        "replay-array",
         "t.json",
         "\n[\n  {\"time_ms\": 1, \"domain\": \"a\"},\n  {\"time_ms\": 2, \"domain\": \"a\"}\n]\n",
     );
@@ -236,7 +251,7 @@ fn malformed_lines_are_reported_with_their_number_and_skipped() {
     trace.extend_from_slice(b"{\"time_ms\": 6, \"domain\": \"a\"}");
     sb.write("t.jsonl", &trace);
 
-    let run = sb.run(&["replay", "-c", "c.yaml", "-t", "t.jsonl"]);
+    let run = replay_t(&sb, &[]);
     assert!(run.success(), "non-strict replay skips bad lines{run}");
     let (events, table) = split_events(&run.stdout);
     let lines: Vec<u64> = events.iter().map(|e| e["line"].as_u64().unwrap()).collect();
@@ -265,7 +280,7 @@ fn malformed_lines_are_reported_with_their_number_and_skipped() {
 
     // --strict stops at the first bad line: what came before is printed,
     // nothing after it.
-    let run = sb.run(&["replay", "-c", "c.yaml", "-t", "t.jsonl", "--strict"]);
+    let run = replay_t(&sb, &["--strict"]);
     assert_eq!(run.code, Some(1), "{run}");
     let (events, rest) = split_events(&run.stdout);
     assert_eq!(events.len(), 1, "{run}");
@@ -287,9 +302,8 @@ fn malformed_lines_are_reported_with_their_number_and_skipped() {
 
 #[test]
 fn failed_requests_are_error_lines_and_stop_a_strict_run() {
-    let sb = Sandbox::new("replay-errors");
-    sb.write("c.yaml", ONE_WINDOW);
-    sb.write(
+    let sb = one_window_with_trace(
+        "replay-errors",
         "t.jsonl",
         "\
 {\"time_ms\": 1, \"resource\": \"r\", \"domain\": \"a\"}
@@ -299,17 +313,7 @@ fn failed_requests_are_error_lines_and_stop_a_strict_run() {
 {\"time_ms\": 5, \"resource\": \"r\", \"domain\": \"a\"}
 ",
     );
-    let run = sb.run(&[
-        "replay",
-        "-c",
-        "c.yaml",
-        "-t",
-        "t.jsonl",
-        "--summary",
-        "json",
-        "-o",
-        "events.jsonl",
-    ]);
+    let run = replay_t(&sb, &["--summary", "json", "-o", "events.jsonl"]);
     assert!(run.success(), "{run}");
     let events = json_lines(&sb.read("events.jsonl"));
     assert_eq!(events.len(), 5);
@@ -319,7 +323,7 @@ fn failed_requests_are_error_lines_and_stop_a_strict_run() {
     assert_eq!(events[4]["allowed"], json!(true), "errors consumed nothing");
     assert_eq!(run.stderr.lines().count(), 3, "{run}");
 
-    let run = sb.run(&["replay", "-c", "c.yaml", "-t", "t.jsonl", "--strict"]);
+    let run = replay_t(&sb, &["--strict"]);
     assert_eq!(run.code, Some(1), "{run}");
     let (events, rest) = split_events(&run.stdout);
     assert_eq!(events.len(), 2, "{run}");
@@ -388,21 +392,12 @@ fn thesis_traces_replay_against_a_single_resource_config() {
 
 #[test]
 fn output_file_gets_the_events_and_stdout_the_table() {
-    let sb = Sandbox::new("replay-output");
-    sb.write("c.yaml", ONE_WINDOW);
-    sb.write(
+    let sb = one_window_with_trace(
+        "replay-output",
         "t.jsonl",
         "{\"time_ms\": 1, \"domain\": \"a\"}\n{\"time_ms\": 2, \"domain\": \"b\"}\n{\"time_ms\": 3, \"domain\": \"a\"}\n",
     );
-    let run = sb.run(&[
-        "replay",
-        "-c",
-        "c.yaml",
-        "-t",
-        "t.jsonl",
-        "--output",
-        "out.jsonl",
-    ]);
+    let run = replay_t(&sb, &["--output", "out.jsonl"]);
     assert!(run.success(), "{run}");
     assert!(
         run.stdout.starts_with("namespace "),
@@ -418,25 +413,16 @@ fn output_file_gets_the_events_and_stdout_the_table() {
     assert_eq!(domains, ["a", "b", "a"]);
 
     // --no-events prints only the summary; --summary none only the events.
-    let run = sb.run(&["replay", "-c", "c.yaml", "-t", "t.jsonl", "--no-events"]);
+    let run = replay_t(&sb, &["--no-events"]);
     assert!(run.stdout.starts_with("namespace "), "{run}");
-    let run = sb.run(&[
-        "replay",
-        "-c",
-        "c.yaml",
-        "-t",
-        "t.jsonl",
-        "--summary",
-        "none",
-    ]);
+    let run = replay_t(&sb, &["--summary", "none"]);
     assert_eq!(json_lines(&run.stdout).len(), 3, "{run}");
 }
 
 #[test]
 fn json_summary_parses_and_counts_every_domain() {
-    let sb = Sandbox::new("replay-json");
-    sb.write("c.yaml", ONE_WINDOW);
-    sb.write(
+    let sb = one_window_with_trace(
+        "replay-json",
         "t.jsonl",
         "\
 {\"time_ms\": 1, \"domain\": \"a\", \"hits\": 3, \"min_hits\": 1}
@@ -461,16 +447,7 @@ not json
 /// Replays `t.jsonl` against `c.yaml` printing only the JSON summary, which
 /// must parse; the run is returned for further checks.
 fn summary_json(sb: &Sandbox) -> (Run, Value) {
-    let run = sb.run(&[
-        "replay",
-        "-c",
-        "c.yaml",
-        "-t",
-        "t.jsonl",
-        "--no-events",
-        "--summary",
-        "json",
-    ]);
+    let run = replay_t(sb, &["--no-events", "--summary", "json"]);
     assert!(run.success(), "{run}");
     let doc: Value = serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}{run}"));
     (run, doc)

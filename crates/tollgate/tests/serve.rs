@@ -72,15 +72,10 @@ const V2: &str = "namespaces:\n  - name: default\n    resources:\n      - { name
 fn sighup_reloads_and_a_bad_file_is_refused_while_the_old_config_serves() {
     let dir = Sandbox::new("serve-hup");
     let config = dir.write("tollgate.yaml", V1);
-    let server = Serving::start(
+    let server = Serving::start_config(
         &dir,
+        &config,
         &[
-            "--config",
-            config.to_str().unwrap(),
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
             // Only SIGHUP can cause a reload in this test.
             "--watch-interval-ms",
             "3600000",
@@ -131,18 +126,10 @@ fn the_decision_log_replays() {
     let dir = Sandbox::new("serve-log");
     let config = dir.write("tollgate.yaml", V1);
     let log = dir.path("decisions.jsonl");
-    let server = Serving::start(
+    let server = Serving::start_config(
         &dir,
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--decision-log",
-            log.to_str().unwrap(),
-        ],
+        &config,
+        &["--decision-log", log.to_str().unwrap()],
         &[],
     );
     for _ in 0..7 {
@@ -472,24 +459,10 @@ fn top_denied_domains_are_served_only_to_an_admin_token() {
         "namespaces:\n  - name: shop\n    resources:\n      \
          - { name: api, algorithm: fixed_window, limit: 1, window: 1h }\n",
     );
-    let args = |extra: &[&'static str]| {
-        let mut a = vec![
-            "--config".to_owned(),
-            file.to_str().unwrap().to_owned(),
-            "--grpc".to_owned(),
-            "127.0.0.1:0".to_owned(),
-            "--http".to_owned(),
-            "127.0.0.1:0".to_owned(),
-        ];
-        a.extend(extra.iter().map(|s| (*s).to_owned()));
-        a
-    };
     let request = r#"{"namespace":"shop","resource":"api","domain":"user-4711","hits":1}"#;
 
     // No tokens: off, naming the flag; the config and status stay open.
-    let open: Vec<String> = args(&[]);
-    let open: Vec<&str> = open.iter().map(String::as_str).collect();
-    let server = Serving::start(&dir, &open, &[]);
+    let server = Serving::start_config(&dir, &file, &[], &[]);
     server.json("POST", "/v1/request", Some(request));
     server.json("POST", "/v1/request", Some(request));
     let (status, body, _) = get_authorized(&server, "/v1/denied", None);
@@ -507,10 +480,12 @@ fn top_denied_domains_are_served_only_to_an_admin_token() {
         "admin-tokens",
         format!("# the config API's console\nread:console:{TOKEN}\n"),
     );
-    let guarded = args(&["--admin-tokens-file"]);
-    let mut guarded: Vec<&str> = guarded.iter().map(String::as_str).collect();
-    guarded.push(tokens.to_str().unwrap());
-    let server = Serving::start(&dir, &guarded, &[]);
+    let server = Serving::start_config(
+        &dir,
+        &file,
+        &["--admin-tokens-file", tokens.to_str().unwrap()],
+        &[],
+    );
     server.json("POST", "/v1/request", Some(request));
     server.json("POST", "/v1/request", Some(request));
     let (status, body, _) = get_authorized(&server, "/v1/denied", Some(TOKEN));

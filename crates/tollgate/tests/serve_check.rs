@@ -10,6 +10,7 @@ mod common;
 use std::net::{TcpListener, UdpSocket};
 
 use common::config_api::{ConfigApi, ADMIN, READER};
+use common::serving::FREE_PORTS;
 use common::{Run, Sandbox};
 use tollgate_redis::testing::{free_port, RedisServer, TestCerts};
 
@@ -76,7 +77,7 @@ fn refused_alike(sb: &Sandbox, args: &[&str], env: &[(&str, &str)], want: &str) 
     );
     let error = error_line(&checked);
     assert!(error.contains(want), "expected {want:?}{checked}");
-    let mut served_args = vec!["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"];
+    let mut served_args = FREE_PORTS.to_vec();
     served_args.extend_from_slice(args);
     let served = serve_run(sb, &served_args, env);
     assert_eq!(served.code, Some(1), "{served}");
@@ -242,6 +243,23 @@ fn a_good_redis_setup_passes_without_contacting_redis() {
     assert!(run.success(), "{run}");
 }
 
+/// `serve --check` of `tollgate.yaml` as node `tollgate-0` of cluster
+/// `prod` gossiping on `gossip`, plus `extra` flags.
+fn check_node(sb: &Sandbox, gossip: &str, extra: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut args = vec![
+        "--config",
+        "tollgate.yaml",
+        "--cluster",
+        "prod",
+        "--node-id",
+        "tollgate-0",
+        "--gossip",
+        gossip,
+    ];
+    args.extend_from_slice(extra);
+    check(sb, &args, env)
+}
+
 #[test]
 fn a_good_cluster_node_passes_without_binding_its_gossip_port() {
     let sb = Sandbox::new("check-cluster");
@@ -249,17 +267,10 @@ fn a_good_cluster_node_passes_without_binding_its_gossip_port() {
     sb.write("secret", "0123456789abcdef0123456789abcdef\n");
     let gossip = UdpSocket::bind("127.0.0.1:0").unwrap();
     let gossip_addr = gossip.local_addr().unwrap().to_string();
-    let run = check(
+    let run = check_node(
         &sb,
+        &gossip_addr,
         &[
-            "--config",
-            "tollgate.yaml",
-            "--cluster",
-            "prod",
-            "--node-id",
-            "tollgate-0",
-            "--gossip",
-            &gossip_addr,
             "--cluster-secret-file",
             "secret",
             "--replication",
@@ -275,20 +286,10 @@ fn a_good_cluster_node_passes_without_binding_its_gossip_port() {
 
     // An unspecified gossip address with the address peers reach; the
     // secret from the environment.
-    let run = check(
+    let run = check_node(
         &sb,
-        &[
-            "--config",
-            "tollgate.yaml",
-            "--cluster",
-            "prod",
-            "--node-id",
-            "tollgate-0",
-            "--gossip",
-            "0.0.0.0:7946",
-            "--gossip-advertise",
-            "10.1.2.3:7946",
-        ],
+        "0.0.0.0:7946",
+        &["--gossip-advertise", "10.1.2.3:7946"],
         &[("TOLLGATE_CLUSTER_SECRET", "0123456789abcdef")],
     );
     assert!(run.success(), "{run}");
@@ -416,16 +417,7 @@ fn a_config_its_store_cannot_serve_is_refused() {
     sb.write("holds.yaml", HOLDS);
     sb.write("huge.yaml", HUGE);
     sb.write("secret", "0123456789abcdef0123456789abcdef");
-    let node = [
-        "--cluster",
-        "prod",
-        "--node-id",
-        "n1",
-        "--gossip",
-        "127.0.0.1:0",
-        "--cluster-secret-file",
-        "secret",
-    ];
+    let node = common::NODE_N1;
     // Cluster mode: copy-limited resources, and limits that do not
     // replicate.
     let mut args = vec!["--config", "holds.yaml"];
@@ -486,18 +478,8 @@ namespaces:
 ",
     );
     sb.write("secret", "0123456789abcdef0123456789abcdef");
-    let node = [
-        "--config",
-        "mixed.yaml",
-        "--cluster",
-        "prod",
-        "--node-id",
-        "n1",
-        "--gossip",
-        "127.0.0.1:0",
-        "--cluster-secret-file",
-        "secret",
-    ];
+    let mut node = vec!["--config", "mixed.yaml"];
+    node.extend_from_slice(&common::NODE_N1);
     let want = "\
 error: the config cannot run on the replicated store (5 problems, each saying what to change):
   namespace `default`, resource `sandbox`: copy-limited (concurrency) resources need one owner of truth, which this store does not have; remove it from this config, or serve it from a store that keeps copy pools (the Redis store does: --store redis://...)
@@ -516,7 +498,7 @@ error: the config cannot run on the replicated store (5 problems, each saying wh
         (Some(1), "", want),
         "{checked}"
     );
-    let mut args = vec!["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"];
+    let mut args = FREE_PORTS.to_vec();
     args.extend_from_slice(&node);
     let served = serve_run(&sb, &args, &[]);
     assert_eq!(served.code, Some(1), "{served}");
@@ -781,19 +763,12 @@ fn a_bad_cluster_secret_or_node_is_refused() {
     sb.write("tollgate.yaml", CONFIG);
     sb.write("short", "0123456789\n");
     sb.write("secret", "0123456789abcdef");
+    // Node n1 (common::NODE_N1) with its secret in the file `secret`.
     let node = |secret: &'static str| {
-        vec![
-            "--config",
-            "tollgate.yaml",
-            "--cluster",
-            "prod",
-            "--node-id",
-            "n1",
-            "--gossip",
-            "127.0.0.1:0",
-            "--cluster-secret-file",
-            secret,
-        ]
+        let mut args = vec!["--config", "tollgate.yaml"];
+        args.extend_from_slice(&common::NODE_N1[..6]);
+        args.extend(["--cluster-secret-file", secret]);
+        args
     };
     refused_alike(
         &sb,

@@ -46,10 +46,25 @@ fn serve_rcgen(dir: &Sandbox, certs: &TestCerts, mutual: bool) -> Serving {
     serve(dir, &flags)
 }
 
+/// [`request`] trusting `ca.pem`, with the client certificate `cert`
+/// and its key `key`.
+fn request_as(dir: &Sandbox, server: &Serving, cert: &str, key: &str) -> Run {
+    request(
+        dir,
+        server,
+        &["--tls-ca", "ca.pem", "--tls-cert", cert, "--tls-key", key],
+    )
+}
+
 /// `tollgate request default api acme` at `server`'s gRPC port, by the
 /// name `localhost` (which the test certificates carry), fail-open off.
 fn request(dir: &Sandbox, server: &Serving, flags: &[&str]) -> Run {
     let url = format!("https://localhost:{}", server.grpc.port());
+    request_at(dir, &url, flags)
+}
+
+/// `tollgate request default api acme` at `url`, fail-open off.
+fn request_at(dir: &Sandbox, url: &str, flags: &[&str]) -> Run {
     let mut args = vec![
         "request",
         "default",
@@ -57,7 +72,7 @@ fn request(dir: &Sandbox, server: &Serving, flags: &[&str]) -> Run {
         "acme",
         "--no-fail-open",
         "--server",
-        &url,
+        url,
     ];
     args.extend_from_slice(flags);
     dir.run(&args)
@@ -280,18 +295,7 @@ async fn a_client_without_a_certificate_is_told_the_server_requires_one() {
     );
 
     // With its certificate, the same client is served.
-    let out = request(
-        &dir,
-        &server,
-        &[
-            "--tls-ca",
-            "ca.pem",
-            "--tls-cert",
-            "client.pem",
-            "--tls-key",
-            "client.key",
-        ],
-    );
+    let out = request_as(&dir, &server, "client.pem", "client.key");
     assert_eq!(out.code, Some(0), "{out}");
     assert!(out.stdout.contains("via server"), "{out}");
 }
@@ -333,30 +337,11 @@ fn an_x509_v1_client_certificate_is_refused_with_a_reason_on_both_sides() {
     );
 
     // The documented certificates work.
-    let good = [
-        "--tls-ca",
-        "ca.pem",
-        "--tls-cert",
-        "client.pem",
-        "--tls-key",
-        "client.key",
-    ];
-    let out = request(&dir, &server, &good);
+    let out = request_as(&dir, &server, "client.pem", "client.key");
     assert_eq!(out.code, Some(0), "{out}");
     assert!(out.stdout.contains("via server"), "{out}");
 
-    let out = request(
-        &dir,
-        &server,
-        &[
-            "--tls-ca",
-            "ca.pem",
-            "--tls-cert",
-            "client-v1.pem",
-            "--tls-key",
-            "client-v1.key",
-        ],
-    );
+    let out = request_as(&dir, &server, "client-v1.pem", "client-v1.key");
     assert_eq!(out.code, Some(2), "{out}");
     assert!(
         out.stderr.contains("--tls-cert")
@@ -460,15 +445,7 @@ fn a_server_certificate_the_client_refuses_is_named_on_both_sides() {
 fn plain_text_to_a_tls_port_is_named_on_both_sides() {
     let dir = Sandbox::new("tls-plain-client");
     let server = serve_rcgen(&dir, &TestCerts::generate(), false);
-    let out = dir.run(&[
-        "request",
-        "default",
-        "api",
-        "acme",
-        "--no-fail-open",
-        "--server",
-        &format!("127.0.0.1:{}", server.grpc.port()),
-    ]);
+    let out = request_at(&dir, &format!("127.0.0.1:{}", server.grpc.port()), &[]);
     assert_eq!(out.code, Some(2), "{out}");
     assert!(
         out.stderr.contains("the server speaks TLS") && out.stderr.contains("--tls-ca"),
@@ -498,18 +475,7 @@ async fn a_client_certificate_the_server_does_not_trust_is_named_on_both_sides()
     dir.write("again.key", &again.client_key);
     let no_trust = "the server does not trust this client's certificate";
 
-    let out = request(
-        &dir,
-        &server,
-        &[
-            "--tls-ca",
-            "ca.pem",
-            "--tls-cert",
-            "example.pem",
-            "--tls-key",
-            "example.key",
-        ],
-    );
+    let out = request_as(&dir, &server, "example.pem", "example.key");
     assert_eq!(out.code, Some(2), "{out}");
     assert!(
         out.stderr.contains(no_trust) && out.stderr.contains("--tls-client-ca"),

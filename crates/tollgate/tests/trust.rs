@@ -30,15 +30,8 @@ namespaces:
 /// `extra` flags.
 fn serve_with(dir: &Sandbox, redis: &RedisServer, extra: &[&str]) -> Serving {
     dir.write("tollgate.yaml", CONFIG);
-    let config = dir.path("tollgate.yaml");
     let url = redis.url();
     let mut args = vec![
-        "--config",
-        config.to_str().unwrap(),
-        "--grpc",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
         "--store",
         &url,
         "--redis-timeout-ms",
@@ -47,7 +40,7 @@ fn serve_with(dir: &Sandbox, redis: &RedisServer, extra: &[&str]) -> Serving {
         "200",
     ];
     args.extend_from_slice(extra);
-    Serving::start(dir, &args, &[])
+    Serving::start_config(dir, &dir.path("tollgate.yaml"), &args, &[])
 }
 
 fn serve(dir: &Sandbox, redis: &RedisServer) -> Serving {
@@ -99,6 +92,28 @@ fn hold(s: &Serving, copies: u64) -> String {
     let (status, v) = reserve(s, copies);
     assert_eq!(status, 200, "{v}");
     v["hold_id"].as_str().unwrap().to_owned()
+}
+
+/// `POST /v1/transfer` of `copies` of hold `id`, staged for `ttl_ms`.
+fn transfer(s: &Serving, id: &str, copies: u64, ttl_ms: u64) -> (u16, Value) {
+    s.json(
+        "POST",
+        "/v1/transfer",
+        Some(&format!(
+            r#"{{"hold_id":"{id}","namespace":"default","resource":"sandbox","domain":"hooli","copies":{copies},"ttl_ms":{ttl_ms}}}"#
+        )),
+    )
+}
+
+/// `POST /v1/release` of `copies` of hold `id`.
+fn release(s: &Serving, id: &str, copies: u64) -> (u16, Value) {
+    s.json(
+        "POST",
+        "/v1/release",
+        Some(&format!(
+            r#"{{"hold_id":"{id}","namespace":"default","resource":"sandbox","domain":"hooli","copies":{copies}}}"#
+        )),
+    )
 }
 
 /// Whether all three copies can be reserved now (and gives them back).
@@ -183,13 +198,7 @@ fn a_client_that_hangs_up_during_a_release_or_transfer_leaks_nothing() {
         let (status, v) = reserve(&s, 1);
         assert_eq!(status, 429, "{path}: nothing was freed: {v}");
     }
-    let (status, v) = s.json(
-        "POST",
-        "/v1/release",
-        Some(&format!(
-            r#"{{"hold_id":"{id}","namespace":"default","resource":"sandbox","domain":"hooli","copies":3}}"#
-        )),
-    );
+    let (status, v) = release(&s, &id, 3);
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["still_held"], 0, "{v}");
     assert!(all_free(&s));
@@ -292,13 +301,7 @@ fn a_hung_redis_holds_up_neither_housekeeping_nor_shutdown() {
     let redis = RedisServer::start();
     let s = serve_with(&dir, &redis, &["--shutdown-grace-ms", "1000"]);
     let id = hold(&s, 2);
-    let (status, v) = s.json(
-        "POST",
-        "/v1/transfer",
-        Some(&format!(
-            r#"{{"hold_id":"{id}","namespace":"default","resource":"sandbox","domain":"hooli","copies":1,"ttl_ms":300}}"#
-        )),
-    );
+    let (status, v) = transfer(&s, &id, 1, 300);
     assert_eq!(status, 200, "{v}");
     let (status, v) = s.json(
         "POST",
@@ -328,13 +331,7 @@ fn a_transfer_given_up_during_a_long_stall_is_taken_back() {
     let s = serve_with(&dir, &redis, &["--heartbeat-ttl-ms", "1000"]);
     let id = hold(&s, 3);
     let stalled = stall(&redis, 2.5);
-    let (status, v) = s.json(
-        "POST",
-        "/v1/transfer",
-        Some(&format!(
-            r#"{{"hold_id":"{id}","namespace":"default","resource":"sandbox","domain":"hooli","copies":2,"ttl_ms":600000}}"#
-        )),
-    );
+    let (status, v) = transfer(&s, &id, 2, 600000);
     assert_eq!(status, 503, "{v}");
     stalled.join().unwrap();
     s.poll("the transfer is undone", |s| {
@@ -342,13 +339,7 @@ fn a_transfer_given_up_during_a_long_stall_is_taken_back() {
             && s.metric("tollgate_copy_ops_in_flight").unwrap_or(0.0) == 0.0
     });
     // The hold has its three again, and releases them.
-    let (status, v) = s.json(
-        "POST",
-        "/v1/release",
-        Some(&format!(
-            r#"{{"hold_id":"{id}","namespace":"default","resource":"sandbox","domain":"hooli","copies":3}}"#
-        )),
-    );
+    let (status, v) = release(&s, &id, 3);
     assert_eq!(status, 200, "{v}");
     assert_eq!(counted(&redis), 0);
 }

@@ -38,6 +38,11 @@ impl ConfigApi {
         ConfigApi::start_trusting(dir, database, extra, None)
     }
 
+    /// Starts it on an SQLite database `t.db` in the sandbox.
+    pub fn start_sqlite(dir: &Sandbox, extra: &[&str]) -> ConfigApi {
+        ConfigApi::start(dir, &sqlite(dir, "t.db"), extra)
+    }
+
     /// Starts it; its HTTPS certificate is signed by `ca` (PEM).
     pub fn start_trusting(
         dir: &Sandbox,

@@ -18,6 +18,19 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde_json::Value;
 
+/// The `serve` flags of one gossip-cluster node: cluster `prod`, node
+/// `n1`, gossip on a free port, the secret in the sandbox's `secret`.
+pub const NODE_N1: [&str; 8] = [
+    "--cluster",
+    "prod",
+    "--node-id",
+    "n1",
+    "--gossip",
+    "127.0.0.1:0",
+    "--cluster-secret-file",
+    "secret",
+];
+
 /// A fresh directory under the system temp dir, removed on drop.
 pub struct Sandbox {
     pub dir: PathBuf,
@@ -44,6 +57,19 @@ impl Sandbox {
         }
         std::fs::write(&path, contents).unwrap();
         path
+    }
+
+    /// Writes `certs`' server certificate and key as `{name}.pem` and
+    /// `{name}.key`, and their CA as `ca.pem`; returns the three paths.
+    pub fn write_server_tls(
+        &self,
+        certs: &tollgate_redis::testing::TestCerts,
+        name: &str,
+    ) -> (PathBuf, PathBuf, PathBuf) {
+        let cert = self.write(&format!("{name}.pem"), &certs.server_cert);
+        let key = self.write(&format!("{name}.key"), &certs.server_key);
+        let ca = self.write("ca.pem", &certs.ca);
+        (cert, key, ca)
     }
 
     pub fn path(&self, file: &str) -> PathBuf {

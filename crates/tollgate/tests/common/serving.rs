@@ -5,6 +5,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,6 +18,9 @@ use super::Sandbox;
 /// How long [`Serving::poll`] and [`Serving::gossip`] wait: a bound on a
 /// hung test, which a passing one never reaches.
 pub const WAIT: Duration = Duration::from_secs(30);
+
+/// The `serve` flags that put gRPC and HTTP on free loopback ports.
+pub const FREE_PORTS: [&str; 4] = ["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"];
 
 /// A running `tollgate serve`, killed on drop (by its guard).
 pub struct Serving {
@@ -121,25 +125,27 @@ impl Serving {
         (status.code(), logs)
     }
 
+    /// Starts `tollgate serve --config config` on free gRPC and HTTP ports,
+    /// plus `extra` flags and `env`.
+    pub fn start_config(
+        dir: &Sandbox,
+        config: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Serving {
+        let mut args = vec!["--config", config.to_str().unwrap()];
+        args.extend_from_slice(&FREE_PORTS);
+        args.extend_from_slice(extra);
+        Serving::start(dir, &args, env)
+    }
+
     /// Starts `tollgate serve` with the sandbox's `tollgate.yaml`, on free
     /// ports, storing in the Redis at `url` (a decision may wait 2 s, for a
     /// loaded test machine), plus `extra` flags and `env`.
     pub fn start_redis(dir: &Sandbox, url: &str, extra: &[&str], env: &[(&str, &str)]) -> Serving {
-        let config = dir.path("tollgate.yaml");
-        let mut args = vec![
-            "--config",
-            config.to_str().unwrap(),
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--store",
-            url,
-            "--redis-timeout-ms",
-            "2000",
-        ];
+        let mut args = vec!["--store", url, "--redis-timeout-ms", "2000"];
         args.extend_from_slice(extra);
-        Serving::start(dir, &args, env)
+        Serving::start_config(dir, &dir.path("tollgate.yaml"), &args, env)
     }
 
     /// Starts one node of cluster `cluster` with gossip on `gossip`, seeded
@@ -155,12 +161,6 @@ impl Serving {
         let peers: Vec<String> = peers.iter().map(ToString::to_string).collect();
         let peers = peers.join(",");
         let mut args = vec![
-            "--config",
-            "tollgate.yaml",
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
             "--cluster",
             cluster,
             "--node-id",
@@ -174,8 +174,9 @@ impl Serving {
             args.extend(["--peers", peers.as_str()]);
         }
         args.extend_from_slice(extra);
-        Serving::start(
+        Serving::start_config(
             dir,
+            Path::new("tollgate.yaml"),
             &args,
             &[("TOLLGATE_LOG", "info,tollgate_replica=debug")],
         )
