@@ -194,3 +194,139 @@ async fn an_unknown_token_is_refused_with_the_apis_message() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An API that answers a 200 whose body is not a delta, between good ones:
+/// `GET /v1/config...` requests are answered from `answers` in turn (the
+/// last one for every request after), and each request line is sent on
+/// `seen`. It stands in for a proxy or a broken API, which the real API
+/// cannot be made into.
+async fn scripted_api(answers: Vec<String>, seen: mpsc::UnboundedSender<String>) -> String {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut n = 0usize;
+        loop {
+            let Ok((socket, _)) = listener.accept().await else {
+                return;
+            };
+            let mut socket = BufReader::new(socket);
+            // One request per connection read at a time: the head, then
+            // the answer; reqwest may reuse the connection.
+            loop {
+                let mut line = String::new();
+                if socket.read_line(&mut line).await.unwrap_or(0) == 0 {
+                    break;
+                }
+                let request = line.trim_end().to_owned();
+                loop {
+                    let mut header = String::new();
+                    if socket.read_line(&mut header).await.unwrap_or(0) == 0 || header == "\r\n" {
+                        break;
+                    }
+                }
+                let body = &answers[n.min(answers.len() - 1)];
+                n += 1;
+                let _ = seen.send(request);
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                if socket.get_mut().write_all(answer.as_bytes()).await.is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// Review of issue 20: a 200 whose body was not a delta was retried at the
+/// same `since` for as long as the API kept sending it. It is a bad delta:
+/// the follower forgets its copy and asks for everything, and puts the
+/// whole config in force again.
+#[tokio::test]
+async fn a_body_that_is_not_a_delta_makes_the_follower_fetch_everything_again() {
+    let dir = dir("not-a-delta");
+    let real = start_api(&dir).await;
+    write(
+        &real,
+        reqwest::Method::PUT,
+        "/v1/namespaces/shop",
+        Some(json!({})),
+    )
+    .await;
+    let revision = write(
+        &real,
+        reqwest::Method::PUT,
+        "/v1/namespaces/shop/resources/api",
+        Some(json!({"algorithm": "unlimited"})),
+    )
+    .await;
+    // What the real API serves from nothing, word for word.
+    let everything = reqwest::Client::new()
+        .get(format!("{real}/v1/config?since=0"))
+        .bearer_auth(READ)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let (seen_tx, mut seen) = mpsc::unbounded_channel();
+    let base = scripted_api(
+        vec![
+            everything.clone(),
+            r#"{"this": "is not a delta"}"#.to_owned(),
+            everything,
+        ],
+        seen_tx,
+    )
+    .await;
+
+    let token = dir.join("read-token");
+    std::fs::write(&token, format!("{READ}\n")).unwrap();
+    let mut follower = Follower::new(
+        &base,
+        TokenSource::file(token),
+        None,
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let text = follower.first().await.unwrap();
+    assert_eq!(text.revision, revision);
+
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (stop_tx, stop) = watch::channel(false);
+    let following = tokio::spawn(follower.run(
+        move |text: ConfigText| {
+            let revision = text.revision;
+            tx.send(text).map_err(|_| "the test stopped listening")?;
+            Ok::<u64, &str>(u64::try_from(revision).unwrap_or(0))
+        },
+        stop,
+    ));
+    let mut lines = Vec::new();
+    while lines.len() < 3 {
+        let line = tokio::time::timeout(Duration::from_secs(30), seen.recv())
+            .await
+            .expect("the follower stopped asking")
+            .expect("the API stopped");
+        lines.push(line);
+    }
+    assert!(lines[0].contains("since=0"), "{lines:?}");
+    assert!(
+        lines[1].contains(&format!("since={revision}")),
+        "the follower asks for what came after its copy: {lines:?}"
+    );
+    assert!(
+        lines[2].contains("since=0"),
+        "after a body that is not a delta, the follower asks for everything: {lines:?}"
+    );
+    // The copy was reset: the same revision is put in force again, whole.
+    let again = handed(&mut rx, revision).await;
+    assert_eq!(again.revision, revision);
+    assert_eq!(resources(&again, "shop"), ["api"]);
+    stop_tx.send(true).unwrap();
+    following.await.unwrap();
+}
