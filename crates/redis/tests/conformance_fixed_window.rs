@@ -6,7 +6,10 @@
 mod common;
 
 use common::strategies::step;
-use common::{caller_clock_store, conform, gcra, pttl, runtime, Item, RedisServer, Step, T0};
+use common::{
+    caller_clock_store, conform, conform_on_a_new_server, gcra, mixed_items, pttl, Item,
+    RedisServer, Step, T0,
+};
 use proptest::prelude::*;
 use tollgate_core::{Align, FixedWindow, Hits, Limit, Mode, Nanos};
 
@@ -222,22 +225,14 @@ proptest! {
         start in 0u64..3_000_000_000,
         steps in proptest::collection::vec(step(3, 2_000_000_000, 12, 16), 1..40),
     ) {
-        let rt = runtime();
-        rt.block_on(async {
-            let server = RedisServer::start();
-            let redis = caller_clock_store(&server).await;
-            let align = |first_hit: bool| if first_hit { Align::FirstHit } else { Align::Epoch };
-            let mut second = Item::new(window(b.0, Nanos::new(b.1), align(b.2)), 2, "acme");
-            if shadow {
-                second = second.shadow();
-            }
-            let items = [
-                Item::new(window(a.0, Nanos::new(a.1), align(a.2)), 1, "acme"),
-                second,
-                Item::new(gcra(g.0, Nanos::from_millis(g.1), g.2), 3, ""),
-            ];
-            let start = T0.saturating_add(Nanos::new(start));
-            conform(&redis, &items, start, &steps).await;
-        });
+        let align = |first_hit: bool| if first_hit { Align::FirstHit } else { Align::Epoch };
+        let items = mixed_items(
+            window(a.0, Nanos::new(a.1), align(a.2)),
+            window(b.0, Nanos::new(b.1), align(b.2)),
+            shadow,
+            g,
+            "",
+        );
+        conform_on_a_new_server(&items, T0.saturating_add(Nanos::new(start)), &steps);
     }
 }

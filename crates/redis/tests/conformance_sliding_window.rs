@@ -10,7 +10,10 @@ mod common;
 use std::sync::Arc;
 
 use common::strategies::step;
-use common::{caller_clock_store, conform, gcra, runtime, Item, RedisServer, Step, T0};
+use common::{
+    caller_clock_store, conform, conform_on_a_new_server, gcra, mixed_items, Item, RedisServer,
+    Step, T0,
+};
 use proptest::prelude::*;
 use tollgate_core::{Hits, Limit, Mode, Nanos, PlanError, SlidingWindow};
 use tollgate_redis::RedisStore;
@@ -444,23 +447,10 @@ proptest! {
         offset in 0u64..10_000_000_000,
         steps in proptest::collection::vec(step(4, 400_000_000, 12, 8), 1..40),
     ) {
-        let rt = runtime();
-        rt.block_on(async {
-            let server = RedisServer::start();
-            let redis = caller_clock_store(&server).await;
-            let ms = Nanos::from_millis;
-            let mut second = Item::new(sw(b.0, ms(b.1), b.2), 2, "acme");
-            if shadow {
-                second = second.shadow();
-            }
-            let items = [
-                Item::new(sw(a.0, ms(a.1), a.2), 1, "acme"),
-                second,
-                Item::new(gcra(g.0, ms(g.1), g.2), 3, "acme"),
-                Item::new(sw(c.0, ms(c.1), c.2), 4, ""),
-            ];
-            conform(&redis, &items, T0.saturating_add(Nanos::new(offset)), &steps).await;
-        });
+        let ms = Nanos::from_millis;
+        let mut items = mixed_items(sw(a.0, ms(a.1), a.2), sw(b.0, ms(b.1), b.2), shadow, g, "acme");
+        items.push(Item::new(sw(c.0, ms(c.1), c.2), 4, ""));
+        conform_on_a_new_server(&items, T0.saturating_add(Nanos::new(offset)), &steps);
     }
 
     #[test]
@@ -472,18 +462,13 @@ proptest! {
         offset in 0u64..(1 << 52),
         steps in proptest::collection::vec(step(3, 1 << 50, 1 << 50, 0), 1..40),
     ) {
-        let rt = runtime();
-        rt.block_on(async {
-            let server = RedisServer::start();
-            let redis = caller_clock_store(&server).await;
-            let items: Vec<Item> = params
-                .iter()
-                .enumerate()
-                .map(|(i, &(limit, window, buckets))| {
-                    Item::new(sw(limit, Nanos::new(window), buckets), i as u64 + 1, "acme")
-                })
-                .collect();
-            conform(&redis, &items, T0.saturating_add(Nanos::new(offset)), &steps).await;
-        });
+        let items: Vec<Item> = params
+            .iter()
+            .enumerate()
+            .map(|(i, &(limit, window, buckets))| {
+                Item::new(sw(limit, Nanos::new(window), buckets), i as u64 + 1, "acme")
+            })
+            .collect();
+        conform_on_a_new_server(&items, T0.saturating_add(Nanos::new(offset)), &steps);
     }
 }

@@ -20,7 +20,10 @@ use std::sync::Arc;
 use tollgate_testing::JavaRandom;
 
 use common::strategies::step;
-use common::{caller_clock_store, conform, gcra, runtime, Item, RedisServer, Step, T0};
+use common::{
+    caller_clock_store, conform, conform_on_a_new_server, gcra, mixed_items, Item, RedisServer,
+    Step, T0,
+};
 use proptest::prelude::*;
 use tollgate_core::{Algorithm, Hits, Limit, Mode, Nanos, PlanDecision, Rate, Smooth};
 use tollgate_store::{Plan, Store};
@@ -836,20 +839,6 @@ proptest! {
         shadow in any::<bool>(),
         steps in proptest::collection::vec(step(3, 3_000_000_000, 10, 6), 1..40),
     ) {
-        let rt = runtime();
-        rt.block_on(async {
-            let server = RedisServer::start();
-            let redis = caller_clock_store(&server).await;
-            let mut second = Item::new(b, 2, "acme");
-            if shadow {
-                second = second.shadow();
-            }
-            let items = [
-                Item::new(a, 1, "acme"),
-                second,
-                Item::new(gcra(g.0, Nanos::from_millis(g.1), g.2), 3, ""),
-            ];
-            conform(&redis, &items, T0, &steps).await;
-        });
+        conform_on_a_new_server(&mixed_items(a, b, shadow, g, ""), T0, &steps);
     }
 }

@@ -6,7 +6,10 @@
 mod common;
 
 use common::strategies::step;
-use common::{caller_clock_store, conform, gcra, pttl, runtime, Item, RedisServer, Step, T0};
+use common::{
+    caller_clock_store, conform, conform_on_a_new_server, gcra, mixed_items, pttl, Item,
+    RedisServer, Step, T0,
+};
 use proptest::prelude::*;
 use std::sync::Arc;
 
@@ -298,27 +301,14 @@ proptest! {
         shadow in any::<bool>(),
         steps in proptest::collection::vec(step(3, 3_000_000_000, 25, 6), 1..40),
     ) {
-        let rt = runtime();
-        rt.block_on(async {
-            let server = RedisServer::start();
-            let redis = caller_clock_store(&server).await;
-            let ms = Nanos::from_millis;
-            let first = if default_initial {
-                bucket(a.0, a.1, ms(a.2))
-            } else {
-                bucket_with(a.0, a.1, ms(a.2), a.3)
-            };
-            let mut second = Item::new(bucket_with(b.0, b.1, ms(b.2), b.3), 2, "acme");
-            if shadow {
-                second = second.shadow();
-            }
-            let items = [
-                Item::new(first, 1, "acme"),
-                second,
-                Item::new(gcra(g.0, ms(g.1), g.2), 3, ""),
-            ];
-            conform(&redis, &items, T0, &steps).await;
-        });
+        let ms = Nanos::from_millis;
+        let first = if default_initial {
+            bucket(a.0, a.1, ms(a.2))
+        } else {
+            bucket_with(a.0, a.1, ms(a.2), a.3)
+        };
+        let second = bucket_with(b.0, b.1, ms(b.2), b.3);
+        conform_on_a_new_server(&mixed_items(first, second, shadow, g, ""), T0, &steps);
     }
 }
 
