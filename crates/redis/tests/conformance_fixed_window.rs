@@ -7,8 +7,8 @@ mod common;
 
 use common::strategies::step;
 use common::{
-    caller_clock_store, conform, conform_on_a_new_server, gcra, mixed_items, pttl, Item,
-    RedisServer, Step, T0,
+    caller_clock_server, caller_clock_store, conform, conform_on_a_new_server, gcra, mixed_items,
+    pttl, Item, RedisServer, Step, T0,
 };
 use proptest::prelude::*;
 use tollgate_core::{Align, FixedWindow, Hits, Limit, Mode, Nanos};
@@ -113,8 +113,7 @@ async fn epoch_alignment_is_exact_for_long_and_tiny_windows() {
 
 #[tokio::test]
 async fn first_hit_windows_start_with_the_hit() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     let items = [
         Item::new(window(2, secs(10), Align::FirstHit), 1, "acme"),
         Item::new(window(3, secs(1), Align::FirstHit), 2, "acme"),
@@ -140,8 +139,7 @@ async fn first_hit_windows_start_with_the_hit() {
 
 #[tokio::test]
 async fn shadow_windows_and_mixed_plans() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     let items = [
         Item::new(window(5, secs(1), Align::Epoch), 1, "acme"),
         Item::new(window(2, secs(1), Align::FirstHit), 2, "acme").shadow(),
@@ -181,8 +179,7 @@ async fn shadow_windows_and_mixed_plans() {
 /// has ended is deleted.
 #[tokio::test]
 async fn keys_expire_when_the_window_ends() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (server, redis) = caller_clock_server().await;
     let mut con = server.connection();
     let items = [
         Item::new(window(3, secs(60), Align::FirstHit), 1, "acme"),

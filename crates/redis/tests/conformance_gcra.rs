@@ -7,8 +7,7 @@ mod common;
 
 use common::strategies::step;
 use common::{
-    caller_clock_store, conform, conform_on_a_new_server, gcra, mixed_items, Item, RedisServer,
-    Step, T0,
+    caller_clock_server, conform, conform_on_a_new_server, gcra, mixed_items, Item, Step, T0,
 };
 use proptest::prelude::*;
 use tollgate_core::{Hits, LeakyBucket, Limit, Mode, Nanos, Rate};
@@ -19,8 +18,7 @@ fn leaky(count: u64, period: Nanos, queue: u64) -> Limit {
 
 #[tokio::test]
 async fn gcra_fixed_vectors_match() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     let items = [
         Item::new(gcra(10, Nanos::SECOND, 5), 1, "acme"),
         Item::new(leaky(3, Nanos::SECOND, 4), 2, "acme"),

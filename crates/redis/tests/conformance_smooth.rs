@@ -21,8 +21,8 @@ use tollgate_testing::{guava_scripts, guava_steps, GuavaLimiter, GuavaStep};
 
 use common::strategies::step;
 use common::{
-    caller_clock_store, conform, conform_on_a_new_server, gcra, mixed_items, Item, RedisServer,
-    Step, T0,
+    caller_clock_server, caller_clock_store, conform, conform_on_a_new_server, gcra, mixed_items,
+    Item, RedisServer, Step, T0,
 };
 use proptest::prelude::*;
 use tollgate_core::{Algorithm, Hits, Limit, Mode, Nanos, PlanDecision, Rate, Smooth};
@@ -595,8 +595,7 @@ async fn keys_live_until_idle_and_expire_after() {
         ),
     ];
     for (limit, steps) in cases {
-        let server = RedisServer::start();
-        let redis = caller_clock_store(&server).await;
+        let (server, redis) = caller_clock_server().await;
         let (idle, last) = idle_at(&limit, &steps);
         let wait = idle.saturating_sub(last);
         assert!(wait > Nanos::from_secs(1), "{limit:?}: {wait:?}");

@@ -7,8 +7,7 @@ mod common;
 
 use common::strategies::step;
 use common::{
-    caller_clock_store, conform, conform_on_a_new_server, gcra, mixed_items, pttl, Item,
-    RedisServer, Step, T0,
+    caller_clock_server, conform, conform_on_a_new_server, gcra, mixed_items, pttl, Item, Step, T0,
 };
 use proptest::prelude::*;
 use std::sync::Arc;
@@ -59,8 +58,7 @@ fn secs(n: u64) -> Nanos {
 
 #[tokio::test]
 async fn fractional_refill_and_the_forgetting_boundary() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     // 10 tokens, one every 250 ms: a full refill takes 2.5 s.
     let items = [Item::new(bucket(10, 4, Nanos::SECOND), 1, "acme")];
     let steps = [
@@ -93,8 +91,7 @@ async fn fractional_refill_and_the_forgetting_boundary() {
 
 #[tokio::test]
 async fn initial_tokens_below_capacity_refill_from_the_first_request() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     let items = [
         // 10 tokens, one a second, a new bucket holds 2.
         Item::new(bucket_with(10, 1, Nanos::SECOND, 2), 1, "acme"),
@@ -124,8 +121,7 @@ async fn initial_tokens_below_capacity_refill_from_the_first_request() {
 
 #[tokio::test]
 async fn initial_tokens_above_capacity_are_a_one_off_burst() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     // 100 tokens, one every 600 ms, a new bucket holds 150.
     let items = [
         Item::new(bucket_with(100, 100, secs(60), 150), 1, "acme"),
@@ -166,8 +162,7 @@ async fn initial_tokens_above_capacity_are_a_one_off_burst() {
 
 #[tokio::test]
 async fn acquire_goes_into_debt_and_waits_it_out() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     let items = [
         // Two tokens, one every 100 ms.
         Item::new(bucket(2, 10, Nanos::SECOND), 1, "acme"),
@@ -205,8 +200,7 @@ async fn acquire_goes_into_debt_and_waits_it_out() {
 
 #[tokio::test]
 async fn shadow_buckets_record_what_they_would_live() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     let items = [
         Item::new(bucket(10, 10, Nanos::SECOND), 1, "acme"),
         Item::new(bucket(3, 1, Nanos::SECOND), 2, "acme").shadow(),
@@ -228,8 +222,7 @@ async fn shadow_buckets_record_what_they_would_live() {
 
 #[tokio::test]
 async fn large_spans_stay_exact() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     // Full times just below 2^52 ns (about 52 days), odd intervals.
     let interval = ((1u64 << 52) - 1) / 7;
     let items = [
@@ -253,8 +246,7 @@ async fn large_spans_stay_exact() {
 /// forgotten state is deleted.
 #[tokio::test]
 async fn keys_expire_once_forgotten_and_idle_ones_are_deleted() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (server, redis) = caller_clock_server().await;
     let mut con = server.connection();
     // Ten tokens, one a second: full ten seconds after the last take.
     let tb = || bucket(10, 1, Nanos::SECOND);
@@ -314,8 +306,7 @@ proptest! {
 
 #[tokio::test]
 async fn an_acquire_that_would_wait_52_days_or_more_is_refused_and_changes_nothing() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     let limit = Arc::new(Limit::TokenBucket(
         TokenBucket::new(10, Rate::per_second(1).unwrap()).unwrap(),
     ));

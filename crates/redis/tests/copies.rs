@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{caller_clock_store, holds, reserve_as, store, unique_prefix, RedisServer, T0};
+use common::{caller_clock_server, holds, reserve_as, store, unique_prefix, RedisServer, T0};
 use tollgate_core::copies::{CopyError, CopyLimits, Reservation, TransferId};
 use tollgate_core::{Hits, Nanos};
 use tollgate_redis::{RedisOptions, RedisStore};
@@ -55,8 +55,7 @@ fn beat(s: &RedisStore) -> tokio::task::JoinHandle<tollgate_redis::Resignation> 
 
 #[tokio::test]
 async fn reserve_release_transfer_and_seize_answer_what_the_memory_store_answers() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     let memory = MemoryStore::new();
     let pool = PoolKey::new("ns", "sandbox");
     let l = limits();

@@ -25,6 +25,14 @@ pub fn unique_prefix() -> String {
     format!("t{}:", PREFIXES.fetch_add(1, Ordering::Relaxed))
 }
 
+/// A redis-server of its own and a store on it taking the caller's clock
+/// (the server stops when dropped, so it is returned too).
+pub async fn caller_clock_server() -> (RedisServer, RedisStore) {
+    let server = RedisServer::start();
+    let redis = caller_clock_store(&server).await;
+    (server, redis)
+}
+
 /// A Redis store on `server` taking the caller's clock, with its own
 /// prefix and a timeout generous enough for a loaded test machine.
 pub async fn caller_clock_store(server: &RedisServer) -> RedisStore {
