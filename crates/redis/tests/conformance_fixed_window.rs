@@ -7,24 +7,14 @@ mod common;
 
 use common::strategies::step;
 use common::{
-    caller_clock_server, caller_clock_store, conform, conform_on_a_new_server, gcra, mixed_items,
-    pttl, Item, RedisServer, Step, T0,
+    ask, caller_clock_server, caller_clock_store, conform, conform_on_a_new_server, gcra,
+    mixed_items, pttl, Item, RedisServer, Step, T0,
 };
 use proptest::prelude::*;
 use tollgate_core::{Align, FixedWindow, Hits, Limit, Mode, Nanos};
 
 fn window(limit: u64, window: Nanos, align: Align) -> Limit {
     Limit::FixedWindow(FixedWindow::new(limit, window, align).unwrap())
-}
-
-/// A `Try` request for between `min` and `hits` against `items`.
-fn ask(advance: Nanos, min: u64, hits: u64, items: &[usize]) -> Step {
-    Step {
-        advance,
-        request: Hits::between(min, hits),
-        mode: Mode::Try,
-        items: items.to_vec(),
-    }
 }
 
 const ZERO: Nanos = Nanos::ZERO;

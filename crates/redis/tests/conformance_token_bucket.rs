@@ -7,7 +7,8 @@ mod common;
 
 use common::strategies::step;
 use common::{
-    caller_clock_server, conform, conform_on_a_new_server, gcra, mixed_items, pttl, Item, Step, T0,
+    acquire, ask, caller_clock_server, conform, conform_on_a_new_server, gcra, mixed_items, pttl,
+    Item, T0,
 };
 use proptest::prelude::*;
 use std::sync::Arc;
@@ -23,26 +24,6 @@ fn bucket_with(capacity: u64, count: u64, period: Nanos, initial: u64) -> Limit 
     Limit::TokenBucket(
         TokenBucket::with_initial(capacity, Rate::new(count, period).unwrap(), initial).unwrap(),
     )
-}
-
-/// A `Try` request for between `min` and `hits` against `items`.
-fn ask(advance: Nanos, min: u64, hits: u64, items: &[usize]) -> Step {
-    Step {
-        advance,
-        request: Hits::between(min, hits),
-        mode: Mode::Try,
-        items: items.to_vec(),
-    }
-}
-
-/// An `Acquire` of `hits` against `items`.
-fn acquire(advance: Nanos, hits: u64, items: &[usize]) -> Step {
-    Step {
-        advance,
-        request: Hits::exactly(hits),
-        mode: Mode::Acquire,
-        items: items.to_vec(),
-    }
 }
 
 const ZERO: Nanos = Nanos::ZERO;

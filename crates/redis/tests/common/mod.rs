@@ -169,6 +169,26 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// A `Try` request for between `min` and `hits` against `items`.
+pub fn ask(advance: Nanos, min: u64, hits: u64, items: &[usize]) -> Step {
+    Step {
+        advance,
+        request: Hits::between(min, hits),
+        mode: Mode::Try,
+        items: items.to_vec(),
+    }
+}
+
+/// An `Acquire` of `hits` against `items`.
+pub fn acquire(advance: Nanos, hits: u64, items: &[usize]) -> Step {
+    Step {
+        advance,
+        request: Hits::exactly(hits),
+        mode: Mode::Acquire,
+        items: items.to_vec(),
+    }
+}
+
 /// Checks `steps` against the memory store on a redis-server of their own
 /// (a store taking the caller's clock), from a synchronous proptest body.
 pub fn conform_on_a_new_server(items: &[Item], start: Nanos, steps: &[Step]) {
