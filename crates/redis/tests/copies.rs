@@ -47,6 +47,15 @@ async fn releases_to_nothing(s: &RedisStore, pool: &PoolKey, groups: &Vec<String
     assert_eq!(holds(s, pool, "acme").await, (0, 0));
 }
 
+/// A redis-server of its own, a prefix no other store uses, and a store
+/// there whose heartbeat TTL is `ttl_ms`.
+async fn server_and_store(ttl_ms: u64) -> (RedisServer, String, RedisStore) {
+    let server = RedisServer::start();
+    let prefix = unique_prefix();
+    let s = store(&server.url(), &prefix, ttl_ms).await;
+    (server, prefix, s)
+}
+
 /// Runs `s`'s heartbeat until it resigns.
 fn beat(s: &RedisStore) -> tokio::task::JoinHandle<tollgate_redis::Resignation> {
     let s = s.clone();
@@ -201,9 +210,7 @@ async fn a_survivor_releases_the_holds_of_a_server_whose_heartbeat_lapsed() {
 
 #[tokio::test]
 async fn a_server_that_was_declared_dead_resigns() {
-    let server = RedisServer::start();
-    let prefix = unique_prefix();
-    let zombie = store(&server.url(), &prefix, 400).await;
+    let (server, prefix, zombie) = server_and_store(400).await;
     let other = store(&server.url(), &prefix, 400).await;
     let pool = PoolKey::new("ns", "db");
     reserve_as(
@@ -383,9 +390,7 @@ async fn a_resent_operation_is_applied_once() {
 /// no registration of a pool, no state of this server to sweep.
 #[tokio::test]
 async fn seizes_of_unknown_transfers_leave_nothing_in_redis() {
-    let server = RedisServer::start();
-    let prefix = unique_prefix();
-    let s = store(&server.url(), &prefix, 5_000).await;
+    let (server, prefix, s) = server_and_store(5_000).await;
     let before = server.keys(&prefix);
     for i in 0..200u64 {
         let id = tollgate_core::copies::TransferId(
@@ -406,9 +411,7 @@ async fn seizes_of_unknown_transfers_leave_nothing_in_redis() {
 /// there, so pools used once do not pile up in the registration set.
 #[tokio::test]
 async fn the_registration_of_a_pool_held_no_more_is_withdrawn() {
-    let server = RedisServer::start();
-    let prefix = unique_prefix();
-    let s = store(&server.url(), &prefix, 5_000).await;
+    let (server, prefix, s) = server_and_store(5_000).await;
     let none = Vec::new();
     for i in 0..20 {
         let pool = PoolKey::new("ns", &format!("made-up-{i}"));
@@ -442,9 +445,7 @@ async fn the_registration_of_a_pool_held_no_more_is_withdrawn() {
 /// and counts its holds again, so the limits hold and its holds release.
 #[tokio::test]
 async fn a_redis_that_restarts_empty_costs_its_counts_not_the_server() {
-    let mut server = RedisServer::start();
-    let prefix = unique_prefix();
-    let s = store(&server.url(), &prefix, 600).await;
+    let (mut server, _prefix, s) = server_and_store(600).await;
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(3, None);
     let none = Vec::new();
@@ -469,9 +470,7 @@ async fn a_redis_that_restarts_empty_costs_its_counts_not_the_server() {
 /// no longer has this server's contribution, so it counts it again first.
 #[tokio::test]
 async fn a_pool_redis_lost_is_counted_again_by_the_next_operation() {
-    let server = RedisServer::start();
-    let prefix = unique_prefix();
-    let s = store(&server.url(), &prefix, 5_000).await;
+    let (server, _prefix, s) = server_and_store(5_000).await;
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(3, None);
     let none = Vec::new();
@@ -490,9 +489,7 @@ async fn a_pool_redis_lost_is_counted_again_by_the_next_operation() {
 /// a cleaner after this server's death could not find them.
 #[tokio::test]
 async fn a_pool_registered_before_redis_restarted_empty_is_registered_again() {
-    let mut server = RedisServer::start();
-    let prefix = unique_prefix();
-    let a = store(&server.url(), &prefix, 600).await;
+    let (mut server, prefix, a) = server_and_store(600).await;
     let b = store(&server.url(), &prefix, 600).await;
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(3, None);
@@ -573,9 +570,7 @@ async fn a_pool_that_went_back_to_an_older_state_is_written_again() {
 /// pile up for their whole lifetime.
 #[tokio::test]
 async fn remembered_replies_are_forgotten_once_received() {
-    let server = RedisServer::start();
-    let prefix = unique_prefix();
-    let s = store(&server.url(), &prefix, 5_000).await;
+    let (server, prefix, s) = server_and_store(5_000).await;
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(100, None);
     for _ in 0..20 {
