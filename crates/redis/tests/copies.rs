@@ -213,15 +213,9 @@ async fn a_server_that_was_declared_dead_resigns() {
     let (server, prefix, zombie) = server_and_store(400).await;
     let other = store(&server.url(), &prefix, 400).await;
     let pool = PoolKey::new("ns", "db");
-    reserve_as(
-        &zombie,
-        &pool,
-        &CopyLimits::new(5, None),
-        "acme",
-        Hits::exactly(1),
-    )
-    .await
-    .unwrap();
+    reserve(&zombie, &pool, &CopyLimits::new(5, None), Hits::exactly(1))
+        .await
+        .unwrap();
     let beating = beat(&other);
     common::eventually(Duration::from_secs(20), || async {
         holds(&other, &pool, "acme").await == (0, 0)
@@ -415,15 +409,9 @@ async fn the_registration_of_a_pool_held_no_more_is_withdrawn() {
     let none = Vec::new();
     for i in 0..20 {
         let pool = PoolKey::new("ns", &format!("made-up-{i}"));
-        reserve_as(
-            &s,
-            &pool,
-            &CopyLimits::new(5, None),
-            "acme",
-            Hits::exactly(1),
-        )
-        .await
-        .unwrap();
+        reserve(&s, &pool, &CopyLimits::new(5, None), Hits::exactly(1))
+            .await
+            .unwrap();
         release(&s, held(&pool, &none, 1)).await.unwrap();
     }
     let registrations = format!("{prefix}{{srv}}:pools:{}", s.server_id());
