@@ -85,6 +85,23 @@ fn ones(sleep: u64, waits: &[u64]) -> Vec<Call> {
         .collect()
 }
 
+/// Guava's warm-up vectors: eight one-permit acquires with the `cold`
+/// waits, the same after `again_after` us (cold again), then after
+/// `warm_after` us a first at once and seven at the stable `interval`.
+fn cold_twice_then_warm(
+    cold: &[u64],
+    again_after: u64,
+    warm_after: u64,
+    interval: u64,
+) -> Vec<Call> {
+    let mut calls = ones(0, cold);
+    calls.extend(ones(again_after, cold));
+    let mut warm = vec![interval; 8];
+    warm[0] = 0;
+    calls.extend(ones(warm_after, &warm));
+    calls
+}
+
 fn us(n: u64) -> Nanos {
     Nanos::from_micros(n)
 }
@@ -305,24 +322,10 @@ async fn guava_bursty_vectors_match() {
 async fn guava_warming_up_vectors_match() {
     let server = RedisServer::start();
     // testWarmUp: cold, then cold again after 4.5 s, but not after 2.5 s.
-    let mut calls = ones(0, &WARM_UP_2QPS_4S);
-    calls.extend(ones(4_500_000, &WARM_UP_2QPS_4S));
-    calls.extend(ones(
-        2_500_000,
-        &[
-            0, 500_000, 500_000, 500_000, 500_000, 500_000, 500_000, 500_000,
-        ],
-    ));
+    let calls = cold_twice_then_warm(&WARM_UP_2QPS_4S, 4_500_000, 2_500_000, 500_000);
     check_guava(&server, warming_up(per_second(2), 4000, 3.0), &calls).await;
     // testWarmUpWithColdFactor
-    let mut calls = ones(0, &COLD_5QPS_4S_10X);
-    calls.extend(ones(4_200_000, &COLD_5QPS_4S_10X));
-    calls.extend(ones(
-        1_200_000,
-        &[
-            0, 200_000, 200_000, 200_000, 200_000, 200_000, 200_000, 200_000,
-        ],
-    ));
+    let calls = cold_twice_then_warm(&COLD_5QPS_4S_10X, 4_200_000, 1_200_000, 200_000);
     check_guava(&server, warming_up(per_second(5), 4000, 10.0), &calls).await;
     // testWarmUpWithColdFactor1
     let flat = [
