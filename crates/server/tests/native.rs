@@ -147,6 +147,22 @@ impl Session {
     }
 }
 
+/// A server of [`CONFIG`], a client of it, and a session on that client
+/// holding `copies` copies of `sandbox` for acme.
+async fn a_session_holding(
+    copies: u64,
+) -> (
+    TestServer,
+    TollgateClient<tonic::transport::Channel>,
+    Session,
+) {
+    let server = TestServer::start(CONFIG).await;
+    let mut client = server.native().await;
+    let mut s = Session::open(&mut client).await;
+    assert_eq!(s.reserve("acme", copies, copies).await.granted, copies);
+    (server, client, s)
+}
+
 /// A unary rate request that must succeed.
 async fn ask(
     client: &mut TollgateClient<tonic::transport::Channel>,
@@ -336,10 +352,7 @@ async fn a_session_reserves_releases_and_reports_errors_without_ending() {
 
 #[tokio::test]
 async fn closing_a_session_releases_its_holds() {
-    let server = TestServer::start(CONFIG).await;
-    let mut client = server.native().await;
-    let mut s = Session::open(&mut client).await;
-    assert_eq!(s.reserve("acme", 3, 3).await.granted, 3);
+    let (server, _client, mut s) = a_session_holding(3).await;
     assert_eq!(s.reserve("initech", 2, 2).await.granted, 2);
     assert_eq!(holds(&server.app, "acme").await, (3, 5));
     s.close().await;
@@ -421,10 +434,7 @@ async fn transfer_and_seize_move_holds_between_sessions() {
 
 #[tokio::test]
 async fn an_unseized_transfer_is_released_when_its_ttl_ends() {
-    let server = TestServer::start(CONFIG).await;
-    let mut client = server.native().await;
-    let mut a = Session::open(&mut client).await;
-    assert_eq!(a.reserve("acme", 2, 2).await.granted, 2);
+    let (server, _client, mut a) = a_session_holding(2).await;
     assert!(matches!(
         a.transfer("acme", 2, 30).await,
         Answer::Transfer(_)
@@ -448,10 +458,7 @@ async fn an_unseized_transfer_is_released_when_its_ttl_ends() {
 
 #[tokio::test]
 async fn shutdown_ends_sessions_and_releases_their_holds() {
-    let server = TestServer::start(CONFIG).await;
-    let mut client = server.native().await;
-    let mut s = Session::open(&mut client).await;
-    assert_eq!(s.reserve("acme", 3, 3).await.granted, 3);
+    let (server, _client, mut s) = a_session_holding(3).await;
     let app = std::sync::Arc::clone(&server.app);
     // `stop` returns once the server has stopped, which needs the session
     // stream to end: it does, without the client doing anything.
@@ -728,10 +735,7 @@ async fn an_ignoring_namespace_grants_and_says_what_it_would_have_done() {
 
 #[tokio::test]
 async fn a_broken_session_stream_ends_with_the_error_and_releases_holds() {
-    let server = TestServer::start(CONFIG).await;
-    let mut client = server.native().await;
-    let mut s = Session::open(&mut client).await;
-    assert_eq!(s.reserve("acme", 2, 2).await.granted, 2);
+    let (server, _client, mut s) = a_session_holding(2).await;
     // Over the 64 KiB message limit: the stream cannot go on.
     s.tx.send(v1::SessionRequest {
         id: 99,
