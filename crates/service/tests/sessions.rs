@@ -489,29 +489,19 @@ async fn a_shadow_pool_grants_counts_in_its_groups_and_says_it_would_have_refuse
     let yaml = "namespaces:\n  - name: app\n    resources:\n      - { name: pool, kind: concurrency, shadow_mode: true, domain_limit: 1, global_limit: 5, groups: [ { name: big, members: [d], limit: 2 } ] }\n";
     let loaded = tollgate_config::load_str("t.yaml", yaml).unwrap();
     let l = Limiter::new(MemoryStore::new(), View::new(&loaded.config, Nanos::ZERO));
-    let first = l
-        .reserve(
+    let reserve = |copies| {
+        l.reserve(
             "app",
             "pool",
             "d",
-            Hits::exactly(1),
+            Hits::exactly(copies),
             Nanos::ZERO,
             OpId::random(),
         )
-        .await
-        .unwrap();
+    };
+    let first = reserve(1).await.unwrap();
     assert!(!first.shadowed, "within every limit");
-    let second = l
-        .reserve(
-            "app",
-            "pool",
-            "d",
-            Hits::exactly(2),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap();
+    let second = reserve(2).await.unwrap();
     assert!(second.reservation.allowed && second.shadowed && !second.ignored);
     let c = &second.reservation.context;
     assert_eq!((c.domain_limit, c.domain_holds), (1, 3));
