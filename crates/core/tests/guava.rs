@@ -37,7 +37,7 @@
 
 use tollgate_core::algorithms::smooth::SmoothState;
 use tollgate_core::{Algorithm, Hits, Nanos, ParamError, Rate, Schedule, Smooth};
-use tollgate_testing::JavaRandom;
+use tollgate_testing::{guava_scripts, guava_steps, GuavaLimiter, GuavaStep, JavaRandom};
 
 /// One stopwatch event: a sleep, in whole microseconds.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -576,14 +576,11 @@ fn created_at_is_the_guava_creation_instant() {
 /// `RateLimiterTest`.
 fn check_script(mut l: Limiter, seed: i64, expected: &[u64]) {
     let mut sw = FakeStopwatch::new();
-    let mut random = JavaRandom::new(seed);
     let mut waits = Vec::new();
-    for _ in 0..40 {
-        if random.next_int(10) < 7 {
-            let permits = 1 + random.next_int(4) as u64;
-            waits.push(l.acquire(&mut sw, permits));
-        } else {
-            sw.sleep_millis(random.next_int(3000) as u64);
+    for step in guava_steps(seed) {
+        match step {
+            GuavaStep::Acquire(permits) => waits.push(l.acquire(&mut sw, permits)),
+            GuavaStep::SleepMillis(ms) => sw.sleep_millis(ms),
         }
     }
     assert_eq!(waits, expected, "seed {seed}");
@@ -591,175 +588,16 @@ fn check_script(mut l: Limiter, seed: i64, expected: &[u64]) {
 
 #[test]
 fn odd_parameters_match_the_java_port() {
-    // warm 3.0 1234 2.5 seed 1
-    check_script(
-        warming_up(per_second(3), 1234, 2.5),
-        1,
-        &[
-            0, 0, 715_153, 0, 1_528_857, 1_333_332, 666_666, 1_333_333, 333_333, 0, 1_528_857,
-            333_332, 0, 1_862_190, 0, 715_153, 1_147_036, 666_666, 333_333, 771_000, 666_666,
-            333_333, 0, 0, 715_153, 478_795, 1_334_907,
-        ],
-    );
-    // warm 3.0 1234 2.5 seed 2
-    check_script(
-        warming_up(per_second(3), 1234, 2.5),
-        2,
-        &[
-            0, 0, 0, 1_193_949, 1_001_573, 934_333, 0, 1_193_949, 668_240, 0, 0, 0, 715_153,
-            1_147_036, 0, 715_153, 1_147_036, 333_333, 207_333, 1_333_333, 1_000_000, 1_333_333, 0,
-        ],
-    );
-    // warm 7.0 5000 7.0 seed 1
-    check_script(
-        warming_up(per_second(7), 5000, 7.0),
-        1,
-        &[
-            0, 0, 951_020, 0, 2_559_183, 2_040_816, 435_714, 571_428, 142_857, 0, 1_204_041,
-            205_428, 0, 2_898_472, 0, 951_020, 2_265_306, 1_020_408, 363_265, 349_571, 285_714,
-            142_857, 0, 0, 951_020, 853_061, 2_432_653,
-        ],
-    );
-    // warm 7.0 5000 7.0 seed 2
-    check_script(
-        warming_up(per_second(7), 5000, 7.0),
-        2,
-        &[
-            0, 0, 0, 1_728_485, 1_858_034, 726_753, 0, 1_804_081, 1_412_244, 0, 0, 0, 951_020,
-            2_265_306, 0, 951_020, 2_265_306, 559_183, 134_203, 571_428, 428_571, 571_428, 0,
-        ],
-    );
-    // warm 0.3 10000 3.0 seed 1
-    check_script(
-        warming_up(Rate::new(3, Nanos::from_secs(10)).unwrap(), 10000, 3.0),
-        1,
-        &[
-            0, 5_464_777, 3_888_888, 5_515_999, 10_000_000, 13_333_333, 6_666_666, 13_333_333,
-            3_333_333, 4_211_666, 10_000_000, 3_333_333, 10_513_333, 13_333_333, 2_337_666,
-            3_333_333, 10_000_000, 6_666_666, 3_333_333, 9_771_000, 6_666_666, 3_333_333,
-            1_823_333, 3_950_666, 3_333_333, 3_333_333, 13_333_333,
-        ],
-    );
-    // warm 0.3 10000 3.0 seed 2
-    check_script(
-        warming_up(Rate::new(3, Nanos::from_secs(10)).unwrap(), 10000, 3.0),
-        2,
-        &[
-            0, 6_427_777, 2_820_888, 6_666_666, 10_000_000, 12_934_333, 6_711_000, 6_666_666,
-            6_666_666, 10_157_333, 2_463_666, 914_333, 3_333_333, 10_000_000, 2_592_000, 3_333_333,
-            10_000_000, 3_333_333, 12_207_333, 13_333_333, 10_000_000, 13_333_333, 810_333,
-        ],
-    );
-    // warm 2.5 777 1.5 seed 1
-    check_script(
-        warming_up(Rate::new(5, Nanos::from_secs(2)).unwrap(), 777, 1.5),
-        1,
-        &[
-            0, 0, 535_649, 0, 1_355_399, 1_600_000, 800_000, 1_600_000, 400_000, 0, 1_355_399,
-            400_000, 0, 1_755_399, 0, 535_649, 1_219_750, 800_000, 400_000, 971_000, 800_000,
-            400_000, 0, 0, 535_649, 419_750, 1_599_999,
-        ],
-    );
-    // warm 2.5 777 1.5 seed 2
-    check_script(
-        warming_up(Rate::new(5, Nanos::from_secs(2)).unwrap(), 777, 1.5),
-        2,
-        &[
-            0, 0, 0, 955_399, 1_199_999, 1_201_000, 0, 955_399, 799_999, 0, 0, 0, 535_649,
-            1_219_750, 0, 535_649, 1_219_750, 400_000, 474_000, 1_600_000, 1_200_000, 1_600_000, 0,
-        ],
-    );
-    // warm 13.0 3333 10.0 seed 1
-    check_script(
-        warming_up(per_second(13), 3333, 10.0),
-        1,
-        &[
-            0, 0, 725_291, 0, 1_912_238, 1_319_350, 187_717, 307_692, 76_923, 0, 1_912_238,
-            461_655, 0, 2_373_894, 0, 725_291, 1_648_602, 659_675, 198_019, 35_640, 153_846,
-            76_923, 0, 0, 725_291, 637_412, 1_670_865,
-        ],
-    );
-    // warm 13.0 3333 10.0 seed 2
-    check_script(
-        warming_up(per_second(13), 3333, 10.0),
-        2,
-        &[
-            0, 0, 0, 1_362_704, 1_384_966, 272_635, 0, 1_362_704, 1_011_189, 0, 0, 0, 725_291,
-            1_648_602, 0, 725_291, 1_648_602, 373_777, 0, 678_579, 230_769, 307_692, 0,
-        ],
-    );
-    // bursty 3.0 seed 1
-    check_script(
-        bursty(per_second(3)),
-        1,
-        &[
-            0, 0, 0, 0, 0, 1_333_333, 666_666, 1_333_333, 333_333, 0, 0, 333_333, 0, 333_333, 0, 0,
-            333_333, 666_666, 333_333, 771_000, 666_666, 333_333, 0, 0, 0, 0, 1_000_000,
-        ],
-    );
-    // bursty 3.0 seed 2
-    check_script(
-        bursty(per_second(3)),
-        2,
-        &[
-            0, 0, 0, 0, 666_666, 934_333, 0, 0, 333_333, 0, 0, 0, 0, 333_333, 0, 0, 333_333,
-            333_333, 207_333, 1_333_333, 1_000_000, 1_333_333, 0,
-        ],
-    );
-    // bursty 0.3 seed 1
-    check_script(
-        bursty(Rate::new(3, Nanos::from_secs(10)).unwrap()),
-        1,
-        &[
-            0, 1_020_333, 3_333_333, 5_516_000, 10_000_000, 13_333_333, 6_666_666, 13_333_333,
-            3_333_333, 4_211_666, 10_000_000, 3_333_333, 10_513_333, 13_333_333, 2_337_666,
-            3_333_333, 10_000_000, 6_666_666, 3_333_333, 9_771_000, 6_666_666, 3_333_333,
-            1_823_333, 3_950_666, 3_333_333, 3_333_333, 13_333_333,
-        ],
-    );
-    // bursty 0.3 seed 2
-    check_script(
-        bursty(Rate::new(3, Nanos::from_secs(10)).unwrap()),
-        2,
-        &[
-            0, 1_611_333, 2_265_333, 6_666_666, 10_000_000, 12_934_333, 6_711_000, 6_666_666,
-            6_666_666, 10_157_333, 2_463_666, 914_333, 3_333_333, 10_000_000, 2_592_000, 3_333_333,
-            10_000_000, 3_333_333, 12_207_333, 13_333_333, 10_000_000, 13_333_333, 810_333,
-        ],
-    );
-    // bursty 13.0 seed 1
-    check_script(
-        bursty(per_second(13)),
-        1,
-        &[
-            0, 0, 0, 0, 0, 0, 0, 0, 76_923, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-        ],
-    );
-    // bursty 13.0 seed 2
-    check_script(
-        bursty(per_second(13)),
-        2,
-        &[
-            0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-        ],
-    );
-    // bursty 2.5 seed 1
-    check_script(
-        bursty(Rate::new(5, Nanos::from_secs(2)).unwrap()),
-        1,
-        &[
-            0, 0, 0, 0, 200_000, 1_600_000, 800_000, 1_600_000, 400_000, 0, 200_000, 400_000, 0,
-            600_000, 0, 0, 600_000, 800_000, 400_000, 971_000, 800_000, 400_000, 0, 0, 0, 0,
-            1_400_000,
-        ],
-    );
-    // bursty 2.5 seed 2
-    check_script(
-        bursty(Rate::new(5, Nanos::from_secs(2)).unwrap()),
-        2,
-        &[
-            0, 0, 0, 0, 1_000_000, 1_201_000, 0, 0, 600_000, 0, 0, 0, 0, 600_000, 0, 0, 600_000,
-            400_000, 474_000, 1_600_000, 1_200_000, 1_600_000, 0,
-        ],
-    );
+    for script in guava_scripts() {
+        // Rate::per_second(n) is Rate::new(n, 1 s).
+        let rate = Rate::new(script.permits, Nanos::from_secs(script.seconds)).unwrap();
+        let limiter = match script.limiter {
+            GuavaLimiter::Bursty => bursty(rate),
+            GuavaLimiter::WarmingUp {
+                warmup_millis,
+                cold_factor,
+            } => warming_up(rate, warmup_millis, cold_factor),
+        };
+        check_script(limiter, script.seed, script.waits);
+    }
 }

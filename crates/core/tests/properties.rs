@@ -215,33 +215,34 @@ fn burst_tiers() -> impl Strategy<Value = BurstTiers> {
     prop::collection::vec(tier(), 0..=3).prop_map(|t| BurstTiers::new(t).unwrap())
 }
 
-/// Any algorithm, with options that make rejections change state.
-fn any_limit() -> impl Strategy<Value = Limit> {
+/// Every algorithm, its token buckets and sliding logs drawn from the
+/// strategies given (the two algorithms whose options decide whether a
+/// rejection changes state).
+fn every_algorithm(
+    token_bucket: impl Strategy<Value = TokenBucket> + 'static,
+    sliding_log: impl Strategy<Value = SlidingLog> + 'static,
+) -> impl Strategy<Value = Limit> {
     prop_oneof![
-        token_bucket_any_initial().prop_map(Limit::TokenBucket),
+        token_bucket.prop_map(Limit::TokenBucket),
         gcra().prop_map(Limit::Gcra),
         leaky().prop_map(Limit::LeakyBucket),
         prop_oneof![fixed(Align::Epoch), fixed(Align::FirstHit)].prop_map(Limit::FixedWindow),
         sliding_window(2..=5).prop_map(Limit::SlidingWindow),
-        sliding_log_any().prop_map(Limit::SlidingLog),
+        sliding_log.prop_map(Limit::SlidingLog),
         smooth().prop_map(Limit::Smooth),
         burst_tiers().prop_map(Limit::BurstTiers),
     ]
 }
 
+/// Any algorithm, with options that make rejections change state.
+fn any_limit() -> impl Strategy<Value = Limit> {
+    every_algorithm(token_bucket_any_initial(), sliding_log_any())
+}
+
 /// Any algorithm whose rejections record nothing (no `count_rejected`, no
 /// token bucket refilling from a rejected first request).
 fn quiet_limit() -> impl Strategy<Value = Limit> {
-    prop_oneof![
-        token_bucket().prop_map(Limit::TokenBucket),
-        gcra().prop_map(Limit::Gcra),
-        leaky().prop_map(Limit::LeakyBucket),
-        prop_oneof![fixed(Align::Epoch), fixed(Align::FirstHit)].prop_map(Limit::FixedWindow),
-        sliding_window(2..=5).prop_map(Limit::SlidingWindow),
-        sliding_log_plain().prop_map(Limit::SlidingLog),
-        smooth().prop_map(Limit::Smooth),
-        burst_tiers().prop_map(Limit::BurstTiers),
-    ]
+    every_algorithm(token_bucket(), sliding_log_plain())
 }
 
 /// The grant rule of Charon §3.1, written out again.

@@ -75,6 +75,17 @@ fn op() -> impl Strategy<Value = (u64, Op)> {
     (delta(), op)
 }
 
+/// Applies `ops` on node 0, each after its delay, from `t0`: the time
+/// after the last.
+fn apply_all(b: &EpochBucket, s: &mut EpochBucketState, t0: u64, ops: &[(u64, Op)]) -> u64 {
+    let mut t = t0;
+    for (dt, op) in ops {
+        t = t.saturating_add(*dt);
+        apply(b, s, Nanos::new(t), op);
+    }
+    t
+}
+
 /// Applies `op` on node 0 at `now`; what it answered, for comparison.
 fn apply(b: &EpochBucket, s: &mut EpochBucketState, now: Nanos, op: &Op) -> String {
     match op {
@@ -249,11 +260,7 @@ proptest! {
         d in delta(),
     ) {
         let mut s = EpochBucketState::default();
-        let mut t = t0;
-        for (dt, op) in &ops {
-            t = t.saturating_add(*dt);
-            apply(&b, &mut s, Nanos::new(t), op);
-        }
+        let t = apply_all(&b, &mut s, t0, &ops);
         let now = Nanos::new(t);
         b.receive(&mut s, NodeId(0), now, &r);
         let once = s.clone();
@@ -274,11 +281,7 @@ proptest! {
         ops in prop::collection::vec(op(), 0..20),
     ) {
         let mut s = EpochBucketState::default();
-        let mut t = t0;
-        for (dt, op) in &ops {
-            t = t.saturating_add(*dt);
-            apply(&b, &mut s, Nanos::new(t), op);
-        }
+        let t = apply_all(&b, &mut s, t0, &ops);
         let now = Nanos::new(t);
         let own = b.report(&mut s, NodeId(0), now);
         let mut echoed = EpochReport::from_parts(own.epoch(), [(NodeId(0), own.traffic_of(NodeId(0)) + 5)]);
@@ -321,11 +324,7 @@ proptest! {
         after in prop::collection::vec(op(), 0..15),
     ) {
         let mut s = EpochBucketState::default();
-        let mut t = t0;
-        for (dt, op) in &before {
-            t = t.saturating_add(*dt);
-            apply(&b, &mut s, Nanos::new(t), op);
-        }
+        let mut t = apply_all(&b, &mut s, t0, &before);
         t = t.saturating_add(gap);
         if !b.is_idle(&s, Nanos::new(t)) {
             return Ok(());

@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{gcra, holds, store, unique_prefix, T0};
+use common::{gcra, holds, reserve_as, store, unique_prefix, T0};
 use tollgate_core::copies::CopyLimits;
 use tollgate_core::{Align, FixedWindow, Hits, Limit, Mode, Nanos};
 use tollgate_redis::testing::RedisCluster;
@@ -95,25 +95,10 @@ async fn the_copy_log_spans_slots_cleans_up_after_a_dead_server_and_seizes_by_id
         .map(|i| PoolKey::new("ns", &format!("db{i}")))
         .collect();
     for pool in &pools {
-        dead.reserve(
-            pool,
-            &l,
-            "acme",
-            Hits::exactly(4),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap();
-        alive
-            .reserve(
-                pool,
-                &l,
-                "acme",
-                Hits::exactly(3),
-                Nanos::ZERO,
-                OpId::random(),
-            )
+        reserve_as(&dead, pool, &l, "acme", Hits::exactly(4))
+            .await
+            .unwrap();
+        reserve_as(&alive, pool, &l, "acme", Hits::exactly(3))
             .await
             .unwrap();
     }

@@ -8,7 +8,8 @@ mod common;
 
 use common::strategies::step;
 use common::{
-    caller_clock_store, check_ttls, conform, gcra, run, runtime, Item, RedisServer, Step, T0,
+    check_ttls, conform_on_a_new_server, gcra, mixed_items, run, shaped_steps, Item, RedisServer,
+    Step, T0,
 };
 use proptest::prelude::*;
 use tollgate_core::{BurstTiers, Hits, Limit, Mode, Nanos, Tier};
@@ -494,38 +495,8 @@ proptest! {
         coarse in any::<bool>(),
         steps in proptest::collection::vec(step(4, 300_000_000, 12, 10), 1..60),
     ) {
-        let mut second = Item::new(b, 2, "acme");
-        if shadow {
-            second = second.shadow();
-        }
-        let items = [
-            Item::new(a, 1, "acme"),
-            second,
-            Item::new(gcra(g.0, ms(g.1), g.2), 3, "acme"),
-            Item::new(c, 4, ""),
-        ];
-        let steps: Vec<Step> = steps
-            .into_iter()
-            .map(|mut s| {
-                if !three {
-                    s.items.retain(|&i| i != 3);
-                    if s.items.is_empty() {
-                        s.items.push(0);
-                    }
-                }
-                // Whole milliseconds now and then, so steps land exactly on
-                // window and phase edges.
-                if coarse {
-                    s.advance = ms(s.advance.as_u64() / 1_000_000);
-                }
-                s
-            })
-            .collect();
-        let rt = runtime();
-        rt.block_on(async {
-            let server = RedisServer::start();
-            let redis = caller_clock_store(&server).await;
-            conform(&redis, &items, T0, &steps).await;
-        });
+        let mut items = mixed_items(a, b, shadow, g, "acme");
+        items.push(Item::new(c, 4, ""));
+        conform_on_a_new_server(&items, T0, &shaped_steps(steps, three, coarse));
     }
 }

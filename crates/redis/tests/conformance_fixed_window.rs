@@ -6,22 +6,15 @@
 mod common;
 
 use common::strategies::step;
-use common::{caller_clock_store, conform, gcra, pttl, runtime, Item, RedisServer, Step, T0};
+use common::{
+    ask, caller_clock_server, caller_clock_store, conform, conform_on_a_new_server, gcra,
+    mixed_items, pttl, Item, RedisServer, Step, T0,
+};
 use proptest::prelude::*;
 use tollgate_core::{Align, FixedWindow, Hits, Limit, Mode, Nanos};
 
 fn window(limit: u64, window: Nanos, align: Align) -> Limit {
     Limit::FixedWindow(FixedWindow::new(limit, window, align).unwrap())
-}
-
-/// A `Try` request for between `min` and `hits` against `items`.
-fn ask(advance: Nanos, min: u64, hits: u64, items: &[usize]) -> Step {
-    Step {
-        advance,
-        request: Hits::between(min, hits),
-        mode: Mode::Try,
-        items: items.to_vec(),
-    }
 }
 
 const ZERO: Nanos = Nanos::ZERO;
@@ -110,8 +103,7 @@ async fn epoch_alignment_is_exact_for_long_and_tiny_windows() {
 
 #[tokio::test]
 async fn first_hit_windows_start_with_the_hit() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     let items = [
         Item::new(window(2, secs(10), Align::FirstHit), 1, "acme"),
         Item::new(window(3, secs(1), Align::FirstHit), 2, "acme"),
@@ -137,8 +129,7 @@ async fn first_hit_windows_start_with_the_hit() {
 
 #[tokio::test]
 async fn shadow_windows_and_mixed_plans() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     let items = [
         Item::new(window(5, secs(1), Align::Epoch), 1, "acme"),
         Item::new(window(2, secs(1), Align::FirstHit), 2, "acme").shadow(),
@@ -178,8 +169,7 @@ async fn shadow_windows_and_mixed_plans() {
 /// has ended is deleted.
 #[tokio::test]
 async fn keys_expire_when_the_window_ends() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (server, redis) = caller_clock_server().await;
     let mut con = server.connection();
     let items = [
         Item::new(window(3, secs(60), Align::FirstHit), 1, "acme"),
@@ -222,22 +212,14 @@ proptest! {
         start in 0u64..3_000_000_000,
         steps in proptest::collection::vec(step(3, 2_000_000_000, 12, 16), 1..40),
     ) {
-        let rt = runtime();
-        rt.block_on(async {
-            let server = RedisServer::start();
-            let redis = caller_clock_store(&server).await;
-            let align = |first_hit: bool| if first_hit { Align::FirstHit } else { Align::Epoch };
-            let mut second = Item::new(window(b.0, Nanos::new(b.1), align(b.2)), 2, "acme");
-            if shadow {
-                second = second.shadow();
-            }
-            let items = [
-                Item::new(window(a.0, Nanos::new(a.1), align(a.2)), 1, "acme"),
-                second,
-                Item::new(gcra(g.0, Nanos::from_millis(g.1), g.2), 3, ""),
-            ];
-            let start = T0.saturating_add(Nanos::new(start));
-            conform(&redis, &items, start, &steps).await;
-        });
+        let align = |first_hit: bool| if first_hit { Align::FirstHit } else { Align::Epoch };
+        let items = mixed_items(
+            window(a.0, Nanos::new(a.1), align(a.2)),
+            window(b.0, Nanos::new(b.1), align(b.2)),
+            shadow,
+            g,
+            "",
+        );
+        conform_on_a_new_server(&items, T0.saturating_add(Nanos::new(start)), &steps);
     }
 }

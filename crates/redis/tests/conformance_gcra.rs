@@ -6,7 +6,9 @@
 mod common;
 
 use common::strategies::step;
-use common::{caller_clock_store, conform, gcra, runtime, Item, RedisServer, Step, T0};
+use common::{
+    caller_clock_server, conform, conform_on_a_new_server, gcra, mixed_items, Item, Step, T0,
+};
 use proptest::prelude::*;
 use tollgate_core::{Hits, LeakyBucket, Limit, Mode, Nanos, Rate};
 
@@ -16,8 +18,7 @@ fn leaky(count: u64, period: Nanos, queue: u64) -> Limit {
 
 #[tokio::test]
 async fn gcra_fixed_vectors_match() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     let items = [
         Item::new(gcra(10, Nanos::SECOND, 5), 1, "acme"),
         Item::new(leaky(3, Nanos::SECOND, 4), 2, "acme"),
@@ -56,21 +57,14 @@ proptest! {
         shadow in any::<bool>(),
         steps in proptest::collection::vec(step(3, 400_000_000, 10, 8), 1..40),
     ) {
-        let rt = runtime();
-        rt.block_on(async {
-            let server = RedisServer::start();
-            let redis = caller_clock_store(&server).await;
-            let ms = Nanos::from_millis;
-            let mut second = Item::new(leaky(b.0, ms(b.1), b.2), 2, "acme");
-            if shadow {
-                second = second.shadow();
-            }
-            let items = [
-                Item::new(gcra(a.0, ms(a.1), a.2), 1, "acme"),
-                second,
-                Item::new(gcra(b.0, ms(a.1), a.2), 3, ""),
-            ];
-            conform(&redis, &items, T0, &steps).await;
-        });
+        let ms = Nanos::from_millis;
+        let items = mixed_items(
+            gcra(a.0, ms(a.1), a.2),
+            leaky(b.0, ms(b.1), b.2),
+            shadow,
+            (b.0, a.1, a.2),
+            "",
+        );
+        conform_on_a_new_server(&items, T0, &steps);
     }
 }

@@ -10,7 +10,9 @@ mod common;
 use std::sync::Arc;
 
 use common::strategies::step;
-use common::{caller_clock_store, conform, gcra, runtime, Item, RedisServer, Step, T0};
+use common::{
+    caller_clock_server, conform, conform_on_a_new_server, gcra, mixed_items, Item, Step, T0,
+};
 use proptest::prelude::*;
 use tollgate_core::{Hits, Limit, Mode, Nanos, PlanError, SlidingWindow};
 use tollgate_redis::RedisStore;
@@ -70,8 +72,7 @@ async fn conform_at(redis: &RedisStore, items: &[Item], steps: &[(Nanos, Step)])
 
 #[tokio::test]
 async fn two_buckets_weigh_the_previous_window() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     let minute = Nanos::from_secs(60);
     let items = [Item::new(sw(100, minute, 2), 1, "acme")];
     let s = Nanos::from_secs;
@@ -110,8 +111,7 @@ async fn two_buckets_weigh_the_previous_window() {
 
 #[tokio::test]
 async fn n_buckets_track_sub_windows() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     let items = [
         // Five 15 s sub-windows' counters (the core's own example).
         Item::new(sw(10, Nanos::from_secs(60), 5), 1, "acme"),
@@ -169,8 +169,7 @@ async fn n_buckets_track_sub_windows() {
 
 #[tokio::test]
 async fn long_windows_and_large_counts_are_exact() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     let month = Nanos::from_secs(30 * 86_400);
     let items = [
         // 10^9 over 30 days: oldest × (S − e) reaches about 2.6 × 10^24.
@@ -217,8 +216,7 @@ async fn long_windows_and_large_counts_are_exact() {
 
 #[tokio::test]
 async fn retry_after_is_exact_for_long_windows() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     let month = Nanos::from_secs(30 * 86_400);
     let items = [
         Item::new(sw(1_000_000_000, month, 2), 1, "acme"),
@@ -264,8 +262,7 @@ async fn retry_after_is_exact_for_long_windows() {
 
 #[tokio::test]
 async fn acquire_cannot_schedule_in_either_store() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     let items = [
         Item::new(sw(5, Nanos::SECOND, 3), 1, "acme"),
         Item::new(gcra(10, Nanos::SECOND, 4), 2, "acme"),
@@ -308,8 +305,7 @@ async fn acquire_cannot_schedule_in_either_store() {
 
 #[tokio::test]
 async fn shadow_and_multi_limit_plans_match() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     let items = [
         Item::new(sw(8, Nanos::SECOND, 2), 1, "acme"),
         // Tighter, in shadow: it records what it would grant but never
@@ -334,8 +330,7 @@ async fn shadow_and_multi_limit_plans_match() {
 
 #[tokio::test]
 async fn time_going_backwards_keeps_the_counters() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     let items = [
         Item::new(sw(10, Nanos::from_secs(60), 5), 1, "acme"),
         Item::new(sw(10, Nanos::from_secs(60), 2), 2, "acme"),
@@ -373,8 +368,7 @@ async fn hit(redis: &RedisStore, item: &Item, now: Nanos, hits: u64) -> bool {
 
 #[tokio::test]
 async fn keys_live_until_idle_and_no_longer() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (server, redis) = caller_clock_server().await;
     let mut con = redis::Client::open(server.url())
         .unwrap()
         .get_multiplexed_async_connection()
@@ -444,23 +438,10 @@ proptest! {
         offset in 0u64..10_000_000_000,
         steps in proptest::collection::vec(step(4, 400_000_000, 12, 8), 1..40),
     ) {
-        let rt = runtime();
-        rt.block_on(async {
-            let server = RedisServer::start();
-            let redis = caller_clock_store(&server).await;
-            let ms = Nanos::from_millis;
-            let mut second = Item::new(sw(b.0, ms(b.1), b.2), 2, "acme");
-            if shadow {
-                second = second.shadow();
-            }
-            let items = [
-                Item::new(sw(a.0, ms(a.1), a.2), 1, "acme"),
-                second,
-                Item::new(gcra(g.0, ms(g.1), g.2), 3, "acme"),
-                Item::new(sw(c.0, ms(c.1), c.2), 4, ""),
-            ];
-            conform(&redis, &items, T0.saturating_add(Nanos::new(offset)), &steps).await;
-        });
+        let ms = Nanos::from_millis;
+        let mut items = mixed_items(sw(a.0, ms(a.1), a.2), sw(b.0, ms(b.1), b.2), shadow, g, "acme");
+        items.push(Item::new(sw(c.0, ms(c.1), c.2), 4, ""));
+        conform_on_a_new_server(&items, T0.saturating_add(Nanos::new(offset)), &steps);
     }
 
     #[test]
@@ -472,18 +453,13 @@ proptest! {
         offset in 0u64..(1 << 52),
         steps in proptest::collection::vec(step(3, 1 << 50, 1 << 50, 0), 1..40),
     ) {
-        let rt = runtime();
-        rt.block_on(async {
-            let server = RedisServer::start();
-            let redis = caller_clock_store(&server).await;
-            let items: Vec<Item> = params
-                .iter()
-                .enumerate()
-                .map(|(i, &(limit, window, buckets))| {
-                    Item::new(sw(limit, Nanos::new(window), buckets), i as u64 + 1, "acme")
-                })
-                .collect();
-            conform(&redis, &items, T0.saturating_add(Nanos::new(offset)), &steps).await;
-        });
+        let items: Vec<Item> = params
+            .iter()
+            .enumerate()
+            .map(|(i, &(limit, window, buckets))| {
+                Item::new(sw(limit, Nanos::new(window), buckets), i as u64 + 1, "acme")
+            })
+            .collect();
+        conform_on_a_new_server(&items, T0.saturating_add(Nanos::new(offset)), &steps);
     }
 }

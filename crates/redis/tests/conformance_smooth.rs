@@ -17,10 +17,13 @@
 mod common;
 
 use std::sync::Arc;
-use tollgate_testing::JavaRandom;
+use tollgate_testing::{guava_scripts, guava_steps, GuavaLimiter, GuavaStep};
 
 use common::strategies::step;
-use common::{caller_clock_store, conform, gcra, runtime, Item, RedisServer, Step, T0};
+use common::{
+    caller_clock_server, caller_clock_store, conform, conform_on_a_new_server, gcra, mixed_items,
+    Item, RedisServer, Step, T0,
+};
 use proptest::prelude::*;
 use tollgate_core::{Algorithm, Hits, Limit, Mode, Nanos, PlanDecision, Rate, Smooth};
 use tollgate_store::{Plan, Store};
@@ -80,6 +83,23 @@ fn ones(sleep: u64, waits: &[u64]) -> Vec<Call> {
         .enumerate()
         .map(|(i, &w)| call(if i == 0 { sleep } else { 0 }, 1, w))
         .collect()
+}
+
+/// Guava's warm-up vectors: eight one-permit acquires with the `cold`
+/// waits, the same after `again_after` us (cold again), then after
+/// `warm_after` us a first at once and seven at the stable `interval`.
+fn cold_twice_then_warm(
+    cold: &[u64],
+    again_after: u64,
+    warm_after: u64,
+    interval: u64,
+) -> Vec<Call> {
+    let mut calls = ones(0, cold);
+    calls.extend(ones(again_after, cold));
+    let mut warm = vec![interval; 8];
+    warm[0] = 0;
+    calls.extend(ones(warm_after, &warm));
+    calls
 }
 
 fn us(n: u64) -> Nanos {
@@ -193,21 +213,18 @@ async fn check_guava(server: &RedisServer, limit: Limit, calls: &[Call]) {
     }
 }
 
-/// tests/guava.rs's `check_script` timeline (40 operations drawn with
-/// `java.util.Random(seed)`: `nextInt(10) < 7` acquires `1 + nextInt(4)`
-/// permits, else the user sleeps `nextInt(3000)` ms) as calls with the
-/// Java port's waits.
+/// tests/guava.rs's `check_script` timeline (tollgate-testing's
+/// [`guava_steps`]) as calls with the Java port's waits.
 fn java_script(seed: i64, waits: &[u64]) -> Vec<Call> {
-    let mut random = JavaRandom::new(seed);
     let mut calls = Vec::new();
     let mut sleep = 0;
-    for _ in 0..40 {
-        if random.next_int(10) < 7 {
-            let permits = 1 + random.next_int(4) as u64;
-            calls.push(call(sleep, permits, waits[calls.len()]));
-            sleep = 0;
-        } else {
-            sleep += random.next_int(3000) as u64 * 1000;
+    for step in guava_steps(seed) {
+        match step {
+            GuavaStep::Acquire(permits) => {
+                calls.push(call(sleep, permits, waits[calls.len()]));
+                sleep = 0;
+            }
+            GuavaStep::SleepMillis(ms) => sleep += ms * 1000,
         }
     }
     assert_eq!(calls.len(), waits.len(), "seed {seed}");
@@ -216,186 +233,23 @@ fn java_script(seed: i64, waits: &[u64]) -> Vec<Call> {
 
 /// tests/guava.rs's `odd_parameters_match_the_java_port`: odd rates,
 /// warm-ups and cold factors, where the two truncated parts of a warm-up
-/// wait do not add up to whole microseconds.
-fn java_scripts() -> Vec<(Limit, i64, Vec<u64>)> {
-    vec![
-        // warm 3.0 1234 2.5 seed 1
-        (
-            warming_up(per_second(3), 1234, 2.5),
-            1,
-            vec![
-                0, 0, 715_153, 0, 1_528_857, 1_333_332, 666_666, 1_333_333, 333_333, 0, 1_528_857,
-                333_332, 0, 1_862_190, 0, 715_153, 1_147_036, 666_666, 333_333, 771_000, 666_666,
-                333_333, 0, 0, 715_153, 478_795, 1_334_907,
-            ],
-        ),
-        // warm 3.0 1234 2.5 seed 2
-        (
-            warming_up(per_second(3), 1234, 2.5),
-            2,
-            vec![
-                0, 0, 0, 1_193_949, 1_001_573, 934_333, 0, 1_193_949, 668_240, 0, 0, 0, 715_153,
-                1_147_036, 0, 715_153, 1_147_036, 333_333, 207_333, 1_333_333, 1_000_000,
-                1_333_333, 0,
-            ],
-        ),
-        // warm 7.0 5000 7.0 seed 1
-        (
-            warming_up(per_second(7), 5000, 7.0),
-            1,
-            vec![
-                0, 0, 951_020, 0, 2_559_183, 2_040_816, 435_714, 571_428, 142_857, 0, 1_204_041,
-                205_428, 0, 2_898_472, 0, 951_020, 2_265_306, 1_020_408, 363_265, 349_571, 285_714,
-                142_857, 0, 0, 951_020, 853_061, 2_432_653,
-            ],
-        ),
-        // warm 7.0 5000 7.0 seed 2
-        (
-            warming_up(per_second(7), 5000, 7.0),
-            2,
-            vec![
-                0, 0, 0, 1_728_485, 1_858_034, 726_753, 0, 1_804_081, 1_412_244, 0, 0, 0, 951_020,
-                2_265_306, 0, 951_020, 2_265_306, 559_183, 134_203, 571_428, 428_571, 571_428, 0,
-            ],
-        ),
-        // warm 0.3 10000 3.0 seed 1
-        (
-            warming_up(Rate::new(3, Nanos::from_secs(10)).unwrap(), 10000, 3.0),
-            1,
-            vec![
-                0, 5_464_777, 3_888_888, 5_515_999, 10_000_000, 13_333_333, 6_666_666, 13_333_333,
-                3_333_333, 4_211_666, 10_000_000, 3_333_333, 10_513_333, 13_333_333, 2_337_666,
-                3_333_333, 10_000_000, 6_666_666, 3_333_333, 9_771_000, 6_666_666, 3_333_333,
-                1_823_333, 3_950_666, 3_333_333, 3_333_333, 13_333_333,
-            ],
-        ),
-        // warm 0.3 10000 3.0 seed 2
-        (
-            warming_up(Rate::new(3, Nanos::from_secs(10)).unwrap(), 10000, 3.0),
-            2,
-            vec![
-                0, 6_427_777, 2_820_888, 6_666_666, 10_000_000, 12_934_333, 6_711_000, 6_666_666,
-                6_666_666, 10_157_333, 2_463_666, 914_333, 3_333_333, 10_000_000, 2_592_000,
-                3_333_333, 10_000_000, 3_333_333, 12_207_333, 13_333_333, 10_000_000, 13_333_333,
-                810_333,
-            ],
-        ),
-        // warm 2.5 777 1.5 seed 1
-        (
-            warming_up(Rate::new(5, Nanos::from_secs(2)).unwrap(), 777, 1.5),
-            1,
-            vec![
-                0, 0, 535_649, 0, 1_355_399, 1_600_000, 800_000, 1_600_000, 400_000, 0, 1_355_399,
-                400_000, 0, 1_755_399, 0, 535_649, 1_219_750, 800_000, 400_000, 971_000, 800_000,
-                400_000, 0, 0, 535_649, 419_750, 1_599_999,
-            ],
-        ),
-        // warm 2.5 777 1.5 seed 2
-        (
-            warming_up(Rate::new(5, Nanos::from_secs(2)).unwrap(), 777, 1.5),
-            2,
-            vec![
-                0, 0, 0, 955_399, 1_199_999, 1_201_000, 0, 955_399, 799_999, 0, 0, 0, 535_649,
-                1_219_750, 0, 535_649, 1_219_750, 400_000, 474_000, 1_600_000, 1_200_000,
-                1_600_000, 0,
-            ],
-        ),
-        // warm 13.0 3333 10.0 seed 1
-        (
-            warming_up(per_second(13), 3333, 10.0),
-            1,
-            vec![
-                0, 0, 725_291, 0, 1_912_238, 1_319_350, 187_717, 307_692, 76_923, 0, 1_912_238,
-                461_655, 0, 2_373_894, 0, 725_291, 1_648_602, 659_675, 198_019, 35_640, 153_846,
-                76_923, 0, 0, 725_291, 637_412, 1_670_865,
-            ],
-        ),
-        // warm 13.0 3333 10.0 seed 2
-        (
-            warming_up(per_second(13), 3333, 10.0),
-            2,
-            vec![
-                0, 0, 0, 1_362_704, 1_384_966, 272_635, 0, 1_362_704, 1_011_189, 0, 0, 0, 725_291,
-                1_648_602, 0, 725_291, 1_648_602, 373_777, 0, 678_579, 230_769, 307_692, 0,
-            ],
-        ),
-        // bursty 3.0 seed 1
-        (
-            bursty(per_second(3)),
-            1,
-            vec![
-                0, 0, 0, 0, 0, 1_333_333, 666_666, 1_333_333, 333_333, 0, 0, 333_333, 0, 333_333,
-                0, 0, 333_333, 666_666, 333_333, 771_000, 666_666, 333_333, 0, 0, 0, 0, 1_000_000,
-            ],
-        ),
-        // bursty 3.0 seed 2
-        (
-            bursty(per_second(3)),
-            2,
-            vec![
-                0, 0, 0, 0, 666_666, 934_333, 0, 0, 333_333, 0, 0, 0, 0, 333_333, 0, 0, 333_333,
-                333_333, 207_333, 1_333_333, 1_000_000, 1_333_333, 0,
-            ],
-        ),
-        // bursty 0.3 seed 1
-        (
-            bursty(Rate::new(3, Nanos::from_secs(10)).unwrap()),
-            1,
-            vec![
-                0, 1_020_333, 3_333_333, 5_516_000, 10_000_000, 13_333_333, 6_666_666, 13_333_333,
-                3_333_333, 4_211_666, 10_000_000, 3_333_333, 10_513_333, 13_333_333, 2_337_666,
-                3_333_333, 10_000_000, 6_666_666, 3_333_333, 9_771_000, 6_666_666, 3_333_333,
-                1_823_333, 3_950_666, 3_333_333, 3_333_333, 13_333_333,
-            ],
-        ),
-        // bursty 0.3 seed 2
-        (
-            bursty(Rate::new(3, Nanos::from_secs(10)).unwrap()),
-            2,
-            vec![
-                0, 1_611_333, 2_265_333, 6_666_666, 10_000_000, 12_934_333, 6_711_000, 6_666_666,
-                6_666_666, 10_157_333, 2_463_666, 914_333, 3_333_333, 10_000_000, 2_592_000,
-                3_333_333, 10_000_000, 3_333_333, 12_207_333, 13_333_333, 10_000_000, 13_333_333,
-                810_333,
-            ],
-        ),
-        // bursty 13.0 seed 1
-        (
-            bursty(per_second(13)),
-            1,
-            vec![
-                0, 0, 0, 0, 0, 0, 0, 0, 76_923, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                0,
-            ],
-        ),
-        // bursty 13.0 seed 2
-        (
-            bursty(per_second(13)),
-            2,
-            vec![
-                0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-            ],
-        ),
-        // bursty 2.5 seed 1
-        (
-            bursty(Rate::new(5, Nanos::from_secs(2)).unwrap()),
-            1,
-            vec![
-                0, 0, 0, 0, 200_000, 1_600_000, 800_000, 1_600_000, 400_000, 0, 200_000, 400_000,
-                0, 600_000, 0, 0, 600_000, 800_000, 400_000, 971_000, 800_000, 400_000, 0, 0, 0, 0,
-                1_400_000,
-            ],
-        ),
-        // bursty 2.5 seed 2
-        (
-            bursty(Rate::new(5, Nanos::from_secs(2)).unwrap()),
-            2,
-            vec![
-                0, 0, 0, 0, 1_000_000, 1_201_000, 0, 0, 600_000, 0, 0, 0, 0, 600_000, 0, 0,
-                600_000, 400_000, 474_000, 1_600_000, 1_200_000, 1_600_000, 0,
-            ],
-        ),
-    ]
+/// wait do not add up to whole microseconds (tollgate-testing's
+/// [`guava_scripts`]).
+fn java_scripts() -> Vec<(Limit, i64, &'static [u64])> {
+    guava_scripts()
+        .map(|script| {
+            // Rate::per_second(n) is Rate::new(n, 1 s).
+            let rate = Rate::new(script.permits, Nanos::from_secs(script.seconds)).unwrap();
+            let limit = match script.limiter {
+                GuavaLimiter::Bursty => bursty(rate),
+                GuavaLimiter::WarmingUp {
+                    warmup_millis,
+                    cold_factor,
+                } => warming_up(rate, warmup_millis, cold_factor),
+            };
+            (limit, script.seed, script.waits)
+        })
+        .collect()
 }
 
 /// Guava's `"R0.00, R1.38, R1.13, R0.88, R0.63, R0.50, R0.50, R0.50"`.
@@ -468,24 +322,10 @@ async fn guava_bursty_vectors_match() {
 async fn guava_warming_up_vectors_match() {
     let server = RedisServer::start();
     // testWarmUp: cold, then cold again after 4.5 s, but not after 2.5 s.
-    let mut calls = ones(0, &WARM_UP_2QPS_4S);
-    calls.extend(ones(4_500_000, &WARM_UP_2QPS_4S));
-    calls.extend(ones(
-        2_500_000,
-        &[
-            0, 500_000, 500_000, 500_000, 500_000, 500_000, 500_000, 500_000,
-        ],
-    ));
+    let calls = cold_twice_then_warm(&WARM_UP_2QPS_4S, 4_500_000, 2_500_000, 500_000);
     check_guava(&server, warming_up(per_second(2), 4000, 3.0), &calls).await;
     // testWarmUpWithColdFactor
-    let mut calls = ones(0, &COLD_5QPS_4S_10X);
-    calls.extend(ones(4_200_000, &COLD_5QPS_4S_10X));
-    calls.extend(ones(
-        1_200_000,
-        &[
-            0, 200_000, 200_000, 200_000, 200_000, 200_000, 200_000, 200_000,
-        ],
-    ));
+    let calls = cold_twice_then_warm(&COLD_5QPS_4S_10X, 4_200_000, 1_200_000, 200_000);
     check_guava(&server, warming_up(per_second(5), 4000, 10.0), &calls).await;
     // testWarmUpWithColdFactor1
     let flat = [
@@ -500,7 +340,7 @@ async fn guava_warming_up_vectors_match() {
 async fn java_port_scripts_match() {
     let server = RedisServer::start();
     for (limit, seed, waits) in java_scripts() {
-        check_guava(&server, limit, &java_script(seed, &waits)).await;
+        check_guava(&server, limit, &java_script(seed, waits)).await;
     }
 }
 
@@ -758,8 +598,7 @@ async fn keys_live_until_idle_and_expire_after() {
         ),
     ];
     for (limit, steps) in cases {
-        let server = RedisServer::start();
-        let redis = caller_clock_store(&server).await;
+        let (server, redis) = caller_clock_server().await;
         let (idle, last) = idle_at(&limit, &steps);
         let wait = idle.saturating_sub(last);
         assert!(wait > Nanos::from_secs(1), "{limit:?}: {wait:?}");
@@ -836,20 +675,6 @@ proptest! {
         shadow in any::<bool>(),
         steps in proptest::collection::vec(step(3, 3_000_000_000, 10, 6), 1..40),
     ) {
-        let rt = runtime();
-        rt.block_on(async {
-            let server = RedisServer::start();
-            let redis = caller_clock_store(&server).await;
-            let mut second = Item::new(b, 2, "acme");
-            if shadow {
-                second = second.shadow();
-            }
-            let items = [
-                Item::new(a, 1, "acme"),
-                second,
-                Item::new(gcra(g.0, Nanos::from_millis(g.1), g.2), 3, ""),
-            ];
-            conform(&redis, &items, T0, &steps).await;
-        });
+        conform_on_a_new_server(&mixed_items(a, b, shadow, g, ""), T0, &steps);
     }
 }

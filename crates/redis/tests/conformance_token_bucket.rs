@@ -6,7 +6,10 @@
 mod common;
 
 use common::strategies::step;
-use common::{caller_clock_store, conform, gcra, pttl, runtime, Item, RedisServer, Step, T0};
+use common::{
+    acquire, ask, caller_clock_server, conform, conform_on_a_new_server, gcra, mixed_items, pttl,
+    Item, T0,
+};
 use proptest::prelude::*;
 use std::sync::Arc;
 
@@ -23,26 +26,6 @@ fn bucket_with(capacity: u64, count: u64, period: Nanos, initial: u64) -> Limit 
     )
 }
 
-/// A `Try` request for between `min` and `hits` against `items`.
-fn ask(advance: Nanos, min: u64, hits: u64, items: &[usize]) -> Step {
-    Step {
-        advance,
-        request: Hits::between(min, hits),
-        mode: Mode::Try,
-        items: items.to_vec(),
-    }
-}
-
-/// An `Acquire` of `hits` against `items`.
-fn acquire(advance: Nanos, hits: u64, items: &[usize]) -> Step {
-    Step {
-        advance,
-        request: Hits::exactly(hits),
-        mode: Mode::Acquire,
-        items: items.to_vec(),
-    }
-}
-
 const ZERO: Nanos = Nanos::ZERO;
 const NS: Nanos = Nanos::NANOSECOND;
 
@@ -56,8 +39,7 @@ fn secs(n: u64) -> Nanos {
 
 #[tokio::test]
 async fn fractional_refill_and_the_forgetting_boundary() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     // 10 tokens, one every 250 ms: a full refill takes 2.5 s.
     let items = [Item::new(bucket(10, 4, Nanos::SECOND), 1, "acme")];
     let steps = [
@@ -90,8 +72,7 @@ async fn fractional_refill_and_the_forgetting_boundary() {
 
 #[tokio::test]
 async fn initial_tokens_below_capacity_refill_from_the_first_request() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     let items = [
         // 10 tokens, one a second, a new bucket holds 2.
         Item::new(bucket_with(10, 1, Nanos::SECOND, 2), 1, "acme"),
@@ -121,8 +102,7 @@ async fn initial_tokens_below_capacity_refill_from_the_first_request() {
 
 #[tokio::test]
 async fn initial_tokens_above_capacity_are_a_one_off_burst() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     // 100 tokens, one every 600 ms, a new bucket holds 150.
     let items = [
         Item::new(bucket_with(100, 100, secs(60), 150), 1, "acme"),
@@ -163,8 +143,7 @@ async fn initial_tokens_above_capacity_are_a_one_off_burst() {
 
 #[tokio::test]
 async fn acquire_goes_into_debt_and_waits_it_out() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     let items = [
         // Two tokens, one every 100 ms.
         Item::new(bucket(2, 10, Nanos::SECOND), 1, "acme"),
@@ -202,8 +181,7 @@ async fn acquire_goes_into_debt_and_waits_it_out() {
 
 #[tokio::test]
 async fn shadow_buckets_record_what_they_would_live() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     let items = [
         Item::new(bucket(10, 10, Nanos::SECOND), 1, "acme"),
         Item::new(bucket(3, 1, Nanos::SECOND), 2, "acme").shadow(),
@@ -225,8 +203,7 @@ async fn shadow_buckets_record_what_they_would_live() {
 
 #[tokio::test]
 async fn large_spans_stay_exact() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     // Full times just below 2^52 ns (about 52 days), odd intervals.
     let interval = ((1u64 << 52) - 1) / 7;
     let items = [
@@ -250,8 +227,7 @@ async fn large_spans_stay_exact() {
 /// forgotten state is deleted.
 #[tokio::test]
 async fn keys_expire_once_forgotten_and_idle_ones_are_deleted() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (server, redis) = caller_clock_server().await;
     let mut con = server.connection();
     // Ten tokens, one a second: full ten seconds after the last take.
     let tb = || bucket(10, 1, Nanos::SECOND);
@@ -298,34 +274,20 @@ proptest! {
         shadow in any::<bool>(),
         steps in proptest::collection::vec(step(3, 3_000_000_000, 25, 6), 1..40),
     ) {
-        let rt = runtime();
-        rt.block_on(async {
-            let server = RedisServer::start();
-            let redis = caller_clock_store(&server).await;
-            let ms = Nanos::from_millis;
-            let first = if default_initial {
-                bucket(a.0, a.1, ms(a.2))
-            } else {
-                bucket_with(a.0, a.1, ms(a.2), a.3)
-            };
-            let mut second = Item::new(bucket_with(b.0, b.1, ms(b.2), b.3), 2, "acme");
-            if shadow {
-                second = second.shadow();
-            }
-            let items = [
-                Item::new(first, 1, "acme"),
-                second,
-                Item::new(gcra(g.0, ms(g.1), g.2), 3, ""),
-            ];
-            conform(&redis, &items, T0, &steps).await;
-        });
+        let ms = Nanos::from_millis;
+        let first = if default_initial {
+            bucket(a.0, a.1, ms(a.2))
+        } else {
+            bucket_with(a.0, a.1, ms(a.2), a.3)
+        };
+        let second = bucket_with(b.0, b.1, ms(b.2), b.3);
+        conform_on_a_new_server(&mixed_items(first, second, shadow, g, ""), T0, &steps);
     }
 }
 
 #[tokio::test]
 async fn an_acquire_that_would_wait_52_days_or_more_is_refused_and_changes_nothing() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     let limit = Arc::new(Limit::TokenBucket(
         TokenBucket::new(10, Rate::per_second(1).unwrap()).unwrap(),
     ));

@@ -7,8 +7,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{caller_clock_store, holds, store, unique_prefix, RedisServer, T0};
-use tollgate_core::copies::{CopyError, CopyLimits};
+use common::{caller_clock_server, holds, reserve_as, store, unique_prefix, RedisServer, T0};
+use tollgate_core::copies::{CopyError, CopyLimits, Reservation, TransferId};
 use tollgate_core::{Hits, Nanos};
 use tollgate_redis::{RedisOptions, RedisStore};
 use tollgate_store::{Held, MemoryStore, OpId, PoolKey, Store, StoreError};
@@ -26,9 +26,34 @@ async fn reserve(
     pool: &PoolKey,
     l: &CopyLimits,
     request: Hits,
-) -> Result<tollgate_core::copies::Reservation, StoreError> {
-    s.reserve(pool, l, "acme", request, Nanos::ZERO, OpId::random())
-        .await
+) -> Result<Reservation, StoreError> {
+    reserve_as(s, pool, l, "acme", request).await
+}
+
+/// Releases `held`, as one new operation.
+async fn release(s: &RedisStore, held: Held<'_>) -> Result<(), StoreError> {
+    s.release(held, OpId::random()).await
+}
+
+/// Stages `held` for `ttl` from time zero, as one new operation.
+async fn transfer(s: &RedisStore, held: Held<'_>, ttl: Nanos) -> Result<TransferId, StoreError> {
+    s.transfer(held, ttl, Nanos::ZERO, OpId::random()).await
+}
+
+/// Releases acme's `copies` of `pool` in `groups`, after which nobody holds
+/// any copy of it.
+async fn releases_to_nothing(s: &RedisStore, pool: &PoolKey, groups: &Vec<String>, copies: u64) {
+    release(s, held(pool, groups, copies)).await.unwrap();
+    assert_eq!(holds(s, pool, "acme").await, (0, 0));
+}
+
+/// A redis-server of its own, a prefix no other store uses, and a store
+/// there whose heartbeat TTL is `ttl_ms`.
+async fn server_and_store(ttl_ms: u64) -> (RedisServer, String, RedisStore) {
+    let server = RedisServer::start();
+    let prefix = unique_prefix();
+    let s = store(&server.url(), &prefix, ttl_ms).await;
+    (server, prefix, s)
 }
 
 /// Runs `s`'s heartbeat until it resigns.
@@ -39,8 +64,7 @@ fn beat(s: &RedisStore) -> tokio::task::JoinHandle<tollgate_redis::Resignation> 
 
 #[tokio::test]
 async fn reserve_release_transfer_and_seize_answer_what_the_memory_store_answers() {
-    let server = RedisServer::start();
-    let redis = caller_clock_store(&server).await;
+    let (_server, redis) = caller_clock_server().await;
     let memory = MemoryStore::new();
     let pool = PoolKey::new("ns", "sandbox");
     let l = limits();
@@ -66,10 +90,7 @@ async fn reserve_release_transfer_and_seize_answer_what_the_memory_store_answers
     let big = vec!["big".to_owned()];
     // Releasing more than held names what is held, in both stores.
     let want = memory.release_now(&pool, "acme", &big, 9).unwrap_err();
-    let got = redis
-        .release(held(&pool, &big, 9), OpId::random())
-        .await
-        .unwrap_err();
+    let got = release(&redis, held(&pool, &big, 9)).await.unwrap_err();
     assert_eq!(got, want);
     assert!(matches!(
         got,
@@ -82,17 +103,11 @@ async fn reserve_release_transfer_and_seize_answer_what_the_memory_store_answers
         "domain `acme` holds 4 copies in group `big`, cannot release 9"
     );
     assert_eq!(
-        redis
-            .release(held(&pool, &big, 0), OpId::random())
-            .await
-            .unwrap_err(),
+        release(&redis, held(&pool, &big, 0)).await.unwrap_err(),
         memory.release_now(&pool, "acme", &big, 0).unwrap_err()
     );
     memory.release_now(&pool, "acme", &big, 1).unwrap();
-    redis
-        .release(held(&pool, &big, 1), OpId::random())
-        .await
-        .unwrap();
+    release(&redis, held(&pool, &big, 1)).await.unwrap();
 
     // A transfer keeps the copies counted until seized, then the seizer
     // holds them; an expired one is released and cannot be seized.
@@ -117,10 +132,7 @@ async fn reserve_release_transfer_and_seize_answer_what_the_memory_store_answers
         redis.seize(id_r, t1, OpId::random()).await.unwrap_err(),
         StoreError::Copy(CopyError::UnknownTransfer)
     );
-    redis
-        .release(held(&pool, &big, 2), OpId::random())
-        .await
-        .unwrap();
+    release(&redis, held(&pool, &big, 2)).await.unwrap();
     memory.release_now(&pool, "acme", &big, 2).unwrap();
 
     let id_m = memory.transfer_now(&pool, "acme", &big, 1, s, t1).unwrap();
@@ -153,26 +165,8 @@ async fn a_survivor_releases_the_holds_of_a_server_whose_heartbeat_lapsed() {
     let alive = store(&server.url(), &prefix, 600).await;
     assert_ne!(dead.server_id(), alive.server_id());
     reserve(&dead, &pool, &l, Hits::exactly(4)).await.unwrap();
-    alive
-        .reserve(
-            &pool,
-            &l,
-            "acme",
-            Hits::exactly(3),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap();
-    alive
-        .reserve(
-            &pool,
-            &l,
-            "globex",
-            Hits::exactly(2),
-            Nanos::ZERO,
-            OpId::random(),
-        )
+    reserve(&alive, &pool, &l, Hits::exactly(3)).await.unwrap();
+    reserve_as(&alive, &pool, &l, "globex", Hits::exactly(2))
         .await
         .unwrap();
     assert_eq!(holds(&alive, &pool, "acme").await, (7, 9));
@@ -184,41 +178,15 @@ async fn a_survivor_releases_the_holds_of_a_server_whose_heartbeat_lapsed() {
     })
     .await;
     // The dead server cannot come back and hold copies again.
-    let err = dead
-        .reserve(
-            &pool,
-            &l,
-            "acme",
-            Hits::exactly(1),
-            Nanos::ZERO,
-            OpId::random(),
-        )
+    let err = reserve(&dead, &pool, &l, Hits::exactly(1))
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
     // Its survivor's own holds are untouched and release normally.
-    alive
-        .release(
-            Held {
-                pool: &pool,
-                domain: "acme",
-                groups: &Vec::new(),
-                copies: 3,
-            },
-            OpId::random(),
-        )
+    release(&alive, held_by(&pool, "acme", &Vec::new(), 3))
         .await
         .unwrap();
-    alive
-        .release(
-            Held {
-                pool: &pool,
-                domain: "globex",
-                groups: &Vec::new(),
-                copies: 2,
-            },
-            OpId::random(),
-        )
+    release(&alive, held_by(&pool, "globex", &Vec::new(), 2))
         .await
         .unwrap();
     assert_eq!(holds(&alive, &pool, "acme").await, (0, 0));
@@ -235,37 +203,17 @@ async fn a_survivor_releases_the_holds_of_a_server_whose_heartbeat_lapsed() {
         .unwrap();
     assert!(pttl > 86_000_000 && pttl <= 86_400_000, "PTTL {pttl}");
     // A new hold makes the pool persistent again.
-    alive
-        .reserve(
-            &pool,
-            &l,
-            "acme",
-            Hits::exactly(1),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap();
+    reserve(&alive, &pool, &l, Hits::exactly(1)).await.unwrap();
     assert_eq!(server.command(&format!("PTTL {}", pool_keys[0])), ":-1");
     beating.abort();
 }
 
 #[tokio::test]
 async fn a_server_that_was_declared_dead_resigns() {
-    let server = RedisServer::start();
-    let prefix = unique_prefix();
-    let zombie = store(&server.url(), &prefix, 400).await;
+    let (server, prefix, zombie) = server_and_store(400).await;
     let other = store(&server.url(), &prefix, 400).await;
     let pool = PoolKey::new("ns", "db");
-    zombie
-        .reserve(
-            &pool,
-            &CopyLimits::new(5, None),
-            "acme",
-            Hits::exactly(1),
-            Nanos::ZERO,
-            OpId::random(),
-        )
+    reserve(&zombie, &pool, &CopyLimits::new(5, None), Hits::exactly(1))
         .await
         .unwrap();
     let beating = beat(&other);
@@ -306,13 +254,22 @@ fn pool_hash(server: &RedisServer, prefix: &str) -> String {
         .unwrap()
 }
 
-fn held<'a>(pool: &'a PoolKey, groups: &'a Vec<String>, copies: u64) -> Held<'a> {
+fn held_by<'a>(
+    pool: &'a PoolKey,
+    domain: &'a str,
+    groups: &'a Vec<String>,
+    copies: u64,
+) -> Held<'a> {
     Held {
         pool,
-        domain: "acme",
+        domain,
         groups,
         copies,
     }
+}
+
+fn held<'a>(pool: &'a PoolKey, groups: &'a Vec<String>, copies: u64) -> Held<'a> {
+    held_by(pool, "acme", groups, copies)
 }
 
 /// Issue 16 item 1: copy operations sent while Redis stalls longer than a
@@ -361,28 +318,10 @@ async fn copy_operations_during_stalls_are_applied_once_and_the_server_keeps_its
         }
     });
     stalled.await.unwrap();
-    let r = s
-        .reserve(
-            &pool,
-            &l,
-            "acme",
-            Hits::exactly(1),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap();
+    let r = reserve(&s, &pool, &l, Hits::exactly(1)).await.unwrap();
     assert_eq!(r.granted, 1);
-    s.release(held(&pool, &none, 1), OpId::random())
-        .await
-        .unwrap();
-    let id = s
-        .transfer(
-            held(&pool, &none, 1),
-            Nanos::from_secs(600),
-            Nanos::ZERO,
-            OpId::random(),
-        )
+    release(&s, held(&pool, &none, 1)).await.unwrap();
+    let id = transfer(&s, held(&pool, &none, 1), Nanos::from_secs(600))
         .await
         .unwrap();
     tokio::task::spawn_blocking(move || stalls.join().unwrap())
@@ -393,14 +332,11 @@ async fn copy_operations_during_stalls_are_applied_once_and_the_server_keeps_its
     // The server never resigned: its heartbeats got through.
     assert!(!beating.is_finished(), "resigned: {:?}", beating.await);
     assert!(matches!(
-        s.release(held(&pool, &none, 2), OpId::random()).await,
+        release(&s, held(&pool, &none, 2)).await,
         Err(StoreError::Copy(CopyError::NotHeld { held: 1, .. }))
     ));
     s.seize(id, Nanos::ZERO, OpId::random()).await.unwrap();
-    s.release(held(&pool, &none, 2), OpId::random())
-        .await
-        .unwrap();
-    assert_eq!(holds(&s, &pool, "acme").await, (0, 0));
+    releases_to_nothing(&s, &pool, &none, 2).await;
     beating.abort();
 }
 
@@ -430,13 +366,7 @@ async fn a_resent_operation_is_applied_once() {
     s.release(held(&pool, &none, 1), op).await.unwrap();
     s.release(held(&pool, &none, 1), op).await.unwrap();
     assert_eq!(holds(&s, &pool, "acme").await, (2, 2), "released once");
-    let id = s
-        .transfer(
-            held(&pool, &none, 2),
-            Nanos::from_secs(60),
-            Nanos::ZERO,
-            OpId::random(),
-        )
+    let id = transfer(&s, held(&pool, &none, 2), Nanos::from_secs(60))
         .await
         .unwrap();
     let op = OpId::random();
@@ -447,19 +377,14 @@ async fn a_resent_operation_is_applied_once() {
         s.seize(id, Nanos::ZERO, OpId::random()).await,
         Err(StoreError::Copy(CopyError::UnknownTransfer))
     ));
-    s.release(held(&pool, &none, 2), OpId::random())
-        .await
-        .unwrap();
-    assert_eq!(holds(&s, &pool, "acme").await, (0, 0));
+    releases_to_nothing(&s, &pool, &none, 2).await;
 }
 
 /// Issue 16 item 3: seizes of made-up transfer ids leave nothing behind:
 /// no registration of a pool, no state of this server to sweep.
 #[tokio::test]
 async fn seizes_of_unknown_transfers_leave_nothing_in_redis() {
-    let server = RedisServer::start();
-    let prefix = unique_prefix();
-    let s = store(&server.url(), &prefix, 5_000).await;
+    let (server, prefix, s) = server_and_store(5_000).await;
     let before = server.keys(&prefix);
     for i in 0..200u64 {
         let id = tollgate_core::copies::TransferId(
@@ -480,25 +405,14 @@ async fn seizes_of_unknown_transfers_leave_nothing_in_redis() {
 /// there, so pools used once do not pile up in the registration set.
 #[tokio::test]
 async fn the_registration_of_a_pool_held_no_more_is_withdrawn() {
-    let server = RedisServer::start();
-    let prefix = unique_prefix();
-    let s = store(&server.url(), &prefix, 5_000).await;
+    let (server, prefix, s) = server_and_store(5_000).await;
     let none = Vec::new();
     for i in 0..20 {
         let pool = PoolKey::new("ns", &format!("made-up-{i}"));
-        s.reserve(
-            &pool,
-            &CopyLimits::new(5, None),
-            "acme",
-            Hits::exactly(1),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap();
-        s.release(held(&pool, &none, 1), OpId::random())
+        reserve(&s, &pool, &CopyLimits::new(5, None), Hits::exactly(1))
             .await
             .unwrap();
+        release(&s, held(&pool, &none, 1)).await.unwrap();
     }
     let registrations = format!("{prefix}{{srv}}:pools:{}", s.server_id());
     assert_eq!(server.command(&format!("HLEN {registrations}")), ":20");
@@ -519,9 +433,7 @@ async fn the_registration_of_a_pool_held_no_more_is_withdrawn() {
 /// and counts its holds again, so the limits hold and its holds release.
 #[tokio::test]
 async fn a_redis_that_restarts_empty_costs_its_counts_not_the_server() {
-    let mut server = RedisServer::start();
-    let prefix = unique_prefix();
-    let s = store(&server.url(), &prefix, 600).await;
+    let (mut server, _prefix, s) = server_and_store(600).await;
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(3, None);
     let none = Vec::new();
@@ -536,22 +448,9 @@ async fn a_redis_that_restarts_empty_costs_its_counts_not_the_server() {
     .await;
     assert!(!beating.is_finished(), "resigned: {:?}", beating.await);
     // The limit holds again, and the holds release.
-    let r = s
-        .reserve(
-            &pool,
-            &l,
-            "acme",
-            Hits::exactly(1),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap();
+    let r = reserve(&s, &pool, &l, Hits::exactly(1)).await.unwrap();
     assert_eq!(r.granted, 0);
-    s.release(held(&pool, &none, 3), OpId::random())
-        .await
-        .unwrap();
-    assert_eq!(holds(&s, &pool, "acme").await, (0, 0));
+    releases_to_nothing(&s, &pool, &none, 3).await;
     beating.abort();
 }
 
@@ -559,9 +458,7 @@ async fn a_redis_that_restarts_empty_costs_its_counts_not_the_server() {
 /// no longer has this server's contribution, so it counts it again first.
 #[tokio::test]
 async fn a_pool_redis_lost_is_counted_again_by_the_next_operation() {
-    let server = RedisServer::start();
-    let prefix = unique_prefix();
-    let s = store(&server.url(), &prefix, 5_000).await;
+    let (server, _prefix, s) = server_and_store(5_000).await;
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(3, None);
     let none = Vec::new();
@@ -569,22 +466,9 @@ async fn a_pool_redis_lost_is_counted_again_by_the_next_operation() {
     assert_eq!(server.command("FLUSHALL"), "+OK");
     // Without the recount this would grant 3 (and the release below would
     // be refused as not held).
-    let r = s
-        .reserve(
-            &pool,
-            &l,
-            "acme",
-            Hits::between(1, 3),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap();
+    let r = reserve(&s, &pool, &l, Hits::between(1, 3)).await.unwrap();
     assert_eq!(r.granted, 1, "two were counted again first");
-    s.release(held(&pool, &none, 3), OpId::random())
-        .await
-        .unwrap();
-    assert_eq!(holds(&s, &pool, "acme").await, (0, 0));
+    releases_to_nothing(&s, &pool, &none, 3).await;
 }
 
 /// Review of issue 16's fix: a pool this server stayed registered in (a
@@ -593,22 +477,15 @@ async fn a_pool_redis_lost_is_counted_again_by_the_next_operation() {
 /// a cleaner after this server's death could not find them.
 #[tokio::test]
 async fn a_pool_registered_before_redis_restarted_empty_is_registered_again() {
-    let mut server = RedisServer::start();
-    let prefix = unique_prefix();
-    let a = store(&server.url(), &prefix, 600).await;
+    let (mut server, prefix, a) = server_and_store(600).await;
     let b = store(&server.url(), &prefix, 600).await;
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(3, None);
     let none = Vec::new();
     reserve(&a, &pool, &l, Hits::exactly(1)).await.unwrap();
-    a.transfer(
-        held(&pool, &none, 1),
-        Nanos::from_secs(600),
-        Nanos::ZERO,
-        OpId::random(),
-    )
-    .await
-    .unwrap();
+    transfer(&a, held(&pool, &none, 1), Nanos::from_secs(600))
+        .await
+        .unwrap();
     let beating = beat(&a);
     let _b_beating = beat(&b);
     server.restart();
@@ -640,6 +517,21 @@ async fn a_pool_registered_before_redis_restarted_empty_is_registered_again() {
     .await;
 }
 
+/// A store on `server` in which acme holds one copy of `ns/db` (limit 5),
+/// with the key of the pool's counts and their dump as they then stand.
+async fn one_copy_then_dumped(
+    server: &RedisServer,
+) -> (RedisStore, PoolKey, CopyLimits, String, Vec<u8>) {
+    let prefix = unique_prefix();
+    let s = store(&server.url(), &prefix, 5_000).await;
+    let pool = PoolKey::new("ns", "db");
+    let l = CopyLimits::new(5, None);
+    reserve(&s, &pool, &l, Hits::exactly(1)).await.unwrap();
+    let key = pool_hash(server, &prefix);
+    let old = server.client().dump(&key);
+    (s, pool, l, key, old)
+}
+
 /// Review of issue 16's fix: a pool that went back to an older state (a
 /// failover to a replica that lagged, a snapshot) still had this server's
 /// total, only an old one: it was not noticed, and releases of what the
@@ -648,14 +540,8 @@ async fn a_pool_registered_before_redis_restarted_empty_is_registered_again() {
 #[tokio::test]
 async fn a_pool_that_went_back_to_an_older_state_is_written_again() {
     let server = RedisServer::start();
-    let prefix = unique_prefix();
-    let s = store(&server.url(), &prefix, 5_000).await;
-    let pool = PoolKey::new("ns", "db");
-    let l = CopyLimits::new(5, None);
+    let (s, pool, l, key, old) = one_copy_then_dumped(&server).await;
     let none = Vec::new();
-    reserve(&s, &pool, &l, Hits::exactly(1)).await.unwrap();
-    let key = pool_hash(&server, &prefix);
-    let old = server.client().dump(&key);
     reserve(&s, &pool, &l, Hits::exactly(2)).await.unwrap();
     // Back to the state with one copy.
     server.client().restore(&key, &old);
@@ -664,10 +550,7 @@ async fn a_pool_that_went_back_to_an_older_state_is_written_again() {
         (3, 3),
         "written again first"
     );
-    s.release(held(&pool, &none, 3), OpId::random())
-        .await
-        .unwrap();
-    assert_eq!(holds(&s, &pool, "acme").await, (0, 0));
+    releases_to_nothing(&s, &pool, &none, 3).await;
 }
 
 /// A remembered reply is forgotten once this server has it: the script
@@ -675,9 +558,7 @@ async fn a_pool_that_went_back_to_an_older_state_is_written_again() {
 /// pile up for their whole lifetime.
 #[tokio::test]
 async fn remembered_replies_are_forgotten_once_received() {
-    let server = RedisServer::start();
-    let prefix = unique_prefix();
-    let s = store(&server.url(), &prefix, 5_000).await;
+    let (server, prefix, s) = server_and_store(5_000).await;
     let pool = PoolKey::new("ns", "db");
     let l = CopyLimits::new(100, None);
     for _ in 0..20 {
@@ -707,31 +588,13 @@ async fn counts_stay_exact_whatever_the_limits() {
         .await
         .unwrap();
     assert_eq!(r.granted, most);
-    let r = s
-        .reserve(
-            &pool,
-            &unbounded,
-            "globex",
-            Hits::between(0, 5),
-            Nanos::ZERO,
-            OpId::random(),
-        )
+    let r = reserve_as(&s, &pool, &unbounded, "globex", Hits::between(0, 5))
         .await
         .unwrap();
     assert_eq!(r.granted, 0, "no room left below 2^52");
     let none = Vec::new();
-    s.release(held(&pool, &none, 3), OpId::random())
-        .await
-        .unwrap();
-    let r = s
-        .reserve(
-            &pool,
-            &unbounded,
-            "globex",
-            Hits::between(0, 5),
-            Nanos::ZERO,
-            OpId::random(),
-        )
+    release(&s, held(&pool, &none, 3)).await.unwrap();
+    let r = reserve_as(&s, &pool, &unbounded, "globex", Hits::between(0, 5))
         .await
         .unwrap();
     assert_eq!(r.granted, 3, "and exactly what was given back");
@@ -745,41 +608,18 @@ async fn counts_stay_exact_whatever_the_limits() {
 #[tokio::test]
 async fn a_pool_put_back_to_an_older_state_with_the_same_total_is_written_again() {
     let server = RedisServer::start();
-    let prefix = unique_prefix();
-    let s = store(&server.url(), &prefix, 5_000).await;
-    let pool = PoolKey::new("ns", "db");
-    let l = CopyLimits::new(5, None);
+    let (s, pool, l, key, old) = one_copy_then_dumped(&server).await;
     let none = Vec::new();
-    reserve(&s, &pool, &l, Hits::exactly(1)).await.unwrap();
-    let key = pool_hash(&server, &prefix);
-    let old = server.client().dump(&key);
-    s.release(held(&pool, &none, 1), OpId::random())
+    release(&s, held(&pool, &none, 1)).await.unwrap();
+    reserve_as(&s, &pool, &l, "globex", Hits::exactly(1))
         .await
         .unwrap();
-    s.reserve(
-        &pool,
-        &l,
-        "globex",
-        Hits::exactly(1),
-        Nanos::ZERO,
-        OpId::random(),
-    )
-    .await
-    .unwrap();
     server.client().restore(&key, &old);
     // globex's copy can be released (it could not, were acme's still
     // counted as this server's instead), and nothing is left.
-    s.release(
-        Held {
-            pool: &pool,
-            domain: "globex",
-            groups: &none,
-            copies: 1,
-        },
-        OpId::random(),
-    )
-    .await
-    .unwrap();
+    release(&s, held_by(&pool, "globex", &none, 1))
+        .await
+        .unwrap();
     assert_eq!(holds(&s, &pool, "acme").await, (0, 0));
 }
 
@@ -798,13 +638,7 @@ async fn a_server_that_may_take_no_new_holds_still_takes_back_its_own_transfer()
     let l = CopyLimits::new(5, None);
     let none = Vec::new();
     reserve(&s, &pool, &l, Hits::exactly(2)).await.unwrap();
-    let id = s
-        .transfer(
-            held(&pool, &none, 2),
-            Nanos::from_secs(600),
-            Nanos::ZERO,
-            OpId::random(),
-        )
+    let id = transfer(&s, held(&pool, &none, 2), Nanos::from_secs(600))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -815,7 +649,5 @@ async fn a_server_that_may_take_no_new_holds_still_takes_back_its_own_transfer()
     );
     let taken = s.take_back(id, Nanos::ZERO, OpId::random()).await.unwrap();
     assert_eq!(taken.staged.copies, 2);
-    s.release(held(&pool, &none, 2), OpId::random())
-        .await
-        .unwrap();
+    release(&s, held(&pool, &none, 2)).await.unwrap();
 }

@@ -12,7 +12,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{unique_prefix, RedisServer};
+use common::{reserve_as, unique_prefix, RedisServer};
 use tollgate_core::copies::CopyLimits;
 use tollgate_core::{Align, FixedWindow, Hits, Limit, Mode, Nanos};
 use tollgate_redis::conn::{ClientCert, TlsPart};
@@ -32,6 +32,11 @@ fn options(url: &str, ca: Option<&TestCerts>, client: Option<ClientCert>) -> Red
 
 async fn connect(o: RedisOptions) -> Result<RedisStore, ConnectError> {
     RedisStore::connect(o).await
+}
+
+/// Why connecting with `o` fails; it must.
+async fn connect_err(o: RedisOptions) -> ConnectError {
+    connect(o).await.map(|_| ()).unwrap_err()
 }
 
 /// Three hits an hour per domain, then copies of a pool of five: what a
@@ -55,27 +60,11 @@ async fn decides_and_holds(store: &RedisStore) {
 
     let pool = PoolKey::new("ns", "db");
     let limits = CopyLimits::new(5, Some(5));
-    let first = store
-        .reserve(
-            &pool,
-            &limits,
-            "acme",
-            Hits::exactly(4),
-            Nanos::ZERO,
-            OpId::random(),
-        )
+    let first = reserve_as(store, &pool, &limits, "acme", Hits::exactly(4))
         .await
         .unwrap();
     assert_eq!(first.granted, 4);
-    let second = store
-        .reserve(
-            &pool,
-            &limits,
-            "acme",
-            Hits::between(1, 3),
-            Nanos::ZERO,
-            OpId::random(),
-        )
+    let second = reserve_as(store, &pool, &limits, "acme", Hits::between(1, 3))
         .await
         .unwrap();
     assert_eq!(second.granted, 1);
@@ -91,15 +80,7 @@ async fn decides_and_holds(store: &RedisStore) {
         )
         .await
         .unwrap();
-    let third = store
-        .reserve(
-            &pool,
-            &limits,
-            "acme",
-            Hits::between(1, 9),
-            Nanos::ZERO,
-            OpId::random(),
-        )
+    let third = reserve_as(store, &pool, &limits, "acme", Hits::between(1, 9))
         .await
         .unwrap();
     assert_eq!(third.granted, 4);
@@ -127,10 +108,7 @@ async fn mutual_tls_works_with_the_client_certificate_and_is_refused_without() {
         .unwrap();
     decides_and_holds(&store).await;
 
-    let err = connect(options(&server.url(), Some(&certs), None))
-        .await
-        .map(|_| ())
-        .unwrap_err();
+    let err = connect_err(options(&server.url(), Some(&certs), None)).await;
     assert!(matches!(err, ConnectError::Connect { .. }), "{err:?}");
     let text = err.to_string();
     assert!(
@@ -141,14 +119,12 @@ async fn mutual_tls_works_with_the_client_certificate_and_is_refused_without() {
 
     // A certificate from another CA is no better.
     let stranger = TestCerts::generate();
-    let err = connect(options(
+    let err = connect_err(options(
         &server.url(),
         Some(&certs),
         Some(stranger.client()),
     ))
-    .await
-    .map(|_| ())
-    .unwrap_err();
+    .await;
     assert!(matches!(err, ConnectError::Connect { .. }), "{err:?}");
 }
 
@@ -181,10 +157,7 @@ async fn a_tls_cluster_is_reached_on_every_master_with_the_client_certificate() 
     assert!(by_node.iter().all(|keys| !keys.is_empty()), "{by_node:?}");
 
     // Without the client certificate the cluster refuses.
-    let err = connect(options(&url, Some(&certs), None))
-        .await
-        .map(|_| ())
-        .unwrap_err();
+    let err = connect_err(options(&url, Some(&certs), None)).await;
     assert!(matches!(err, ConnectError::Connect { .. }), "{err:?}");
     assert!(err.to_string().contains("CertificateRequired"), "{err}");
 }
@@ -192,10 +165,7 @@ async fn a_tls_cluster_is_reached_on_every_master_with_the_client_certificate() 
 #[tokio::test]
 async fn without_the_ca_the_system_roots_refuse_the_servers_certificate() {
     let (server, _certs) = RedisServer::start_tls(false);
-    let err = connect(options(&server.url(), None, None))
-        .await
-        .map(|_| ())
-        .unwrap_err();
+    let err = connect_err(options(&server.url(), None, None)).await;
     let text = err.to_string();
     assert!(matches!(err, ConnectError::Connect { .. }), "{err:?}");
     assert!(text.contains("invalid peer certificate"), "{text}");
@@ -203,10 +173,7 @@ async fn without_the_ca_the_system_roots_refuse_the_servers_certificate() {
     // Another CA than the one that signed the server's certificate: the
     // same refusal.
     let other = TestCerts::generate();
-    let err = connect(options(&server.url(), Some(&other), None))
-        .await
-        .map(|_| ())
-        .unwrap_err();
+    let err = connect_err(options(&server.url(), Some(&other), None)).await;
     assert!(
         err.to_string().contains("invalid peer certificate"),
         "{err}"
@@ -223,10 +190,7 @@ async fn tls_material_with_a_url_without_tls_is_refused_before_connecting() {
         (plain.url(), None, Some(certs.client())),
         (cluster, Some(&certs), Some(certs.client())),
     ] {
-        let err = connect(options(&url, ca, client))
-            .await
-            .map(|_| ())
-            .unwrap_err();
+        let err = connect_err(options(&url, ca, client)).await;
         assert!(matches!(err, ConnectError::TlsOnPlainUrl { .. }), "{err:?}");
         let text = err.to_string();
         assert!(text.contains("does not use TLS"), "{text}");
@@ -288,7 +252,7 @@ async fn unusable_tls_material_is_refused_naming_the_part_and_never_the_key() {
             .as_ref()
             .map(|c| c.key_pem.clone())
             .unwrap_or_default();
-        let err = connect(o).await.map(|_| ()).unwrap_err();
+        let err = connect_err(o).await;
         let ConnectError::BadTls { part, reason, .. } = &err else {
             panic!("{want_part:?}: not BadTls: {err:?}");
         };

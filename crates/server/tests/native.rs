@@ -119,6 +119,20 @@ impl Session {
         .await
     }
 
+    async fn seize(&mut self, transfer_id: String) -> Answer {
+        self.call(Op::Seize(v1::SeizeRequest {
+            transfer_id,
+            lease_ms: None,
+        }))
+        .await
+    }
+
+    /// Closes the session, which must answer `closed`.
+    async fn close(&mut self) {
+        let answer = self.call(Op::Close(v1::Close {})).await;
+        assert!(matches!(answer, Answer::Closed(_)), "{answer:?}");
+    }
+
     async fn transfer(&mut self, domain: &str, copies: u64, ttl_ms: u64) -> Answer {
         self.call(Op::Transfer(v1::TransferRequest {
             namespace: "app".into(),
@@ -133,12 +147,44 @@ impl Session {
     }
 }
 
+/// A server of [`CONFIG`], a client of it, and a session on that client
+/// holding `copies` copies of `sandbox` for acme.
+async fn a_session_holding(
+    copies: u64,
+) -> (
+    TestServer,
+    TollgateClient<tonic::transport::Channel>,
+    Session,
+) {
+    let server = TestServer::start(CONFIG).await;
+    let mut client = server.native().await;
+    let mut s = Session::open(&mut client).await;
+    assert_eq!(s.reserve("acme", copies, copies).await.granted, copies);
+    (server, client, s)
+}
+
 /// A unary rate request that must succeed.
 async fn ask(
     client: &mut TollgateClient<tonic::transport::Channel>,
     req: v1::RateRequest,
 ) -> v1::RateResponse {
     client.request(req).await.unwrap().into_inner()
+}
+
+/// The `tollgate-reason` of a refused call.
+fn reason(e: &tonic::Status) -> &str {
+    e.metadata()
+        .get("tollgate-reason")
+        .unwrap()
+        .to_str()
+        .unwrap()
+}
+
+/// Waits until the server has no session left (`what` names the wait), and
+/// then nothing of acme's is held.
+async fn released(server: &TestServer, what: &str) {
+    eventually(what, || server.app.sessions().is_empty()).await;
+    assert_eq!(holds(&server.app, "acme").await, (0, 0));
 }
 
 fn error(answer: &Answer) -> &v1::Error {
@@ -230,17 +276,10 @@ async fn client_errors_have_distinct_codes_and_reasons() {
             "unknown_namespace",
         ),
     ];
-    for (req, code, reason) in cases {
+    for (req, code, why) in cases {
         let e = client.request(req).await.unwrap_err();
         assert_eq!(e.code(), code, "{e:?}");
-        assert_eq!(
-            e.metadata()
-                .get("tollgate-reason")
-                .unwrap()
-                .to_str()
-                .unwrap(),
-            reason
-        );
+        assert_eq!(reason(&e), why);
     }
     // allow_unconfigured: anything goes, and says so.
     let r = ask(
@@ -300,12 +339,7 @@ async fn a_session_reserves_releases_and_reports_errors_without_ending() {
     assert_eq!(error(&e).reason, "wrong_resource_kind");
     let e = s.call(Op::Request(rate("nope", "x", 1))).await;
     assert_eq!(error(&e).reason, "unknown_resource");
-    let e = s
-        .call(Op::Seize(v1::SeizeRequest {
-            transfer_id: "zz".into(),
-            lease_ms: None,
-        }))
-        .await;
+    let e = s.seize("zz".into()).await;
     assert_eq!(error(&e).reason, "unknown_transfer");
     // Rate requests work on a session too.
     match s.call(Op::Request(rate("api", "acme", 1))).await {
@@ -318,16 +352,10 @@ async fn a_session_reserves_releases_and_reports_errors_without_ending() {
 
 #[tokio::test]
 async fn closing_a_session_releases_its_holds() {
-    let server = TestServer::start(CONFIG).await;
-    let mut client = server.native().await;
-    let mut s = Session::open(&mut client).await;
-    assert_eq!(s.reserve("acme", 3, 3).await.granted, 3);
+    let (server, _client, mut s) = a_session_holding(3).await;
     assert_eq!(s.reserve("initech", 2, 2).await.granted, 2);
     assert_eq!(holds(&server.app, "acme").await, (3, 5));
-    assert!(matches!(
-        s.call(Op::Close(v1::Close {})).await,
-        Answer::Closed(_)
-    ));
+    s.close().await;
     // Released before `closed` was answered.
     assert_eq!(holds(&server.app, "acme").await, (0, 0));
     // And the server ends the stream.
@@ -344,32 +372,20 @@ async fn a_stream_that_just_ends_or_drops_releases_its_holds() {
     assert_eq!(s.reserve("acme", 2, 2).await.granted, 2);
     drop(s.tx);
     assert!(s.rx.next().await.is_none());
-    eventually("half-closed session released", || {
-        server.app.sessions().is_empty()
-    })
-    .await;
-    assert_eq!(holds(&server.app, "acme").await, (0, 0));
+    released(&server, "half-closed session released").await;
     // Both sides dropped, connection kept (the client goes on with other
     // calls).
     let mut s = Session::open(&mut client).await;
     assert_eq!(s.reserve("acme", 3, 3).await.granted, 3);
     drop(s);
-    eventually("dropped session released", || {
-        server.app.sessions().is_empty()
-    })
-    .await;
-    assert_eq!(holds(&server.app, "acme").await, (0, 0));
+    released(&server, "dropped session released").await;
     // The whole connection dropped.
     let mut c2 = server.native().await;
     let mut s = Session::open(&mut c2).await;
     assert_eq!(s.reserve("acme", 1, 1).await.granted, 1);
     drop(s);
     drop(c2);
-    eventually("dropped connection's session released", || {
-        server.app.sessions().is_empty()
-    })
-    .await;
-    assert_eq!(holds(&server.app, "acme").await, (0, 0));
+    released(&server, "dropped connection's session released").await;
 }
 
 #[tokio::test]
@@ -389,13 +405,7 @@ async fn transfer_and_seize_move_holds_between_sessions() {
         error(&a.release("acme", 2, vec![]).await).reason,
         "not_held"
     );
-    let seized = match b
-        .call(Op::Seize(v1::SeizeRequest {
-            transfer_id: id.clone(),
-            lease_ms: None,
-        }))
-        .await
-    {
+    let seized = match b.seize(id.clone()).await {
         Answer::Seize(s) => s,
         other => panic!("{other:?}"),
     };
@@ -410,18 +420,10 @@ async fn transfer_and_seize_move_holds_between_sessions() {
     );
     assert_eq!(seized.groups, vec!["big".to_owned()]);
     // A transfer is seized once.
-    let e = a
-        .call(Op::Seize(v1::SeizeRequest {
-            transfer_id: id,
-            lease_ms: None,
-        }))
-        .await;
+    let e = a.seize(id).await;
     assert_eq!(error(&e).reason, "unknown_transfer");
     // Closing the receiver releases what it seized; the sender keeps one.
-    assert!(matches!(
-        b.call(Op::Close(v1::Close {})).await,
-        Answer::Closed(_)
-    ));
+    b.close().await;
     assert_eq!(holds(&server.app, "acme").await, (1, 1));
     // zero ttl is refused
     assert_eq!(
@@ -432,10 +434,7 @@ async fn transfer_and_seize_move_holds_between_sessions() {
 
 #[tokio::test]
 async fn an_unseized_transfer_is_released_when_its_ttl_ends() {
-    let server = TestServer::start(CONFIG).await;
-    let mut client = server.native().await;
-    let mut a = Session::open(&mut client).await;
-    assert_eq!(a.reserve("acme", 2, 2).await.granted, 2);
+    let (server, _client, mut a) = a_session_holding(2).await;
     assert!(matches!(
         a.transfer("acme", 2, 30).await,
         Answer::Transfer(_)
@@ -459,10 +458,7 @@ async fn an_unseized_transfer_is_released_when_its_ttl_ends() {
 
 #[tokio::test]
 async fn shutdown_ends_sessions_and_releases_their_holds() {
-    let server = TestServer::start(CONFIG).await;
-    let mut client = server.native().await;
-    let mut s = Session::open(&mut client).await;
-    assert_eq!(s.reserve("acme", 3, 3).await.granted, 3);
+    let (server, _client, mut s) = a_session_holding(3).await;
     let app = std::sync::Arc::clone(&server.app);
     // `stop` returns once the server has stopped, which needs the session
     // stream to end: it does, without the client doing anything.
@@ -494,14 +490,7 @@ async fn the_session_limit_refuses_more_sessions_with_resource_exhausted() {
     let (_tx, rx) = mpsc::channel::<v1::SessionRequest>(1);
     let e = client.session(ReceiverStream::new(rx)).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
-    assert_eq!(
-        e.metadata()
-            .get("tollgate-reason")
-            .unwrap()
-            .to_str()
-            .unwrap(),
-        "too_many_sessions"
-    );
+    assert_eq!(reason(&e), "too_many_sessions");
     let r = ask(&mut client, rate("api", "acme", 1)).await;
     assert_eq!((r.allowed, r.granted), (true, 1));
 }
@@ -588,11 +577,7 @@ async fn a_killed_client_process_leaks_nothing() {
     // SIGKILL: no chance to close anything.
     child.kill().unwrap();
     child.wait().unwrap();
-    eventually("the killed client's session released", || {
-        server.app.sessions().is_empty()
-    })
-    .await;
-    assert_eq!(holds(&server.app, "acme").await, (0, 0));
+    released(&server, "the killed client's session released").await;
 }
 
 /// `RateRequest`'s wire shape with byte strings, to send what a
@@ -637,14 +622,7 @@ async fn bad_input_gets_client_errors_and_changes_nothing() {
     let mut tiers = rate("login", "p", 1);
     tiers.mode = v1::Mode::Acquire as i32;
     let e = client.request(tiers).await.unwrap_err();
-    assert_eq!(
-        e.metadata()
-            .get("tollgate-reason")
-            .unwrap()
-            .to_str()
-            .unwrap(),
-        "cannot_schedule"
-    );
+    assert_eq!(reason(&e), "cannot_schedule");
     // Empty names are malformed, not unknown.
     let e = client.request(rate("", "p", 1)).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
@@ -757,10 +735,7 @@ async fn an_ignoring_namespace_grants_and_says_what_it_would_have_done() {
 
 #[tokio::test]
 async fn a_broken_session_stream_ends_with_the_error_and_releases_holds() {
-    let server = TestServer::start(CONFIG).await;
-    let mut client = server.native().await;
-    let mut s = Session::open(&mut client).await;
-    assert_eq!(s.reserve("acme", 2, 2).await.granted, 2);
+    let (server, _client, mut s) = a_session_holding(2).await;
     // Over the 64 KiB message limit: the stream cannot go on.
     s.tx.send(v1::SessionRequest {
         id: 99,
@@ -770,11 +745,7 @@ async fn a_broken_session_stream_ends_with_the_error_and_releases_holds() {
     .unwrap();
     let end = s.rx.next().await.unwrap().unwrap_err();
     assert_eq!(end.code(), tonic::Code::OutOfRange, "{end:?}");
-    eventually("the broken session released", || {
-        server.app.sessions().is_empty()
-    })
-    .await;
-    assert_eq!(holds(&server.app, "acme").await, (0, 0));
+    released(&server, "the broken session released").await;
 }
 
 #[tokio::test]

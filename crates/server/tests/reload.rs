@@ -76,38 +76,51 @@ impl Watching {
     }
 }
 
+/// Whether a request for `resource` is allowed; it must be answered.
+async fn allowed(
+    client: &mut tollgate_proto::v1::tollgate_client::TollgateClient<tonic::transport::Channel>,
+    resource: &str,
+) -> bool {
+    client
+        .request(req(resource))
+        .await
+        .unwrap()
+        .into_inner()
+        .allowed
+}
+
 fn write_atomically(path: &Path, text: &str) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text).unwrap();
     std::fs::rename(&tmp, path).unwrap();
 }
 
-#[tokio::test]
-async fn a_changed_file_is_reloaded_keeping_unchanged_state_and_a_broken_one_refused() {
+/// A server started on `V1`, and a config file holding `file` for it to
+/// reload from (in a directory that lives as long as the returned guard).
+async fn serving_v1_with_file(
+    file: &str,
+) -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    TestServer,
+    Arc<tollgate_server::App<tollgate_store::MemoryStore>>,
+) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tollgate.yaml");
-    std::fs::write(&path, V1).unwrap();
+    std::fs::write(&path, file).unwrap();
     let server = TestServer::start(V1).await;
     let app = Arc::clone(&server.app);
+    (dir, path, server, app)
+}
+
+#[tokio::test]
+async fn a_changed_file_is_reloaded_keeping_unchanged_state_and_a_broken_one_refused() {
+    let (_dir, path, server, app) = serving_v1_with_file(V1).await;
     let watcher = Watching::start(&app, &path, Duration::from_millis(10));
     let mut client = server.native().await;
     for _ in 0..2 {
-        assert!(
-            client
-                .request(req("kept"))
-                .await
-                .unwrap()
-                .into_inner()
-                .allowed
-        );
-        assert!(
-            client
-                .request(req("changed"))
-                .await
-                .unwrap()
-                .into_inner()
-                .allowed
-        );
+        assert!(allowed(&mut client, "kept").await);
+        assert!(allowed(&mut client, "changed").await);
     }
 
     write_atomically(&path, V2);
@@ -118,14 +131,7 @@ async fn a_changed_file_is_reloaded_keeping_unchanged_state_and_a_broken_one_ref
     // `changed` has new parameters: a fresh window of 9.
     let r = client.request(req("changed")).await.unwrap().into_inner();
     assert_eq!((r.limit, r.remaining), (9, 8));
-    assert!(
-        client
-            .request(req("added"))
-            .await
-            .unwrap()
-            .into_inner()
-            .allowed
-    );
+    assert!(allowed(&mut client, "added").await);
 
     write_atomically(&path, BROKEN);
     eventually("the broken file refused", || {
@@ -171,24 +177,13 @@ async fn a_configmap_style_symlink_swap_is_reloaded() {
     })
     .await;
     let mut client = server.native().await;
-    assert!(
-        client
-            .request(req("added"))
-            .await
-            .unwrap()
-            .into_inner()
-            .allowed
-    );
+    assert!(allowed(&mut client, "added").await);
     watcher.stop().await;
 }
 
 #[tokio::test]
 async fn a_hangup_reloads_even_when_nothing_changed() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tollgate.yaml");
-    std::fs::write(&path, V1).unwrap();
-    let server = TestServer::start(V1).await;
-    let app = Arc::clone(&server.app);
+    let (_dir, path, _server, app) = serving_v1_with_file(V1).await;
     // A long interval: only the hangup can cause the reload.
     let watcher = Watching::start(&app, &path, Duration::from_secs(3600));
     watcher.hup.send(()).await.unwrap();
@@ -203,11 +198,7 @@ async fn a_hangup_reloads_even_when_nothing_changed() {
 #[tokio::test]
 async fn a_refused_reload_says_why_as_a_typed_error() {
     use tollgate_server::app::{ApiPart, ComposeError, InstallError};
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tollgate.yaml");
-    std::fs::write(&path, BROKEN).unwrap();
-    let server = TestServer::start(V1).await;
-    let app = Arc::clone(&server.app);
+    let (_dir, path, server, app) = serving_v1_with_file(BROKEN).await;
 
     let error = reload::reload(&app, &path).unwrap_err();
     let InstallError::Compose(ComposeError::File(config_error)) = &error else {

@@ -112,6 +112,16 @@ fn request() -> v1::RateRequest {
     }
 }
 
+/// Whether `client`'s request is allowed; it must be answered.
+async fn allowed(client: &mut TollgateClient<Channel>) -> bool {
+    client
+        .request(request())
+        .await
+        .unwrap()
+        .into_inner()
+        .allowed
+}
+
 /// `GET /healthz` over TLS by hand (tokio-rustls): the status line, or
 /// the error that ended the exchange.
 async fn https_healthz(
@@ -160,14 +170,7 @@ async fn both_ports_serve_tls() {
     let ca = Ca::new("test CA");
     let server = start(dir.path(), &ca, None).await;
     let mut client = grpc(&server, &ca, None).await.unwrap();
-    assert!(
-        client
-            .request(request())
-            .await
-            .unwrap()
-            .into_inner()
-            .allowed
-    );
+    assert!(allowed(&mut client).await);
     assert_eq!(
         https_healthz(&server, &ca, None).await.unwrap(),
         "HTTP/1.1 200 OK"
@@ -189,14 +192,7 @@ async fn mutual_tls_refuses_strangers_on_both_ports() {
     let mut client = grpc(&server, &server_ca, Some(client_ca.leaf("app")))
         .await
         .unwrap();
-    assert!(
-        client
-            .request(request())
-            .await
-            .unwrap()
-            .into_inner()
-            .allowed
-    );
+    assert!(allowed(&mut client).await);
     assert_eq!(
         https_healthz(&server, &server_ca, Some(client_ca.leaf("ops")))
             .await

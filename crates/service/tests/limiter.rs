@@ -8,84 +8,63 @@
 
 use tollgate_config::load_str;
 use tollgate_core::copies::CopyError;
-use tollgate_core::copies::{Groups, TransferId};
+use tollgate_core::copies::{Groups, Reservation, TransferId};
 use tollgate_core::{Hits, Mode, Nanos, PlanError};
 use tollgate_service::{
     DescriptorOutcome, DescriptorRequest, LimitedBy, Limiter, RateOutcome, RateRequest,
-    ServiceError, View,
+    ReserveOutcome, ServiceError, View,
 };
 use tollgate_store::{Held, MemoryStore, OpId, PoolKey, Seized, Store, StoreError};
 
-/// The copy operations of a session-less caller, by resource name: the
-/// limiter checks the name, the store moves the copies.
-trait Copies {
-    async fn release(
-        &self,
-        ns: &str,
-        resource: &str,
-        domain: &str,
-        groups: &Groups,
-        copies: u64,
-    ) -> Result<(), ServiceError>;
-    #[allow(clippy::too_many_arguments)]
-    async fn transfer(
-        &self,
-        ns: &str,
-        resource: &str,
-        domain: &str,
-        groups: &Groups,
-        copies: u64,
-        ttl: Nanos,
-        now: Nanos,
-    ) -> Result<TransferId, ServiceError>;
-    async fn seize(&self, id: TransferId, now: Nanos) -> Result<Seized, ServiceError>;
+// The copy operations of a session-less caller, by resource name: the
+// limiter checks the name, the store moves the copies.
+
+async fn release(
+    l: &Limiter<MemoryStore>,
+    ns: &str,
+    resource: &str,
+    domain: &str,
+    groups: &Groups,
+    copies: u64,
+) -> Result<(), ServiceError> {
+    let pool: PoolKey = l.copy_pool(ns, resource, "release")?;
+    let held = Held {
+        pool: &pool,
+        domain,
+        groups,
+        copies,
+    };
+    Ok(l.store().release(held, OpId::random()).await?)
 }
 
-impl Copies for Limiter<MemoryStore> {
-    async fn release(
-        &self,
-        ns: &str,
-        resource: &str,
-        domain: &str,
-        groups: &Groups,
-        copies: u64,
-    ) -> Result<(), ServiceError> {
-        let pool: PoolKey = self.copy_pool(ns, resource, "release")?;
-        let held = Held {
-            pool: &pool,
-            domain,
-            groups,
-            copies,
-        };
-        Ok(self.store().release(held, OpId::random()).await?)
-    }
+/// A transfer staged at time zero, as the reserves here are made.
+async fn transfer(
+    l: &Limiter<MemoryStore>,
+    ns: &str,
+    resource: &str,
+    domain: &str,
+    groups: &Groups,
+    copies: u64,
+    ttl: Nanos,
+) -> Result<TransferId, ServiceError> {
+    let pool: PoolKey = l.copy_pool(ns, resource, "transfer")?;
+    let held = Held {
+        pool: &pool,
+        domain,
+        groups,
+        copies,
+    };
+    Ok(l.store()
+        .transfer(held, ttl, Nanos::ZERO, OpId::random())
+        .await?)
+}
 
-    async fn transfer(
-        &self,
-        ns: &str,
-        resource: &str,
-        domain: &str,
-        groups: &Groups,
-        copies: u64,
-        ttl: Nanos,
-        now: Nanos,
-    ) -> Result<TransferId, ServiceError> {
-        let pool: PoolKey = self.copy_pool(ns, resource, "transfer")?;
-        let held = Held {
-            pool: &pool,
-            domain,
-            groups,
-            copies,
-        };
-        Ok(self
-            .store()
-            .transfer(held, ttl, now, OpId::random())
-            .await?)
-    }
-
-    async fn seize(&self, id: TransferId, now: Nanos) -> Result<Seized, ServiceError> {
-        Ok(self.store().seize(id, now, OpId::random()).await?)
-    }
+async fn seize(
+    l: &Limiter<MemoryStore>,
+    id: TransferId,
+    now: Nanos,
+) -> Result<Seized, ServiceError> {
+    Ok(l.store().seize(id, now, OpId::random()).await?)
 }
 
 fn view(yaml: &str) -> View {
@@ -129,6 +108,33 @@ async fn ask(
 /// One hit, all or nothing.
 async fn hit(l: &Limiter<MemoryStore>, resource: &str, domain: &str, at: Nanos) -> RateOutcome {
     ask(l, resource, domain, 1, 1, at).await
+}
+
+/// A reserve at time zero under a fresh op id, as every copy test here
+/// makes it.
+async fn try_reserve(
+    l: &Limiter<MemoryStore>,
+    ns: &str,
+    resource: &str,
+    domain: &str,
+    hits: Hits,
+) -> Result<ReserveOutcome, ServiceError> {
+    l.reserve(ns, resource, domain, hits, Nanos::ZERO, OpId::random())
+        .await
+}
+
+/// [`try_reserve`] that must succeed: what the store granted.
+async fn reserve(
+    l: &Limiter<MemoryStore>,
+    ns: &str,
+    resource: &str,
+    domain: &str,
+    hits: Hits,
+) -> Reservation {
+    try_reserve(l, ns, resource, domain, hits)
+        .await
+        .unwrap_or_else(|e| panic!("{ns}/{resource}/{domain}: {e}"))
+        .reservation
 }
 
 // ---------------------------------------------------------------- request
@@ -194,6 +200,16 @@ namespaces:
         global_limit: 5
 ";
 
+/// `o` was refused by `by`, with the domain's and all domains' hits of the
+/// last second as given.
+#[track_caller]
+fn assert_refused(o: &RateOutcome, by: LimitedBy, domain: u64, global: u64) {
+    assert!(!o.allowed, "{o:?}");
+    assert_eq!(o.limited_by, Some(by));
+    assert_eq!(o.domain_hits_last_second, Some(domain));
+    assert_eq!(o.global_hits_last_second, Some(global));
+}
+
 #[tokio::test]
 async fn hard_limit_bounds_a_domain_and_global_limit_bounds_all_domains() {
     let l = limiter(HARD_GLOBAL);
@@ -207,10 +223,7 @@ async fn hard_limit_bounds_a_domain_and_global_limit_bounds_all_domains() {
         assert_eq!(o.global_limit, Some(5));
     }
     let o = hit(&l, "r", "a", t).await;
-    assert!(!o.allowed);
-    assert_eq!(o.limited_by, Some(LimitedBy::Hard));
-    assert_eq!(o.domain_hits_last_second, Some(3));
-    assert_eq!(o.global_hits_last_second, Some(3));
+    assert_refused(&o, LimitedBy::Hard, 3, 3);
 
     // Domain b has its own hard limit, but only two global hits are left.
     for n in 1..=2 {
@@ -220,18 +233,12 @@ async fn hard_limit_bounds_a_domain_and_global_limit_bounds_all_domains() {
         assert_eq!(o.global_hits_last_second, Some(3 + n));
     }
     let o = hit(&l, "r", "b", t).await;
-    assert!(!o.allowed);
-    assert_eq!(o.limited_by, Some(LimitedBy::Global));
-    assert_eq!(o.domain_hits_last_second, Some(2));
-    assert_eq!(o.global_hits_last_second, Some(5));
+    assert_refused(&o, LimitedBy::Global, 2, 5);
 
     // Every domain is now limited by the global limit, even one that never
     // asked before.
     let o = hit(&l, "r", "c", t).await;
-    assert!(!o.allowed);
-    assert_eq!(o.limited_by, Some(LimitedBy::Global));
-    assert_eq!(o.domain_hits_last_second, Some(0));
-    assert_eq!(o.global_hits_last_second, Some(5));
+    assert_refused(&o, LimitedBy::Global, 0, 5);
     assert_eq!(o.decision.retry_after.map(|r| r > Nanos::ZERO), Some(true));
 
     // Once the second has passed, partial grants stop at whichever is
@@ -259,10 +266,7 @@ async fn a_rejected_request_counts_in_neither_the_hard_nor_the_global_limit() {
     assert!(hit(&l, "r", "a", Nanos::ZERO).await.allowed);
     for _ in 0..3 {
         let o = hit(&l, "r", "a", Nanos::ZERO).await;
-        assert!(!o.allowed);
-        assert_eq!(o.limited_by, Some(LimitedBy::Limit));
-        assert_eq!(o.domain_hits_last_second, Some(1));
-        assert_eq!(o.global_hits_last_second, Some(1));
+        assert_refused(&o, LimitedBy::Limit, 1, 1);
     }
 }
 
@@ -459,18 +463,7 @@ async fn ignore_configured_never_rejects_but_still_records_use() {
     assert!(o.ignored);
     assert_eq!(o.limited_by, Some(LimitedBy::Deny));
     // Copies are not limited either.
-    let r = l
-        .reserve(
-            "ns",
-            "pool",
-            "acme",
-            Hits::exactly(5),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap()
-        .reservation;
+    let r = reserve(&l, "ns", "pool", "acme", Hits::exactly(5)).await;
     assert!(r.allowed);
     assert_eq!(r.granted, 5);
 
@@ -486,21 +479,33 @@ async fn ignore_configured_never_rejects_but_still_records_use() {
     assert!(!o.ignored);
     assert!(hit(&l, "api", "globex", t).await.allowed);
     // The five copies held are still counted against the domain limit.
-    let r = l
-        .reserve(
-            "ns",
-            "pool",
-            "acme",
-            Hits::exactly(1),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap()
-        .reservation;
+    let r = reserve(&l, "ns", "pool", "acme", Hits::exactly(1)).await;
     assert!(!r.allowed);
     assert_eq!(r.context.domain_holds, 5);
-    l.release("ns", "pool", "acme", &r.groups, 5).await.unwrap();
+    release(&l, "ns", "pool", "acme", &r.groups, 5)
+        .await
+        .unwrap();
+}
+
+/// acme reserves `copies` of `ns/resource` and is granted them all (no limit
+/// stands in the way), gives them all back, and then holds nothing to give.
+async fn all_granted_then_given_back(
+    l: &Limiter<MemoryStore>,
+    ns: &str,
+    resource: &str,
+    copies: u64,
+) {
+    let r = reserve(l, ns, resource, "acme", Hits::exactly(copies)).await;
+    assert!(r.allowed);
+    assert_eq!(r.granted, copies);
+    assert_eq!(r.context.domain_holds, copies);
+    release(l, ns, resource, "acme", &r.groups, copies)
+        .await
+        .unwrap();
+    let err = release(l, ns, resource, "acme", &r.groups, 1)
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "not_held");
 }
 
 #[tokio::test]
@@ -508,27 +513,7 @@ async fn a_shadowed_copy_limited_resource_grants_beyond_its_limits_and_counts() 
     let l = limiter(
         "namespaces:\n  - name: ns\n    resources:\n      - { name: pool, kind: concurrency, domain_limit: 1, shadow_mode: true }\n",
     );
-    let r = l
-        .reserve(
-            "ns",
-            "pool",
-            "acme",
-            Hits::exactly(3),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap()
-        .reservation;
-    assert!(r.allowed);
-    assert_eq!(r.granted, 3);
-    assert_eq!(r.context.domain_holds, 3);
-    l.release("ns", "pool", "acme", &r.groups, 3).await.unwrap();
-    let err = l
-        .release("ns", "pool", "acme", &r.groups, 1)
-        .await
-        .unwrap_err();
-    assert_eq!(err.reason(), "not_held");
+    all_granted_then_given_back(&l, "ns", "pool", 3).await;
 }
 
 const OPEN: &str = "\
@@ -575,29 +560,26 @@ async fn allow_unconfigured_grants_unknown_resources_of_either_kind() {
 
     // An unknown copy-limited resource: as many copies as asked, held and
     // released like any other.
-    let r = l
-        .reserve(
-            "open",
-            "new-pool",
-            "acme",
-            Hits::exactly(1_000),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap()
-        .reservation;
-    assert!(r.allowed);
-    assert_eq!(r.granted, 1_000);
-    assert_eq!(r.context.domain_holds, 1_000);
-    l.release("open", "new-pool", "acme", &r.groups, 1_000)
-        .await
-        .unwrap();
-    let err = l
-        .release("open", "new-pool", "acme", &r.groups, 1)
+    all_granted_then_given_back(&l, "open", "new-pool", 1_000).await;
+}
+
+/// Both a release and a transfer of acme's `copies` of `ns/resource` are
+/// refused for `reason`.
+async fn release_and_transfer_refused(
+    l: &Limiter<MemoryStore>,
+    resource: &str,
+    groups: &Groups,
+    copies: u64,
+    reason: &str,
+) {
+    let err = release(l, "ns", resource, "acme", groups, copies)
         .await
         .unwrap_err();
-    assert_eq!(err.reason(), "not_held");
+    assert_eq!(err.reason(), reason, "release");
+    let err = transfer(l, "ns", resource, "acme", groups, copies, Nanos::SECOND)
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), reason, "transfer");
 }
 
 #[tokio::test]
@@ -622,15 +604,7 @@ namespaces:
     );
     assert_eq!(err.reason(), "unknown_resource");
     assert!(err.is_client_error());
-    let err = l
-        .reserve(
-            "ns",
-            "nope",
-            "acme",
-            Hits::exactly(1),
-            Nanos::ZERO,
-            OpId::random(),
-        )
+    let err = try_reserve(&l, "ns", "nope", "acme", Hits::exactly(1))
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "unknown_resource");
@@ -663,15 +637,7 @@ namespaces:
     );
     assert_eq!(err.reason(), "wrong_resource_kind");
     assert!(err.is_client_error());
-    let err = l
-        .reserve(
-            "ns",
-            "api",
-            "acme",
-            Hits::exactly(1),
-            Nanos::ZERO,
-            OpId::random(),
-        )
+    let err = try_reserve(&l, "ns", "api", "acme", Hits::exactly(1))
         .await
         .unwrap_err();
     assert!(
@@ -687,16 +653,7 @@ namespaces:
         "{err:?}"
     );
     let groups = Vec::new();
-    let err = l
-        .release("ns", "api", "acme", &groups, 1)
-        .await
-        .unwrap_err();
-    assert_eq!(err.reason(), "wrong_resource_kind");
-    let err = l
-        .transfer("ns", "api", "acme", &groups, 1, Nanos::SECOND, t)
-        .await
-        .unwrap_err();
-    assert_eq!(err.reason(), "wrong_resource_kind");
+    release_and_transfer_refused(&l, "api", &groups, 1, "wrong_resource_kind").await;
 
     // Nothing above consumed the token.
     assert!(hit(&l, "api", "acme", t).await.allowed);
@@ -714,31 +671,12 @@ async fn min_hits_above_hits_is_malformed_and_changes_nothing() {
     assert!(matches!(err, ServiceError::Malformed(_)), "{err:?}");
     assert_eq!(err.reason(), "malformed_request");
     assert!(err.is_client_error());
-    let err = l
-        .reserve(
-            "ns",
-            "pool",
-            "acme",
-            Hits::between(3, 2),
-            Nanos::ZERO,
-            OpId::random(),
-        )
+    let err = try_reserve(&l, "ns", "pool", "acme", Hits::between(3, 2))
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "malformed_request");
     assert_eq!(ask(&l, "api", "acme", 2, 2, Nanos::ZERO).await.granted, 2);
-    let r = l
-        .reserve(
-            "ns",
-            "pool",
-            "acme",
-            Hits::exactly(2),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap()
-        .reservation;
+    let r = reserve(&l, "ns", "pool", "acme", Hits::exactly(2)).await;
     assert_eq!(r.granted, 2);
 }
 
@@ -856,18 +794,7 @@ namespaces:
 #[tokio::test]
 async fn reserve_respects_domain_group_and_global_limits() {
     let l = limiter(SANDBOX);
-    let r = l
-        .reserve(
-            "ns",
-            "sandbox",
-            "acme",
-            Hits::exactly(2),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap()
-        .reservation;
+    let r = reserve(&l, "ns", "sandbox", "acme", Hits::exactly(2)).await;
     assert!(r.allowed);
     assert_eq!(r.granted, 2);
     assert_eq!(r.groups, ["big"]);
@@ -880,81 +807,26 @@ async fn reserve_respects_domain_group_and_global_limits() {
         (3, 2)
     );
     // acme is at its domain limit.
-    let r = l
-        .reserve(
-            "ns",
-            "sandbox",
-            "acme",
-            Hits::exactly(1),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap()
-        .reservation;
+    let r = reserve(&l, "ns", "sandbox", "acme", Hits::exactly(1)).await;
     assert!(!r.allowed);
     assert_eq!(r.granted, 0);
     // globex may hold 2, but group `big` has one copy left: partial grant.
-    let r = l
-        .reserve(
-            "ns",
-            "sandbox",
-            "globex",
-            Hits::between(1, 2),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap()
-        .reservation;
+    let r = reserve(&l, "ns", "sandbox", "globex", Hits::between(1, 2)).await;
     assert_eq!((r.granted, r.allowed), (1, true));
     assert_eq!(r.context.groups[0].holds, 3);
     // initech (limit 4, no group) meets the global limit: 4 - 3 = 1 left.
-    let r = l
-        .reserve(
-            "ns",
-            "sandbox",
-            "initech",
-            Hits::exactly(2),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap()
-        .reservation;
+    let r = reserve(&l, "ns", "sandbox", "initech", Hits::exactly(2)).await;
     assert!(!r.allowed);
     assert_eq!(r.context.domain_limit, 4);
     assert!(r.groups.is_empty());
-    let r = l
-        .reserve(
-            "ns",
-            "sandbox",
-            "initech",
-            Hits::between(1, 4),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap()
-        .reservation;
+    let r = reserve(&l, "ns", "sandbox", "initech", Hits::between(1, 4)).await;
     assert_eq!(r.granted, 1);
     assert_eq!(r.context.global_holds, 4);
 }
 
 /// The holds of `domain` as a zero-copy reserve reports them.
 async fn holds(l: &Limiter<MemoryStore>, domain: &str) -> (u64, u64) {
-    let r = l
-        .reserve(
-            "ns",
-            "sandbox",
-            domain,
-            Hits::between(0, 0),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap()
-        .reservation;
+    let r = reserve(l, "ns", "sandbox", domain, Hits::between(0, 0)).await;
     assert_eq!(r.granted, 0);
     (r.context.domain_holds, r.context.global_holds)
 }
@@ -962,24 +834,12 @@ async fn holds(l: &Limiter<MemoryStore>, domain: &str) -> (u64, u64) {
 #[tokio::test]
 async fn release_of_what_is_not_held_is_refused_and_changes_nothing() {
     let l = limiter(SANDBOX);
-    let r = l
-        .reserve(
-            "ns",
-            "sandbox",
-            "acme",
-            Hits::exactly(2),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap()
-        .reservation;
+    let r = reserve(&l, "ns", "sandbox", "acme", Hits::exactly(2)).await;
     let big = r.groups.clone();
     assert_eq!(holds(&l, "acme").await, (2, 2));
 
     // More than held.
-    let err = l
-        .release("ns", "sandbox", "acme", &big, 3)
+    let err = release(&l, "ns", "sandbox", "acme", &big, 3)
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "not_held");
@@ -996,14 +856,12 @@ async fn release_of_what_is_not_held_is_refused_and_changes_nothing() {
         "{err:?}"
     );
     // Under other groups than it was reserved with (Charon §3.1).
-    let err = l
-        .release("ns", "sandbox", "acme", &Vec::new(), 1)
+    let err = release(&l, "ns", "sandbox", "acme", &Vec::new(), 1)
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "not_held");
     // By another domain.
-    let err = l
-        .release("ns", "sandbox", "globex", &big, 1)
+    let err = release(&l, "ns", "sandbox", "globex", &big, 1)
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "not_held");
@@ -1011,25 +869,15 @@ async fn release_of_what_is_not_held_is_refused_and_changes_nothing() {
     assert_eq!(holds(&l, "globex").await, (0, 2));
 
     // Zero copies is not a release.
-    let err = l
-        .release("ns", "sandbox", "acme", &big, 0)
-        .await
-        .unwrap_err();
-    assert_eq!(err.reason(), "bad_copies");
-    let err = l
-        .transfer("ns", "sandbox", "acme", &big, 0, Nanos::SECOND, Nanos::ZERO)
-        .await
-        .unwrap_err();
-    assert_eq!(err.reason(), "bad_copies");
+    release_and_transfer_refused(&l, "sandbox", &big, 0, "bad_copies").await;
     assert_eq!(holds(&l, "acme").await, (2, 2));
 
     // Releases may be split.
-    l.release("ns", "sandbox", "acme", &big, 1).await.unwrap();
+    release(&l, "ns", "sandbox", "acme", &big, 1).await.unwrap();
     assert_eq!(holds(&l, "acme").await, (1, 1));
-    l.release("ns", "sandbox", "acme", &big, 1).await.unwrap();
+    release(&l, "ns", "sandbox", "acme", &big, 1).await.unwrap();
     assert_eq!(holds(&l, "acme").await, (0, 0));
-    let err = l
-        .release("ns", "sandbox", "acme", &big, 1)
+    let err = release(&l, "ns", "sandbox", "acme", &big, 1)
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "not_held");
@@ -1039,73 +887,46 @@ async fn release_of_what_is_not_held_is_refused_and_changes_nothing() {
 #[tokio::test]
 async fn transfer_stages_copies_and_seize_claims_them() {
     let l = limiter(SANDBOX);
-    let t = Nanos::ZERO;
-    let r = l
-        .reserve(
-            "ns",
-            "sandbox",
-            "acme",
-            Hits::exactly(2),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap()
-        .reservation;
+    let r = reserve(&l, "ns", "sandbox", "acme", Hits::exactly(2)).await;
     let big = r.groups.clone();
-    let id = l
-        .transfer("ns", "sandbox", "acme", &big, 1, Nanos::from_secs(10), t)
+    let id = transfer(&l, "ns", "sandbox", "acme", &big, 1, Nanos::from_secs(10))
         .await
         .unwrap();
     // Staged copies still count, but cannot be released by the giver.
     assert_eq!(holds(&l, "acme").await, (2, 2));
-    l.release("ns", "sandbox", "acme", &big, 1).await.unwrap();
-    let err = l
-        .release("ns", "sandbox", "acme", &big, 1)
+    release(&l, "ns", "sandbox", "acme", &big, 1).await.unwrap();
+    let err = release(&l, "ns", "sandbox", "acme", &big, 1)
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "not_held");
     assert_eq!(holds(&l, "acme").await, (1, 1));
 
-    let seized = l.seize(id, Nanos::from_secs(5)).await.unwrap();
+    let seized = seize(&l, id, Nanos::from_secs(5)).await.unwrap();
     assert_eq!(seized.pool.to_string(), "ns/sandbox");
     assert_eq!(seized.staged.domain, "acme");
     assert_eq!(seized.staged.groups, big);
     assert_eq!(seized.staged.copies, 1);
     // A transfer is claimed once.
-    let err = l.seize(id, Nanos::from_secs(5)).await.unwrap_err();
+    let err = seize(&l, id, Nanos::from_secs(5)).await.unwrap_err();
     assert_eq!(err.reason(), "unknown_transfer");
     // The seized copy is held again and released like a reserved one.
     assert_eq!(holds(&l, "acme").await, (1, 1));
-    l.release("ns", "sandbox", "acme", &seized.staged.groups, 1)
+    release(&l, "ns", "sandbox", "acme", &seized.staged.groups, 1)
         .await
         .unwrap();
     assert_eq!(holds(&l, "acme").await, (0, 0));
 
     // A transfer nobody seizes in time is released implicitly.
-    let r = l
-        .reserve(
-            "ns",
-            "sandbox",
-            "globex",
-            Hits::exactly(2),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap()
-        .reservation;
-    let id = l
-        .transfer("ns", "sandbox", "globex", &r.groups, 2, Nanos::SECOND, t)
+    let r = reserve(&l, "ns", "sandbox", "globex", Hits::exactly(2)).await;
+    let id = transfer(&l, "ns", "sandbox", "globex", &r.groups, 2, Nanos::SECOND)
         .await
         .unwrap();
     assert_eq!(holds(&l, "globex").await, (2, 2));
-    let err = l.seize(id, Nanos::from_secs(2)).await.unwrap_err();
+    let err = seize(&l, id, Nanos::from_secs(2)).await.unwrap_err();
     assert_eq!(err.reason(), "unknown_transfer");
     assert_eq!(holds(&l, "globex").await, (0, 0));
     // Transferring what is not held is refused.
-    let err = l
-        .transfer("ns", "sandbox", "globex", &r.groups, 1, Nanos::SECOND, t)
+    let err = transfer(&l, "ns", "sandbox", "globex", &r.groups, 1, Nanos::SECOND)
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "not_held");
@@ -1122,22 +943,35 @@ fn entries(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// A descriptor request of `hits` hits on every descriptor of `list`.
+async fn try_descriptors(
+    l: &Limiter<MemoryStore>,
+    namespace: &str,
+    list: &[Vec<(String, String)>],
+    hits: u64,
+    at: Nanos,
+) -> Result<DescriptorOutcome, ServiceError> {
+    l.request_descriptors(
+        &DescriptorRequest {
+            namespace,
+            descriptors: list,
+            hits,
+        },
+        at,
+    )
+    .await
+}
+
+/// One hit on every descriptor of `list`, which must be answered.
 async fn descriptors(
     l: &Limiter<MemoryStore>,
     namespace: &str,
     list: &[Vec<(String, String)>],
     at: Nanos,
 ) -> DescriptorOutcome {
-    l.request_descriptors(
-        &DescriptorRequest {
-            namespace,
-            descriptors: list,
-            hits: 1,
-        },
-        at,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}"))
+    try_descriptors(l, namespace, list, 1, at)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[tokio::test]
@@ -1242,17 +1076,15 @@ async fn several_descriptors_are_all_or_nothing() {
     assert_eq!(o.statuses[0].resource, None);
 
     // hits applies to every descriptor, all or nothing.
-    let o = l
-        .request_descriptors(
-            &DescriptorRequest {
-                namespace: "edge",
-                descriptors: &[entries(&[("user", "u2")]), entries(&[("path", "/z")])],
-                hits: 4,
-            },
-            t,
-        )
-        .await
-        .unwrap();
+    let o = try_descriptors(
+        &l,
+        "edge",
+        &[entries(&[("user", "u2")]), entries(&[("path", "/z")])],
+        4,
+        t,
+    )
+    .await
+    .unwrap();
     assert!(!o.allowed);
     let o = descriptors(&l, "edge", &[entries(&[("path", "/z")])], t).await;
     assert_eq!(o.statuses[0].decision.unwrap().remaining, 10 - 1);
@@ -1327,40 +1159,16 @@ async fn descriptor_requests_need_a_descriptor_namespace_and_descriptors() {
         "{EDGE}---\nnamespaces:\n  - name: ns\n    resources:\n      - {{ name: api, algorithm: unlimited }}\n"
     ));
     let list = [entries(&[("user", "u")])];
-    let err = l
-        .request_descriptors(
-            &DescriptorRequest {
-                namespace: "ns",
-                descriptors: &list,
-                hits: 1,
-            },
-            Nanos::ZERO,
-        )
+    let err = try_descriptors(&l, "ns", &list, 1, Nanos::ZERO)
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "no_descriptors");
-    let err = l
-        .request_descriptors(
-            &DescriptorRequest {
-                namespace: "edge",
-                descriptors: &[],
-                hits: 1,
-            },
-            Nanos::ZERO,
-        )
+    let err = try_descriptors(&l, "edge", &[], 1, Nanos::ZERO)
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "malformed_request");
     // envoyproxy/ratelimit answers OK, with no limit, for an unknown domain.
-    let out = l
-        .request_descriptors(
-            &DescriptorRequest {
-                namespace: "nowhere",
-                descriptors: &list,
-                hits: 1,
-            },
-            Nanos::ZERO,
-        )
+    let out = try_descriptors(&l, "nowhere", &list, 1, Nanos::ZERO)
         .await
         .unwrap();
     assert!(out.allowed);
@@ -1401,18 +1209,7 @@ async fn set_view_keeps_unchanged_limits_and_starts_changed_ones_fresh() {
         assert_eq!(ask(&l, resource, "acme", 2, 2, t).await.granted, 2);
         assert!(!hit(&l, resource, "acme", t).await.allowed, "{resource}");
     }
-    let r = l
-        .reserve(
-            "ns",
-            "pool",
-            "acme",
-            Hits::exactly(2),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap()
-        .reservation;
+    let r = reserve(&l, "ns", "pool", "acme", Hits::exactly(2)).await;
 
     l.set_view(view(AFTER));
     // Same parameters (resources reordered): the state carries over.
@@ -1428,21 +1225,12 @@ async fn set_view_keeps_unchanged_limits_and_starts_changed_ones_fresh() {
     assert!(o.allowed);
     assert_eq!(o.domain_hits_last_second, Some(3));
     // Holds survive a change of limits: the pool is named without them.
-    let more = l
-        .reserve(
-            "ns",
-            "pool",
-            "acme",
-            Hits::exactly(1),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap()
-        .reservation;
+    let more = reserve(&l, "ns", "pool", "acme", Hits::exactly(1)).await;
     assert!(more.allowed);
     assert_eq!(more.context.domain_holds, 3);
-    l.release("ns", "pool", "acme", &r.groups, 2).await.unwrap();
+    release(&l, "ns", "pool", "acme", &r.groups, 2)
+        .await
+        .unwrap();
 }
 
 /// The server runs requests on a multi-threaded runtime: the futures must be

@@ -153,22 +153,25 @@ fn target(resource: &str) -> Target<'_> {
     }
 }
 
-/// Copies of `resource` the store counts for domain `d`.
-fn counted(svc: &Service<Stalling>, resource: &str) -> u64 {
-    let pool = PoolKey::new("app", resource);
-    svc.limiter()
-        .store()
-        .inner
+/// Copies of `app/resource` the memory store counts for `domain`, as a
+/// zero-copy reserve reports them.
+fn store_counts(store: &MemoryStore, resource: &str, domain: &str) -> u64 {
+    store
         .reserve_now(
-            &pool,
+            &PoolKey::new("app", resource),
             &CopyLimits::new(u64::MAX, None),
-            "d",
+            domain,
             Hits::between(0, 0),
             Nanos::ZERO,
         )
         .unwrap()
         .context
         .domain_holds
+}
+
+/// Copies of `resource` the store counts for domain `d`.
+fn counted(svc: &Service<Stalling>, resource: &str) -> u64 {
+    store_counts(&svc.limiter().store().inner, resource, "d")
 }
 
 /// Waits until no copy operation is in flight (their tasks run on the
@@ -193,6 +196,22 @@ async fn reserve(svc: &Arc<Service<Stalling>>, s: &Arc<Session>, n: u64) -> u64 
 
 fn unavailable(e: &ServiceError) -> bool {
     matches!(e, ServiceError::Store(StoreError::Unavailable(_)))
+}
+
+/// Runs `op` while the store stalls past the caller's deadline, so it fails
+/// as unavailable; then lets the store go on and waits until what it
+/// applied meanwhile is settled.
+async fn fails_while_stalled<T: std::fmt::Debug>(
+    svc: &Service<Stalling>,
+    op: impl Future<Output = Result<T, ServiceError>>,
+) -> ServiceError {
+    // `op` is an async call: it does nothing until awaited, after the stall.
+    svc.limiter().store().stall();
+    let e = op.await.unwrap_err();
+    assert!(unavailable(&e), "{e:?}");
+    svc.limiter().store().resume();
+    settled(svc).await;
+    e
 }
 
 #[tokio::test]
@@ -293,15 +312,8 @@ async fn a_close_during_a_stall_releases_everything_once_the_store_answers() {
 async fn a_reserve_applied_after_its_deadline_is_released() {
     let (svc, _) = service_with(SessionLimits::default(), Duration::from_millis(10));
     let s = svc.open(None).unwrap();
-    svc.limiter().store().stall();
-    let e = svc
-        .reserve(&s, target("pool"), Hits::exactly(2))
-        .await
-        .unwrap_err();
-    assert!(unavailable(&e), "{e:?}");
+    let e = fails_while_stalled(&svc, svc.reserve(&s, target("pool"), Hits::exactly(2))).await;
     assert_eq!(e.reason(), "store_unavailable");
-    svc.limiter().store().resume();
-    settled(&svc).await;
     assert_eq!(s.held(), 0);
     assert_eq!(counted(&svc, "pool"), 0);
 }
@@ -338,31 +350,17 @@ async fn a_transfer_whose_caller_gave_up_is_seized_back() {
     let (svc, _) = service_with(SessionLimits::default(), Duration::from_millis(10));
     let s = svc.open(None).unwrap();
     assert_eq!(reserve(&svc, &s, 2).await, 2);
-    svc.limiter().store().stall();
-    let e = svc
-        .transfer(&s, target("pool"), None, 2, Nanos::from_secs(60))
-        .await
-        .unwrap_err();
-    assert!(unavailable(&e), "{e:?}");
-    svc.limiter().store().resume();
-    settled(&svc).await;
+    fails_while_stalled(
+        &svc,
+        svc.transfer(&s, target("pool"), None, 2, Nanos::from_secs(60)),
+    )
+    .await;
     assert_eq!(s.held(), 2);
     assert_eq!(counted(&svc, "pool"), 2);
-    let pool = PoolKey::new("app", "pool");
     let store = &svc.limiter().store().inner;
     assert_eq!(store.sweep_now(Nanos::from_secs(10_000)), 0);
     assert_eq!(
-        store
-            .reserve_now(
-                &pool,
-                &CopyLimits::new(9, None),
-                "d",
-                Hits::between(0, 0),
-                Nanos::ZERO
-            )
-            .unwrap()
-            .context
-            .domain_holds,
+        store_counts(store, "pool", "d"),
         2,
         "nothing was left staged to expire"
     );
@@ -379,11 +377,7 @@ async fn a_seize_whose_caller_gave_up_is_released() {
         .await
         .unwrap();
     let taker = svc.open(None).unwrap();
-    svc.limiter().store().stall();
-    let e = svc.seize(&taker, id).await.unwrap_err();
-    assert!(unavailable(&e), "{e:?}");
-    svc.limiter().store().resume();
-    settled(&svc).await;
+    fails_while_stalled(&svc, svc.seize(&taker, id)).await;
     assert_eq!(taker.held(), 0);
     assert_eq!(counted(&svc, "pool"), 0);
 }
@@ -495,29 +489,19 @@ async fn a_shadow_pool_grants_counts_in_its_groups_and_says_it_would_have_refuse
     let yaml = "namespaces:\n  - name: app\n    resources:\n      - { name: pool, kind: concurrency, shadow_mode: true, domain_limit: 1, global_limit: 5, groups: [ { name: big, members: [d], limit: 2 } ] }\n";
     let loaded = tollgate_config::load_str("t.yaml", yaml).unwrap();
     let l = Limiter::new(MemoryStore::new(), View::new(&loaded.config, Nanos::ZERO));
-    let first = l
-        .reserve(
+    let reserve = |copies| {
+        l.reserve(
             "app",
             "pool",
             "d",
-            Hits::exactly(1),
+            Hits::exactly(copies),
             Nanos::ZERO,
             OpId::random(),
         )
-        .await
-        .unwrap();
+    };
+    let first = reserve(1).await.unwrap();
     assert!(!first.shadowed, "within every limit");
-    let second = l
-        .reserve(
-            "app",
-            "pool",
-            "d",
-            Hits::exactly(2),
-            Nanos::ZERO,
-            OpId::random(),
-        )
-        .await
-        .unwrap();
+    let second = reserve(2).await.unwrap();
     assert!(second.reservation.allowed && second.shadowed && !second.ignored);
     let c = &second.reservation.context;
     assert_eq!((c.domain_limit, c.domain_holds), (1, 3));
@@ -719,18 +703,7 @@ async fn not_held_says_what_the_session_holds_instead() {
 
 /// Copies of `resource` the memory store counts for `domain`.
 fn counted_in(svc: &Service<MemoryStore>, resource: &str, domain: &str) -> u64 {
-    svc.limiter()
-        .store()
-        .reserve_now(
-            &PoolKey::new("app", resource),
-            &CopyLimits::new(u64::MAX, None),
-            domain,
-            Hits::between(0, 0),
-            Nanos::ZERO,
-        )
-        .unwrap()
-        .context
-        .domain_holds
+    store_counts(svc.limiter().store(), resource, domain)
 }
 
 /// A pool whose domain `d` is in group `big` (`grouped`) or in none.
@@ -788,21 +761,9 @@ async fn a_release_the_store_refuses_halfway_changes_nothing() {
     assert_eq!(e.reason(), "not_held", "{e}");
     settled(&svc).await;
     assert_eq!(s.held(), 4, "the session holds what it held");
-    let pool = PoolKey::new("app", "pool");
     let big = vec!["big".to_owned()];
     assert_eq!(
-        svc.limiter()
-            .store()
-            .reserve_now(
-                &pool,
-                &CopyLimits::new(u64::MAX, None),
-                "d",
-                Hits::between(0, 0),
-                Nanos::ZERO,
-            )
-            .unwrap()
-            .context
-            .domain_holds,
+        counted_in(&svc, "pool", "d"),
         3,
         "and the store counts the 3 in `big` again"
     );

@@ -2,7 +2,9 @@
 //! never linked into what ships.
 //!
 //! - [`JavaRandom`]: `java.util.Random`, bit for bit, so tests replay what
-//!   Guava's own tests draw with the same seeds.
+//!   Guava's own tests draw with the same seeds; [`guava_scripts`] and
+//!   [`guava_steps`]: the Guava scripts the memory and Redis smooth
+//!   limiters both replay, with the Java port's waits.
 //! - [`eventually`] and [`eventually_async`]: poll a condition of a real
 //!   process (which a test cannot step by a clock of its own) until it
 //!   holds, and fail with its last complaint after a bound.
@@ -12,10 +14,12 @@
 
 #![deny(missing_docs)]
 
+mod guava;
 mod java_random;
 mod poll;
 mod process;
 
+pub use guava::{guava_scripts, guava_steps, GuavaLimiter, GuavaScript, GuavaStep};
 pub use java_random::JavaRandom;
 pub use poll::{eventually, eventually_async, POLL};
 pub use process::{accepts, free_port, free_udp_addr, signal, wait_ready, KillOnDrop};

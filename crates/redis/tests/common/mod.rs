@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate_core::copies::CopyLimits;
+use tollgate_core::copies::{CopyLimits, Reservation};
 use tollgate_core::{Hits, Limit, Mode, Nanos};
 pub use tollgate_redis::testing::RedisServer;
 use tollgate_redis::{RedisOptions, RedisStore, ScriptClock};
-use tollgate_store::{Key, LimitId, MemoryStore, OpId, Plan, PoolKey, Store};
+use tollgate_store::{Key, LimitId, MemoryStore, OpId, Plan, PoolKey, Store, StoreError};
 
 /// A time in 2026, so the scripts see realistic absolute times (the core's
 /// saturation at zero never comes into play).
@@ -23,6 +23,14 @@ static PREFIXES: AtomicU64 = AtomicU64::new(0);
 /// A prefix no other store in this process uses.
 pub fn unique_prefix() -> String {
     format!("t{}:", PREFIXES.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A redis-server of its own and a store on it taking the caller's clock
+/// (the server stops when dropped, so it is returned too).
+pub async fn caller_clock_server() -> (RedisServer, RedisStore) {
+    let server = RedisServer::start();
+    let redis = caller_clock_store(&server).await;
+    (server, redis)
 }
 
 /// A Redis store on `server` taking the caller's clock, with its own
@@ -159,6 +167,91 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
+}
+
+/// A `Try` request for between `min` and `hits` against `items`.
+pub fn ask(advance: Nanos, min: u64, hits: u64, items: &[usize]) -> Step {
+    Step {
+        advance,
+        request: Hits::between(min, hits),
+        mode: Mode::Try,
+        items: items.to_vec(),
+    }
+}
+
+/// An `Acquire` of `hits` against `items`.
+pub fn acquire(advance: Nanos, hits: u64, items: &[usize]) -> Step {
+    Step {
+        advance,
+        request: Hits::exactly(hits),
+        mode: Mode::Acquire,
+        items: items.to_vec(),
+    }
+}
+
+/// Checks `steps` against the memory store on a redis-server of their own
+/// (a store taking the caller's clock), from a synchronous proptest body.
+pub fn conform_on_a_new_server(items: &[Item], start: Nanos, steps: &[Step]) {
+    runtime().block_on(async {
+        let server = RedisServer::start();
+        let redis = caller_clock_store(&server).await;
+        conform(&redis, items, start, steps).await;
+    });
+}
+
+/// The items the property tests mix: `first` and `second` for acme (the
+/// second in shadow mode when `shadow`), then the GCRA limit `g` (count,
+/// period in milliseconds, burst) in `g_scope`: items 1, 2 and 3.
+pub fn mixed_items(
+    first: Limit,
+    second: Limit,
+    shadow: bool,
+    g: (u64, u64, u64),
+    g_scope: &str,
+) -> Vec<Item> {
+    let mut second = Item::new(second, 2, "acme");
+    if shadow {
+        second = second.shadow();
+    }
+    vec![
+        Item::new(first, 1, "acme"),
+        second,
+        Item::new(gcra(g.0, Nanos::from_millis(g.1), g.2), 3, g_scope),
+    ]
+}
+
+/// Property steps without item 3 unless `three` (a step left with no item
+/// asks item 0), and, when `coarse`, advancing whole milliseconds, so that
+/// steps land exactly on window edges and the algorithm's other edges.
+pub fn shaped_steps(steps: Vec<Step>, three: bool, coarse: bool) -> Vec<Step> {
+    steps
+        .into_iter()
+        .map(|mut s| {
+            if !three {
+                s.items.retain(|&i| i != 3);
+                if s.items.is_empty() {
+                    s.items.push(0);
+                }
+            }
+            if coarse {
+                s.advance = Nanos::from_millis(s.advance.as_u64() / 1_000_000);
+            }
+            s
+        })
+        .collect()
+}
+
+/// Reserves copies of `pool` for `domain` at time zero, as one new
+/// operation.
+pub async fn reserve_as(
+    s: &RedisStore,
+    pool: &PoolKey,
+    l: &CopyLimits,
+    domain: &str,
+    request: Hits,
+) -> Result<Reservation, StoreError> {
+    s.reserve(pool, l, domain, request, Nanos::ZERO, OpId::random())
+        .await
 }
 
 /// Proptest strategies shared by the conformance tests.

@@ -63,7 +63,7 @@ impl TestServer {
     pub async fn start_full(
         yaml: &str,
         service: ServiceOptions,
-        mut options: ServerOptions,
+        options: ServerOptions,
         clock: Arc<dyn Clock>,
     ) -> TestServer {
         let loaded = tollgate_config::load_str("test.yaml", yaml).unwrap();
@@ -74,9 +74,20 @@ impl TestServer {
                 .build()
                 .unwrap(),
         );
+        TestServer::serve(app, options, Duration::from_millis(20)).await
+    }
+
+    /// Serves `app` with `options` on free loopback ports (the addresses
+    /// in `options` are replaced), its housekeeping running every
+    /// `housekeeping`.
+    pub async fn serve(
+        app: Arc<App<MemoryStore>>,
+        mut options: ServerOptions,
+        housekeeping: Duration,
+    ) -> TestServer {
         options.grpc = "127.0.0.1:0".parse().unwrap();
         options.http = "127.0.0.1:0".parse().unwrap();
-        options.housekeeping_interval = Duration::from_millis(20);
+        options.housekeeping_interval = housekeeping;
         let server = Server::bind(Arc::clone(&app), options).await.unwrap();
         let grpc = server.grpc_addr().unwrap();
         let http = server.http_addr().unwrap();

@@ -39,12 +39,15 @@ fn largest_request(i: usize) -> serde_json::Value {
     json!({"namespace": "app", "resource": "api", "domain": domain, "hits": 1})
 }
 
-fn store_with(max_keys: usize, at_capacity: AtCapacity) -> MemoryStoreOptions {
-    MemoryStoreOptions {
+/// A server whose memory store keeps at most `max_keys` keys and does
+/// `at_capacity` at the cap.
+fn with_store(max_keys: usize, at_capacity: AtCapacity) -> Harness {
+    let store = MemoryStoreOptions {
         max_keys,
         at_capacity,
         ..MemoryStoreOptions::default()
-    }
+    };
+    Harness::start(store, ServiceOptions::default(), options())
 }
 
 /// Unique domains of the largest size a request can carry: the store
@@ -55,11 +58,7 @@ fn store_with(max_keys: usize, at_capacity: AtCapacity) -> MemoryStoreOptions {
 #[test]
 fn unique_domains_of_the_largest_size_stay_within_the_key_cap() {
     const CAP: usize = 64;
-    let h = Harness::start(
-        store_with(CAP, AtCapacity::DecideUntracked),
-        ServiceOptions::default(),
-        options(),
-    );
+    let h = with_store(CAP, AtCapacity::DecideUntracked);
     let store = h.app().limiter().store();
     let mut most = 0;
     for i in 0..scale() {
@@ -91,11 +90,7 @@ fn unique_domains_of_the_largest_size_stay_within_the_key_cap() {
 #[test]
 fn unique_domains_against_a_store_that_refuses_at_its_cap() {
     const CAP: usize = 32;
-    let h = Harness::start(
-        store_with(CAP, AtCapacity::Reject),
-        ServiceOptions::default(),
-        options(),
-    );
+    let h = with_store(CAP, AtCapacity::Reject);
     let store = h.app().limiter().store();
     let kept = json!({"namespace": "app", "resource": "api", "domain": "kept", "hits": 1});
     assert_eq!(raw::post(h.server.http, "/v1/request", &kept).status, 200);
@@ -121,6 +116,40 @@ fn unique_domains_against_a_store_that_refuses_at_its_cap() {
     );
 }
 
+/// A server on the memory store with the default limits but `sessions`.
+fn with_sessions(sessions: SessionLimits) -> Harness {
+    let service = ServiceOptions {
+        sessions,
+        ..ServiceOptions::default()
+    };
+    Harness::start(MemoryStoreOptions::default(), service, options())
+}
+
+/// A native gRPC client of `h`'s server.
+async fn native(h: &Harness) -> v1::tollgate_client::TollgateClient<tonic::transport::Channel> {
+    v1::tollgate_client::TollgateClient::connect(format!("http://{}", h.server.grpc))
+        .await
+        .unwrap()
+}
+
+/// Sends `op` as request `id` of a session stream and reads its answer,
+/// which must come within [`BOUND`].
+async fn call(
+    tx: &tokio::sync::mpsc::Sender<v1::SessionRequest>,
+    answers: &mut tonic::Streaming<v1::SessionResponse>,
+    id: u64,
+    op: Op,
+) -> v1::SessionResponse {
+    tx.send(v1::SessionRequest { id, op: Some(op) })
+        .await
+        .unwrap();
+    tokio::time::timeout(BOUND, answers.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+}
+
 /// Sessions: HTTP holds with the longest lease and gRPC session streams,
 /// many more than `--max-sessions`. The open sessions never exceed it;
 /// beyond it an HTTP reserve is `429 too_many_sessions` with
@@ -130,14 +159,10 @@ fn unique_domains_against_a_store_that_refuses_at_its_cap() {
 #[test]
 fn sessions_stay_within_max_sessions() {
     const MAX: usize = 8;
-    let service = ServiceOptions {
-        sessions: SessionLimits {
-            max_sessions: MAX,
-            ..SessionLimits::default()
-        },
-        ..ServiceOptions::default()
-    };
-    let h = Harness::start(MemoryStoreOptions::default(), service, options());
+    let h = with_sessions(SessionLimits {
+        max_sessions: MAX,
+        ..SessionLimits::default()
+    });
     let app = h.app();
     let (mut held, mut refused) = (0, 0);
     for i in 0..scale() {
@@ -168,10 +193,7 @@ fn sessions_stay_within_max_sessions() {
     let rate = json!({"namespace": "app", "resource": "api", "domain": "full", "hits": 1});
     assert_eq!(raw::post(h.server.http, "/v1/request", &rate).status, 200);
     h.rt.block_on(async {
-        let mut client =
-            v1::tollgate_client::TollgateClient::connect(format!("http://{}", h.server.grpc))
-                .await
-                .unwrap();
+        let mut client = native(&h).await;
         let request = v1::RateRequest {
             namespace: "app".into(),
             resource: "api".into(),
@@ -209,20 +231,13 @@ fn sessions_stay_within_max_sessions() {
 #[test]
 fn holds_beyond_max_holds_per_session_are_refused_not_an_outage() {
     const MAX: usize = 4;
-    let service = ServiceOptions {
-        sessions: SessionLimits {
-            max_holds: MAX,
-            ..SessionLimits::default()
-        },
-        ..ServiceOptions::default()
-    };
-    let h = Harness::start(MemoryStoreOptions::default(), service, options());
+    let h = with_sessions(SessionLimits {
+        max_holds: MAX,
+        ..SessionLimits::default()
+    });
     let n = scale().min(200);
     let reasons = h.rt.block_on(async {
-        let mut client =
-            v1::tollgate_client::TollgateClient::connect(format!("http://{}", h.server.grpc))
-                .await
-                .unwrap();
+        let mut client = native(&h).await;
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let mut answers = client
             .session(tokio_stream::wrappers::ReceiverStream::new(rx))
@@ -238,17 +253,7 @@ fn holds_beyond_max_holds_per_session_are_refused_not_an_outage() {
                 copies: 1,
                 ..v1::ReserveRequest::default()
             });
-            tx.send(v1::SessionRequest {
-                id: i as u64,
-                op: Some(op),
-            })
-            .await
-            .unwrap();
-            let answer = tokio::time::timeout(BOUND, answers.next())
-                .await
-                .unwrap()
-                .unwrap()
-                .unwrap();
+            let answer = call(&tx, &mut answers, i as u64, op).await;
             match answer.result {
                 Some(Answer::Reserve(r)) => {
                     assert_eq!(r.granted, 1);
@@ -276,17 +281,7 @@ fn holds_beyond_max_holds_per_session_are_refused_not_an_outage() {
             copies: 1,
             ..v1::ReleaseRequest::default()
         });
-        tx.send(v1::SessionRequest {
-            id: 9999,
-            op: Some(op),
-        })
-        .await
-        .unwrap();
-        let answer = tokio::time::timeout(BOUND, answers.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
+        let answer = call(&tx, &mut answers, 9999, op).await;
         assert!(
             matches!(answer.result, Some(Answer::Release(_))),
             "{answer:?}"
@@ -329,10 +324,7 @@ fn seizes_of_made_up_ids_leave_nothing_behind() {
     }
     assert!(tally.contains_key("unknown_transfer"), "{tally:?}");
     h.rt.block_on(async {
-        let mut client =
-            v1::tollgate_client::TollgateClient::connect(format!("http://{}", h.server.grpc))
-                .await
-                .unwrap();
+        let mut client = native(&h).await;
         let seizes: Vec<v1::SessionRequest> = (0..scale())
             .map(|i| v1::SessionRequest {
                 id: i as u64,
@@ -519,10 +511,7 @@ fn connections_stay_within_max_connections() {
 fn a_session_holding_more_than_u64_max_copies_in_all_releases_them_when_it_ends() {
     let h = Harness::default_limits();
     h.rt.block_on(async {
-        let mut client =
-            v1::tollgate_client::TollgateClient::connect(format!("http://{}", h.server.grpc))
-                .await
-                .unwrap();
+        let mut client = native(&h).await;
         let reserve = |id: u64, domain: &str| v1::SessionRequest {
             id,
             op: Some(Op::Reserve(v1::ReserveRequest {

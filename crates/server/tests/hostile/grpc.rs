@@ -451,35 +451,7 @@ async fn still_answers(channel: &Channel, after: &str) {
 /// the server answers a plain request afterwards.
 #[test]
 fn native_unary_requests() {
-    let h = Harness::default_limits();
-    let channel = h.rt.block_on(channel(&h));
-    let tally = crate::Tally::default();
-    crate::runner(file!())
-        .run(
-            &(rate_request(), wire_edits()).prop_map(Shown),
-            |Shown((request, edits))| {
-                let bytes = apply(request.encode_to_vec(), &edits);
-                let what = format!("Request {} with {}", short(&request), short(&edits));
-                h.rt.block_on(async {
-                    match unary(&channel, REQUEST, bytes).await {
-                        Ok(answer) => {
-                            v1::RateResponse::decode(answer.as_slice()).unwrap_or_else(|e| {
-                                panic!("{what}: an answer that is not a RateResponse: {e}")
-                            });
-                            tally.add("answered");
-                        }
-                        Err(s) => {
-                            check_status(&what, &s);
-                            tally.add(status_name(&s));
-                        }
-                    }
-                    still_answers(&channel, &what).await;
-                });
-                Ok(())
-            },
-        )
-        .unwrap();
-    tally.print("gRPC Request messages");
+    unary_calls::<_, v1::RateResponse>("Request", REQUEST, rate_request());
 }
 
 /// Envoy's `ShouldRateLimit`: requests with no, empty, many (thousands)
@@ -489,20 +461,36 @@ fn native_unary_requests() {
 /// `RateLimitResponse` or a client-error status.
 #[test]
 fn envoy_rls_requests() {
+    unary_calls::<_, RateLimitResponse>("ShouldRateLimit", SHOULD_RATE_LIMIT, rls_request());
+}
+
+/// Sends each of `requests` to the unary call `name` at `path`, as it is
+/// and mutated on the wire: each gets an answer that decodes as an `R` or
+/// a status of the client-error kind with a message, and the server still
+/// answers a plain request afterwards.
+fn unary_calls<M, R>(name: &str, path: &'static str, requests: impl Strategy<Value = M>)
+where
+    M: Message + std::fmt::Debug,
+    R: Message + Default,
+{
+    let answer_type = std::any::type_name::<R>()
+        .rsplit("::")
+        .next()
+        .unwrap_or_default();
     let h = Harness::default_limits();
     let channel = h.rt.block_on(channel(&h));
     let tally = crate::Tally::default();
     crate::runner(file!())
         .run(
-            &(rls_request(), wire_edits()).prop_map(Shown),
+            &(requests, wire_edits()).prop_map(Shown),
             |Shown((request, edits))| {
                 let bytes = apply(request.encode_to_vec(), &edits);
-                let what = format!("ShouldRateLimit {} with {}", short(&request), short(&edits));
+                let what = format!("{name} {} with {}", short(&request), short(&edits));
                 h.rt.block_on(async {
-                    match unary(&channel, SHOULD_RATE_LIMIT, bytes).await {
+                    match unary(&channel, path, bytes).await {
                         Ok(answer) => {
-                            RateLimitResponse::decode(answer.as_slice()).unwrap_or_else(|e| {
-                                panic!("{what}: an answer that is not a RateLimitResponse: {e}")
+                            R::decode(answer.as_slice()).unwrap_or_else(|e| {
+                                panic!("{what}: an answer that is not a {answer_type}: {e}")
                             });
                             tally.add("answered");
                         }
@@ -517,7 +505,7 @@ fn envoy_rls_requests() {
             },
         )
         .unwrap();
-    tally.print("gRPC ShouldRateLimit messages");
+    tally.print(&format!("gRPC {name} messages"));
 }
 
 /// Session streams: up to ten operations of every kind with hostile
@@ -628,26 +616,7 @@ fn native_session_streams() {
 
 /// A staged transfer of one copy for a case's seizes to name.
 fn live_transfer(h: &Harness) -> String {
-    let reserved = raw::post(
-        h.server.http,
-        "/v1/reserve",
-        &serde_json::json!({"namespace": "app", "resource": "pool", "domain": "acme", "copies": 1, "lease_ms": 60_000}),
-    );
-    assert_eq!(reserved.status, 200, "{reserved:?}");
-    let hold = reserved.json().unwrap()["hold_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let transferred = raw::post(
-        h.server.http,
-        "/v1/transfer",
-        &serde_json::json!({"hold_id": hold, "namespace": "app", "resource": "pool", "domain": "acme", "copies": 1, "ttl_ms": 60_000}),
-    );
-    assert_eq!(transferred.status, 200, "{transferred:?}");
-    transferred.json().unwrap()["transfer_id"]
-        .as_str()
-        .unwrap()
-        .to_owned()
+    h.hold_and_transfer(1).1
 }
 
 /// One gRPC frame as a hostile client writes it: any compression flag,

@@ -436,26 +436,7 @@ fn outcome(a: &Answer) -> String {
 /// A fresh hold of 2 copies and a transfer of one more, for a case's
 /// bodies to name.
 fn ids(h: &Harness) -> Ids {
-    let reserved = raw::post(
-        h.server.http,
-        "/v1/reserve",
-        &json!({"namespace": "app", "resource": "pool", "domain": "acme", "copies": 3, "lease_ms": 60_000}),
-    );
-    assert_eq!(reserved.status, 200, "{reserved:?}");
-    let hold = reserved.json().unwrap()["hold_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let transferred = raw::post(
-        h.server.http,
-        "/v1/transfer",
-        &json!({"hold_id": hold, "namespace": "app", "resource": "pool", "domain": "acme", "copies": 1, "ttl_ms": 60_000}),
-    );
-    assert_eq!(transferred.status, 200, "{transferred:?}");
-    let transfer = transferred.json().unwrap()["transfer_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (hold, transfer) = h.hold_and_transfer(3);
     Ids { hold, transfer }
 }
 

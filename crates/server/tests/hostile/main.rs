@@ -32,14 +32,12 @@ mod grpc;
 mod http;
 mod raw;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
-use tokio::sync::oneshot;
 use tollgate_core::Nanos;
-use tollgate_server::{App, Server, ServerOptions};
+use tollgate_server::{App, ServerOptions};
 use tollgate_service::{ManualClock, ServiceOptions};
 use tollgate_store::{MemoryStore, MemoryStoreOptions};
 
@@ -166,24 +164,8 @@ descriptors:
 /// synchronous cases can drive it with `block_on`.
 pub struct Harness {
     pub rt: tokio::runtime::Runtime,
-    pub server: Running,
+    pub server: common::TestServer,
     pub clock: Arc<ManualClock>,
-}
-
-/// A server running on a harness's runtime; stopped when dropped.
-pub struct Running {
-    pub app: Arc<App<MemoryStore>>,
-    pub grpc: SocketAddr,
-    pub http: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
 }
 
 impl Harness {
@@ -221,6 +203,33 @@ impl Harness {
 
     pub fn app(&self) -> &Arc<App<MemoryStore>> {
         &self.server.app
+    }
+
+    /// An HTTP hold of `copies` copies of `app/pool` for acme, then a
+    /// transfer of one of them, for a case's requests to name: the hold's
+    /// id and the transfer's.
+    pub fn hold_and_transfer(&self, copies: u64) -> (String, String) {
+        let reserved = raw::post(
+            self.server.http,
+            "/v1/reserve",
+            &serde_json::json!({"namespace": "app", "resource": "pool", "domain": "acme", "copies": copies, "lease_ms": 60_000}),
+        );
+        assert_eq!(reserved.status, 200, "{reserved:?}");
+        let hold = reserved.json().unwrap()["hold_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let transferred = raw::post(
+            self.server.http,
+            "/v1/transfer",
+            &serde_json::json!({"hold_id": hold, "namespace": "app", "resource": "pool", "domain": "acme", "copies": 1, "ttl_ms": 60_000}),
+        );
+        assert_eq!(transferred.status, 200, "{transferred:?}");
+        let transfer = transferred.json().unwrap()["transfer_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        (hold, transfer)
     }
 
     /// Ends every lease and transfer (the clock jumps a day and a half
@@ -276,9 +285,9 @@ pub fn options() -> ServerOptions {
 async fn start_server(
     store: MemoryStore,
     service: ServiceOptions,
-    mut options: ServerOptions,
+    options: ServerOptions,
     clock: Arc<ManualClock>,
-) -> Running {
+) -> common::TestServer {
     let loaded = tollgate_config::load_str("hostile.yaml", CONFIG).unwrap();
     let app = Arc::new(
         App::builder(store, "memory", loaded.config)
@@ -287,25 +296,5 @@ async fn start_server(
             .build()
             .unwrap(),
     );
-    options.grpc = "127.0.0.1:0".parse().unwrap();
-    options.http = "127.0.0.1:0".parse().unwrap();
-    options.housekeeping_interval = Duration::from_millis(5);
-    let server = Server::bind(Arc::clone(&app), options).await.unwrap();
-    let grpc = server.grpc_addr().unwrap();
-    let http = server.http_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        server
-            .run(async {
-                let _ = stopped.await;
-            })
-            .await
-            .unwrap();
-    });
-    Running {
-        app,
-        grpc,
-        http,
-        stop: Some(stop),
-    }
+    common::TestServer::serve(app, options, Duration::from_millis(5)).await
 }
