@@ -88,39 +88,41 @@ async fn handed(rx: &mut mpsc::UnboundedReceiver<ConfigText>, revision: i64) -> 
     .expect("the follower never handed the revision over")
 }
 
-#[tokio::test]
-async fn a_follower_reads_the_apis_deltas_and_hands_each_revision_over() {
-    let dir = dir("follows");
-    let base = start_api(&dir).await;
+/// Namespace `shop` with an unlimited resource `api`: the revision.
+async fn shop_with_api(base: &str) -> i64 {
     write(
-        &base,
+        base,
         reqwest::Method::PUT,
         "/v1/namespaces/shop",
         Some(json!({})),
     )
     .await;
-    let first = write(
-        &base,
+    write(
+        base,
         reqwest::Method::PUT,
         "/v1/namespaces/shop/resources/api",
         Some(json!({"algorithm": "unlimited"})),
     )
-    .await;
+    .await
+}
 
+/// A follower of `base` with the read token, in a file in `dir`.
+fn reader(dir: &std::path::Path, base: &str) -> Follower {
     let token = dir.join("read-token");
     std::fs::write(&token, format!("{READ}\n")).unwrap();
-    let mut follower = Follower::new(
-        &base,
-        TokenSource::file(token),
-        None,
-        Duration::from_secs(5),
-    )
-    .unwrap();
-    let text = follower.first().await.unwrap();
-    assert_eq!(text.revision, first);
-    assert_eq!(resources(&text, "shop"), ["api"]);
+    Follower::new(base, TokenSource::file(token), None, Duration::from_secs(5)).unwrap()
+}
 
-    let (tx, mut rx) = mpsc::unbounded_channel();
+/// `follower` running until the sender is told `true`: each config text it
+/// hands over arrives on the receiver.
+fn follow(
+    follower: Follower,
+) -> (
+    mpsc::UnboundedReceiver<ConfigText>,
+    watch::Sender<bool>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (tx, rx) = mpsc::unbounded_channel();
     let (stop_tx, stop) = watch::channel(false);
     let following = tokio::spawn(follower.run(
         move |text: ConfigText| {
@@ -130,6 +132,21 @@ async fn a_follower_reads_the_apis_deltas_and_hands_each_revision_over() {
         },
         stop,
     ));
+    (rx, stop_tx, following)
+}
+
+#[tokio::test]
+async fn a_follower_reads_the_apis_deltas_and_hands_each_revision_over() {
+    let dir = dir("follows");
+    let base = start_api(&dir).await;
+    let first = shop_with_api(&base).await;
+
+    let mut follower = reader(&dir, &base);
+    let text = follower.first().await.unwrap();
+    assert_eq!(text.revision, first);
+    assert_eq!(resources(&text, "shop"), ["api"]);
+
+    let (mut rx, stop_tx, following) = follow(follower);
 
     // A new resource: the long poll wakes and hands the whole config over.
     let added = write(
@@ -249,20 +266,7 @@ async fn scripted_api(answers: Vec<String>, seen: mpsc::UnboundedSender<String>)
 async fn a_body_that_is_not_a_delta_makes_the_follower_fetch_everything_again() {
     let dir = dir("not-a-delta");
     let real = start_api(&dir).await;
-    write(
-        &real,
-        reqwest::Method::PUT,
-        "/v1/namespaces/shop",
-        Some(json!({})),
-    )
-    .await;
-    let revision = write(
-        &real,
-        reqwest::Method::PUT,
-        "/v1/namespaces/shop/resources/api",
-        Some(json!({"algorithm": "unlimited"})),
-    )
-    .await;
+    let revision = shop_with_api(&real).await;
     // What the real API serves from nothing, word for word.
     let everything = reqwest::Client::new()
         .get(format!("{real}/v1/config?since=0"))
@@ -284,28 +288,11 @@ async fn a_body_that_is_not_a_delta_makes_the_follower_fetch_everything_again() 
     )
     .await;
 
-    let token = dir.join("read-token");
-    std::fs::write(&token, format!("{READ}\n")).unwrap();
-    let mut follower = Follower::new(
-        &base,
-        TokenSource::file(token),
-        None,
-        Duration::from_secs(5),
-    )
-    .unwrap();
+    let mut follower = reader(&dir, &base);
     let text = follower.first().await.unwrap();
     assert_eq!(text.revision, revision);
 
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let (stop_tx, stop) = watch::channel(false);
-    let following = tokio::spawn(follower.run(
-        move |text: ConfigText| {
-            let revision = text.revision;
-            tx.send(text).map_err(|_| "the test stopped listening")?;
-            Ok::<u64, &str>(u64::try_from(revision).unwrap_or(0))
-        },
-        stop,
-    ));
+    let (mut rx, stop_tx, following) = follow(follower);
     let mut lines = Vec::new();
     while lines.len() < 3 {
         let line = tokio::time::timeout(Duration::from_secs(30), seen.recv())
