@@ -11,7 +11,7 @@
 //! decide the plan built here.
 
 use tollgate_core::PlanDecision;
-use tollgate_store::{Key, Plan, StoreError};
+use tollgate_store::{Key, Plan};
 
 use crate::error::ServiceError;
 use crate::limiter::{DescriptorOutcome, DescriptorRequest, DescriptorStatus};
@@ -125,14 +125,7 @@ pub(crate) fn plan(view: &View, req: &DescriptorRequest<'_>) -> Result<Planned, 
                         // Two identical descriptors share one counter
                         // (as upstream); they are one plan item here.
                         let key = Key::new(c.id, &m.domain);
-                        item = Some(match plan.position(&key) {
-                            Some(existing) => existing,
-                            None => {
-                                plan.push(key, c.limit.clone(), shadow)
-                                    .map_err(StoreError::from)?;
-                                plan.len() - 1
-                            }
-                        });
+                        item = Some(plan.item_for(key, &c.limit, shadow));
                     }
                 }
             }

@@ -66,6 +66,23 @@ impl Plan {
         Ok(())
     }
 
+    /// The index of the item deciding `key`: the plan's own when it holds
+    /// the key already (two Envoy descriptors naming one counter share
+    /// it, and the first one's `shadow` stands), else a new item of
+    /// `limit`. One pass over the items, where `position` then `push`
+    /// would make two.
+    pub fn item_for(&mut self, key: Key, limit: &Arc<Limit>, shadow: bool) -> usize {
+        if let Some(existing) = self.position(&key) {
+            return existing;
+        }
+        self.items.push(PlanItem {
+            key,
+            limit: Arc::clone(limit),
+            shadow,
+        });
+        self.items.len() - 1
+    }
+
     /// The plan with `affinity` (see [`Plan::affinity`]).
     #[must_use]
     pub fn with_affinity(mut self, affinity: u64) -> Plan {

@@ -222,6 +222,14 @@ fn a_plan_refuses_a_key_twice_and_stays_as_it_was() {
     assert_eq!(p.len(), 2, "the refused item was not added");
     assert!(!p.items()[0].shadow, "the held item was not changed");
     assert_eq!(p.position(&b), Some(1));
+    // `item_for` shares the held item (its shadow stands) and adds a new key.
+    assert_eq!(p.item_for(b.clone(), &lb, true), 1);
+    assert!(!p.items()[1].shadow, "the held item was not changed");
+    let c = key(3, "a");
+    assert_eq!(p.item_for(c.clone(), &la, true), 2);
+    assert!(p.items()[2].shadow);
+    assert_eq!(p.position(&c), Some(2));
+    let p = plan(&[(&a, &la), (&b, &lb)]);
     // The plan decides each key once.
     store
         .decide_now(&p, T0, Hits::exactly(1), Mode::Try)
