@@ -132,6 +132,21 @@ fn runner() -> TestRunner {
     })
 }
 
+/// `check` on every fixed tricky string, then on proptest's; a failure
+/// panics with `check`'s message.
+fn on_every_tricky_string<T>(check: impl Fn(&str) -> Result<T, String>) {
+    for s in TRICKY {
+        check(s).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let swept = runner().run(&tricky(), |s| {
+        check(&s).map_err(TestCaseError::fail)?;
+        Ok(())
+    });
+    if let Err(e) = swept {
+        panic!("{e}");
+    }
+}
+
 fn read_back(text: &str) -> Result<yaml::Node, String> {
     let nodes = yaml::parse("t.yaml", text).map_err(|d| format!("{d}\n{text}"))?;
     nodes
@@ -172,15 +187,7 @@ fn every_string_is_written_so_it_reads_back_unchanged() {
             _ => Err(format!("{s:?} in a flow map as {q}")),
         }
     };
-    for s in TRICKY {
-        check(s).unwrap_or_else(|e| panic!("{e}"));
-    }
-    runner()
-        .run(&tricky(), |s| {
-            check(&s).map_err(TestCaseError::fail)?;
-            Ok(())
-        })
-        .unwrap();
+    on_every_tricky_string(check);
 }
 
 fn config_with(name: &str) -> Option<Config> {
@@ -242,13 +249,5 @@ fn names_overrides_and_members_round_trip_through_the_emitter() {
             "the loader refused {s:?}"
         );
     }
-    for s in TRICKY {
-        check(s).unwrap_or_else(|e| panic!("{e}"));
-    }
-    runner()
-        .run(&tricky(), |s| {
-            check(&s).map_err(TestCaseError::fail)?;
-            Ok(())
-        })
-        .unwrap();
+    on_every_tricky_string(check);
 }
