@@ -43,10 +43,19 @@ pub mod limited_by {
         (LimitedBy::Deny, "deny"),
     ];
 
+    /// The name of `value`, or `None` for none (or a number the proto
+    /// does not define).
+    pub fn name(value: i32) -> Option<&'static str> {
+        NAMES
+            .iter()
+            .find(|(l, _)| *l as i32 == value)
+            .map(|(_, name)| *name)
+    }
+
     /// Writes the name, or `null` for none.
     pub fn serialize<S: Serializer>(value: &i32, s: S) -> Result<S::Ok, S::Error> {
-        match NAMES.iter().find(|(l, _)| *l as i32 == *value) {
-            Some((_, name)) => s.serialize_str(name),
+        match name(*value) {
+            Some(name) => s.serialize_str(name),
             None => s.serialize_none(),
         }
     }

@@ -14,6 +14,7 @@
 
 #![deny(missing_docs)]
 
+pub mod answer_json;
 pub mod json;
 
 /// The native API, generated from `proto/tollgate/v1/tollgate.proto`.

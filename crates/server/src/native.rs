@@ -54,7 +54,7 @@ pub async fn rate<S: Store>(
         Ok(r) => app.service().request(&r).await,
         Err(e) => Err(e),
     };
-    metrics::histogram!(m::LATENCY, "surface" => surface).record(started.elapsed().as_secs_f64());
+    m::latency(surface, started.elapsed().as_secs_f64());
     if app.spans_on() {
         let ended = app.now();
         let (outcome, granted) = match &result {

@@ -116,7 +116,7 @@ pub(crate) async fn decide<S: Store>(
     let started = Instant::now();
     let mut traced = Traced::default();
     let result = answer(app, req, headers, surface, &mut traced).await;
-    metrics::histogram!(m::LATENCY, "surface" => surface).record(started.elapsed().as_secs_f64());
+    m::latency(surface, started.elapsed().as_secs_f64());
     if let Err(e) = &result {
         m::error(surface, e.reason());
     }

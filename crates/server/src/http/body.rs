@@ -8,8 +8,9 @@ use std::error::Error as _;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, JsonRejection};
+use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, Request, State};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
@@ -112,28 +113,35 @@ impl<S: Store, T: DeserializeOwned> FromRequest<Http<S>> for OptionalJsonBody<T>
     }
 }
 
-/// The whole body, within the router's `DefaultBodyLimit` and the port's
-/// body timeout.
+/// The whole body, within `max_body` bytes and the port's body timeout.
+///
+/// Read here rather than by axum's `Bytes` extractor, which learns the
+/// limit from a `DefaultBodyLimit` layer: that layer and the rejection
+/// it makes cost every request of every route, for the one check done
+/// here.
 async fn read<S: Store>(req: Request, state: &Http<S>) -> Result<Bytes, ApiError> {
-    Bytes::from_request(req, state).await.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+    let body = Limited::new(req.into_body(), state.max_body);
+    match body.collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<LengthLimitError>() => {
             m::error("http", "body_too_large");
-            too_large(state.max_body)
-        } else if let Some(late) = timed_out(&rejection) {
-            m::error("http", "body_timeout");
-            body_timeout(late.0)
-        } else {
-            fail(malformed(format!(
-                "cannot read the request body: {}",
-                rejection.body_text()
-            )))
+            Err(too_large(state.max_body))
         }
-    })
+        Err(e) => {
+            if let Some(late) = timed_out(&*e) {
+                m::error("http", "body_timeout");
+                return Err(body_timeout(late.0));
+            }
+            Err(fail(malformed(format!(
+                "cannot read the request body: Failed to buffer the request body: {e}"
+            ))))
+        }
+    }
 }
 
-/// The body timeout that cut `rejection` short, if that is what did.
-fn timed_out(rejection: &BytesRejection) -> Option<&BodyTimedOut> {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = rejection.source();
+/// The body timeout that cut `e` short, if that is what did.
+fn timed_out<'e>(e: &'e (dyn std::error::Error + 'static)) -> Option<&'e BodyTimedOut> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(e) = source {
         if let Some(late) = e.downcast_ref::<BodyTimedOut>() {
             return Some(late);
@@ -201,6 +209,12 @@ fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         return Err(fail(malformed(format!(
             "the request body is not UTF-8: {e}"
         ))));
+    }
+    // Straight to serde_json: axum's `Json` tracks the path to every value
+    // for its error message, which costs on every body, so it is asked
+    // only to describe a body serde_json refused (it parses the same way).
+    if let Ok(value) = serde_json::from_slice(bytes) {
+        return Ok(value);
     }
     Json::<T>::from_bytes(bytes)
         .map(|Json(v)| v)

@@ -89,7 +89,21 @@ pub fn router<S: Store>(app: Arc<App<S>>, max_body: usize) -> axum::Router {
         .route("/v1/seize", post(api::seize::<S>))
         .route("/v1/holds/{id}/renew", post(api::renew::<S>))
         .route("/v1/holds/{id}", delete(api::drop_hold::<S>))
-        .route("/json", post(crate::rls_json::json::<S>))
+        // `/json` reads its body with axum's own extractor, which knows
+        // the limit from `DefaultBodyLimit` and answers a body over it in
+        // plain text: the layers that say the limit and give the answer
+        // the API's error shape apply to it alone (every other route
+        // reads its body through `body::JsonBody`, which does both), so
+        // the other routes do not pay for them on every request.
+        .route(
+            "/json",
+            post(crate::rls_json::json::<S>)
+                .layer(DefaultBodyLimit::max(max_body))
+                .layer(map_response_with_state(
+                    state.clone(),
+                    body::too_large_as_json::<S>,
+                )),
+        )
         .route("/v1/config", get(admin::config::<S>))
         .route("/status", get(admin::status::<S>))
         .route("/healthz", get(admin::healthz))
@@ -105,10 +119,5 @@ pub fn router<S: Store>(app: Arc<App<S>>, max_body: usize) -> axum::Router {
         .fallback(body::not_found)
         // Applies to the routes above only, so it must come after them.
         .method_not_allowed_fallback(body::method_not_allowed)
-        .layer(DefaultBodyLimit::max(max_body))
-        .layer(map_response_with_state(
-            state.clone(),
-            body::too_large_as_json::<S>,
-        ))
         .with_state(state)
 }

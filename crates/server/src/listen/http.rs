@@ -40,7 +40,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, Sleep};
 use tokio_rustls::TlsAcceptor;
@@ -279,7 +279,6 @@ struct Activity {
     /// read (the first byte of the next head) starts the header deadline
     /// without every read taking the lock.
     idle_h1: AtomicBool,
-    changed: Notify,
 }
 
 struct State {
@@ -307,7 +306,6 @@ impl Activity {
                 closing: false,
             }),
             idle_h1: AtomicBool::new(false),
-            changed: Notify::new(),
         }
     }
 
@@ -323,7 +321,6 @@ impl Activity {
         state.h2 |= version == Version::HTTP_2;
         self.idle_h1.store(false, Ordering::Release);
         drop(state);
-        self.changed.notify_waiters();
         InFlight(Arc::clone(self))
     }
 
@@ -340,8 +337,6 @@ impl Activity {
             self.idle_h1
                 .store(!state.h2 && !state.closing, Ordering::Release);
         }
-        drop(state);
-        self.changed.notify_waiters();
     }
 
     /// Bytes arrived: on an idle HTTP/1 connection, the next head has
@@ -354,8 +349,6 @@ impl Activity {
         if state.in_flight == 0 && state.waiting.0 == Phase::Idle {
             state.waiting = (Phase::Header, Instant::now() + self.header_timeout);
         }
-        drop(state);
-        self.changed.notify_waiters();
     }
 
     /// How long a connection being closed may sit with nothing in flight
@@ -372,34 +365,34 @@ impl Activity {
         state.closing = true;
         state.waiting = (Phase::Idle, Instant::now() + self.linger());
         self.idle_h1.store(false, Ordering::Release);
-        drop(state);
-        self.changed.notify_waiters();
     }
 
     /// Completes when the connection's current deadline passes.
+    ///
+    /// Nothing wakes it when the state changes: a wake-up per request
+    /// (and the timer it re-armed) cost more than the rest of the
+    /// listener's work for the request. Instead it sleeps until the
+    /// deadline or [`Activity::linger`] from now, whichever comes first,
+    /// and looks again. That is never late: every deadline is set at
+    /// least `linger` after the moment it is set (the header and idle
+    /// timeouts are each at least `linger`), so none can fall before a
+    /// wake-up armed earlier.
     async fn expired(&self) -> Phase {
         loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            // Registered before the state is read: a change after the read
-            // wakes this wait.
-            changed.as_mut().enable();
-            let deadline = {
+            let now = Instant::now();
+            let wake = {
                 let state = self.lock();
-                (state.in_flight == 0).then_some(state.waiting)
-            };
-            match deadline {
-                None => changed.await,
-                Some((phase, at)) => {
-                    if at <= Instant::now() {
+                if state.in_flight == 0 {
+                    let (phase, at) = state.waiting;
+                    if at <= now {
                         return phase;
                     }
-                    tokio::select! {
-                        () = changed => {}
-                        () = tokio::time::sleep_until(at) => {}
-                    }
+                    at.min(now + self.linger())
+                } else {
+                    now + self.linger()
                 }
-            }
+            };
+            tokio::time::sleep_until(wake).await;
         }
     }
 }

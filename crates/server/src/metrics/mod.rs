@@ -5,6 +5,8 @@
 pub use metrics_exporter_prometheus::PrometheusHandle;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
+mod handles;
+
 /// Decisions, by `surface`, `namespace`, `resource` and `outcome`
 /// (`granted` / `rejected` / `error`).
 pub const DECISIONS: &str = "tollgate_decisions_total";
@@ -68,6 +70,7 @@ pub fn install() -> Result<PrometheusHandle, String> {
         .map_err(|e| e.to_string())?
         .install_recorder()
         .map_err(|e| e.to_string())?;
+    handles::recorder_installed();
     describe();
     describe_connections();
     tollgate_store::MemoryStore::describe_metrics();
@@ -162,21 +165,30 @@ pub fn rate_decision(
     granted: u64,
 ) {
     let (ns, res) = if known {
-        (namespace.to_owned(), resource.to_owned())
+        (namespace, resource)
     } else {
-        ("_unconfigured".to_owned(), "_unconfigured".to_owned())
+        (UNCONFIGURED, UNCONFIGURED)
     };
-    let outcome = if allowed { "granted" } else { "rejected" };
-    metrics::counter!(DECISIONS, "surface" => surface, "namespace" => ns.clone(), "resource" => res.clone(), "outcome" => outcome).increment(1);
-    if granted > 0 {
-        metrics::counter!(HITS, "namespace" => ns, "resource" => res).increment(granted);
-    }
+    handles::with(surface, ns, res, |h| {
+        h.decision(allowed).increment(1);
+        if granted > 0 {
+            h.hits().increment(granted);
+        }
+    });
 }
+
+/// The label of names the config does not know.
+const UNCONFIGURED: &str = "_unconfigured";
 
 /// Records a grant that left at most a tenth of its limit, for a
 /// configured resource (names are labels only then, as for decisions).
 pub fn near_limit(surface: &'static str, namespace: &str, resource: &str) {
-    metrics::counter!(NEAR_LIMIT, "surface" => surface, "namespace" => namespace.to_owned(), "resource" => resource.to_owned()).increment(1);
+    handles::with(surface, namespace, resource, |h| h.near_limit().increment(1));
+}
+
+/// Records how long a decision took, in seconds, on `surface`.
+pub fn latency(surface: &'static str, seconds: f64) {
+    handles::record_latency(surface, seconds);
 }
 
 /// Records a request the service refused with an error.
