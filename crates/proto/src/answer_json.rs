@@ -131,14 +131,16 @@ mod tests {
     use crate::v1::LimitedBy;
 
     fn tier() -> impl Strategy<Value = Option<TierContext>> {
-        proptest::option::of((any::<u32>(), any::<u64>(), any::<u64>(), any::<bool>()).prop_map(
-            |(index, limit, hits, burst)| TierContext {
-                index,
-                limit,
-                hits,
-                burst,
-            },
-        ))
+        proptest::option::of(
+            (any::<u32>(), any::<u64>(), any::<u64>(), any::<bool>()).prop_map(
+                |(index, limit, hits, burst)| TierContext {
+                    index,
+                    limit,
+                    hits,
+                    burst,
+                },
+            ),
+        )
     }
 
     fn response() -> impl Strategy<Value = RateResponse> {
@@ -202,6 +204,9 @@ mod tests {
         };
         let mut out = Vec::new();
         write_rate_response(&r, &mut out);
-        assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(&r).unwrap());
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            serde_json::to_string(&r).unwrap()
+        );
     }
 }

@@ -544,3 +544,86 @@ fn top_denied_domains_are_served_only_to_an_admin_token() {
         "{stderr}"
     );
 }
+
+/// The decision metrics are counted per surface, name and outcome, exactly,
+/// through the per-thread cache of metric handles: granted and rejected
+/// apart, hits, near-limit grants, names the config does not know under
+/// `_unconfigured`, and the latency histogram per surface.
+#[test]
+fn decision_metrics_count_each_surface_name_and_outcome_exactly() {
+    let dir = Sandbox::new("serve-metrics");
+    let config = dir.write(
+        "tollgate.yaml",
+        "namespaces:
+  - name: default
+    allow_unconfigured: true
+    resources:
+      - { name: api, algorithm: token_bucket, capacity: 5, rate: 1/day }
+      - { name: wide, algorithm: token_bucket, capacity: 1000, rate: 1/day }
+",
+    );
+    let server = Serving::start_config(&dir, &config, &[], &[]);
+    let ask = |resource: &str, hits: u64| {
+        let body = format!(
+            r#"{{"namespace":"default","resource":"{resource}","domain":"acme","hits":{hits}}}"#
+        );
+        server.json("POST", "/v1/request", Some(&body)).0
+    };
+    // 5 grants of 1 (the last leaves nothing: near the limit), 2 refused.
+    let statuses: Vec<u16> = (0..7).map(|_| ask("api", 1)).collect();
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 429, 429]);
+    // 3 grants of 2 hits on a wide limit: never near it.
+    for _ in 0..3 {
+        assert_eq!(ask("wide", 2), 200);
+    }
+    // Names the config does not know: one label for all of them.
+    for name in ["x1", "x2", "x3", "x4"] {
+        assert_eq!(ask(name, 1), 200);
+    }
+    let (_, metrics) = server.http("GET", "/metrics", None);
+    let value = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("{series} missing from:\n{metrics}"))
+            .parse()
+            .unwrap()
+    };
+    let decisions = |ns: &str, res: &str, outcome: &str| {
+        value(&format!(
+            r#"tollgate_decisions_total{{surface="http",namespace="{ns}",resource="{res}",outcome="{outcome}"}}"#
+        ))
+    };
+    assert_eq!(decisions("default", "api", "granted"), 5.0);
+    assert_eq!(decisions("default", "api", "rejected"), 2.0);
+    assert_eq!(decisions("default", "wide", "granted"), 3.0);
+    assert_eq!(decisions("_unconfigured", "_unconfigured", "granted"), 4.0);
+    assert_eq!(
+        value(r#"tollgate_hits_granted_total{namespace="default",resource="api"}"#),
+        5.0
+    );
+    assert_eq!(
+        value(r#"tollgate_hits_granted_total{namespace="default",resource="wide"}"#),
+        6.0
+    );
+    assert_eq!(
+        value(r#"tollgate_near_limit_total{surface="http",namespace="default",resource="api"}"#),
+        1.0
+    );
+    assert!(
+        !metrics.contains(
+            r#"tollgate_near_limit_total{surface="http",namespace="default",resource="wide"}"#
+        ),
+        "a limit never neared has no near-limit series:\n{metrics}"
+    );
+    assert!(
+        !metrics.contains(r#"resource="wide",outcome="rejected""#),
+        "no rejection, no rejected series:\n{metrics}"
+    );
+    assert_eq!(
+        value(r#"tollgate_decision_seconds_count{surface="http"}"#),
+        14.0
+    );
+    let (code, _) = server.terminate();
+    assert_eq!(code, Some(0));
+}

@@ -7,11 +7,11 @@
 
 use std::sync::Arc;
 
+use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use axum::body::Body;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, StatusCode};
 use tollgate_core::Nanos;

@@ -183,7 +183,9 @@ const UNCONFIGURED: &str = "_unconfigured";
 /// Records a grant that left at most a tenth of its limit, for a
 /// configured resource (names are labels only then, as for decisions).
 pub fn near_limit(surface: &'static str, namespace: &str, resource: &str) {
-    handles::with(surface, namespace, resource, |h| h.near_limit().increment(1));
+    handles::with(surface, namespace, resource, |h| {
+        h.near_limit().increment(1)
+    });
 }
 
 /// Records how long a decision took, in seconds, on `surface`.
