@@ -215,6 +215,11 @@ struct Shard<S> {
     len: AtomicUsize,
 }
 
+/// What a shard's lock guards. Aligned to its own cache line(s), apart
+/// from the lock word: the table's header changes only under the write
+/// lock, so readers on several cores keep it cached side by side, while
+/// the lock word they all write to moves between them.
+#[repr(align(128))]
 struct ShardInner<S> {
     table: HashTable<Slot<S>>,
     /// When this shard was last swept, to rate-limit capacity sweeps.
@@ -406,7 +411,17 @@ impl<P: Policy> Table<P> {
         decide: impl FnOnce(&Limit, &P::State) -> Option<T>,
     ) -> Option<T> {
         let hash = self.hash(key);
-        let inner = self.shards[self.shard_of(hash)].inner.read();
+        let lock = &self.shards[self.shard_of(hash)].inner;
+        // `try_read` first: when only readers hold the lock it retries a
+        // lost compare-and-swap on the reader count at once, where `read`
+        // backs off with growing runs of `pause` — which, with two threads
+        // reading one hot key, cost more than the decision itself
+        // (`docs/benchmarks.md`). It fails only if a writer holds or awaits
+        // the lock; `read` then waits, parked.
+        let inner = match lock.try_read() {
+            Some(inner) => inner,
+            None => lock.read(),
+        };
         let slot = inner.table.find(hash, |s| s.key == *key)?;
         if !Arc::ptr_eq(&slot.limit, arc) {
             return None;
