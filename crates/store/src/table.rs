@@ -110,7 +110,9 @@ pub struct TableOptions {
 /// and must not lock the table.
 pub trait Policy: Send + Sync + 'static {
     /// The state kept per key (with the key's [`Limit`]). `Clone` so that
-    /// a decision refused at capacity can be undone ([`AtCapacity::Reject`]).
+    /// a decision refused at capacity can be undone ([`AtCapacity::Reject`]);
+    /// `Sync` because decisions under a shard's read lock share it
+    /// ([`Table::decide_shared`]).
     type State: Send + Sync + Clone;
 
     /// The state of a key that is not stored.
