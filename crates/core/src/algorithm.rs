@@ -45,7 +45,9 @@ pub trait Algorithm {
 
     /// [`Algorithm::decide`], also reporting the room it found and whether
     /// the state is idle afterwards: everything a store needs to decide a
-    /// one-limit plan in one call.
+    /// one-limit plan in one call. Inlined where it can be, so that a
+    /// store's single-limit path is one piece of code per algorithm.
+    #[inline]
     fn decide_alone(&self, state: &mut Self::State, now: Nanos, request: Hits) -> Alone {
         // A malformed request (min_hits > hits) is rejected by the grant
         // rule; its room is still reported, as a plan reports it.

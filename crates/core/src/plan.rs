@@ -125,11 +125,13 @@ pub struct OneDecision {
 }
 
 /// Decides a one-limit plan in [`Mode::Try`]: the same answer as [`decide`]
-/// on one entry, without building the plan machinery.
+/// on one entry, without building the plan machinery. Generic, so that a
+/// store that knows the concrete algorithm (the memory store's GCRA path)
+/// decides without dispatching on [`Limit`].
 #[inline]
-pub fn decide_one(
-    limit: &Limit,
-    state: &mut LimitState,
+pub fn decide_one<A: Algorithm>(
+    limit: &A,
+    state: &mut A::State,
     shadow: bool,
     now: Nanos,
     request: Hits,

@@ -19,7 +19,9 @@
 //! - `governor-u64`: governor's best case, integer keys.
 //!
 //! Environment: `VERSUS_ROUNDS` (default 40), `VERSUS_FILTER` (a substring
-//! of the scenario names to run).
+//! of the scenario names to run), `VERSUS_CHUNK` (decisions per thread in
+//! a chunk, default 200,000: shorter chunks find more undisturbed windows
+//! on a busy machine, at the price of timer and thread-start overhead).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark: failing loudly is right
 
@@ -36,6 +38,7 @@ use tollgate_store::{Key, LimitId, MemoryStore, Plan};
 mod tsc;
 use tsc::TscClock;
 
+/// Decisions per thread in a chunk, unless `VERSUS_CHUNK` says otherwise.
 const CHUNK: usize = 200_000;
 const MANY: usize = 1_000_000;
 
@@ -55,12 +58,12 @@ fn shuffled(n: usize) -> Vec<usize> {
     order
 }
 
-/// Runs `CHUNK` decisions over `keys`, round and round.
+/// Runs `chunk` decisions over `keys`, round and round.
 #[inline(always)]
-fn walk<F: Fn(usize) -> bool>(keys: &[usize], f: &F) {
+fn walk<F: Fn(usize) -> bool>(keys: &[usize], chunk: usize, f: &F) {
     let mut ok = 0u64;
     let mut k = 0;
-    for _ in 0..CHUNK {
+    for _ in 0..chunk {
         ok += u64::from(f(keys[k]));
         // No `%`: a runtime division per decision would blur both sides.
         k += 1;
@@ -72,30 +75,45 @@ fn walk<F: Fn(usize) -> bool>(keys: &[usize], f: &F) {
 }
 
 /// Nanoseconds per decision (aggregate over threads) for one chunk: each
-/// thread walks its own slice of `order` (or all of it, when shared).
-fn chunk<F: Fn(usize) -> bool + Sync>(threads: usize, order: &[usize], shared: bool, f: &F) -> f64 {
+/// thread walks its own slice of `order` (or all of it, when shared). The
+/// clock runs from the first thread leaving the barrier to the last one
+/// finishing, so starting threads is not counted (it would weigh on short
+/// chunks).
+fn chunk<F: Fn(usize) -> bool + Sync>(
+    threads: usize,
+    order: &[usize],
+    shared: bool,
+    decisions: usize,
+    f: &F,
+) -> f64 {
     let barrier = Barrier::new(threads);
     let per = if shared {
         order.len()
     } else {
         order.len() / threads
     };
-    let start = Instant::now();
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            let barrier = &barrier;
-            let mine = if shared {
-                order
-            } else {
-                &order[t * per..(t + 1) * per]
-            };
-            s.spawn(move || {
-                barrier.wait();
-                walk(mine, f);
-            });
-        }
+    let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let barrier = &barrier;
+                let mine = if shared {
+                    order
+                } else {
+                    &order[t * per..(t + 1) * per]
+                };
+                s.spawn(move || {
+                    barrier.wait();
+                    let start = Instant::now();
+                    walk(mine, decisions, f);
+                    (start, Instant::now())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    start.elapsed().as_nanos() as f64 / (CHUNK * threads) as f64
+    let start = spans.iter().map(|s| s.0).min().unwrap();
+    let end = spans.iter().map(|s| s.1).max().unwrap();
+    (end - start).as_nanos() as f64 / (decisions * threads) as f64
 }
 
 // Each contender decides behind a function that is never inlined into the
@@ -104,18 +122,21 @@ fn chunk<F: Fn(usize) -> bool + Sync>(threads: usize, order: &[usize], shared: b
 // happened to be compiled (inlined, they moved by 15 to 50% with
 // unrelated changes to this file).
 
+// tollgate's whole answer goes through `black_box`: only `allowed` is used
+// here, and once the store's decision is inlined into these functions the
+// compiler would otherwise skip what a server encodes (remaining, retry
+// and reset times, with their division).
+
 #[inline(never)]
 fn tollgate_decide(store: &MemoryStore, key: &Key, limit: &Arc<Limit>, now: Nanos) -> bool {
-    store
-        .decide_limit(key, limit, now, Hits::exactly(1))
-        .is_ok_and(|d| d.allowed)
+    let d = store.decide_limit(key, limit, now, Hits::exactly(1));
+    black_box(&d).as_ref().is_ok_and(|d| d.allowed)
 }
 
 #[inline(never)]
 fn tollgate_plan_decide(store: &MemoryStore, plan: &Plan, now: Nanos) -> bool {
-    store
-        .decide_now(plan, now, Hits::exactly(1), Mode::Try)
-        .is_ok_and(|d| d.allowed)
+    let d = store.decide_now(plan, now, Hits::exactly(1), Mode::Try);
+    black_box(&d).as_ref().is_ok_and(|d| d.allowed)
 }
 
 #[inline(never)]
@@ -135,6 +156,10 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(40);
     let filter = std::env::var("VERSUS_FILTER").unwrap_or_default();
+    let decisions: usize = std::env::var("VERSUS_CHUNK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(CHUNK);
     let scenarios: [(&str, usize, usize, bool); 5] = [
         ("1t_hot", 1, 1, false),
         ("1t_1M", 1, MANY, false),
@@ -143,7 +168,7 @@ fn main() {
         ("2t_shared_hot", 2, 1, true),
     ];
     println!(
-        "best of {rounds} interleaved chunks of {CHUNK} decisions per thread; ns per decision"
+        "best of {rounds} interleaved chunks of {decisions} decisions per thread; ns per decision"
     );
     println!();
     println!("| scenario | tollgate | tollgate-plan | governor (String) | governor (u64) | tollgate ÷ governor (String) | tollgate ÷ governor (u64) |");
@@ -188,10 +213,10 @@ fn main() {
             let governor_u = |j: usize| governor_u64(&gov_u, j as u64);
             let mut best = [f64::MAX; 4];
             for _ in 0..rounds {
-                best[0] = best[0].min(chunk(threads, &order, shared, &tollgate));
-                best[2] = best[2].min(chunk(threads, &order, shared, &governor_s));
-                best[1] = best[1].min(chunk(threads, &order, shared, &tollgate_plan));
-                best[3] = best[3].min(chunk(threads, &order, shared, &governor_u));
+                best[0] = best[0].min(chunk(threads, &order, shared, decisions, &tollgate));
+                best[2] = best[2].min(chunk(threads, &order, shared, decisions, &governor_s));
+                best[1] = best[1].min(chunk(threads, &order, shared, decisions, &tollgate_plan));
+                best[3] = best[3].min(chunk(threads, &order, shared, decisions, &governor_u));
             }
             println!(
                 "| {name} | {:.1} | {:.1} | {:.1} | {:.1} | **{:.2}** | {:.2} |",

@@ -29,7 +29,7 @@ impl fmt::Display for LimitId {
 }
 
 /// The key of one limit's state for one domain.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Key {
     /// Which limit.
     pub limit: LimitId,
@@ -75,16 +75,33 @@ impl Scope {
     }
 }
 
-impl std::hash::Hash for Scope {
-    /// Hashes the name only (the representation is canonical, so this
-    /// agrees with `Eq`): a short name takes the hasher's short-input path.
+impl std::hash::Hash for Key {
+    /// A key with a short scope (nearly all of them) is hashed as two
+    /// 128-bit words: the limit id and the scope's canonical inline bytes
+    /// with its length. foldhash takes each in one folded multiply, where
+    /// hashing the id and the name's bytes separately took its
+    /// variable-length path and three times the instructions, on the path
+    /// of every decision (`docs/benchmarks.md`). The inline form is
+    /// canonical and zero-padded, so equal keys hash equally.
+    #[inline]
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        match self {
+        match &self.scope {
             Scope::Inline { len, bytes } => {
-                state.write(&bytes[..usize::from(*len)]);
-                state.write_u8(0xff);
+                let mut words = [0u8; 24];
+                words[..INLINE].copy_from_slice(bytes);
+                words[23] = *len;
+                let word = |i: usize| {
+                    let mut w = [0u8; 8];
+                    w.copy_from_slice(&words[i * 8..i * 8 + 8]);
+                    u128::from(u64::from_le_bytes(w))
+                };
+                state.write_u128(u128::from(self.limit.0) | word(0) << 64);
+                state.write_u128(word(1) | word(2) << 64);
             }
-            Scope::Heap(s) => s.hash(state),
+            Scope::Heap(name) => {
+                state.write_u64(self.limit.0);
+                name.hash(state);
+            }
         }
     }
 }

@@ -20,26 +20,38 @@
 //! hits) -> decision`; the store only owns atomicity (governor's habit:
 //! the limiter applies a pure update atomically, the algorithm never knows
 //! how). Here atomicity is a lock around the state, kept in the keyed-state
-//! table [`crate::table`] shares with the replicated store:
+//! table [`crate::table`] shares with the replicated store, and for GCRA
+//! (and the leaky bucket, the same state) a compare-and-swap:
 //!
 //! - Keys are hashed once (foldhash) into a boxed slice of shards, each a
-//!   `parking_lot::Mutex` around a `hashbrown::HashTable`, padded to its own
-//!   cache line so two cores working on different shards never invalidate
-//!   each other's line. With many shards, two requests rarely meet on one
-//!   lock unless they use the same key — and then they must serialise anyway.
+//!   `parking_lot::RwLock` around a `hashbrown::HashTable`, padded to its
+//!   own cache line so two cores working on different shards never
+//!   invalidate each other's line. With many shards, two requests rarely
+//!   meet on one lock unless they use the same key.
 //! - A one-limit plan (the common case) takes one hash, one lock and one
 //!   probe, and decides the state in place. In `Try` mode it calls the
 //!   core's `plan::decide_one`, one dispatch for room, commit and the idle
 //!   check, and builds the half-kilobyte `PlanDecision` only after
 //!   unlocking (`docs/benchmarks.md`).
+//! - A stored GCRA or leaky-bucket state is one timestamp, kept in an
+//!   atomic (`Stored`): a one-limit decision on it takes the shard's *read*
+//!   lock, decides on a copy, and stores the new timestamp with one
+//!   compare-and-swap (deciding again if another thread got there first),
+//!   governor's design. A rejection only reads, so threads rejected on one
+//!   hot key are answered side by side instead of taking turns. What this
+//!   path cannot do (store a new key, drop a state left idle, follow a
+//!   reloaded limit) it leaves to the write lock, having changed nothing.
+//!   Every other algorithm's state, being larger than one word, is decided
+//!   under the write lock.
 //! - A plan over several keys locks every shard it touches in ascending
 //!   index order (so two plans can never wait on each other in a cycle),
 //!   takes the states out, runs [`tollgate_core::plan::decide`] over them
-//!   and writes them back. Holding all the locks for the whole decision is
-//!   what makes it all or nothing: nobody can observe or change one limit
-//!   between the room check and the commit of another.
+//!   and writes them back. Holding all the write locks for the whole
+//!   decision is what makes it all or nothing: nobody can observe or change
+//!   one limit between the room check and the commit of another, not even
+//!   a compare-and-swap, which only runs under a read lock.
 //! - Nothing awaits while a shard lock is held — every decision is plain
-//!   synchronous arithmetic — so a blocking mutex is right, and the
+//!   synchronous arithmetic — so a blocking lock is right, and the
 //!   [`Store`] futures are ready on their first poll.
 //!
 //! # Memory bound and behaviour at the cap
@@ -91,11 +103,13 @@
 
 use std::fmt;
 use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use hashbrown::HashMap;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
+use tollgate_core::algorithms::gcra::GcraState;
 use tollgate_core::copies::{CopyError, CopyLimits, CopyPool, Groups, Reservation, TransferId};
 use tollgate_core::plan::{self, PlanEntry};
 use tollgate_core::{Algorithm, Decision, Hits, Limit, LimitState, Mode, Nanos, PlanDecision};
@@ -185,21 +199,24 @@ pub struct MemoryStore {
     pools: Mutex<Pools>,
 }
 
-/// How the memory store keeps its states: a bare [`LimitState`], forgotten
-/// as soon as it is idle (equivalent to a fresh one now and later), and
+/// How the memory store keeps its states: a [`Stored`] state, forgotten as
+/// soon as it is idle (equivalent to a fresh one now and later), and
 /// capacity events counted in the store's metrics.
 struct MemoryPolicy;
 
 impl Policy for MemoryPolicy {
-    type State = LimitState;
+    type State = Stored;
 
     #[inline]
-    fn fresh(&self, limit: &Limit) -> LimitState {
-        limit.fresh()
+    fn fresh(&self, limit: &Limit) -> Stored {
+        Stored::new(limit.fresh())
     }
 
-    fn is_dead(&self, limit: &Limit, state: &LimitState, now: Nanos) -> bool {
-        limit.is_idle(state, now)
+    fn is_dead(&self, limit: &Limit, state: &Stored, now: Nanos) -> bool {
+        match state {
+            Stored::Tat(tat) => limit.is_idle(&tat_state(tat.load(Ordering::Relaxed)), now),
+            Stored::Any(state) => limit.is_idle(state, now),
+        }
     }
 
     fn record(&self, events: &Events, keys: usize) {
@@ -215,6 +232,143 @@ impl Policy for MemoryPolicy {
         }
         metrics::gauge!(KEYS_GAUGE).set(keys as f64);
     }
+}
+
+/// A limit state as the memory store keeps it.
+///
+/// GCRA's and the leaky bucket's state is one timestamp, the theoretical
+/// arrival time: it is kept in an atomic, so that a single-limit decision
+/// on it runs under its shard's *read* lock ([`Table::decide_shared`]) and
+/// applies its new state with one compare-and-swap, as governor does. A
+/// rejection then changes nothing and only reads, so threads rejected on
+/// one hot key are answered side by side instead of taking turns. Every
+/// other state, and every decision that needs more (a plan over several
+/// keys, a new key, a state left idle), is decided under the write lock,
+/// which no shared decision holds at the same time.
+///
+/// Invariant: `Any` never holds a [`LimitState::Gcra`] ([`Stored::new`]).
+enum Stored {
+    /// A [`GcraState`]'s `tat`, in nanoseconds since the Unix epoch.
+    Tat(AtomicU64),
+    /// Any other algorithm's state.
+    Any(LimitState),
+}
+
+/// A GCRA state at `tat`.
+#[inline(always)]
+fn tat_state(tat: u64) -> LimitState {
+    LimitState::Gcra(GcraState {
+        tat: Nanos::new(tat),
+    })
+}
+
+impl Stored {
+    /// `state` in its kept form.
+    #[inline]
+    fn new(state: LimitState) -> Stored {
+        match state {
+            LimitState::Gcra(s) => Stored::Tat(AtomicU64::new(s.tat.as_u64())),
+            other => Stored::Any(other),
+        }
+    }
+
+    /// The state in place, for exclusive access (under the write lock); a
+    /// [`Stored::Tat`] is unpacked first. Give it back its kept form with
+    /// [`Stored::pack`] once done.
+    #[inline(always)]
+    fn unpacked(&mut self) -> &mut LimitState {
+        match self {
+            Stored::Any(state) => state,
+            Stored::Tat(_) => self.unpack(),
+        }
+    }
+
+    /// Makes a [`Stored::Tat`] the `Any` it stands for. Out of line: a
+    /// stored GCRA state is decided under the read lock, and comes here
+    /// only for what that path cannot do (a new key, a state left idle, a
+    /// plan over several keys).
+    #[inline(never)]
+    fn unpack(&mut self) -> &mut LimitState {
+        if let Stored::Tat(tat) = self {
+            *self = Stored::Any(tat_state(*tat.get_mut()));
+        }
+        match self {
+            Stored::Any(state) => state,
+            // Not reached (just unpacked); unpacking again keeps this total
+            // without a panic.
+            Stored::Tat(_) => self.unpack(),
+        }
+    }
+
+    /// Restores the kept form after [`Stored::unpacked`]: a GCRA state,
+    /// unpacked or fresh (one that replaced another algorithm's state when
+    /// parameters changed under a key), goes back into the atomic.
+    #[inline(always)]
+    fn pack(&mut self) {
+        if let Stored::Any(LimitState::Gcra(state)) = self {
+            *self = Stored::Tat(AtomicU64::new(state.tat.as_u64()));
+        }
+    }
+}
+
+impl Clone for Stored {
+    fn clone(&self) -> Stored {
+        match self {
+            Stored::Tat(tat) => Stored::Tat(AtomicU64::new(tat.load(Ordering::Relaxed))),
+            Stored::Any(state) => Stored::Any(state.clone()),
+        }
+    }
+}
+
+/// Decides a virtual-time state shared by several threads: `decide` runs
+/// on a copy of the state read from `cell`, and its new state is stored by
+/// compare-and-swap, deciding again from the current state if another
+/// thread changed it meanwhile. A decision that changes nothing (a
+/// rejection) is one load. `None`, having changed nothing, when the state
+/// would be left idle (it must then be removed, under the write lock).
+#[inline(always)]
+fn decide_tat<T>(
+    cell: &AtomicU64,
+    decide: impl Fn(&mut GcraState) -> Option<(T, bool)>,
+) -> Option<T> {
+    // Relaxed: the state is this one word, and nothing else is published
+    // through it; the shard's lock orders it against exclusive access.
+    let mut seen = cell.load(Ordering::Relaxed);
+    loop {
+        let mut state = GcraState {
+            tat: Nanos::new(seen),
+        };
+        let (out, idle) = decide(&mut state)?;
+        if idle {
+            return None;
+        }
+        let after = state.tat.as_u64();
+        if after == seen {
+            return Some(out);
+        }
+        match cell.compare_exchange_weak(seen, after, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return Some(out),
+            Err(current) => seen = current,
+        }
+    }
+}
+
+/// Whether `limit`'s state is kept packed in a [`Stored::Tat`].
+#[inline(always)]
+fn packed(limit: &Limit) -> bool {
+    matches!(limit, Limit::Gcra(_) | Limit::LeakyBucket(_))
+}
+
+/// One algorithm's decision, and whether it left the state idle.
+#[inline(always)]
+fn alone<A: Algorithm>(
+    alg: &A,
+    state: &mut A::State,
+    now: Nanos,
+    request: Hits,
+) -> (Decision, bool) {
+    let alone = alg.decide_alone(state, now, request);
+    (alone.decision, alone.idle)
 }
 
 #[derive(Default)]
@@ -341,9 +495,52 @@ impl MemoryStore {
         now: Nanos,
         request: Hits,
     ) -> Result<Decision, StoreError> {
-        self.table.decide_one(key, limit, now, |limit, state| {
-            let alone = limit.decide_alone(state, now, request);
-            (alone.decision, Effect::after(alone.idle))
+        if packed(limit) {
+            let shared = self.decide_shared(key, limit, |limit, s| match limit {
+                Limit::Gcra(a) => Some(alone(a, s, now, request)),
+                Limit::LeakyBucket(a) => Some(alone(a, s, now, request)),
+                _ => None,
+            });
+            if let Some(decision) = shared {
+                return Ok(decision);
+            }
+        }
+        self.decide_locked(key, limit, now, |limit, s| alone(limit, s, now, request))
+    }
+
+    /// Decides a stored virtual-time state ([`Stored::Tat`]) under its
+    /// shard's read lock: `decide` runs on a copy of the state, and says
+    /// whether it left it idle (or answers `None` if it cannot decide it).
+    /// `None`, having changed nothing, when the decision needs the write
+    /// lock ([`Table::decide_shared`]).
+    #[inline(always)]
+    fn decide_shared<T>(
+        &self,
+        key: &Key,
+        limit: &Arc<Limit>,
+        decide: impl Fn(&Limit, &mut GcraState) -> Option<(T, bool)>,
+    ) -> Option<T> {
+        self.table
+            .decide_shared(key, limit, |limit, stored| match stored {
+                Stored::Tat(tat) => decide_tat(tat, |s| decide(limit, s)),
+                Stored::Any(_) => None,
+            })
+    }
+
+    /// Decides one key under its shard's write lock: `decide` runs on the
+    /// state in place, and says whether it left it idle.
+    #[inline(always)]
+    fn decide_locked<T>(
+        &self,
+        key: &Key,
+        limit: &Arc<Limit>,
+        now: Nanos,
+        decide: impl FnOnce(&Limit, &mut LimitState) -> (T, bool),
+    ) -> Result<T, StoreError> {
+        self.table.decide_one(key, limit, now, |limit, stored| {
+            let (out, idle) = decide(limit, stored.unpacked());
+            stored.pack();
+            (out, Effect::after(idle))
         })
     }
 
@@ -498,14 +695,25 @@ impl MemoryStore {
         now: Nanos,
         request: Hits,
     ) -> Result<PlanDecision, StoreError> {
-        let decide = |limit: &Limit, state: &mut LimitState| {
-            let one = plan::decide_one(limit, state, item.shadow, now, request);
-            (one, Effect::after(one.idle))
-        };
-        match self.table.decide_one(&item.key, &item.limit, now, decide) {
-            Ok(one) => Ok(one.into_plan_decision(request, item.shadow)),
-            Err(e) => Err(e),
+        let shadow = item.shadow;
+        if packed(&item.limit) {
+            let shared = self.decide_shared(&item.key, &item.limit, |limit, s| {
+                let one = match limit {
+                    Limit::Gcra(a) => plan::decide_one(a, s, shadow, now, request),
+                    Limit::LeakyBucket(a) => plan::decide_one(a, s, shadow, now, request),
+                    _ => return None,
+                };
+                Some((one, one.idle))
+            });
+            if let Some(one) = shared {
+                return Ok(one.into_plan_decision(request, shadow));
+            }
         }
+        let one = self.decide_locked(&item.key, &item.limit, now, |limit, state| {
+            let one = plan::decide_one(limit, state, shadow, now, request);
+            (one, one.idle)
+        })?;
+        Ok(one.into_plan_decision(request, shadow))
     }
 
     /// A one-item plan in [`Mode::Acquire`], through the core's
@@ -519,12 +727,16 @@ impl MemoryStore {
         request: Hits,
     ) -> Result<PlanDecision, StoreError> {
         self.table
-            .decide_one(&item.key, &item.limit, now, |limit, state| {
-                match decide_entry(limit, state, item.shadow, now, request, Mode::Acquire) {
+            .decide_one(&item.key, &item.limit, now, |limit, stored| {
+                let state = stored.unpacked();
+                let out = match decide_entry(limit, state, item.shadow, now, request, Mode::Acquire)
+                {
                     Ok(d) => (Ok(d), Effect::after(limit.is_idle(state, now))),
                     // Refused before the state was touched.
                     Err(e) => (Err(e), Effect::Untouched),
-                }
+                };
+                stored.pack();
+                out
             })?
     }
 
@@ -538,18 +750,23 @@ impl MemoryStore {
         request: Hits,
         mode: Mode,
     ) -> Result<PlanDecision, StoreError> {
-        self.table.decide_many(plan, now, |states| {
+        self.table.decide_many(plan, now, |stored| {
             let mut entries: SmallVec<[PlanEntry<'_>; 4]> = plan
                 .items()
                 .iter()
-                .zip(states.iter_mut())
-                .map(|(item, state)| PlanEntry {
+                .zip(stored.iter_mut())
+                .map(|(item, kept)| PlanEntry {
                     limit: &item.limit,
-                    state,
+                    state: kept.unpacked(),
                     shadow: item.shadow,
                 })
                 .collect();
-            Ok(plan::decide(&mut entries, now, request, mode)?)
+            let decision = plan::decide(&mut entries, now, request, mode);
+            drop(entries);
+            for kept in stored.iter_mut() {
+                kept.pack();
+            }
+            Ok(decision?)
         })
     }
 }
@@ -650,5 +867,21 @@ impl Store for MemoryStore {
 
     async fn sweep(&self, now: Nanos) {
         self.sweep_now(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keeping GCRA's timestamp in an atomic costs no memory: a stored
+    /// state is as large as a bare `LimitState` (40 bytes), so a slot stays
+    /// 80 bytes (`docs/benchmarks.md`, Memory).
+    #[test]
+    fn a_stored_state_is_no_larger_than_a_limit_state() {
+        assert_eq!(
+            std::mem::size_of::<Stored>(),
+            std::mem::size_of::<LimitState>()
+        );
     }
 }

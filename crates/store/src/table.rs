@@ -24,18 +24,25 @@
 //! # Why this design
 //!
 //! - Keys are hashed once (foldhash) into a boxed slice of shards, each a
-//!   `parking_lot::Mutex` around a `hashbrown::HashTable`, padded to its own
-//!   cache line so two cores working on different shards never invalidate
-//!   each other's line.
-//! - A one-key decision ([`Table::decide_one`]) takes one hash, one lock and
-//!   one probe and decides the state in place; it is always inlined, so the
-//!   caller's closure is too (the memory store's single-limit fast path).
+//!   `parking_lot::RwLock` around a `hashbrown::HashTable`, padded to its
+//!   own cache line so two cores working on different shards never
+//!   invalidate each other's line.
+//! - A one-key decision ([`Table::decide_one`]) takes one hash, the write
+//!   lock and one probe and decides the state in place; it is always
+//!   inlined, so the caller's closure is too.
+//! - A one-key decision on a stored state that can change atomically on
+//!   its own ([`Table::decide_shared`]: the memory store's GCRA state, one
+//!   atomic word) takes the *read* lock instead, so threads deciding one
+//!   hot key run side by side, as in governor. Everything else takes the
+//!   write lock, so it never sees a state while a shared decision is
+//!   changing it, and the table's shape (inserts, removals, sweeps, the
+//!   cap) only ever changes under the write lock.
 //! - A plan over several keys ([`Table::decide_many`]) locks every shard it
 //!   touches in ascending index order ([`crate::lock_order`]), so two plans
 //!   never wait on each other in a cycle, and holds them all for the whole
 //!   decision: all or nothing. A [`Plan`]'s keys are distinct by
 //!   construction, so every key is taken out once.
-//! - Nothing awaits while a shard lock is held, so a blocking mutex is
+//! - Nothing awaits while a shard lock is held, so a blocking lock is
 //!   right.
 //!
 //! # Capacity
@@ -56,7 +63,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use hashbrown::HashTable;
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{RwLock, RwLockWriteGuard};
 use smallvec::SmallVec;
 use tollgate_core::{Limit, Nanos};
 
@@ -103,8 +110,10 @@ pub struct TableOptions {
 /// and must not lock the table.
 pub trait Policy: Send + Sync + 'static {
     /// The state kept per key (with the key's [`Limit`]). `Clone` so that
-    /// a decision refused at capacity can be undone ([`AtCapacity::Reject`]).
-    type State: Send + Clone;
+    /// a decision refused at capacity can be undone ([`AtCapacity::Reject`]);
+    /// `Sync` because decisions under a shard's read lock share it
+    /// ([`Table::decide_shared`]).
+    type State: Send + Sync + Clone;
 
     /// The state of a key that is not stored.
     fn fresh(&self, limit: &Limit) -> Self::State;
@@ -200,7 +209,7 @@ pub struct Table<P: Policy> {
 /// never share a line (128 bytes covers adjacent-line prefetching too).
 #[repr(align(128))]
 struct Shard<S> {
-    inner: Mutex<ShardInner<S>>,
+    inner: RwLock<ShardInner<S>>,
     /// The table's length, published after every change made under the lock
     /// so [`Table::len`] can read it without locking. Kept per shard (not
     /// one global counter) so inserts on different shards never touch a
@@ -208,6 +217,11 @@ struct Shard<S> {
     len: AtomicUsize,
 }
 
+/// What a shard's lock guards. Aligned to its own cache line(s), apart
+/// from the lock word: the table's header changes only under the write
+/// lock, so readers on several cores keep it cached side by side, while
+/// the lock word they all write to moves between them.
+#[repr(align(128))]
 struct ShardInner<S> {
     table: HashTable<Slot<S>>,
     /// When this shard was last swept, to rate-limit capacity sweeps.
@@ -252,7 +266,7 @@ impl<P: Policy> Table<P> {
         options.shards = options.shards.clamp(1, MAX_SHARDS);
         let shards = (0..options.shards)
             .map(|_| Shard {
-                inner: Mutex::new(ShardInner {
+                inner: RwLock::new(ShardInner {
                     table: HashTable::new(),
                     last_sweep: None,
                 }),
@@ -329,7 +343,7 @@ impl<P: Policy> Table<P> {
         let shard = &self.shards[self.shard_of(hash)];
         // A blocking lock: nothing below awaits, and the hold is one probe
         // plus one algorithm step.
-        let mut inner = shard.inner.lock();
+        let mut inner = shard.inner.write();
         let mut entry = inner.table.find_entry(hash, |s| s.key == *key).ok();
         // `decide` is called at one place, for a stored or a fresh state,
         // so that it is inlined and its answer is not copied around.
@@ -377,6 +391,46 @@ impl<P: Policy> Table<P> {
         }
     }
 
+    /// Decides one *stored* key under its shard's read lock, so that
+    /// decisions on one key by several threads run side by side: `decide`
+    /// sees the stored state by shared reference and may change it only
+    /// through the state's own atomics (the store's business: see the
+    /// memory store's `Stored`). It answers `None` when the decision needs
+    /// the write lock after all (the state would be left dead, say); so
+    /// does this method, without calling `decide`, when the key is not
+    /// stored or is stored with another allocation of its limit (a
+    /// reloaded config, which [`Table::decide_one`] follows). The caller
+    /// then decides through [`Table::decide_one`]: the table never changes
+    /// on this path, so a `None` has changed nothing.
+    ///
+    /// Every other operation takes the write lock, so a multi-key plan
+    /// never sees a state while a shared decision is changing it.
+    #[inline(always)]
+    pub fn decide_shared<T>(
+        &self,
+        key: &Key,
+        arc: &Arc<Limit>,
+        decide: impl FnOnce(&Limit, &P::State) -> Option<T>,
+    ) -> Option<T> {
+        let hash = self.hash(key);
+        let lock = &self.shards[self.shard_of(hash)].inner;
+        // `try_read` first: when only readers hold the lock it retries a
+        // lost compare-and-swap on the reader count at once, where `read`
+        // backs off with growing runs of `pause` — which, with two threads
+        // reading one hot key, cost more than the decision itself
+        // (`docs/benchmarks.md`). It fails only if a writer holds or awaits
+        // the lock; `read` then waits, parked.
+        let inner = match lock.try_read() {
+            Some(inner) => inner,
+            None => lock.read(),
+        };
+        let slot = inner.table.find(hash, |s| s.key == *key)?;
+        if !Arc::ptr_eq(&slot.limit, arc) {
+            return None;
+        }
+        decide(arc, &slot.state)
+    }
+
     /// Stores a new key's state after its first decision, making room or
     /// applying [`AtCapacity`] when the shard is full. Out of line: the
     /// common case is a key already stored.
@@ -384,7 +438,7 @@ impl<P: Policy> Table<P> {
     fn insert_new<T>(
         &self,
         shard: &Shard<P::State>,
-        mut inner: MutexGuard<'_, ShardInner<P::State>>,
+        mut inner: RwLockWriteGuard<'_, ShardInner<P::State>>,
         hash: u64,
         slot: Slot<P::State>,
         now: Nanos,
@@ -439,8 +493,10 @@ impl<P: Policy> Table<P> {
         // Each item's guard is `guards[pos[i]]`. Nothing awaits while these
         // are held.
         let (order, pos) = crate::plan::lock_order(&shard_ids);
-        let mut guards: SmallVec<[MutexGuard<'_, ShardInner<P::State>>; 4]> =
-            order.iter().map(|&s| self.shards[s].inner.lock()).collect();
+        let mut guards: SmallVec<[RwLockWriteGuard<'_, ShardInner<P::State>>; 4]> = order
+            .iter()
+            .map(|&s| self.shards[s].inner.write())
+            .collect();
 
         // Take each state out of its table (or start fresh on a miss),
         // remembering the stored key and limit of those that were present.
@@ -593,7 +649,7 @@ impl<P: Policy> Table<P> {
     ) -> Option<T> {
         let hash = self.hash(key);
         let shard = &self.shards[self.shard_of(hash)];
-        let mut inner = shard.inner.lock();
+        let mut inner = shard.inner.write();
         let mut events = Events::default();
         let out = match inner.table.find_entry(hash, |s| s.key == *key) {
             Ok(mut entry) => {
@@ -645,7 +701,7 @@ impl<P: Policy> Table<P> {
         f: impl FnOnce(&Arc<Limit>, &mut P::State) -> T,
     ) -> Option<T> {
         let hash = self.hash(key);
-        let mut inner = self.shards[self.shard_of(hash)].inner.lock();
+        let mut inner = self.shards[self.shard_of(hash)].inner.write();
         let slot = inner.table.find_mut(hash, |s| s.key == *key)?;
         Some(f(&slot.limit, &mut slot.state))
     }
@@ -654,7 +710,7 @@ impl<P: Policy> Table<P> {
     pub fn remove(&self, key: &Key) -> Option<P::State> {
         let hash = self.hash(key);
         let shard = &self.shards[self.shard_of(hash)];
-        let mut inner = shard.inner.lock();
+        let mut inner = shard.inner.write();
         let slot = match inner.table.find_entry(hash, |s| s.key == *key) {
             Ok(entry) => entry.remove().0,
             Err(_) => return None,
@@ -669,7 +725,7 @@ impl<P: Policy> Table<P> {
     /// not touch the table).
     pub fn for_each(&self, mut f: impl FnMut(&Key, &Arc<Limit>, &mut P::State)) {
         for shard in self.shards.iter() {
-            let mut inner = shard.inner.lock();
+            let mut inner = shard.inner.write();
             for slot in inner.table.iter_mut() {
                 f(&slot.key, &slot.limit, &mut slot.state);
             }
@@ -681,7 +737,7 @@ impl<P: Policy> Table<P> {
     pub fn sweep(&self, now: Nanos) -> u64 {
         let mut swept = 0;
         for shard in self.shards.iter() {
-            let mut inner = shard.inner.lock();
+            let mut inner = shard.inner.write();
             swept = self.sweep_shard(&mut inner, now).saturating_add(swept);
             shard.len.store(inner.table.len(), Ordering::Relaxed);
         }
@@ -767,7 +823,7 @@ impl<P: Policy> Table<P> {
     /// as given (dead or not): used when the decision must change nothing.
     fn put_back(
         &self,
-        guards: &mut [MutexGuard<'_, ShardInner<P::State>>],
+        guards: &mut [RwLockWriteGuard<'_, ShardInner<P::State>>],
         placement: Placement<'_>,
         states: SmallVec<[P::State; 4]>,
         stored: SmallVec<[Kept; 4]>,
@@ -782,7 +838,7 @@ impl<P: Policy> Table<P> {
         }
     }
 
-    fn publish_lens(&self, order: &[usize], guards: &[MutexGuard<'_, ShardInner<P::State>>]) {
+    fn publish_lens(&self, order: &[usize], guards: &[RwLockWriteGuard<'_, ShardInner<P::State>>]) {
         for (&s, guard) in order.iter().zip(guards) {
             self.shards[s]
                 .len

@@ -383,6 +383,176 @@ fn concurrent_two_item_plans_never_exceed_either_limit() {
     }
 }
 
+/// A stored GCRA or leaky-bucket state is decided under its shard's read
+/// lock with a compare-and-swap, while plans over several keys take it
+/// out under the write lock: every path at once on one key, from a fresh
+/// key (so first decisions race to insert it) at one instant, must grant
+/// its burst exactly — no grant lost to a stale swap, none twice — and
+/// never more than the plans' other limits allow.
+#[test]
+fn one_key_decided_by_every_path_at_once_grants_exactly_its_burst() {
+    const THREADS: usize = 8;
+    // Large, so that a lost update (two threads swapping from one state)
+    // would show in nearly every run.
+    const BURST: u64 = 20_000;
+    const PER_DOMAIN: u64 = 1_000;
+    let leaky = |size| {
+        let rate = Rate::new(1, Nanos::from_secs(3600)).unwrap();
+        Arc::new(Limit::LeakyBucket(LeakyBucket::new(rate, size).unwrap()))
+    };
+    for (limit, shards) in [(gcra(BURST), 1), (gcra(BURST), 16), (leaky(BURST), 4)] {
+        let store = Arc::new(MemoryStore::with_options(MemoryStoreOptions {
+            shards,
+            ..MemoryStoreOptions::default()
+        }));
+        let hot = key(1, "hot");
+        let per_domain = window(PER_DOMAIN);
+        let barrier = Arc::new(Barrier::new(THREADS));
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (store, barrier, hot, limit, per_domain) = (
+                    Arc::clone(&store),
+                    Arc::clone(&barrier),
+                    hot.clone(),
+                    Arc::clone(&limit),
+                    Arc::clone(&per_domain),
+                );
+                thread::spawn(move || {
+                    let domain = key(2, &format!("domain-{t}"));
+                    let single = Plan::single(hot.clone(), Arc::clone(&limit));
+                    let both = plan(&[(&domain, &per_domain), (&hot, &limit)]);
+                    let (mut hot_granted, mut domain_granted) = (0, 0);
+                    barrier.wait();
+                    for i in 0..3 * BURST / THREADS as u64 {
+                        match (t + i as usize) % 3 {
+                            // The single-limit fast path.
+                            0 => {
+                                let d = store
+                                    .decide_limit(&hot, &limit, T0, Hits::exactly(1))
+                                    .unwrap();
+                                hot_granted += d.granted;
+                            }
+                            // A one-item plan (the read-lock path too).
+                            1 => {
+                                let d = store
+                                    .decide_now(&single, T0, Hits::between(1, 2), Mode::Try)
+                                    .unwrap();
+                                hot_granted += d.granted;
+                            }
+                            // Two keys under the write locks.
+                            _ => {
+                                let d = store
+                                    .decide_now(&both, T0, Hits::between(1, 3), Mode::Try)
+                                    .unwrap();
+                                hot_granted += d.granted;
+                                domain_granted += d.granted;
+                            }
+                        }
+                    }
+                    (hot_granted, domain_granted)
+                })
+            })
+            .collect();
+        let results: Vec<(u64, u64)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let hot_total: u64 = results.iter().map(|r| r.0).sum();
+        assert_eq!(
+            hot_total,
+            BURST,
+            "{} over {shards} shards: {results:?}",
+            limit.algorithm_name()
+        );
+        assert!(results.iter().all(|r| r.1 <= PER_DOMAIN), "{results:?}");
+        // Nothing is left, by any path.
+        assert_eq!(drain(&store, &hot, &limit, T0), 0);
+        let d = store
+            .decide_limit(&hot, &limit, T0, Hits::exactly(1))
+            .unwrap();
+        assert!(!d.allowed);
+        assert_eq!(d.remaining, 0);
+    }
+}
+
+/// The same race with time moving and sweeps running: every thread
+/// decides at its own, non-monotone instants, and sweeps drop the key
+/// whenever it is idle. GCRA admits at most `burst + span / interval`
+/// over any span of instants, whoever decides and however the state is
+/// kept.
+#[test]
+fn one_gcra_key_under_every_path_and_sweeps_never_exceeds_its_rate() {
+    const THREADS: u64 = 6;
+    const ROUNDS: u64 = 30_000;
+    const BURST: u64 = 5;
+    let interval = Nanos::from_micros(10);
+    let limit = Arc::new(Limit::Gcra(
+        Gcra::new(Rate::new(1, interval).unwrap(), BURST).unwrap(),
+    ));
+    let store = Arc::new(MemoryStore::new());
+    let hot = key(1, "hot");
+    let other = key(2, "other");
+    let roomy = window(u64::MAX / 2);
+    let barrier = Arc::new(Barrier::new(THREADS as usize));
+    // Each thread's instants: round r at r microseconds, plus a per-thread
+    // skew, so threads disagree on the time by up to 3 µs.
+    let instant = |t: u64, r: u64| at(Nanos::from_micros(r)).saturating_add(Nanos::new(t * 500));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (store, barrier, hot, other, limit, roomy) = (
+                Arc::clone(&store),
+                Arc::clone(&barrier),
+                hot.clone(),
+                other.clone(),
+                Arc::clone(&limit),
+                Arc::clone(&roomy),
+            );
+            thread::spawn(move || {
+                let single = Plan::single(hot.clone(), Arc::clone(&limit));
+                let both = plan(&[(&other, &roomy), (&hot, &limit)]);
+                let mut granted = 0;
+                barrier.wait();
+                for r in 0..ROUNDS {
+                    let now = instant(t, r);
+                    granted += match (t + r) % 4 {
+                        0 => {
+                            store
+                                .decide_limit(&hot, &limit, now, Hits::exactly(1))
+                                .unwrap()
+                                .granted
+                        }
+                        1 => {
+                            store
+                                .decide_now(&single, now, Hits::between(1, 2), Mode::Try)
+                                .unwrap()
+                                .granted
+                        }
+                        2 => {
+                            store
+                                .decide_now(&both, now, Hits::exactly(1), Mode::Try)
+                                .unwrap()
+                                .granted
+                        }
+                        _ => {
+                            store.sweep_now(now);
+                            0
+                        }
+                    };
+                }
+                granted
+            })
+        })
+        .collect();
+    let granted: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    let span = instant(THREADS - 1, ROUNDS - 1).saturating_sub(instant(0, 0));
+    let bound = BURST + span.as_u64() / interval.as_u64();
+    assert!(
+        granted <= bound,
+        "{granted} granted, at most {bound} allowed"
+    );
+    // Every thread alone asks for more than the rate (three hits in four
+    // microseconds), so the limit, not the load, decided: most of the
+    // bound was used.
+    assert!(granted >= bound / 2, "{granted} granted of {bound}");
+}
+
 // ------------------------------------------------------------ memory bound
 
 #[test]

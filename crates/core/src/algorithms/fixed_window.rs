@@ -99,6 +99,7 @@ impl Algorithm for FixedWindow {
         FixedWindowState::default()
     }
 
+    #[inline]
     fn room(&self, state: &FixedWindowState, now: Nanos, hits: u64) -> u64 {
         self.limit
             .get()
@@ -106,6 +107,7 @@ impl Algorithm for FixedWindow {
             .min(hits)
     }
 
+    #[inline]
     fn commit(
         &self,
         state: &mut FixedWindowState,
@@ -150,6 +152,7 @@ impl Algorithm for FixedWindow {
         }
     }
 
+    #[inline]
     fn is_idle(&self, state: &FixedWindowState, now: Nanos) -> bool {
         !self.current(state, now)
     }

@@ -55,6 +55,7 @@ impl LeakyBucket {
         self.meter.burst()
     }
 
+    #[inline]
     fn decision(&self, state: &GcraState, now: Nanos, request: Hits, grant: Grant) -> Decision {
         let mut d = self.meter.describe(state, now, request, grant);
         if grant.granted > 0 {
@@ -75,10 +76,12 @@ impl Algorithm for LeakyBucket {
         GcraState::default()
     }
 
+    #[inline]
     fn room(&self, state: &GcraState, now: Nanos, hits: u64) -> u64 {
         self.meter.room(state, now, hits)
     }
 
+    #[inline]
     fn commit(&self, state: &mut GcraState, now: Nanos, request: Hits, grant: Grant) -> Decision {
         if grant.granted > 0 {
             self.meter.advance(state, now, grant.granted);
@@ -86,6 +89,7 @@ impl Algorithm for LeakyBucket {
         self.decision(state, now, request, grant)
     }
 
+    #[inline]
     fn is_idle(&self, state: &GcraState, now: Nanos) -> bool {
         state.tat <= now
     }
