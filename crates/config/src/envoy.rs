@@ -127,7 +127,7 @@ impl DescriptorTree {
             let (key, value) = (key.as_ref(), value.as_ref());
             let node = level
                 .iter()
-                .find(|n| n.key == key && n.value == ValueMatch::Exact(value.to_owned()))
+                .find(|n| n.key == key && matches!(&n.value, ValueMatch::Exact(v) if v == value))
                 .or_else(|| {
                     level.iter().find(|n| {
                         n.key == key && matches!(&n.value, ValueMatch::Prefix(p) if value.starts_with(p.as_str()))
@@ -137,14 +137,14 @@ impl DescriptorTree {
             if !domain.is_empty() {
                 domain.push('/');
             }
-            domain.push_str(&escape(key));
+            escape_into(&mut domain, key);
             domain.push('=');
             match (&node.value, node.share_threshold) {
                 (ValueMatch::Prefix(p), true) => {
-                    domain.push_str(&escape(p));
+                    escape_into(&mut domain, p);
                     domain.push('*');
                 }
-                _ => domain.push_str(&escape(value)),
+                _ => escape_into(&mut domain, value),
             }
             if i + 1 == entries.len() {
                 return node
@@ -160,17 +160,21 @@ impl DescriptorTree {
     }
 }
 
-fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '%' => out.push_str("%25"),
-            '/' => out.push_str("%2F"),
-            '=' => out.push_str("%3D"),
-            c => out.push(c),
-        }
+/// Appends `s` to `out` with `%`, `/` and `=` percent-encoded. Written
+/// into the domain being built, with no string of its own: this runs for
+/// every entry of every descriptor of every Envoy request.
+fn escape_into(out: &mut String, s: &str) {
+    let mut rest = s;
+    while let Some(at) = rest.find(['%', '/', '=']) {
+        out.push_str(&rest[..at]);
+        out.push_str(match rest.as_bytes()[at] {
+            b'%' => "%25",
+            b'/' => "%2F",
+            _ => "%3D",
+        });
+        rest = &rest[at + 1..];
     }
-    out
+    out.push_str(rest);
 }
 
 /// Reads an envoyproxy/ratelimit document into a namespace.

@@ -51,7 +51,7 @@ pub async fn rate<S: Store>(
     let started = Instant::now();
     let now = app.now();
     let result = match convert::rate_request(req) {
-        Ok(r) => app.service().request(&r).await,
+        Ok(r) => app.service().request_at(&r, now).await,
         Err(e) => Err(e),
     };
     m::latency(surface, started.elapsed().as_secs_f64());

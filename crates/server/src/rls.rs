@@ -192,7 +192,7 @@ async fn answer<S: Store>(
         .iter()
         .zip(&descriptors)
         .map(|(s, d)| {
-            let entry = ns.and_then(|ns| entry_of(ns, d, s.resource.as_deref()));
+            let entry = ns.and_then(|ns| entry_of(ns, d, s));
             wire_status(s, entry, now)
         })
         .collect();
@@ -331,14 +331,23 @@ fn entries(i: usize, d: &RateLimitDescriptor) -> Result<Vec<(String, String)>, S
 fn entry_of<'v>(
     ns: &'v NamespaceView,
     descriptor: &[(String, String)],
-    resource: Option<&str>,
+    status: &DescriptorStatus,
 ) -> Option<&'v ResourceEntry> {
-    let resource = resource?;
-    ns.descriptors
-        .as_ref()
-        .and_then(|tree| tree.find(descriptor))
-        .and_then(|m| ns.resources.get(m.resource))
-        .filter(|e| e.name == resource)
+    let resource = status.resource.as_deref()?;
+    let named = |e: &&ResourceEntry| e.name == resource;
+    // Where the deciding view had it; a reload in between may have moved
+    // it, and then the tree, then the name, find it in this view.
+    status
+        .entry
+        .and_then(|i| ns.resources.get(i))
+        .filter(named)
+        .or_else(|| {
+            ns.descriptors
+                .as_ref()
+                .and_then(|tree| tree.find(descriptor))
+                .and_then(|m| ns.resources.get(m.resource))
+                .filter(named)
+        })
         .or_else(|| ns.resource(resource))
 }
 

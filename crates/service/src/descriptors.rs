@@ -23,6 +23,7 @@ impl DescriptorStatus {
     fn unlimited_by_default() -> DescriptorStatus {
         DescriptorStatus {
             resource: None,
+            entry: None,
             domain: None,
             allowed: true,
             decision: None,
@@ -97,13 +98,10 @@ pub(crate) fn plan(view: &View, req: &DescriptorRequest<'_>) -> Result<Planned, 
     // The plan item deciding each descriptor, if any.
     let mut item_of: Vec<Option<usize>> = Vec::with_capacity(matches.len());
     let mut denied = false;
-    for m in &matches {
+    for m in matches {
         let mut status = DescriptorStatus::unlimited_by_default();
         let mut item = None;
-        if let Some((m, entry)) = m
-            .as_ref()
-            .and_then(|m| ns.resources.get(m.resource).map(|e| (m, e)))
-        {
+        if let Some((m, entry)) = m.and_then(|m| ns.resources.get(m.resource).map(|e| (m, e))) {
             let name = entry.envoy.as_ref().and_then(|e| e.name.as_deref());
             if name.is_some_and(|n| replaced.contains(&n)) {
                 statuses.push(status);
@@ -111,7 +109,7 @@ pub(crate) fn plan(view: &View, req: &DescriptorRequest<'_>) -> Result<Planned, 
                 continue;
             }
             status.resource = Some(entry.name.clone());
-            status.domain = Some(m.domain.clone());
+            status.entry = Some(m.resource);
             if let ResourceView::Rate(rate) = &entry.view {
                 let shadow = entry.shadow || ns.ignore_configured;
                 match &rate.for_domain(&m.domain).main {
@@ -129,6 +127,7 @@ pub(crate) fn plan(view: &View, req: &DescriptorRequest<'_>) -> Result<Planned, 
                     }
                 }
             }
+            status.domain = Some(m.domain);
         }
         statuses.push(status);
         item_of.push(item);

@@ -115,6 +115,12 @@ pub struct DescriptorStatus {
     /// The resource that limited it; `None` when no limit applies (no match,
     /// replaced, or unlimited).
     pub resource: Option<String>,
+    /// Where that resource is in its namespace's list
+    /// ([`crate::NamespaceView::resources`]) in the view that decided it:
+    /// a surface that needs the resource's settings takes it from there
+    /// (checking the name, in case a reload came in between) rather than
+    /// matching the descriptor against the tree a second time.
+    pub entry: Option<usize>,
     /// The counter's domain.
     pub domain: Option<String>,
     /// Whether this descriptor is within its limit (or shadowed).

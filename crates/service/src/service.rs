@@ -213,6 +213,17 @@ impl<S: Store> Service<S> {
         self.limiter.request(req, self.now()).await
     }
 
+    /// [`Service::request`] at `now`, a reading of [`Service::now`] the
+    /// caller took anyway (for its log and metrics): one clock read a
+    /// decision rather than two.
+    pub async fn request_at(
+        &self,
+        req: &RateRequest<'_>,
+        now: Nanos,
+    ) -> Result<RateOutcome, ServiceError> {
+        self.limiter.request(req, now).await
+    }
+
     /// Decides envoyproxy/ratelimit-style descriptors now (bounded in
     /// bytes by the surface's message size; long values are kept as
     /// digests, as domains are).

@@ -12,6 +12,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use bytes::BytesMut;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, StatusCode};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -121,8 +122,8 @@ impl<S: Store, T: DeserializeOwned> FromRequest<Http<S>> for OptionalJsonBody<T>
 /// here.
 async fn read<S: Store>(req: Request, state: &Http<S>) -> Result<Bytes, ApiError> {
     let body = Limited::new(req.into_body(), state.max_body);
-    match body.collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
+    match collect(body).await {
+        Ok(bytes) => Ok(bytes),
         Err(e) if e.is::<LengthLimitError>() => {
             m::error("http", "body_too_large");
             Err(too_large(state.max_body))
@@ -137,6 +138,33 @@ async fn read<S: Store>(req: Request, state: &Http<S>) -> Result<Bytes, ApiError
             ))))
         }
     }
+}
+
+/// The data of `body`. A small body comes in one frame, which is kept as
+/// it is; `http_body_util`'s `collect` would queue it in a list of its own
+/// and copy it out again.
+async fn collect<B>(mut body: B) -> Result<Bytes, B::Error>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+{
+    let mut first = Bytes::new();
+    let mut more: Option<BytesMut> = None;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue; // trailers: not part of the body
+        };
+        match &mut more {
+            Some(all) => all.extend_from_slice(&data),
+            None if first.is_empty() => first = data,
+            None => {
+                let mut all = BytesMut::with_capacity(first.len() + data.len());
+                all.extend_from_slice(&first);
+                all.extend_from_slice(&data);
+                more = Some(all);
+            }
+        }
+    }
+    Ok(more.map_or(first, BytesMut::freeze))
 }
 
 /// The body timeout that cut `e` short, if that is what did.
@@ -203,18 +231,21 @@ pub(super) async fn too_large_as_json<S>(
 }
 
 fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    // Straight to serde_json: axum's `Json` tracks the path to every value
+    // for its error message, which costs on every body, so it is asked
+    // only to describe a body serde_json refused (it parses the same way).
+    // A body serde_json accepts is UTF-8: it checks every string it reads
+    // and refuses any other byte that is not ASCII, and the API's bodies
+    // refuse unknown fields, so nothing is skipped unread.
+    if let Ok(value) = serde_json::from_slice(bytes) {
+        return Ok(value);
+    }
     // serde_json would report bad UTF-8 inside a string as a bad escape or
     // code point; say what it is.
     if let Err(e) = std::str::from_utf8(bytes) {
         return Err(fail(malformed(format!(
             "the request body is not UTF-8: {e}"
         ))));
-    }
-    // Straight to serde_json: axum's `Json` tracks the path to every value
-    // for its error message, which costs on every body, so it is asked
-    // only to describe a body serde_json refused (it parses the same way).
-    if let Ok(value) = serde_json::from_slice(bytes) {
-        return Ok(value);
     }
     Json::<T>::from_bytes(bytes)
         .map(|Json(v)| v)
