@@ -47,6 +47,47 @@ fn gcra(burst: u64) -> Arc<Limit> {
     Arc::new(Limit::Gcra(Gcra::new(rate, burst).unwrap()))
 }
 
+/// A leaky bucket of `size`, draining one an hour: nothing drains during
+/// a test.
+fn leaky(size: u64) -> Arc<Limit> {
+    let rate = Rate::new(1, Nanos::from_secs(3600)).unwrap();
+    Arc::new(Limit::LeakyBucket(LeakyBucket::new(rate, size).unwrap()))
+}
+
+/// Which single-limit entry point a check goes through: both decide a
+/// stored GCRA or leaky-bucket state under the read lock.
+#[derive(Copy, Clone, Debug)]
+enum Single {
+    /// `decide_limit`.
+    Limit,
+    /// `decide_now` on a one-item plan, in `Try` mode.
+    Plan,
+}
+
+/// Decides `hits` on `k` alone through `path`: `(granted, allowed)`.
+fn single(
+    store: &MemoryStore,
+    path: Single,
+    k: &Key,
+    l: &Arc<Limit>,
+    now: Nanos,
+    hits: u64,
+) -> (u64, bool) {
+    match path {
+        Single::Limit => {
+            let d = store.decide_limit(k, l, now, Hits::exactly(hits)).unwrap();
+            (d.granted, d.allowed)
+        }
+        Single::Plan => {
+            let p = Plan::single(k.clone(), Arc::clone(l));
+            let d = store
+                .decide_now(&p, now, Hits::exactly(hits), Mode::Try)
+                .unwrap();
+            (d.granted, d.allowed)
+        }
+    }
+}
+
 /// `limit` per hour, epoch-aligned.
 fn window(limit: u64) -> Arc<Limit> {
     let w = FixedWindow::new(limit, Nanos::from_secs(3600), Align::Epoch).unwrap();
@@ -396,10 +437,6 @@ fn one_key_decided_by_every_path_at_once_grants_exactly_its_burst() {
     // would show in nearly every run.
     const BURST: u64 = 20_000;
     const PER_DOMAIN: u64 = 1_000;
-    let leaky = |size| {
-        let rate = Rate::new(1, Nanos::from_secs(3600)).unwrap();
-        Arc::new(Limit::LeakyBucket(LeakyBucket::new(rate, size).unwrap()))
-    };
     for (limit, shards) in [(gcra(BURST), 1), (gcra(BURST), 16), (leaky(BURST), 4)] {
         let store = Arc::new(MemoryStore::with_options(MemoryStoreOptions {
             shards,
@@ -586,6 +623,65 @@ fn idle_states_are_dropped_on_access_and_by_sweep() {
     assert_eq!(store.stats().keys, 1);
     assert_eq!(take(&store, &wk, &w, at(Nanos::from_secs(2)), 4), 0);
     assert_eq!(store.stats().keys, 0);
+}
+
+/// Review of the read-shared path, gap 1: a decision on a stored GCRA or
+/// leaky-bucket state runs under the shard's read lock, which cannot
+/// remove a key. One that leaves the state idle must therefore hand over
+/// to the write lock, which removes it as it removes any idle state;
+/// were the state kept, it would count toward `max_keys` until a sweep.
+#[test]
+fn a_read_lock_decision_that_leaves_a_gcra_or_leaky_state_idle_removes_it() {
+    let rate = Rate::new(1, Nanos::SECOND).unwrap();
+    let limits = [
+        Arc::new(Limit::Gcra(Gcra::new(rate, 3).unwrap())),
+        Arc::new(Limit::LeakyBucket(LeakyBucket::new(rate, 3).unwrap())),
+    ];
+    for l in &limits {
+        for path in [Single::Limit, Single::Plan] {
+            let what = format!("{} through {path:?}", l.algorithm_name());
+            let store = MemoryStore::new();
+            let k = key(1, "idle");
+            // Stored until T0 + 1 s.
+            assert_eq!(single(&store, path, &k, l, T0, 1), (1, true), "{what}");
+            assert_eq!(store.stats().keys, 1, "{what}");
+            // Idle by T0 + 5 s. Four hits exceed the burst: refused, which
+            // changes nothing and so leaves the state idle.
+            let later = at(Nanos::from_secs(5));
+            assert_eq!(single(&store, path, &k, l, later, 4), (0, false), "{what}");
+            assert_eq!(store.stats().keys, 0, "{what}: an idle state stayed stored");
+            assert_eq!(store.sweep_now(later), 0, "{what}");
+        }
+    }
+}
+
+/// Review of the read-shared path, gap 2: a reloaded config brings every
+/// limit again, equal to the old one but in a new allocation. A decision
+/// under the read lock cannot replace a slot's limit, so with a new
+/// allocation it must hand over to the write lock, which follows it (and
+/// keeps the state); otherwise each reload would leave the old limits
+/// pinned by every key that outlives it.
+#[test]
+fn a_read_lock_decision_follows_a_reloaded_limit() {
+    for (old, new) in [(gcra(3), gcra(3)), (leaky(3), leaky(3))] {
+        assert_eq!(old, new);
+        for path in [Single::Limit, Single::Plan] {
+            let what = format!("{} through {path:?}", old.algorithm_name());
+            let store = MemoryStore::new();
+            let k = key(1, "reloaded");
+            assert_eq!(single(&store, path, &k, &old, T0, 2), (2, true), "{what}");
+            assert_eq!(Arc::strong_count(&old), 2, "{what}: stored with the key");
+            // The state carried over: one hit left of three, then none.
+            assert_eq!(single(&store, path, &k, &new, T0, 1), (1, true), "{what}");
+            assert_eq!(single(&store, path, &k, &new, T0, 1), (0, false), "{what}");
+            assert_eq!(
+                Arc::strong_count(&old),
+                1,
+                "{what}: the store still holds the old limit"
+            );
+            assert_eq!(Arc::strong_count(&new), 2, "{what}");
+        }
+    }
 }
 
 #[test]
