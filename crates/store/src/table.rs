@@ -428,7 +428,15 @@ impl<P: Policy> Table<P> {
         // backs off with growing runs of `pause` — which, with two threads
         // reading one hot key, cost more than the decision itself
         // (`docs/benchmarks.md`). It fails only if a writer holds or awaits
-        // the lock; `read` then waits, parked.
+        // the lock (parking_lot lets no reader past a writer that waits for
+        // readers to leave); `read` then waits, parked. Keep it one
+        // `try_read` then `read`, never a loop of `try_read`: a failed
+        // `try_read` takes no place in the lock's queue, so it never holds
+        // up a waiting writer, but a reader spinning on it would burn a
+        // core for as long as the writer keeps the lock (a sweep of the
+        // whole shard, say; maybe on the core that writer needs) and, never
+        // queued, could be passed over by writer after writer. Parked in
+        // `read`, it is woken when the writer unlocks.
         let inner = match lock.try_read() {
             Some(inner) => inner,
             None => lock.read(),
