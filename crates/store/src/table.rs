@@ -863,3 +863,20 @@ impl<P: Policy> Table<P> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shard's size, as `docs/benchmarks.md` (Memory) gives it: the lock
+    /// word, the table header it guards and the length, each on its own
+    /// 128 bytes. It does not depend on the state kept, so the replica's
+    /// table pays the same.
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn a_shard_is_384_bytes_whatever_its_state() {
+        assert_eq!(std::mem::size_of::<Shard<u64>>(), 384);
+        assert_eq!(std::mem::size_of::<Shard<[u64; 64]>>(), 384);
+        assert_eq!(std::mem::align_of::<Shard<u64>>(), 128);
+    }
+}
