@@ -24,6 +24,9 @@ use std::sync::Arc;
 use tollgate_core::{Hits, Limit, Mode, Nanos};
 use tollgate_store::{Key, LimitId, MemoryStore, Plan};
 
+// The benchmarks' parameter sets: constants, built with `unwrap`, that no
+// argument reaches.
+#[allow(clippy::unwrap_used)]
 #[path = "../benches/common/algorithms.rs"]
 mod algorithms;
 use algorithms::{algorithms, STEP};
