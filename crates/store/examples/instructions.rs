@@ -18,15 +18,15 @@
 //! round's nanoseconds per decision instead: a quick timing, for
 //! comparing two builds run alternately on a quiet machine.
 
-// A measuring tool: a bad argument aborts it with the reason.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::hint::black_box;
 use std::sync::Arc;
 
 use tollgate_core::{Hits, Limit, Mode, Nanos};
 use tollgate_store::{Key, LimitId, MemoryStore, Plan};
 
+// The benchmarks' parameter sets: constants, built with `unwrap`, that no
+// argument reaches.
+#[allow(clippy::unwrap_used)]
 #[path = "../benches/common/algorithms.rs"]
 mod algorithms;
 use algorithms::{algorithms, STEP};
@@ -49,30 +49,46 @@ fn measured(store: &MemoryStore, plan: &Plan, limit: &Arc<Limit>, now: Nanos, le
     }
 }
 
+/// Prints what was wrong with the arguments, if anything, and the usage,
+/// then exits with status 2 (`instructions.sh` reads the algorithm names
+/// from the usage of a run without arguments).
+fn usage(problem: Option<String>) -> ! {
+    if let Some(problem) = problem {
+        eprintln!("instructions: {problem}");
+    }
+    let names: Vec<&str> = algorithms().iter().map(|(n, _)| *n).collect();
+    eprintln!(
+        "usage: instructions <algorithm> <limit|plan> <decisions> [rounds]\nalgorithms: {}",
+        names.join(" ")
+    );
+    std::process::exit(2);
+}
+
+/// `arg` as a count of at least one, or the usage.
+fn count(what: &str, arg: &str) -> u64 {
+    match arg.parse() {
+        Ok(n) if n > 0 => n,
+        _ => usage(Some(format!("{what} {arg:?}: not a positive number"))),
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (name, path, decisions, rounds) = match &args[..] {
         [name, path, decisions] => (name, path, decisions, None),
         [name, path, decisions, rounds] => (name, path, decisions, Some(rounds)),
-        _ => {
-            let names: Vec<&str> = algorithms().iter().map(|(n, _)| *n).collect();
-            eprintln!(
-                "usage: instructions <algorithm> <limit|plan> <decisions> [rounds]\nalgorithms: {}",
-                names.join(" ")
-            );
-            std::process::exit(2);
-        }
+        _ => usage(None),
     };
-    let (_, limit) = algorithms()
-        .into_iter()
-        .find(|(n, _)| n == name)
-        .expect("a known algorithm");
+    let Some((_, limit)) = algorithms().into_iter().find(|(n, _)| n == name) else {
+        usage(Some(format!("unknown algorithm {name:?}")))
+    };
     let lean = match path.as_str() {
         "limit" => true,
         "plan" => false,
-        other => panic!("path {other:?}: limit or plan"),
+        other => usage(Some(format!("path {other:?}: limit or plan"))),
     };
-    let decisions: u64 = decisions.parse().expect("a number of decisions");
+    let decisions = count("decisions", decisions);
+    let rounds = rounds.map(|r| count("rounds", r));
     let limit = Arc::new(limit);
     let store = MemoryStore::new();
     let plan = Plan::single(Key::new(LimitId(1), "user-1"), Arc::clone(&limit));
@@ -80,7 +96,6 @@ fn main() {
     // Stored before measuring, as in the `decide` benchmark.
     black_box(measured(&store, &plan, &limit, Nanos::new(now), lean));
     if let Some(rounds) = rounds {
-        let rounds: u64 = rounds.parse().expect("a number of rounds");
         let mut best = f64::MAX;
         for _ in 0..rounds {
             let start = std::time::Instant::now();

@@ -29,7 +29,8 @@
 //!   invalidate each other's line. With many shards, two requests rarely
 //!   meet on one lock unless they use the same key.
 //! - A one-limit plan (the common case) takes one hash, one lock and one
-//!   probe, and decides the state in place. In `Try` mode it calls the
+//!   probe, and decides the state in place (for GCRA and the leaky bucket,
+//!   a few decisions take two of each: below). In `Try` mode it calls the
 //!   core's `plan::decide_one`, one dispatch for room, commit and the idle
 //!   check, and builds the half-kilobyte `PlanDecision` only after
 //!   unlocking (`docs/benchmarks.md`).
@@ -40,7 +41,12 @@
 //!   governor's design. A rejection only reads, so threads rejected on one
 //!   hot key are answered side by side instead of taking turns. What this
 //!   path cannot do (store a new key, drop a state left idle, follow a
-//!   reloaded limit) it leaves to the write lock, having changed nothing.
+//!   reloaded limit) it leaves to the write lock, having changed nothing:
+//!   such a decision (a key's first, one untracked at the cap, one that
+//!   leaves its state idle, the first after a reload) takes a hash, the
+//!   read lock and a probe, then a hash, the write lock and a probe again
+//!   (reusing the hash made the common case dearer: see
+//!   [`Table::decide_shared`]).
 //!   Every other algorithm's state, being larger than one word, is decided
 //!   under the write lock.
 //! - A plan over several keys locks every shard it touches in ascending

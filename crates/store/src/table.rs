@@ -33,10 +33,12 @@
 //! - A one-key decision on a stored state that can change atomically on
 //!   its own ([`Table::decide_shared`]: the memory store's GCRA state, one
 //!   atomic word) takes the *read* lock instead, so threads deciding one
-//!   hot key run side by side, as in governor. Everything else takes the
-//!   write lock, so it never sees a state while a shared decision is
-//!   changing it, and the table's shape (inserts, removals, sweeps, the
-//!   cap) only ever changes under the write lock.
+//!   hot key run side by side, as in governor. What that cannot decide (a
+//!   key not stored, a state left dead, a reloaded limit) the caller then
+//!   decides under the write lock: a second hash, lock and probe. Everything
+//!   else takes the write lock, so it never sees a state while a shared
+//!   decision is changing it, and the table's shape (inserts, removals,
+//!   sweeps, the cap) only ever changes under the write lock.
 //! - A plan over several keys ([`Table::decide_many`]) locks every shard it
 //!   touches in ascending index order ([`crate::lock_order`]), so two plans
 //!   never wait on each other in a cycle, and holds them all for the whole
@@ -403,6 +405,13 @@ impl<P: Policy> Table<P> {
     /// then decides through [`Table::decide_one`]: the table never changes
     /// on this path, so a `None` has changed nothing.
     ///
+    /// [`Table::decide_one`] then hashes the key again. Handing it this
+    /// hash instead was tried: keeping the hash live across this call cost
+    /// the decisions this path answers (the common case: a stored key) 6
+    /// to 10 instructions each, of 240 to 380 (callgrind,
+    /// `benches/instructions.sh`), to save hashing the key again (about
+    /// 22) on the rarer ones that go on to the write lock.
+    ///
     /// Every other operation takes the write lock, so a multi-key plan
     /// never sees a state while a shared decision is changing it.
     #[inline(always)]
@@ -419,7 +428,15 @@ impl<P: Policy> Table<P> {
         // backs off with growing runs of `pause` — which, with two threads
         // reading one hot key, cost more than the decision itself
         // (`docs/benchmarks.md`). It fails only if a writer holds or awaits
-        // the lock; `read` then waits, parked.
+        // the lock (parking_lot lets no reader past a writer that waits for
+        // readers to leave); `read` then waits, parked. Keep it one
+        // `try_read` then `read`, never a loop of `try_read`: a failed
+        // `try_read` takes no place in the lock's queue, so it never holds
+        // up a waiting writer, but a reader spinning on it would burn a
+        // core for as long as the writer keeps the lock (a sweep of the
+        // whole shard, say; maybe on the core that writer needs) and, never
+        // queued, could be passed over by writer after writer. Parked in
+        // `read`, it is woken when the writer unlocks.
         let inner = match lock.try_read() {
             Some(inner) => inner,
             None => lock.read(),
@@ -844,5 +861,22 @@ impl<P: Policy> Table<P> {
                 .len
                 .store(guard.table.len(), Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shard's size, as `docs/benchmarks.md` (Memory) gives it: the lock
+    /// word, the table header it guards and the length, each on its own
+    /// 128 bytes. It does not depend on the state kept, so the replica's
+    /// table pays the same.
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn a_shard_is_384_bytes_whatever_its_state() {
+        assert_eq!(std::mem::size_of::<Shard<u64>>(), 384);
+        assert_eq!(std::mem::size_of::<Shard<[u64; 64]>>(), 384);
+        assert_eq!(std::mem::align_of::<Shard<u64>>(), 128);
     }
 }
