@@ -66,27 +66,8 @@ for a in $APIS; do [[ $a == rls || $a == native ]] || die "APIS: unknown API $a 
 [[ -n "${TOLLGATE:-}" ]] && TOLLGATE_GIVEN=1
 tollgate_binary
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-trap "exit 130" INT TERM
-
-on_server_cpu "$TOLLGATE" serve --grpc 127.0.0.1:0 --http 127.0.0.1:0 --config scripts/bench-config/ \
-    2>"$work/serve.log" &
-SERVE=$!
-pids+=("$SERVE")
-on_server_cpu "$TOLLGATE" bench-echo --grpc 127.0.0.1:0 2>"$work/echo.log" &
-ECHO=$!
-pids+=("$ECHO")
-wait_for_log "$work/serve.log" 'grpc=' "$SERVE"
-wait_for_log "$work/echo.log" 'grpc=' "$ECHO"
-SERVE_GRPC=$(grep -o 'grpc=[0-9.:]*' "$work/serve.log" | head -1 | cut -d= -f2)
-SERVE_HTTP=$(grep -o 'http=[0-9.:]*' "$work/serve.log" | head -1 | cut -d= -f2)
-ECHO_GRPC=$(grep -o 'grpc=[0-9.:]*' "$work/echo.log" | head -1 | cut -d= -f2)
+start_work
+start_serve_and_echo
 
 describe_build
 echo "drivers:    $DRIVERS; $CONC in flight (python: $PY_CONC); ${SECONDS_PER_RUN}s per run after ${WARMUP}s of warm-up; hot key and $KEYS keys"

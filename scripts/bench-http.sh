@@ -82,26 +82,15 @@ if [[ -z "${THROTTLECRAB:-}" ]]; then
 fi
 [[ -x "$THROTTLECRAB" ]] || die "THROTTLECRAB=$THROTTLECRAB is not an executable"
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-trap "exit 130" INT TERM
-
-on_server_cpu "$TOLLGATE" serve --grpc 127.0.0.1:0 --http 127.0.0.1:0 --config scripts/bench-config/ \
-    2>"$work/serve.log" &
-SERVE=$!
-pids+=("$SERVE")
+start_work
+start_serve
 CRAB_PORT=$(free_port)
 on_server_cpu "$THROTTLECRAB" --http --http-host 127.0.0.1 --http-port "$CRAB_PORT" --log-level warn \
     >"$work/crab.log" 2>&1 &
 CRAB=$!
 pids+=("$CRAB")
-wait_for_log "$work/serve.log" 'http=' "$SERVE"
-HTTP=$(grep -o 'http=[0-9.:]*' "$work/serve.log" | head -1 | cut -d= -f2)
+serve_addresses
+HTTP=$SERVE_HTTP
 wait_for_port "$CRAB_PORT" "$CRAB"
 CRAB_URL="http://127.0.0.1:$CRAB_PORT"
 

@@ -116,3 +116,43 @@ fail() {
     echo "FAILED: $*" >&2
     FAILED=1
 }
+
+# A scratch directory and the processes of this run, both gone at exit.
+# Sets `work` and `pids` (add each started process to it).
+start_work() {
+    work=$(mktemp -d)
+    pids=()
+    trap cleanup EXIT
+    trap "exit 130" INT TERM
+}
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+
+# `tollgate serve` on the server CPU with scripts/bench-config/, in the
+# background: sets SERVE (its pid), once it serves SERVE_GRPC and SERVE_HTTP.
+start_serve() {
+    on_server_cpu "$TOLLGATE" serve --grpc 127.0.0.1:0 --http 127.0.0.1:0 --config scripts/bench-config/ \
+        2>"$work/serve.log" &
+    SERVE=$!
+    pids+=("$SERVE")
+}
+serve_addresses() {
+    wait_for_log "$work/serve.log" 'http=' "$SERVE"
+    SERVE_GRPC=$(grep -o 'grpc=[0-9.:]*' "$work/serve.log" | head -1 | cut -d= -f2)
+    SERVE_HTTP=$(grep -o 'http=[0-9.:]*' "$work/serve.log" | head -1 | cut -d= -f2)
+}
+
+# `tollgate serve` and `tollgate bench-echo` (the no-op gRPC ceiling),
+# both on the server CPU: sets SERVE, ECHO, SERVE_GRPC, SERVE_HTTP and
+# ECHO_GRPC.
+start_serve_and_echo() {
+    start_serve
+    on_server_cpu "$TOLLGATE" bench-echo --grpc 127.0.0.1:0 2>"$work/echo.log" &
+    ECHO=$!
+    pids+=("$ECHO")
+    serve_addresses
+    wait_for_log "$work/echo.log" 'grpc=' "$ECHO"
+    ECHO_GRPC=$(grep -o 'grpc=[0-9.:]*' "$work/echo.log" | head -1 | cut -d= -f2)
+}

@@ -51,27 +51,8 @@ need python3 "apt-get install python3"
 [[ -n "${TOLLGATE:-}" ]] && TOLLGATE_GIVEN=1
 tollgate_binary
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-trap "exit 130" INT TERM
-
-on_server_cpu "$TOLLGATE" serve --grpc 127.0.0.1:0 --http 127.0.0.1:0 --config scripts/bench-config/ \
-    2>"$work/serve.log" &
-SERVE=$!
-pids+=("$SERVE")
-on_server_cpu "$TOLLGATE" bench-echo --grpc 127.0.0.1:0 2>"$work/echo.log" &
-ECHO=$!
-pids+=("$ECHO")
-wait_for_log "$work/serve.log" 'http=' "$SERVE"
-wait_for_log "$work/echo.log" 'grpc=' "$ECHO"
-SERVE_GRPC=$(grep -o 'grpc=[0-9.:]*' "$work/serve.log" | head -1 | cut -d= -f2)
-SERVE_HTTP=$(grep -o 'http=[0-9.:]*' "$work/serve.log" | head -1 | cut -d= -f2)
-ECHO_GRPC=$(grep -o 'grpc=[0-9.:]*' "$work/echo.log" | head -1 | cut -d= -f2)
+start_work
+start_serve_and_echo
 
 describe_build
 echo "runs:       peak ${PEAK_SECONDS}s closed loop ($CONC in flight, HTTP $HTTP_CONC), then ${SECONDS_PER_RUN}s open loop at $FRACTION of it${RATES:+ and at $RATES req/s}, $OPEN_CONC in flight, ${WARMUP}s warm-up each; $KEYS keys"
