@@ -473,6 +473,28 @@ impl Conn {
         }
     }
 
+    /// Sends a packed command on the next connection (a cluster routes it
+    /// by its first key), loading `decide` first if Redis answers
+    /// `NOSCRIPT`.
+    pub(crate) async fn send_decide(&self, cmd: &redis::Cmd) -> RedisResult<redis::Value> {
+        match self {
+            Conn::Single { managers, next } => {
+                let i = next.fetch_add(1, Ordering::Relaxed) % managers.len();
+                crate::batch::send(&mut managers[i].clone(), cmd).await
+            }
+            Conn::Cluster(c) => crate::batch::send(&mut c.clone(), cmd).await,
+        }
+    }
+
+    /// A single server's connections, one per multiplexed connection; none
+    /// for a cluster.
+    pub(crate) fn managers(&self) -> Vec<ConnectionManager> {
+        match self {
+            Conn::Single { managers, .. } => managers.to_vec(),
+            Conn::Cluster(_) => Vec::new(),
+        }
+    }
+
     /// Whether this is a cluster.
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Conn::Cluster(_))

@@ -46,6 +46,7 @@
 #![deny(missing_docs)]
 
 mod batch;
+mod cache;
 pub mod conn;
 mod copies;
 mod copylog;
@@ -56,7 +57,10 @@ mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use cache::CacheStats;
 pub use conn::{ClientCert, ConnectError, ConnectOptions, RedisTarget, TlsPart};
 pub use copylog::Resignation;
 pub use params::{check_limit, Inexact, MAX_EXACT};
-pub use store::{RedisOptions, RedisStore, ScriptClock};
+pub use store::{
+    RedisOptions, RedisStore, ScriptClock, DEFAULT_MAX_WAITING, DEFAULT_REJECTION_CACHE,
+};
