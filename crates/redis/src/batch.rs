@@ -46,17 +46,17 @@
 //! ([`Encoder::command`] of one plan, [`send`]).
 
 use std::collections::VecDeque;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Cmd, RedisError, RedisResult, Value};
+use smallvec::SmallVec;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tollgate_core::{Hits, Mode, Nanos, PlanDecision};
+use tollgate_core::{Hits, Limit, Mode, Nanos, PlanDecision};
 use tollgate_store::{Key, Plan, StoreError};
 
 use crate::params;
@@ -105,17 +105,26 @@ pub(crate) struct Encoder {
     sha: String,
 }
 
-/// Appends the Redis key of a limit state to `out`. The hash tag is the
-/// plan's affinity, so every key of a plan lands in one cluster slot; a
-/// plan's keys are distinct, and so are their Redis keys (the limit id ends
-/// at a `:`, the domain follows whole).
-pub(crate) fn write_state_key(out: &mut String, prefix: &str, affinity: u64, key: &Key) {
-    let _ = write!(
-        out,
-        "{prefix}{{{affinity:016x}}}:l:{}:{}",
-        key.limit,
-        key.scope()
-    );
+/// Appends the Redis key of a limit state to `out`:
+/// `<prefix>{<affinity>}:l:<limit id>:<domain>`, ids in 16 hex digits. The
+/// hash tag is the plan's affinity, so every key of a plan lands in one
+/// cluster slot; a plan's keys are distinct, and so are their Redis keys
+/// (the limit id ends at a `:`, the domain follows whole). Written by hand:
+/// `format!` cost more than the rest of encoding a plan.
+pub(crate) fn write_state_key(out: &mut Vec<u8>, prefix: &str, affinity: u64, key: &Key) {
+    fn hex(out: &mut Vec<u8>, n: u64) {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        for i in (0..16).rev() {
+            out.push(DIGITS[((n >> (i * 4)) & 0xf) as usize]);
+        }
+    }
+    out.extend_from_slice(prefix.as_bytes());
+    out.push(b'{');
+    hex(out, affinity);
+    out.extend_from_slice(b"}:l:");
+    hex(out, key.limit.0);
+    out.push(b':');
+    out.extend_from_slice(key.scope().as_bytes());
 }
 
 impl Encoder {
@@ -127,23 +136,49 @@ impl Encoder {
     }
 
     /// The `EVALSHA` of `decide` for `calls` (see `lua/decide.lua` for
-    /// the layout).
+    /// the layout: each limit's parameters once per call).
     pub(crate) fn command<'a>(
         &self,
         calls: impl Iterator<Item = (&'a Plan, &'a Ask)> + Clone,
     ) -> Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(&self.sha);
-        cmd.arg(calls.clone().map(|(p, _)| p.len()).sum::<usize>());
-        let mut buf = String::new();
+        // The call's distinct limits (by pointer: a config shares one Arc
+        // per limit), and each item's number among them.
+        let mut limits: SmallVec<[&Arc<Limit>; 8]> = SmallVec::new();
+        let mut numbers: SmallVec<[usize; MAX_PLANS]> = SmallVec::new();
+        let (mut plans, mut keys) = (0, 0);
+        for (plan, _) in calls.clone() {
+            plans += 1;
+            for item in plan.items() {
+                keys += 1;
+                let n = match limits.iter().position(|l| Arc::ptr_eq(l, &item.limit)) {
+                    Some(n) => n,
+                    None => {
+                        limits.push(&item.limit);
+                        limits.len() - 1
+                    }
+                };
+                numbers.push(n + 1);
+            }
+        }
+        let args = 5 + keys * 3 + limits.len() * 10 + plans * 6;
+        let mut cmd = Cmd::with_capacity(args, keys * (self.prefix.len() + 64) + args * 8);
+        cmd.arg("EVALSHA").arg(&self.sha).arg(keys);
+        let mut buf = Vec::new();
         for (plan, _) in calls.clone() {
             for item in plan.items() {
                 buf.clear();
                 write_state_key(&mut buf, &self.prefix, plan.affinity(), &item.key);
-                cmd.arg(buf.as_bytes());
+                cmd.arg(&buf[..]);
             }
         }
-        cmd.arg(calls.clone().count());
+        cmd.arg(plans).arg(limits.len());
+        let mut text = String::new();
+        for limit in &limits {
+            let e = params::encode(limit);
+            cmd.arg(e.code);
+            e.write(&mut cmd, &mut text);
+        }
+        let mut numbers = numbers.into_iter();
         for (plan, ask) in calls {
             match ask.now {
                 None => cmd.arg("").arg(""),
@@ -157,9 +192,8 @@ impl Encoder {
                 .arg(ask.request.min_hits)
                 .arg(plan.len());
             for item in plan.items() {
-                let e = params::encode(&item.limit);
-                cmd.arg(e.code).arg(u8::from(item.shadow));
-                e.write(&mut cmd, &mut buf);
+                cmd.arg(numbers.next().unwrap_or(0))
+                    .arg(u8::from(item.shadow));
             }
         }
         cmd
@@ -430,6 +464,17 @@ fn finish(jobs: Vec<Job>, result: RedisResult<Value>, ints: &mut Vec<i64>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn state_keys_name_the_affinity_limit_and_domain() {
+        let mut out = Vec::new();
+        let key = Key::new(tollgate_store::LimitId(0xabc), "acme");
+        write_state_key(&mut out, "tollgate:", 0x1f, &key);
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            format!("tollgate:{{{:016x}}}:l:{}:acme", 0x1f, key.limit)
+        );
+    }
 
     #[test]
     fn a_batch_reply_splits_by_status_and_item_count() {
