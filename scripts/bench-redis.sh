@@ -14,12 +14,24 @@
 # counted in the last column and reported by kind, and make the script
 # exit 1 after the last round.
 #
-# Usage: scripts/bench-redis.sh [ROUNDS] [SECONDS]
+# `scripts/bench-redis.sh hot [ROUNDS] [SECONDS]` measures instead a hot
+# key that is over its limit (one user of the `default`/`api` token
+# bucket, 32 in flight), through the native gRPC and the HTTP API: the
+# memory store next to the Redis store, whose local over-limit cache
+# answers such a key (docs/redis.md), interleaved, each server pinned to
+# CPU 0 and the client to CPU 1 when there are two.
+#
+# Usage: scripts/bench-redis.sh [hot] [ROUNDS] [SECONDS]
 # Environment: TOLLGATE (the binary; default: built here in release),
 # KEYS (distinct users, default 100000), CLIENTS (in flight, default 128),
 # SERVE_ARGS (more `tollgate serve` flags, e.g. --redis-connections 4).
 set -euo pipefail
 
+MODE=ceiling
+if [[ "${1:-}" == hot ]]; then
+    MODE=hot
+    shift
+fi
 ROUNDS=${1:-3}
 SECONDS_PER_RUN=${2:-5}
 KEYS=${KEYS:-100000}
@@ -46,6 +58,66 @@ PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
     --dir "$work" --daemonize yes --logfile "$work/redis.log"
 until redis-cli -p "$PORT" ping >/dev/null 2>&1; do sleep 0.1; done
+
+if [[ $MODE == hot ]]; then
+    pin_server=() pin_client=()
+    if command -v taskset >/dev/null && (( $(nproc) >= 2 )); then
+        pin_server=(taskset -c 0) pin_client=(taskset -c 1)
+    fi
+    # Reads `tollgate bench --json` and the server's metrics; prints
+    # req/s, server CPU µs per request, cache hits and failed decisions.
+    cat >"$work/hot.py" <<'EOF'
+import json, sys, urllib.request
+j = json.load(open(sys.argv[1]))
+hits = 0
+for line in urllib.request.urlopen(sys.argv[2]).read().decode().splitlines():
+    if line.startswith("tollgate_store_rejection_cache_hits_total"):
+        hits = int(float(line.split()[-1]))
+if j["errors"]:
+    print("tollgate bench: %d of %d decisions failed: %s"
+          % (j["errors"], j["requests"], j.get("error_kinds")), file=sys.stderr)
+print(round(j["throughput"]), (j.get("server_cpu") or {}).get("us_per_request", 0), hits,
+      j["errors"])
+EOF
+    # One run: STORE API -> the line above.
+    hot_run() {
+        "${pin_server[@]}" "$TOLLGATE" serve --grpc 127.0.0.1:0 --http 127.0.0.1:0 \
+            --config examples/ --store "$1" ${SERVE_ARGS:-} 2>"$work/serve.log" &
+        SERVE=$!
+        until grep -qs 'grpc=' "$work/serve.log"; do sleep 0.1; done
+        local which=grpc
+        [[ $2 == http ]] && which=http
+        local target metrics
+        target=$(grep -o "$which=[0-9.:]*" "$work/serve.log" | cut -d= -f2)
+        metrics=$(grep -o 'http=[0-9.:]*' "$work/serve.log" | cut -d= -f2)
+        "${pin_client[@]}" "$TOLLGATE" bench --target "$target" --api "$2" --concurrency 32 \
+            --keys 1 --warmup 1s --duration "${SECONDS_PER_RUN}s" --server-pid "$SERVE" \
+            --json >"$work/hot.json"
+        sleep 0.6 # the store publishes its counters every half second
+        python3 "$work/hot.py" "$work/hot.json" "http://$metrics/metrics"
+        kill "$SERVE"
+        wait "$SERVE" 2>/dev/null || true
+        SERVE=
+    }
+    printf '%-6s %-7s %10s %10s %7s %10s %10s %7s %11s %7s\n' round api 'memory/s' 'redis/s' ratio \
+        'memory µs' 'redis µs' 'µs ×' 'cache hits' errors
+    failed=0
+    for r in $(seq 1 "$ROUNDS"); do
+        for api in native http; do
+            read -r m ms _ me < <(hot_run memory "$api")
+            read -r d ds hits de < <(hot_run "redis://127.0.0.1:$PORT/" "$api")
+            (( me + de == 0 )) || failed=$(( failed + 1 ))
+            printf '%-6s %-7s %10s %10s %7.2f %10s %10s %7.2f %11s %7s\n' "$r" "$api" "$m" "$d" \
+                "$(python3 -c "print($d / $m)")" "$ms" "$ds" "$(python3 -c "print($ds / $ms)")" \
+                "$hits" $(( me + de ))
+        done
+    done
+    if (( failed > 0 )); then
+        echo "FAILED: $failed runs had failed decisions (above)" >&2
+        exit 1
+    fi
+    exit 0
+fi
 
 "$TOLLGATE" serve --grpc 127.0.0.1:0 --http 127.0.0.1:0 --config examples/ \
     --store "redis://127.0.0.1:$PORT/" ${SERVE_ARGS:-} 2>"$work/serve.log" &
