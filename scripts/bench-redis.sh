@@ -84,7 +84,10 @@ EOF
         "${pin_server[@]}" "$TOLLGATE" serve --grpc 127.0.0.1:0 --http 127.0.0.1:0 \
             --config examples/ --store "$1" ${SERVE_ARGS:-} 2>"$work/serve.log" &
         SERVE=$!
-        until grep -qs 'grpc=' "$work/serve.log"; do sleep 0.1; done
+        until grep -qs 'grpc=' "$work/serve.log"; do
+            kill -0 "$SERVE" 2>/dev/null || { echo "tollgate serve --store $1 exited:" >&2; cat "$work/serve.log" >&2; exit 1; }
+            sleep 0.1
+        done
         local which=grpc
         [[ $2 == http ]] && which=http
         local target metrics
@@ -104,8 +107,13 @@ EOF
     failed=0
     for r in $(seq 1 "$ROUNDS"); do
         for api in native http; do
-            read -r m ms _ me < <(hot_run memory "$api")
-            read -r d ds hits de < <(hot_run "redis://127.0.0.1:$PORT/" "$api")
+            # Not `read < <(hot_run ...)`: a process substitution runs on
+            # in the background, and the next server would start before
+            # this one stopped.
+            hot_run memory "$api" >"$work/memory.txt"
+            hot_run "redis://127.0.0.1:$PORT/" "$api" >"$work/redis.txt"
+            read -r m ms _ me <"$work/memory.txt"
+            read -r d ds hits de <"$work/redis.txt"
             (( me + de == 0 )) || failed=$(( failed + 1 ))
             printf '%-6s %-7s %10s %10s %7.2f %10s %10s %7.2f %11s %7s\n' "$r" "$api" "$m" "$d" \
                 "$(python3 -c "print($d / $m)")" "$ms" "$ds" "$(python3 -c "print($ds / $ms)")" \
