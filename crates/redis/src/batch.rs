@@ -9,10 +9,12 @@
 //! task that sends whatever decisions queued up as one `decide` call of up
 //! to [`MAX_PLANS`] plans, which decides them one after the other, each
 //! all or nothing (`lua/decide.lua`). Up to [`DEPTH`] calls are in flight
-//! on a connection at once, so Redis has the next call in hand while the
-//! server reads the last answer. Nothing waits to fill a batch: a decision
-//! alone is sent at once; batches grow only when decisions arrive faster
-//! than Redis answers. Redis runs each call atomically, which orders its
+//! on a connection at once, the second only with at least half a batch to
+//! send, so that under heavy load Redis has the next call in hand while
+//! the server reads the last answer, and batches stay large. Nothing waits
+//! to fill a batch: a decision alone is sent at once when nothing is in
+//! flight; batches grow only when decisions arrive faster than Redis
+//! answers. Redis runs each call atomically, which orders its
 //! decisions as if they had arrived back to back.
 //!
 //! **Time.** A decision is not given a deadline of its own: under load it
@@ -66,7 +68,8 @@ use crate::reply;
 /// length, so batches stay short (a few hundred microseconds).
 pub(crate) const MAX_PLANS: usize = 32;
 
-/// Calls in flight on one connection at once.
+/// Calls in flight on one connection at once (the second only with half
+/// a batch or more to send).
 pub(crate) const DEPTH: usize = 2;
 
 /// What a decision asks besides its plan.
@@ -363,7 +366,35 @@ async fn drive(
     // When Redis last answered a call on this connection.
     let mut answered = Instant::now();
     let mut ints = Vec::new();
+    // Decisions taken from the queue, for the next call.
+    let mut pending: Vec<Job> = Vec::with_capacity(MAX_PLANS);
     loop {
+        // The next call goes at once when nothing is in flight; beside a
+        // call in flight, only with half a batch or more: smaller calls
+        // would cost Redis and the server their fixed part again for
+        // little (measured: batches of 11 instead of 19 cost Redis 10%
+        // more per decision), while the one in flight keeps Redis busy.
+        let room = calls.is_empty() || (calls.len() < DEPTH && pending.len() >= MAX_PLANS / 2);
+        if room && !pending.is_empty() {
+            // Callers that stopped waiting (went away) were told nothing
+            // was decided: do not spend their hits now.
+            pending.retain(|j| !j.answer.is_closed());
+            if pending.is_empty() {
+                continue;
+            }
+            let jobs = std::mem::replace(&mut pending, Vec::with_capacity(MAX_PLANS));
+            let cmd = encoder.command(jobs.iter().map(|j| (&j.plan, &j.ask)));
+            next_id += 1;
+            let id = next_id;
+            let mut c = conn.clone();
+            calls.spawn(async move { (id, send(&mut c, &cmd).await) });
+            flight.push_back(InFlight {
+                id,
+                sent: Instant::now(),
+                jobs,
+            });
+            continue;
+        }
         let silent_until = flight.front().map(|f| f.sent.max(answered) + timeout);
         tokio::select! {
             biased;
@@ -397,39 +428,28 @@ async fn drive(
                 // dropped by the connection.
                 calls = JoinSet::new();
                 let e = timed_out(timeout);
-                for call in flight.drain(..) {
-                    for job in call.jobs {
-                        let _ = job.answer.send(Err(Failure::Redis(e.clone())));
-                    }
-                }
-                while let Ok(job) = rx.try_recv() {
+                let waiting = std::iter::from_fn(|| rx.try_recv().ok());
+                let stuck: Vec<Job> = flight
+                    .drain(..)
+                    .flat_map(|call| call.jobs)
+                    .chain(pending.drain(..))
+                    .chain(waiting)
+                    .collect();
+                for job in stuck {
                     let _ = job.answer.send(Err(Failure::Redis(e.clone())));
                 }
                 answered = Instant::now();
             }
-            job = rx.recv(), if calls.len() < DEPTH => {
+            job = rx.recv(), if pending.len() < MAX_PLANS => {
                 // Every sender gone: the store was dropped.
                 let Some(job) = job else { break };
-                let mut jobs = Vec::with_capacity(MAX_PLANS);
-                jobs.push(job);
-                while jobs.len() < MAX_PLANS {
+                pending.push(job);
+                while pending.len() < MAX_PLANS {
                     match rx.try_recv() {
-                        Ok(j) => jobs.push(j),
+                        Ok(j) => pending.push(j),
                         Err(_) => break,
                     }
                 }
-                // Callers that stopped waiting (went away) were told
-                // nothing was decided: do not spend their hits now.
-                jobs.retain(|j| !j.answer.is_closed());
-                if jobs.is_empty() {
-                    continue;
-                }
-                let cmd = encoder.command(jobs.iter().map(|j| (&j.plan, &j.ask)));
-                next_id += 1;
-                let id = next_id;
-                let mut c = conn.clone();
-                calls.spawn(async move { (id, send(&mut c, &cmd).await) });
-                flight.push_back(InFlight { id, sent: Instant::now(), jobs });
             }
         }
     }
