@@ -98,7 +98,10 @@ EOF
             --json >"$work/hot.json"
         sleep 0.6 # the store publishes its counters every half second
         python3 "$work/hot.py" "$work/hot.json" "http://$metrics/metrics"
-        kill "$SERVE"
+        if ! kill "$SERVE" 2>/dev/null; then
+            echo "tollgate serve --store $1 had exited:" >&2
+            tail -5 "$work/serve.log" >&2
+        fi
         wait "$SERVE" 2>/dev/null || true
         SERVE=
     }
