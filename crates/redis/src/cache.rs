@@ -56,10 +56,13 @@
 //! entry's times are counted from when this server sent the call, not from
 //! the instant Redis decided (it does not know that instant), so durations
 //! read up to one round trip shorter than Redis's, and the entry lapses up
-//! to one round trip early: toward asking Redis, never toward rejecting
-//! longer. A Redis that lost its data (restarted empty) would admit
-//! sooner: until an entry lapses (at most its `reset_after`) this server
-//! keeps rejecting that key, the strict side.
+//! to one round trip early: toward asking Redis. (A Redis clock that runs
+//! faster than this process's monotonic one, or is stepped forward, would
+//! admit a little before the entry lapses: the cache then rejects that
+//! much longer than Redis would, the strict side.) A Redis that lost its
+//! data (restarted empty) would admit sooner: until an entry lapses (at
+//! most its `reset_after`) this server keeps rejecting that key, the strict
+//! side.
 //!
 //! # Bounds
 //!

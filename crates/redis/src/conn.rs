@@ -4,10 +4,11 @@
 //! A single server is reached through a few [`ConnectionManager`]s, each
 //! one multiplexed TCP (or TLS) connection that pipelines every command
 //! sent on it while earlier ones are in flight, and reconnects by itself
-//! with exponential backoff when the connection breaks. Decisions from
-//! many clients are spread over them round robin, so a handful of
-//! connections carry any number of concurrent decisions (seed 002,
-//! "multiple round trips"). A cluster is reached through the cluster
+//! with exponential backoff when the connection breaks. Each carries the
+//! decisions of one driver (`batch.rs`), and other commands are spread
+//! over them round robin, so a handful of connections carry any number of
+//! concurrent decisions (seed 002, "multiple round trips"). A cluster is
+//! reached through the cluster
 //! client's own multiplexed connection per node, which routes each script
 //! call by its first key's slot.
 //!
