@@ -93,8 +93,9 @@ const SHARDS: usize = 16;
 
 /// The local clock's origin, with Redis's clock: far from zero, so that
 /// rebuilt states never reach the core's saturation at zero (a fixed
-/// window's start is its end minus the window, up to 2^52 ns before).
-const BASE: u64 = 1 << 60;
+/// window's start is its end minus the window, up to 2^52 ns before), and
+/// a whole number of microseconds.
+const BASE: u64 = 1_000_000_000_000_000_000;
 
 /// One key's rebuilt state, live in `[since, until)`.
 #[derive(Clone, Debug)]
@@ -157,8 +158,10 @@ impl RejectionCache {
         match self.clock {
             CacheClock::Caller => now,
             CacheClock::Local(origin) => {
-                let elapsed = u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                Nanos::new(BASE.saturating_add(elapsed))
+                // In whole microseconds, as Redis's TIME: the durations
+                // answered are then in Redis's granularity too.
+                let elapsed = u64::try_from(origin.elapsed().as_micros()).unwrap_or(u64::MAX);
+                Nanos::new(BASE.saturating_add(elapsed.saturating_mul(1000)))
             }
         }
     }
