@@ -36,9 +36,13 @@
 //! A plan is answered here only in `try` mode, only when every item has a
 //! live entry for the same limit (parameters and all: a reloaded limit
 //! never meets an entry of the old one), and only when the core, deciding
-//! the request on copies of those states, grants no item anything and
-//! leaves every state as it was. Anything that would take hits goes to
-//! Redis; so does `acquire`, which always takes them. The answer is then
+//! the request on copies of those states, grants no item anything, leaves
+//! every state as it was, and rejects the request (not allowed, or
+//! limited by a shadow item, for at least one hit). Anything that would
+//! take hits goes to Redis; so does `acquire`, which always takes them,
+//! and so does a check of zero hits, which is allowed whatever the state
+//! and asks for fields another server's grants may have changed. Entries
+//! come from rejections only, for the same reason. The answer is then
 //! the core's `PlanDecision`, every field computed as the script computes
 //! it (the conformance suite holds the two to identical answers).
 //!
@@ -195,7 +199,11 @@ impl RejectionCache {
             if one.decision.granted > 0 || state != before {
                 return None;
             }
-            one.into_plan_decision(request, item.shadow)
+            let d = one.into_plan_decision(request, item.shadow);
+            if !is_rejection(&d, request) {
+                return None;
+            }
+            d
         } else {
             let mut states: SmallVec<[LimitState; 4]> = SmallVec::new();
             for item in items {
@@ -213,7 +221,10 @@ impl RejectionCache {
                 .collect();
             let d = tollgate_core::plan::decide(&mut entries, now, request, Mode::Try).ok()?;
             drop(entries);
-            if d.decisions.iter().any(|x| x.granted > 0) || states != before {
+            if d.decisions.iter().any(|x| x.granted > 0)
+                || states != before
+                || !is_rejection(&d, request)
+            {
                 return None;
             }
             d
@@ -222,12 +233,13 @@ impl RejectionCache {
         Some(decision)
     }
 
-    /// Learns from Redis's answer `d` to `plan`, decided at the cache's
-    /// time `t0` or later: a rejection (no item took anything) whose every
-    /// state can be rebuilt becomes entries; any other answer refreshes the
-    /// entries its keys already have, or drops those it cannot rebuild.
-    pub(crate) fn learn(&self, plan: &Plan, d: &PlanDecision, t0: Nanos) {
-        let rejected = d.decisions.iter().all(|x| x.granted == 0);
+    /// Learns from Redis's answer `d` to `request` for `plan`, decided at
+    /// the cache's time `t0` or later: a rejection ([`is_rejection`]: no
+    /// item took anything) whose every state can be rebuilt becomes
+    /// entries; any other answer refreshes the entries its keys already
+    /// have, or drops those it cannot rebuild.
+    pub(crate) fn learn(&self, plan: &Plan, d: &PlanDecision, request: Hits, t0: Nanos) {
+        let rejected = is_rejection(d, request) && d.decisions.iter().all(|x| x.granted == 0);
         if !rejected && self.entries.load(Ordering::Relaxed) == 0 {
             return;
         }
@@ -306,6 +318,18 @@ impl RejectionCache {
     }
 }
 
+/// Whether `d` refused `request` for want of room: not allowed (or, in
+/// shadow mode, limited), for a well-formed request of at least one hit.
+/// Only such an answer stands whatever others take from the key later, so
+/// only such an answer is kept, or given, by the cache. A check of zero
+/// hits (or a range whose minimum is zero) is allowed whatever the state,
+/// and its fields (`remaining` above all) are what the caller asks for:
+/// answered from an entry they would miss every other server's grants
+/// since (review of issue 17, finding 1).
+fn is_rejection(d: &PlanDecision, request: Hits) -> bool {
+    request.min_hits > 0 && request.is_well_formed() && (!d.allowed || d.shadow_limited)
+}
+
 /// The core's state of `limit` that decision `d`, made at `t0` (or later,
 /// with Redis's clock), describes, and until when it decides every request
 /// as the real state would; `None` for an algorithm (or a state) whose
@@ -375,7 +399,7 @@ mod tests {
                 assert_eq!(c, truth, "at +{}", now.saturating_sub(T0));
                 answered += 1;
             }
-            cache.learn(&p, &truth, now);
+            cache.learn(&p, &truth, request, now);
         }
         answered
     }
@@ -427,7 +451,7 @@ mod tests {
         for _ in 0..2 {
             let d = decide_one(&old, &mut state, false, T0, Hits::exactly(1))
                 .into_plan_decision(Hits::exactly(1), false);
-            cache.learn(&p, &d, T0);
+            cache.learn(&p, &d, Hits::exactly(1), T0);
         }
         assert!(cache.answer(&p, T0, Hits::exactly(1)).is_some());
         // The same key under new parameters: not answered from the old
@@ -453,7 +477,7 @@ mod tests {
             for _ in 0..2 {
                 let d = decide_one(&g, &mut state, false, T0, Hits::exactly(1))
                     .into_plan_decision(Hits::exactly(1), false);
-                cache.learn(&p, &d, T0);
+                cache.learn(&p, &d, Hits::exactly(1), T0);
             }
         }
         let stats = cache.stats();

@@ -422,7 +422,7 @@ impl RedisStore {
             Ok(d) => {
                 self.mark(true);
                 if let Some((cache, t0)) = t0 {
-                    cache.learn(plan, &d, t0);
+                    cache.learn(plan, &d, request, t0);
                 }
                 Ok(d)
             }

@@ -139,8 +139,9 @@ proptest! {
 
 /// A hot key, rejected over and over with every kind of request Redis
 /// would reject (more than is left, a range whose minimum is more, a
-/// shadow plan, a peek of zero hits), is answered by the cache, as Redis
-/// answers it; the requests that fit go to Redis and are granted.
+/// shadow plan), is answered by the cache, as Redis answers it; the
+/// requests that fit go to Redis and are granted, and so do checks of
+/// zero hits, which Redis allows (finding 1 of the review).
 #[tokio::test]
 async fn a_hot_rejected_key_is_answered_locally_as_redis_answers_it() {
     let server = RedisServer::start();
@@ -261,4 +262,52 @@ async fn servers_with_caches_sharing_a_key_never_grant_more_than_the_limit() {
     assert_eq!(granted, 20);
     let hits: u64 = stores.iter().map(|s| s.cache_stats().hits).sum();
     assert!(hits > 0, "the caches answered nothing");
+}
+
+/// Regression (review of issue 17, finding 1): a check of zero hits, which
+/// Redis allows and which takes nothing, became a cache entry, and the
+/// next such check was answered from it: another server's grants
+/// meanwhile were invisible, and this server kept showing the key's
+/// `remaining` as it was. Only a rejection may become an entry, and only
+/// a rejection is answered locally. Two servers (stores) share one key
+/// on one redis-server: A takes one, checks with zero hits, B takes the
+/// rest; A's next check must say what Redis says.
+#[tokio::test]
+async fn a_check_of_zero_hits_is_not_cached_so_another_servers_grants_show() {
+    let server = RedisServer::start();
+    let prefix = unique_prefix();
+    let a = store_with(&server, Some(&prefix), false, 1024).await;
+    let b = store_with(&server, Some(&prefix), false, 1024).await;
+    let limit = Arc::new(Limit::TokenBucket(
+        TokenBucket::new(3, per(1, 3_600_000)).unwrap(),
+    ));
+    let plan = Plan::single(Key::new(LimitId(1), "acme"), limit);
+    let ms = |n| T0.saturating_add(Nanos::from_millis(n));
+    let took = a.decide(&plan, ms(0), Hits::exactly(1), Mode::Try).await;
+    assert_eq!(took.unwrap().granted, 1);
+    let check = a
+        .decide(&plan, ms(1), Hits::exactly(0), Mode::Try)
+        .await
+        .unwrap();
+    assert!(check.allowed);
+    assert_eq!(check.decisions[0].remaining, 2);
+    assert_eq!(
+        a.cache_stats().entries,
+        0,
+        "an allowed check became an entry"
+    );
+    let rest = b.decide(&plan, ms(2), Hits::exactly(2), Mode::Try).await;
+    assert_eq!(rest.unwrap().granted, 2);
+    let calls = evalsha_calls(&server);
+    let again = a
+        .decide(&plan, ms(3), Hits::exactly(0), Mode::Try)
+        .await
+        .unwrap();
+    assert_eq!(
+        evalsha_calls(&server),
+        calls + 1,
+        "the check did not reach Redis"
+    );
+    assert_eq!(again.decisions[0].remaining, 0, "{again:?}");
+    assert_eq!(a.cache_stats().hits, 0);
 }
