@@ -64,16 +64,21 @@
 //! faster than this process's monotonic one, or is stepped forward, would
 //! admit a little before the entry lapses: the cache then rejects that
 //! much longer than Redis would, the strict side.) A Redis that lost its
-//! data (restarted empty) would admit sooner: until an entry lapses (at
-//! most its `reset_after`) this server keeps rejecting that key, the strict
-//! side.
+//! data (restarted empty, flushed, failed over to a replica that lagged,
+//! the key evicted or deleted) would admit sooner: until an entry lapses
+//! this server keeps rejecting that key, the strict side. That is what
+//! bounds an entry's life by `max_age` (`RedisOptions::rejection_cache_max_age`,
+//! 1 s by default) as well as by its `reset_after`, and why the store
+//! drops every entry ([`RejectionCache::clear`]) when it finds Redis lost
+//! its data (a heartbeat missing from the live set, a pool gone back).
 //!
 //! # Bounds
 //!
 //! At most `capacity` entries, in shards; a new key in a full shard evicts
 //! one of its entries (`tollgate_store_rejection_cache_evictions_total`).
-//! Entries are dropped when they lapse (by the store's monitor, every
-//! half second), when a reload stops serving their limit
+//! Entries live at most `max_age` and are dropped when they lapse (by the
+//! store's monitor, every half second), when Redis lost its data, when a
+//! reload stops serving their limit
 //! ([`RejectionCache::retain_limits`]), and when Redis answers their key
 //! with a state that cannot be rebuilt.
 
@@ -137,6 +142,8 @@ pub(crate) struct RejectionCache {
     per_shard: usize,
     hasher: std::collections::hash_map::RandomState,
     clock: CacheClock,
+    /// The longest an entry lives, whatever its `reset_after`.
+    max_age: Nanos,
     hits: AtomicU64,
     evictions: AtomicU64,
     entries: AtomicUsize,
@@ -144,13 +151,14 @@ pub(crate) struct RejectionCache {
 
 impl RejectionCache {
     /// A cache of at most `capacity` entries (rounded up to a multiple of
-    /// the shard count), kept by `clock`.
-    pub(crate) fn new(capacity: usize, clock: CacheClock) -> RejectionCache {
+    /// the shard count), kept by `clock`, each living at most `max_age`.
+    pub(crate) fn new(capacity: usize, clock: CacheClock, max_age: Nanos) -> RejectionCache {
         RejectionCache {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             per_shard: capacity.div_ceil(SHARDS).max(1),
             hasher: std::collections::hash_map::RandomState::new(),
             clock,
+            max_age,
             hits: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             entries: AtomicUsize::new(0),
@@ -243,11 +251,18 @@ impl RejectionCache {
         if !rejected && self.entries.load(Ordering::Relaxed) == 0 {
             return;
         }
+        // An entry lives until its state could admit again, and never
+        // longer than `max_age`: what bounds how long a Redis that lost
+        // the key (flushed, failed over, evicted) goes on being answered
+        // by the state it had.
+        let oldest = t0.saturating_add(self.max_age);
         let snaps: SmallVec<[Option<(LimitState, Nanos)>; 4]> = plan
             .items()
             .iter()
             .zip(&d.decisions)
-            .map(|(item, dec)| snapshot(&item.limit, dec, t0))
+            .map(|(item, dec)| {
+                snapshot(&item.limit, dec, t0).map(|(state, until)| (state, until.min(oldest)))
+            })
             .collect();
         let insert = rejected && snaps.iter().all(Option::is_some);
         for (item, snap) in plan.items().iter().zip(snaps) {
@@ -289,6 +304,12 @@ impl RejectionCache {
     /// Drops the entries that lapsed by `now` (the cache's time).
     pub(crate) fn purge(&self, now: Nanos) {
         self.retain(|_, e| e.until > now);
+    }
+
+    /// Drops every entry: Redis lost its data (or went back to an older
+    /// state), so what the entries say of it no longer holds.
+    pub(crate) fn clear(&self) {
+        self.retain(|_, _| false);
     }
 
     /// Keeps only the entries of `limits` (a reload's: what is served
@@ -371,6 +392,7 @@ mod tests {
     use tollgate_core::{Algorithm, Align, FixedWindow, Gcra, Rate, SlidingWindow, TokenBucket};
 
     const T0: Nanos = Nanos::new(1_790_000_000_123_456_789);
+    const HOUR: Nanos = Nanos::from_secs(3600);
 
     fn plan(limit: &Arc<Limit>, scope: &str) -> Plan {
         let mut p = Plan::default();
@@ -384,7 +406,7 @@ mod tests {
     /// checks that whatever the cache answers equals the core's answer.
     fn agrees(limit: Limit, steps: &[(u64, u64)]) -> u64 {
         let limit = Arc::new(limit);
-        let cache = RejectionCache::new(64, CacheClock::Caller);
+        let cache = RejectionCache::new(64, CacheClock::Caller, HOUR);
         let mut state = Algorithm::fresh(&*limit);
         let p = plan(&limit, "acme");
         let mut now = T0;
@@ -445,7 +467,7 @@ mod tests {
         let new = Arc::new(Limit::Gcra(
             Gcra::new(per_second(1000), 1000).unwrap_or_else(|e| panic!("{e}")),
         ));
-        let cache = RejectionCache::new(64, CacheClock::Caller);
+        let cache = RejectionCache::new(64, CacheClock::Caller, HOUR);
         let mut state = Algorithm::fresh(&*old);
         let p = plan(&old, "acme");
         for _ in 0..2 {
@@ -465,12 +487,42 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_lives_at_most_max_age_and_clear_drops_every_one() {
+        // Rejected for an hour, but kept a second.
+        let g = Arc::new(Limit::Gcra(
+            Gcra::new(Rate::new(1, HOUR).unwrap_or_else(|e| panic!("{e}")), 1)
+                .unwrap_or_else(|e| panic!("{e}")),
+        ));
+        let cache = RejectionCache::new(64, CacheClock::Caller, Nanos::from_secs(1));
+        let p = plan(&g, "acme");
+        let mut state = Algorithm::fresh(&*g);
+        for _ in 0..2 {
+            let d = decide_one(&g, &mut state, false, T0, Hits::exactly(1))
+                .into_plan_decision(Hits::exactly(1), false);
+            cache.learn(&p, &d, Hits::exactly(1), T0);
+        }
+        let at = |ms| T0.saturating_add(Nanos::from_millis(ms));
+        assert!(cache.answer(&p, at(999), Hits::exactly(1)).is_some());
+        assert!(cache.answer(&p, at(1000), Hits::exactly(1)).is_none());
+        cache.purge(at(1000));
+        assert_eq!(cache.stats().entries, 0);
+        // Learnt again, then Redis is found to have lost its data.
+        let d = decide_one(&g, &mut state, false, at(1000), Hits::exactly(1))
+            .into_plan_decision(Hits::exactly(1), false);
+        cache.learn(&p, &d, Hits::exactly(1), at(1000));
+        assert_eq!(cache.stats().entries, 1);
+        cache.clear();
+        assert_eq!(cache.stats().entries, 0);
+        assert!(cache.answer(&p, at(1001), Hits::exactly(1)).is_none());
+    }
+
+    #[test]
     fn entries_are_bounded_and_evictions_counted() {
         let per_second = |n| Rate::per_second(n).unwrap_or_else(|e| panic!("{e}"));
         let g = Arc::new(Limit::Gcra(
             Gcra::new(per_second(1), 1).unwrap_or_else(|e| panic!("{e}")),
         ));
-        let cache = RejectionCache::new(32, CacheClock::Caller);
+        let cache = RejectionCache::new(32, CacheClock::Caller, HOUR);
         for i in 0..1000 {
             let p = plan(&g, &format!("user-{i}"));
             let mut state = Algorithm::fresh(&*g);

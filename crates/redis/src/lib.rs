@@ -70,4 +70,5 @@ pub use copylog::Resignation;
 pub use params::{check_limit, Inexact, MAX_EXACT};
 pub use store::{
     RedisOptions, RedisStore, ScriptClock, DEFAULT_MAX_WAITING, DEFAULT_REJECTION_CACHE,
+    DEFAULT_REJECTION_CACHE_MAX_AGE,
 };

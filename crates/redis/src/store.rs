@@ -59,6 +59,11 @@ pub struct RedisOptions {
     /// here until they could admit again, exactly as Redis would; see
     /// `docs/redis.md`); 0 turns it off.
     pub rejection_cache: usize,
+    /// The longest an entry of the over-limit cache lives, however far
+    /// off its key could admit again: how long a Redis that lost the key
+    /// (flushed, failed over, evicted) may still be answered by the
+    /// state it had (see `docs/redis.md`).
+    pub rejection_cache_max_age: Duration,
     /// Decisions that may wait to be sent to a single Redis; one more is
     /// shed at once with an answer that says so (see `docs/redis.md`).
     pub max_waiting: usize,
@@ -66,6 +71,11 @@ pub struct RedisOptions {
 
 /// [`RedisOptions::rejection_cache`] by default.
 pub const DEFAULT_REJECTION_CACHE: usize = 65_536;
+
+/// [`RedisOptions::rejection_cache_max_age`] by default: a hot rejected
+/// key costs Redis one call a second per server, and a Redis that lost its
+/// data is over-rejected for at most a second (`docs/redis.md` says why).
+pub const DEFAULT_REJECTION_CACHE_MAX_AGE: Duration = Duration::from_secs(1);
 
 /// [`RedisOptions::max_waiting`] by default.
 pub const DEFAULT_MAX_WAITING: usize = 8_192;
@@ -80,6 +90,7 @@ impl RedisOptions {
             heartbeat_ttl: Duration::from_secs(5),
             clock: ScriptClock::Redis,
             rejection_cache: DEFAULT_REJECTION_CACHE,
+            rejection_cache_max_age: DEFAULT_REJECTION_CACHE_MAX_AGE,
             max_waiting: DEFAULT_MAX_WAITING,
         }
     }
@@ -187,7 +198,13 @@ impl RedisStore {
                 ScriptClock::Caller => CacheClock::Caller,
                 ScriptClock::Redis => CacheClock::Local(std::time::Instant::now()),
             };
-            Arc::new(RejectionCache::new(options.rejection_cache, clock))
+            let max_age =
+                u64::try_from(options.rejection_cache_max_age.as_nanos()).unwrap_or(u64::MAX);
+            Arc::new(RejectionCache::new(
+                options.rejection_cache,
+                clock,
+                Nanos::new(max_age),
+            ))
         });
         Ok(RedisStore {
             log,
@@ -239,6 +256,15 @@ impl RedisStore {
     /// What the local over-limit cache counted (all zero when it is off).
     pub fn cache_stats(&self) -> CacheStats {
         self.cache.as_ref().map(|c| c.stats()).unwrap_or_default()
+    }
+
+    /// Drops every entry of the over-limit cache: Redis lost its data
+    /// (or went back to an older state), so a key it rejected may admit
+    /// again now.
+    pub(crate) fn forget_rejections(&self) {
+        if let Some(c) = &self.cache {
+            c.clear();
+        }
     }
 
     /// Decisions shed so far because too many waited to be sent.

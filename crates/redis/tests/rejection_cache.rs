@@ -24,12 +24,24 @@ use tollgate_redis::{RedisOptions, RedisStore, ScriptClock};
 use tollgate_store::{Key, LimitId, Plan, Store};
 
 /// A store on `server` with its own prefix (or `prefix`), the caller's
-/// clock unless `redis_clock`, and an over-limit cache of `cache` entries.
+/// clock unless `redis_clock`, and an over-limit cache of `cache` entries
+/// that live up to an hour (so that no answer depends on the test's speed).
 async fn store_with(
     server: &RedisServer,
     prefix: Option<&str>,
     redis_clock: bool,
     cache: usize,
+) -> RedisStore {
+    store_of(server, prefix, redis_clock, cache, |_| {}).await
+}
+
+/// [`store_with`], with `tweak` applied to the options last.
+async fn store_of(
+    server: &RedisServer,
+    prefix: Option<&str>,
+    redis_clock: bool,
+    cache: usize,
+    tweak: impl FnOnce(&mut RedisOptions),
 ) -> RedisStore {
     let mut o = RedisOptions::new(server.url());
     o.prefix = prefix.map_or_else(unique_prefix, str::to_owned);
@@ -40,6 +52,8 @@ async fn store_with(
     };
     o.connect.response_timeout = Duration::from_secs(5);
     o.rejection_cache = cache;
+    o.rejection_cache_max_age = Duration::from_secs(3600);
+    tweak(&mut o);
     RedisStore::connect(o).await.unwrap()
 }
 
@@ -310,4 +324,85 @@ async fn a_check_of_zero_hits_is_not_cached_so_another_servers_grants_show() {
     );
     assert_eq!(again.decisions[0].remaining, 0, "{again:?}");
     assert_eq!(a.cache_stats().hits, 0);
+}
+
+/// A GCRA limit of one an hour, and its plan for `acme`.
+fn hourly() -> Plan {
+    let limit = Arc::new(Limit::Gcra(Gcra::new(per(1, 3_600_000), 1).unwrap()));
+    Plan::single(Key::new(LimitId(1), "acme"), limit)
+}
+
+/// Regression (review of issue 17, finding 2): an entry lived as long as
+/// its key's `reset_after` (an hour here), so a Redis that lost the key
+/// (`FLUSHALL`, a failover that lost writes, eviction) went on being
+/// over-rejected by every server for that long. An entry now lives at
+/// most `rejection_cache_max_age`: within it the cache still rejects
+/// (the strict side, documented), and at its end Redis's own answer is
+/// given.
+#[tokio::test]
+async fn after_redis_loses_a_rejected_key_its_answer_is_given_within_the_entry_cap() {
+    let server = RedisServer::start();
+    let s = store_of(&server, None, false, 1024, |o| {
+        o.rejection_cache_max_age = Duration::from_secs(1);
+    })
+    .await;
+    let plan = hourly();
+    let ms = |n| T0.saturating_add(Nanos::from_millis(n));
+    let ask = |at| {
+        let (s, plan) = (s.clone(), plan.clone());
+        async move {
+            s.decide(&plan, at, Hits::exactly(1), Mode::Try)
+                .await
+                .unwrap()
+        }
+    };
+    assert!(ask(ms(0)).await.allowed);
+    assert!(!ask(ms(0)).await.allowed);
+    assert!(!ask(ms(1)).await.allowed);
+    assert_eq!(s.cache_stats().hits, 1);
+    server.client().text(&["FLUSHALL"]);
+    // Within the cap: the entry still answers (Redis is not asked).
+    assert!(!ask(ms(999)).await.allowed);
+    assert_eq!(s.cache_stats().hits, 2);
+    // At the cap: Redis answers, and it lost the key.
+    let d = ask(ms(1000)).await;
+    assert!(d.allowed, "{d:?}");
+    assert_eq!(s.cache_stats().hits, 2);
+}
+
+/// When the store finds that Redis lost its data (its heartbeat is gone
+/// from the live set), it drops every entry of the over-limit cache at
+/// once: the keys Redis rejected are Redis's to answer again, long before
+/// their entries would have lapsed (an hour here).
+#[tokio::test]
+async fn a_store_that_finds_redis_lost_its_data_forgets_its_rejections() {
+    let server = RedisServer::start();
+    let s = store_of(&server, None, false, 1024, |o| {
+        o.heartbeat_ttl = Duration::from_millis(300);
+    })
+    .await;
+    let beating = tokio::spawn({
+        let s = s.clone();
+        async move { s.heartbeat().await }
+    });
+    let plan = hourly();
+    let ask = |s: RedisStore, plan: Plan| async move {
+        s.decide(&plan, T0, Hits::exactly(1), Mode::Try)
+            .await
+            .unwrap()
+    };
+    assert!(ask(s.clone(), plan.clone()).await.allowed);
+    assert!(!ask(s.clone(), plan.clone()).await.allowed);
+    assert_eq!(s.cache_stats().entries, 1);
+    server.client().text(&["FLUSHALL"]);
+    // Polled with a bound far above the heartbeat's period (a bound on a
+    // hung test): at the same instant, only a cleared cache lets Redis's
+    // answer through.
+    common::eventually(Duration::from_secs(20), || {
+        let (s, plan) = (s.clone(), plan.clone());
+        async move { ask(s, plan).await.allowed }
+    })
+    .await;
+    assert_eq!(s.cache_stats().entries, 0);
+    beating.abort();
 }

@@ -47,7 +47,14 @@ fn a_key_over_its_limit_is_answered_by_the_server_and_counted() {
     let dir = Sandbox::new("redis-cache");
     dir.write("tollgate.yaml", CONFIG);
     let redis = RedisServer::start();
-    let s = Serving::start_redis(&dir, &redis.url(), &[], &[]);
+    // Entries kept an hour (the default is a second), so that no answer
+    // depends on the test's speed.
+    let s = Serving::start_redis(
+        &dir,
+        &redis.url(),
+        &["--redis-rejection-cache-ms", "3600000"],
+        &[],
+    );
     for _ in 0..2 {
         assert_eq!(ask(&s, "search").0, 200);
     }
@@ -89,4 +96,30 @@ fn a_key_over_its_limit_is_answered_by_the_server_and_counted() {
         assert_eq!(ask(&s, "feed").0, 429);
     }
     assert_eq!(evalsha_calls(&redis), calls + 5);
+}
+
+/// `--redis-rejection-cache 0` turns the cache off: every request for a
+/// key over its limit reaches Redis, and nothing is counted as a hit.
+#[test]
+fn the_cache_can_be_turned_off() {
+    let dir = Sandbox::new("redis-cache-off");
+    dir.write("tollgate.yaml", CONFIG);
+    let redis = RedisServer::start();
+    let s = Serving::start_redis(
+        &dir,
+        &redis.url(),
+        &["--redis-rejection-cache", "0", "--redis-max-waiting", "64"],
+        &[],
+    );
+    for _ in 0..2 {
+        assert_eq!(ask(&s, "search").0, 200);
+    }
+    let calls = evalsha_calls(&redis);
+    for _ in 0..5 {
+        assert_eq!(ask(&s, "search").0, 429);
+    }
+    assert_eq!(evalsha_calls(&redis), calls + 5);
+    s.poll("the store's metrics are published", |s| {
+        s.metric("tollgate_store_rejection_cache_hits_total") == Some(0.0)
+    });
 }
