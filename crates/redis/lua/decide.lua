@@ -3,11 +3,17 @@
 -- (concurrent decisions share a round trip and the script's fixed cost).
 --
 -- KEYS: the state key of every item of every plan, plan after plan.
--- ARGV: 1 plan count, then per plan: seconds and nanoseconds of now (''
---       and '': Redis's TIME, read once per call), mode (0 try, 1
---       acquire), hits, min_hits, item count, then per item: algorithm
---       code, shadow (0/1), parameter count, parameters.
--- Reply: per plan, a status, then
+-- ARGV: 1 plan count, 2 limit count, then per limit: algorithm code,
+--       parameter count, parameters (each limit once per call, however
+--       many plans of the call use it: a batch usually holds many plans of
+--       few limits, and reading a limit's parameters cost more than
+--       anything else per plan); then per plan: seconds and nanoseconds of
+--       now ('' and '': Redis's TIME, read once per call), mode (0 try, 1
+--       acquire), hits, min_hits, item count, then per item: the limit's
+--       number in the list above (from 1), shadow (0/1).
+-- Reply: one MessagePack array of integers (cmsgpack.pack: one bulk
+--        string, which the server reads far faster than hundreds of RESP
+--        integers), holding per plan a status, then
 --        - 0 (decided): granted, allowed, wait, limited_by (-1: none),
 --          shadow_limited, then per item: granted, allowed, limit,
 --          remaining, reset_after, retry_after (-1: never), wait, tier
@@ -23,17 +29,32 @@ local function flag(b)
   return 0
 end
 
+-- Redis's TIME, read and set once per call (T.init), and whether T holds
+-- it now.
 local redis_time
+local redis_now = false
+
+-- The reply, and its length so far (appends by index: `#` costs a search
+-- on every append).
+local reply = {}
+local nr = 0
+
+-- The call's limits, by number: code, module and parameters (read once).
+local LIMITS = {}
 
 -- Decides the plan whose arguments start at ARGV[a] and whose keys start
--- at KEYS[k + 1]; appends its answer to `reply`. Returns the index of the
+-- at KEYS[k + 1]; appends its answer to the reply. Returns the index of the
 -- next plan's arguments and the number of keys it used.
-local function decide_plan(a, k, reply)
+local function decide_plan(a, k)
   if ARGV[a] == '' then
     if not redis_time then redis_time = redis.call('TIME') end
-    T.init(tonumber(redis_time[1]), tonumber(redis_time[2]) * 1000)
+    if not redis_now then
+      T.init(tonumber(redis_time[1]), tonumber(redis_time[2]) * 1000)
+      redis_now = true
+    end
   else
     T.init(tonumber(ARGV[a]), tonumber(ARGV[a + 1]))
+    redis_now = false
   end
   local caller_clock = ARGV[a] ~= ''
   local mode = tonumber(ARGV[a + 2])
@@ -44,13 +65,10 @@ local function decide_plan(a, k, reply)
   local items = {}
   local at = a + 6
   for i = 1, n do
-    local code = tonumber(ARGV[at])
-    local m = algorithm(code)
+    local lim = LIMITS[tonumber(ARGV[at])]
+    local code, m, p = lim.code, lim.m, lim.p
     local shadow = ARGV[at + 1] == '1'
-    local count = tonumber(ARGV[at + 2])
-    local p = {}
-    for j = 1, count do p[j] = tonumber(ARGV[at + 2 + j]) end
-    at = at + 3 + count
+    at = at + 2
     local raw = redis.call('GET', KEYS[k + i])
     local st
     if raw then
@@ -73,21 +91,21 @@ local function decide_plan(a, k, reply)
     local wait = 0
     for i, it in ipairs(items) do
       if not it.m.acquire_wait then
-        reply[#reply + 1] = ERR_CANNOT_SCHEDULE
-        reply[#reply + 1] = i - 1
+        nr = nr + 1; reply[nr] = ERR_CANNOT_SCHEDULE
+        nr = nr + 1; reply[nr] = i - 1
         return at, n
       end
       local w = it.m.acquire_wait(it.p, it.st, now, req.hits)
       if not w then
-        reply[#reply + 1] = ERR_NEVER_ADMITS
-        reply[#reply + 1] = i - 1
+        nr = nr + 1; reply[nr] = ERR_NEVER_ADMITS
+        nr = nr + 1; reply[nr] = i - 1
         return at, n
       end
       -- A debt of 2^52 ns (52 days) or more could not be counted exactly;
       -- refused before anything changes.
       if w >= TWO52 then
-        reply[#reply + 1] = ERR_TOO_LONG
-        reply[#reply + 1] = i - 1
+        nr = nr + 1; reply[nr] = ERR_TOO_LONG
+        nr = nr + 1; reply[nr] = i - 1
         return at, n
       end
       if not it.shadow then wait = max(wait, w) end
@@ -146,40 +164,49 @@ local function decide_plan(a, k, reply)
     end
   end
 
-  reply[#reply + 1] = 0
-  reply[#reply + 1] = out_granted
-  reply[#reply + 1] = flag(out_allowed)
-  reply[#reply + 1] = out_wait
-  reply[#reply + 1] = limited_by
-  reply[#reply + 1] = flag(shadow_limited)
+  nr = nr + 1; reply[nr] = 0
+  nr = nr + 1; reply[nr] = out_granted
+  nr = nr + 1; reply[nr] = flag(out_allowed)
+  nr = nr + 1; reply[nr] = out_wait
+  nr = nr + 1; reply[nr] = limited_by
+  nr = nr + 1; reply[nr] = flag(shadow_limited)
   for i, d in ipairs(decisions) do
-    reply[#reply + 1] = d.granted
-    reply[#reply + 1] = flag(d.allowed)
-    reply[#reply + 1] = d.limit
-    reply[#reply + 1] = d.remaining
-    reply[#reply + 1] = d.reset_after
-    reply[#reply + 1] = d.retry_after or -1
-    reply[#reply + 1] = d.wait
+    nr = nr + 1; reply[nr] = d.granted
+    nr = nr + 1; reply[nr] = flag(d.allowed)
+    nr = nr + 1; reply[nr] = d.limit
+    nr = nr + 1; reply[nr] = d.remaining
+    nr = nr + 1; reply[nr] = d.reset_after
+    nr = nr + 1; reply[nr] = d.retry_after or -1
+    nr = nr + 1; reply[nr] = d.wait
     if d.tier then
-      reply[#reply + 1] = d.tier.index
-      reply[#reply + 1] = d.tier.limit
-      reply[#reply + 1] = d.tier.hits
-      reply[#reply + 1] = flag(d.tier.burst)
+      nr = nr + 1; reply[nr] = d.tier.index
+      nr = nr + 1; reply[nr] = d.tier.limit
+      nr = nr + 1; reply[nr] = d.tier.hits
+      nr = nr + 1; reply[nr] = flag(d.tier.burst)
     else
-      reply[#reply + 1] = -1
-      reply[#reply + 1] = 0
-      reply[#reply + 1] = 0
-      reply[#reply + 1] = 0
+      nr = nr + 1; reply[nr] = -1
+      nr = nr + 1; reply[nr] = 0
+      nr = nr + 1; reply[nr] = 0
+      nr = nr + 1; reply[nr] = 0
     end
-    reply[#reply + 1] = rooms[i]
+    nr = nr + 1; reply[nr] = rooms[i]
   end
   return at, n
 end
 
-local reply = {}
-local a, k = 2, 0
+local a = 3
+for i = 1, tonumber(ARGV[2]) do
+  local code = tonumber(ARGV[a])
+  local count = tonumber(ARGV[a + 1])
+  local p = {}
+  for j = 1, count do p[j] = tonumber(ARGV[a + 1 + j]) end
+  LIMITS[i] = { code = code, m = algorithm(code), p = p }
+  a = a + 2 + count
+end
+
+local k = 0
 for _ = 1, tonumber(ARGV[1]) do
-  local next_a, used = decide_plan(a, k, reply)
+  local next_a, used = decide_plan(a, k)
   a, k = next_a, k + used
 end
-return reply
+return cmsgpack.pack(reply)

@@ -4,10 +4,11 @@
 //! A single server is reached through a few [`ConnectionManager`]s, each
 //! one multiplexed TCP (or TLS) connection that pipelines every command
 //! sent on it while earlier ones are in flight, and reconnects by itself
-//! with exponential backoff when the connection breaks. Decisions from
-//! many clients are spread over them round robin, so a handful of
-//! connections carry any number of concurrent decisions (seed 002,
-//! "multiple round trips"). A cluster is reached through the cluster
+//! with exponential backoff when the connection breaks. Each carries the
+//! decisions of one driver (`batch.rs`), and other commands are spread
+//! over them round robin, so a handful of connections carry any number of
+//! concurrent decisions (seed 002, "multiple round trips"). A cluster is
+//! reached through the cluster
 //! client's own multiplexed connection per node, which routes each script
 //! call by its first key's slot.
 //!
@@ -470,6 +471,28 @@ impl Conn {
                 cmd.query_async(&mut c).await
             }
             Conn::Cluster(c) => cmd.query_async(&mut c.clone()).await,
+        }
+    }
+
+    /// Sends a packed command on the next connection (a cluster routes it
+    /// by its first key), loading `decide` first if Redis answers
+    /// `NOSCRIPT`.
+    pub(crate) async fn send_decide(&self, cmd: &redis::Cmd) -> RedisResult<redis::Value> {
+        match self {
+            Conn::Single { managers, next } => {
+                let i = next.fetch_add(1, Ordering::Relaxed) % managers.len();
+                crate::batch::send(&mut managers[i].clone(), cmd).await
+            }
+            Conn::Cluster(c) => crate::batch::send(&mut c.clone(), cmd).await,
+        }
+    }
+
+    /// A single server's connections, one per multiplexed connection; none
+    /// for a cluster.
+    pub(crate) fn managers(&self) -> Vec<ConnectionManager> {
+        match self {
+            Conn::Single { managers, .. } => managers.to_vec(),
+            Conn::Cluster(_) => Vec::new(),
         }
     }
 

@@ -299,6 +299,9 @@ impl RedisStore {
                     return Ok(v);
                 }
                 Err(e) if refusal(&e) == Some("lost") => {
+                    // Redis lost the pool or went back to an older state:
+                    // its rate-limit states may have too.
+                    self.forget_rejections();
                     lost += 1;
                     if lost > MAX_REWRITES {
                         return Err(redis::make_extension_error(
@@ -502,6 +505,9 @@ impl RedisStore {
     /// live set though nobody declared it dead: Redis lost its data.
     pub(crate) fn lost_live_set(&self) {
         metrics::counter!(LIVE_SET_LOST).increment(1);
+        // Its rate-limit states went with it: keys the over-limit cache
+        // rejects may admit again.
+        self.forget_rejections();
         tracing::warn!(server = %self.log.id, "Redis had lost this server's heartbeat (restarted empty or flushed?): joined again; holds are counted again pool by pool");
         let store = self.clone();
         tokio::spawn(async move { store.recover().await });

@@ -34,9 +34,16 @@
 //!   in one Redis Cluster slot.
 //! - **Connections**: see [`conn`]: a few multiplexed connections carry
 //!   every concurrent decision, batched into shared calls (`batch.rs`:
-//!   whatever queued up while the previous call was in flight); timeouts are short (50 ms by default), and
-//!   a broken connection reconnects by itself with backoff while decisions
-//!   fail fast with [`tollgate_store::StoreError::Unavailable`].
+//!   whatever queued up, pipelined on each connection). A decision waits
+//!   while Redis answers; when Redis leaves a connection unanswered for the
+//!   timeout (50 ms by default) what it carries fails, and past a bound on
+//!   decisions waiting one more is shed at once. A broken connection
+//!   reconnects by itself with backoff while decisions fail fast with
+//!   [`tollgate_store::StoreError::Unavailable`].
+//! - **Over-limit cache** (`cache.rs`): a key Redis rejected is answered by
+//!   the server, exactly as Redis would answer, until it could admit again
+//!   (GCRA, leaky bucket, token bucket, fixed window; the others always go
+//!   to Redis). It never grants, so it never over-admits.
 //! - **Copy operations** are not given up on a timeout: each carries an id
 //!   the script remembers, and is resent until Redis answers, so it is
 //!   applied exactly once; a server counts its holds again where Redis lost
@@ -46,6 +53,7 @@
 #![deny(missing_docs)]
 
 mod batch;
+mod cache;
 pub mod conn;
 mod copies;
 mod copylog;
@@ -56,7 +64,11 @@ mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use cache::CacheStats;
 pub use conn::{ClientCert, ConnectError, ConnectOptions, RedisTarget, TlsPart};
 pub use copylog::Resignation;
 pub use params::{check_limit, Inexact, MAX_EXACT};
-pub use store::{RedisOptions, RedisStore, ScriptClock};
+pub use store::{
+    RedisOptions, RedisStore, ScriptClock, DEFAULT_MAX_WAITING, DEFAULT_REJECTION_CACHE,
+    DEFAULT_REJECTION_CACHE_MAX_AGE,
+};

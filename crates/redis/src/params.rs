@@ -35,11 +35,39 @@ pub(crate) mod code {
     pub const BURST_TIERS: u8 = 8;
 }
 
-/// A limit as the scripts read it: its code and its numbers, formatted.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A limit as the scripts read it: its code and its numbers. Kept as
+/// numbers (no string per parameter on every decision): they are written
+/// straight into the command ([`Encoded::write`]).
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Encoded {
     pub code: u8,
-    pub params: SmallVec<[String; 8]>,
+    pub params: SmallVec<[Param; 8]>,
+}
+
+/// One number of a limit's parameters.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub(crate) enum Param {
+    /// A count or a span in nanoseconds.
+    Int(u64),
+    /// A signed count (a smooth limiter's times in microseconds).
+    Signed(i64),
+    /// A double, written in Rust's shortest round-trip notation (`{:?}`,
+    /// with an exponent for very large or small values, which Lua's
+    /// tonumber reads too), so Lua reads back the identical double.
+    Float(f64),
+}
+
+impl Param {
+    /// The number as the script reads it (`buf` is scratch space).
+    pub(crate) fn text<'a>(&self, buf: &'a mut String) -> &'a str {
+        buf.clear();
+        let _ = match self {
+            Param::Int(n) => write!(buf, "{n}"),
+            Param::Signed(n) => write!(buf, "{n}"),
+            Param::Float(f) => write!(buf, "{f:?}"),
+        };
+        buf
+    }
 }
 
 impl Encoded {
@@ -51,12 +79,12 @@ impl Encoded {
     }
 
     fn int(mut self, n: u64) -> Encoded {
-        self.params.push(n.to_string());
+        self.params.push(Param::Int(n));
         self
     }
 
     fn signed(mut self, n: i64) -> Encoded {
-        self.params.push(n.to_string());
+        self.params.push(Param::Signed(n));
         self
     }
 
@@ -69,13 +97,21 @@ impl Encoded {
     }
 
     fn float(mut self, f: f64) -> Encoded {
-        let mut s = String::new();
-        // `{:?}` is Rust's shortest representation that reads back to the
-        // same double (with an exponent for very large or small values,
-        // which Lua's tonumber reads too).
-        let _ = write!(s, "{f:?}");
-        self.params.push(s);
+        self.params.push(Param::Float(f));
         self
+    }
+
+    /// Appends the parameter count and the parameters to `cmd` (`buf` is
+    /// scratch space for doubles).
+    pub(crate) fn write(&self, cmd: &mut redis::Cmd, buf: &mut String) {
+        cmd.arg(self.params.len());
+        for p in &self.params {
+            match p {
+                Param::Int(n) => cmd.arg(*n),
+                Param::Signed(n) => cmd.arg(*n),
+                Param::Float(_) => cmd.arg(p.text(buf)),
+            };
+        }
     }
 }
 
@@ -293,7 +329,13 @@ mod tests {
         let g = Gcra::new(rate, 5).unwrap_or_else(|e| panic!("{e}"));
         let e = encode(&Limit::Gcra(g));
         assert_eq!(e.code, code::GCRA);
-        assert_eq!(e.params.as_slice(), ["100000000", "5", "500000000"]);
+        let mut buf = String::new();
+        let texts: Vec<String> = e
+            .params
+            .iter()
+            .map(|p| p.text(&mut buf).to_owned())
+            .collect();
+        assert_eq!(texts, ["100000000", "5", "500000000"]);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! [`RedisStore`]: limit state in Redis, decided by Lua scripts.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,9 +15,12 @@ use tollgate_core::copies::{
 use crate::copies::{refusal, Pools};
 use crate::copylog::{self, Beat, CopyLog, Resignation};
 use tollgate_core::{plan, Hits, Mode, Nanos, PlanDecision};
-use tollgate_store::{Admit, Held, OpId, Plan, PoolKey, Refusal, Seized, Store, StoreError};
+use tollgate_store::{
+    Admit, Held, LimitId, OpId, Plan, PoolKey, Refusal, Seized, Store, StoreError,
+};
 
-use crate::batch::{self, Batcher, PlanCall};
+use crate::batch::{self, Ask, Batcher, Encoder, Failure};
+use crate::cache::{CacheClock, CacheStats, RejectionCache};
 use crate::conn::{redact, Conn, ConnectError, ConnectOptions, RedisTarget};
 use crate::params::{self, MAX_EXACT};
 use crate::reply;
@@ -52,7 +55,30 @@ pub struct RedisOptions {
     pub heartbeat_ttl: Duration,
     /// Whose clock the scripts decide by.
     pub clock: ScriptClock,
+    /// Entries of the local over-limit cache (keys Redis rejected, answered
+    /// here until they could admit again, exactly as Redis would; see
+    /// `docs/redis.md`); 0 turns it off.
+    pub rejection_cache: usize,
+    /// The longest an entry of the over-limit cache lives, however far
+    /// off its key could admit again: how long a Redis that lost the key
+    /// (flushed, failed over, evicted) may still be answered by the
+    /// state it had (see `docs/redis.md`).
+    pub rejection_cache_max_age: Duration,
+    /// Decisions that may wait to be sent to a single Redis; one more is
+    /// shed at once with an answer that says so (see `docs/redis.md`).
+    pub max_waiting: usize,
 }
+
+/// [`RedisOptions::rejection_cache`] by default.
+pub const DEFAULT_REJECTION_CACHE: usize = 65_536;
+
+/// [`RedisOptions::rejection_cache_max_age`] by default: a hot rejected
+/// key costs Redis one call a second per server, and a Redis that lost its
+/// data is over-rejected for at most a second (`docs/redis.md` says why).
+pub const DEFAULT_REJECTION_CACHE_MAX_AGE: Duration = Duration::from_secs(1);
+
+/// [`RedisOptions::max_waiting`] by default.
+pub const DEFAULT_MAX_WAITING: usize = 8_192;
 
 impl RedisOptions {
     /// Options for `url` with every other setting at its default.
@@ -63,6 +89,9 @@ impl RedisOptions {
             connect: ConnectOptions::default(),
             heartbeat_ttl: Duration::from_secs(5),
             clock: ScriptClock::Redis,
+            rejection_cache: DEFAULT_REJECTION_CACHE,
+            rejection_cache_max_age: DEFAULT_REJECTION_CACHE_MAX_AGE,
+            max_waiting: DEFAULT_MAX_WAITING,
         }
     }
 
@@ -93,9 +122,14 @@ pub struct RedisStore {
     clock: ScriptClock,
     url: String,
     timeout: Duration,
-    decide: Script,
+    /// Writes `decide` calls.
+    encoder: Arc<Encoder>,
     /// Batches concurrent decisions into shared calls (single Redis only).
     batcher: Option<Batcher>,
+    /// Keys Redis rejected, answered locally until they could admit again.
+    cache: Option<Arc<RejectionCache>>,
+    /// Decisions shed because too many waited to be sent.
+    shed: Arc<AtomicU64>,
     /// Whether the last command reached Redis; `/readyz` reads it.
     up: Arc<AtomicBool>,
     /// This server's place in the copy log.
@@ -110,6 +144,14 @@ pub struct RedisStore {
 const UP_GAUGE: &str = "tollgate_store_up";
 /// Counter: commands that failed to reach Redis or timed out.
 const ERRORS_COUNTER: &str = "tollgate_store_errors_total";
+/// Counter: decisions shed because too many waited to be sent.
+const SHED_COUNTER: &str = "tollgate_store_decisions_shed_total";
+/// Counter: decisions answered by the local over-limit cache.
+const CACHE_HITS_COUNTER: &str = "tollgate_store_rejection_cache_hits_total";
+/// Gauge: entries in the local over-limit cache.
+const CACHE_ENTRIES_GAUGE: &str = "tollgate_store_rejection_cache_entries";
+/// Counter: cache entries dropped to make room for others.
+const CACHE_EVICTIONS_COUNTER: &str = "tollgate_store_rejection_cache_evictions_total";
 
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -142,8 +184,28 @@ impl RedisStore {
             })?;
         tracing::info!(server = %log.id, released, "joined the copy log");
         let decide = Script::new(script::DECIDE);
-        let batcher = (!conn.is_cluster())
-            .then(|| Batcher::start(&conn, &decide, options.connect.connections));
+        let encoder = Arc::new(Encoder::new(&options.prefix, &decide));
+        let batcher = (!conn.is_cluster()).then(|| {
+            Batcher::start(
+                conn.managers(),
+                Arc::clone(&encoder),
+                options.connect.response_timeout,
+                options.max_waiting.max(1),
+            )
+        });
+        let cache = (options.rejection_cache > 0).then(|| {
+            let clock = match options.clock {
+                ScriptClock::Caller => CacheClock::Caller,
+                ScriptClock::Redis => CacheClock::Local(std::time::Instant::now()),
+            };
+            let max_age =
+                u64::try_from(options.rejection_cache_max_age.as_nanos()).unwrap_or(u64::MAX);
+            Arc::new(RejectionCache::new(
+                options.rejection_cache,
+                clock,
+                Nanos::new(max_age),
+            ))
+        });
         Ok(RedisStore {
             log,
             conn,
@@ -152,7 +214,9 @@ impl RedisStore {
             url: redact(&options.url),
             timeout: options.connect.response_timeout,
             batcher,
-            decide,
+            encoder,
+            cache,
+            shed: Arc::default(),
             up: Arc::new(AtomicBool::new(true)),
             pools: Arc::default(),
             sweeping: Arc::default(),
@@ -170,6 +234,55 @@ impl RedisStore {
             ERRORS_COUNTER,
             "Redis store commands that failed to reach Redis or timed out."
         );
+        metrics::describe_counter!(
+            SHED_COUNTER,
+            "Redis store decisions shed (answered store_unavailable at once) because the most \
+             decisions that may wait for Redis already did."
+        );
+        metrics::describe_counter!(
+            CACHE_HITS_COUNTER,
+            "Redis store decisions answered by the local over-limit cache, without Redis."
+        );
+        metrics::describe_gauge!(
+            CACHE_ENTRIES_GAUGE,
+            "Keys in the Redis store's local over-limit cache."
+        );
+        metrics::describe_counter!(
+            CACHE_EVICTIONS_COUNTER,
+            "Entries of the Redis store's local over-limit cache dropped to make room for others."
+        );
+    }
+
+    /// What the local over-limit cache counted (all zero when it is off).
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache.as_ref().map(|c| c.stats()).unwrap_or_default()
+    }
+
+    /// Drops every entry of the over-limit cache: Redis lost its data
+    /// (or went back to an older state), so a key it rejected may admit
+    /// again now.
+    pub(crate) fn forget_rejections(&self) {
+        if let Some(c) = &self.cache {
+            c.clear();
+        }
+    }
+
+    /// Decisions shed so far because too many waited to be sent.
+    pub fn shed(&self) -> u64 {
+        self.shed.load(Ordering::Relaxed)
+    }
+
+    /// Writes the counters the store keeps itself to the metrics, and
+    /// drops the cache's lapsed entries.
+    fn publish(&self) {
+        metrics::counter!(SHED_COUNTER).absolute(self.shed());
+        if let Some(c) = &self.cache {
+            c.purge(c.now(Nanos::ZERO));
+        }
+        let stats = self.cache_stats();
+        metrics::counter!(CACHE_HITS_COUNTER).absolute(stats.hits);
+        metrics::gauge!(CACHE_ENTRIES_GAUGE).set(stats.entries as f64);
+        metrics::counter!(CACHE_EVICTIONS_COUNTER).absolute(stats.evictions);
     }
 
     /// Pings Redis every `interval` until the returned future is dropped,
@@ -188,6 +301,7 @@ impl RedisStore {
             let up = self.up.load(Ordering::Relaxed);
             metrics::gauge!(UP_GAUGE).set(if up { 1.0 } else { 0.0 });
             metrics::counter!(ERRORS_COUNTER).increment(0);
+            self.publish();
             let ping = self.conn.query::<String>(&cmd);
             match tokio::time::timeout(self.timeout.max(Duration::from_millis(200)), ping).await {
                 Ok(Ok(_)) => self.mark(true),
@@ -281,18 +395,6 @@ impl RedisStore {
         self.conn.is_cluster()
     }
 
-    /// The Redis key of a limit state. The hash tag is the plan's affinity,
-    /// so every key of a plan lands in one cluster slot.
-    fn state_key(&self, affinity: u64, key: &tollgate_store::Key) -> String {
-        format!(
-            "{}{{{:016x}}}:l:{}:{}",
-            self.prefix,
-            affinity,
-            key.limit,
-            key.scope()
-        )
-    }
-
     fn clock_args(&self, now: Nanos) -> (String, String) {
         match self.clock {
             ScriptClock::Redis => (String::new(), String::new()),
@@ -306,7 +408,9 @@ impl RedisStore {
         }
     }
 
-    /// Runs `decide` for `plan`.
+    /// Runs `decide` for `plan`: from the local over-limit cache when it
+    /// knows Redis's answer, else in a batched call (a single Redis) or a
+    /// call of its own (a cluster).
     async fn decide_plan(
         &self,
         plan: &Plan,
@@ -323,44 +427,62 @@ impl RedisStore {
                 request.hits.max(request.min_hits)
             )));
         }
-        // A plan's keys are distinct, and so are their Redis keys (the
-        // limit id ends at a `:`, the domain follows whole).
-        let keys: Vec<String> = plan
-            .items()
-            .iter()
-            .map(|i| self.state_key(plan.affinity(), &i.key))
-            .collect();
-        let (secs, nanos) = self.clock_args(now);
-        let mut args = Vec::with_capacity(6 + plan.len() * 12);
-        args.extend([
-            secs,
-            nanos,
-            u8::from(mode == Mode::Acquire).to_string(),
-            request.hits.to_string(),
-            request.min_hits.to_string(),
-            plan.len().to_string(),
-        ]);
-        for item in plan.items() {
-            let e = params::encode(&item.limit);
-            args.push(e.code.to_string());
-            args.push(u8::from(item.shadow).to_string());
-            args.push(e.params.len().to_string());
-            args.extend(e.params);
-        }
-        let call = PlanCall { keys, args };
-        let items = plan.len();
-        let answer = async {
-            match &self.batcher {
-                Some(b) => b.decide(call, items).await,
-                None => batch::invoke(&self.conn, &self.decide, std::iter::once(&call)).await,
+        // Read before the call is sent: Redis decides at this instant or
+        // later, so entries learnt from the answer never outlive the state.
+        let t0 = self.cache.as_ref().map(|c| (c, c.now(now)));
+        if let (Some((cache, t)), Mode::Try) = (t0, mode) {
+            if let Some(d) = cache.answer(plan, t, request) {
+                return Ok(d);
             }
+        }
+        let ask = Ask {
+            request,
+            mode,
+            now: (self.clock == ScriptClock::Caller).then_some(now),
         };
-        let part = match tokio::time::timeout(self.timeout, answer).await {
-            Ok(r) => r.map_err(|e| self.unavailable(e))?,
-            Err(_) => return Err(self.unavailable(timed_out(self.timeout))),
+        let answer = match &self.batcher {
+            Some(b) => b.decide(plan, ask).await,
+            None => self.decide_alone(plan, ask).await,
         };
-        self.mark(true);
-        reply::plan_outcome(&part, plan, request.hits)
+        match answer {
+            Ok(d) => {
+                self.mark(true);
+                if let Some((cache, t0)) = t0 {
+                    cache.learn(plan, &d, request, t0);
+                }
+                Ok(d)
+            }
+            Err(Failure::Store(e)) => {
+                // The script answered (a refusal, or a reply of the wrong
+                // shape): Redis is up.
+                self.mark(true);
+                Err(e)
+            }
+            Err(Failure::Redis(e)) => Err(self.unavailable(e)),
+            Err(Failure::Overloaded(waiting)) => {
+                self.shed.fetch_add(1, Ordering::Relaxed);
+                Err(StoreError::Unavailable(format!(
+                    "the Redis store is overloaded: {waiting} decisions already wait for Redis \
+                     (the most that may), so this one was shed"
+                )))
+            }
+        }
+    }
+
+    /// One plan in a call of its own (Redis Cluster), waiting up to the
+    /// timeout for it.
+    async fn decide_alone(&self, plan: &Plan, ask: Ask) -> batch::Answer {
+        let cmd = self.encoder.command(std::iter::once((plan, &ask)));
+        let value = match tokio::time::timeout(self.timeout, self.conn.send_decide(&cmd)).await {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => return Err(Failure::Redis(e)),
+            Err(_) => return Err(Failure::Redis(batch::timed_out(self.timeout))),
+        };
+        let mut ints = Vec::new();
+        let parts =
+            batch::parts(value, std::iter::once(plan.len()), &mut ints).map_err(Failure::Store)?;
+        let range = parts.first().cloned().unwrap_or(0..0);
+        reply::plan_outcome(&ints[range], plan, ask.request.hits).map_err(Failure::Store)
     }
 
     /// A failure that is not an answer: Redis is unreachable, too slow, or
@@ -373,14 +495,6 @@ impl RedisStore {
         self.note_failure(&e);
         StoreError::Unavailable(format!("{what} ({}): {e}", self.url))
     }
-}
-
-/// The error of a call Redis did not answer within `limit`.
-fn timed_out(limit: Duration) -> RedisError {
-    RedisError::from(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        format!("Redis did not answer within {limit:?}"),
-    ))
 }
 
 impl Store for RedisStore {
@@ -479,6 +593,15 @@ impl Store for RedisStore {
         match limit {
             Admit::Rate { limit, .. } => params::check_limit(limit).map_err(Refusal::limit),
             Admit::Copies(_) => Ok(()),
+        }
+    }
+
+    /// Drops the over-limit cache's entries of limits no longer served
+    /// (a reload; entries of a changed limit never apply anyway, this frees
+    /// their room).
+    fn serve_limits(&self, limits: Vec<(LimitId, Arc<tollgate_core::Limit>)>) {
+        if let Some(c) = &self.cache {
+            c.retain_limits(&limits);
         }
     }
 

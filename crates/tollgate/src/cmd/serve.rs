@@ -223,6 +223,32 @@ pub struct ServeArgs {
         default_value_t = 2000
     )]
     pub redis_max_reconnect_delay_ms: u64,
+    /// Keys the local over-limit cache keeps: a key Redis rejected is
+    /// answered by this server, exactly as Redis would, until it could
+    /// admit again (docs/redis.md). 0 turns the cache off.
+    #[arg(
+        long,
+        env = "TOLLGATE_REDIS_REJECTION_CACHE",
+        default_value_t = tollgate_redis::DEFAULT_REJECTION_CACHE
+    )]
+    pub redis_rejection_cache: usize,
+    /// The longest an entry of the over-limit cache lives (milliseconds),
+    /// however far off its key could admit again: how long a Redis that
+    /// lost its data may still be answered by what it had.
+    #[arg(
+        long,
+        env = "TOLLGATE_REDIS_REJECTION_CACHE_MS",
+        default_value_t = 1000
+    )]
+    pub redis_rejection_cache_ms: u64,
+    /// Decisions that may wait to be sent to a single Redis; one more is
+    /// shed at once, with an answer that says so.
+    #[arg(
+        long,
+        env = "TOLLGATE_REDIS_MAX_WAITING",
+        default_value_t = tollgate_redis::DEFAULT_MAX_WAITING
+    )]
+    pub redis_max_waiting: usize,
     /// How long this server's heartbeat in Redis lasts (milliseconds): when
     /// it lapses, another server releases the holds of this one's clients.
     #[arg(long, env = "TOLLGATE_HEARTBEAT_TTL_MS", default_value_t = 5000)]
@@ -407,6 +433,9 @@ impl ServeArgs {
             connect_timeout: Duration::from_millis(self.redis_connect_timeout_ms.max(1)),
             max_reconnect_delay: Duration::from_millis(self.redis_max_reconnect_delay_ms.max(1)),
         };
+        o.rejection_cache = self.redis_rejection_cache;
+        o.rejection_cache_max_age = Duration::from_millis(self.redis_rejection_cache_ms);
+        o.max_waiting = self.redis_max_waiting.max(1);
         Ok(o)
     }
 }
