@@ -203,7 +203,7 @@ impl RejectionCache {
         let decision = if let [item] = items {
             let before = self.live(item, now)?;
             let mut state = before.clone();
-            let one = decide_one(&item.limit, &mut state, item.shadow, now, request);
+            let one = decide_one(&*item.limit, &mut state, item.shadow, now, request);
             if one.decision.granted > 0 || state != before {
                 return None;
             }
@@ -415,7 +415,7 @@ mod tests {
             now = now.saturating_add(Nanos::new(advance));
             let request = Hits::exactly(hits);
             let cached = cache.answer(&p, now, request);
-            let truth = decide_one(&limit, &mut state, false, now, request)
+            let truth = decide_one(&*limit, &mut state, false, now, request)
                 .into_plan_decision(request, false);
             if let Some(c) = cached {
                 assert_eq!(c, truth, "at +{}", now.saturating_sub(T0));
@@ -471,7 +471,7 @@ mod tests {
         let mut state = Algorithm::fresh(&*old);
         let p = plan(&old, "acme");
         for _ in 0..2 {
-            let d = decide_one(&old, &mut state, false, T0, Hits::exactly(1))
+            let d = decide_one(&*old, &mut state, false, T0, Hits::exactly(1))
                 .into_plan_decision(Hits::exactly(1), false);
             cache.learn(&p, &d, Hits::exactly(1), T0);
         }
@@ -497,7 +497,7 @@ mod tests {
         let p = plan(&g, "acme");
         let mut state = Algorithm::fresh(&*g);
         for _ in 0..2 {
-            let d = decide_one(&g, &mut state, false, T0, Hits::exactly(1))
+            let d = decide_one(&*g, &mut state, false, T0, Hits::exactly(1))
                 .into_plan_decision(Hits::exactly(1), false);
             cache.learn(&p, &d, Hits::exactly(1), T0);
         }
@@ -507,7 +507,7 @@ mod tests {
         cache.purge(at(1000));
         assert_eq!(cache.stats().entries, 0);
         // Learnt again, then Redis is found to have lost its data.
-        let d = decide_one(&g, &mut state, false, at(1000), Hits::exactly(1))
+        let d = decide_one(&*g, &mut state, false, at(1000), Hits::exactly(1))
             .into_plan_decision(Hits::exactly(1), false);
         cache.learn(&p, &d, Hits::exactly(1), at(1000));
         assert_eq!(cache.stats().entries, 1);
@@ -527,7 +527,7 @@ mod tests {
             let p = plan(&g, &format!("user-{i}"));
             let mut state = Algorithm::fresh(&*g);
             for _ in 0..2 {
-                let d = decide_one(&g, &mut state, false, T0, Hits::exactly(1))
+                let d = decide_one(&*g, &mut state, false, T0, Hits::exactly(1))
                     .into_plan_decision(Hits::exactly(1), false);
                 cache.learn(&p, &d, Hits::exactly(1), T0);
             }
