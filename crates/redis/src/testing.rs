@@ -298,6 +298,18 @@ impl RedisServer {
     pub fn client(&self) -> Client {
         Client(self.connection())
     }
+
+    /// How many `EVALSHA` calls this server has run (`INFO
+    /// commandstats`): what reached Redis, for tests of what must not.
+    pub fn evalsha_calls(&self) -> u64 {
+        let stats = self.client().strings(&["INFO", "commandstats"]);
+        stats
+            .iter()
+            .flat_map(|s| s.lines())
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().unwrap())
+    }
 }
 
 /// A synchronous connection to one redis-server, with the reads the

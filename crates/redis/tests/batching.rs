@@ -12,15 +12,6 @@ use common::{gcra, store, unique_prefix, RedisServer};
 use tollgate_core::{Align, FixedWindow, Hits, Limit, Mode, Nanos, PlanError};
 use tollgate_store::{Key, LimitId, Plan, Store, StoreError};
 
-fn evalsha_calls(server: &RedisServer) -> u64 {
-    let stats = server.client().strings(&["INFO", "commandstats"]);
-    stats
-        .iter()
-        .flat_map(|s| s.lines())
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
-}
 
 #[tokio::test]
 async fn many_concurrent_decisions_share_few_calls_and_stay_exact() {
@@ -38,7 +29,7 @@ async fn many_concurrent_decisions_share_few_calls_and_stay_exact() {
             .unwrap();
         p
     };
-    let before = evalsha_calls(&server);
+    let before = server.evalsha_calls();
     // 200 decisions for acme and 40 for globex, sent at once, with 20
     // acquires a fixed window cannot schedule in between.
     let mut calls = Vec::new();
@@ -58,7 +49,7 @@ async fn many_concurrent_decisions_share_few_calls_and_stay_exact() {
         });
     }
     let answers = futures_util::future::join_all(calls).await;
-    let calls_used = evalsha_calls(&server) - before;
+    let calls_used = server.evalsha_calls() - before;
 
     let granted = |who: &str| {
         answers

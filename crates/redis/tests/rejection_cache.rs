@@ -57,15 +57,6 @@ async fn store_of(
     RedisStore::connect(o).await.unwrap()
 }
 
-fn evalsha_calls(server: &RedisServer) -> u64 {
-    let stats = server.client().strings(&["INFO", "commandstats"]);
-    stats
-        .iter()
-        .flat_map(|s| s.lines())
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
-}
 
 /// Runs `steps` through a store with the cache and one without, on
 /// `server`, and requires the same answer (or error) at every step;
@@ -73,7 +64,7 @@ fn evalsha_calls(server: &RedisServer) -> u64 {
 async fn agree(server: &RedisServer, items: &[Item], steps: &[Step]) -> (u64, u64) {
     let cached = store_with(server, None, false, 1024).await;
     let plain = store_with(server, None, false, 0).await;
-    let calls = evalsha_calls(server);
+    let calls = server.evalsha_calls();
     let mut now = T0;
     for (n, step) in steps.iter().enumerate() {
         now = now.saturating_add(step.advance);
@@ -90,7 +81,7 @@ async fn agree(server: &RedisServer, items: &[Item], steps: &[Step]) -> (u64, u6
             now.saturating_sub(T0)
         );
     }
-    (cached.cache_stats().hits, evalsha_calls(server) - calls)
+    (cached.cache_stats().hits, server.evalsha_calls() - calls)
 }
 
 fn per(count: u64, ms: u64) -> Rate {
@@ -219,7 +210,7 @@ async fn with_redis_clock_a_rejection_is_repeated_locally_with_its_times_counted
     assert!(ask(&s).await.allowed);
     let first = ask(&s).await;
     assert!(!first.allowed);
-    let calls = evalsha_calls(&server);
+    let calls = server.evalsha_calls();
     let mut last = first.clone();
     for _ in 0..100 {
         let d = ask(&s).await;
@@ -234,7 +225,7 @@ async fn with_redis_clock_a_rejection_is_repeated_locally_with_its_times_counted
         assert!(retry > Nanos::from_secs(3000));
         last = d;
     }
-    assert_eq!(evalsha_calls(&server), calls, "the repeats reached Redis");
+    assert_eq!(server.evalsha_calls(), calls, "the repeats reached Redis");
     assert_eq!(s.cache_stats().hits, 100);
     assert_eq!(s.cache_stats().entries, 1);
 }
@@ -312,13 +303,13 @@ async fn a_check_of_zero_hits_is_not_cached_so_another_servers_grants_show() {
     );
     let rest = b.decide(&plan, ms(2), Hits::exactly(2), Mode::Try).await;
     assert_eq!(rest.unwrap().granted, 2);
-    let calls = evalsha_calls(&server);
+    let calls = server.evalsha_calls();
     let again = a
         .decide(&plan, ms(3), Hits::exactly(0), Mode::Try)
         .await
         .unwrap();
     assert_eq!(
-        evalsha_calls(&server),
+        server.evalsha_calls(),
         calls + 1,
         "the check did not reach Redis"
     );

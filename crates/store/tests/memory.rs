@@ -102,6 +102,42 @@ fn plan(items: &[(&Key, &Arc<Limit>)]) -> Plan {
     p
 }
 
+/// The three ways the race tests decide one hot key: `decide_limit` for
+/// one hit, a one-item plan asking one or two, and a two-key plan beside
+/// a roomy other key.
+struct HotPaths {
+    hot: Key,
+    limit: Arc<Limit>,
+    single: Plan,
+    both: Plan,
+}
+
+impl HotPaths {
+    fn new(hot: &Key, limit: &Arc<Limit>, other: &Key, roomy: &Arc<Limit>) -> HotPaths {
+        HotPaths {
+            hot: hot.clone(),
+            limit: Arc::clone(limit),
+            single: Plan::single(hot.clone(), Arc::clone(limit)),
+            both: plan(&[(other, roomy), (hot, limit)]),
+        }
+    }
+
+    /// The hits granted by way `path` (0, 1, or anything else for the
+    /// two-key plan) at `now`.
+    fn decide(&self, store: &MemoryStore, path: u64, now: Nanos) -> u64 {
+        let decided = match path {
+            0 => {
+                return store
+                    .decide_limit(&self.hot, &self.limit, now, Hits::exactly(1))
+                    .unwrap()
+                    .granted
+            }
+            1 => store.decide_now(&self.single, now, Hits::between(1, 2), Mode::Try),
+            _ => store.decide_now(&self.both, now, Hits::exactly(1), Mode::Try),
+        };
+        decided.unwrap().granted
+    }
+}
 /// Decides a one-limit plan for `hits`, all or nothing; returns what was
 /// granted.
 fn take(store: &MemoryStore, k: &Key, l: &Arc<Limit>, now: Nanos, hits: u64) -> u64 {
@@ -547,31 +583,13 @@ fn one_gcra_key_under_every_path_at_skewed_instants_never_exceeds_its_rate() {
                 Arc::clone(&roomy),
             );
             thread::spawn(move || {
-                let single = Plan::single(hot.clone(), Arc::clone(&limit));
-                let both = plan(&[(&other, &roomy), (&hot, &limit)]);
+                let paths = HotPaths::new(&hot, &limit, &other, &roomy);
                 let mut granted = 0;
                 barrier.wait();
                 for r in 0..ROUNDS {
                     let now = instant(t, r);
                     granted += match (t + r) % 4 {
-                        0 => {
-                            store
-                                .decide_limit(&hot, &limit, now, Hits::exactly(1))
-                                .unwrap()
-                                .granted
-                        }
-                        1 => {
-                            store
-                                .decide_now(&single, now, Hits::between(1, 2), Mode::Try)
-                                .unwrap()
-                                .granted
-                        }
-                        2 => {
-                            store
-                                .decide_now(&both, now, Hits::exactly(1), Mode::Try)
-                                .unwrap()
-                                .granted
-                        }
+                        path @ 0..=2 => paths.decide(&store, path, now),
                         _ => {
                             store.sweep_now(now);
                             0
@@ -643,8 +661,7 @@ fn one_gcra_key_left_idle_at_every_step_grants_exactly_its_burst_at_each() {
                     Arc::clone(&roomy),
                 );
                 thread::spawn(move || {
-                    let single = Plan::single(hot.clone(), Arc::clone(&limit));
-                    let both = plan(&[(&other, &roomy), (&hot, &limit)]);
+                    let paths = HotPaths::new(&hot, &limit, &other, &roomy);
                     for step in 0..STEPS {
                         let now = at(gap.saturating_mul(step));
                         // Every thread at the same step: the races are
@@ -653,24 +670,7 @@ fn one_gcra_key_left_idle_at_every_step_grants_exactly_its_burst_at_each() {
                         let mut granted = 0;
                         for i in 0..OPS {
                             granted += match (t + step + i) % 5 {
-                                0 => {
-                                    store
-                                        .decide_limit(&hot, &limit, now, Hits::exactly(1))
-                                        .unwrap()
-                                        .granted
-                                }
-                                1 => {
-                                    store
-                                        .decide_now(&single, now, Hits::between(1, 2), Mode::Try)
-                                        .unwrap()
-                                        .granted
-                                }
-                                2 => {
-                                    store
-                                        .decide_now(&both, now, Hits::exactly(1), Mode::Try)
-                                        .unwrap()
-                                        .granted
-                                }
+                                path @ 0..=2 => paths.decide(&store, path, now),
                                 // More than the burst: always refused, and
                                 // on the stale state it leaves it idle.
                                 3 => {

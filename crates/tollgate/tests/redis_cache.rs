@@ -18,15 +18,6 @@ namespaces:
       - { name: feed, algorithm: sliding_window, limit: 2, window: 1h, buckets: 2 }
 "#;
 
-fn evalsha_calls(redis: &RedisServer) -> u64 {
-    let stats = redis.client().strings(&["INFO", "commandstats"]);
-    stats
-        .iter()
-        .flat_map(|s| s.lines())
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
-}
 
 fn ask(s: &Serving, resource: &str) -> (u16, serde_json::Value) {
     s.json(
@@ -60,7 +51,7 @@ fn a_key_over_its_limit_is_answered_by_the_server_and_counted() {
     }
     let (status, first) = ask(&s, "search");
     assert_eq!(status, 429, "{first}");
-    let calls = evalsha_calls(&redis);
+    let calls = redis.evalsha_calls();
     let mut retry = first["retry_after_ns"].as_u64().unwrap();
     for _ in 0..10 {
         let (status, v) = ask(&s, "search");
@@ -74,7 +65,7 @@ fn a_key_over_its_limit_is_answered_by_the_server_and_counted() {
         assert_eq!(now % 1000, 0, "{v}");
         retry = now;
     }
-    assert_eq!(evalsha_calls(&redis), calls, "the repeats reached Redis");
+    assert_eq!(redis.evalsha_calls(), calls, "the repeats reached Redis");
     s.poll("the cache's hits are published", |s| {
         s.metric("tollgate_store_rejection_cache_hits_total") == Some(10.0)
     });
@@ -91,11 +82,11 @@ fn a_key_over_its_limit_is_answered_by_the_server_and_counted() {
     for _ in 0..2 {
         assert_eq!(ask(&s, "feed").0, 200);
     }
-    let calls = evalsha_calls(&redis);
+    let calls = redis.evalsha_calls();
     for _ in 0..5 {
         assert_eq!(ask(&s, "feed").0, 429);
     }
-    assert_eq!(evalsha_calls(&redis), calls + 5);
+    assert_eq!(redis.evalsha_calls(), calls + 5);
 }
 
 /// `--redis-rejection-cache 0` turns the cache off: every request for a
@@ -114,11 +105,11 @@ fn the_cache_can_be_turned_off() {
     for _ in 0..2 {
         assert_eq!(ask(&s, "search").0, 200);
     }
-    let calls = evalsha_calls(&redis);
+    let calls = redis.evalsha_calls();
     for _ in 0..5 {
         assert_eq!(ask(&s, "search").0, 429);
     }
-    assert_eq!(evalsha_calls(&redis), calls + 5);
+    assert_eq!(redis.evalsha_calls(), calls + 5);
     s.poll("the store's metrics are published", |s| {
         s.metric("tollgate_store_rejection_cache_hits_total") == Some(0.0)
     });
