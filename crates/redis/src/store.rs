@@ -236,7 +236,7 @@ impl RedisStore {
         );
         metrics::describe_counter!(
             SHED_COUNTER,
-            "Redis store decisions shed (answered store_unavailable at once) because the most \
+            "Redis store decisions shed (answered store_overloaded at once) because the most \
              decisions that may wait for Redis already did."
         );
         metrics::describe_counter!(
@@ -459,12 +459,11 @@ impl RedisStore {
                 Err(e)
             }
             Err(Failure::Redis(e)) => Err(self.unavailable(e)),
-            Err(Failure::Overloaded(waiting)) => {
+            Err(Failure::Overloaded(most)) => {
+                // An answer, not an outage (the store stays up): clients
+                // retry rather than fail open.
                 self.shed.fetch_add(1, Ordering::Relaxed);
-                Err(StoreError::Unavailable(format!(
-                    "the Redis store is overloaded: {waiting} decisions already wait for Redis \
-                     (the most that may), so this one was shed"
-                )))
+                Err(StoreError::Overloaded(most))
             }
         }
     }

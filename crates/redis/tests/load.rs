@@ -122,7 +122,11 @@ async fn a_stalled_redis_still_fails_decisions_within_the_timeout() {
 
 /// Past the bound on decisions waiting to be sent, one more is shed at
 /// once with an answer that says why (and counted), not queued without
-/// end; the ones queued are decided.
+/// end; the ones queued are decided. The answer is
+/// [`StoreError::Overloaded`] (`store_overloaded`, a refusal), not
+/// `Unavailable`: regression, review of issue 17, finding 4 (shed
+/// decisions were answered `store_unavailable`, on which clients fail
+/// open, though the store had answered).
 #[tokio::test]
 async fn decisions_past_the_bound_are_shed_with_an_answer_that_says_so() {
     let server = RedisServer::start();
@@ -136,8 +140,13 @@ async fn decisions_past_the_bound_are_shed_with_an_answer_that_says_so() {
     let shed = answers
         .iter()
         .filter(|a| match a {
-            Err(StoreError::Unavailable(why)) => {
-                why.contains("the Redis store is overloaded: 16 decisions already wait")
+            Err(e @ StoreError::Overloaded(16)) => {
+                let why = e.to_string();
+                assert!(
+                    why.contains("the most decisions that may wait for it (16) already do"),
+                    "{why}"
+                );
+                true
             }
             _ => false,
         })
