@@ -29,7 +29,11 @@
 //! stalled, and every decision in flight or queued on the connection fails
 //! at once with [`Failure::Redis`] (a timeout). A stalled or dead Redis is
 //! therefore noticed within the timeout of its last answer, as before; a
-//! busy one is waited for.
+//! busy one is waited for. This timer is the only one on a decision call:
+//! the connections the drivers get time nothing themselves (`conn.rs`),
+//! since redis-rs would time each call from its own sending, failing a
+//! call pipelined behind a slow one while Redis still answers (review of
+//! issue 17, finding 3).
 //!
 //! **Bound.** At most `waiting` decisions wait to be sent, over all the
 //! store's connections (`RedisOptions::max_waiting`); one more is shed at

@@ -167,10 +167,12 @@ impl RedisStore {
     /// Connects to Redis and checks that it answers.
     pub async fn connect(options: RedisOptions) -> Result<RedisStore, ConnectError> {
         let target = options.check()?;
-        // Decisions are bounded by `response_timeout` here, in `invoke`;
-        // the connections themselves wait up to a heartbeat TTL, so a beat
-        // or a cleanup that Redis answers slowly under load still counts
-        // (a server resigns only when Redis gave no answer for a TTL).
+        // Decisions are bounded by `response_timeout` here: by the
+        // drivers, as Redis's silence (single Redis), or in
+        // `decide_alone` (cluster). Other commands wait up to a heartbeat
+        // TTL, so a beat or a cleanup that Redis answers slowly under load
+        // still counts (a server resigns only when Redis gave no answer
+        // for a TTL).
         let mut connect = options.connect.clone();
         connect.response_timeout = connect.response_timeout.max(options.heartbeat_ttl);
         let conn = Conn::open(&target, &connect).await?;
