@@ -35,11 +35,16 @@
 //! call pipelined behind a slow one while Redis still answers (review of
 //! issue 17, finding 3).
 //!
-//! **Bound.** At most `waiting` decisions wait to be sent, over all the
-//! store's connections (`RedisOptions::max_waiting`); one more is shed at
-//! once with [`Failure::Overloaded`] rather than queued: an answer that
-//! says so, which a closed-loop load (a fixed number of clients) never
-//! meets below the bound.
+//! **Bound.** At most `waiting` decisions wait in the queues, over all the
+//! store's connections (`RedisOptions::max_waiting`, split evenly); one
+//! more is shed at once with [`Failure::Overloaded`] rather than queued:
+//! an answer that says so, which a closed-loop load (a fixed number of
+//! clients) never meets below the bound. Besides those, a driver holds up
+//! to [`MAX_PLANS`] taken for its next call and [`DEPTH`] calls in flight.
+//! That bound is also what bounds a decision's wait while Redis answers:
+//! the calls ahead of it (its queue's share of the bound over
+//! [`MAX_PLANS`], plus those), each answered at Redis's pace, and at worst
+//! each just before the timeout (`docs/redis.md` has the numbers).
 //!
 //! Encoding writes each plan straight into the command, numbers as numbers
 //! (no string per argument), and the script answers one MessagePack array
@@ -96,8 +101,9 @@ pub(crate) enum Failure {
     Overloaded(usize),
 }
 
-/// A decision's answer.
-pub(crate) type Answer = Result<PlanDecision, Failure>;
+/// A decision's answer, with when its call was sent: Redis decided it
+/// then or later (the over-limit cache counts its entries from there).
+pub(crate) type Answer = Result<(PlanDecision, std::time::Instant), Failure>;
 
 /// One decision waiting for a driver.
 struct Job {
@@ -355,6 +361,8 @@ pub(crate) fn timed_out(limit: Duration) -> RedisError {
 struct InFlight {
     id: u64,
     sent: Instant,
+    /// `sent`, on the clock the over-limit cache reads.
+    sent_at: std::time::Instant,
     jobs: Vec<Job>,
 }
 
@@ -391,10 +399,12 @@ async fn drive(
             next_id += 1;
             let id = next_id;
             let mut c = conn.clone();
+            let sent_at = std::time::Instant::now();
             calls.spawn(async move { (id, send(&mut c, &cmd).await) });
             flight.push_back(InFlight {
                 id,
                 sent: Instant::now(),
+                sent_at,
                 jobs,
             });
             continue;
@@ -409,7 +419,7 @@ async fn drive(
                 let Ok((id, result)) = done else { continue };
                 let Some(at) = flight.iter().position(|f| f.id == id) else { continue };
                 let Some(call) = flight.remove(at) else { continue };
-                finish(call.jobs, result, &mut ints);
+                finish(call.jobs, call.sent_at, result, &mut ints);
             }
             () = tokio::time::sleep_until(silent_until.unwrap_or_else(Instant::now)),
                 if silent_until.is_some() =>
@@ -421,7 +431,7 @@ async fn drive(
                     answered = Instant::now();
                     if let Some(at) = flight.iter().position(|f| f.id == id) {
                         if let Some(call) = flight.remove(at) {
-                            finish(call.jobs, result, &mut ints);
+                            finish(call.jobs, call.sent_at, result, &mut ints);
                         }
                     }
                     continue;
@@ -459,8 +469,13 @@ async fn drive(
     }
 }
 
-/// Answers the jobs of a call from its result.
-fn finish(jobs: Vec<Job>, result: RedisResult<Value>, ints: &mut Vec<i64>) {
+/// Answers the jobs of a call sent at `sent_at` from its result.
+fn finish(
+    jobs: Vec<Job>,
+    sent_at: std::time::Instant,
+    result: RedisResult<Value>,
+    ints: &mut Vec<i64>,
+) {
     let value = match result {
         Ok(v) => v,
         Err(e) => {
@@ -474,7 +489,9 @@ fn finish(jobs: Vec<Job>, result: RedisResult<Value>, ints: &mut Vec<i64>) {
         Ok(parts) => {
             for (job, range) in jobs.into_iter().zip(parts) {
                 let answer = reply::plan_outcome(&ints[range], &job.plan, job.ask.request.hits);
-                let _ = job.answer.send(answer.map_err(Failure::Store));
+                let _ = job
+                    .answer
+                    .send(answer.map(|d| (d, sent_at)).map_err(Failure::Store));
             }
         }
         Err(e) => {

@@ -57,10 +57,13 @@
 //! decision: another server's grants make the real state emptier than the
 //! entry knows, so the answer shows more remaining and sooner retry times
 //! than Redis would (the rejection itself stands). With Redis's clock, the
-//! entry's times are counted from when this server sent the call, not from
-//! the instant Redis decided (it does not know that instant), so durations
-//! read up to one round trip shorter than Redis's, and the entry lapses up
-//! to one round trip early: toward asking Redis. (A Redis clock that runs
+//! entry's times are counted from when this server sent the call (the
+//! driver's send, not the decision's arrival in the queue), not from the
+//! instant Redis decided (it does not know that instant), so durations
+//! read shorter than Redis's by the time between the two (the way to
+//! Redis, the call ahead on the connection, the plans ahead in the
+//! batch: well under the timeout), and the entry lapses that much early:
+//! toward asking Redis. (A Redis clock that runs
 //! faster than this process's monotonic one, or is stepped forward, would
 //! admit a little before the entry lapses: the cache then rejects that
 //! much longer than Redis would, the strict side.) A Redis that lost its
@@ -169,10 +172,21 @@ impl RejectionCache {
     pub(crate) fn now(&self, now: Nanos) -> Nanos {
         match self.clock {
             CacheClock::Caller => now,
+            CacheClock::Local(_) => self.at(now, Instant::now()),
+        }
+    }
+
+    /// The cache's time at `instant`, for a decision the caller made at
+    /// `now`.
+    pub(crate) fn at(&self, now: Nanos, instant: Instant) -> Nanos {
+        match self.clock {
+            CacheClock::Caller => now,
             CacheClock::Local(origin) => {
-                // In whole microseconds, as Redis's TIME: the durations
-                // answered are then in Redis's granularity too.
-                let elapsed = u64::try_from(origin.elapsed().as_micros()).unwrap_or(u64::MAX);
+                // In whole microseconds, rounded down, as Redis's TIME:
+                // the durations answered are then in Redis's granularity
+                // too.
+                let elapsed = instant.saturating_duration_since(origin).as_micros();
+                let elapsed = u64::try_from(elapsed).unwrap_or(u64::MAX);
                 Nanos::new(BASE.saturating_add(elapsed.saturating_mul(1000)))
             }
         }

@@ -429,11 +429,8 @@ impl RedisStore {
                 request.hits.max(request.min_hits)
             )));
         }
-        // Read before the call is sent: Redis decides at this instant or
-        // later, so entries learnt from the answer never outlive the state.
-        let t0 = self.cache.as_ref().map(|c| (c, c.now(now)));
-        if let (Some((cache, t)), Mode::Try) = (t0, mode) {
-            if let Some(d) = cache.answer(plan, t, request) {
+        if let (Some(cache), Mode::Try) = (&self.cache, mode) {
+            if let Some(d) = cache.answer(plan, cache.now(now), request) {
                 return Ok(d);
             }
         }
@@ -447,10 +444,14 @@ impl RedisStore {
             None => self.decide_alone(plan, ask).await,
         };
         match answer {
-            Ok(d) => {
+            Ok((d, sent)) => {
                 self.mark(true);
-                if let Some((cache, t0)) = t0 {
-                    cache.learn(plan, &d, request, t0);
+                if let Some(cache) = &self.cache {
+                    // Counted from when the call was sent: Redis decided
+                    // then or later, so an entry never outlives the state
+                    // it describes (it lapses early by the call's wait in
+                    // Redis and the network, toward asking Redis).
+                    cache.learn(plan, &d, request, cache.at(now, sent));
                 }
                 Ok(d)
             }
@@ -474,6 +475,7 @@ impl RedisStore {
     /// timeout for it.
     async fn decide_alone(&self, plan: &Plan, ask: Ask) -> batch::Answer {
         let cmd = self.encoder.command(std::iter::once((plan, &ask)));
+        let sent = std::time::Instant::now();
         let value = match tokio::time::timeout(self.timeout, self.conn.send_decide(&cmd)).await {
             Ok(Ok(v)) => v,
             Ok(Err(e)) => return Err(Failure::Redis(e)),
@@ -483,7 +485,9 @@ impl RedisStore {
         let parts =
             batch::parts(value, std::iter::once(plan.len()), &mut ints).map_err(Failure::Store)?;
         let range = parts.first().cloned().unwrap_or(0..0);
-        reply::plan_outcome(&ints[range], plan, ask.request.hits).map_err(Failure::Store)
+        reply::plan_outcome(&ints[range], plan, ask.request.hits)
+            .map(|d| (d, sent))
+            .map_err(Failure::Store)
     }
 
     /// A failure that is not an answer: Redis is unreachable, too slow, or
