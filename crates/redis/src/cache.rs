@@ -150,6 +150,9 @@ pub(crate) struct RejectionCache {
     hits: AtomicU64,
     evictions: AtomicU64,
     entries: AtomicUsize,
+    /// The latest caller's time seen ([`CacheClock::Caller`]), which
+    /// [`RejectionCache::purge_lapsed`] purges by.
+    latest: AtomicU64,
 }
 
 impl RejectionCache {
@@ -165,13 +168,17 @@ impl RejectionCache {
             hits: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             entries: AtomicUsize::new(0),
+            latest: AtomicU64::new(0),
         }
     }
 
     /// The cache's time for a decision the caller makes at `now`.
     pub(crate) fn now(&self, now: Nanos) -> Nanos {
         match self.clock {
-            CacheClock::Caller => now,
+            CacheClock::Caller => {
+                self.latest.fetch_max(now.as_u64(), Ordering::Relaxed);
+                now
+            }
             CacheClock::Local(_) => self.at(now, Instant::now()),
         }
     }
@@ -192,6 +199,10 @@ impl RejectionCache {
         }
     }
 
+    /// Entries are keyed by the store's key alone, without the plan's
+    /// affinity that Redis's key also holds: a limit id names its
+    /// namespace already, and the affinity is the namespace's, so one
+    /// store key is one Redis key.
     fn shard(&self, key: &Key) -> &Mutex<HashMap<Key, Entry>> {
         let h = self.hasher.hash_one(key);
         &self.shards[(h >> 32) as usize % SHARDS]
@@ -313,6 +324,16 @@ impl RejectionCache {
                 }
             }
         }
+    }
+
+    /// Drops the entries that lapsed by now: this process's time, or with
+    /// the caller's clock the latest the callers gave.
+    pub(crate) fn purge_lapsed(&self) {
+        let now = match self.clock {
+            CacheClock::Caller => Nanos::new(self.latest.load(Ordering::Relaxed)),
+            CacheClock::Local(_) => self.now(Nanos::ZERO),
+        };
+        self.purge(now);
     }
 
     /// Drops the entries that lapsed by `now` (the cache's time).
@@ -518,7 +539,10 @@ mod tests {
         let at = |ms| T0.saturating_add(Nanos::from_millis(ms));
         assert!(cache.answer(&p, at(999), Hits::exactly(1)).is_some());
         assert!(cache.answer(&p, at(1000), Hits::exactly(1)).is_none());
-        cache.purge(at(1000));
+        // With the caller's clock, lapsed entries are purged by the
+        // latest time a caller gave.
+        cache.now(at(1000));
+        cache.purge_lapsed();
         assert_eq!(cache.stats().entries, 0);
         // Learnt again, then Redis is found to have lost its data.
         let d = decide_one(&g, &mut state, false, at(1000), Hits::exactly(1))

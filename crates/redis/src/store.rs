@@ -279,7 +279,7 @@ impl RedisStore {
     fn publish(&self) {
         metrics::counter!(SHED_COUNTER).absolute(self.shed());
         if let Some(c) = &self.cache {
-            c.purge(c.now(Nanos::ZERO));
+            c.purge_lapsed();
         }
         let stats = self.cache_stats();
         metrics::counter!(CACHE_HITS_COUNTER).absolute(stats.hits);
@@ -455,9 +455,15 @@ impl RedisStore {
                 }
                 Ok(d)
             }
+            Err(Failure::Store(e @ StoreError::Unavailable(_))) => {
+                // A reply of the wrong shape: Redis answered, but nonsense.
+                // Counted as a failed command; says nothing of whether
+                // Redis is up.
+                metrics::counter!(ERRORS_COUNTER).increment(1);
+                Err(e)
+            }
             Err(Failure::Store(e)) => {
-                // The script answered (a refusal, or a reply of the wrong
-                // shape): Redis is up.
+                // The script refused the plan: Redis is up.
                 self.mark(true);
                 Err(e)
             }

@@ -19,7 +19,18 @@ use tollgate_store::{Key, LimitId, Plan, Store, StoreError};
 /// `timeout`, at most `max_waiting` decisions waiting, and no over-limit
 /// cache (so every decision goes to Redis).
 async fn store(server: &RedisServer, timeout: Duration, max_waiting: usize) -> RedisStore {
+    store_on(server, timeout, max_waiting, 2).await
+}
+
+/// [`store`] with `connections` connections.
+async fn store_on(
+    server: &RedisServer,
+    timeout: Duration,
+    max_waiting: usize,
+    connections: usize,
+) -> RedisStore {
     let mut o = RedisOptions::new(server.url());
+    o.connect.connections = connections;
     o.prefix = unique_prefix();
     o.connect.response_timeout = timeout;
     o.max_waiting = max_waiting;
@@ -157,4 +168,25 @@ async fn decisions_past_the_bound_are_shed_with_an_answer_that_says_so() {
     assert_eq!(s.shed(), shed as u64);
     // Shedding is not Redis failing: the store stays ready.
     assert!(s.is_ready());
+}
+
+/// The bound is exact whatever the number of connections it is split
+/// over: with three connections and a bound of 16, 16 decisions wait and
+/// the rest are shed (each queue got 16 / 3 rounded up, 18 in all, before
+/// the review of issue 17).
+#[tokio::test]
+async fn the_bound_on_waiting_is_exact_over_three_connections() {
+    let server = RedisServer::start();
+    let s = store_on(&server, Duration::from_secs(5), 16, 3).await;
+    let limit = roomy();
+    let plans: Vec<Plan> = (0..200).map(|u| plan(&limit, u)).collect();
+    // All asked in one go: the drivers take none before the test's task
+    // yields, so exactly the bound waits.
+    let answers = decide_all(&s, &plans).await;
+    let decided = answers.iter().filter(|a| matches!(a, Ok(true))).count();
+    let shed = answers
+        .iter()
+        .filter(|a| matches!(a, Err(StoreError::Overloaded(16))))
+        .count();
+    assert_eq!((decided, shed), (16, 184), "(decided, shed)");
 }
