@@ -29,13 +29,22 @@
 //! stalled, and every decision in flight or queued on the connection fails
 //! at once with [`Failure::Redis`] (a timeout). A stalled or dead Redis is
 //! therefore noticed within the timeout of its last answer, as before; a
-//! busy one is waited for.
+//! busy one is waited for. This timer is the only one on a decision call:
+//! the connections the drivers get time nothing themselves (`conn.rs`),
+//! since redis-rs would time each call from its own sending, failing a
+//! call pipelined behind a slow one while Redis still answers (review of
+//! issue 17, finding 3).
 //!
-//! **Bound.** At most `waiting` decisions wait to be sent, over all the
-//! store's connections (`RedisOptions::max_waiting`); one more is shed at
-//! once with [`Failure::Overloaded`] rather than queued: an answer that
-//! says so, which a closed-loop load (a fixed number of clients) never
-//! meets below the bound.
+//! **Bound.** At most `waiting` decisions wait in the queues, over all the
+//! store's connections (`RedisOptions::max_waiting`, split evenly); one
+//! more is shed at once with [`Failure::Overloaded`] rather than queued:
+//! an answer that says so, which a closed-loop load (a fixed number of
+//! clients) never meets below the bound. Besides those, a driver holds up
+//! to [`MAX_PLANS`] taken for its next call and [`DEPTH`] calls in flight.
+//! That bound is also what bounds a decision's wait while Redis answers:
+//! the calls ahead of it (its queue's share of the bound over
+//! [`MAX_PLANS`], plus those), each answered at Redis's pace, and at worst
+//! each just before the timeout (`docs/redis.md` has the numbers).
 //!
 //! Encoding writes each plan straight into the command, numbers as numbers
 //! (no string per argument), and the script answers one MessagePack array
@@ -92,8 +101,9 @@ pub(crate) enum Failure {
     Overloaded(usize),
 }
 
-/// A decision's answer.
-pub(crate) type Answer = Result<PlanDecision, Failure>;
+/// A decision's answer, with when its call was sent: Redis decided it
+/// then or later (the over-limit cache counts its entries from there).
+pub(crate) type Answer = Result<(PlanDecision, std::time::Instant), Failure>;
 
 /// One decision waiting for a driver.
 struct Job {
@@ -262,10 +272,20 @@ pub(crate) fn parts(
 ) -> Result<smallvec::SmallVec<[std::ops::Range<usize>; MAX_PLANS]>, StoreError> {
     let bytes = match value {
         Value::BulkString(b) => b,
+        // Named by its kind only: a value of any size must not go whole
+        // into an error that is logged.
         other => {
+            let kind = match other {
+                Value::Nil => "nil",
+                Value::Int(_) => "an integer",
+                Value::Array(_) => "an array",
+                Value::SimpleString(_) => "a status",
+                Value::Okay => "OK",
+                _ => "another type",
+            };
             return Err(StoreError::Unavailable(format!(
-                "the Redis script answered malformed data: {other:?}"
-            )))
+                "the Redis script answered malformed data: {kind} instead of MessagePack"
+            )));
         }
     };
     reply::msgpack_ints(&bytes, ints)?;
@@ -295,11 +315,16 @@ impl Batcher {
         timeout: Duration,
         max_waiting: usize,
     ) -> Batcher {
-        let per = max_waiting.div_ceil(managers.len().max(1)).max(1);
+        // The bound split exactly (three connections of 8,192 are 2,731,
+        // 2,731 and 2,730), each queue at least one.
+        let n = managers.len().max(1);
+        let (per, extra) = (max_waiting / n, max_waiting % n);
         let queues: Vec<mpsc::Sender<Job>> = managers
             .into_iter()
-            .map(|conn| {
-                let (tx, rx) = mpsc::channel(per);
+            .enumerate()
+            .map(|(i, conn)| {
+                let room = (per + usize::from(i < extra)).max(1);
+                let (tx, rx) = mpsc::channel(room);
                 tokio::spawn(drive(conn, Arc::clone(&encoder), rx, timeout));
                 tx
             })
@@ -351,6 +376,8 @@ pub(crate) fn timed_out(limit: Duration) -> RedisError {
 struct InFlight {
     id: u64,
     sent: Instant,
+    /// `sent`, on the clock the over-limit cache reads.
+    sent_at: std::time::Instant,
     jobs: Vec<Job>,
 }
 
@@ -387,10 +414,12 @@ async fn drive(
             next_id += 1;
             let id = next_id;
             let mut c = conn.clone();
+            let sent_at = std::time::Instant::now();
             calls.spawn(async move { (id, send(&mut c, &cmd).await) });
             flight.push_back(InFlight {
                 id,
                 sent: Instant::now(),
+                sent_at,
                 jobs,
             });
             continue;
@@ -405,7 +434,7 @@ async fn drive(
                 let Ok((id, result)) = done else { continue };
                 let Some(at) = flight.iter().position(|f| f.id == id) else { continue };
                 let Some(call) = flight.remove(at) else { continue };
-                finish(call.jobs, result, &mut ints);
+                finish(call.jobs, call.sent_at, result, &mut ints);
             }
             () = tokio::time::sleep_until(silent_until.unwrap_or_else(Instant::now)),
                 if silent_until.is_some() =>
@@ -417,7 +446,7 @@ async fn drive(
                     answered = Instant::now();
                     if let Some(at) = flight.iter().position(|f| f.id == id) {
                         if let Some(call) = flight.remove(at) {
-                            finish(call.jobs, result, &mut ints);
+                            finish(call.jobs, call.sent_at, result, &mut ints);
                         }
                     }
                     continue;
@@ -455,8 +484,13 @@ async fn drive(
     }
 }
 
-/// Answers the jobs of a call from its result.
-fn finish(jobs: Vec<Job>, result: RedisResult<Value>, ints: &mut Vec<i64>) {
+/// Answers the jobs of a call sent at `sent_at` from its result.
+fn finish(
+    jobs: Vec<Job>,
+    sent_at: std::time::Instant,
+    result: RedisResult<Value>,
+    ints: &mut Vec<i64>,
+) {
     let value = match result {
         Ok(v) => v,
         Err(e) => {
@@ -470,7 +504,9 @@ fn finish(jobs: Vec<Job>, result: RedisResult<Value>, ints: &mut Vec<i64>) {
         Ok(parts) => {
             for (job, range) in jobs.into_iter().zip(parts) {
                 let answer = reply::plan_outcome(&ints[range], &job.plan, job.ask.request.hits);
-                let _ = job.answer.send(answer.map_err(Failure::Store));
+                let _ = job
+                    .answer
+                    .send(answer.map(|d| (d, sent_at)).map_err(Failure::Store));
             }
         }
         Err(e) => {

@@ -57,10 +57,13 @@
 //! decision: another server's grants make the real state emptier than the
 //! entry knows, so the answer shows more remaining and sooner retry times
 //! than Redis would (the rejection itself stands). With Redis's clock, the
-//! entry's times are counted from when this server sent the call, not from
-//! the instant Redis decided (it does not know that instant), so durations
-//! read up to one round trip shorter than Redis's, and the entry lapses up
-//! to one round trip early: toward asking Redis. (A Redis clock that runs
+//! entry's times are counted from when this server sent the call (the
+//! driver's send, not the decision's arrival in the queue), not from the
+//! instant Redis decided (it does not know that instant), so durations
+//! read shorter than Redis's by the time between the two (the way to
+//! Redis, the call ahead on the connection, the plans ahead in the
+//! batch: well under the timeout), and the entry lapses that much early:
+//! toward asking Redis. (A Redis clock that runs
 //! faster than this process's monotonic one, or is stepped forward, would
 //! admit a little before the entry lapses: the cache then rejects that
 //! much longer than Redis would, the strict side.) A Redis that lost its
@@ -147,6 +150,9 @@ pub(crate) struct RejectionCache {
     hits: AtomicU64,
     evictions: AtomicU64,
     entries: AtomicUsize,
+    /// The latest caller's time seen ([`CacheClock::Caller`]), which
+    /// [`RejectionCache::purge_lapsed`] purges by.
+    latest: AtomicU64,
 }
 
 impl RejectionCache {
@@ -162,22 +168,41 @@ impl RejectionCache {
             hits: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             entries: AtomicUsize::new(0),
+            latest: AtomicU64::new(0),
         }
     }
 
     /// The cache's time for a decision the caller makes at `now`.
     pub(crate) fn now(&self, now: Nanos) -> Nanos {
         match self.clock {
+            CacheClock::Caller => {
+                self.latest.fetch_max(now.as_u64(), Ordering::Relaxed);
+                now
+            }
+            CacheClock::Local(_) => self.at(now, Instant::now()),
+        }
+    }
+
+    /// The cache's time at `instant`, for a decision the caller made at
+    /// `now`.
+    pub(crate) fn at(&self, now: Nanos, instant: Instant) -> Nanos {
+        match self.clock {
             CacheClock::Caller => now,
             CacheClock::Local(origin) => {
-                // In whole microseconds, as Redis's TIME: the durations
-                // answered are then in Redis's granularity too.
-                let elapsed = u64::try_from(origin.elapsed().as_micros()).unwrap_or(u64::MAX);
+                // In whole microseconds, rounded down, as Redis's TIME:
+                // the durations answered are then in Redis's granularity
+                // too.
+                let elapsed = instant.saturating_duration_since(origin).as_micros();
+                let elapsed = u64::try_from(elapsed).unwrap_or(u64::MAX);
                 Nanos::new(BASE.saturating_add(elapsed.saturating_mul(1000)))
             }
         }
     }
 
+    /// Entries are keyed by the store's key alone, without the plan's
+    /// affinity that Redis's key also holds: a limit id names its
+    /// namespace already, and the affinity is the namespace's, so one
+    /// store key is one Redis key.
     fn shard(&self, key: &Key) -> &Mutex<HashMap<Key, Entry>> {
         let h = self.hasher.hash_one(key);
         &self.shards[(h >> 32) as usize % SHARDS]
@@ -299,6 +324,16 @@ impl RejectionCache {
                 }
             }
         }
+    }
+
+    /// Drops the entries that lapsed by now: this process's time, or with
+    /// the caller's clock the latest the callers gave.
+    pub(crate) fn purge_lapsed(&self) {
+        let now = match self.clock {
+            CacheClock::Caller => Nanos::new(self.latest.load(Ordering::Relaxed)),
+            CacheClock::Local(_) => self.now(Nanos::ZERO),
+        };
+        self.purge(now);
     }
 
     /// Drops the entries that lapsed by `now` (the cache's time).
@@ -504,7 +539,10 @@ mod tests {
         let at = |ms| T0.saturating_add(Nanos::from_millis(ms));
         assert!(cache.answer(&p, at(999), Hits::exactly(1)).is_some());
         assert!(cache.answer(&p, at(1000), Hits::exactly(1)).is_none());
-        cache.purge(at(1000));
+        // With the caller's clock, lapsed entries are purged by the
+        // latest time a caller gave.
+        cache.now(at(1000));
+        cache.purge_lapsed();
         assert_eq!(cache.stats().entries, 0);
         // Learnt again, then Redis is found to have lost its data.
         let d = decide_one(&*g, &mut state, false, at(1000), Hits::exactly(1))

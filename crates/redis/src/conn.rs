@@ -7,7 +7,13 @@
 //! with exponential backoff when the connection breaks. Each carries the
 //! decisions of one driver (`batch.rs`), and other commands are spread
 //! over them round robin, so a handful of connections carry any number of
-//! concurrent decisions (seed 002, "multiple round trips"). A cluster is
+//! concurrent decisions (seed 002, "multiple round trips"). The managers
+//! themselves time nothing: redis-rs would time each request from its own
+//! sending, which fails a decision call pipelined behind a slow one while
+//! Redis is still answering (review of issue 17, finding 3). The driver
+//! times decisions by Redis's silence instead, and every other command
+//! sent here ([`Conn::invoke`], [`Conn::query`], [`Conn::send_decide`]) is
+//! bounded by `response_timeout` around it, as redis-rs would. A cluster is
 //! reached through the cluster
 //! client's own multiplexed connection per node, which routes each script
 //! call by its first key's slot.
@@ -357,8 +363,12 @@ pub(crate) fn checked_tls(
 #[derive(Clone)]
 pub(crate) enum Conn {
     Single {
+        /// Connections that time nothing themselves (the module docs
+        /// say why).
         managers: Arc<[ConnectionManager]>,
         next: Arc<AtomicUsize>,
+        /// How long a command sent through [`Conn`] may take.
+        timeout: Duration,
     },
     Cluster(ClusterConnection),
 }
@@ -388,7 +398,7 @@ impl Conn {
                 }
                 .map_err(connect_err)?;
                 let config = ConnectionManagerConfig::new()
-                    .set_response_timeout(Some(options.response_timeout))
+                    .set_response_timeout(None)
                     .set_connection_timeout(Some(options.connect_timeout))
                     .set_max_delay(options.max_reconnect_delay)
                     .set_min_delay(Duration::from_millis(10))
@@ -412,6 +422,7 @@ impl Conn {
                 Ok(Conn::Single {
                     managers: managers.into(),
                     next: Arc::new(AtomicUsize::new(0)),
+                    timeout: options.response_timeout,
                 })
             }
             RedisTarget::Cluster { seeds } => {
@@ -452,10 +463,14 @@ impl Conn {
         inv: &ScriptInvocation<'_>,
     ) -> RedisResult<T> {
         match self {
-            Conn::Single { managers, next } => {
+            Conn::Single {
+                managers,
+                next,
+                timeout,
+            } => {
                 let i = next.fetch_add(1, Ordering::Relaxed) % managers.len();
                 let mut c = managers[i].clone();
-                inv.invoke_async(&mut c).await
+                bounded(*timeout, inv.invoke_async(&mut c)).await
             }
             Conn::Cluster(c) => inv.invoke_async(&mut c.clone()).await,
         }
@@ -465,10 +480,14 @@ impl Conn {
     /// first key, or to a random node when it has none).
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> RedisResult<T> {
         match self {
-            Conn::Single { managers, next } => {
+            Conn::Single {
+                managers,
+                next,
+                timeout,
+            } => {
                 let i = next.fetch_add(1, Ordering::Relaxed) % managers.len();
                 let mut c = managers[i].clone();
-                cmd.query_async(&mut c).await
+                bounded(*timeout, cmd.query_async(&mut c)).await
             }
             Conn::Cluster(c) => cmd.query_async(&mut c.clone()).await,
         }
@@ -479,16 +498,21 @@ impl Conn {
     /// `NOSCRIPT`.
     pub(crate) async fn send_decide(&self, cmd: &redis::Cmd) -> RedisResult<redis::Value> {
         match self {
-            Conn::Single { managers, next } => {
+            Conn::Single {
+                managers,
+                next,
+                timeout,
+            } => {
                 let i = next.fetch_add(1, Ordering::Relaxed) % managers.len();
-                crate::batch::send(&mut managers[i].clone(), cmd).await
+                bounded(*timeout, crate::batch::send(&mut managers[i].clone(), cmd)).await
             }
             Conn::Cluster(c) => crate::batch::send(&mut c.clone(), cmd).await,
         }
     }
 
-    /// A single server's connections, one per multiplexed connection; none
-    /// for a cluster.
+    /// A single server's connections, one per multiplexed connection, with
+    /// no timeout of their own (for the decision drivers, which time
+    /// Redis's silence); none for a cluster.
     pub(crate) fn managers(&self) -> Vec<ConnectionManager> {
         match self {
             Conn::Single { managers, .. } => managers.to_vec(),
@@ -500,6 +524,19 @@ impl Conn {
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Conn::Cluster(_))
     }
+}
+
+/// `request`, failed with a timeout (the error redis-rs gives for its own)
+/// if it takes longer than `limit`. Dropping a request a multiplexed
+/// connection has sent is what redis-rs's own timeout does too: its reply,
+/// should it come, is read and dropped.
+async fn bounded<T>(
+    limit: Duration,
+    request: impl std::future::Future<Output = RedisResult<T>>,
+) -> RedisResult<T> {
+    tokio::time::timeout(limit, request)
+        .await
+        .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()))
 }
 
 /// Why `client` cannot reach its server: the error of one attempt to

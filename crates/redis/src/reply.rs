@@ -41,8 +41,8 @@ pub(crate) fn msgpack_ints(bytes: &[u8], out: &mut Vec<i64>) -> Result<(), Store
             // cmsgpack packs a number that is not an exact 64-bit integer
             // as a double; the script's are whole, so this is only ever a
             // saturated debt near ±2^63 (see token_bucket.lua).
-            0xcb => f64::from_be_bytes(r.array()?) as i64,
-            0xca => f32::from_be_bytes(r.array()?) as i64,
+            0xcb => whole(f64::from_be_bytes(r.array()?))?,
+            0xca => whole(f64::from(f32::from_be_bytes(r.array()?)))?,
             b => return Err(bad(&format!("a reply number of type 0x{b:02x}"))),
         };
         out.push(v);
@@ -51,6 +51,15 @@ pub(crate) fn msgpack_ints(bytes: &[u8], out: &mut Vec<i64>) -> Result<(), Store
         return Err(bad("bytes after the reply's array"));
     }
     Ok(())
+}
+
+/// A double of the reply as an integer, saturated (`as` does that); NaN
+/// is no number at all, and would otherwise read as 0.
+fn whole(f: f64) -> Result<i64, StoreError> {
+    if f.is_nan() {
+        return Err(bad("a reply number that is NaN"));
+    }
+    Ok(f as i64)
 }
 
 struct Reader<'a> {
@@ -206,6 +215,7 @@ mod tests {
             &bytes[..bytes.len() - 1],
             &[0x91, 0x01, 0x02][..],
             &[0x91, 0xa1, b'x'][..],
+            &[0x91, 0xcb, 0x7f, 0xf8, 0, 0, 0, 0, 0, 0][..],
             &[0xdd, 0xff, 0xff, 0xff, 0xff][..],
             &[][..],
         ] {

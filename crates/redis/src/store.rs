@@ -167,10 +167,12 @@ impl RedisStore {
     /// Connects to Redis and checks that it answers.
     pub async fn connect(options: RedisOptions) -> Result<RedisStore, ConnectError> {
         let target = options.check()?;
-        // Decisions are bounded by `response_timeout` here, in `invoke`;
-        // the connections themselves wait up to a heartbeat TTL, so a beat
-        // or a cleanup that Redis answers slowly under load still counts
-        // (a server resigns only when Redis gave no answer for a TTL).
+        // Decisions are bounded by `response_timeout` here: by the
+        // drivers, as Redis's silence (single Redis), or in
+        // `decide_alone` (cluster). Other commands wait up to a heartbeat
+        // TTL, so a beat or a cleanup that Redis answers slowly under load
+        // still counts (a server resigns only when Redis gave no answer
+        // for a TTL).
         let mut connect = options.connect.clone();
         connect.response_timeout = connect.response_timeout.max(options.heartbeat_ttl);
         let conn = Conn::open(&target, &connect).await?;
@@ -236,7 +238,7 @@ impl RedisStore {
         );
         metrics::describe_counter!(
             SHED_COUNTER,
-            "Redis store decisions shed (answered store_unavailable at once) because the most \
+            "Redis store decisions shed (answered store_overloaded at once) because the most \
              decisions that may wait for Redis already did."
         );
         metrics::describe_counter!(
@@ -277,7 +279,7 @@ impl RedisStore {
     fn publish(&self) {
         metrics::counter!(SHED_COUNTER).absolute(self.shed());
         if let Some(c) = &self.cache {
-            c.purge(c.now(Nanos::ZERO));
+            c.purge_lapsed();
         }
         let stats = self.cache_stats();
         metrics::counter!(CACHE_HITS_COUNTER).absolute(stats.hits);
@@ -427,11 +429,8 @@ impl RedisStore {
                 request.hits.max(request.min_hits)
             )));
         }
-        // Read before the call is sent: Redis decides at this instant or
-        // later, so entries learnt from the answer never outlive the state.
-        let t0 = self.cache.as_ref().map(|c| (c, c.now(now)));
-        if let (Some((cache, t)), Mode::Try) = (t0, mode) {
-            if let Some(d) = cache.answer(plan, t, request) {
+        if let (Some(cache), Mode::Try) = (&self.cache, mode) {
+            if let Some(d) = cache.answer(plan, cache.now(now), request) {
                 return Ok(d);
             }
         }
@@ -445,26 +444,35 @@ impl RedisStore {
             None => self.decide_alone(plan, ask).await,
         };
         match answer {
-            Ok(d) => {
+            Ok((d, sent)) => {
                 self.mark(true);
-                if let Some((cache, t0)) = t0 {
-                    cache.learn(plan, &d, request, t0);
+                if let Some(cache) = &self.cache {
+                    // Counted from when the call was sent: Redis decided
+                    // then or later, so an entry never outlives the state
+                    // it describes (it lapses early by the call's wait in
+                    // Redis and the network, toward asking Redis).
+                    cache.learn(plan, &d, request, cache.at(now, sent));
                 }
                 Ok(d)
             }
+            Err(Failure::Store(e @ StoreError::Unavailable(_))) => {
+                // A reply of the wrong shape: Redis answered, but nonsense.
+                // Counted as a failed command; says nothing of whether
+                // Redis is up.
+                metrics::counter!(ERRORS_COUNTER).increment(1);
+                Err(e)
+            }
             Err(Failure::Store(e)) => {
-                // The script answered (a refusal, or a reply of the wrong
-                // shape): Redis is up.
+                // The script refused the plan: Redis is up.
                 self.mark(true);
                 Err(e)
             }
             Err(Failure::Redis(e)) => Err(self.unavailable(e)),
-            Err(Failure::Overloaded(waiting)) => {
+            Err(Failure::Overloaded(most)) => {
+                // An answer, not an outage (the store stays up): clients
+                // retry rather than fail open.
                 self.shed.fetch_add(1, Ordering::Relaxed);
-                Err(StoreError::Unavailable(format!(
-                    "the Redis store is overloaded: {waiting} decisions already wait for Redis \
-                     (the most that may), so this one was shed"
-                )))
+                Err(StoreError::Overloaded(most))
             }
         }
     }
@@ -473,6 +481,7 @@ impl RedisStore {
     /// timeout for it.
     async fn decide_alone(&self, plan: &Plan, ask: Ask) -> batch::Answer {
         let cmd = self.encoder.command(std::iter::once((plan, &ask)));
+        let sent = std::time::Instant::now();
         let value = match tokio::time::timeout(self.timeout, self.conn.send_decide(&cmd)).await {
             Ok(Ok(v)) => v,
             Ok(Err(e)) => return Err(Failure::Redis(e)),
@@ -482,7 +491,9 @@ impl RedisStore {
         let parts =
             batch::parts(value, std::iter::once(plan.len()), &mut ints).map_err(Failure::Store)?;
         let range = parts.first().cloned().unwrap_or(0..0);
-        reply::plan_outcome(&ints[range], plan, ask.request.hits).map_err(Failure::Store)
+        reply::plan_outcome(&ints[range], plan, ask.request.hits)
+            .map(|d| (d, sent))
+            .map_err(Failure::Store)
     }
 
     /// A failure that is not an answer: Redis is unreachable, too slow, or

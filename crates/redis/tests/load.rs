@@ -19,7 +19,18 @@ use tollgate_store::{Key, LimitId, Plan, Store, StoreError};
 /// `timeout`, at most `max_waiting` decisions waiting, and no over-limit
 /// cache (so every decision goes to Redis).
 async fn store(server: &RedisServer, timeout: Duration, max_waiting: usize) -> RedisStore {
+    store_on(server, timeout, max_waiting, 2).await
+}
+
+/// [`store`] with `connections` connections.
+async fn store_on(
+    server: &RedisServer,
+    timeout: Duration,
+    max_waiting: usize,
+    connections: usize,
+) -> RedisStore {
     let mut o = RedisOptions::new(server.url());
+    o.connect.connections = connections;
     o.prefix = unique_prefix();
     o.connect.response_timeout = timeout;
     o.max_waiting = max_waiting;
@@ -122,7 +133,11 @@ async fn a_stalled_redis_still_fails_decisions_within_the_timeout() {
 
 /// Past the bound on decisions waiting to be sent, one more is shed at
 /// once with an answer that says why (and counted), not queued without
-/// end; the ones queued are decided.
+/// end; the ones queued are decided. The answer is
+/// [`StoreError::Overloaded`] (`store_overloaded`, a refusal), not
+/// `Unavailable`: regression, review of issue 17, finding 4 (shed
+/// decisions were answered `store_unavailable`, on which clients fail
+/// open, though the store had answered).
 #[tokio::test]
 async fn decisions_past_the_bound_are_shed_with_an_answer_that_says_so() {
     let server = RedisServer::start();
@@ -136,8 +151,13 @@ async fn decisions_past_the_bound_are_shed_with_an_answer_that_says_so() {
     let shed = answers
         .iter()
         .filter(|a| match a {
-            Err(StoreError::Unavailable(why)) => {
-                why.contains("the Redis store is overloaded: 16 decisions already wait")
+            Err(e @ StoreError::Overloaded(16)) => {
+                let why = e.to_string();
+                assert!(
+                    why.contains("the most decisions that may wait for it (16) already do"),
+                    "{why}"
+                );
+                true
             }
             _ => false,
         })
@@ -148,4 +168,25 @@ async fn decisions_past_the_bound_are_shed_with_an_answer_that_says_so() {
     assert_eq!(s.shed(), shed as u64);
     // Shedding is not Redis failing: the store stays ready.
     assert!(s.is_ready());
+}
+
+/// The bound is exact whatever the number of connections it is split
+/// over: with three connections and a bound of 16, 16 decisions wait and
+/// the rest are shed (each queue got 16 / 3 rounded up, 18 in all, before
+/// the review of issue 17).
+#[tokio::test]
+async fn the_bound_on_waiting_is_exact_over_three_connections() {
+    let server = RedisServer::start();
+    let s = store_on(&server, Duration::from_secs(5), 16, 3).await;
+    let limit = roomy();
+    let plans: Vec<Plan> = (0..200).map(|u| plan(&limit, u)).collect();
+    // All asked in one go: the drivers take none before the test's task
+    // yields, so exactly the bound waits.
+    let answers = decide_all(&s, &plans).await;
+    let decided = answers.iter().filter(|a| matches!(a, Ok(true))).count();
+    let shed = answers
+        .iter()
+        .filter(|a| matches!(a, Err(StoreError::Overloaded(16))))
+        .count();
+    assert_eq!((decided, shed), (16, 184), "(decided, shed)");
 }

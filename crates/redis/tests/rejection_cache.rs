@@ -319,8 +319,13 @@ async fn a_check_of_zero_hits_is_not_cached_so_another_servers_grants_show() {
 
 /// A GCRA limit of one an hour, and its plan for `acme`.
 fn hourly() -> Plan {
+    hourly_for("acme")
+}
+
+/// A GCRA limit of one an hour, and its plan for `scope`.
+fn hourly_for(scope: &str) -> Plan {
     let limit = Arc::new(Limit::Gcra(Gcra::new(per(1, 3_600_000), 1).unwrap()));
-    Plan::single(Key::new(LimitId(1), "acme"), limit)
+    Plan::single(Key::new(LimitId(1), scope), limit)
 }
 
 /// Regression (review of issue 17, finding 2): an entry lived as long as
@@ -396,4 +401,47 @@ async fn a_store_that_finds_redis_lost_its_data_forgets_its_rejections() {
     .await;
     assert_eq!(s.cache_stats().entries, 0);
     beating.abort();
+}
+
+/// Regression (review of issue 17, finding 5): with Redis's clock, an
+/// entry's times were counted from when its decision was asked, before it
+/// waited in the store's queue behind a call in flight, so the cache's
+/// answers read short by that wait (and the entry lapsed that much
+/// early). They are counted from when the call was sent now. Here the
+/// rejection waits two seconds in the queue behind a call Redis holds
+/// (paused): the cache's next answer must show about Redis's own
+/// `retry_after`, not two seconds less (the margin, one second, is for a
+/// busy machine).
+#[tokio::test]
+async fn with_redis_clock_an_entry_counts_from_the_call_not_from_the_queue() {
+    let server = RedisServer::start();
+    // One connection, so that the rejection queues behind the call ahead.
+    let s = store_of(&server, None, true, 1024, |o| o.connect.connections = 1).await;
+    let plan = hourly();
+    let ask = |s: &RedisStore, plan: &Plan| {
+        let (s, plan) = (s.clone(), plan.clone());
+        async move {
+            s.decide(&plan, Nanos::ZERO, Hits::exactly(1), Mode::Try)
+                .await
+                .unwrap()
+        }
+    };
+    assert!(ask(&s, &plan).await.allowed);
+    server.client().text(&["CLIENT", "PAUSE", "2000", "ALL"]);
+    let ahead = tokio::spawn(ask(&s, &hourly_for("other")));
+    // Lets the driver send the call ahead (which Redis holds) before the
+    // rejection is asked: it then waits in the queue.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let rejected = ask(&s, &plan).await;
+    assert!(ahead.await.unwrap().allowed);
+    assert!(!rejected.allowed);
+    let cached = ask(&s, &plan).await;
+    assert_eq!(s.cache_stats().hits, 1);
+    let redis = rejected.decisions[0].retry_after.unwrap();
+    let here = cached.decisions[0].retry_after.unwrap();
+    assert!(here <= redis, "{here:?} > {redis:?}");
+    assert!(
+        redis.saturating_sub(here) < Nanos::from_secs(1),
+        "the cache's retry_after {here:?} is short of Redis's {redis:?} by the queue's wait"
+    );
 }

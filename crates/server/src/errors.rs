@@ -1,7 +1,8 @@
 //! Service errors as gRPC statuses and HTTP answers (Charon §3.1's error
 //! classes): client errors get distinct codes and a machine-readable
 //! reason; a server that is up but refuses (too many sessions, store at
-//! capacity) is `RESOURCE_EXHAUSTED` / 429; a server that cannot answer
+//! capacity, store overloaded) is `RESOURCE_EXHAUSTED` / 429 with
+//! `Retry-After`; a server that cannot answer
 //! (its store failed) is `UNAVAILABLE` / 503, or `INTERNAL` / 500 for a
 //! bug.
 //!
@@ -60,7 +61,9 @@ pub fn grpc_code(e: &ServiceError) -> Code {
         | "too_many_holds" => Code::FailedPrecondition,
         "exceeds_limit" | "unsupported_by_store" => Code::OutOfRange,
         // Up and answering, but refusing for want of room of its own.
-        "too_many_sessions" | "store_at_capacity" | "too_many_transfers" => Code::ResourceExhausted,
+        "too_many_sessions" | "store_at_capacity" | "too_many_transfers" | "store_overloaded" => {
+            Code::ResourceExhausted
+        }
         "store_unavailable" => Code::Unavailable,
         "duplicate_key" => Code::Internal,
         // A reason this table does not know is a bug here, never an
@@ -192,6 +195,19 @@ mod tests {
         let holds = ServiceError::TooManyHolds(4);
         assert_eq!(grpc_code(&holds), Code::FailedPrecondition);
         assert_eq!(http_status(&holds), StatusCode::CONFLICT);
+        // Review of issue 17, finding 4: a decision the Redis store shed
+        // (too many waiting) was answered store_unavailable, on which
+        // clients fail open. The store answered: a refusal.
+        let shed = ServiceError::Store(StoreError::Overloaded(8192));
+        assert_eq!(shed.reason(), "store_overloaded");
+        assert!(!shed.is_client_error());
+        assert_eq!(grpc_code(&shed), Code::ResourceExhausted);
+        assert_eq!(http_status(&shed), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            status(&shed).metadata().get(REASON_HEADER).unwrap(),
+            "store_overloaded"
+        );
+        assert!(message(&shed).contains("overloaded"), "{}", message(&shed));
         let down = ServiceError::Store(StoreError::Unavailable(
             "reserve (redis://u:pw@h:1): connection refused".into(),
         ));

@@ -78,6 +78,7 @@ impl ServiceError {
             ServiceError::Store(
                 StoreError::AtCapacity(_)
                     | StoreError::TooManyTransfers(_)
+                    | StoreError::Overloaded(_)
                     | StoreError::Unavailable(_)
             ) | ServiceError::TooManySessions(_)
         )
@@ -109,6 +110,7 @@ impl ServiceError {
             ServiceError::Store(StoreError::Plan(_)) => "cannot_schedule",
             ServiceError::Store(StoreError::DuplicateKey(_)) => "duplicate_key",
             ServiceError::Store(StoreError::AtCapacity(_)) => "store_at_capacity",
+            ServiceError::Store(StoreError::Overloaded(_)) => "store_overloaded",
             ServiceError::Store(StoreError::TooManyTransfers(_)) => "too_many_transfers",
             ServiceError::Store(StoreError::Unsupported(_)) => "unsupported_by_store",
             ServiceError::Store(_) => "store_unavailable",

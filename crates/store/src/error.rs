@@ -9,7 +9,8 @@ use tollgate_core::PlanError;
 use crate::plan::DuplicateKey;
 
 /// A store's failure. Client errors (`Plan`, `Copy`, `DuplicateKey`) are the
-/// caller's fault; `AtCapacity` and `Unavailable` are the server's.
+/// caller's fault; `AtCapacity`, `Overloaded` and `Unavailable` are the
+/// server's.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum StoreError {
@@ -32,6 +33,15 @@ pub enum StoreError {
     /// another must wait until some are seized or expire.
     #[error("the store holds its maximum of {0} staged transfers; seize or let some expire first")]
     TooManyTransfers(usize),
+    /// The store is up and answering, but the most requests that may wait
+    /// for it (the number) already do: this one was shed at once rather
+    /// than queued without end (the Redis store past `max_waiting`). An
+    /// answer, not an outage: clients should retry, not fail open.
+    #[error(
+        "the store is overloaded: the most decisions that may wait for it ({0}) already do, \
+         so this one was shed; retry shortly"
+    )]
+    Overloaded(usize),
     /// The backing service cannot be reached or failed to answer in time
     /// (not used by the memory store).
     #[error("store unavailable: {0}")]

@@ -242,7 +242,7 @@ pub struct ServeArgs {
     )]
     pub redis_rejection_cache_ms: u64,
     /// Decisions that may wait to be sent to a single Redis; one more is
-    /// shed at once, with an answer that says so.
+    /// shed at once, answered `store_overloaded`.
     #[arg(
         long,
         env = "TOLLGATE_REDIS_MAX_WAITING",
