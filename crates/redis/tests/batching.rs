@@ -12,7 +12,6 @@ use common::{gcra, store, unique_prefix, RedisServer};
 use tollgate_core::{Align, FixedWindow, Hits, Limit, Mode, Nanos, PlanError};
 use tollgate_store::{Key, LimitId, Plan, Store, StoreError};
 
-
 #[tokio::test]
 async fn many_concurrent_decisions_share_few_calls_and_stay_exact() {
     let server = RedisServer::start();

@@ -57,7 +57,6 @@ async fn store_of(
     RedisStore::connect(o).await.unwrap()
 }
 
-
 /// Runs `steps` through a store with the cache and one without, on
 /// `server`, and requires the same answer (or error) at every step;
 /// returns how many the cache answered, and the script calls both made.

@@ -18,7 +18,6 @@ namespaces:
       - { name: feed, algorithm: sliding_window, limit: 2, window: 1h, buckets: 2 }
 "#;
 
-
 fn ask(s: &Serving, resource: &str) -> (u16, serde_json::Value) {
     s.json(
         "POST",
