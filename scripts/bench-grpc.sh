@@ -248,19 +248,13 @@ done
 
 echo
 python3 - "$results" <<'EOF'
-import json, statistics, sys
-runs = [json.loads(l) for l in open(sys.argv[1])]
-failed = [r for r in runs if r.get("failed")]
-runs = [r for r in runs if not r.get("failed")]
-if failed:
-    print(f"({len(failed)} failed runs left out of what follows)")
+import sys
+sys.path.insert(0, "scripts")
+from bench_summary import load_runs, span
+runs = load_runs(sys.argv[1])
 pairs = {}
 for r in runs:
     pairs.setdefault((r["api"], r["keys"], r["driver"]), {}).setdefault(r["round"], {})[r["target"]] = r
-def span(values, fmt):
-    if not values:
-        return "-"
-    return f"{fmt(statistics.median(values))} [{fmt(min(values))}-{fmt(max(values))}]"
 print("serve next to echo, per round: req/s serve/echo, and the server's CPU per request echo/serve")
 print(f"{'api':<6} {'keys':>6} {'driver':<6} {'round':>5} {'serve req/s':>11} {'echo req/s':>10} {'req/s ratio':>11} {'CPU ratio':>9}  bound by")
 summary = []

@@ -272,12 +272,10 @@ done
 
 echo
 python3 - "$results" "$KEYS" <<'EOF'
-import json, statistics, sys
-runs = [json.loads(l) for l in open(sys.argv[1])]
-failed = [r for r in runs if r.get("failed")]
-runs = [r for r in runs if not r.get("failed")]
-if failed:
-    print(f"({len(failed)} failed runs left out of what follows)")
+import sys
+sys.path.insert(0, "scripts")
+from bench_summary import load_runs, span
+runs = load_runs(sys.argv[1])
 keys = sys.argv[2]
 by = {}
 for r in runs:
@@ -307,10 +305,6 @@ for rnd in sorted(by):
         else:
             cells.append(f"{'-':>30}")
     print(f"{rnd:>5} " + " ".join(cells))
-def span(values, fmt):
-    if not values:
-        return "-"
-    return f"{fmt(statistics.median(values))} [{fmt(min(values))}-{fmt(max(values))}]"
 print()
 print("over the rounds, median [min-max]:")
 names = []

@@ -129,17 +129,10 @@ done
 
 echo
 python3 - "$results" <<'EOF'
-import json, statistics, sys
-runs = [json.loads(l) for l in open(sys.argv[1])]
-failed = [r for r in runs if r.get("failed")]
-runs = [r for r in runs if not r.get("failed")]
-if failed:
-    print(f"({len(failed)} failed runs left out of what follows)")
-def span(values):
-    values = [v for v in values if v is not None]
-    if not values:
-        return "-"
-    return f"{statistics.median(values):,.0f} [{min(values):,.0f}-{max(values):,.0f}]"
+import sys
+sys.path.insert(0, "scripts")
+from bench_summary import load_runs, span
+runs = load_runs(sys.argv[1])
 groups = {}
 for r in runs:
     if r["name"] == "peak":
