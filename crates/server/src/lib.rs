@@ -260,6 +260,7 @@ impl<S: Store> Server<S> {
                 tls: options.tls.as_ref().map(tls::Tls::http_config),
                 body_timeout_response: http::body_timeout_response,
                 shutdown_grace: options.shutdown_grace,
+                direct: Some(http::direct_request(Arc::clone(&app), max)),
             },
             stopped(stop_rx.clone()),
         );

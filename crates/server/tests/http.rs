@@ -845,3 +845,60 @@ namespaces:
         seized.text
     );
 }
+
+/// `POST /v1/request` is answered by the port before the router
+/// (`listen::http::Direct`); the router, served alone, answers it the same
+/// way: a grant, a rejection with `Retry-After`, a malformed body. Each
+/// side asks for its own domain, so both see the same state.
+#[tokio::test]
+async fn the_router_answers_rate_requests_as_the_port_does() {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    let s = TestServer::start(CONFIG).await;
+    let router = tollgate_server::http::router(Arc::clone(&s.app), 64 * 1024);
+    let asked = |domain: &str| {
+        [
+            serde_json::to_vec(&rate("api", domain, 2)).unwrap(),
+            serde_json::to_vec(&rate("api", domain, 2)).unwrap(),
+            br#"{"namespace": 1}"#.to_vec(),
+        ]
+    };
+    // What stays the same between two answers: the status, the
+    // Retry-After header, and the body without its times.
+    let same = |status: u16, retry: Option<&str>, body: &[u8]| {
+        let mut body: Value = serde_json::from_slice(body).unwrap();
+        if let Some(b) = body.as_object_mut() {
+            b.remove("retry_after_ns");
+            b.remove("reset_after_ns");
+            b.remove("wait_ns");
+        }
+        (status, retry.map(str::to_owned), body)
+    };
+    let mut port = Vec::new();
+    for body in asked("port") {
+        let a = post_raw(&s, "/v1/request", body).await;
+        let retry = a.headers.get(RETRY_AFTER).map(|v| v.to_str().unwrap());
+        port.push(same(a.status.as_u16(), retry, a.text.as_bytes()));
+    }
+    let mut alone = Vec::new();
+    for body in asked("router") {
+        let request = http::Request::post("/v1/request")
+            .body(axum::body::Body::from(body))
+            .unwrap();
+        let response = router.clone().oneshot(request).await.unwrap();
+        let status = response.status().as_u16();
+        let retry = response
+            .headers()
+            .get(RETRY_AFTER)
+            .map(|v| v.to_str().unwrap().to_owned());
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        alone.push(same(status, retry.as_deref(), &bytes));
+    }
+    assert_eq!(port, alone);
+    assert_eq!(
+        port.iter().map(|a| a.0).collect::<Vec<_>>(),
+        [200, 429, 400],
+        "{port:#?}"
+    );
+}

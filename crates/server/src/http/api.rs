@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequest, Path, Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
@@ -35,12 +35,24 @@ const MAX_LEASE_MS: u64 = 24 * 60 * 60 * 1000;
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
 
 /// `POST /v1/request`: 200 when granted, 429 with `Retry-After` when not.
-pub(super) async fn request<S: Store>(
-    State(http): State<Http<S>>,
-    TraceContext(caller): TraceContext,
-    JsonBody(req): JsonBody<v1::RateRequest>,
+///
+/// Served before the router (`super::direct_request`), so it reads its
+/// own body and headers rather than through axum's extractors.
+pub(super) async fn request<S: Store>(http: Http<S>, req: Request) -> Response {
+    let caller = http.app.caller_from_http(req.headers());
+    let answer = match JsonBody::<v1::RateRequest>::from_request(req, &http).await {
+        Ok(JsonBody(req)) => decide(&http, &req, &caller).await,
+        Err(e) => Err(e),
+    };
+    answer.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn decide<S: Store>(
+    http: &Http<S>,
+    req: &v1::RateRequest,
+    caller: &crate::spans::Caller,
 ) -> Result<Response, ApiError> {
-    let answer = native::rate(&http.app, "http", &req, &caller)
+    let answer = native::rate(&http.app, "http", req, caller)
         .await
         .map_err(|e| ApiError::service(&e))?;
     if answer.allowed {

@@ -18,12 +18,14 @@ mod body;
 
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, FromRef, FromRequestParts};
+use axum::extract::{DefaultBodyLimit, FromRef, FromRequestParts, Request, State};
 use axum::middleware::{from_fn_with_state, map_response_with_state};
 use axum::routing::{delete, get, post};
+use http::Method;
 use tollgate_store::Store;
 
 use crate::app::App;
+use crate::listen::http::Direct;
 
 pub use body::{body_timeout_response, error_response};
 
@@ -78,11 +80,27 @@ impl<S: Store> FromRequestParts<Arc<App<S>>> for TraceContext {
     }
 }
 
+/// `POST /v1/request`, for the HTTP port to answer before the router
+/// ([`Direct`]); the router answers it the same way.
+pub fn direct_request<S: Store>(app: Arc<App<S>>, max_body: usize) -> Direct {
+    let state = Http { app, max_body };
+    Direct {
+        method: Method::POST,
+        path: "/v1/request",
+        handler: Arc::new(move |req| Box::pin(api::request(state.clone(), req))),
+    }
+}
+
 /// The HTTP router over `app`; bodies larger than `max_body` are refused.
 pub fn router<S: Store>(app: Arc<App<S>>, max_body: usize) -> axum::Router {
     let state = Http { app, max_body };
     axum::Router::new()
-        .route("/v1/request", post(api::request::<S>))
+        // Answered before the router by the port (`direct_request`); the
+        // same handler here answers it where the router is served alone.
+        .route(
+            "/v1/request",
+            post(|State(http): State<Http<S>>, req: Request| api::request(http, req)),
+        )
         .route("/v1/reserve", post(api::reserve::<S>))
         .route("/v1/release", post(api::release::<S>))
         .route("/v1/transfer", post(api::transfer::<S>))

@@ -65,6 +65,38 @@ pub struct HttpPort {
     /// How long a shutdown waits for open connections to finish before it
     /// closes them.
     pub shutdown_grace: Duration,
+    /// A route answered before the router, if any.
+    pub direct: Option<Direct>,
+}
+
+/// What answers a [`Direct`] route: the request (its body under the
+/// port's body deadline, as the router's routes get it), to its answer.
+pub type DirectHandler =
+    Arc<dyn Fn(Request<Body>) -> Pin<Box<dyn Future<Output = Response> + Send>> + Send + Sync>;
+
+/// One route answered without the router: its method and exact path
+/// (no parameters), and the handler.
+///
+/// For the one route every decision takes (`POST /v1/request`): the
+/// router's matching, its URL-parameter and matched-path bookkeeping, its
+/// boxed route future and axum's extractor chain cost about a sixth of
+/// the instructions of a whole decision (docs/benchmarks.md, "Where a
+/// decision's time goes"). The router must still define the route, so
+/// that another method on the path is answered 405 as on every route.
+#[derive(Clone)]
+pub struct Direct {
+    /// The method it answers.
+    pub method: http::Method,
+    /// The path it answers, compared exactly (the query is not part of it).
+    pub path: &'static str,
+    /// The answer.
+    pub handler: DirectHandler,
+}
+
+impl Direct {
+    fn answers<B>(&self, request: &Request<B>) -> bool {
+        request.method() == self.method && request.uri().path() == self.path
+    }
 }
 
 /// The error a request body gives its reader when it did not arrive in
@@ -95,6 +127,7 @@ pub async fn serve(
         limits: port.limits,
         listener: port.listener,
         body_timeout_response: port.body_timeout_response,
+        direct: port.direct,
     });
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
@@ -147,6 +180,7 @@ struct Shared {
     limits: ConnectionLimits,
     listener: &'static str,
     body_timeout_response: fn(Duration) -> Response,
+    direct: Option<Direct>,
 }
 
 /// One connection, from accept to close; `_permit` holds its place under
@@ -430,7 +464,8 @@ impl AsyncRead for Watched {
 
 crate::listen::write_through!(Watched);
 
-/// The router, called for each request of one connection.
+/// The router (or the direct route), called for each request of one
+/// connection.
 #[derive(Clone)]
 struct Requests {
     shared: Arc<Shared>,
@@ -444,6 +479,12 @@ impl hyper::service::Service<Request<Incoming>> for Requests {
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         let in_flight = self.activity.started(request.version());
+        let direct = self
+            .shared
+            .direct
+            .as_ref()
+            .filter(|d| d.answers(&request))
+            .map(|d| Arc::clone(&d.handler));
         let http1 = request.version() < Version::HTTP_2;
         let limit = self.shared.limits.body_timeout;
         let late = Arc::new(AtomicBool::new(false));
@@ -458,9 +499,12 @@ impl hyper::service::Service<Request<Incoming>> for Requests {
         });
         let shared = Arc::clone(&self.shared);
         Box::pin(async move {
-            let mut response = match shared.router.clone().oneshot(request).await {
-                Ok(r) => r,
-                Err(never) => match never {},
+            let mut response = match direct {
+                Some(handler) => handler(request).await,
+                None => match shared.router.clone().oneshot(request).await {
+                    Ok(r) => r,
+                    Err(never) => match never {},
+                },
             };
             if late.load(Ordering::Acquire) {
                 timed_out(shared.listener, "body");

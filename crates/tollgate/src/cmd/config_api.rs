@@ -537,6 +537,7 @@ async fn serve(args: ConfigApiArgs) -> Result<()> {
         tls: tls.as_ref().map(tollgate_server::tls::Tls::http_config),
         body_timeout_response: tollgate_configapi::error::body_timeout_response,
         shutdown_grace: SHUTDOWN_GRACE,
+        direct: None,
     };
     tollgate_server::listen::http::serve(tcp, router, port, stop).await;
     tracing::info!("stopped");
