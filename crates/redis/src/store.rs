@@ -466,6 +466,9 @@ impl RedisStore {
             mode,
             now: (self.clock == ScriptClock::Caller).then_some(now),
         };
+        // Before the call is sent: should the store find meanwhile that
+        // Redis lost its data, the answer may describe what was lost.
+        let generation = self.cache.as_ref().map_or(0, |c| c.generation());
         let answer = match &self.batcher {
             Some(b) => b.decide(plan, ask).await,
             None => self.decide_alone(plan, ask).await,
@@ -478,7 +481,7 @@ impl RedisStore {
                     // then or later, so an entry never outlives the state
                     // it describes (it lapses early by the call's wait in
                     // Redis and the network, toward asking Redis).
-                    cache.learn(plan, &d, request, cache.at(now, sent));
+                    cache.learn(plan, &d, request, cache.at(now, sent), generation);
                 }
                 Ok(d)
             }
