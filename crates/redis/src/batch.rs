@@ -25,7 +25,9 @@
 //! answering every call (issue 17). What the timeout bounds instead is
 //! *silence*: when the oldest call in flight on a connection has had no
 //! answer for `timeout`, counted from when it was sent or from the last
-//! answer on that connection, whichever is later, Redis is taken to have
+//! answer to a driver's call on that connection, whichever is later (the
+//! driver does not see the answers to other commands sharing the
+//! connection: heartbeats, copy operations, pings), Redis is taken to have
 //! stalled, and every decision in flight or queued on the connection fails
 //! at once with [`Failure::Redis`] (a timeout). A stalled or dead Redis is
 //! therefore noticed within the timeout of its last answer, as before; a

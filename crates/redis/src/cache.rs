@@ -62,7 +62,9 @@
 //! instant Redis decided (it does not know that instant), so durations
 //! read shorter than Redis's by the time between the two (the way to
 //! Redis, the call ahead on the connection, the plans ahead in the
-//! batch: well under the timeout), and the entry lapses that much early:
+//! batch: usually well under a millisecond, at most twice the timeout,
+//! past which the driver fails the call), and the entry lapses that much
+//! early:
 //! toward asking Redis. (A Redis clock that runs
 //! faster than this process's monotonic one, or is stepped forward, would
 //! admit a little before the entry lapses: the cache then rejects that
