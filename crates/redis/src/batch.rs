@@ -25,7 +25,9 @@
 //! answering every call (issue 17). What the timeout bounds instead is
 //! *silence*: when the oldest call in flight on a connection has had no
 //! answer for `timeout`, counted from when it was sent or from the last
-//! answer on that connection, whichever is later, Redis is taken to have
+//! answer to a driver's call on that connection, whichever is later (the
+//! driver does not see the answers to other commands sharing the
+//! connection: heartbeats, copy operations, pings), Redis is taken to have
 //! stalled, and every decision in flight or queued on the connection fails
 //! at once with [`Failure::Redis`] (a timeout). A stalled or dead Redis is
 //! therefore noticed within the timeout of its last answer, as before; a
@@ -547,5 +549,98 @@ mod tests {
         assert!(split(&reply[..reply.len() - 1], [1, 3, 1].into_iter()).is_none());
         assert!(split(&reply, [1, 3].into_iter()).is_none());
         assert!(split(&reply, [2, 3, 1].into_iter()).is_none());
+    }
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod silence {
+    use super::*;
+    use crate::testing::RedisServer;
+    use crate::{RedisOptions, RedisStore};
+    use tollgate_core::{Rate, TokenBucket};
+    use tollgate_store::{LimitId, Store};
+
+    /// Regression (review of issue 17, finding 3): the connections timed
+    /// each request from its own sending (redis-rs's response timeout), so
+    /// a decision call pipelined behind a slow one failed while Redis was
+    /// still answering. The driver's silence rule is the only timer now: a
+    /// call fails when Redis has answered nothing on its connection for the
+    /// timeout, counted from its sending or from the last answer, whichever
+    /// is later.
+    ///
+    /// The order is made, not hoped for: Redis is stopped (SIGSTOP), and
+    /// each send is seen to reach it (its unread bytes) before the next.
+    /// On the driver's one connection go a decision call, then `CLIENT
+    /// PAUSE` for 0.6 timeouts (sent on the same connection: Redis answers
+    /// it and the call before it, and postpones what follows), then a
+    /// second decision call; Redis stays stopped for 0.7 timeouts after
+    /// that. It then answers the first call at once and the second 0.6
+    /// timeouts later: 1.3 timeouts after the second was sent (so a timer
+    /// from its sending must fail it, whatever the machine's pace), but
+    /// within the timeout of the first answer (so the silence rule must
+    /// not, with 0.4 timeouts to spare for a busy machine). (`DEBUG SLEEP`
+    /// would not do: Redis sends the replies of what it read in one go
+    /// only after running all of it, the sleep included.)
+    #[tokio::test]
+    async fn a_call_pipelined_behind_a_slow_one_is_timed_by_silence_not_by_its_sending() {
+        let server = RedisServer::start();
+        let timeout = Duration::from_secs(3);
+        let mut o = RedisOptions::new(server.url());
+        o.prefix = "silence:".into();
+        o.connect.connections = 1;
+        o.connect.response_timeout = timeout;
+        // Before the fix the connections' own timer was the larger of the
+        // decision timeout and the heartbeat TTL: the same here.
+        o.heartbeat_ttl = timeout;
+        o.rejection_cache = 0;
+        let store = RedisStore::connect(o).await.unwrap();
+        let limit = Arc::new(Limit::TokenBucket(
+            TokenBucket::new(100, Rate::per_second(10).unwrap()).unwrap(),
+        ));
+        let ask = |user: usize| {
+            let store = store.clone();
+            let plan = Plan::single(
+                Key::new(LimitId(1), &format!("user-{user}")),
+                Arc::clone(&limit),
+            );
+            async move {
+                store
+                    .decide(&plan, Nanos::ZERO, Hits::exactly(1), Mode::Try)
+                    .await
+            }
+        };
+        // Loads the script: each call below is one EVALSHA.
+        assert!(ask(0).await.unwrap().allowed);
+        // The driver's connection (the store has one).
+        let mut conn = store.conn.managers().remove(0);
+        server.pause();
+        let unread = server.unread_bytes();
+        let first = tokio::spawn(ask(1));
+        let unread = server.await_unread_beyond(unread).await;
+        let pause = tokio::spawn(async move {
+            redis::cmd("CLIENT")
+                .arg("PAUSE")
+                .arg((timeout * 6 / 10).as_millis() as u64)
+                .arg("ALL")
+                .query_async::<()>(&mut conn)
+                .await
+        });
+        let unread = server.await_unread_beyond(unread).await;
+        // Half a batch: the driver sends it beside the call in flight.
+        let second: Vec<_> = (2..2 + MAX_PLANS / 2)
+            .map(|user| tokio::spawn(ask(user)))
+            .collect();
+        server.await_unread_beyond(unread).await;
+        // The stall: both calls and the pause wait in Redis.
+        tokio::time::sleep(timeout * 7 / 10).await;
+        server.resume();
+        assert!(first.await.unwrap().unwrap().allowed);
+        for d in second {
+            match d.await.unwrap() {
+                Ok(d) => assert!(d.allowed),
+                Err(e) => panic!("a decision behind the pause failed: {e}"),
+            }
+        }
+        pause.await.unwrap().unwrap();
     }
 }

@@ -62,7 +62,9 @@
 //! instant Redis decided (it does not know that instant), so durations
 //! read shorter than Redis's by the time between the two (the way to
 //! Redis, the call ahead on the connection, the plans ahead in the
-//! batch: well under the timeout), and the entry lapses that much early:
+//! batch: usually well under a millisecond, at most twice the timeout,
+//! past which the driver fails the call), and the entry lapses that much
+//! early:
 //! toward asking Redis. (A Redis clock that runs
 //! faster than this process's monotonic one, or is stepped forward, would
 //! admit a little before the entry lapses: the cache then rejects that
@@ -73,12 +75,15 @@
 //! bounds an entry's life by `max_age` (`RedisOptions::rejection_cache_max_age`,
 //! 1 s by default) as well as by its `reset_after`, and why the store
 //! drops every entry ([`RejectionCache::clear`]) when it finds Redis lost
-//! its data (a heartbeat missing from the live set, a pool gone back).
+//! its data (a heartbeat missing from the live set, a pool gone back), and
+//! learns nothing from the answers to calls sent before that (Redis may
+//! have decided them before it lost the data).
 //!
 //! # Bounds
 //!
-//! At most `capacity` entries, in shards; a new key in a full shard evicts
-//! one of its entries (`tollgate_store_rejection_cache_evictions_total`).
+//! At most `capacity` entries, split exactly over the shards; a new key in
+//! a full shard evicts one of its entries
+//! (`tollgate_store_rejection_cache_evictions_total`).
 //! Entries live at most `max_age` and are dropped when they lapse (by the
 //! store's monitor, every half second), when Redis lost its data, when a
 //! reload stops serving their limit
@@ -142,7 +147,9 @@ pub struct CacheStats {
 /// The cache; see the [module docs](self).
 pub(crate) struct RejectionCache {
     shards: Box<[Mutex<HashMap<Key, Entry>>]>,
-    per_shard: usize,
+    /// Entries each shard may hold: the capacity split exactly (a
+    /// capacity of 20 is 2 for four shards and 1 for the others).
+    rooms: Box<[usize]>,
     hasher: std::collections::hash_map::RandomState,
     clock: CacheClock,
     /// The longest an entry lives, whatever its `reset_after`.
@@ -153,15 +160,20 @@ pub(crate) struct RejectionCache {
     /// The latest caller's time seen ([`CacheClock::Caller`]), which
     /// [`RejectionCache::purge_lapsed`] purges by.
     latest: AtomicU64,
+    /// How many times [`RejectionCache::clear`] ran: an answer to a call
+    /// sent before the last clear describes what Redis lost, and is not
+    /// learnt ([`RejectionCache::learn`]).
+    generation: AtomicU64,
 }
 
 impl RejectionCache {
-    /// A cache of at most `capacity` entries (rounded up to a multiple of
-    /// the shard count), kept by `clock`, each living at most `max_age`.
+    /// A cache of at most `capacity` entries, kept by `clock`, each
+    /// living at most `max_age`.
     pub(crate) fn new(capacity: usize, clock: CacheClock, max_age: Nanos) -> RejectionCache {
+        let (per, extra) = (capacity / SHARDS, capacity % SHARDS);
         RejectionCache {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            per_shard: capacity.div_ceil(SHARDS).max(1),
+            rooms: (0..SHARDS).map(|i| per + usize::from(i < extra)).collect(),
             hasher: std::collections::hash_map::RandomState::new(),
             clock,
             max_age,
@@ -169,7 +181,14 @@ impl RejectionCache {
             evictions: AtomicU64::new(0),
             entries: AtomicUsize::new(0),
             latest: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
         }
+    }
+
+    /// The cache's generation now: read before a decision's call is sent,
+    /// and given back to [`RejectionCache::learn`] with its answer.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
     }
 
     /// The cache's time for a decision the caller makes at `now`.
@@ -204,8 +223,11 @@ impl RejectionCache {
     /// namespace already, and the affinity is the namespace's, so one
     /// store key is one Redis key.
     fn shard(&self, key: &Key) -> &Mutex<HashMap<Key, Entry>> {
-        let h = self.hasher.hash_one(key);
-        &self.shards[(h >> 32) as usize % SHARDS]
+        &self.shards[self.shard_of(key)]
+    }
+
+    fn shard_of(&self, key: &Key) -> usize {
+        (self.hasher.hash_one(key) >> 32) as usize % SHARDS
     }
 
     /// A copy of the live state of `item`'s key at `now`, if the cache has
@@ -267,11 +289,21 @@ impl RejectionCache {
     }
 
     /// Learns from Redis's answer `d` to `request` for `plan`, decided at
-    /// the cache's time `t0` or later: a rejection ([`is_rejection`]: no
+    /// the cache's time `t0` or later, by a call sent in `generation`
+    /// ([`RejectionCache::generation`]): a rejection ([`is_rejection`]: no
     /// item took anything) whose every state can be rebuilt becomes
     /// entries; any other answer refreshes the entries its keys already
-    /// have, or drops those it cannot rebuild.
-    pub(crate) fn learn(&self, plan: &Plan, d: &PlanDecision, request: Hits, t0: Nanos) {
+    /// have, or drops those it cannot rebuild. An answer to a call sent
+    /// before the last [`RejectionCache::clear`] is not learnt: Redis may
+    /// have decided it before it lost its data.
+    pub(crate) fn learn(
+        &self,
+        plan: &Plan,
+        d: &PlanDecision,
+        request: Hits,
+        t0: Nanos,
+        generation: u64,
+    ) {
         let rejected = is_rejection(d, request) && d.decisions.iter().all(|x| x.granted == 0);
         if !rejected && self.entries.load(Ordering::Relaxed) == 0 {
             return;
@@ -291,11 +323,20 @@ impl RejectionCache {
             .collect();
         let insert = rejected && snaps.iter().all(Option::is_some);
         for (item, snap) in plan.items().iter().zip(snaps) {
-            let mut shard = self.shard(&item.key).lock();
+            let at = self.shard_of(&item.key);
+            let mut shard = self.shards[at].lock();
+            // Read under the shard's lock, which `clear` takes after it
+            // counts a new generation: either this sees the new
+            // generation, or `clear` drops what this inserts.
+            if self.generation.load(Ordering::SeqCst) != generation {
+                return;
+            }
+            let room = self.rooms[at];
             match snap {
+                Some(_) if room == 0 => {}
                 Some((state, until)) if insert || shard.contains_key(&item.key) => {
                     if !shard.contains_key(&item.key) {
-                        if shard.len() >= self.per_shard {
+                        if shard.len() >= room {
                             // Any entry: they lapse on their own, and a
                             // hot one comes back with its next rejection.
                             let victim = shard.keys().next().cloned();
@@ -344,6 +385,7 @@ impl RejectionCache {
     /// Drops every entry: Redis lost its data (or went back to an older
     /// state), so what the entries say of it no longer holds.
     pub(crate) fn clear(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
         self.retain(|_, _| false);
     }
 
@@ -456,7 +498,7 @@ mod tests {
                 assert_eq!(c, truth, "at +{}", now.saturating_sub(T0));
                 answered += 1;
             }
-            cache.learn(&p, &truth, request, now);
+            cache.learn(&p, &truth, request, now, 0);
         }
         answered
     }
@@ -508,7 +550,7 @@ mod tests {
         for _ in 0..2 {
             let d = decide_one(&*old, &mut state, false, T0, Hits::exactly(1))
                 .into_plan_decision(Hits::exactly(1), false);
-            cache.learn(&p, &d, Hits::exactly(1), T0);
+            cache.learn(&p, &d, Hits::exactly(1), T0, 0);
         }
         assert!(cache.answer(&p, T0, Hits::exactly(1)).is_some());
         // The same key under new parameters: not answered from the old
@@ -534,7 +576,7 @@ mod tests {
         for _ in 0..2 {
             let d = decide_one(&*g, &mut state, false, T0, Hits::exactly(1))
                 .into_plan_decision(Hits::exactly(1), false);
-            cache.learn(&p, &d, Hits::exactly(1), T0);
+            cache.learn(&p, &d, Hits::exactly(1), T0, 0);
         }
         let at = |ms| T0.saturating_add(Nanos::from_millis(ms));
         assert!(cache.answer(&p, at(999), Hits::exactly(1)).is_some());
@@ -547,7 +589,7 @@ mod tests {
         // Learnt again, then Redis is found to have lost its data.
         let d = decide_one(&*g, &mut state, false, at(1000), Hits::exactly(1))
             .into_plan_decision(Hits::exactly(1), false);
-        cache.learn(&p, &d, Hits::exactly(1), at(1000));
+        cache.learn(&p, &d, Hits::exactly(1), at(1000), 0);
         assert_eq!(cache.stats().entries, 1);
         cache.clear();
         assert_eq!(cache.stats().entries, 0);
@@ -567,7 +609,7 @@ mod tests {
             for _ in 0..2 {
                 let d = decide_one(&*g, &mut state, false, T0, Hits::exactly(1))
                     .into_plan_decision(Hits::exactly(1), false);
-                cache.learn(&p, &d, Hits::exactly(1), T0);
+                cache.learn(&p, &d, Hits::exactly(1), T0, 0);
             }
         }
         let stats = cache.stats();
@@ -575,5 +617,68 @@ mod tests {
         assert_eq!(stats.evictions, 1000 - stats.entries as u64);
         cache.purge(T0.saturating_add(Nanos::from_secs(2)));
         assert_eq!(cache.stats().entries, 0);
+    }
+
+    /// A plan of a one-an-hour GCRA for `scope`, and a rejection of it
+    /// (the second request at `T0`) as Redis answers it.
+    fn rejected(g: &Arc<Limit>, scope: &str) -> (Plan, PlanDecision) {
+        let p = plan(g, scope);
+        let mut state = Algorithm::fresh(&**g);
+        let mut d = None;
+        for _ in 0..2 {
+            d = Some(
+                decide_one(&**g, &mut state, false, T0, Hits::exactly(1))
+                    .into_plan_decision(Hits::exactly(1), false),
+            );
+        }
+        let d = d.unwrap_or_else(|| panic!("decided twice"));
+        assert!(!d.allowed);
+        (p, d)
+    }
+
+    fn hourly() -> Arc<Limit> {
+        Arc::new(Limit::Gcra(
+            Gcra::new(Rate::new(1, HOUR).unwrap_or_else(|e| panic!("{e}")), 1)
+                .unwrap_or_else(|e| panic!("{e}")),
+        ))
+    }
+
+    /// Second review of issue 17: each of the 16 shards got the capacity
+    /// divided by 16 rounded up, so a cache of 20 held 32 entries, and one
+    /// of 1 held 16. The capacity is split exactly now.
+    #[test]
+    fn the_capacity_is_exact_whatever_its_split_over_the_shards() {
+        let g = hourly();
+        for capacity in [1, 5, 20, 100] {
+            let cache = RejectionCache::new(capacity, CacheClock::Caller, HOUR);
+            for i in 0..2000 {
+                let (p, d) = rejected(&g, &format!("user-{i}"));
+                cache.learn(&p, &d, Hits::exactly(1), T0, cache.generation());
+            }
+            // 2,000 keys fill every shard's room (about 125 land in each).
+            assert_eq!(cache.stats().entries, capacity, "capacity {capacity}");
+        }
+    }
+
+    /// Second review of issue 17: `clear` (the store found Redis lost its
+    /// data) dropped the entries present, but an answer to a call sent
+    /// before it, read after it, became an entry again: a rejection Redis
+    /// may have decided before it lost the key, answered for up to the
+    /// entry cap. An answer is learnt only if no clear ran since its call
+    /// was sent.
+    #[test]
+    fn an_answer_to_a_call_sent_before_a_clear_is_not_learnt() {
+        let g = hourly();
+        let cache = RejectionCache::new(64, CacheClock::Caller, HOUR);
+        let (p, d) = rejected(&g, "acme");
+        let sent = cache.generation();
+        cache.clear();
+        cache.learn(&p, &d, Hits::exactly(1), T0, sent);
+        assert_eq!(cache.stats().entries, 0);
+        assert!(cache.answer(&p, T0, Hits::exactly(1)).is_none());
+        // A call sent after the clear is learnt as ever.
+        cache.learn(&p, &d, Hits::exactly(1), T0, cache.generation());
+        assert_eq!(cache.stats().entries, 1);
+        assert!(cache.answer(&p, T0, Hits::exactly(1)).is_some());
     }
 }

@@ -373,6 +373,14 @@ pub(crate) enum Conn {
     Cluster(ClusterConnection),
 }
 
+/// Where [`Conn::next`] sends a command.
+enum Next<'a> {
+    /// A single server's connection, and how long the command may take.
+    Single(ConnectionManager, Duration),
+    /// A cluster's client.
+    Cluster(&'a ClusterConnection),
+}
+
 impl Conn {
     /// Connects; fails if Redis does not answer now, so a bad address is a
     /// startup error rather than a server that never serves.
@@ -457,11 +465,11 @@ impl Conn {
         }
     }
 
-    /// Runs a script invocation on the next connection.
-    pub(crate) async fn invoke<T: FromRedisValue>(
-        &self,
-        inv: &ScriptInvocation<'_>,
-    ) -> RedisResult<T> {
+    /// Where the next command goes: a single server's next connection,
+    /// round robin (a clone: the same multiplexed connection), with the
+    /// bound on commands sent through [`Conn`]; or the cluster client,
+    /// which routes each command itself.
+    fn next(&self) -> Next<'_> {
         match self {
             Conn::Single {
                 managers,
@@ -469,27 +477,29 @@ impl Conn {
                 timeout,
             } => {
                 let i = next.fetch_add(1, Ordering::Relaxed) % managers.len();
-                let mut c = managers[i].clone();
-                bounded(*timeout, inv.invoke_async(&mut c)).await
+                Next::Single(managers[i].clone(), *timeout)
             }
-            Conn::Cluster(c) => inv.invoke_async(&mut c.clone()).await,
+            Conn::Cluster(c) => Next::Cluster(c),
+        }
+    }
+
+    /// Runs a script invocation on the next connection.
+    pub(crate) async fn invoke<T: FromRedisValue>(
+        &self,
+        inv: &ScriptInvocation<'_>,
+    ) -> RedisResult<T> {
+        match self.next() {
+            Next::Single(mut c, timeout) => bounded(timeout, inv.invoke_async(&mut c)).await,
+            Next::Cluster(c) => inv.invoke_async(&mut c.clone()).await,
         }
     }
 
     /// Runs a command on the next connection (a cluster routes it by its
     /// first key, or to a random node when it has none).
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> RedisResult<T> {
-        match self {
-            Conn::Single {
-                managers,
-                next,
-                timeout,
-            } => {
-                let i = next.fetch_add(1, Ordering::Relaxed) % managers.len();
-                let mut c = managers[i].clone();
-                bounded(*timeout, cmd.query_async(&mut c)).await
-            }
-            Conn::Cluster(c) => cmd.query_async(&mut c.clone()).await,
+        match self.next() {
+            Next::Single(mut c, timeout) => bounded(timeout, cmd.query_async(&mut c)).await,
+            Next::Cluster(c) => cmd.query_async(&mut c.clone()).await,
         }
     }
 
@@ -497,16 +507,9 @@ impl Conn {
     /// by its first key), loading `decide` first if Redis answers
     /// `NOSCRIPT`.
     pub(crate) async fn send_decide(&self, cmd: &redis::Cmd) -> RedisResult<redis::Value> {
-        match self {
-            Conn::Single {
-                managers,
-                next,
-                timeout,
-            } => {
-                let i = next.fetch_add(1, Ordering::Relaxed) % managers.len();
-                bounded(*timeout, crate::batch::send(&mut managers[i].clone(), cmd)).await
-            }
-            Conn::Cluster(c) => crate::batch::send(&mut c.clone(), cmd).await,
+        match self.next() {
+            Next::Single(mut c, timeout) => bounded(timeout, crate::batch::send(&mut c, cmd)).await,
+            Next::Cluster(c) => crate::batch::send(&mut c.clone(), cmd).await,
         }
     }
 

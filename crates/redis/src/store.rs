@@ -39,8 +39,8 @@ pub enum ScriptClock {
     Caller,
 }
 
-/// How the store is set up.
-#[derive(Clone, Debug)]
+/// How the store is set up. `Debug` shows the URL without its password.
+#[derive(Clone)]
 pub struct RedisOptions {
     /// `redis://`, `rediss://`, `redis-cluster://` or `rediss-cluster://`.
     pub url: String,
@@ -67,6 +67,33 @@ pub struct RedisOptions {
     /// Decisions that may wait to be sent to a single Redis; one more is
     /// shed at once with an answer that says so (see `docs/redis.md`).
     pub max_waiting: usize,
+}
+
+impl fmt::Debug for RedisOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Destructured so that a new field cannot be printed by accident;
+        // the URL may carry the password (`redis://:secret@host`).
+        let RedisOptions {
+            url,
+            prefix,
+            connect,
+            heartbeat_ttl,
+            clock,
+            rejection_cache,
+            rejection_cache_max_age,
+            max_waiting,
+        } = self;
+        f.debug_struct("RedisOptions")
+            .field("url", &redact(url))
+            .field("prefix", prefix)
+            .field("connect", connect)
+            .field("heartbeat_ttl", heartbeat_ttl)
+            .field("clock", clock)
+            .field("rejection_cache", rejection_cache)
+            .field("rejection_cache_max_age", rejection_cache_max_age)
+            .field("max_waiting", max_waiting)
+            .finish()
+    }
 }
 
 /// [`RedisOptions::rejection_cache`] by default.
@@ -439,6 +466,9 @@ impl RedisStore {
             mode,
             now: (self.clock == ScriptClock::Caller).then_some(now),
         };
+        // Before the call is sent: should the store find meanwhile that
+        // Redis lost its data, the answer may describe what was lost.
+        let generation = self.cache.as_ref().map_or(0, |c| c.generation());
         let answer = match &self.batcher {
             Some(b) => b.decide(plan, ask).await,
             None => self.decide_alone(plan, ask).await,
@@ -451,7 +481,7 @@ impl RedisStore {
                     // then or later, so an entry never outlives the state
                     // it describes (it lapses early by the call's wait in
                     // Redis and the network, toward asking Redis).
-                    cache.learn(plan, &d, request, cache.at(now, sent));
+                    cache.learn(plan, &d, request, cache.at(now, sent), generation);
                 }
                 Ok(d)
             }
@@ -999,5 +1029,27 @@ impl RedisStore {
             );
         }
         Ok(seized)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Review of issue 17 (second): `RedisOptions` derived `Debug`, which
+    /// printed the `--store` URL whole, password and all, though the
+    /// password is never to reach a log.
+    #[test]
+    fn debug_of_the_options_shows_no_password() {
+        let mut o = RedisOptions::new("redis://:hunter2@redis.internal:6379/0");
+        o.connect.password = Some("swordfish".into());
+        let shown = format!("{o:?}");
+        for secret in ["hunter2", "swordfish"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        assert!(
+            shown.contains("redis://***@redis.internal:6379/0"),
+            "{shown}"
+        );
     }
 }

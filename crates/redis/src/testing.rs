@@ -247,8 +247,82 @@ impl RedisServer {
 
     /// Stops the process (SIGSTOP): connections stay open and nothing is
     /// answered, as with a host that hangs, until [`RedisServer::resume`].
+    /// Returns once the process is stopped (Linux: its state in
+    /// `/proc/PID/stat`), so whatever is sent after reaches it unread.
     pub fn pause(&self) {
         self.signal("STOP");
+        let pid = self
+            .child
+            .as_ref()
+            .map(|c| c.id())
+            .expect("a running redis-server");
+        let stat = format!("/proc/{pid}/stat");
+        let stopped = || {
+            std::fs::read_to_string(&stat).is_ok_and(|s| {
+                // `PID (COMM) STATE ...`: the state follows the last `)`.
+                s.rsplit_once(')')
+                    .is_some_and(|(_, rest)| rest.trim_start().starts_with(['T', 't']))
+            })
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !stopped() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "redis-server {pid} did not stop"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Bytes sent to this server that it has not read yet, over all its
+    /// TCP connections (the receive queues in `/proc/net/tcp` and
+    /// `tcp6`, Linux). While it is [paused](RedisServer::pause), this is
+    /// how a test knows a command reached it, in the order sent.
+    pub fn unread_bytes(&self) -> u64 {
+        let mut unread = 0;
+        for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            let Ok(text) = std::fs::read_to_string(table) else {
+                continue;
+            };
+            for line in text.lines().skip(1) {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let (Some(local), Some(state), Some(queues)) =
+                    (fields.get(1), fields.get(3), fields.get(4))
+                else {
+                    continue;
+                };
+                let port = local
+                    .rsplit_once(':')
+                    .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+                // 01: established; the queues are `tx:rx`, in hex.
+                if port != Some(self.port) || *state != "01" {
+                    continue;
+                }
+                if let Some((_, rx)) = queues.split_once(':') {
+                    unread += u64::from_str_radix(rx, 16).unwrap_or(0);
+                }
+            }
+        }
+        unread
+    }
+
+    /// Waits until more than `bytes` are [unread](RedisServer::unread_bytes)
+    /// (a bound of 10 s on a hung test), and returns how many are. Async,
+    /// so that the tasks sending run meanwhile on the test's runtime.
+    pub async fn await_unread_beyond(&self, bytes: u64) -> u64 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let now = self.unread_bytes();
+            if now > bytes {
+                return now;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "nothing more reached redis-server on port {} ({now} bytes unread)",
+                self.port
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
     }
 
     /// Lets a paused process go on (SIGCONT).

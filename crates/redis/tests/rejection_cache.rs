@@ -11,14 +11,15 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::strategies::step;
 use common::{plan_of, runtime, unique_prefix, Item, RedisServer, Step, T0};
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 use tollgate_core::{
-    Align, FixedWindow, Gcra, Hits, LeakyBucket, Limit, Mode, Nanos, Rate, SlidingWindow,
-    TokenBucket,
+    Align, FixedWindow, Gcra, Hits, LeakyBucket, Limit, Mode, Nanos, PlanDecision, Rate,
+    SlidingWindow, TokenBucket,
 };
 use tollgate_redis::{RedisOptions, RedisStore, ScriptClock};
 use tollgate_store::{Key, LimitId, Plan, Store};
@@ -139,6 +140,181 @@ proptest! {
             agree(&server, &items, &steps).await;
         });
     }
+}
+
+/// Any limit, as [`limit`], over periods of 5 to 300 ms: with Redis's
+/// clock a run lasts a fraction of a second, and its keys must be able to
+/// admit again within it.
+fn quick_limit() -> impl Strategy<Value = Limit> {
+    prop_oneof![
+        (1u64..6, 1u64..20, 5u64..300, 0u64..9).prop_map(|(cap, n, ms, init)| {
+            Limit::TokenBucket(TokenBucket::with_initial(cap, per(n, ms), init).unwrap())
+        }),
+        (1u64..20, 5u64..300, 1u64..5)
+            .prop_map(|(n, ms, b)| Limit::Gcra(Gcra::new(per(n, ms), b).unwrap())),
+        (1u64..20, 5u64..300, 1u64..5).prop_map(|(n, ms, q)| {
+            Limit::LeakyBucket(LeakyBucket::new(per(n, ms), q).unwrap())
+        }),
+        (1u64..6, 5u64..300, any::<bool>()).prop_map(|(l, ms, first)| {
+            let align = if first { Align::FirstHit } else { Align::Epoch };
+            Limit::FixedWindow(FixedWindow::new(l, Nanos::from_millis(ms), align).unwrap())
+        }),
+        (1u64..6, 5u64..300, 2u32..4).prop_map(|(l, ms, b)| {
+            Limit::SlidingWindow(SlidingWindow::new(l, Nanos::from_millis(ms), b).unwrap())
+        }),
+    ]
+}
+
+/// Whether `d` refuses `request` for want of room (the cache's own test:
+/// at least one hit asked, not allowed or limited by a shadow item).
+fn rejects(d: &PlanDecision, request: Hits) -> bool {
+    request.min_hits > 0 && request.is_well_formed() && (!d.allowed || d.shadow_limited)
+}
+
+/// Slack for the two clocks' whole microseconds (Redis's `TIME`, the
+/// cache's), many times over.
+const MICROS: Nanos = Nanos::from_micros(10);
+
+/// What a local answer `cached` to `request` for `plan` may be, given
+/// Redis's answer `redis` to the same request asked right after, at most
+/// `elapsed` after the cache answered (measured around both). Not timed:
+/// only inequalities that hold whatever the pace.
+///
+/// - The cache grants nothing, and answers a rejection; "allowed" only for
+///   a plan of shadow items only, which Redis allows whatever the state.
+///   Anything else is an admission Redis never counted.
+/// - Every rebuilt state admits at least what Redis's real one admits, and
+///   each item's `retry_after` counts down at most one nanosecond a
+///   nanosecond: so each local `retry_after` is at most Redis's plus the
+///   time between them; a local "never" is Redis's "never".
+/// - Where Redis grants an item anything right after, the cache's own
+///   `retry_after` for it said it could by then: otherwise the cache
+///   rejected what Redis would have admitted, beyond the documented strict
+///   side.
+fn answered_as_redis_would(
+    plan: &Plan,
+    request: Hits,
+    cached: &PlanDecision,
+    redis: &PlanDecision,
+    elapsed: Nanos,
+) -> Result<(), TestCaseError> {
+    let items = plan.items();
+    let shown = || format!("local {cached:?}\nRedis right after {redis:?}\n{request:?} {plan:?}");
+    prop_assert!(
+        rejects(cached, request),
+        "the cache answered what is no rejection: {}",
+        shown()
+    );
+    prop_assert!(
+        cached.decisions.iter().all(|d| d.granted == 0),
+        "the cache granted hits Redis never counted: {}",
+        shown()
+    );
+    if cached.allowed {
+        prop_assert!(items.iter().all(|it| it.shadow), "{}", shown());
+        prop_assert!(redis.allowed, "{}", shown());
+    }
+    for i in 0..items.len() {
+        let (here, there) = (
+            cached.decisions[i].retry_after,
+            redis.decisions[i].retry_after,
+        );
+        match (here, there) {
+            (None, Some(_)) => prop_assert!(false, "item {i}: never here: {}", shown()),
+            (Some(h), Some(t)) => prop_assert!(
+                h <= t.saturating_add(elapsed).saturating_add(MICROS),
+                "item {i}: retry_after {h:?} here, {t:?} at Redis {elapsed:?} later: {}",
+                shown()
+            ),
+            _ => {}
+        }
+        if redis.decisions[i].granted > 0 {
+            prop_assert!(
+                here.is_some_and(|h| h <= elapsed.saturating_add(MICROS)),
+                "item {i}: the cache rejected, Redis admitted {elapsed:?} later: {}",
+                shown()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The cache on Redis's clock (the server's real mode), against Redis
+/// itself: random limits (some in shadow mode, one never cached), plans of
+/// one to three of them, requests of few hits (ranges, malformed ones,
+/// acquires) from two servers with caches and one without, sharing the
+/// keys, with pauses of up to 3 ms so keys admit again during a run.
+/// Whenever a server answers from its cache, the same request goes to
+/// Redis at once, and the two answers must agree as
+/// [`answered_as_redis_would`] says. Over all the cases, the cache must
+/// have answered often, so the property is not vacuous.
+#[test]
+fn with_redis_clock_the_cache_answers_only_what_redis_answers_right_after() {
+    use proptest::test_runner::{Config, TestRunner};
+    let mut runner = TestRunner::new(Config {
+        cases: 32,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let checked = std::sync::atomic::AtomicU64::new(0);
+    let strategy = (
+        proptest::collection::vec((quick_limit(), any::<bool>()), 3),
+        proptest::collection::vec((step(3, 3_000_000, 4, 12), 0usize..3), 1..150),
+    );
+    let result = runner.run(&strategy, |(limits, steps)| {
+        let scopes = ["acme", "acme", ""];
+        let items: Vec<Item> = limits
+            .into_iter()
+            .enumerate()
+            .map(|(i, (limit, shadow))| {
+                let item = Item::new(limit, i as u64 + 1, scopes[i]);
+                if shadow {
+                    item.shadow()
+                } else {
+                    item
+                }
+            })
+            .collect();
+        runtime().block_on(async {
+            let server = RedisServer::start();
+            let prefix = unique_prefix();
+            let servers = [
+                store_with(&server, Some(&prefix), true, 1024).await,
+                store_with(&server, Some(&prefix), true, 1024).await,
+                store_with(&server, Some(&prefix), true, 0).await,
+            ];
+            let redis = &servers[2];
+            for (step, by) in &steps {
+                let Some(plan) = plan_of(&items, step) else {
+                    continue;
+                };
+                if step.advance > Nanos::ZERO {
+                    tokio::time::sleep(Duration::from_nanos(step.advance.as_u64())).await;
+                }
+                let s = &servers[*by];
+                let before = s.cache_stats().hits;
+                let started = Instant::now();
+                let got = s.decide(&plan, Nanos::ZERO, step.request, step.mode).await;
+                if s.cache_stats().hits == before {
+                    continue;
+                }
+                let cached = got.unwrap();
+                let right_after = redis
+                    .decide(&plan, Nanos::ZERO, step.request, step.mode)
+                    .await
+                    .unwrap();
+                let elapsed = Nanos::new(started.elapsed().as_nanos() as u64);
+                checked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                answered_as_redis_would(&plan, step.request, &cached, &right_after, elapsed)?;
+            }
+            Ok(())
+        })
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    let checked = checked.into_inner();
+    assert!(checked > 40, "only {checked} local answers were checked");
 }
 
 /// A hot key, rejected over and over with every kind of request Redis
@@ -408,7 +584,8 @@ async fn a_store_that_finds_redis_lost_its_data_forgets_its_rejections() {
 /// answers read short by that wait (and the entry lapsed that much
 /// early). They are counted from when the call was sent now. Here the
 /// rejection waits two seconds in the queue behind a call Redis holds
-/// (paused): the cache's next answer must show about Redis's own
+/// (stopped, and the call seen to reach it before the rejection is
+/// asked): the cache's next answer must show about Redis's own
 /// `retry_after`, not two seconds less (the margin, one second, is for a
 /// busy machine).
 #[tokio::test]
@@ -426,12 +603,17 @@ async fn with_redis_clock_an_entry_counts_from_the_call_not_from_the_queue() {
         }
     };
     assert!(ask(&s, &plan).await.allowed);
-    server.client().text(&["CLIENT", "PAUSE", "2000", "ALL"]);
+    server.pause();
+    let unread = server.unread_bytes();
     let ahead = tokio::spawn(ask(&s, &hourly_for("other")));
-    // Lets the driver send the call ahead (which Redis holds) before the
-    // rejection is asked: it then waits in the queue.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let rejected = ask(&s, &plan).await;
+    // The call ahead has reached Redis: the rejection, asked now, waits in
+    // the queue behind it (alone, it is not sent beside a call in flight).
+    server.await_unread_beyond(unread).await;
+    let rejected = tokio::spawn(ask(&s, &plan));
+    // The wait: Redis holds the call ahead for two seconds.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    server.resume();
+    let rejected = rejected.await.unwrap();
     assert!(ahead.await.unwrap().allowed);
     assert!(!rejected.allowed);
     let cached = ask(&s, &plan).await;
