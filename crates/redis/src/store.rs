@@ -62,7 +62,7 @@ pub struct RedisOptions {
     /// The longest an entry of the over-limit cache lives, however far
     /// off its key could admit again: how long a Redis that lost the key
     /// (flushed, failed over, evicted) may still be answered by the
-    /// state it had (see `docs/redis.md`).
+    /// state it had (see `docs/redis.md`); zero turns the cache off.
     pub rejection_cache_max_age: Duration,
     /// Decisions that may wait to be sent to a single Redis; one more is
     /// shed at once with an answer that says so (see `docs/redis.md`).
@@ -222,7 +222,9 @@ impl RedisStore {
                 options.max_waiting.max(1),
             )
         });
-        let cache = (options.rejection_cache > 0).then(|| {
+        // An entry that may live no time could never answer: no cache.
+        let on = options.rejection_cache > 0 && !options.rejection_cache_max_age.is_zero();
+        let cache = on.then(|| {
             let clock = match options.clock {
                 ScriptClock::Caller => CacheClock::Caller,
                 ScriptClock::Redis => CacheClock::Local(std::time::Instant::now()),

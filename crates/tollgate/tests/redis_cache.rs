@@ -87,29 +87,32 @@ fn a_key_over_its_limit_is_answered_by_the_server_and_counted() {
     }
     assert_eq!(redis.evalsha_calls(), calls + 5);
 }
-
-/// `--redis-rejection-cache 0` turns the cache off: every request for a
-/// key over its limit reaches Redis, and nothing is counted as a hit.
+/// `--redis-rejection-cache 0` turns the cache off, and so does
+/// `--redis-rejection-cache-ms 0` (an entry that may live no time could
+/// never answer): every request for a key over its limit reaches Redis,
+/// and nothing is counted as a hit.
 #[test]
 fn the_cache_can_be_turned_off() {
-    let dir = Sandbox::new("redis-cache-off");
-    dir.write("tollgate.yaml", CONFIG);
-    let redis = RedisServer::start();
-    let s = Serving::start_redis(
-        &dir,
-        &redis.url(),
-        &["--redis-rejection-cache", "0", "--redis-max-waiting", "64"],
-        &[],
-    );
-    for _ in 0..2 {
-        assert_eq!(ask(&s, "search").0, 200);
+    for off in ["--redis-rejection-cache", "--redis-rejection-cache-ms"] {
+        let dir = Sandbox::new("redis-cache-off");
+        dir.write("tollgate.yaml", CONFIG);
+        let redis = RedisServer::start();
+        let s = Serving::start_redis(
+            &dir,
+            &redis.url(),
+            &[off, "0", "--redis-max-waiting", "64"],
+            &[],
+        );
+        for _ in 0..2 {
+            assert_eq!(ask(&s, "search").0, 200, "{off} 0");
+        }
+        let calls = redis.evalsha_calls();
+        for _ in 0..5 {
+            assert_eq!(ask(&s, "search").0, 429, "{off} 0");
+        }
+        assert_eq!(redis.evalsha_calls(), calls + 5, "{off} 0");
+        s.poll("the store's metrics are published", |s| {
+            s.metric("tollgate_store_rejection_cache_hits_total") == Some(0.0)
+        });
     }
-    let calls = redis.evalsha_calls();
-    for _ in 0..5 {
-        assert_eq!(ask(&s, "search").0, 429);
-    }
-    assert_eq!(redis.evalsha_calls(), calls + 5);
-    s.poll("the store's metrics are published", |s| {
-        s.metric("tollgate_store_rejection_cache_hits_total") == Some(0.0)
-    });
 }

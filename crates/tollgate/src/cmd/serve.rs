@@ -206,7 +206,11 @@ pub struct ServeArgs {
     /// decision is pipelined over them.
     #[arg(long, env = "TOLLGATE_REDIS_CONNECTIONS", default_value_t = 2)]
     pub redis_connections: usize,
-    /// How long one Redis decision may take before it fails (milliseconds).
+    /// How long Redis may leave the oldest decision call on a connection
+    /// unanswered, counted from its sending or Redis's last answer on that
+    /// connection, before every decision waiting on it fails
+    /// (milliseconds). A busy Redis that keeps answering is waited for
+    /// (docs/redis.md).
     #[arg(long, env = "TOLLGATE_REDIS_TIMEOUT_MS", default_value_t = 50)]
     pub redis_timeout_ms: u64,
     /// How long one connection attempt to Redis may take (milliseconds).
@@ -234,7 +238,8 @@ pub struct ServeArgs {
     pub redis_rejection_cache: usize,
     /// The longest an entry of the over-limit cache lives (milliseconds),
     /// however far off its key could admit again: how long a Redis that
-    /// lost its data may still be answered by what it had.
+    /// lost its data may still be answered by what it had. 0 turns the
+    /// cache off.
     #[arg(
         long,
         env = "TOLLGATE_REDIS_REJECTION_CACHE_MS",
