@@ -1,9 +1,52 @@
 //! JSON forms of the proto enums: names (`"acquire"`, `"hard"`) rather
 //! than numbers, for the HTTP API.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Deserializer, Serializer};
 
 use crate::v1::{LimitedBy, Mode};
+use crate::RateRequestView;
+
+/// A `RateRequest` JSON body read without copying its strings, for the
+/// HTTP API's decision path (three `String`s a request otherwise): the
+/// same fields, defaults and refusals as [`crate::v1::RateRequest`]'s
+/// serde form, which a proptest holds it to. A string with escapes is
+/// unescaped into an owned one, as it must be.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RateRequestJson<'a> {
+    /// `namespace`.
+    #[serde(borrow)]
+    pub namespace: Cow<'a, str>,
+    /// `resource`.
+    #[serde(borrow)]
+    pub resource: Cow<'a, str>,
+    /// `domain`.
+    #[serde(borrow)]
+    pub domain: Cow<'a, str>,
+    /// `hits`.
+    pub hits: Option<u64>,
+    /// `min_hits`.
+    pub min_hits: Option<u64>,
+    /// `mode`, by name.
+    #[serde(deserialize_with = "mode::deserialize")]
+    pub mode: i32,
+}
+
+impl RateRequestJson<'_> {
+    /// Its fields, borrowed.
+    pub fn view(&self) -> RateRequestView<'_> {
+        RateRequestView {
+            namespace: &self.namespace,
+            resource: &self.resource,
+            domain: &self.domain,
+            hits: self.hits,
+            min_hits: self.min_hits,
+            mode: self.mode,
+        }
+    }
+}
 
 /// `mode`: `"try"` or `"acquire"`.
 pub mod mode {
@@ -98,5 +141,78 @@ mod tests {
         assert_eq!(json["limited_by"], "hard");
         let none = serde_json::to_value(RateResponse::default()).unwrap();
         assert!(none["limited_by"].is_null());
+    }
+
+    #[test]
+    fn the_borrowed_body_borrows_plain_strings_and_unescapes_the_rest() {
+        let text = r#"{"namespace":"n","resource":"a\/b","domain":"d","hits":2,"mode":"acquire"}"#;
+        let b: super::RateRequestJson = serde_json::from_str(text).unwrap();
+        let o: RateRequest = serde_json::from_str(text).unwrap();
+        assert_eq!(b.view(), o.view());
+        assert_eq!(b.view().resource, "a/b");
+        assert!(matches!(b.namespace, std::borrow::Cow::Borrowed("n")));
+        assert!(matches!(b.resource, std::borrow::Cow::Owned(_)));
+        assert_eq!(b.view().min_hits_or_default(), 2);
+        assert_eq!(b.view().mode, Mode::Acquire as i32);
+    }
+
+    /// A JSON value of the kinds a body may hold, as text.
+    fn value() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            // Strings: plain, with escapes, non-ASCII, or a mode's name.
+            "[a-z0-9/._ -]{0,12}".prop_map(|s| format!("{s:?}")),
+            Just(r#""a\"b\\c\n\u00e9""#.to_owned()),
+            Just(r#""\ud83d\ude00""#.to_owned()),
+            Just("\"é—\"".to_owned()),
+            Just(r#""try""#.to_owned()),
+            Just(r#""acquire""#.to_owned()),
+            any::<u64>().prop_map(|n| n.to_string()),
+            Just("-1".to_owned()),
+            Just("1.5".to_owned()),
+            Just("1e3".to_owned()),
+            Just("null".to_owned()),
+            Just("true".to_owned()),
+            Just("[]".to_owned()),
+            Just("{}".to_owned()),
+        ]
+    }
+
+    proptest::proptest! {
+        /// The borrowed form accepts exactly what the proto's serde form
+        /// accepts, and reads the same fields from it.
+        #[test]
+        fn the_borrowed_body_reads_exactly_what_the_proto_reads(
+            fields in proptest::collection::vec(
+                (
+                    proptest::sample::select(vec![
+                        "namespace", "resource", "domain", "hits", "min_hits", "mode", "other",
+                        "Namespace",
+                    ]),
+                    value(),
+                ),
+                0..8,
+            ),
+            wrap in proptest::sample::select(vec!["object", "array", "cut", "trailing"]),
+        ) {
+            let inner = fields
+                .iter()
+                .map(|(k, v)| format!("{k:?}:{v}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            let text = match wrap {
+                "object" => format!("{{{inner}}}"),
+                "array" => format!("[{inner}]"),
+                "cut" => format!("{{{inner}").chars().take(inner.len() / 2 + 1).collect(),
+                _ => format!("{{{inner}}} x"),
+            };
+            let owned = serde_json::from_str::<RateRequest>(&text);
+            let borrowed = serde_json::from_str::<super::RateRequestJson>(&text);
+            match (&owned, &borrowed) {
+                (Ok(o), Ok(b)) => proptest::prop_assert_eq!(o.view(), b.view()),
+                (Err(_), Err(_)) => {}
+                _ => proptest::prop_assert!(false, "{text}: {owned:?} against {borrowed:?}"),
+            }
+        }
     }
 }

@@ -73,6 +73,51 @@ pub const DEFAULT_HITS: u64 = 1;
 impl v1::RateRequest {
     /// The hits asked for: `hits`, or [`DEFAULT_HITS`] when absent.
     pub fn hits_or_default(&self) -> u64 {
+        self.view().hits_or_default()
+    }
+
+    /// The fewest hits worth having: `min_hits`, or all of them when
+    /// absent.
+    pub fn min_hits_or_default(&self) -> u64 {
+        self.view().min_hits_or_default()
+    }
+
+    /// Its fields, borrowed.
+    pub fn view(&self) -> RateRequestView<'_> {
+        RateRequestView {
+            namespace: &self.namespace,
+            resource: &self.resource,
+            domain: &self.domain,
+            hits: self.hits,
+            min_hits: self.min_hits,
+            mode: self.mode,
+        }
+    }
+}
+
+/// A rate request's fields, borrowed: from a decoded [`v1::RateRequest`]
+/// (gRPC) or from a JSON body read without copying its strings
+/// ([`json::RateRequestJson`], HTTP), so the server decides either the
+/// same way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RateRequestView<'a> {
+    /// `namespace`.
+    pub namespace: &'a str,
+    /// `resource`.
+    pub resource: &'a str,
+    /// `domain`.
+    pub domain: &'a str,
+    /// `hits`, if given.
+    pub hits: Option<u64>,
+    /// `min_hits`, if given.
+    pub min_hits: Option<u64>,
+    /// `mode`, as the proto's number.
+    pub mode: i32,
+}
+
+impl RateRequestView<'_> {
+    /// The hits asked for: `hits`, or [`DEFAULT_HITS`] when absent.
+    pub fn hits_or_default(&self) -> u64 {
         self.hits.unwrap_or(DEFAULT_HITS)
     }
 

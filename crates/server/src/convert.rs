@@ -2,7 +2,7 @@
 //! HTTP surfaces (the HTTP API's JSON bodies are the same messages).
 
 use tollgate_core::{Mode, Nanos};
-use tollgate_proto::v1;
+use tollgate_proto::{v1, RateRequestView};
 use tollgate_service::{LimitedBy, RateOutcome, RateRequest, ReserveOutcome, ServiceError};
 use tollgate_store::Seized;
 
@@ -10,7 +10,7 @@ use tollgate_store::Seized;
 /// not define is refused, as the HTTP API refuses an unknown name: read
 /// as `MODE_TRY`, a client that meant some other mode would be answered
 /// as if it had asked for something it did not.
-pub fn rate_request(r: &v1::RateRequest) -> Result<RateRequest<'_>, ServiceError> {
+pub fn rate_request(r: RateRequestView<'_>) -> Result<RateRequest<'_>, ServiceError> {
     let mode = match v1::Mode::try_from(r.mode) {
         Ok(v1::Mode::Try) => Mode::Try,
         Ok(v1::Mode::Acquire) => Mode::Acquire,
@@ -22,9 +22,9 @@ pub fn rate_request(r: &v1::RateRequest) -> Result<RateRequest<'_>, ServiceError
         }
     };
     Ok(RateRequest {
-        namespace: &r.namespace,
-        resource: &r.resource,
-        domain: &r.domain,
+        namespace: r.namespace,
+        resource: r.resource,
+        domain: r.domain,
         hits: r.hits_or_default(),
         min_hits: r.min_hits_or_default(),
         mode,

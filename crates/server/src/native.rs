@@ -18,6 +18,7 @@ use tokio_stream::StreamExt;
 use tollgate_core::copies::TransferId;
 use tollgate_core::Hits;
 use tollgate_proto::v1::{self, session_request::Op, session_response::Result as Answer};
+use tollgate_proto::RateRequestView;
 use tollgate_service::{ServiceError, Session, Target};
 use tollgate_store::Store;
 use tonic::{Request, Response, Status, Streaming};
@@ -45,7 +46,7 @@ impl<S> Native<S> {
 pub async fn rate<S: Store>(
     app: &App<S>,
     surface: &'static str,
-    req: &v1::RateRequest,
+    req: RateRequestView<'_>,
     caller: &Caller,
 ) -> Result<v1::RateResponse, ServiceError> {
     let started = Instant::now();
@@ -67,8 +68,8 @@ pub async fn rate<S: Store>(
             &Decision {
                 name: "tollgate.rate",
                 surface,
-                namespace: &req.namespace,
-                resource: Some(&req.resource),
+                namespace: req.namespace,
+                resource: Some(req.resource),
                 descriptors: None,
                 hits: req.hits_or_default(),
                 granted,
@@ -80,8 +81,8 @@ pub async fn rate<S: Store>(
         Ok(o) => {
             m::rate_decision(
                 surface,
-                &req.namespace,
-                &req.resource,
+                req.namespace,
+                req.resource,
                 !o.unconfigured,
                 o.allowed,
                 o.granted,
@@ -89,19 +90,19 @@ pub async fn rate<S: Store>(
             if !o.unconfigured {
                 if !o.allowed {
                     app.denied()
-                        .record(now.as_u64(), &req.namespace, &req.resource, &req.domain);
+                        .record(now.as_u64(), req.namespace, req.resource, req.domain);
                 } else if o.decision.limit > 0
                     && o.decision.remaining.saturating_mul(10) <= o.decision.limit
                 {
-                    m::near_limit(surface, &req.namespace, &req.resource);
+                    m::near_limit(surface, req.namespace, req.resource);
                 }
             }
             if let Some(log) = app.decision_log().filter(|l| l.sampled()) {
                 log.write(&decision_log::Line {
                     time_ms: decision_log::time_ms(now),
-                    namespace: &req.namespace,
-                    resource: Some(&req.resource),
-                    domain: Some(&req.domain),
+                    namespace: req.namespace,
+                    resource: Some(req.resource),
+                    domain: Some(req.domain),
                     descriptors: None,
                     hits: req.hits_or_default(),
                     min_hits: req.min_hits_or_default(),
@@ -135,7 +136,7 @@ impl<S: Store> v1::tollgate_server::Tollgate for Native<S> {
         request: Request<v1::RateRequest>,
     ) -> Result<Response<v1::RateResponse>, Status> {
         let caller = self.app.caller_from_grpc(request.metadata());
-        rate(&self.app, "grpc", request.get_ref(), &caller)
+        rate(&self.app, "grpc", request.get_ref().view(), &caller)
             .await
             .map(Response::new)
             .map_err(|e| status(&e))
@@ -268,7 +269,9 @@ async fn answer<S: Store>(
             "a session request needs an operation".into(),
         )),
         Some(Op::Close(c)) => return Some(Answer::Closed(c)),
-        Some(Op::Request(r)) => rate(app, "session", &r, caller).await.map(Answer::Request),
+        Some(Op::Request(r)) => rate(app, "session", r.view(), caller)
+            .await
+            .map(Answer::Request),
         Some(Op::Reserve(r)) => reserve(app, session, &r, via).await.map(Answer::Reserve),
         Some(Op::Release(r)) => release(app, session, &r, via).await.map(Answer::Release),
         Some(Op::Transfer(r)) => transfer(app, session, &r, via).await.map(Answer::Transfer),

@@ -5,21 +5,22 @@
 //! nothing (everything released or transferred) it is closed, so its id is
 //! unknown from then on, exactly as after its lease lapsed.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{FromRequest, Path, Request, State};
+use axum::extract::{Path, Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, StatusCode};
 use tollgate_core::Nanos;
-use tollgate_proto::{answer_json, v1};
+use tollgate_proto::json::RateRequestJson;
+use tollgate_proto::{answer_json, v1, RateRequestView};
 use tollgate_service::{Service, ServiceError, Session};
 use tollgate_store::Store;
 
-use super::body::{fail, ApiError, JsonBody, OptionalJsonBody};
+use super::body::{fail, parse_borrowed, read, ApiError, JsonBody, OptionalJsonBody, Parsed};
 use super::{Http, TraceContext};
 use crate::app::App;
 use crate::errors::malformed;
@@ -38,10 +39,16 @@ const NANOS_PER_SECOND: u64 = 1_000_000_000;
 ///
 /// Served before the router (`super::direct_request`), so it reads its
 /// own body and headers rather than through axum's extractors.
+/// Its body is read with borrowed strings ([`RateRequestJson`]); a body
+/// that form refuses is described as [`JsonBody`] would.
 pub(super) async fn request<S: Store>(http: Http<S>, req: Request) -> Response {
     let caller = http.app.caller_from_http(req.headers());
-    let answer = match JsonBody::<v1::RateRequest>::from_request(req, &http).await {
-        Ok(JsonBody(req)) => decide(&http, &req, &caller).await,
+    let answer = match read(req, &http).await {
+        Ok(bytes) => match parse_borrowed::<RateRequestJson, v1::RateRequest>(&bytes) {
+            Ok(Parsed::Borrowed(req)) => decide(&http, req.view(), &caller).await,
+            Ok(Parsed::Owned(req)) => decide(&http, req.view(), &caller).await,
+            Err(e) => Err(e),
+        },
         Err(e) => Err(e),
     };
     answer.unwrap_or_else(IntoResponse::into_response)
@@ -49,7 +56,7 @@ pub(super) async fn request<S: Store>(http: Http<S>, req: Request) -> Response {
 
 async fn decide<S: Store>(
     http: &Http<S>,
-    req: &v1::RateRequest,
+    req: RateRequestView<'_>,
     caller: &crate::spans::Caller,
 ) -> Result<Response, ApiError> {
     let answer = native::rate(&http.app, "http", req, caller)
@@ -66,9 +73,25 @@ async fn decide<S: Store>(
         let seconds = ns.div_ceil(NANOS_PER_SECOND);
         response
             .headers_mut()
-            .insert(RETRY_AFTER, HeaderValue::from(seconds));
+            .insert(RETRY_AFTER, retry_after(seconds));
     }
     Ok(response)
+}
+
+/// `Retry-After: seconds`. The first minute's values are made once and
+/// shared (a clone counts a reference), so a rejection's answer does not
+/// allocate for its header; glibc then found the freed header among its
+/// small chunks and consolidated them before the connection's next read
+/// buffer, once per rejection (docs/benchmarks.md, "Where a decision's
+/// time goes").
+fn retry_after(seconds: u64) -> HeaderValue {
+    static FIRST_MINUTE: OnceLock<Vec<HeaderValue>> = OnceLock::new();
+    let shared = FIRST_MINUTE.get_or_init(|| (0..=60u64).map(HeaderValue::from).collect());
+    usize::try_from(seconds)
+        .ok()
+        .and_then(|i| shared.get(i))
+        .cloned()
+        .unwrap_or_else(|| HeaderValue::from(seconds))
 }
 
 /// A rate answer as JSON, written by [`answer_json`] (the bytes serde
@@ -282,5 +305,17 @@ fn end_if_empty<S: Store>(app: &App<S>, session: &Session) {
     // so empty now is empty for good.
     if session.held() == 0 {
         app.service().end(session);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::retry_after;
+
+    #[test]
+    fn retry_after_writes_every_number_shared_or_not() {
+        for s in [0, 1, 59, 60, 61, 3600, u64::MAX] {
+            assert_eq!(retry_after(s).to_str().ok(), Some(s.to_string().as_str()));
+        }
     }
 }

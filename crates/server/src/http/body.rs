@@ -120,7 +120,7 @@ impl<S: Store, T: DeserializeOwned> FromRequest<Http<S>> for OptionalJsonBody<T>
 /// limit from a `DefaultBodyLimit` layer: that layer and the rejection
 /// it makes cost every request of every route, for the one check done
 /// here.
-async fn read<S: Store>(req: Request, state: &Http<S>) -> Result<Bytes, ApiError> {
+pub(super) async fn read<S: Store>(req: Request, state: &Http<S>) -> Result<Bytes, ApiError> {
     let body = Limited::new(req.into_body(), state.max_body);
     match collect(body).await {
         Ok(bytes) => Ok(bytes),
@@ -228,6 +228,30 @@ pub(super) async fn too_large_as_json<S>(
         return too_large(http.max_body).into_response();
     }
     response
+}
+
+/// A body parsed by [`parse_borrowed`]: its borrowed form, or (for a body
+/// only the owned form accepts, which a proptest says never happens for
+/// the rate request) its owned form.
+pub(super) enum Parsed<B, T> {
+    /// Read with borrowed strings.
+    Borrowed(B),
+    /// Read by the owned form.
+    Owned(T),
+}
+
+/// A body read with borrowed strings as `B`, which accepts what `T` does;
+/// refused bodies are described through `T`, so the answer is word for
+/// word the one [`JsonBody<T>`] gives.
+pub(super) fn parse_borrowed<'a, B, T>(bytes: &'a [u8]) -> Result<Parsed<B, T>, ApiError>
+where
+    B: serde::Deserialize<'a>,
+    T: DeserializeOwned,
+{
+    match serde_json::from_slice(bytes) {
+        Ok(b) => Ok(Parsed::Borrowed(b)),
+        Err(_) => parse(bytes).map(Parsed::Owned),
+    }
 }
 
 fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
