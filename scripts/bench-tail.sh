@@ -13,7 +13,13 @@
 #      own latency), then against serve;
 #   3. the same at each rate of RATES (fixed req/s, e.g. "1000 5000"), if
 #      given.
-# Keys are drawn from KEYS (granted path). Prints one line per run
+# Keys are drawn from KEYS (granted path). With DRIVER=h2load, nghttp2's
+# h2load drives every run instead (C, a fraction of `tollgate bench`'s CPU
+# per request, so its pacing holds at rates where `tollgate bench`'s open
+# loop falls behind): CONC streams over 4 connections for gRPC, HTTP_CONC
+# HTTP/1.1 connections for HTTP, each at its share of the rate (`--rps`);
+# one prepared body, so the hot key (rejected path); latency from each
+# request's start as h2load logs it (`--log-file`). Prints one line per run
 # (offered and answered rate, p50/p90/p99/p99.9, the client's own send
 # lag p99, CPU of server, client and everything else) and the median
 # [min-max] of p99 per API and rate over the rounds. Exits 1 when a run
@@ -21,6 +27,7 @@
 #
 # Usage: scripts/bench-tail.sh [ROUNDS] [SECONDS]   (defaults 3 and 10)
 # Environment: TOLLGATE (the binary; default: built here in release),
+# DRIVER (bench or h2load, default bench),
 # APIS (default "rls native http"), KEYS (default 100000), CONC (peak,
 # default 128), HTTP_CONC (HTTP peak, default 64), OPEN_CONC (default 64),
 # PEAK_SECONDS (default 5), FRACTION (default 0.5), RATES (default none),
@@ -38,6 +45,8 @@ PEAK_SECONDS=${PEAK_SECONDS:-5}
 FRACTION=${FRACTION:-0.5}
 RATES=${RATES:-}
 WARMUP=${WARMUP:-1}
+DRIVER=${DRIVER:-bench}
+H2_CONNS=4
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
 
@@ -46,6 +55,9 @@ cd "$(dirname "$0")/.."
 python3 -c "import sys; f = float(sys.argv[1]); sys.exit(0 if 0 < f <= 1 else 1)" "$FRACTION" 2>/dev/null ||
     die "FRACTION must be a number in (0, 1], not $FRACTION"
 for a in $APIS; do [[ $a == rls || $a == native || $a == http ]] || die "APIS: unknown API $a (rls, native, http)"; done
+[[ $DRIVER == bench || $DRIVER == h2load ]] || die "DRIVER must be bench or h2load, not $DRIVER"
+[[ $DRIVER == h2load ]] && need h2load "apt-get install nghttp2-client"
+((CONC % H2_CONNS == 0)) || die "CONC ($CONC) must be a multiple of $H2_CONNS (h2load's gRPC connections)"
 check_pinning
 need python3 "apt-get install python3"
 [[ -n "${TOLLGATE:-}" ]] && TOLLGATE_GIVEN=1
@@ -55,10 +67,36 @@ start_work
 start_serve_and_echo
 
 describe_build
+echo "driver:     $DRIVER$([[ $DRIVER == h2load ]] && echo " ($(h2load --version 2>&1 | head -1)), hot key")"
 echo "runs:       peak ${PEAK_SECONDS}s closed loop ($CONC in flight, HTTP $HTTP_CONC), then ${SECONDS_PER_RUN}s open loop at $FRACTION of it${RATES:+ and at $RATES req/s}, $OPEN_CONC in flight, ${WARMUP}s warm-up each; $KEYS keys"
 
 results="$work/results.jsonl"
 : >"$results"
+if [[ $DRIVER == h2load ]]; then
+    for api in $APIS; do
+        if [[ $api == http ]]; then
+            echo '{"namespace":"bench","resource":"gcra","domain":"user-0"}' >"$work/http.bin"
+        else
+            python3 scripts/bench-grpc-client.py --api "$api" --target - --write-body "$work/$api.bin"
+        fi
+    done
+fi
+# h2load_run API ADDR SECONDS CONCURRENCY [RATE]: one h2load run, its
+# per-request log in $work/h2.log; prints h2load's output.
+h2load_run() {
+    local api=$1 addr=$2 secs=$3 conc=$4 rate=${5:-} args=()
+    if [[ $api == http ]]; then
+        args=(--h1 -c"$conc" -m1 -H 'content-type: application/json' "http://$addr/v1/request")
+        [[ -n $rate ]] && args+=(--rps "$(((rate + conc - 1) / conc))")
+    else
+        local path=/tollgate.v1.Tollgate/Request
+        [[ $api == rls ]] && path=/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
+        args=(-c"$H2_CONNS" -m"$((conc / H2_CONNS))" -H 'content-type: application/grpc' -H 'te: trailers' "http://$addr$path")
+        [[ -n $rate ]] && args+=(--rps "$(((rate + H2_CONNS - 1) / H2_CONNS))")
+    fi
+    on_client_cpu h2load -t1 -D "$secs" --warm-up-time "$WARMUP" -d "$work/$api.bin" \
+        --log-file "$work/h2.log" "${args[@]}" 2>&1
+}
 # bench NAME API TARGET(echo|serve) SECONDS CONCURRENCY [RATE]: one run.
 bench() {
     local name=$1 api=$2 target=$3 secs=$4 conc=$5 rate=${6:-} addr pid out extra=()
@@ -68,9 +106,15 @@ bench() {
     [[ -n $rate ]] && extra+=(--rate "$rate")
     sleep 1
     cpu_start "$pid"
-    out=$(on_client_cpu "$TOLLGATE" bench --target "$addr" --api "$api" "${extra[@]}" --keys "$KEYS" \
-        --concurrency "$conc" --threads 1 --warmup "${WARMUP}s" --duration "${secs}s" \
-        --server-pid "$pid" --json 2>&1) || true
+    if [[ $DRIVER == h2load ]]; then
+        rm -f "$work/h2.log"
+        out=$(h2load_run "$api" "$addr" "$secs" "$conc" "$rate") || true
+        out=$(python3 scripts/bench_h2load_log.py "$work/h2.log" "$secs" "$WARMUP" "$out")
+    else
+        out=$(on_client_cpu "$TOLLGATE" bench --target "$addr" --api "$api" "${extra[@]}" --keys "$KEYS" \
+            --concurrency "$conc" --threads 1 --warmup "${WARMUP}s" --duration "${secs}s" \
+            --server-pid "$pid" --json 2>&1) || true
+    fi
     cpu_stop
     python3 - "$round" "$name" "$api" "$target" "${rate:-0}" "$CPU_CLIENT" "$CPU_OTHERS" "$out" >>"$results" <<'EOF' ||
 import json, sys
