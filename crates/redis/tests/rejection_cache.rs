@@ -92,26 +92,7 @@ fn per(count: u64, ms: u64) -> Rate {
 /// more initial tokens than capacity, GCRA, leaky bucket, fixed windows of
 /// both alignments) and one it does not (the sliding window).
 fn limit() -> impl Strategy<Value = Limit> {
-    prop_oneof![
-        (1u64..6, 1u64..20, 20u64..2000, 0u64..9).prop_map(|(cap, n, ms, init)| {
-            Limit::TokenBucket(TokenBucket::with_initial(cap, per(n, ms), init).unwrap())
-        }),
-        (1u64..6, 1u64..20, 20u64..2000).prop_map(|(cap, n, ms)| {
-            Limit::TokenBucket(TokenBucket::new(cap, per(n, ms)).unwrap())
-        }),
-        (1u64..20, 20u64..2000, 1u64..5)
-            .prop_map(|(n, ms, b)| Limit::Gcra(Gcra::new(per(n, ms), b).unwrap())),
-        (1u64..20, 20u64..2000, 1u64..5).prop_map(|(n, ms, q)| {
-            Limit::LeakyBucket(LeakyBucket::new(per(n, ms), q).unwrap())
-        }),
-        (1u64..6, 20u64..2000, any::<bool>()).prop_map(|(l, ms, first)| {
-            let align = if first { Align::FirstHit } else { Align::Epoch };
-            Limit::FixedWindow(FixedWindow::new(l, Nanos::from_millis(ms), align).unwrap())
-        }),
-        (1u64..6, 20u64..2000, 2u32..4).prop_map(|(l, ms, b)| {
-            Limit::SlidingWindow(SlidingWindow::new(l, Nanos::from_millis(ms), b).unwrap())
-        }),
-    ]
+    limit_over(20..2000)
 }
 
 proptest! {
@@ -146,20 +127,28 @@ proptest! {
 /// clock a run lasts a fraction of a second, and its keys must be able to
 /// admit again within it.
 fn quick_limit() -> impl Strategy<Value = Limit> {
+    limit_over(5..300)
+}
+
+/// Any limit, as [`limit`], over periods of `ms` milliseconds.
+fn limit_over(ms: std::ops::Range<u64>) -> impl Strategy<Value = Limit> {
     prop_oneof![
-        (1u64..6, 1u64..20, 5u64..300, 0u64..9).prop_map(|(cap, n, ms, init)| {
+        (1u64..6, 1u64..20, ms.clone(), 0u64..9).prop_map(|(cap, n, ms, init)| {
             Limit::TokenBucket(TokenBucket::with_initial(cap, per(n, ms), init).unwrap())
         }),
-        (1u64..20, 5u64..300, 1u64..5)
+        (1u64..6, 1u64..20, ms.clone()).prop_map(|(cap, n, ms)| {
+            Limit::TokenBucket(TokenBucket::new(cap, per(n, ms)).unwrap())
+        }),
+        (1u64..20, ms.clone(), 1u64..5)
             .prop_map(|(n, ms, b)| Limit::Gcra(Gcra::new(per(n, ms), b).unwrap())),
-        (1u64..20, 5u64..300, 1u64..5).prop_map(|(n, ms, q)| {
+        (1u64..20, ms.clone(), 1u64..5).prop_map(|(n, ms, q)| {
             Limit::LeakyBucket(LeakyBucket::new(per(n, ms), q).unwrap())
         }),
-        (1u64..6, 5u64..300, any::<bool>()).prop_map(|(l, ms, first)| {
+        (1u64..6, ms.clone(), any::<bool>()).prop_map(|(l, ms, first)| {
             let align = if first { Align::FirstHit } else { Align::Epoch };
             Limit::FixedWindow(FixedWindow::new(l, Nanos::from_millis(ms), align).unwrap())
         }),
-        (1u64..6, 5u64..300, 2u32..4).prop_map(|(l, ms, b)| {
+        (1u64..6, ms, 2u32..4).prop_map(|(l, ms, b)| {
             Limit::SlidingWindow(SlidingWindow::new(l, Nanos::from_millis(ms), b).unwrap())
         }),
     ]
