@@ -156,6 +156,29 @@ mod tests {
         assert_eq!(b.view().mode, Mode::Acquire as i32);
     }
 
+    /// serde reads a struct from an array too, by position: both forms
+    /// read the same fields from the same positions.
+    #[test]
+    fn an_array_body_is_read_by_position_alike() {
+        for text in [
+            r#"["n","r","d",2,1,"acquire"]"#,
+            r#"["n","r"]"#,
+            r#"["try","n","r"]"#,
+            r#"["n","r","d","2"]"#,
+        ] {
+            let o = serde_json::from_str::<RateRequest>(text);
+            let b = serde_json::from_str::<super::RateRequestJson>(text);
+            match (&o, &b) {
+                (Ok(o), Ok(b)) => assert_eq!(o.view(), b.view(), "{text}"),
+                (Err(_), Err(_)) => {}
+                _ => panic!("{text}: {o:?} against {b:?}"),
+            }
+        }
+        let b: super::RateRequestJson =
+            serde_json::from_str(r#"["n","r","d",2,1,"acquire"]"#).unwrap();
+        assert_eq!((b.view().domain, b.view().hits), ("d", Some(2)));
+    }
+
     /// A JSON value of the kinds a body may hold, as text.
     fn value() -> impl proptest::strategy::Strategy<Value = String> {
         use proptest::prelude::*;
@@ -200,9 +223,16 @@ mod tests {
                 .map(|(k, v)| format!("{k:?}:{v}"))
                 .collect::<Vec<_>>()
                 .join(",");
+            // serde also reads a struct from an array, field by position:
+            // the values alone, so the two forms' field orders must agree.
+            let values = fields
+                .iter()
+                .map(|(_, v)| v.as_str())
+                .collect::<Vec<_>>()
+                .join(",");
             let text = match wrap {
                 "object" => format!("{{{inner}}}"),
-                "array" => format!("[{inner}]"),
+                "array" => format!("[{values}]"),
                 "cut" => format!("{{{inner}").chars().take(inner.len() / 2 + 1).collect(),
                 _ => format!("{{{inner}}} x"),
             };

@@ -124,9 +124,12 @@ impl Windows {
 /// resource up by `&str` without building a key, and `a` + `b/c` is never
 /// `a/b` + `c`). hashbrown's foldhash rather than SipHash: a refusal
 /// hashes three times (the shard, then each level), and SipHash made that
-/// a tenth of what serving a refusal costs; the table's size is capped
-/// ([`MAX_RESOURCES`]), and foldhash is seeded per table, so chosen names
-/// cannot make it grow or collide at will.
+/// a tenth of what serving a refusal costs. foldhash does not resist
+/// chosen keys the way SipHash does, and needs not here: only resources
+/// the config names are recorded (an unconfigured one is never refused
+/// into this table), at most [`MAX_RESOURCES`] of them, so a client cannot
+/// add keys at all; the domains it does choose go into each resource's
+/// fixed-size summary, which is not a hash table.
 type Shard = HashMap<Box<str>, HashMap<Box<str>, Arc<Mutex<Windows>>>>;
 
 /// The recently refused domains of every resource.

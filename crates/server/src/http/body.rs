@@ -314,3 +314,86 @@ pub(super) async fn method_not_allowed(method: http::Method, uri: http::Uri) -> 
         bounded(format!("`{}` does not answer {method}", uri.path())),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use tollgate_proto::json::RateRequestJson;
+    use tollgate_proto::v1;
+
+    use super::{parse, parse_borrowed, Parsed};
+
+    /// Bodies: JSON-like text of a rate request's fields (right and wrong
+    /// types, escapes, unknown fields, arrays, cut short), or any bytes,
+    /// with a byte now and then replaced (non-UTF-8 included).
+    fn body() -> impl Strategy<Value = Vec<u8>> {
+        let value = prop_oneof![
+            "[a-z/ é]{0,6}".prop_map(|s| format!("{s:?}")),
+            Just(r#""a\"b\u00e9""#.to_owned()),
+            Just(r#""try""#.to_owned()),
+            Just(r#""acquire""#.to_owned()),
+            any::<u32>().prop_map(|n| n.to_string()),
+            Just("null".to_owned()),
+            Just("-1".to_owned()),
+            Just("[]".to_owned()),
+        ];
+        let key = prop::sample::select(vec![
+            "namespace",
+            "resource",
+            "domain",
+            "hits",
+            "min_hits",
+            "mode",
+            "x",
+        ]);
+        let text = (prop::collection::vec((key, value), 0..7), any::<bool>()).prop_map(
+            |(fields, array)| {
+                let parts: Vec<String> = fields
+                    .iter()
+                    .map(|(k, v)| {
+                        if array {
+                            v.clone()
+                        } else {
+                            format!("{k:?}:{v}")
+                        }
+                    })
+                    .collect();
+                let (open, close) = if array { ("[", "]") } else { ("{", "}") };
+                format!("{open}{}{close}", parts.join(",")).into_bytes()
+            },
+        );
+        prop_oneof![
+            4 => (text, any::<prop::sample::Index>(), any::<u8>(), any::<bool>()).prop_map(
+                |(mut b, i, byte, edit)| {
+                    if edit && !b.is_empty() {
+                        let at = i.index(b.len());
+                        b[at] = byte;
+                    }
+                    b
+                }
+            ),
+            1 => prop::collection::vec(any::<u8>(), 0..40),
+        ]
+    }
+
+    proptest! {
+        /// What the server runs: the borrowed read answers every body as
+        /// the proto's form alone did, the same request or the same
+        /// refusal, word for word.
+        #[test]
+        fn the_borrowed_read_answers_as_the_owned_one(bytes in body()) {
+            let borrowed = parse_borrowed::<RateRequestJson, v1::RateRequest>(&bytes);
+            let owned = parse::<v1::RateRequest>(&bytes);
+            match (&borrowed, &owned) {
+                (Ok(Parsed::Borrowed(b)), Ok(o)) => prop_assert_eq!(b.view(), o.view()),
+                (Ok(Parsed::Owned(b)), Ok(o)) => prop_assert_eq!(b.view(), o.view()),
+                (Err(b), Err(o)) => {
+                    prop_assert_eq!(b.status, o.status);
+                    prop_assert_eq!(&b.error, &o.error);
+                }
+                _ => prop_assert!(false, "{:?}: {} against {}",
+                    String::from_utf8_lossy(&bytes), borrowed.is_ok(), owned.is_ok()),
+            }
+        }
+    }
+}

@@ -92,6 +92,11 @@ pub fn direct_request<S: Store>(app: Arc<App<S>>, max_body: usize) -> Direct {
 }
 
 /// The HTTP router over `app`; bodies larger than `max_body` are refused.
+///
+/// A layer added here does not reach `POST /v1/request` on the server's
+/// port, which answers it before the router ([`direct_request`]): what
+/// every route must get belongs in the port (`listen::http`) or in the
+/// handler itself.
 pub fn router<S: Store>(app: Arc<App<S>>, max_body: usize) -> axum::Router {
     let state = Http { app, max_body };
     axum::Router::new()
