@@ -107,15 +107,7 @@ proptest! {
         limits in proptest::collection::vec((limit(), any::<bool>()), 3),
         steps in proptest::collection::vec(step(3, 150_000_000, 4, 12), 1..60),
     ) {
-        let scopes = ["acme", "acme", ""];
-        let items: Vec<Item> = limits
-            .into_iter()
-            .enumerate()
-            .map(|(i, (limit, shadow))| {
-                let item = Item::new(limit, i as u64 + 1, scopes[i]);
-                if shadow { item.shadow() } else { item }
-            })
-            .collect();
+        let items = items_of(limits);
         runtime().block_on(async {
             let server = RedisServer::start();
             agree(&server, &items, &steps).await;
@@ -128,6 +120,24 @@ proptest! {
 /// admit again within it.
 fn quick_limit() -> impl Strategy<Value = Limit> {
     limit_over(5..300)
+}
+
+/// Plan items of three limits (each maybe in shadow mode): two of them
+/// per domain (scope `acme`), one over every domain.
+fn items_of(limits: Vec<(Limit, bool)>) -> Vec<Item> {
+    let scopes = ["acme", "acme", ""];
+    limits
+        .into_iter()
+        .enumerate()
+        .map(|(i, (limit, shadow))| {
+            let item = Item::new(limit, i as u64 + 1, scopes[i]);
+            if shadow {
+                item.shadow()
+            } else {
+                item
+            }
+        })
+        .collect()
 }
 
 /// Any limit, as [`limit`], over periods of `ms` milliseconds.
@@ -251,19 +261,7 @@ fn with_redis_clock_the_cache_answers_only_what_redis_answers_right_after() {
         proptest::collection::vec((step(3, 3_000_000, 4, 12), 0usize..3), 1..150),
     );
     let result = runner.run(&strategy, |(limits, steps)| {
-        let scopes = ["acme", "acme", ""];
-        let items: Vec<Item> = limits
-            .into_iter()
-            .enumerate()
-            .map(|(i, (limit, shadow))| {
-                let item = Item::new(limit, i as u64 + 1, scopes[i]);
-                if shadow {
-                    item.shadow()
-                } else {
-                    item
-                }
-            })
-            .collect();
+        let items = items_of(limits);
         runtime().block_on(async {
             let server = RedisServer::start();
             let prefix = unique_prefix();
