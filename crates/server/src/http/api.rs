@@ -43,15 +43,14 @@ const NANOS_PER_SECOND: u64 = 1_000_000_000;
 /// that form refuses is described as [`JsonBody`] would.
 pub(super) async fn request<S: Store>(http: Http<S>, req: Request) -> Response {
     let caller = http.app.caller_from_http(req.headers());
-    let answer = match read(req, &http).await {
-        Ok(bytes) => match parse_borrowed::<RateRequestJson, v1::RateRequest>(&bytes) {
-            Ok(Parsed::Borrowed(req)) => decide(&http, req.view(), &caller).await,
-            Ok(Parsed::Owned(req)) => decide(&http, req.view(), &caller).await,
-            Err(e) => Err(e),
-        },
-        Err(e) => Err(e),
+    let answer = async {
+        let bytes = read(req, &http).await?;
+        match parse_borrowed::<RateRequestJson, v1::RateRequest>(&bytes)? {
+            Parsed::Borrowed(req) => decide(&http, req.view(), &caller).await,
+            Parsed::Owned(req) => decide(&http, req.view(), &caller).await,
+        }
     };
-    answer.unwrap_or_else(IntoResponse::into_response)
+    answer.await.unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn decide<S: Store>(

@@ -79,8 +79,8 @@ pub type DirectHandler =
 ///
 /// For the one route every decision takes (`POST /v1/request`): the
 /// router's matching, its URL-parameter and matched-path bookkeeping, its
-/// boxed route future and axum's extractor chain cost about a sixth of
-/// the instructions of a whole decision (docs/benchmarks.md, "Where a
+/// boxed route future and axum's extractor chain cost about an eighth
+/// of the instructions of a whole decision (docs/benchmarks.md, "Where a
 /// decision's time goes"). The router must still define the route, so
 /// that another method on the path is answered 405 as on every route.
 #[derive(Clone)]
@@ -483,8 +483,7 @@ impl hyper::service::Service<Request<Incoming>> for Requests {
             .shared
             .direct
             .as_ref()
-            .filter(|d| d.answers(&request))
-            .map(|d| Arc::clone(&d.handler));
+            .is_some_and(|d| d.answers(&request));
         let http1 = request.version() < Version::HTTP_2;
         let limit = self.shared.limits.body_timeout;
         let late = Arc::new(AtomicBool::new(false));
@@ -499,8 +498,8 @@ impl hyper::service::Service<Request<Incoming>> for Requests {
         });
         let shared = Arc::clone(&self.shared);
         Box::pin(async move {
-            let mut response = match direct {
-                Some(handler) => handler(request).await,
+            let mut response = match shared.direct.as_ref().filter(|_| direct) {
+                Some(d) => (d.handler)(request).await,
                 None => match shared.router.clone().oneshot(request).await {
                     Ok(r) => r,
                     Err(never) => match never {},
