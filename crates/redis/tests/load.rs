@@ -59,6 +59,21 @@ fn pause(server: &RedisServer, ms: u64) {
     c.text(&["CLIENT", "PAUSE", &ms.to_string(), "ALL"]);
 }
 
+/// 200 decisions on roomy keys asked in one go, against a store whose
+/// waiting bound is `bound`: the answers, how many were decided, and how
+/// many were shed with `Overloaded(bound)`.
+async fn flood(s: &RedisStore, bound: usize) -> (Vec<Result<bool, StoreError>>, usize, usize) {
+    let limit = roomy();
+    let plans: Vec<Plan> = (0..200).map(|u| plan(&limit, u)).collect();
+    let answers = decide_all(s, &plans).await;
+    let decided = answers.iter().filter(|a| matches!(a, Ok(true))).count();
+    let shed = answers
+        .iter()
+        .filter(|a| matches!(a, Err(StoreError::Overloaded(b)) if *b == bound))
+        .count();
+    (answers, decided, shed)
+}
+
 async fn decide_all(s: &RedisStore, plans: &[Plan]) -> Vec<Result<bool, StoreError>> {
     let calls = plans.iter().map(|p| async move {
         s.decide(p, Nanos::ZERO, Hits::exactly(1), Mode::Try)
@@ -142,26 +157,16 @@ async fn a_stalled_redis_still_fails_decisions_within_the_timeout() {
 async fn decisions_past_the_bound_are_shed_with_an_answer_that_says_so() {
     let server = RedisServer::start();
     let s = store(&server, Duration::from_secs(5), 16).await;
-    let limit = roomy();
-    let plans: Vec<Plan> = (0..200).map(|u| plan(&limit, u)).collect();
     // All 200 are asked in one go: the store's drivers cannot take any
     // before the test's task yields, so 16 wait and the rest are shed.
-    let answers = decide_all(&s, &plans).await;
-    let decided = answers.iter().filter(|a| matches!(a, Ok(true))).count();
-    let shed = answers
-        .iter()
-        .filter(|a| match a {
-            Err(e @ StoreError::Overloaded(16)) => {
-                let why = e.to_string();
-                assert!(
-                    why.contains("the most decisions that may wait for it (16) already do"),
-                    "{why}"
-                );
-                true
-            }
-            _ => false,
-        })
-        .count();
+    let (answers, decided, shed) = flood(&s, 16).await;
+    for e in answers.iter().filter_map(|a| a.as_ref().err()) {
+        let why = e.to_string();
+        assert!(
+            why.contains("the most decisions that may wait for it (16) already do"),
+            "{why}"
+        );
+    }
     assert_eq!(decided + shed, answers.len(), "{answers:?}");
     assert!(decided >= 16, "{decided} decided");
     assert!(shed > 0, "none shed");
@@ -178,15 +183,8 @@ async fn decisions_past_the_bound_are_shed_with_an_answer_that_says_so() {
 async fn the_bound_on_waiting_is_exact_over_three_connections() {
     let server = RedisServer::start();
     let s = store_on(&server, Duration::from_secs(5), 16, 3).await;
-    let limit = roomy();
-    let plans: Vec<Plan> = (0..200).map(|u| plan(&limit, u)).collect();
     // All asked in one go: the drivers take none before the test's task
     // yields, so exactly the bound waits.
-    let answers = decide_all(&s, &plans).await;
-    let decided = answers.iter().filter(|a| matches!(a, Ok(true))).count();
-    let shed = answers
-        .iter()
-        .filter(|a| matches!(a, Err(StoreError::Overloaded(16))))
-        .count();
+    let (_, decided, shed) = flood(&s, 16).await;
     assert_eq!((decided, shed), (16, 184), "(decided, shed)");
 }
