@@ -1,9 +1,11 @@
 //! The domains a server refused most, per resource, lately: what the
 //! config API's console shows as "top denied domains" (`GET /v1/denied`).
 //!
-//! Prometheus metrics cannot carry this: a `domain` label would make a
-//! series per domain a client ever sent, kept by the exporter for good.
-//! Here each resource keeps a Space-Saving summary (Metwally, Agrawal and
+//! Registered Prometheus metrics cannot carry this: a `domain` label
+//! would make a series per domain a client ever sent, kept by the exporter
+//! for good. [`write_metrics`] shows the top ranks on `/metrics` instead
+//! (`serve --denied-metrics-top`), written from these summaries at each
+//! scrape, so their series are bounded by ranks × resources. Here each resource keeps a Space-Saving summary (Metwally, Agrawal and
 //! El Abbadi, 2005) of [`TOP`] counters: a domain not yet counted takes
 //! the place of the smallest counter and starts from its count, so the
 //! domains refused most are kept (with counts that may be over by at most
@@ -37,6 +39,16 @@ pub const MAX_RESOURCES: usize = 10_000;
 /// The longest domain kept, in bytes (a longer one is cut at a character
 /// boundary): a client chooses domains.
 pub const MAX_DOMAIN_BYTES: usize = 128;
+
+/// The most ranks per resource `/metrics` shows
+/// (`serve --denied-metrics-top`): what `GET /v1/denied` answers.
+pub const MAX_METRIC_RANKS: usize = 10;
+
+/// The most resources `/metrics` shows ranks of at one scrape: those
+/// whose first rank has the most refusals. With
+/// [`MAX_METRIC_RANKS`], a scrape has at most 10,000 series of each of
+/// the two families, whatever domains clients send.
+pub const MAX_METRIC_RESOURCES: usize = 1_000;
 
 /// Shards of the resource table: refusals of different resources take
 /// different locks, and a refusal takes its shard's lock only to read.
@@ -337,6 +349,96 @@ impl Denied {
     }
 }
 
+/// Writes `top` (from [`Denied::top`] with at most [`MAX_METRIC_RANKS`]
+/// per resource) to `out` in the Prometheus text format, as two gauge
+/// families:
+///
+/// - `tollgate_denied_top_rejected{namespace, resource, rank}`: the
+///   refusals counted for the domain at that rank (this window and the
+///   last, as `GET /v1/denied`). Its series are one per rank, so they
+///   stay the same series while the domains behind them change;
+/// - `tollgate_denied_top_domain{namespace, resource, rank, domain}`: 1,
+///   naming the domain at that rank (join on `rank`). The only series
+///   that carry a domain: as many as the first family's.
+///
+/// Nothing is registered with the metrics recorder: the series are made
+/// from the summaries at each scrape, so a domain that leaves a resource's
+/// top is gone from the next scrape rather than kept for the life of the
+/// process. A scrape shows at most [`MAX_METRIC_RESOURCES`] resources;
+/// label values are escaped (a domain is a client's text).
+pub fn write_metrics(top: &Top, out: &mut String) {
+    use crate::metrics::{DENIED_TOP_DOMAIN, DENIED_TOP_REJECTED};
+    let mut listed: Vec<(&str, &str, &[Counted])> = top
+        .iter()
+        .flat_map(|(ns, resources)| {
+            resources
+                .iter()
+                .filter(|(_, list)| !list.is_empty())
+                .map(move |(res, list)| (ns.as_str(), res.as_str(), list.as_slice()))
+        })
+        .collect();
+    if listed.len() > MAX_METRIC_RESOURCES {
+        listed.sort_by(|a, b| {
+            let first = |l: &[Counted]| l.first().map_or(0, |c| c.rejected);
+            first(b.2)
+                .cmp(&first(a.2))
+                .then((a.0, a.1).cmp(&(b.0, b.1)))
+        });
+        listed.truncate(MAX_METRIC_RESOURCES);
+        listed.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    }
+    let ranks = |list: &[Counted]| list.len().min(MAX_METRIC_RANKS);
+    out.push_str(&format!(
+        "# HELP {DENIED_TOP_REJECTED} Refusals of the domain at each rank of a resource's most refused, this minute and the last.\n# TYPE {DENIED_TOP_REJECTED} gauge\n"
+    ));
+    for (ns, res, list) in &listed {
+        for (i, c) in list.iter().take(ranks(list)).enumerate() {
+            series(out, DENIED_TOP_REJECTED, ns, res, i + 1, None);
+            out.push_str(itoa::Buffer::new().format(c.rejected));
+            out.push('\n');
+        }
+    }
+    out.push_str(&format!(
+        "# HELP {DENIED_TOP_DOMAIN} 1, naming the domain at each rank of a resource's most refused.\n# TYPE {DENIED_TOP_DOMAIN} gauge\n"
+    ));
+    for (ns, res, list) in &listed {
+        for (i, c) in list.iter().take(ranks(list)).enumerate() {
+            series(out, DENIED_TOP_DOMAIN, ns, res, i + 1, Some(&c.domain));
+            out.push_str("1\n");
+        }
+    }
+}
+
+/// `name{namespace="..",resource="..",rank="..",domain=".."} ` (the
+/// domain only when given).
+fn series(out: &mut String, name: &str, ns: &str, res: &str, rank: usize, domain: Option<&str>) {
+    out.push_str(name);
+    out.push_str("{namespace=\"");
+    escape_label(out, ns);
+    out.push_str("\",resource=\"");
+    escape_label(out, res);
+    out.push_str("\",rank=\"");
+    out.push_str(itoa::Buffer::new().format(rank));
+    if let Some(domain) = domain {
+        out.push_str("\",domain=\"");
+        escape_label(out, domain);
+    }
+    out.push_str("\"} ");
+}
+
+/// A label value as the Prometheus text format writes it: `\`, `"` and
+/// a line feed escaped.
+fn escape_label(out: &mut String, value: &str) {
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -427,6 +529,96 @@ mod tests {
         assert_eq!(top["a"]["b/db"][0].domain, "x");
         assert_eq!(top["a"]["b/db"].len(), 1);
         assert_eq!(top["a/b"]["db"][0].domain, "y");
+    }
+
+    /// The lines of `family` in `text`.
+    fn family<'t>(text: &'t str, family: &str) -> Vec<&'t str> {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{family}{{")))
+            .collect()
+    }
+
+    #[test]
+    fn metrics_name_the_top_ranks_only_after_many_distinct_domains() {
+        let d = Denied::default();
+        // 10,000 distinct denied domains and two heavy hitters, over two
+        // resources.
+        for i in 0..10_000u64 {
+            d.record(S, "shop", "api", &format!("stranger-{i}"));
+            d.record(S, "shop", "db", &format!("other-{i}"));
+            if i % 4 == 0 {
+                d.record(S, "shop", "api", "bigcorp");
+            }
+            if i % 8 == 0 {
+                d.record(S, "shop", "api", "acme");
+            }
+        }
+        let mut text = String::new();
+        write_metrics(&d.top(S, 3), &mut text);
+        let rejected = family(&text, "tollgate_denied_top_rejected");
+        let domains = family(&text, "tollgate_denied_top_domain");
+        assert_eq!(rejected.len(), 6, "3 ranks × 2 resources:\n{text}");
+        assert_eq!(domains.len(), 6, "{text}");
+        assert_eq!(
+            rejected[0],
+            "tollgate_denied_top_rejected{namespace=\"shop\",resource=\"api\",rank=\"1\"} 2500"
+        );
+        assert_eq!(
+            domains[0],
+            "tollgate_denied_top_domain{namespace=\"shop\",resource=\"api\",rank=\"1\",domain=\"bigcorp\"} 1"
+        );
+        assert!(
+            domains[1].contains("rank=\"2\",domain=\"acme\"} 1"),
+            "{text}"
+        );
+        // Families are whole (Prometheus wants a family's lines together).
+        let first = |needle: &str| text.find(needle).unwrap();
+        assert!(
+            first("# TYPE tollgate_denied_top_rejected gauge")
+                < first("tollgate_denied_top_rejected{")
+        );
+        assert!(
+            text.rfind("tollgate_denied_top_rejected{").unwrap()
+                < first("# TYPE tollgate_denied_top_domain gauge")
+        );
+        // Never more ranks than asked, nor than the bound, whatever `top`
+        // was asked for.
+        let mut all = String::new();
+        write_metrics(&d.top(S, 100), &mut all);
+        assert_eq!(
+            family(&all, "tollgate_denied_top_domain").len(),
+            2 * MAX_METRIC_RANKS
+        );
+    }
+
+    #[test]
+    fn metrics_escape_domains_and_show_a_bounded_number_of_resources() {
+        let d = Denied::default();
+        d.record(S, "n", "r", "a\"b\\c\nd");
+        let mut text = String::new();
+        write_metrics(&d.top(S, 1), &mut text);
+        assert!(
+            text.contains(r#"rank="1",domain="a\"b\\c\nd"} 1"#),
+            "{text}"
+        );
+        // Past the bound, the resources whose first rank is refused most.
+        let d = Denied::default();
+        for i in 0..(MAX_METRIC_RESOURCES + 5) {
+            d.record(S, "n", &format!("r{i}"), "x");
+        }
+        for _ in 0..3 {
+            d.record(S, "n", &format!("r{}", MAX_METRIC_RESOURCES + 4), "x");
+        }
+        let mut text = String::new();
+        write_metrics(&d.top(S, 1), &mut text);
+        let rejected = family(&text, "tollgate_denied_top_rejected");
+        assert_eq!(rejected.len(), MAX_METRIC_RESOURCES);
+        let busiest = format!("resource=\"r{}\",rank=\"1\"}} 4", MAX_METRIC_RESOURCES + 4);
+        assert!(rejected.iter().any(|l| l.contains(&busiest)), "{busiest}");
+        // Nothing refused: the families' heads and no series.
+        let mut empty = String::new();
+        write_metrics(&Top::new(), &mut empty);
+        assert_eq!(empty.lines().filter(|l| !l.starts_with('#')).count(), 0);
     }
 
     #[test]

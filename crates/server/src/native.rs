@@ -91,8 +91,10 @@ pub async fn rate<S: Store>(
                 if !o.allowed {
                     app.denied()
                         .record(now.as_u64(), req.namespace, req.resource, req.domain);
-                } else if o.decision.limit > 0
-                    && o.decision.remaining.saturating_mul(10) <= o.decision.limit
+                } else if o.granted > 0
+                    && app
+                        .near_limit()
+                        .is_near(o.decision.limit, o.decision.remaining)
                 {
                     m::near_limit(surface, req.namespace, req.resource);
                 }
