@@ -277,10 +277,7 @@ mod tests {
         assert_eq!(
             written(RateHeaders::Ietf, &huge),
             pairs(&[
-                (
-                    "ratelimit",
-                    "\"default\";r=999999999999999;t=18446744074"
-                ),
+                ("ratelimit", "\"default\";r=999999999999999;t=18446744074"),
                 ("ratelimit-policy", "\"default\";q=999999999999999"),
             ])
         );

@@ -86,7 +86,12 @@ impl NearLimitRatio {
     /// of 0 (`deny`) is never near: it is simply shut.
     #[inline]
     pub fn is_near(self, limit: u64, remaining: u64) -> bool {
-        limit > 0 && limit.saturating_sub(remaining) > self.threshold(limit)
+        // `used > floor(limit × ratio)` is `used > limit × ratio` for a
+        // whole `used`: compared by two widening multiplications, with no
+        // division on the decision path.
+        let used = limit.saturating_sub(remaining);
+        limit > 0
+            && u128::from(used) * u128::from(ONE) > u128::from(limit) * u128::from(self.millionths)
     }
 }
 
@@ -180,6 +185,26 @@ mod tests {
         // 0: any hit used is near.
         assert!(ratio("0").is_near(10, 9));
         assert!(!ratio("0").is_near(10, 10));
+    }
+
+    #[test]
+    fn near_is_past_the_threshold_for_every_small_limit_and_ratio() {
+        for m in (0..=ONE)
+            .step_by(12_500)
+            .chain([1, 290_000, 333_333, 999_999])
+        {
+            let r = NearLimitRatio::from_millionths(m).unwrap();
+            for limit in 0..=200u64 {
+                for remaining in 0..=limit + 1 {
+                    let used = limit.saturating_sub(remaining);
+                    assert_eq!(
+                        r.is_near(limit, remaining),
+                        limit > 0 && used > r.threshold(limit),
+                        "ratio {r}, limit {limit}, remaining {remaining}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
