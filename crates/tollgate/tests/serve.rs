@@ -730,14 +730,22 @@ fn http_ratelimit_headers_follow_the_flag() {
     );
 }
 
-/// `--near-limit-ratio` on every surface that counts near-limit grants
-/// (HTTP, native gRPC, Envoy RLS over gRPC and `/json`): at and around
-/// the threshold, `floor(limit × ratio)` hits used, exclusive.
+/// `--near-limit-ratio` (here from `TOLLGATE_NEAR_LIMIT_RATIO`) on every
+/// surface that counts near-limit grants (HTTP, native gRPC, sessions,
+/// Envoy RLS over gRPC and `/json`): at and around the threshold,
+/// `floor(limit × ratio)` hits used, exclusive. The limits are token
+/// buckets refilling one hit a day, so no calendar window can reset in
+/// the middle of the test (a day-long fixed window ends at 00:00 UTC).
+///
+/// Regression (review of issue 18, finding 2): a request over a
+/// shadow-mode limit, let through, is over the limit, not near it; it
+/// counted as near before.
 #[test]
 fn the_near_limit_ratio_applies_on_every_surface() {
     use tollgate_proto::rls::rate_limit_service_client::RateLimitServiceClient;
     use tollgate_proto::rls::{RateLimitDescriptor, RateLimitRequest};
     use tollgate_proto::v1::{self, tollgate_client::TollgateClient};
+    use tollgate_proto::v1::{session_request, session_response};
 
     let dir = Sandbox::new("serve-near-limit");
     dir.write(
@@ -745,7 +753,8 @@ fn the_near_limit_ratio_applies_on_every_surface() {
         "namespaces:
   - name: default
     resources:
-      - { name: ten, algorithm: fixed_window, limit: 10, window: 1d }
+      - { name: ten, algorithm: token_bucket, capacity: 10, rate: 1/1d }
+      - { name: shadow, algorithm: token_bucket, capacity: 10, rate: 1/1d, shadow_mode: true }
 ",
     );
     dir.write(
@@ -753,12 +762,15 @@ fn the_near_limit_ratio_applies_on_every_surface() {
         "domain: edge
 descriptors:
   - key: user
-    rate_limit: { unit: day, requests_per_unit: 10 }
+    rate_limit: { algorithm: token_bucket, capacity: 10, rate: 1/1d }
+  - key: tried
+    shadow_mode: true
+    rate_limit: { algorithm: token_bucket, capacity: 10, rate: 1/1d }
 ",
     );
     let conf = dir.path("conf");
     // 0.65 of 10: threshold 6; the 7th hit used is the first near it.
-    let server = Serving::start_config(&dir, &conf, &["--near-limit-ratio", "0.65"], &[]);
+    let server = Serving::start_config(&dir, &conf, &[], &[("TOLLGATE_NEAR_LIMIT_RATIO", "0.65")]);
     // The near-limit grants of a surface and namespace, over its
     // resources (a descriptor's resource is named by the config's tree).
     let near = |surface: &str, ns: &str| -> f64 {
@@ -769,46 +781,75 @@ descriptors:
             .filter_map(|l| l.rsplit_once(' ')?.1.trim().parse::<f64>().ok())
             .sum()
     };
-    let http = |domain: &str, hits: u64| {
+    let http = |resource: &str, domain: &str, hits: u64| {
         let body = format!(
-            r#"{{"namespace":"default","resource":"ten","domain":"{domain}","hits":{hits}}}"#
+            r#"{{"namespace":"default","resource":"{resource}","domain":"{domain}","hits":{hits}}}"#
         );
-        server.json("POST", "/v1/request", Some(&body)).0
+        let (status, answer) = server.json("POST", "/v1/request", Some(&body));
+        (status, answer["shadowed"] == true)
     };
     // 6 used: at the threshold, not past it.
-    assert_eq!(http("a", 6), 200);
+    assert_eq!(http("ten", "a", 6), (200, false));
     assert_eq!(near("http", "default"), 0.0);
     // 7, then 10: both past it.
-    assert_eq!(http("a", 1), 200);
+    assert_eq!(http("ten", "a", 1), (200, false));
     assert_eq!(near("http", "default"), 1.0);
-    assert_eq!(http("a", 3), 200);
+    assert_eq!(http("ten", "a", 3), (200, false));
     assert_eq!(near("http", "default"), 2.0);
     // Refused: charged nothing, counted nothing.
-    assert_eq!(http("a", 1), 429);
+    assert_eq!(http("ten", "a", 1).0, 429);
     assert_eq!(near("http", "default"), 2.0);
+    // Shadow mode: 9 used is near; the requests over the limit that shadow
+    // mode lets through are not.
+    assert_eq!(http("shadow", "a", 9), (200, false));
+    assert_eq!(near("http", "default"), 3.0);
+    assert_eq!(http("shadow", "a", 5), (200, true));
+    assert_eq!(near("http", "default"), 3.0, "over the limit, shadowed");
+    assert_eq!(http("shadow", "a", 1), (200, false));
+    assert_eq!(near("http", "default"), 4.0, "10 used: near");
+    assert_eq!(http("shadow", "a", 1), (200, true));
+    assert_eq!(near("http", "default"), 4.0, "over the limit, shadowed");
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     let grpc = format!("http://{}", server.grpc);
     rt.block_on(async {
         let mut native = TollgateClient::connect(grpc.clone()).await.unwrap();
+        let ask = |domain: &str, hits: u64| v1::RateRequest {
+            namespace: "default".into(),
+            resource: "ten".into(),
+            domain: domain.into(),
+            hits: Some(hits),
+            ..Default::default()
+        };
         for hits in [6, 1] {
-            let a = native
-                .request(v1::RateRequest {
-                    namespace: "default".into(),
-                    resource: "ten".into(),
-                    domain: "b".into(),
-                    hits: Some(hits),
-                    ..Default::default()
-                })
-                .await
-                .unwrap()
-                .into_inner();
+            let a = native.request(ask("b", hits)).await.unwrap().into_inner();
             assert!(a.allowed, "{a:?}");
         }
+        // A session's rate requests, alike.
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let mut answers = native
+            .session(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        for (id, hits) in [(1, 6), (2, 1)] {
+            tx.send(v1::SessionRequest {
+                id,
+                op: Some(session_request::Op::Request(ask("s", hits))),
+            })
+            .await
+            .unwrap();
+            let a = answers.message().await.unwrap().unwrap();
+            assert!(
+                matches!(a.result, Some(session_response::Result::Request(ref r)) if r.allowed),
+                "{a:?}"
+            );
+        }
+        drop(tx);
         let mut rls = RateLimitServiceClient::connect(grpc).await.unwrap();
-        let descriptor = |user: &str| RateLimitDescriptor {
+        let descriptor = |key: &str, user: &str| RateLimitDescriptor {
             entries: vec![tollgate_proto::rls::rate_limit_descriptor::Entry {
-                key: "user".into(),
+                key: key.into(),
                 value: user.into(),
             }],
             ..Default::default()
@@ -817,7 +858,21 @@ descriptors:
             let a = rls
                 .should_rate_limit(RateLimitRequest {
                     domain: "edge".into(),
-                    descriptors: vec![descriptor("c")],
+                    descriptors: vec![descriptor("user", "c")],
+                    hits_addend: hits,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(a.overall_code, 1, "OK: {a:?}");
+        }
+        // A shadow-mode descriptor: 10 used is near; 1 more, over its
+        // limit, is OK and not near.
+        for hits in [10, 1] {
+            let a = rls
+                .should_rate_limit(RateLimitRequest {
+                    domain: "edge".into(),
+                    descriptors: vec![descriptor("tried", "c")],
                     hits_addend: hits,
                 })
                 .await
@@ -827,18 +882,24 @@ descriptors:
         }
     });
     assert_eq!(near("grpc", "default"), 1.0);
-    assert_eq!(near("rls", "edge"), 1.0);
-    // `/json` alike: 6 then 1 more.
-    let json = |hits: u32| {
+    assert_eq!(near("session", "default"), 1.0);
+    assert_eq!(near("rls", "edge"), 2.0);
+    // `/json` alike: 6 then 1 more; then a shadowed descriptor over its
+    // limit, not counted.
+    let json = |key: &str, hits: u32| {
         let body = format!(
-            r#"{{"domain":"edge","descriptors":[{{"entries":[{{"key":"user","value":"d"}}]}}],"hitsAddend":{hits}}}"#
+            r#"{{"domain":"edge","descriptors":[{{"entries":[{{"key":"{key}","value":"d"}}]}}],"hitsAddend":{hits}}}"#
         );
         server.json("POST", "/json", Some(&body)).0
     };
-    assert_eq!(json(6), 200);
+    assert_eq!(json("user", 6), 200);
     assert_eq!(near("rls_json", "edge"), 0.0);
-    assert_eq!(json(1), 200);
+    assert_eq!(json("user", 1), 200);
     assert_eq!(near("rls_json", "edge"), 1.0);
+    assert_eq!(json("tried", 10), 200);
+    assert_eq!(near("rls_json", "edge"), 2.0);
+    assert_eq!(json("tried", 1), 200);
+    assert_eq!(near("rls_json", "edge"), 2.0);
     assert_eq!(server.terminate().0, Some(0));
 
     // A ratio past 1 stops the start, naming the value.
