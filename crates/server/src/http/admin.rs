@@ -165,7 +165,10 @@ pub(super) async fn metrics<S: Store>(State(http): State<Http<S>>) -> Response {
                 if !text.is_empty() && !text.ends_with('\n') {
                     text.push('\n');
                 }
-                crate::denied::write_metrics(&app.denied().top(app.now().as_u64(), top), &mut text);
+                // Every counter: `write_metrics` ranks them by their
+                // certain counts, not by what `top` sorts on.
+                let all = app.denied().top(app.now().as_u64(), usize::MAX);
+                crate::denied::write_metrics(&all, top, &mut text);
             }
             ([(CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
         }

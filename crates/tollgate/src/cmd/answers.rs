@@ -20,12 +20,17 @@ pub struct ServeAnswerArgs {
     /// A grant counts in tollgate_near_limit_total when it leaves more
     /// than this share of the limit used (`limit - remaining >
     /// floor(limit × ratio)`, envoyproxy/ratelimit's NEAR_LIMIT_RATIO):
-    /// a decimal in [0, 1], at most 6 decimal places.
+    /// a decimal in [0, 1], at most 6 decimal places. Counts grants, not
+    /// hits (upstream counts hits), and never a request over the limit
+    /// let through by shadow mode.
     #[arg(long, env = "TOLLGATE_NEAR_LIMIT_RATIO", default_value = "0.8", value_parser = clap::value_parser!(NearLimitRatio))]
     pub near_limit_ratio: NearLimitRatio,
     /// Show each resource's K most refused domains on /metrics (0 to 10;
-    /// 0, the default, shows none). /metrics needs no token: the domains
-    /// (user ids, keys, addresses) become readable to whoever reads it.
+    /// 0, the default, shows none), those refused at least 10 times for
+    /// certain in the last two minutes. /metrics needs no token: the
+    /// domains (user ids, keys, addresses) become readable to whoever
+    /// reads it, and each new domain named is a new series in
+    /// Prometheus for its retention.
     #[arg(long, env = "TOLLGATE_DENIED_METRICS_TOP", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=10))]
     pub denied_metrics_top: u8,
 }
