@@ -914,6 +914,13 @@ namespaces:
       - { name: gcra, algorithm: gcra, rate: 1/s, burst: 2 }
       - { name: shut, algorithm: deny }
       - { name: free, algorithm: unlimited }
+      - name: tiers
+        algorithm: burst_tiers
+        hard_limit: 2
+        tiers:
+          - { limit: 5, window: 1s, active: 60s, cooldown: 0s }
+      - { name: capped, algorithm: token_bucket, capacity: 10, rate: 1/s, hard_limit: 2 }
+      - { name: sliding, algorithm: sliding_window, limit: 3, window: 10s }
 "#;
 
 /// A server with `form` of RateLimit headers and a clock the test moves.
@@ -1026,8 +1033,10 @@ async fn legacy_ratelimit_headers_describe_grants_and_rejections_exactly() {
             ("ratelimit-reset", "1"),
         ])
     );
-    // All or nothing: 3 asked with 2 left is refused; the headers say
-    // what the body says (2 remain for a smaller request).
+    // All or nothing: 3 asked with 2 left is refused. Regression (review
+    // of issue 18, nit 6): the headers said 2 remaining on a 429; they
+    // say 0, as envoyproxy/ratelimit does over the limit, and the body
+    // keeps the 2 a smaller request could take.
     let a = post(&s, "/v1/request", rate("bucket", "acme", 3)).await;
     assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS, "{}", a.text);
     assert_eq!(a.body["remaining"], 2);
@@ -1035,7 +1044,7 @@ async fn legacy_ratelimit_headers_describe_grants_and_rejections_exactly() {
         ratelimit_headers(&a),
         pairs(&[
             ("ratelimit-limit", "3"),
-            ("ratelimit-remaining", "2"),
+            ("ratelimit-remaining", "0"),
             ("ratelimit-reset", "1"),
         ])
     );
@@ -1046,6 +1055,59 @@ async fn legacy_ratelimit_headers_describe_grants_and_rejections_exactly() {
     );
     let a = post(&s, "/v1/request", rate("free", "acme", 1)).await;
     assert!(ratelimit_headers(&a).is_empty());
+}
+
+/// Regression (review of issue 18, finding 3): a `burst_tiers` answer
+/// named its hard limit (2, back within a second) with the reset of its
+/// tier's 60 s active period, so a client following `t` waited a minute
+/// for nothing. Where the body's reset is not the named limit's own, no
+/// reset is written; where the resource has one limit, it is.
+#[tokio::test]
+async fn the_reset_written_is_the_named_limits_own_or_none() {
+    use tollgate_server::http::RateHeaders;
+    let s = headers_server(RateHeaders::Ietf).await;
+    post(&s, "/v1/request", rate("tiers", "acme", 2)).await;
+    let a = post(&s, "/v1/request", rate("tiers", "acme", 1)).await;
+    assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS, "{}", a.text);
+    // The body: the hard limit's 2, and every limit clear in 60 s.
+    assert_eq!(a.body["limit"], 2, "{}", a.text);
+    assert_eq!(a.body["reset_after_ns"], 60_000_000_000u64, "{}", a.text);
+    assert_eq!(
+        ratelimit_headers(&a),
+        pairs(&[
+            ("ratelimit", "\"default\";r=0"),
+            ("ratelimit-policy", "\"default\";q=2"),
+        ])
+    );
+    assert!(a.headers.contains_key(RETRY_AFTER), "{:?}", a.headers);
+    // A hard limit beside a token bucket: the named limit is whichever has
+    // least left (here the hard limit's 2 - 1), not the bucket's reset.
+    let a = post(&s, "/v1/request", rate("capped", "acme", 1)).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(
+        ratelimit_headers(&a),
+        pairs(&[
+            ("ratelimit", "\"default\";r=1"),
+            ("ratelimit-policy", "\"default\";q=2"),
+        ])
+    );
+    // A sliding window has one limit: its reset is written, up to two
+    // windows (the hit counts until the window has slid past its bucket).
+    let a = post(&s, "/v1/request", rate("sliding", "acme", 1)).await;
+    assert_eq!(
+        ratelimit_headers(&a),
+        pairs(&[
+            ("ratelimit", "\"default\";r=2;t=20"),
+            ("ratelimit-policy", "\"default\";q=3"),
+        ])
+    );
+    // The legacy form alike: no RateLimit-Reset for the tiers.
+    let s = headers_server(RateHeaders::Legacy).await;
+    let a = post(&s, "/v1/request", rate("tiers", "acme", 1)).await;
+    assert_eq!(
+        ratelimit_headers(&a),
+        pairs(&[("ratelimit-limit", "2"), ("ratelimit-remaining", "1")])
+    );
 }
 
 #[tokio::test]

@@ -12,9 +12,11 @@
 //!   names envoyproxy/ratelimit writes by default
 //!   (`RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`).
 //!
-//! The numbers are the answer body's, so the headers never tell another
-//! story than the body: `limit`, `remaining`, and `reset_after_ns` in
-//! whole seconds rounded up. An answer without a limit (an unconfigured
+//! The numbers are the answer body's: `limit`, `remaining` (0 on a
+//! refusal, as envoyproxy/ratelimit says for a descriptor over its
+//! limit), and `reset_after_ns` in whole seconds rounded up, left out
+//! where it is not the named limit's own reset (`burst_tiers`, and a
+//! resource with a hard or global limit: see [`RateHeaders::write`]). An answer without a limit (an unconfigured
 //! resource of a namespace that allows them, an `unlimited` resource)
 //! gets no header at all rather than a made-up one; a `deny` resource
 //! (limit 0) gets its limit and remaining but no reset, since nothing
@@ -86,9 +88,28 @@ impl RateHeaders {
             return;
         }
         let limit = answer.limit.min(MAX_SF_INTEGER);
-        let remaining = answer.remaining.min(MAX_SF_INTEGER);
-        // A limit of 0 (`deny`) never resets to anything.
-        let reset = (answer.limit > 0).then(|| {
+        // Refused: 0, as envoyproxy/ratelimit says for a descriptor over
+        // its limit, and as clients that back off at 0 expect; the body
+        // keeps what a smaller request could still take.
+        let remaining = if answer.allowed {
+            answer.remaining.min(MAX_SF_INTEGER)
+        } else {
+            0
+        };
+        // The reset must be the named limit's own. The body's
+        // `reset_after_ns` is when *every* limit of the resource is clear,
+        // which is that only when the resource has one limit with one
+        // period: a `burst_tiers` answer names one tier (or the hard or
+        // global limit) but resets when every tier's active period ends,
+        // and a hard or global limit beside the algorithm's makes the
+        // named limit whichever has the least left. Then no reset is
+        // written (the draft makes it optional) rather than a wrong one;
+        // a 429's `Retry-After` still says when to retry. A limit of 0
+        // (`deny`) never resets to anything.
+        let single = answer.algorithm != "burst_tiers"
+            && answer.hard_limit.is_none()
+            && answer.global_limit.is_none();
+        let reset = (answer.limit > 0 && single).then(|| {
             answer
                 .reset_after_ns
                 .div_ceil(NANOS_PER_SECOND)
