@@ -1,15 +1,17 @@
 //! When a grant counts as near its limit (`tollgate_near_limit_total`,
 //! `serve --near-limit-ratio`).
 //!
-//! envoyproxy/ratelimit's `NEAR_LIMIT_RATIO` (0.8 by default) is matched
-//! exactly: the threshold is `floor(limit × ratio)` hits used, and a
-//! decision is near the limit when the hits used after it are *more* than
-//! the threshold (its `limitAfterIncrease > nearLimitThreshold`). With a
-//! limit of 100 and 0.8, the 81st hit is the first near the limit; with 5,
-//! the 5th. Upstream multiplies in 32-bit floats, so a ratio such as 0.29
-//! puts its threshold one hit low on some limits (`28.999…` floored); here
-//! the ratio is kept as an exact decimal (millionths) and the product is
-//! an integer one, so `floor(limit × ratio)` is what it says.
+//! envoyproxy/ratelimit's `NEAR_LIMIT_RATIO` (0.8 by default) is the same
+//! rule, with exact arithmetic: the threshold is `floor(limit × ratio)`
+//! hits used, and a decision is near the limit when the hits used after
+//! it are *more* than the threshold (its `limitAfterIncrease >
+//! nearLimitThreshold`). With a limit of 100 and 0.8, the 81st hit is the
+//! first near the limit; with 5, the 5th. Upstream multiplies in 32-bit
+//! floats, so some ratios put its threshold one hit low on some limits
+//! (0.13 of 900 is `116.99999…` in `float32`, floored to 116; 0.21 of
+//! 300 gives 62); here the ratio is kept as an exact decimal (millionths)
+//! and the product is an integer one, so `floor(limit × ratio)` is what
+//! it says (117 and 63).
 //!
 //! One difference is kept on purpose: upstream counts the *hits* past the
 //! threshold (a stat per descriptor); tollgate counts *grants*, one per
@@ -170,7 +172,12 @@ mod tests {
 
     #[test]
     fn the_threshold_is_an_exact_decimal_floor() {
-        // 0.29 × 100 is 28.999… in binary floating point: floored, 28.
+        // 0.13 × 900 is 116.99999… in 32-bit floats (upstream's
+        // arithmetic): floored, 116. Exact: 117. Likewise 0.21 × 300.
+        assert_eq!(ratio("0.13").threshold(900), 117);
+        assert!(!ratio("0.13").is_near(900, 783));
+        assert!(ratio("0.13").is_near(900, 782));
+        assert_eq!(ratio("0.21").threshold(300), 63);
         assert_eq!(ratio("0.29").threshold(100), 29);
         assert!(!ratio("0.29").is_near(100, 71));
         assert!(ratio("0.29").is_near(100, 70));
