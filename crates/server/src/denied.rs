@@ -388,8 +388,7 @@ impl Denied {
 pub fn write_metrics(top: &Top, ranks: usize, out: &mut String) {
     use crate::metrics::{DENIED_TOP_DOMAIN, DENIED_TOP_REJECTED};
     let ranks = ranks.min(MAX_METRIC_RANKS);
-    // (namespace, resource, [(certain count, domain)] most first).
-    let mut listed: Vec<(&str, &str, Vec<(u64, &str)>)> = top
+    let mut listed: Vec<Ranked<'_>> = top
         .iter()
         .flat_map(|(ns, resources)| {
             resources.iter().filter_map(move |(res, list)| {
@@ -434,6 +433,10 @@ pub fn write_metrics(top: &Top, ranks: usize, out: &mut String) {
         }
     }
 }
+
+/// A resource's ranks as `/metrics` shows them: (namespace, resource,
+/// [(certain count, domain)] most first).
+type Ranked<'t> = (&'t str, &'t str, Vec<(u64, &'t str)>);
 
 /// `name{namespace="..",resource="..",rank="..",domain=".."} ` (the
 /// domain only when given).
