@@ -149,12 +149,11 @@ impl FromStr for RateHeaders {
     type Err = UnknownRateHeaders;
 
     fn from_str(s: &str) -> Result<RateHeaders, UnknownRateHeaders> {
-        match s {
-            "off" => Ok(RateHeaders::Off),
-            "ietf" => Ok(RateHeaders::Ietf),
-            "legacy" => Ok(RateHeaders::Legacy),
-            other => Err(UnknownRateHeaders(other.chars().take(64).collect())),
-        }
+        // Any case: `IETF` in an env file means the same.
+        [RateHeaders::Off, RateHeaders::Ietf, RateHeaders::Legacy]
+            .into_iter()
+            .find(|form| form.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| UnknownRateHeaders(s.chars().take(64).collect()))
     }
 }
 
@@ -308,7 +307,10 @@ mod tests {
     fn forms_parse_by_name_and_refuse_others() {
         for form in [RateHeaders::Off, RateHeaders::Ietf, RateHeaders::Legacy] {
             assert_eq!(form.as_str().parse::<RateHeaders>(), Ok(form));
+            let upper = form.as_str().to_ascii_uppercase();
+            assert_eq!(upper.parse::<RateHeaders>(), Ok(form));
         }
+        assert_eq!("Legacy".parse::<RateHeaders>(), Ok(RateHeaders::Legacy));
         let e = "draft".parse::<RateHeaders>().unwrap_err();
         assert_eq!(
             e.to_string(),

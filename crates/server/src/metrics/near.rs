@@ -108,6 +108,8 @@ impl FromStr for NearLimitRatio {
         if (whole.is_empty() && fraction.is_empty()) || !digits(whole) || !digits(fraction) {
             return Err(NearLimitRatioError::NotANumber(quoted()));
         }
+        // Zeros past the sixth place change nothing (`0.8000000` is 0.8).
+        let fraction = fraction.trim_end_matches('0');
         if fraction.len() > 6 {
             return Err(NearLimitRatioError::TooPrecise(quoted()));
         }
@@ -226,6 +228,8 @@ mod tests {
             ("0", 0),
             ("0.000001", 1),
             ("0.123456", 123_456),
+            ("0.8000000", 800_000),
+            ("0.1234560000", 123_456),
         ] {
             assert_eq!(ratio(s).millionths(), m, "{s}");
         }
