@@ -72,6 +72,9 @@ pub struct App<S> {
     /// The tokens the admin endpoints (`/v1/denied`) take
     /// (`serve --admin-tokens-file`); none: those endpoints are off.
     admin_tokens: crate::tokens::Tokens,
+    /// What the limit-describing headers of `POST /v1/request` are
+    /// ([`App::rate_headers`]).
+    answers: Answers,
     stopping: std::sync::atomic::AtomicBool,
     /// The readiness last published to watchers (gRPC health's Watch).
     readiness: watch::Sender<Readiness>,
@@ -96,6 +99,17 @@ pub struct AppBuilder<S> {
     decision_log: Option<crate::decision_log::DecisionLog>,
     spans: Option<crate::spans::Spans>,
     admin_tokens: crate::tokens::Tokens,
+    answers: Answers,
+}
+
+/// How answers describe their limits beyond their bodies: the RateLimit
+/// headers of `POST /v1/request`, when a grant counts as near its limit,
+/// and how many of the most refused domains `/metrics` names.
+#[derive(Copy, Clone, Debug, Default)]
+struct Answers {
+    rate_headers: crate::http::RateHeaders,
+    near_limit: crate::metrics::NearLimitRatio,
+    denied_metrics_top: usize,
 }
 
 impl<S: Store> AppBuilder<S> {
@@ -149,6 +163,29 @@ impl<S: Store> AppBuilder<S> {
         self
     }
 
+    /// The RateLimit headers `POST /v1/request` answers carry (none by
+    /// default: `serve --http-ratelimit-headers`).
+    pub fn rate_headers(mut self, form: crate::http::RateHeaders) -> Self {
+        self.answers.rate_headers = form;
+        self
+    }
+
+    /// When a grant counts in `tollgate_near_limit_total` (0.8 of the
+    /// limit used by default: `serve --near-limit-ratio`).
+    pub fn near_limit(mut self, ratio: crate::metrics::NearLimitRatio) -> Self {
+        self.answers.near_limit = ratio;
+        self
+    }
+
+    /// How many of each resource's most refused domains `/metrics` shows
+    /// (`serve --denied-metrics-top`; 0, the default, shows none), at
+    /// most [`crate::denied::MAX_METRIC_RANKS`] (a larger number is
+    /// taken as that).
+    pub fn denied_metrics_top(mut self, top: usize) -> Self {
+        self.answers.denied_metrics_top = top.min(crate::denied::MAX_METRIC_RANKS);
+        self
+    }
+
     /// The app, its config compiled for the store at the clock's now; the
     /// error lists every limit the store cannot serve, each saying why
     /// ([`Limiter::compile`]).
@@ -178,6 +215,7 @@ impl<S: Store> AppBuilder<S> {
             started: std::time::Instant::now(),
             denied: crate::denied::Denied::default(),
             admin_tokens: self.admin_tokens,
+            answers: self.answers,
             stopping: std::sync::atomic::AtomicBool::new(false),
             readiness: watch::Sender::new(Readiness::Ready),
         })
@@ -232,6 +270,7 @@ impl<S: Store> App<S> {
             decision_log: None,
             spans: None,
             admin_tokens: crate::tokens::Tokens::default(),
+            answers: Answers::default(),
         }
     }
 
@@ -263,6 +302,22 @@ impl<S: Store> App<S> {
     /// How long the app has run, for `/status`.
     pub fn uptime(&self) -> std::time::Duration {
         self.started.elapsed()
+    }
+
+    /// The RateLimit headers `POST /v1/request` answers carry.
+    pub fn rate_headers(&self) -> crate::http::RateHeaders {
+        self.answers.rate_headers
+    }
+
+    /// When a grant counts as near its limit.
+    pub fn near_limit(&self) -> crate::metrics::NearLimitRatio {
+        self.answers.near_limit
+    }
+
+    /// How many of each resource's most refused domains `/metrics` shows
+    /// (0: none).
+    pub fn denied_metrics_top(&self) -> usize {
+        self.answers.denied_metrics_top
     }
 
     /// The domains refused most lately, per resource (`GET /v1/denied`).

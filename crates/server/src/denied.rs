@@ -1,9 +1,13 @@
 //! The domains a server refused most, per resource, lately: what the
 //! config API's console shows as "top denied domains" (`GET /v1/denied`).
 //!
-//! Prometheus metrics cannot carry this: a `domain` label would make a
-//! series per domain a client ever sent, kept by the exporter for good.
-//! Here each resource keeps a Space-Saving summary (Metwally, Agrawal and
+//! Registered Prometheus metrics cannot carry this: a `domain` label
+//! would make a series per domain a client ever sent, kept by the exporter
+//! for good. [`write_metrics`] shows the top ranks on `/metrics` instead
+//! (`serve --denied-metrics-top`), written from these summaries at each
+//! scrape, so their series are bounded by ranks × resources per scrape,
+//! and only domains counted for certain at least [`MIN_METRIC_REFUSALS`]
+//! times are named. Here each resource keeps a Space-Saving summary (Metwally, Agrawal and
 //! El Abbadi, 2005) of [`TOP`] counters: a domain not yet counted takes
 //! the place of the smallest counter and starts from its count, so the
 //! domains refused most are kept (with counts that may be over by at most
@@ -37,6 +41,27 @@ pub const MAX_RESOURCES: usize = 10_000;
 /// The longest domain kept, in bytes (a longer one is cut at a character
 /// boundary): a client chooses domains.
 pub const MAX_DOMAIN_BYTES: usize = 128;
+
+/// The most ranks per resource `/metrics` shows
+/// (`serve --denied-metrics-top`): what `GET /v1/denied` answers.
+pub const MAX_METRIC_RANKS: usize = 10;
+
+/// The fewest refusals `/metrics` names a domain for: counted for certain
+/// (a counter's `rejected - error`, never what it inherited from the
+/// domain it replaced) in the current window and the last. A client
+/// that sends refused requests under ever new domains puts each of them
+/// in a summary at the smallest counter's count plus one, with all but
+/// the one as `error`: shown by `rejected`, a domain refused once would
+/// read as a heavy hitter, and a flood of them would put a new name at
+/// every rank at every scrape. With this floor, each name `/metrics`
+/// ever shows cost its sender this many refusals within two minutes.
+pub const MIN_METRIC_REFUSALS: u64 = 10;
+
+/// The most resources `/metrics` shows ranks of at one scrape: those
+/// whose first rank has the most refusals. With
+/// [`MAX_METRIC_RANKS`], a scrape has at most 10,000 series of each of
+/// the two families, whatever domains clients send.
+pub const MAX_METRIC_RESOURCES: usize = 1_000;
 
 /// Shards of the resource table: refusals of different resources take
 /// different locks, and a refusal takes its shard's lock only to read.
@@ -340,6 +365,118 @@ impl Denied {
     }
 }
 
+/// Writes the first `ranks` (at most [`MAX_METRIC_RANKS`]) of each
+/// resource of `top` (from [`Denied::top`], taken with every counter:
+/// this re-ranks them) to `out` in the Prometheus text format, as two
+/// gauge families:
+///
+/// - `tollgate_denied_top_rejected{namespace, resource, rank}`: the
+///   refusals counted for certain for the domain at that rank (this
+///   window and the last: `rejected - error`, a lower bound of the true
+///   count). Its series are one per rank, so they stay the same series
+///   while the domains behind them change;
+/// - `tollgate_denied_top_domain{namespace, resource, rank, domain}`: 1,
+///   naming the domain at that rank (join on `rank`). The only series
+///   that carry a domain: as many as the first family's.
+///
+/// Only domains refused at least [`MIN_METRIC_REFUSALS`] times for
+/// certain are shown, ranked by that certain count: a domain that only
+/// inherited a replaced counter's count is never named (see there).
+///
+/// Nothing is registered with the metrics recorder: the series are made
+/// from the summaries at each scrape, so a domain that leaves a resource's
+/// top is gone from the next scrape rather than kept for the life of the
+/// process. A scrape shows at most [`MAX_METRIC_RESOURCES`] resources;
+/// label values are escaped (a domain is a client's text).
+pub fn write_metrics(top: &Top, ranks: usize, out: &mut String) {
+    use crate::metrics::{DENIED_TOP_DOMAIN, DENIED_TOP_REJECTED};
+    let ranks = ranks.min(MAX_METRIC_RANKS);
+    let mut listed: Vec<Ranked<'_>> = top
+        .iter()
+        .flat_map(|(ns, resources)| {
+            resources.iter().filter_map(move |(res, list)| {
+                let mut certain: Vec<(u64, &str)> = list
+                    .iter()
+                    .map(|c| (c.rejected.saturating_sub(c.error), c.domain.as_str()))
+                    .filter(|&(n, _)| n >= MIN_METRIC_REFUSALS)
+                    .collect();
+                certain.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+                certain.truncate(ranks);
+                (!certain.is_empty()).then_some((ns.as_str(), res.as_str(), certain))
+            })
+        })
+        .collect();
+    if listed.len() > MAX_METRIC_RESOURCES {
+        listed.sort_by(|a, b| {
+            let first = |l: &[(u64, &str)]| l.first().map_or(0, |c| c.0);
+            first(&b.2)
+                .cmp(&first(&a.2))
+                .then((a.0, a.1).cmp(&(b.0, b.1)))
+        });
+        listed.truncate(MAX_METRIC_RESOURCES);
+        listed.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    }
+    out.push_str(&format!(
+        "# HELP {DENIED_TOP_REJECTED} Refusals counted for certain of the domain at each rank of a resource's most refused, this minute and the last (at least {MIN_METRIC_REFUSALS}).\n# TYPE {DENIED_TOP_REJECTED} gauge\n"
+    ));
+    for (ns, res, list) in &listed {
+        for (i, (n, _)) in list.iter().enumerate() {
+            series(out, DENIED_TOP_REJECTED, ns, res, i + 1, None);
+            out.push_str(itoa::Buffer::new().format(*n));
+            out.push('\n');
+        }
+    }
+    out.push_str(&format!(
+        "# HELP {DENIED_TOP_DOMAIN} 1, naming the domain at each rank of a resource's most refused.\n# TYPE {DENIED_TOP_DOMAIN} gauge\n"
+    ));
+    for (ns, res, list) in &listed {
+        for (i, (_, domain)) in list.iter().enumerate() {
+            series(out, DENIED_TOP_DOMAIN, ns, res, i + 1, Some(domain));
+            out.push_str("1\n");
+        }
+    }
+}
+
+/// A resource's ranks as `/metrics` shows them: (namespace, resource,
+/// [(certain count, domain)] most first).
+type Ranked<'t> = (&'t str, &'t str, Vec<(u64, &'t str)>);
+
+/// `name{namespace="..",resource="..",rank="..",domain=".."} ` (the
+/// domain only when given).
+fn series(out: &mut String, name: &str, ns: &str, res: &str, rank: usize, domain: Option<&str>) {
+    out.push_str(name);
+    out.push_str("{namespace=\"");
+    escape_label(out, ns);
+    out.push_str("\",resource=\"");
+    escape_label(out, res);
+    out.push_str("\",rank=\"");
+    out.push_str(itoa::Buffer::new().format(rank));
+    if let Some(domain) = domain {
+        out.push_str("\",domain=\"");
+        escape_label(out, domain);
+    }
+    out.push_str("\"} ");
+}
+
+/// A label value as the Prometheus text format writes it: `\`, `"` and
+/// a line feed escaped. The format has no escape for other control
+/// characters, and line-oriented tools split on a carriage return or
+/// stop at a NUL, so those (and the Unicode line and paragraph
+/// separators) are written as U+FFFD, the replacement character.
+fn escape_label(out: &mut String, value: &str) {
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c if c.is_control() || c == '\u{2028}' || c == '\u{2029}' => {
+                out.push(char::REPLACEMENT_CHARACTER)
+            }
+            c => out.push(c),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -430,6 +567,192 @@ mod tests {
         assert_eq!(top["a"]["b/db"][0].domain, "x");
         assert_eq!(top["a"]["b/db"].len(), 1);
         assert_eq!(top["a/b"]["db"][0].domain, "y");
+    }
+
+    /// The lines of `family` in `text`.
+    fn family<'t>(text: &'t str, family: &str) -> Vec<&'t str> {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{family}{{")))
+            .collect()
+    }
+
+    /// `/metrics` as a scrape writes it: every counter, `ranks` shown.
+    fn scrape(d: &Denied, now: u64, ranks: usize) -> String {
+        let mut text = String::new();
+        write_metrics(&d.top(now, usize::MAX), ranks, &mut text);
+        text
+    }
+
+    #[test]
+    fn metrics_name_the_top_ranks_only_after_many_distinct_domains() {
+        let d = Denied::default();
+        // 10,000 distinct denied domains and two heavy hitters, over two
+        // resources.
+        for i in 0..10_000u64 {
+            d.record(S, "shop", "api", &format!("stranger-{i}"));
+            d.record(S, "shop", "db", &format!("other-{i}"));
+            if i % 4 == 0 {
+                d.record(S, "shop", "api", "bigcorp");
+            }
+            if i % 8 == 0 {
+                d.record(S, "shop", "api", "acme");
+            }
+        }
+        let text = scrape(&d, S, 3);
+        let rejected = family(&text, "tollgate_denied_top_rejected");
+        let domains = family(&text, "tollgate_denied_top_domain");
+        // The strangers were each refused once: none is named, on either
+        // resource, though the summaries hold 14 and 16 of them.
+        assert_eq!(rejected.len(), 2, "the two heavy hitters only:\n{text}");
+        assert_eq!(domains.len(), 2, "{text}");
+        assert!(
+            !text.contains("stranger") && !text.contains("other"),
+            "{text}"
+        );
+        assert_eq!(
+            rejected[0],
+            "tollgate_denied_top_rejected{namespace=\"shop\",resource=\"api\",rank=\"1\"} 2500"
+        );
+        assert_eq!(
+            domains[0],
+            "tollgate_denied_top_domain{namespace=\"shop\",resource=\"api\",rank=\"1\",domain=\"bigcorp\"} 1"
+        );
+        assert!(
+            domains[1].contains("rank=\"2\",domain=\"acme\"} 1"),
+            "{text}"
+        );
+        // Families are whole (Prometheus wants a family's lines together).
+        let first = |needle: &str| text.find(needle).unwrap();
+        assert!(
+            first("# TYPE tollgate_denied_top_rejected gauge")
+                < first("tollgate_denied_top_rejected{")
+        );
+        assert!(
+            text.rfind("tollgate_denied_top_rejected{").unwrap()
+                < first("# TYPE tollgate_denied_top_domain gauge")
+        );
+        // Never more ranks than the bound, however many are asked for.
+        let d = Denied::default();
+        for i in 0..12 {
+            for _ in 0..MIN_METRIC_REFUSALS {
+                d.record(S, "shop", "api", &format!("heavy-{i}"));
+            }
+        }
+        assert_eq!(
+            family(&scrape(&d, S, 100), "tollgate_denied_top_domain").len(),
+            MAX_METRIC_RANKS
+        );
+    }
+
+    /// Regression (review of issue 18, finding 1): a client sending
+    /// refused requests under ever new domains took every rank with a
+    /// domain refused once (shown with the count it inherited), pushed
+    /// the real heavy hitters out of `/metrics`, and put new `domain`
+    /// series on every scrape.
+    #[test]
+    fn a_flood_of_new_domains_never_names_a_stranger() {
+        let d = Denied::default();
+        for _ in 0..50 {
+            d.record(S, "n", "r", "bob");
+        }
+        for _ in 0..30 {
+            d.record(S, "n", "r", "carol");
+        }
+        let mut named = std::collections::BTreeSet::new();
+        for round in 0..20 {
+            for i in 0..200 {
+                d.record(S, "n", "r", &format!("stranger-{round}-{i}"));
+            }
+            let text = scrape(&d, S, 2);
+            named.extend(
+                family(&text, "tollgate_denied_top_domain")
+                    .into_iter()
+                    .map(str::to_owned),
+            );
+            if round == 0 {
+                // Still counted for certain: bob and carol, by their true
+                // counts.
+                assert_eq!(
+                    family(&text, "tollgate_denied_top_rejected"),
+                    [
+                        "tollgate_denied_top_rejected{namespace=\"n\",resource=\"r\",rank=\"1\"} 50",
+                        "tollgate_denied_top_rejected{namespace=\"n\",resource=\"r\",rank=\"2\"} 30",
+                    ],
+                    "{text}"
+                );
+            }
+        }
+        // bob and carol, then nothing once the flood pushed them out (their
+        // counts are no longer known): never a stranger.
+        assert_eq!(
+            named.into_iter().collect::<Vec<_>>(),
+            [
+                "tollgate_denied_top_domain{namespace=\"n\",resource=\"r\",rank=\"1\",domain=\"bob\"} 1",
+                "tollgate_denied_top_domain{namespace=\"n\",resource=\"r\",rank=\"2\",domain=\"carol\"} 1",
+            ]
+        );
+        // A domain is named once refused the floor's number of times for
+        // certain, not before, whatever count it inherited.
+        let d = Denied::default();
+        for i in 0..100 {
+            d.record(S, "n", "r", &format!("x-{i}"));
+        }
+        for _ in 1..MIN_METRIC_REFUSALS {
+            d.record(S, "n", "r", "late");
+        }
+        assert!(!scrape(&d, S, 10).contains("late"));
+        d.record(S, "n", "r", "late");
+        let text = scrape(&d, S, 10);
+        assert_eq!(
+            family(&text, "tollgate_denied_top_rejected"),
+            [format!(
+                "tollgate_denied_top_rejected{{namespace=\"n\",resource=\"r\",rank=\"1\"}} {MIN_METRIC_REFUSALS}"
+            )],
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn metrics_escape_domains_and_show_a_bounded_number_of_resources() {
+        let d = Denied::default();
+        for _ in 0..MIN_METRIC_REFUSALS {
+            d.record(S, "n", "r", "a\"b\\c\nd");
+            d.record(S, "n", "r2", "e\rf\0g\u{2028}h\u{7f}i");
+        }
+        let text = scrape(&d, S, 1);
+        assert!(
+            text.contains(r#"rank="1",domain="a\"b\\c\nd"} 1"#),
+            "{text}"
+        );
+        // Regression (review of issue 18, nit 9): control characters went
+        // out raw; the format has no escape for them.
+        assert!(
+            text.contains("rank=\"1\",domain=\"e\u{fffd}f\u{fffd}g\u{fffd}h\u{fffd}i\"} 1"),
+            "{text:?}"
+        );
+        // Past the bound, the resources whose first rank is refused most.
+        let d = Denied::default();
+        for i in 0..(MAX_METRIC_RESOURCES + 5) {
+            for _ in 0..MIN_METRIC_REFUSALS {
+                d.record(S, "n", &format!("r{i}"), "x");
+            }
+        }
+        for _ in 0..3 {
+            d.record(S, "n", &format!("r{}", MAX_METRIC_RESOURCES + 4), "x");
+        }
+        let text = scrape(&d, S, 1);
+        let rejected = family(&text, "tollgate_denied_top_rejected");
+        assert_eq!(rejected.len(), MAX_METRIC_RESOURCES);
+        let busiest = format!(
+            "resource=\"r{}\",rank=\"1\"}} {}",
+            MAX_METRIC_RESOURCES + 4,
+            MIN_METRIC_REFUSALS + 3
+        );
+        assert!(rejected.iter().any(|l| l.contains(&busiest)), "{busiest}");
+        // Nothing refused: the families' heads and no series.
+        let mut empty = String::new();
+        write_metrics(&Top::new(), 10, &mut empty);
+        assert_eq!(empty.lines().filter(|l| !l.starts_with('#')).count(), 0);
     }
 
     #[test]

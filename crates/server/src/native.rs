@@ -91,8 +91,16 @@ pub async fn rate<S: Store>(
                 if !o.allowed {
                     app.denied()
                         .record(now.as_u64(), req.namespace, req.resource, req.domain);
-                } else if o.decision.limit > 0
-                    && o.decision.remaining.saturating_mul(10) <= o.decision.limit
+                } else if o.granted > 0
+                    // Over the limit is over, not near: a refusal that
+                    // shadow mode or `ignore_configured` let through
+                    // counts in neither (as envoyproxy/ratelimit counts
+                    // it in over_limit/shadow_mode only).
+                    && !o.shadowed
+                    && !o.ignored
+                    && app
+                        .near_limit()
+                        .is_near(o.decision.limit, o.decision.remaining)
                 {
                     m::near_limit(surface, req.namespace, req.resource);
                 }

@@ -207,6 +207,17 @@ async fn answer<S: Store>(
             s.allowed,
             granted,
         );
+        // Near the limit, per descriptor as upstream counts it, only for
+        // hits actually charged (the whole request granted). A descriptor
+        // over its limit but let through (shadow mode, `ignore_configured`)
+        // is over, not near, as upstream counts it.
+        if granted > 0 && !s.unlimited && !s.shadowed {
+            if let (Some(resource), Some(d)) = (s.resource.as_deref(), s.decision) {
+                if app.near_limit().is_near(d.limit, d.remaining) {
+                    m::near_limit(surface, &req.domain, resource);
+                }
+            }
+        }
     }
     if let Some(log) = app.decision_log().filter(|l| l.sampled()) {
         log.write(&decision_log::Line {

@@ -905,3 +905,224 @@ async fn the_router_answers_rate_requests_as_the_port_does() {
         "{port:#?}"
     );
 }
+
+/// The config of the RateLimit header tests: one resource per kind of
+/// answer the headers describe differently.
+const HEADERS_CONFIG: &str = r#"
+namespaces:
+  - name: app
+    allow_unconfigured: true
+    resources:
+      - { name: bucket, algorithm: token_bucket, capacity: 3, rate: 1/s }
+      - { name: gcra, algorithm: gcra, rate: 1/s, burst: 2 }
+      - { name: shut, algorithm: deny }
+      - { name: free, algorithm: unlimited }
+      - name: tiers
+        algorithm: burst_tiers
+        hard_limit: 2
+        tiers:
+          - { limit: 5, window: 1s, active: 60s, cooldown: 0s }
+      - { name: capped, algorithm: token_bucket, capacity: 10, rate: 1/s, hard_limit: 2 }
+      - { name: sliding, algorithm: sliding_window, limit: 3, window: 10s }
+"#;
+
+/// A server with `form` of RateLimit headers and a clock the test moves.
+async fn headers_server(form: tollgate_server::http::RateHeaders) -> TestServer {
+    let loaded = tollgate_config::load_str("test.yaml", HEADERS_CONFIG).unwrap();
+    let app = Arc::new(
+        App::builder(MemoryStore::new(), "memory", loaded.config)
+            .clock(Arc::new(ManualClock::new(START)))
+            .rate_headers(form)
+            .build()
+            .unwrap(),
+    );
+    TestServer::serve(app, ServerOptions::default(), Duration::from_millis(20)).await
+}
+
+/// The RateLimit headers of an answer (every header whose name starts
+/// with `ratelimit`), sorted.
+fn ratelimit_headers(a: &Answer) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = a
+        .headers
+        .iter()
+        .filter(|(k, _)| k.as_str().starts_with("ratelimit"))
+        .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_owned()))
+        .collect();
+    out.sort();
+    out
+}
+
+fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+    p.iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn ietf_ratelimit_headers_describe_grants_and_rejections_exactly() {
+    use tollgate_server::http::RateHeaders;
+    let s = headers_server(RateHeaders::Ietf).await;
+    // A token bucket of 3 refilling 1 a second: after one hit, 2 left and
+    // full again in 1 s; after three, none left and full in 3 s.
+    let a = post(&s, "/v1/request", rate("bucket", "acme", 1)).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(
+        ratelimit_headers(&a),
+        pairs(&[
+            ("ratelimit", "\"default\";r=2;t=1"),
+            ("ratelimit-policy", "\"default\";q=3"),
+        ])
+    );
+    let a = post(&s, "/v1/request", rate("bucket", "acme", 2)).await;
+    assert_eq!(
+        ratelimit_headers(&a),
+        pairs(&[
+            ("ratelimit", "\"default\";r=0;t=3"),
+            ("ratelimit-policy", "\"default\";q=3"),
+        ])
+    );
+    // Rejected: the same fields, beside Retry-After.
+    let a = post(&s, "/v1/request", rate("bucket", "acme", 1)).await;
+    assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS, "{}", a.text);
+    assert_eq!(a.headers[RETRY_AFTER], "1");
+    assert_eq!(
+        ratelimit_headers(&a),
+        pairs(&[
+            ("ratelimit", "\"default\";r=0;t=3"),
+            ("ratelimit-policy", "\"default\";q=3"),
+        ])
+    );
+    // GCRA, 1 a second with a burst of 2: the limit is the burst, the
+    // reset when the whole burst is available again.
+    let a = post(&s, "/v1/request", rate("gcra", "acme", 1)).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(
+        ratelimit_headers(&a),
+        pairs(&[
+            ("ratelimit", "\"default\";r=1;t=1"),
+            ("ratelimit-policy", "\"default\";q=2"),
+        ])
+    );
+    // deny: a quota of nothing, which never resets.
+    let a = post(&s, "/v1/request", rate("shut", "acme", 1)).await;
+    assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS, "{}", a.text);
+    assert_eq!(
+        ratelimit_headers(&a),
+        pairs(&[
+            ("ratelimit", "\"default\";r=0"),
+            ("ratelimit-policy", "\"default\";q=0"),
+        ])
+    );
+    // No limit (unlimited, or unconfigured in a namespace that allows
+    // it): no header, not a made-up one.
+    for resource in ["free", "never-configured"] {
+        let a = post(&s, "/v1/request", rate(resource, "acme", 1)).await;
+        assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+        assert!(ratelimit_headers(&a).is_empty(), "{resource}");
+    }
+}
+
+#[tokio::test]
+async fn legacy_ratelimit_headers_describe_grants_and_rejections_exactly() {
+    use tollgate_server::http::RateHeaders;
+    let s = headers_server(RateHeaders::Legacy).await;
+    let a = post(&s, "/v1/request", rate("bucket", "acme", 1)).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(
+        ratelimit_headers(&a),
+        pairs(&[
+            ("ratelimit-limit", "3"),
+            ("ratelimit-remaining", "2"),
+            ("ratelimit-reset", "1"),
+        ])
+    );
+    // All or nothing: 3 asked with 2 left is refused. Regression (review
+    // of issue 18, nit 6): the headers said 2 remaining on a 429; they
+    // say 0, as envoyproxy/ratelimit does over the limit, and the body
+    // keeps the 2 a smaller request could take.
+    let a = post(&s, "/v1/request", rate("bucket", "acme", 3)).await;
+    assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS, "{}", a.text);
+    assert_eq!(a.body["remaining"], 2);
+    assert_eq!(
+        ratelimit_headers(&a),
+        pairs(&[
+            ("ratelimit-limit", "3"),
+            ("ratelimit-remaining", "0"),
+            ("ratelimit-reset", "1"),
+        ])
+    );
+    let a = post(&s, "/v1/request", rate("shut", "acme", 1)).await;
+    assert_eq!(
+        ratelimit_headers(&a),
+        pairs(&[("ratelimit-limit", "0"), ("ratelimit-remaining", "0")])
+    );
+    let a = post(&s, "/v1/request", rate("free", "acme", 1)).await;
+    assert!(ratelimit_headers(&a).is_empty());
+}
+
+/// Regression (review of issue 18, finding 3): a `burst_tiers` answer
+/// named its hard limit (2, back within a second) with the reset of its
+/// tier's 60 s active period, so a client following `t` waited a minute
+/// for nothing. Where the body's reset is not the named limit's own, no
+/// reset is written; where the resource has one limit, it is.
+#[tokio::test]
+async fn the_reset_written_is_the_named_limits_own_or_none() {
+    use tollgate_server::http::RateHeaders;
+    let s = headers_server(RateHeaders::Ietf).await;
+    post(&s, "/v1/request", rate("tiers", "acme", 2)).await;
+    let a = post(&s, "/v1/request", rate("tiers", "acme", 1)).await;
+    assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS, "{}", a.text);
+    // The body: the hard limit's 2, and every limit clear in 60 s.
+    assert_eq!(a.body["limit"], 2, "{}", a.text);
+    assert_eq!(a.body["reset_after_ns"], 60_000_000_000u64, "{}", a.text);
+    assert_eq!(
+        ratelimit_headers(&a),
+        pairs(&[
+            ("ratelimit", "\"default\";r=0"),
+            ("ratelimit-policy", "\"default\";q=2"),
+        ])
+    );
+    assert!(a.headers.contains_key(RETRY_AFTER), "{:?}", a.headers);
+    // A hard limit beside a token bucket: the named limit is whichever has
+    // least left (here the hard limit's 2 - 1), not the bucket's reset.
+    let a = post(&s, "/v1/request", rate("capped", "acme", 1)).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(
+        ratelimit_headers(&a),
+        pairs(&[
+            ("ratelimit", "\"default\";r=1"),
+            ("ratelimit-policy", "\"default\";q=2"),
+        ])
+    );
+    // A sliding window has one limit: its reset is written, up to two
+    // windows (the hit counts until the window has slid past its bucket).
+    let a = post(&s, "/v1/request", rate("sliding", "acme", 1)).await;
+    assert_eq!(
+        ratelimit_headers(&a),
+        pairs(&[
+            ("ratelimit", "\"default\";r=2;t=20"),
+            ("ratelimit-policy", "\"default\";q=3"),
+        ])
+    );
+    // The legacy form alike: no RateLimit-Reset for the tiers.
+    let s = headers_server(RateHeaders::Legacy).await;
+    let a = post(&s, "/v1/request", rate("tiers", "acme", 1)).await;
+    assert_eq!(
+        ratelimit_headers(&a),
+        pairs(&[("ratelimit-limit", "2"), ("ratelimit-remaining", "1")])
+    );
+}
+
+#[tokio::test]
+async fn without_the_flag_answers_carry_no_ratelimit_header() {
+    let s = TestServer::start(CONFIG).await;
+    for _ in 0..4 {
+        let a = post(&s, "/v1/request", rate("api", "acme", 1)).await;
+        assert!(ratelimit_headers(&a).is_empty(), "{:?}", a.headers);
+    }
+    // The explicit `off` is the same.
+    let s = headers_server(tollgate_server::http::RateHeaders::Off).await;
+    let a = post(&s, "/v1/request", rate("bucket", "acme", 1)).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert!(ratelimit_headers(&a).is_empty());
+}

@@ -627,3 +627,348 @@ fn decision_metrics_count_each_surface_name_and_outcome_exactly() {
     let (code, _) = server.terminate();
     assert_eq!(code, Some(0));
 }
+
+/// The RateLimit header lines of a raw HTTP answer, lower-cased names,
+/// in the order sent.
+fn ratelimit_lines(raw: &str) -> Vec<String> {
+    let head = raw.split("\r\n\r\n").next().unwrap_or_default();
+    head.lines()
+        .filter(|l| l.to_ascii_lowercase().starts_with("ratelimit"))
+        .map(|l| l.trim_end().to_owned())
+        .collect()
+}
+
+/// `--http-ratelimit-headers` through the binary: each form's exact
+/// values on a grant and on a rejection, and no header without the flag.
+#[test]
+fn http_ratelimit_headers_follow_the_flag() {
+    let dir = Sandbox::new("serve-ratelimit-headers");
+    // One token a day: a reset is whole days, whatever the test's pace.
+    let config = dir.write(
+        "tollgate.yaml",
+        "namespaces:
+  - name: default
+    resources:
+      - { name: api, algorithm: token_bucket, capacity: 2, rate: 1/day }
+",
+    );
+    let body = r#"{"namespace":"default","resource":"api","domain":"acme","hits":1}"#;
+    let ask = |server: &Serving| {
+        common::serving::exchange_raw(server.http, "POST", "/v1/request", Some(body)).unwrap()
+    };
+    let status = |raw: &str| raw.split_whitespace().nth(1).unwrap_or_default().to_owned();
+
+    let ietf = Serving::start_config(&dir, &config, &["--http-ratelimit-headers", "ietf"], &[]);
+    let grant = ask(&ietf);
+    assert_eq!(status(&grant), "200", "{grant}");
+    assert_eq!(
+        ratelimit_lines(&grant),
+        [
+            r#"ratelimit-policy: "default";q=2"#,
+            r#"ratelimit: "default";r=1;t=86400"#
+        ]
+    );
+    assert_eq!(status(&ask(&ietf)), "200");
+    let refused = ask(&ietf);
+    assert_eq!(status(&refused), "429", "{refused}");
+    assert_eq!(
+        ratelimit_lines(&refused),
+        [
+            r#"ratelimit-policy: "default";q=2"#,
+            r#"ratelimit: "default";r=0;t=172800"#
+        ]
+    );
+    assert_eq!(ietf.terminate().0, Some(0));
+
+    // The environment variable, and the older form.
+    let legacy = Serving::start_config(
+        &dir,
+        &config,
+        &[],
+        &[("TOLLGATE_HTTP_RATELIMIT_HEADERS", "legacy")],
+    );
+    assert_eq!(
+        ratelimit_lines(&ask(&legacy)),
+        [
+            "ratelimit-limit: 2",
+            "ratelimit-remaining: 1",
+            "ratelimit-reset: 86400"
+        ]
+    );
+    ask(&legacy);
+    let refused = ask(&legacy);
+    assert_eq!(status(&refused), "429", "{refused}");
+    assert_eq!(
+        ratelimit_lines(&refused),
+        [
+            "ratelimit-limit: 2",
+            "ratelimit-remaining: 0",
+            "ratelimit-reset: 172800"
+        ]
+    );
+    assert_eq!(legacy.terminate().0, Some(0));
+
+    // Without the flag: no header on a grant or a rejection.
+    let off = Serving::start_config(&dir, &config, &[], &[]);
+    for expected in ["200", "200", "429"] {
+        let raw = ask(&off);
+        assert_eq!(status(&raw), expected, "{raw}");
+        assert!(ratelimit_lines(&raw).is_empty(), "{raw}");
+    }
+    assert_eq!(off.terminate().0, Some(0));
+
+    // A form that does not exist stops the start, naming the choices.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["serve", "--check", "--http-ratelimit-headers", "draft"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("`draft` is not a RateLimit header form: use `off`, `ietf` or `legacy`"),
+        "{stderr}"
+    );
+}
+
+/// `--near-limit-ratio` (here from `TOLLGATE_NEAR_LIMIT_RATIO`) on every
+/// surface that counts near-limit grants (HTTP, native gRPC, sessions,
+/// Envoy RLS over gRPC and `/json`): at and around the threshold,
+/// `floor(limit × ratio)` hits used, exclusive. The limits are token
+/// buckets refilling one hit a day, so no calendar window can reset in
+/// the middle of the test (a day-long fixed window ends at 00:00 UTC).
+///
+/// Regression (review of issue 18, finding 2): a request over a
+/// shadow-mode limit, let through, is over the limit, not near it; it
+/// counted as near before.
+#[test]
+fn the_near_limit_ratio_applies_on_every_surface() {
+    use tollgate_proto::rls::rate_limit_service_client::RateLimitServiceClient;
+    use tollgate_proto::rls::{RateLimitDescriptor, RateLimitRequest};
+    use tollgate_proto::v1::{self, tollgate_client::TollgateClient};
+    use tollgate_proto::v1::{session_request, session_response};
+
+    let dir = Sandbox::new("serve-near-limit");
+    dir.write(
+        "conf/tollgate.yaml",
+        "namespaces:
+  - name: default
+    resources:
+      - { name: ten, algorithm: token_bucket, capacity: 10, rate: 1/1d }
+      - { name: shadow, algorithm: token_bucket, capacity: 10, rate: 1/1d, shadow_mode: true }
+",
+    );
+    dir.write(
+        "conf/envoy.yaml",
+        "domain: edge
+descriptors:
+  - key: user
+    rate_limit: { algorithm: token_bucket, capacity: 10, rate: 1/1d }
+  - key: tried
+    shadow_mode: true
+    rate_limit: { algorithm: token_bucket, capacity: 10, rate: 1/1d }
+",
+    );
+    let conf = dir.path("conf");
+    // 0.65 of 10: threshold 6; the 7th hit used is the first near it.
+    let server = Serving::start_config(&dir, &conf, &[], &[("TOLLGATE_NEAR_LIMIT_RATIO", "0.65")]);
+    // The near-limit grants of a surface and namespace, over its
+    // resources (a descriptor's resource is named by the config's tree).
+    let near = |surface: &str, ns: &str| -> f64 {
+        let (_, text) = server.http("GET", "/metrics", None);
+        let series = format!(r#"tollgate_near_limit_total{{surface="{surface}",namespace="{ns}","#);
+        text.lines()
+            .filter(|l| l.starts_with(&series))
+            .filter_map(|l| l.rsplit_once(' ')?.1.trim().parse::<f64>().ok())
+            .sum()
+    };
+    let http = |resource: &str, domain: &str, hits: u64| {
+        let body = format!(
+            r#"{{"namespace":"default","resource":"{resource}","domain":"{domain}","hits":{hits}}}"#
+        );
+        let (status, answer) = server.json("POST", "/v1/request", Some(&body));
+        (status, answer["shadowed"] == true)
+    };
+    // 6 used: at the threshold, not past it.
+    assert_eq!(http("ten", "a", 6), (200, false));
+    assert_eq!(near("http", "default"), 0.0);
+    // 7, then 10: both past it.
+    assert_eq!(http("ten", "a", 1), (200, false));
+    assert_eq!(near("http", "default"), 1.0);
+    assert_eq!(http("ten", "a", 3), (200, false));
+    assert_eq!(near("http", "default"), 2.0);
+    // Refused: charged nothing, counted nothing.
+    assert_eq!(http("ten", "a", 1).0, 429);
+    assert_eq!(near("http", "default"), 2.0);
+    // Shadow mode: 9 used is near; the requests over the limit that shadow
+    // mode lets through are not.
+    assert_eq!(http("shadow", "a", 9), (200, false));
+    assert_eq!(near("http", "default"), 3.0);
+    assert_eq!(http("shadow", "a", 5), (200, true));
+    assert_eq!(near("http", "default"), 3.0, "over the limit, shadowed");
+    assert_eq!(http("shadow", "a", 1), (200, false));
+    assert_eq!(near("http", "default"), 4.0, "10 used: near");
+    assert_eq!(http("shadow", "a", 1), (200, true));
+    assert_eq!(near("http", "default"), 4.0, "over the limit, shadowed");
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let grpc = format!("http://{}", server.grpc);
+    rt.block_on(async {
+        let mut native = TollgateClient::connect(grpc.clone()).await.unwrap();
+        let ask = |domain: &str, hits: u64| v1::RateRequest {
+            namespace: "default".into(),
+            resource: "ten".into(),
+            domain: domain.into(),
+            hits: Some(hits),
+            ..Default::default()
+        };
+        for hits in [6, 1] {
+            let a = native.request(ask("b", hits)).await.unwrap().into_inner();
+            assert!(a.allowed, "{a:?}");
+        }
+        // A session's rate requests, alike.
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let mut answers = native
+            .session(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        for (id, hits) in [(1, 6), (2, 1)] {
+            tx.send(v1::SessionRequest {
+                id,
+                op: Some(session_request::Op::Request(ask("s", hits))),
+            })
+            .await
+            .unwrap();
+            let a = answers.message().await.unwrap().unwrap();
+            assert!(
+                matches!(a.result, Some(session_response::Result::Request(ref r)) if r.allowed),
+                "{a:?}"
+            );
+        }
+        drop(tx);
+        let mut rls = RateLimitServiceClient::connect(grpc).await.unwrap();
+        let descriptor = |key: &str, user: &str| RateLimitDescriptor {
+            entries: vec![tollgate_proto::rls::rate_limit_descriptor::Entry {
+                key: key.into(),
+                value: user.into(),
+            }],
+            ..Default::default()
+        };
+        for hits in [6, 1] {
+            let a = rls
+                .should_rate_limit(RateLimitRequest {
+                    domain: "edge".into(),
+                    descriptors: vec![descriptor("user", "c")],
+                    hits_addend: hits,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(a.overall_code, 1, "OK: {a:?}");
+        }
+        // A shadow-mode descriptor: 10 used is near; 1 more, over its
+        // limit, is OK and not near.
+        for hits in [10, 1] {
+            let a = rls
+                .should_rate_limit(RateLimitRequest {
+                    domain: "edge".into(),
+                    descriptors: vec![descriptor("tried", "c")],
+                    hits_addend: hits,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(a.overall_code, 1, "OK: {a:?}");
+        }
+    });
+    assert_eq!(near("grpc", "default"), 1.0);
+    assert_eq!(near("session", "default"), 1.0);
+    assert_eq!(near("rls", "edge"), 2.0);
+    // `/json` alike: 6 then 1 more; then a shadowed descriptor over its
+    // limit, not counted.
+    let json = |key: &str, hits: u32| {
+        let body = format!(
+            r#"{{"domain":"edge","descriptors":[{{"entries":[{{"key":"{key}","value":"d"}}]}}],"hitsAddend":{hits}}}"#
+        );
+        server.json("POST", "/json", Some(&body)).0
+    };
+    assert_eq!(json("user", 6), 200);
+    assert_eq!(near("rls_json", "edge"), 0.0);
+    assert_eq!(json("user", 1), 200);
+    assert_eq!(near("rls_json", "edge"), 1.0);
+    assert_eq!(json("tried", 10), 200);
+    assert_eq!(near("rls_json", "edge"), 2.0);
+    assert_eq!(json("tried", 1), 200);
+    assert_eq!(near("rls_json", "edge"), 2.0);
+    assert_eq!(server.terminate().0, Some(0));
+
+    // A ratio past 1 stops the start, naming the value.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["serve", "--check", "--near-limit-ratio", "1.5"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("near-limit ratio `1.5` is more than 1"),
+        "{stderr}"
+    );
+}
+
+/// `--denied-metrics-top`: after refusals of many distinct domains,
+/// `/metrics` names only the top ranks of each resource, and none
+/// without the flag.
+#[test]
+fn denied_metrics_name_a_bounded_top() {
+    let dir = Sandbox::new("serve-denied-metrics");
+    let config = dir.write(
+        "tollgate.yaml",
+        "namespaces:
+  - name: default
+    resources:
+      - { name: shut, algorithm: deny }
+",
+    );
+    let server = Serving::start_config(&dir, &config, &["--denied-metrics-top", "2"], &[]);
+    let refuse = |domain: &str| {
+        let body =
+            format!(r#"{{"namespace":"default","resource":"shut","domain":"{domain}","hits":1}}"#);
+        assert_eq!(server.json("POST", "/v1/request", Some(&body)).0, 429);
+    };
+    // `bob` 50 times, `carol` 30, then 100 distinct domains once each:
+    // the strangers churn through the summary's other counters (none
+    // passes 30), and none of them reaches /metrics.
+    for _ in 0..50 {
+        refuse("bob");
+    }
+    for _ in 0..30 {
+        refuse("carol");
+    }
+    for i in 0..100 {
+        refuse(&format!("stranger-{i}"));
+    }
+    let (status, text) = server.http("GET", "/metrics", None);
+    assert_eq!(status, 200);
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("tollgate_denied_top"))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            r#"tollgate_denied_top_rejected{namespace="default",resource="shut",rank="1"} 50"#,
+            r#"tollgate_denied_top_rejected{namespace="default",resource="shut",rank="2"} 30"#,
+            r#"tollgate_denied_top_domain{namespace="default",resource="shut",rank="1",domain="bob"} 1"#,
+            r#"tollgate_denied_top_domain{namespace="default",resource="shut",rank="2",domain="carol"} 1"#,
+        ],
+        "{text}"
+    );
+    assert_eq!(server.terminate().0, Some(0));
+
+    let off = Serving::start_config(&dir, &config, &[], &[]);
+    let body = r#"{"namespace":"default","resource":"shut","domain":"bob","hits":1}"#;
+    assert_eq!(off.json("POST", "/v1/request", Some(body)).0, 429);
+    let (_, text) = off.http("GET", "/metrics", None);
+    assert!(!text.contains("tollgate_denied_top"), "{text}");
+    assert_eq!(off.terminate().0, Some(0));
+}

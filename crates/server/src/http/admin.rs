@@ -152,14 +152,26 @@ pub(super) async fn admin_auth<S: Store>(
     resp
 }
 
-/// `GET /metrics`: Prometheus text format, when a recorder is installed.
+/// `GET /metrics`: Prometheus text format, when a recorder is installed;
+/// with `serve --denied-metrics-top K`, followed by the top K refused
+/// domains of each resource ([`crate::denied::write_metrics`]).
 pub(super) async fn metrics<S: Store>(State(http): State<Http<S>>) -> Response {
-    match http.app.metrics() {
-        Some(handle) => (
-            [(CONTENT_TYPE, "text/plain; version=0.0.4")],
-            handle.render(),
-        )
-            .into_response(),
+    let app = &http.app;
+    match app.metrics() {
+        Some(handle) => {
+            let mut text = handle.render();
+            let top = app.denied_metrics_top();
+            if top > 0 {
+                if !text.is_empty() && !text.ends_with('\n') {
+                    text.push('\n');
+                }
+                // Every counter: `write_metrics` ranks them by their
+                // certain counts, not by what `top` sorts on.
+                let all = app.denied().top(app.now().as_u64(), usize::MAX);
+                crate::denied::write_metrics(&all, top, &mut text);
+            }
+            ([(CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+        }
         None => ApiError::new(
             StatusCode::NOT_FOUND,
             Code::NotFound,

@@ -35,7 +35,9 @@ const MAX_LEASE_MS: u64 = 24 * 60 * 60 * 1000;
 
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
 
-/// `POST /v1/request`: 200 when granted, 429 with `Retry-After` when not.
+/// `POST /v1/request`: 200 when granted, 429 with `Retry-After` when not;
+/// either with the RateLimit headers of `serve --http-ratelimit-headers`
+/// ([`super::headers`]).
 ///
 /// Served before the router (`super::direct_request`), so it reads its
 /// own body and headers rather than through axum's extractors.
@@ -61,11 +63,15 @@ async fn decide<S: Store>(
     let answer = native::rate(&http.app, "http", req, caller)
         .await
         .map_err(|e| ApiError::service(&e))?;
+    let form = http.app.rate_headers();
     if answer.allowed {
-        return Ok(rate_json(StatusCode::OK, &answer));
+        let mut response = rate_json(StatusCode::OK, &answer);
+        form.write(&answer, response.headers_mut());
+        return Ok(response);
     }
     let retry = answer.retry_after_ns;
     let mut response = rate_json(StatusCode::TOO_MANY_REQUESTS, &answer);
+    form.write(&answer, response.headers_mut());
     // Whole seconds, rounded up: retrying at the rounded-down second would
     // be rejected again.
     if let Some(ns) = retry.filter(|&ns| ns > 0) {

@@ -15,6 +15,7 @@
 mod admin;
 mod api;
 mod body;
+pub mod headers;
 
 use std::sync::Arc;
 
@@ -28,6 +29,7 @@ use crate::app::App;
 use crate::listen::http::Direct;
 
 pub use body::{body_timeout_response, error_response};
+pub use headers::RateHeaders;
 
 /// What every handler shares.
 struct Http<S> {

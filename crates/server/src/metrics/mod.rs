@@ -6,18 +6,32 @@ pub use metrics_exporter_prometheus::PrometheusHandle;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
 mod handles;
+mod near;
+
+pub use near::{NearLimitRatio, NearLimitRatioError};
 
 /// Decisions, by `surface`, `namespace`, `resource` and `outcome`
 /// (`granted` / `rejected` / `error`).
 pub const DECISIONS: &str = "tollgate_decisions_total";
 /// Hits granted, by `namespace` and `resource`.
 pub const HITS: &str = "tollgate_hits_granted_total";
-/// Grants that left at most a tenth of the limit (`remaining ≤ limit /
-/// 10`), by `surface`, `namespace` and `resource` (native API).
+/// Grants that left more than the near-limit ratio of the limit used
+/// (`limit - remaining > floor(limit × ratio)`, [`NearLimitRatio`]), by
+/// `surface`, `namespace` and `resource`, on every surface.
 pub const NEAR_LIMIT: &str = "tollgate_near_limit_total";
 /// Refusals not counted in `GET /v1/denied` because its summary already
 /// held [`crate::denied::MAX_RESOURCES`] resources in the window.
 pub const DENIED_UNCOUNTED: &str = "tollgate_denied_uncounted_total";
+/// The rejections counted for the domain at each `rank` of a resource's
+/// most refused (`serve --denied-metrics-top`), by `namespace`,
+/// `resource` and `rank`: written at each scrape from
+/// [`crate::denied`]'s summaries, never registered, so the series are
+/// bounded by ranks × resources ([`crate::denied::write_metrics`]).
+pub const DENIED_TOP_REJECTED: &str = "tollgate_denied_top_rejected";
+/// 1 for the domain at each `rank` of a resource's most refused, with
+/// the domain as a label: the only series that name domains, as many as
+/// [`DENIED_TOP_REJECTED`]'s.
+pub const DENIED_TOP_DOMAIN: &str = "tollgate_denied_top_domain";
 /// Requests to admin endpoints (`/v1/denied`) refused for a missing or
 /// unknown bearer token, by `reason` (`no_token`, `unknown_token`).
 pub const ADMIN_AUTH_FAILURES: &str = "tollgate_admin_auth_failures_total";
@@ -122,7 +136,7 @@ fn describe() {
     );
     describe_counter!(
         NEAR_LIMIT,
-        "Grants that left at most a tenth of the limit, by surface, namespace and resource."
+        "Grants that left more of the limit used than the near-limit ratio, by surface, namespace and resource."
     );
     describe_histogram!(LATENCY, Unit::Seconds, "Time to decide, by surface.");
     describe_gauge!(
@@ -180,7 +194,7 @@ pub fn rate_decision(
 /// The label of names the config does not know.
 const UNCONFIGURED: &str = "_unconfigured";
 
-/// Records a grant that left at most a tenth of its limit, for a
+/// Records a grant near its limit ([`NearLimitRatio::is_near`]), for a
 /// configured resource (names are labels only then, as for decisions).
 pub fn near_limit(surface: &'static str, namespace: &str, resource: &str) {
     handles::with(surface, namespace, resource, |h| {

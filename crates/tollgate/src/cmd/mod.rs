@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod answers;
 pub mod bench;
 pub mod check_config;
 pub mod client;

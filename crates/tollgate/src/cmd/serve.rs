@@ -164,6 +164,10 @@ pub struct ServeArgs {
     /// without it those endpoints are off. Tokens are never logged.
     #[arg(long, env = "TOLLGATE_ADMIN_TOKENS_FILE")]
     pub admin_tokens_file: Option<PathBuf>,
+    /// RateLimit headers of HTTP answers, the near-limit ratio, and the
+    /// most refused domains on /metrics.
+    #[command(flatten)]
+    pub answers: super::answers::ServeAnswerArgs,
     /// Add RateLimit-Limit/Remaining/Reset headers to Envoy RLS answers.
     #[arg(long, env = "TOLLGATE_RLS_RESPONSE_HEADERS")]
     pub rls_response_headers: bool,
@@ -972,6 +976,7 @@ async fn serve_with<S: Store>(
             max_in_flight: args.max_copy_ops_in_flight.max(1),
         })
         .clock(clock);
+    app = args.answers.apply(app);
     if let Some(path) = &args.admin_tokens_file {
         app = app.admin_tokens(admin_tokens(path)?);
     }

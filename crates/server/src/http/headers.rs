@@ -1,0 +1,322 @@
+//! RateLimit response headers on `POST /v1/request` answers
+//! (`serve --http-ratelimit-headers`), describing the limit the answer's
+//! `limit` and `remaining` describe.
+//!
+//! Two forms, as clients read them today:
+//!
+//! - [`RateHeaders::Ietf`]: the structured fields of the IETF httpapi
+//!   draft "RateLimit header fields for HTTP" (draft-ietf-httpapi-ratelimit-headers-08
+//!   and later): `RateLimit-Policy: "default";q=LIMIT` and
+//!   `RateLimit: "default";r=REMAINING;t=RESET`;
+//! - [`RateHeaders::Legacy`]: the three fields of the earlier drafts, the
+//!   names envoyproxy/ratelimit writes by default
+//!   (`RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`).
+//!
+//! The numbers are the answer body's: `limit`, `remaining` (0 on a
+//! refusal, as envoyproxy/ratelimit says for a descriptor over its
+//! limit), and `reset_after_ns` in whole seconds rounded up, left out
+//! where it is not the named limit's own reset (`burst_tiers`, and a
+//! resource with a hard or global limit: see [`RateHeaders::write`]). An answer without a limit (an unconfigured
+//! resource of a namespace that allows them, an `unlimited` resource)
+//! gets no header at all rather than a made-up one; a `deny` resource
+//! (limit 0) gets its limit and remaining but no reset, since nothing
+//! ever resets it.
+//!
+//! This is on the request path of every rate request, so the names are
+//! statics (inserting one clones a static string: no allocation), the numbers are written with `itoa` into a stack buffer,
+//! and the only allocation is the header value itself.
+
+use std::str::FromStr;
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use tollgate_proto::v1;
+
+/// `RateLimit-Policy` (IETF draft, structured).
+pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit` (IETF draft, structured).
+pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `RateLimit-Limit` (earlier drafts; envoyproxy/ratelimit's default name).
+pub static RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
+/// `RateLimit-Remaining` (earlier drafts).
+pub static RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
+/// `RateLimit-Reset` (earlier drafts): seconds, not a date.
+pub static RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
+
+/// The largest integer a structured field may carry (RFC 8941 §3.3.1):
+/// larger numbers are written as this.
+pub const MAX_SF_INTEGER: u64 = 999_999_999_999_999;
+
+/// The policy's name in the structured fields: a resource has one policy
+/// today, and the draft's own example for a single policy names it so.
+const POLICY: &[u8] = b"\"default\"";
+
+const NANOS_PER_SECOND: u64 = 1_000_000_000;
+
+/// Which RateLimit headers `POST /v1/request` answers carry.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RateHeaders {
+    /// None (the default): answers as before the flag existed.
+    #[default]
+    Off,
+    /// `RateLimit-Policy` and `RateLimit`, the IETF draft's structured
+    /// fields.
+    Ietf,
+    /// `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset`.
+    Legacy,
+}
+
+/// A `--http-ratelimit-headers` value that is not one of the forms.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a RateLimit header form: use `off`, `ietf` or `legacy`")]
+pub struct UnknownRateHeaders(pub String);
+
+impl RateHeaders {
+    /// The form's name, as the flag takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RateHeaders::Off => "off",
+            RateHeaders::Ietf => "ietf",
+            RateHeaders::Legacy => "legacy",
+        }
+    }
+
+    /// Adds this form's headers for `answer` to `headers` (nothing when
+    /// off, or when the answer has no limit).
+    pub fn write(self, answer: &v1::RateResponse, headers: &mut HeaderMap) {
+        if self == RateHeaders::Off || answer.unconfigured || answer.limit == u64::MAX {
+            return;
+        }
+        let limit = answer.limit.min(MAX_SF_INTEGER);
+        // Refused: 0, as envoyproxy/ratelimit says for a descriptor over
+        // its limit, and as clients that back off at 0 expect; the body
+        // keeps what a smaller request could still take.
+        let remaining = if answer.allowed {
+            answer.remaining.min(MAX_SF_INTEGER)
+        } else {
+            0
+        };
+        // The reset must be the named limit's own. The body's
+        // `reset_after_ns` is when *every* limit of the resource is clear,
+        // which is that only when the resource has one limit with one
+        // period: a `burst_tiers` answer names one tier (or the hard or
+        // global limit) but resets when every tier's active period ends,
+        // and a hard or global limit beside the algorithm's makes the
+        // named limit whichever has the least left. Then no reset is
+        // written (the draft makes it optional) rather than a wrong one;
+        // a 429's `Retry-After` still says when to retry. A limit of 0
+        // (`deny`) never resets to anything.
+        let single = answer.algorithm != "burst_tiers"
+            && answer.hard_limit.is_none()
+            && answer.global_limit.is_none();
+        let reset = (answer.limit > 0 && single).then(|| {
+            answer
+                .reset_after_ns
+                .div_ceil(NANOS_PER_SECOND)
+                .min(MAX_SF_INTEGER)
+        });
+        match self {
+            RateHeaders::Off => {}
+            RateHeaders::Legacy => {
+                headers.insert(&RATELIMIT_LIMIT, HeaderValue::from(limit));
+                headers.insert(&RATELIMIT_REMAINING, HeaderValue::from(remaining));
+                if let Some(reset) = reset {
+                    headers.insert(&RATELIMIT_RESET, HeaderValue::from(reset));
+                }
+            }
+            RateHeaders::Ietf => {
+                let mut buf = Field::default();
+                buf.push(POLICY);
+                buf.param(b";q=", limit);
+                if let Some(v) = buf.value() {
+                    headers.insert(&RATELIMIT_POLICY, v);
+                }
+                let mut buf = Field::default();
+                buf.push(POLICY);
+                buf.param(b";r=", remaining);
+                if let Some(reset) = reset {
+                    buf.param(b";t=", reset);
+                }
+                if let Some(v) = buf.value() {
+                    headers.insert(&RATELIMIT, v);
+                }
+            }
+        }
+    }
+}
+
+impl FromStr for RateHeaders {
+    type Err = UnknownRateHeaders;
+
+    fn from_str(s: &str) -> Result<RateHeaders, UnknownRateHeaders> {
+        // Any case: `IETF` in an env file means the same.
+        [RateHeaders::Off, RateHeaders::Ietf, RateHeaders::Legacy]
+            .into_iter()
+            .find(|form| form.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| UnknownRateHeaders(s.chars().take(64).collect()))
+    }
+}
+
+impl std::fmt::Display for RateHeaders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A structured field's bytes, on the stack: `"default"` and at most two
+/// parameters of at most 15 digits each fit with room to spare.
+struct Field {
+    bytes: [u8; 64],
+    len: usize,
+}
+
+impl Default for Field {
+    fn default() -> Field {
+        Field {
+            bytes: [0; 64],
+            len: 0,
+        }
+    }
+}
+
+impl Field {
+    fn push(&mut self, part: &[u8]) {
+        let end = self.len + part.len();
+        if let Some(slot) = self.bytes.get_mut(self.len..end) {
+            slot.copy_from_slice(part);
+            self.len = end;
+        }
+    }
+
+    fn param(&mut self, key: &[u8], n: u64) {
+        self.push(key);
+        self.push(itoa::Buffer::new().format(n).as_bytes());
+    }
+
+    /// The header value (only ASCII digits, quotes, letters, `;` and
+    /// `=` are ever written, so it is always valid).
+    fn value(&self) -> Option<HeaderValue> {
+        HeaderValue::from_bytes(&self.bytes[..self.len]).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn answer(limit: u64, remaining: u64, reset_after_ns: u64) -> v1::RateResponse {
+        v1::RateResponse {
+            allowed: true,
+            granted: 1,
+            limit,
+            remaining,
+            reset_after_ns,
+            ..v1::RateResponse::default()
+        }
+    }
+
+    fn written(form: RateHeaders, a: &v1::RateResponse) -> Vec<(String, String)> {
+        let mut h = HeaderMap::new();
+        form.write(a, &mut h);
+        let mut out: Vec<(String, String)> = h
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_owned()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+        p.iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn each_form_writes_the_answers_numbers_with_reset_rounded_up() {
+        let a = answer(100, 99, 100_000_000);
+        assert_eq!(
+            written(RateHeaders::Ietf, &a),
+            pairs(&[
+                ("ratelimit", "\"default\";r=99;t=1"),
+                ("ratelimit-policy", "\"default\";q=100"),
+            ])
+        );
+        assert_eq!(
+            written(RateHeaders::Legacy, &a),
+            pairs(&[
+                ("ratelimit-limit", "100"),
+                ("ratelimit-remaining", "99"),
+                ("ratelimit-reset", "1"),
+            ])
+        );
+        assert!(written(RateHeaders::Off, &a).is_empty());
+        // Whole seconds stay whole; a fresh state resets in 0.
+        let exact = answer(5, 0, 10_000_000_000);
+        assert_eq!(
+            written(RateHeaders::Legacy, &exact)[2],
+            ("ratelimit-reset".to_owned(), "10".to_owned())
+        );
+        let fresh = answer(5, 5, 0);
+        assert_eq!(
+            written(RateHeaders::Ietf, &fresh)[0],
+            ("ratelimit".to_owned(), "\"default\";r=5;t=0".to_owned())
+        );
+    }
+
+    #[test]
+    fn no_limit_no_header_and_deny_has_no_reset() {
+        let mut unconfigured = answer(u64::MAX, u64::MAX, 0);
+        assert!(written(RateHeaders::Ietf, &unconfigured).is_empty());
+        assert!(written(RateHeaders::Legacy, &unconfigured).is_empty());
+        unconfigured.unconfigured = true;
+        unconfigured.limit = 7;
+        assert!(written(RateHeaders::Legacy, &unconfigured).is_empty());
+        let mut deny = answer(0, 0, 0);
+        deny.allowed = false;
+        deny.retry_after_ns = None;
+        assert_eq!(
+            written(RateHeaders::Ietf, &deny),
+            pairs(&[
+                ("ratelimit", "\"default\";r=0"),
+                ("ratelimit-policy", "\"default\";q=0"),
+            ])
+        );
+        assert_eq!(
+            written(RateHeaders::Legacy, &deny),
+            pairs(&[("ratelimit-limit", "0"), ("ratelimit-remaining", "0")])
+        );
+    }
+
+    #[test]
+    fn numbers_past_a_structured_integer_are_capped() {
+        // u64::MAX ns is 18,446,744,074 s: within the bound, as written.
+        let huge = answer(u64::MAX - 1, u64::MAX - 2, u64::MAX);
+        assert_eq!(
+            written(RateHeaders::Ietf, &huge),
+            pairs(&[
+                ("ratelimit", "\"default\";r=999999999999999;t=18446744074"),
+                ("ratelimit-policy", "\"default\";q=999999999999999"),
+            ])
+        );
+    }
+
+    #[test]
+    fn forms_parse_by_name_and_refuse_others() {
+        for form in [RateHeaders::Off, RateHeaders::Ietf, RateHeaders::Legacy] {
+            assert_eq!(form.as_str().parse::<RateHeaders>(), Ok(form));
+            let upper = form.as_str().to_ascii_uppercase();
+            assert_eq!(upper.parse::<RateHeaders>(), Ok(form));
+        }
+        assert_eq!("Legacy".parse::<RateHeaders>(), Ok(RateHeaders::Legacy));
+        let e = "draft".parse::<RateHeaders>().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "`draft` is not a RateLimit header form: use `off`, `ietf` or `legacy`"
+        );
+        let long = "x".repeat(10_000).parse::<RateHeaders>().unwrap_err();
+        assert!(long.to_string().len() < 200);
+    }
+}
