@@ -63,7 +63,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::ConnectionLike;
 use redis::{Cmd, RedisError, RedisResult, Value};
 use smallvec::SmallVec;
 use tokio::sync::{mpsc, oneshot};
@@ -72,6 +72,7 @@ use tokio::time::Instant;
 use tollgate_core::{Hits, Limit, Mode, Nanos, PlanDecision};
 use tollgate_store::{Key, Plan, StoreError};
 
+use crate::conn::Link;
 use crate::params;
 use crate::reply;
 
@@ -312,7 +313,7 @@ impl Batcher {
     /// connection on which Redis answers nothing for `timeout` fails what
     /// it carries.
     pub(crate) fn start(
-        managers: Vec<ConnectionManager>,
+        managers: Vec<Link>,
         encoder: Arc<Encoder>,
         timeout: Duration,
         max_waiting: usize,
@@ -384,7 +385,7 @@ struct InFlight {
 }
 
 async fn drive(
-    conn: ConnectionManager,
+    conn: Link,
     encoder: Arc<Encoder>,
     mut rx: mpsc::Receiver<Job>,
     timeout: Duration,
@@ -415,7 +416,9 @@ async fn drive(
             let cmd = encoder.command(jobs.iter().map(|j| (&j.plan, &j.ask)));
             next_id += 1;
             let id = next_id;
-            let mut c = conn.clone();
+            // The link's connection now: after a failover (Sentinel),
+            // the new master's.
+            let mut c = conn.get();
             let sent_at = std::time::Instant::now();
             calls.spawn(async move { (id, send(&mut c, &cmd).await) });
             flight.push_back(InFlight {
@@ -612,7 +615,7 @@ mod silence {
         // Loads the script: each call below is one EVALSHA.
         assert!(ask(0).await.unwrap().allowed);
         // The driver's connection (the store has one).
-        let mut conn = store.conn.managers().remove(0);
+        let mut conn = store.conn.links().remove(0).get();
         server.pause();
         let unread = server.unread_bytes();
         let first = tokio::spawn(ask(1));

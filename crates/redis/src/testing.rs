@@ -585,3 +585,222 @@ fn raw(port: u16, cmd: &str) -> String {
 fn ping(port: u16) -> bool {
     raw(port, "PING") == "+PONG"
 }
+
+/// A sentinel process of the test's own (`redis-server FILE --sentinel`),
+/// killed when dropped.
+struct SentinelProcess {
+    /// Declared first, so the process is killed before its directory is
+    /// removed.
+    _child: KillOnDrop,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+/// A master, one replica of it and three sentinels watching it under
+/// [`RedisSentinels::MASTER`] (quorum 2), each a process of the test's own
+/// on free loopback ports. Dropping it kills them all.
+pub struct RedisSentinels {
+    /// The two data servers: the first starts as the master, the second
+    /// as its replica.
+    pub servers: Vec<RedisServer>,
+    sentinels: Vec<SentinelProcess>,
+}
+
+impl RedisSentinels {
+    /// The name the sentinels know the master by.
+    pub const MASTER: &'static str = "tollgate-test";
+
+    /// Starts the master, its replica (waiting until it is in sync) and
+    /// three sentinels, and waits until every sentinel knows the master,
+    /// the replica and the two other sentinels: from then on a
+    /// [`RedisSentinels::failover`] can be forced and every sentinel
+    /// learns its outcome.
+    pub fn start() -> RedisSentinels {
+        let master = RedisServer::start();
+        let port = master.port.to_string();
+        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+        tollgate_testing::eventually("the replica syncs", Duration::from_secs(30), || {
+            let info = replica.client().text(&["INFO", "replication"]);
+            if info.contains("master_link_status:up") {
+                Ok(())
+            } else {
+                Err(info)
+            }
+        });
+        let sentinels = (0..3).map(|_| start_sentinel(master.port)).collect();
+        let s = RedisSentinels {
+            servers: vec![master, replica],
+            sentinels,
+        };
+        tollgate_testing::eventually("the sentinels settle", Duration::from_secs(60), || {
+            for p in &s.sentinels {
+                let mut c = sentinel_connection(p.port);
+                let replicas: Vec<std::collections::HashMap<String, String>> =
+                    redis::cmd("SENTINEL")
+                        .arg("replicas")
+                        .arg(Self::MASTER)
+                        .query(&mut c)
+                        .map_err(|e| e.to_string())?;
+                let good = replicas.iter().any(|r| {
+                    r.get("flags").is_some_and(|f| f == "slave")
+                        && r.get("master-link-status").is_some_and(|l| l == "ok")
+                });
+                let others: Vec<std::collections::HashMap<String, String>> =
+                    redis::cmd("SENTINEL")
+                        .arg("sentinels")
+                        .arg(Self::MASTER)
+                        .query(&mut c)
+                        .map_err(|e| e.to_string())?;
+                if !good || others.len() < 2 {
+                    return Err(format!(
+                        "sentinel {}: replicas {replicas:?}, {} other sentinels",
+                        p.port,
+                        others.len()
+                    ));
+                }
+            }
+            Ok(())
+        });
+        s
+    }
+
+    /// `redis-sentinel://127.0.0.1:A,127.0.0.1:B,127.0.0.1:C/tollgate-test`.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect();
+        format!("redis-sentinel://{}/{}", hosts.join(","), Self::MASTER)
+    }
+
+    /// The port of the master as the first sentinel names it.
+    pub fn master_port(&self) -> u16 {
+        master_addr(self.sentinels[0].port).expect("the sentinel names a master")
+    }
+
+    /// The data server listening on `port`.
+    pub fn server(&self, port: u16) -> &RedisServer {
+        self.servers
+            .iter()
+            .find(|s| s.port == port)
+            .expect("one of the test's servers")
+    }
+
+    /// Waits until the master has passed every write it took to its
+    /// replica (`WAIT 1`), so that a failover loses nothing.
+    pub fn sync_replica(&self) {
+        let mut c = self.server(self.master_port()).connection();
+        let acked: i64 = redis::cmd("WAIT").arg(1).arg(30_000).query(&mut c).unwrap();
+        assert_eq!(acked, 1, "the replica did not acknowledge the writes");
+    }
+
+    /// Forces a failover (`SENTINEL FAILOVER`, asked of the first
+    /// sentinel until it accepts) and waits until every sentinel names
+    /// the replica as master, it says it is one (`ROLE`) and the old
+    /// master says it is a replica now. Returns the new master's port.
+    pub fn failover(&self) -> u16 {
+        let old = self.master_port();
+        let new = self
+            .servers
+            .iter()
+            .map(|s| s.port)
+            .find(|&p| p != old)
+            .unwrap();
+        tollgate_testing::eventually("the failover starts", Duration::from_secs(30), || {
+            let mut c = sentinel_connection(self.sentinels[0].port);
+            redis::cmd("SENTINEL")
+                .arg("FAILOVER")
+                .arg(Self::MASTER)
+                .query::<String>(&mut c)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        });
+        tollgate_testing::eventually("the failover completes", Duration::from_secs(60), || {
+            for p in &self.sentinels {
+                let named = master_addr(p.port);
+                if named != Some(new) {
+                    return Err(format!("sentinel {} names {named:?}", p.port));
+                }
+            }
+            for (port, want) in [(new, "master"), (old, "slave")] {
+                let role = role(&mut self.server(port).connection());
+                if role != want {
+                    return Err(format!("{port} is {role}, not {want} yet"));
+                }
+            }
+            Ok(())
+        });
+        new
+    }
+}
+
+/// Starts a sentinel watching the master on `master_port`, with timeouts
+/// short enough for a test.
+fn start_sentinel(master_port: u16) -> SentinelProcess {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let name = RedisSentinels::MASTER;
+    let conf = dir.path().join("sentinel.conf");
+    // The sentinel rewrites its file as it learns: it must be writable.
+    std::fs::write(
+        &conf,
+        format!(
+            "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {dir}/sentinel.log\n\
+             sentinel monitor {name} 127.0.0.1 {master_port} 2\n\
+             sentinel down-after-milliseconds {name} 2000\n\
+             sentinel failover-timeout {name} 10000\n\
+             sentinel parallel-syncs {name} 1\n",
+            dir = dir.path().display()
+        ),
+    )
+    .unwrap();
+    let mut child = KillOnDrop::spawn(
+        Command::new(redis_server_binary())
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    )
+    .expect("start redis-server --sentinel");
+    let ready = tollgate_testing::wait_ready(&mut child, Duration::from_secs(10), || ping(port));
+    if let Err(why) = ready {
+        let log = std::fs::read_to_string(dir.path().join("sentinel.log")).unwrap_or_default();
+        panic!("sentinel on port {port} did not start ({why}); its log:\n{log}");
+    }
+    SentinelProcess {
+        _child: child,
+        port,
+        _dir: dir,
+    }
+}
+
+fn sentinel_connection(port: u16) -> redis::Connection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .unwrap()
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .unwrap()
+}
+
+/// The master's port as the sentinel on `port` names it.
+fn master_addr(port: u16) -> Option<u16> {
+    let mut c = sentinel_connection(port);
+    let addr: Option<(String, String)> = redis::cmd("SENTINEL")
+        .arg("get-master-addr-by-name")
+        .arg(RedisSentinels::MASTER)
+        .query(&mut c)
+        .ok()?;
+    addr.and_then(|(_, p)| p.parse().ok())
+}
+
+/// `master` or `slave`: the first word of `ROLE`.
+fn role(c: &mut redis::Connection) -> String {
+    let v: redis::Value = redis::cmd("ROLE").query(c).unwrap();
+    match v {
+        redis::Value::Array(items) => match items.first() {
+            Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+            other => format!("{other:?}"),
+        },
+        other => format!("{other:?}"),
+    }
+}

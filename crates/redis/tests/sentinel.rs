@@ -1,0 +1,140 @@
+//! Redis Sentinel (issue 18, item 8): the store asks the sentinels for the
+//! master, and follows a failover to the new master without a restart.
+//! Real processes: a master, its replica and three sentinels
+//! (`RedisSentinels` in `tollgate_redis::testing`), the failover forced
+//! with `SENTINEL FAILOVER`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{holds, reserve_as, unique_prefix};
+use tollgate_core::algorithms::gcra::Gcra;
+use tollgate_core::copies::CopyLimits;
+use tollgate_core::{Hits, Limit, Mode, Nanos, Rate};
+use tollgate_redis::testing::RedisSentinels;
+use tollgate_redis::{RedisOptions, RedisStore};
+use tollgate_store::{Held, Key, LimitId, OpId, Plan, PoolKey, Store};
+
+/// A GCRA limit of `n` at once, then one an hour, for `scope`.
+fn plan(scope: &str, n: u64) -> Plan {
+    let rate = Rate::new(1, Nanos::from_millis(3_600_000)).unwrap();
+    let limit = Arc::new(Limit::Gcra(Gcra::new(rate, n).unwrap()));
+    Plan::single(Key::new(LimitId(1), scope), limit)
+}
+
+async fn allowed(s: &RedisStore, plan: &Plan) -> bool {
+    s.decide(plan, Nanos::ZERO, Hits::exactly(1), Mode::Try)
+        .await
+        .unwrap()
+        .allowed
+}
+
+/// Decisions and holds before a failover go on after it, on the new
+/// master, with no restart of the store: the store moves its connections
+/// when the sentinels name the new master, keeps the limit states and
+/// holds the replica had, and drops its over-limit cache (a key Redis
+/// lost is Redis's to answer again at once, not after the entry's hour).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_follows_a_forced_failover_to_the_new_master() {
+    let sentinels = RedisSentinels::start();
+    let old = sentinels.master_port();
+    let prefix = unique_prefix();
+    let mut o = RedisOptions::new(sentinels.url());
+    o.prefix = prefix.clone();
+    o.connect.response_timeout = Duration::from_secs(5);
+    o.heartbeat_ttl = Duration::from_secs(3);
+    // Entries live an hour: only a cleared cache lets Redis answer a
+    // rejected key again within this test.
+    o.rejection_cache_max_age = Duration::from_secs(3600);
+    let s = RedisStore::connect(o).await.unwrap();
+    assert_eq!(s.master(), Some(format!("127.0.0.1:{old}")));
+    let monitor = tokio::spawn({
+        let s = s.clone();
+        async move { s.monitor(Duration::from_millis(100)).await }
+    });
+    let beating = tokio::spawn({
+        let s = s.clone();
+        async move { s.heartbeat().await }
+    });
+
+    // Before: two of acme's three, hot's one and its rejection (cached),
+    // three copies of five held.
+    let acme = plan("acme", 3);
+    let hot = plan("hot", 1);
+    assert!(allowed(&s, &acme).await);
+    assert!(allowed(&s, &acme).await);
+    assert!(allowed(&s, &hot).await);
+    assert!(!allowed(&s, &hot).await);
+    assert_eq!(s.cache_stats().entries, 1);
+    let pool = PoolKey::new("ns", "sandbox");
+    let limits = CopyLimits::new(5, None);
+    let r = reserve_as(&s, &pool, &limits, "acme", Hits::exactly(3))
+        .await
+        .unwrap();
+    assert_eq!(r.granted, 3);
+    sentinels.sync_replica();
+
+    let new = sentinels.failover();
+    let calls = sentinels.server(new).evalsha_calls();
+    // Polled with a bound far above the monitor's period (a bound on a
+    // hung test): the store follows by itself.
+    common::eventually(Duration::from_secs(30), || {
+        let s = s.clone();
+        async move { s.master() == Some(format!("127.0.0.1:{new}")) }
+    })
+    .await;
+    assert_eq!(s.master_changes(), 1);
+    assert_eq!(s.cache_stats().entries, 0, "the cache was not cleared");
+
+    // After, on the new master: acme's third is granted and its fourth
+    // refused (the state came over with the replica).
+    assert!(allowed(&s, &acme).await);
+    assert!(!allowed(&s, &acme).await);
+    assert!(
+        sentinels.server(new).evalsha_calls() > calls,
+        "the decisions did not reach the new master"
+    );
+    // The holds taken before still count: two more copies of five, not
+    // three; and they are released as usual.
+    assert_eq!(holds(&s, &pool, "acme").await, (3, 3));
+    let more = reserve_as(&s, &pool, &limits, "acme", Hits::between(1, 3))
+        .await
+        .unwrap();
+    assert_eq!(more.granted, 2);
+    s.release(
+        Held {
+            pool: &pool,
+            domain: "acme",
+            groups: &r.groups,
+            copies: 5,
+        },
+        OpId::random(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(holds(&s, &pool, "acme").await, (0, 0));
+
+    // A key the new master lost (as a promoted replica that lagged would
+    // have): with the cache cleared, Redis's own answer comes at once.
+    let mut c = sentinels.server(new).client();
+    let lost: Vec<String> = c
+        .scan(&format!("{prefix}*"))
+        .into_iter()
+        .filter(|k| k.ends_with(":hot"))
+        .collect();
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    c.text(&["DEL", &lost[0]]);
+    assert!(allowed(&s, &hot).await, "answered from a stale cache entry");
+
+    // The old master is a replica now, and refuses writes: every answer
+    // above came from the new one.
+    let mut old_c = sentinels.server(old).connection();
+    let refused = redis::cmd("SET").arg("x").arg("1").query::<()>(&mut old_c);
+    assert!(refused.is_err_and(|e| e.to_string().contains("READONLY")));
+    monitor.abort();
+    beating.abort();
+}
