@@ -384,12 +384,7 @@ struct InFlight {
     jobs: Vec<Job>,
 }
 
-async fn drive(
-    conn: Link,
-    encoder: Arc<Encoder>,
-    mut rx: mpsc::Receiver<Job>,
-    timeout: Duration,
-) {
+async fn drive(conn: Link, encoder: Arc<Encoder>, mut rx: mpsc::Receiver<Job>, timeout: Duration) {
     let mut calls: JoinSet<(u64, RedisResult<Value>)> = JoinSet::new();
     let mut flight: VecDeque<InFlight> = VecDeque::with_capacity(DEPTH);
     let mut next_id = 0u64;

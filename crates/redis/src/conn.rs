@@ -117,7 +117,9 @@ impl SentinelTarget {
     fn parse(rest: &str, tls: bool) -> Result<SentinelTarget, String> {
         const FORM: &str = "the form is redis-sentinel://HOST:PORT,HOST:PORT/MASTER_NAME";
         if rest.contains(['?', '#']) {
-            return Err(format!("a sentinel URL takes no query or fragment ({FORM})"));
+            return Err(format!(
+                "a sentinel URL takes no query or fragment ({FORM})"
+            ));
         }
         // Credentials, if any, come before the first host and are the
         // master's, read as a redis:// URL reads them (percent-decoded).
@@ -160,7 +162,11 @@ impl SentinelTarget {
             None | Some("") => 0,
             Some(db) => match db.parse::<i64>() {
                 Ok(n) if n >= 0 => n,
-                _ => return Err(format!("bad database `{db}` after the master name: a number from 0 expected")),
+                _ => {
+                    return Err(format!(
+                        "bad database `{db}` after the master name: a number from 0 expected"
+                    ))
+                }
             },
         };
         let mut sentinels = Vec::new();
@@ -185,7 +191,11 @@ impl SentinelTarget {
 
     /// How errors and logs show it: no credentials.
     fn shown(&self) -> String {
-        let scheme = if self.tls { "rediss-sentinel" } else { "redis-sentinel" };
+        let scheme = if self.tls {
+            "rediss-sentinel"
+        } else {
+            "redis-sentinel"
+        };
         let hosts: Vec<String> = self
             .sentinels
             .iter()
@@ -568,7 +578,10 @@ impl Link {
     pub(crate) fn get(&self) -> ConnectionManager {
         // A poisoned lock still holds a whole connection: nothing panics
         // while holding it but a clone.
-        self.0.read().unwrap_or_else(PoisonError::into_inner).clone()
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     fn set(&self, m: ConnectionManager) {
@@ -731,10 +744,14 @@ impl Conn {
                 }
                 .map_err(connect_err)?;
                 let config = manager_config(options);
-                let managers =
-                    open_managers(&client, &config, options.connections, options.connect_timeout)
-                        .await
-                        .map_err(connect_err)?;
+                let managers = open_managers(
+                    &client,
+                    &config,
+                    options.connections,
+                    options.connect_timeout,
+                )
+                .await
+                .map_err(connect_err)?;
                 Ok(Conn::Single {
                     links: managers.into_iter().map(Link::new).collect(),
                     next: Arc::new(AtomicUsize::new(0)),
@@ -904,7 +921,12 @@ impl Conn {
         match self {
             Conn::Single {
                 master: Some(m), ..
-            } => Some(m.addr.lock().unwrap_or_else(PoisonError::into_inner).to_string()),
+            } => Some(
+                m.addr
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .to_string(),
+            ),
             _ => None,
         }
     }
@@ -1000,7 +1022,10 @@ mod tests {
         assert_eq!(s.password.as_deref(), Some("pw"));
         // Neither Debug nor errors show the password.
         assert!(!format!("{t:?}").contains("pw"), "{t:?}");
-        assert_eq!(t.shown(), "redis-sentinel://***@a:26380,b:26379,[::1]:7/mymaster");
+        assert_eq!(
+            t.shown(),
+            "redis-sentinel://***@a:26380,b:26379,[::1]:7/mymaster"
+        );
         let tls = RedisTarget::parse("rediss-sentinel://h:1/m").unwrap_or_else(|e| panic!("{e}"));
         assert!(tls.is_tls());
     }
@@ -1010,8 +1035,14 @@ mod tests {
         for (url, want) in [
             ("redis-sentinel://h:26379", "no master name"),
             ("redis-sentinel://h:26379/", "no master name"),
-            ("redis-sentinel:///mymaster", "no sentinels before the master name"),
-            ("redis-sentinel://,/mymaster", "no sentinels before the master name"),
+            (
+                "redis-sentinel:///mymaster",
+                "no sentinels before the master name",
+            ),
+            (
+                "redis-sentinel://,/mymaster",
+                "no sentinels before the master name",
+            ),
             (
                 "redis-sentinel://a:1,b:port/m",
                 "bad port `port` of sentinel `b:port`: a number from 1 to 65535",
@@ -1019,7 +1050,10 @@ mod tests {
             ("redis-sentinel://a:0/m", "bad port `0` of sentinel `a:0`"),
             ("redis-sentinel://a:70000/m", "bad port `70000`"),
             ("redis-sentinel://:1/m", "sentinel `:1` has no host"),
-            ("redis-sentinel://a/m/x", "bad database `x` after the master name"),
+            (
+                "redis-sentinel://a/m/x",
+                "bad database `x` after the master name",
+            ),
             ("redis-sentinel://a/m?x=1", "takes no query"),
         ] {
             let err = RedisTarget::parse(url)

@@ -645,12 +645,11 @@ impl RedisSentinels {
                     r.get("flags").is_some_and(|f| f == "slave")
                         && r.get("master-link-status").is_some_and(|l| l == "ok")
                 });
-                let others: Vec<std::collections::HashMap<String, String>> =
-                    redis::cmd("SENTINEL")
-                        .arg("sentinels")
-                        .arg(Self::MASTER)
-                        .query(&mut c)
-                        .map_err(|e| e.to_string())?;
+                let others: Vec<std::collections::HashMap<String, String>> = redis::cmd("SENTINEL")
+                    .arg("sentinels")
+                    .arg(Self::MASTER)
+                    .query(&mut c)
+                    .map_err(|e| e.to_string())?;
                 if !good || others.len() < 2 {
                     return Err(format!(
                         "sentinel {}: replicas {replicas:?}, {} other sentinels",

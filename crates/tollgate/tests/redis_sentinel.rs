@@ -82,7 +82,10 @@ fn bad_sentinel_urls_are_clear_startup_errors() {
             "redis-sentinel://a:26379,b:http/mymaster",
             "bad port `http` of sentinel `b:http`: a number from 1 to 65535 expected",
         ),
-        (nobody.as_str(), "cannot connect to Redis at redis-sentinel://"),
+        (
+            nobody.as_str(),
+            "cannot connect to Redis at redis-sentinel://",
+        ),
     ] {
         let mut args = vec!["serve", "--config", "tollgate.yaml"];
         args.extend(FREE_PORTS);
