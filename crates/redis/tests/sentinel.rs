@@ -143,3 +143,55 @@ async fn the_store_follows_a_forced_failover_to_the_new_master() {
     monitor.abort();
     beating.abort();
 }
+
+/// A promoted replica may lack the master's last writes (replication is
+/// asynchronous). Here the new master lacks a pool's counts altogether
+/// (deleted before the store follows the failover, as a replica that
+/// lagged would lack them): following the failover counts this server's
+/// holds there again from its own record, before any other operation
+/// touches the pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_the_new_master_lacks_are_counted_again_when_the_store_follows() {
+    let sentinels = RedisSentinels::start();
+    let prefix = unique_prefix();
+    let mut o = RedisOptions::new(sentinels.url());
+    o.prefix = prefix.clone();
+    o.connect.response_timeout = Duration::from_secs(5);
+    let s = RedisStore::connect(o).await.unwrap();
+    let pool = PoolKey::new("ns", "sandbox");
+    let r = reserve_as(
+        &s,
+        &pool,
+        &CopyLimits::new(5, None),
+        "acme",
+        Hits::exactly(3),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.granted, 3);
+    sentinels.sync_replica();
+    // No monitor runs: the store follows only when told to, after the
+    // new master lost the pool.
+    let new = sentinels.failover();
+    let mut c = sentinels.server(new).client();
+    let pools: Vec<String> = c
+        .scan(&format!("{prefix}*"))
+        .into_iter()
+        .filter(|k| k.ends_with(":pool"))
+        .collect();
+    assert_eq!(pools.len(), 1, "{pools:?}");
+    c.text(&["DEL", &pools[0]]);
+    assert!(s.follow_master().await);
+    assert!(!s.follow_master().await, "the same master counted twice");
+    let global = |c: &mut tollgate_redis::testing::Client| {
+        c.hgetall(&pools[0])
+            .into_iter()
+            .find(|(f, _)| f == b"g")
+            .map(|(_, v)| String::from_utf8(v).unwrap())
+    };
+    common::eventually(Duration::from_secs(30), || {
+        let got = global(&mut c);
+        async move { got.as_deref() == Some("3") }
+    })
+    .await;
+}
