@@ -343,9 +343,23 @@ impl RedisStore {
         }
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Sentinels that cannot be asked are logged once, not every tick.
+        let mut failing = false;
         loop {
             tick.tick().await;
-            self.follow_master().await;
+            match self.try_follow().await {
+                Ok(_) if failing => {
+                    tracing::info!(url = %self.url, "the sentinels answer again");
+                    failing = false;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    if !failing {
+                        tracing::warn!(url = %self.url, error = %e, "cannot ask the sentinels for the master");
+                    }
+                    failing = true;
+                }
+            }
         }
     }
 
@@ -359,9 +373,17 @@ impl RedisStore {
     /// when the sentinels could not be asked (logged; the next call tries
     /// again).
     pub async fn follow_master(&self) -> bool {
-        match self.conn.follow_master().await {
-            Ok(None) => false,
-            Ok(Some(master)) => {
+        self.try_follow().await.unwrap_or_else(|e| {
+            tracing::warn!(url = %self.url, error = %e, "cannot ask the sentinels for the master");
+            false
+        })
+    }
+
+    /// [`RedisStore::follow_master`], with the sentinels' error.
+    async fn try_follow(&self) -> Result<bool, RedisError> {
+        match self.conn.follow_master().await? {
+            None => Ok(false),
+            Some(master) => {
                 metrics::counter!(MASTER_CHANGES_COUNTER).increment(1);
                 self.master_changes.fetch_add(1, Ordering::Relaxed);
                 // The promoted replica may lack the last writes the old
@@ -372,11 +394,7 @@ impl RedisStore {
                 tracing::warn!(url = %self.url, master = %master, server = %self.log.id, "the sentinels name a new master: connections moved there; the over-limit cache is cleared and this server's holds are counted again pool by pool");
                 let store = self.clone();
                 tokio::spawn(async move { store.recover().await });
-                true
-            }
-            Err(e) => {
-                tracing::warn!(url = %self.url, error = %e, "cannot ask the sentinels for the master");
-                false
+                Ok(true)
             }
         }
     }
