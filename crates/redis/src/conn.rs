@@ -28,7 +28,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -566,26 +566,54 @@ pub(crate) fn checked_tls(
 /// puts a connection to it in every link. Whoever sends a command takes
 /// the link's connection at that moment (a clone: the same multiplexed
 /// connection); commands already sent finish on the old one.
+///
+/// Each connection a link has held has a generation, counted from 0 and
+/// bumped by every switch, which a subscriber is told of
+/// ([`Link::subscribe`]): the decision driver fails its calls of an older
+/// generation when the link moves on (`batch.rs`), because an old master
+/// that died without closing its sockets (a crash, a partition, a frozen
+/// VM) would otherwise hold them, and the decisions queued behind them,
+/// until its TCP connection gives up (review of issue 18, finding 2).
 #[derive(Clone)]
-pub(crate) struct Link(Arc<RwLock<ConnectionManager>>);
+pub(crate) struct Link(Arc<tokio::sync::watch::Sender<Linked>>);
+
+/// What a [`Link`] holds: its connection now, and that connection's
+/// generation.
+#[derive(Clone)]
+pub(crate) struct Linked {
+    pub(crate) conn: ConnectionManager,
+    pub(crate) generation: u64,
+}
 
 impl Link {
     fn new(m: ConnectionManager) -> Link {
-        Link(Arc::new(RwLock::new(m)))
+        Link(Arc::new(tokio::sync::watch::Sender::new(Linked {
+            conn: m,
+            generation: 0,
+        })))
     }
 
     /// The connection to send on now.
     pub(crate) fn get(&self) -> ConnectionManager {
-        // A poisoned lock still holds a whole connection: nothing panics
-        // while holding it but a clone.
-        self.0
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.0.borrow().conn.clone()
     }
 
+    /// The connection to send on now, with its generation.
+    pub(crate) fn linked(&self) -> Linked {
+        self.0.borrow().clone()
+    }
+
+    /// A receiver that sees every switch of this link (`changed()`).
+    pub(crate) fn subscribe(&self) -> tokio::sync::watch::Receiver<Linked> {
+        self.0.subscribe()
+    }
+
+    /// Moves the link to `m`, a connection of the next generation.
     fn set(&self, m: ConnectionManager) {
-        *self.0.write().unwrap_or_else(PoisonError::into_inner) = m;
+        self.0.send_modify(|l| {
+            l.conn = m;
+            l.generation += 1;
+        });
     }
 }
 

@@ -592,6 +592,16 @@ impl RedisStore {
                 Err(e)
             }
             Err(Failure::Redis(e)) => Err(self.unavailable(e)),
+            Err(Failure::Switched) => {
+                // Not an outage: the store moved to a new master, which
+                // answers. Counted as a failed command.
+                metrics::counter!(ERRORS_COUNTER).increment(1);
+                Err(StoreError::Unavailable(format!(
+                    "the Redis master changed (a Sentinel failover) while this decision was in \
+                     flight ({}): the old master may or may not have counted it",
+                    self.url
+                )))
+            }
             Err(Failure::Overloaded(most)) => {
                 // An answer, not an outage (the store stays up): clients
                 // retry rather than fail open.

@@ -325,6 +325,71 @@ impl RedisServer {
         }
     }
 
+    /// Like [`RedisServer::unread_bytes`], counting only the connections
+    /// of this (the test's) process: a server that sentinels and a
+    /// replica talk to too gets their pings and acknowledgements besides
+    /// the test's commands (Linux: the sockets in `/proc/self/fd`, found
+    /// by inode in `/proc/net/tcp`).
+    pub fn unread_bytes_from_this_process(&self) -> u64 {
+        let mine: std::collections::HashSet<String> = std::fs::read_dir("/proc/self/fd")
+            .map(|dir| {
+                dir.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                    .filter_map(|l| {
+                        let l = l.to_string_lossy().into_owned();
+                        Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let port_of = |addr: &str| {
+            addr.rsplit_once(':')
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+        };
+        let mut rows = Vec::new();
+        for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            let Ok(text) = std::fs::read_to_string(table) else {
+                continue;
+            };
+            for line in text.lines().skip(1) {
+                let f: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+                if f.len() > 9 && f[3] == "01" {
+                    rows.push(f);
+                }
+            }
+        }
+        // This process's ends of connections to the server: their ports.
+        let ours: std::collections::HashSet<u16> = rows
+            .iter()
+            .filter(|f| mine.contains(&f[9]) && port_of(&f[2]) == Some(self.port))
+            .filter_map(|f| port_of(&f[1]))
+            .collect();
+        rows.iter()
+            .filter(|f| port_of(&f[1]) == Some(self.port))
+            .filter(|f| port_of(&f[2]).is_some_and(|p| ours.contains(&p)))
+            .filter_map(|f| f[4].split_once(':'))
+            .map(|(_, rx)| u64::from_str_radix(rx, 16).unwrap_or(0))
+            .sum()
+    }
+
+    /// Waits until more than `bytes` sent by this process are unread
+    /// ([`RedisServer::unread_bytes_from_this_process`]; a bound of 10 s
+    /// on a hung test), and returns how many are.
+    pub async fn await_unread_from_this_process_beyond(&self, bytes: u64) -> u64 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let now = self.unread_bytes_from_this_process();
+            if now > bytes {
+                return now;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "nothing more from this process reached redis-server on port {} ({now} bytes unread)",
+                self.port
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     /// Lets a paused process go on (SIGCONT).
     pub fn resume(&self) {
         self.signal("CONT");
@@ -715,18 +780,44 @@ impl RedisSentinels {
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         });
-        tollgate_testing::eventually("the failover completes", Duration::from_secs(60), || {
+        self.await_promotion(old);
+        tollgate_testing::eventually(
+            "the old master is a replica",
+            Duration::from_secs(60),
+            || {
+                let role = role(&mut self.server(old).connection());
+                if role != "slave" {
+                    return Err(format!("{old} is {role}, not a replica yet"));
+                }
+                Ok(())
+            },
+        );
+        new
+    }
+
+    /// Waits until the sentinels fail the master on `old` over by
+    /// themselves (it was paused or killed: [`RedisServer::pause`]): every
+    /// sentinel names the other server, and it says it is master
+    /// (`ROLE`). Returns the new master's port. The sentinels take their
+    /// `down-after-milliseconds` (2 s here) and an election: the bound is
+    /// generous.
+    pub fn await_promotion(&self, old: u16) -> u16 {
+        let new = self
+            .servers
+            .iter()
+            .map(|s| s.port)
+            .find(|&p| p != old)
+            .unwrap();
+        tollgate_testing::eventually("the failover completes", Duration::from_secs(90), || {
             for p in &self.sentinels {
                 let named = master_addr(p.port);
                 if named != Some(new) {
                     return Err(format!("sentinel {} names {named:?}", p.port));
                 }
             }
-            for (port, want) in [(new, "master"), (old, "slave")] {
-                let role = role(&mut self.server(port).connection());
-                if role != want {
-                    return Err(format!("{port} is {role}, not {want} yet"));
-                }
+            let role = role(&mut self.server(new).connection());
+            if role != "master" {
+                return Err(format!("{new} is {role}, not master yet"));
             }
             Ok(())
         });

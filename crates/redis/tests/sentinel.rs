@@ -195,3 +195,89 @@ async fn holds_the_new_master_lacks_are_counted_again_when_the_store_follows() {
     })
     .await;
 }
+
+/// Regression (review of issue 18, finding 2): the master dies without
+/// closing its sockets (a crash, a partition, a frozen VM; here SIGSTOP)
+/// and the sentinels fail it over by themselves. A decision sent to it
+/// just before is still in flight when the store follows the new master.
+/// Its driver kept it, so it held its decision until the old master's
+/// silence reached the response timeout (forever, while answers from the
+/// new master kept moving that deadline), and decisions queued behind it
+/// on the same connection waited for it and then failed with it, though
+/// the new master answered. Now the switch answers it at once, as a
+/// failure that says the old master may or may not have counted it (it
+/// is not sent again: it could count twice), and the next decision goes
+/// to the new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_in_flight_to_a_frozen_master_fails_at_the_switch_and_the_next_goes_to_the_new_one(
+) {
+    let sentinels = RedisSentinels::start();
+    let old = sentinels.master_port();
+    let mut o = RedisOptions::new(sentinels.url());
+    o.prefix = unique_prefix();
+    // One connection: the decision after the switch shares the driver of
+    // the one in flight.
+    o.connect.connections = 1;
+    // Far longer than the sentinels take to fail the master over (and
+    // than this test's bounds): the call sent to the frozen master is
+    // still silent, not timed out, when the store follows; only the
+    // switch can answer it.
+    o.connect.response_timeout = Duration::from_secs(600);
+    o.rejection_cache = 0;
+    let s = RedisStore::connect(o).await.unwrap();
+    let acme = plan("acme", 3);
+    // Loads the script on the old master: the call below is one EVALSHA.
+    assert!(allowed(&s, &acme).await);
+    sentinels.sync_replica();
+
+    sentinels.server(old).pause();
+    let before = sentinels.server(old).unread_bytes_from_this_process();
+    let stuck = tokio::spawn({
+        let s = s.clone();
+        let frozen = plan("frozen", 3);
+        async move {
+            s.decide(&frozen, Nanos::ZERO, Hits::exactly(1), Mode::Try)
+                .await
+        }
+    });
+    // The call reached the frozen master (unread there).
+    sentinels
+        .server(old)
+        .await_unread_from_this_process_beyond(before)
+        .await;
+    // No monitor runs: the store follows when told to, once the
+    // sentinels promoted the replica.
+    let new = sentinels.await_promotion(old);
+    let calls = sentinels.server(new).evalsha_calls();
+    assert!(s.follow_master().await);
+    assert_eq!(s.master(), Some(format!("127.0.0.1:{new}")));
+
+    // Before the fix this waited for the response timeout (600 s; the
+    // test's own bound fails first), then failed as a timeout.
+    let answer = tokio::time::timeout(Duration::from_secs(60), stuck)
+        .await
+        .expect("the decision in flight to the frozen master is still held")
+        .unwrap();
+    let err = answer.expect_err("the frozen master cannot have answered");
+    assert!(
+        err.to_string().contains(
+            "the Redis master changed (a Sentinel failover) while this decision was in flight"
+        ),
+        "{err}"
+    );
+    // The next decision, on the same driver, is the new master's: acme's
+    // second of three (the replica had the first).
+    let next = tokio::time::timeout(
+        Duration::from_secs(60),
+        s.decide(&acme, Nanos::ZERO, Hits::exactly(1), Mode::Try),
+    )
+    .await
+    .expect("a decision after the switch waits behind the old master's call");
+    assert!(next.unwrap().allowed);
+    assert!(allowed(&s, &acme).await);
+    assert!(!allowed(&s, &acme).await);
+    assert!(
+        sentinels.server(new).evalsha_calls() > calls,
+        "the decisions did not reach the new master"
+    );
+}
