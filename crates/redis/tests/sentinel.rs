@@ -281,3 +281,80 @@ async fn a_decision_in_flight_to_a_frozen_master_fails_at_the_switch_and_the_nex
         "the decisions did not reach the new master"
     );
 }
+
+/// Regression (review of issue 18, finding 1): a release the new master
+/// never saw (a replica that lagged) left the released copies counted
+/// there for good. The store counted its holds again only in pools where
+/// it still held something; here it holds nothing, so the pool was
+/// skipped, and other servers saw it short of three copies until this
+/// server next touched it. Now following the failover takes them away,
+/// before any operation touches the pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_released_before_a_failover_the_new_master_never_saw_are_taken_away() {
+    let sentinels = RedisSentinels::start();
+    let prefix = unique_prefix();
+    let mut o = RedisOptions::new(sentinels.url());
+    o.prefix = prefix.clone();
+    o.connect.response_timeout = Duration::from_secs(5);
+    let s = RedisStore::connect(o).await.unwrap();
+    let pool = PoolKey::new("ns", "sandbox");
+    let r = reserve_as(
+        &s,
+        &pool,
+        &CopyLimits::new(5, None),
+        "acme",
+        Hits::exactly(3),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.granted, 3);
+    let old = sentinels.master_port();
+    let mut c_old = sentinels.server(old).client();
+    let pools: Vec<String> = c_old
+        .scan(&format!("{prefix}*"))
+        .into_iter()
+        .filter(|k| k.ends_with(":pool"))
+        .collect();
+    assert_eq!(pools.len(), 1, "{pools:?}");
+    let held = c_old.dump(&pools[0]);
+    s.release(
+        Held {
+            pool: &pool,
+            domain: "acme",
+            groups: &r.groups,
+            copies: 3,
+        },
+        OpId::random(),
+    )
+    .await
+    .unwrap();
+    sentinels.sync_replica();
+    // No monitor runs: the store follows only when told to, after the
+    // new master went back to the pool as it was before the release.
+    let new = sentinels.failover();
+    let mut c = sentinels.server(new).client();
+    c.restore(&pools[0], &held);
+    let counts = |c: &mut tollgate_redis::testing::Client| {
+        c.hgetall(&pools[0])
+            .into_iter()
+            .map(|(f, v)| {
+                String::from_utf8_lossy(&f).into_owned() + "=" + &String::from_utf8_lossy(&v)
+            })
+            .filter(|f| {
+                f.starts_with("g=")
+                    || f.starts_with("d:")
+                    || f.starts_with("s:")
+                    || f.starts_with("m:")
+            })
+            .count()
+    };
+    assert_eq!(counts(&mut c), 4, "g, d:acme, s: and m: of the reserve");
+    assert!(s.follow_master().await);
+    // Nothing counted any more: no total, no domain count, nothing of
+    // this server.
+    common::eventually(Duration::from_secs(30), || {
+        let left = counts(&mut c);
+        async move { left == 0 }
+    })
+    .await;
+}
