@@ -118,13 +118,22 @@ impl SentinelTarget {
         const FORM: &str = "the form is redis-sentinel://HOST:PORT,HOST:PORT/MASTER_NAME";
         if rest.contains(['?', '#']) {
             return Err(format!(
-                "a sentinel URL takes no query or fragment ({FORM})"
+                "a sentinel URL takes no query or fragment ({FORM}; in a password, \
+                 percent-encode `?` as %3F and `#` as %23)"
             ));
         }
         // Credentials, if any, come before the first host and are the
         // master's, read as a redis:// URL reads them (percent-decoded).
-        let (auth, after) = match rest.rsplit_once('@') {
-            Some((auth, after)) => (Some(auth), after),
+        // They end at the last `@` that a `/` follows (the one before the
+        // master name): a password may hold `/` and `@`, and a master
+        // name may hold `@` (review of issue 18, finding 9).
+        let auth_end = rest
+            .match_indices('@')
+            .map(|(i, _)| i)
+            .filter(|&i| rest[i..].contains('/'))
+            .last();
+        let (auth, after) = match auth_end {
+            Some(i) => (Some(&rest[..i]), &rest[i + 1..]),
             None => (None, rest),
         };
         let (username, password) = match auth {
@@ -1056,6 +1065,25 @@ mod tests {
         );
         let tls = RedisTarget::parse("rediss-sentinel://h:1/m").unwrap_or_else(|e| panic!("{e}"));
         assert!(tls.is_tls());
+        // Regression (review of issue 18, finding 9): a master name with
+        // an `@` was read as credentials `h/my`. Credentials still end at
+        // the `@` before the sentinels (percent-encoded, as in redis://).
+        for (url, master, password) in [
+            ("redis-sentinel://h/my@master", "my@master", None),
+            ("redis-sentinel://:pw@h/my@master", "my@master", Some("pw")),
+            ("redis-sentinel://:a%2Fb%40c@h:1/m", "m", Some("a/b@c")),
+            ("redis-sentinel://:p%3Fw@h/m", "m", Some("p?w")),
+        ] {
+            let t = RedisTarget::parse(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+            let RedisTarget::Sentinel(s) = &t else {
+                panic!("{t:?}")
+            };
+            assert_eq!(
+                (s.master.as_str(), s.password.as_deref()),
+                (master, password),
+                "{url}"
+            );
+        }
     }
 
     #[test]
@@ -1090,11 +1118,24 @@ mod tests {
                 .to_string();
             assert!(err.contains(want), "{url}: {err}");
         }
-        let err = RedisTarget::parse("redis-sentinel://:hunter2@a:x/m")
-            .map(|t| format!("{t:?}"))
-            .unwrap_err()
-            .to_string();
-        assert!(!err.contains("hunter2") && err.contains("***"), "{err}");
+        for url in [
+            "redis-sentinel://:hunter2@a:x/m",
+            // Regression (review of issue 18, finding 3): refused for its
+            // `?` or `#`, and shown whole.
+            "redis-sentinel://:hunter2?@a:1/m",
+            "redis-sentinel://:hun#ter2@a:1/m",
+            // Not percent-encoded: cannot be read, and not shown.
+            "redis-sentinel://:hunter2/x@y@a:1/m",
+        ] {
+            let err = RedisTarget::parse(url)
+                .map(|t| format!("{t:?}"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                !err.contains("hunter2") && !err.contains("ter2") && err.contains("***"),
+                "{err}"
+            );
+        }
     }
 
     #[test]
