@@ -128,10 +128,9 @@ impl SentinelTarget {
         // master name): a password may hold `/` and `@`, and a master
         // name may hold `@` (review of issue 18, finding 9).
         let auth_end = rest
-            .match_indices('@')
+            .rmatch_indices('@')
             .map(|(i, _)| i)
-            .filter(|&i| rest[i..].contains('/'))
-            .last();
+            .find(|&i| rest[i..].contains('/'));
         let (auth, after) = match auth_end {
             Some(i) => (Some(&rest[..i]), &rest[i + 1..]),
             None => (None, rest),
@@ -645,6 +644,11 @@ impl Master {
     /// answer must not hold the caller up.
     async fn find(&self) -> RedisResult<Client> {
         let mut client = self.client.lock().await;
+        self.find_with(&mut client).await
+    }
+
+    /// [`Master::find`], with the sentinels' client already locked.
+    async fn find_with(&self, client: &mut SentinelClient) -> RedisResult<Client> {
         tokio::time::timeout(self.connect_timeout * 2, client.async_get_client())
             .await
             .unwrap_or_else(|_| {
@@ -929,7 +933,9 @@ impl Conn {
     /// when it is not the one the connections go to, opens connections to
     /// it and puts them in every link. `Ok(Some(address))` when the
     /// connections moved; `Ok(None)` when the master is the same, or
-    /// without Sentinel. Called by one task at a time.
+    /// without Sentinel. Calls are serialised (the sentinels' client stays
+    /// locked throughout): two at once would both see the new master and
+    /// open two sets of connections (review of issue 18, finding 7).
     pub(crate) async fn follow_master(&self) -> RedisResult<Option<String>> {
         let Conn::Single {
             links,
@@ -939,7 +945,8 @@ impl Conn {
         else {
             return Ok(None);
         };
-        let client = m.find().await?;
+        let mut sentinels = m.client.lock().await;
+        let client = m.find_with(&mut sentinels).await?;
         let addr = client.get_connection_info().addr().clone();
         if *m.addr.lock().unwrap_or_else(PoisonError::into_inner) == addr {
             return Ok(None);
