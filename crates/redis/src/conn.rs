@@ -625,12 +625,18 @@ impl Link {
     }
 }
 
-/// What following a Sentinel-managed master needs: the sentinels'
-/// client (redis-rs's own, which asks them in turn for a master that is
-/// not down and checks with `ROLE` that it is one), the master's address
-/// as last found, and how to open connections to a new one.
+/// What following a Sentinel-managed master needs: a connection to each
+/// sentinel for the question asked every tick, the sentinels' client
+/// (redis-rs's own, which asks them in turn for a master that is not down
+/// and checks with `ROLE` that it is one) for when the answer changes, the
+/// master's address as last found, and how to open connections to a new
+/// one.
 pub(crate) struct Master {
     client: tokio::sync::Mutex<SentinelClient>,
+    /// Each sentinel, asked `SENTINEL get-master-addr-by-name` every tick.
+    sentinels: Vec<Arc<Sentinel>>,
+    /// The name the sentinels know the master by.
+    name: String,
     addr: Mutex<ConnectionAddr>,
     config: ConnectionManagerConfig,
     connect_timeout: Duration,
@@ -648,8 +654,15 @@ impl Master {
     }
 
     /// [`Master::find`], with the sentinels' client already locked.
+    /// redis-rs takes the sentinels' answers in the order of the URL, and
+    /// times its connections to them itself (about half a second to give
+    /// up on one that hangs, a second to connect again): the bound is at
+    /// least [`LOOKUP_BOUND`], whatever `--redis-connect-timeout-ms`, so
+    /// that a hung first sentinel does not make every lookup time out
+    /// (review of issue 18, finding 5).
     async fn find_with(&self, client: &mut SentinelClient) -> RedisResult<Client> {
-        tokio::time::timeout(self.connect_timeout * 2, client.async_get_client())
+        let bound = (self.connect_timeout * 2).max(LOOKUP_BOUND);
+        tokio::time::timeout(bound, client.async_get_client())
             .await
             .unwrap_or_else(|_| {
                 Err(RedisError::from(std::io::Error::new(
@@ -657,6 +670,135 @@ impl Master {
                     "the sentinels did not name a master in time",
                 )))
             })
+    }
+
+    /// The master's address as most of the sentinels that answer name it
+    /// (`SENTINEL get-master-addr-by-name`), all asked at once, each
+    /// within [`Master::ask_bound`], over connections kept open: a cheap
+    /// question that opens no connection to the master (the full,
+    /// `ROLE`-checked lookup did, every tick: review of issue 18, finding
+    /// 6), and that a hung sentinel does not delay beyond its bound. A tie
+    /// between addresses goes to `current` if it is one of them.
+    async fn named(&self, current: Option<(&str, u16)>) -> RedisResult<(String, u16)> {
+        let bound = self.ask_bound();
+        // Tasks of their own, so that all are asked at once.
+        let mut asking = tokio::task::JoinSet::new();
+        for sentinel in &self.sentinels {
+            let (sentinel, name) = (Arc::clone(sentinel), self.name.clone());
+            asking.spawn(async move { sentinel.ask(&name, bound).await });
+        }
+        let answers = asking.join_all().await;
+        let mut votes: Vec<((String, u16), usize)> = Vec::new();
+        let mut error = None;
+        for answer in answers {
+            match answer {
+                Ok(Some(addr)) => match votes.iter_mut().find(|(a, _)| *a == addr) {
+                    Some((_, n)) => *n += 1,
+                    None => votes.push((addr, 1)),
+                },
+                Ok(None) => {}
+                Err(e) => error = error.or(Some(e)),
+            }
+        }
+        let most = votes.iter().map(|(_, n)| *n).max().unwrap_or(0);
+        let mut best = votes
+            .into_iter()
+            .filter(|(_, n)| *n == most)
+            .map(|(a, _)| a);
+        let first = best.next();
+        let current_too = current.and_then(|(h, p)| {
+            let mut rest = first.iter().cloned().chain(best);
+            rest.find(|(bh, bp)| bh == h && *bp == p)
+        });
+        match current_too.or(first) {
+            Some(addr) => Ok(addr),
+            None => Err(error.unwrap_or_else(|| {
+                RedisError::from(std::io::Error::other(format!(
+                    "no sentinel knows a master named `{}`",
+                    self.name
+                )))
+            })),
+        }
+    }
+
+    /// How long one sentinel may take to answer (connecting included).
+    fn ask_bound(&self) -> Duration {
+        self.connect_timeout.max(Duration::from_millis(500))
+    }
+}
+
+/// The least bound on the full, `ROLE`-checked lookup of the master
+/// ([`Master::find_with`]).
+const LOOKUP_BOUND: Duration = Duration::from_secs(5);
+
+/// One sentinel, and a connection to it once one is open (dropped when a
+/// question fails, opened again at the next).
+struct Sentinel {
+    client: Client,
+    conn: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
+}
+
+impl Sentinel {
+    /// The master's address as this sentinel names it (`None`: it knows
+    /// no master by that name), within `bound`.
+    async fn ask(&self, name: &str, bound: Duration) -> RedisResult<Option<(String, u16)>> {
+        let late = || {
+            RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "a sentinel did not answer in time",
+            ))
+        };
+        let asked = tokio::time::timeout(bound, async {
+            let mut conn = self.conn.lock().await;
+            let mut c = match conn.as_ref() {
+                Some(c) => c.clone(),
+                None => {
+                    let c = self.client.get_multiplexed_async_connection().await?;
+                    *conn = Some(c.clone());
+                    c
+                }
+            };
+            let answer = redis::cmd("SENTINEL")
+                .arg("get-master-addr-by-name")
+                .arg(name)
+                .query_async::<Option<(String, String)>>(&mut c)
+                .await;
+            if answer.is_err() {
+                *conn = None;
+            }
+            answer
+        })
+        .await;
+        let answer = match asked {
+            Ok(answer) => answer?,
+            Err(_) => {
+                // Dropped with the question: a connection that hung.
+                if let Ok(mut conn) = self.conn.try_lock() {
+                    *conn = None;
+                }
+                return Err(late());
+            }
+        };
+        Ok(match answer {
+            Some((host, port)) => Some((
+                host,
+                port.parse().map_err(|_| {
+                    RedisError::from(std::io::Error::other(format!(
+                        "a sentinel named the master at port `{port}`"
+                    )))
+                })?,
+            )),
+            None => None,
+        })
+    }
+}
+
+/// The host and port of a TCP address.
+fn host_port(addr: &ConnectionAddr) -> Option<(&str, u16)> {
+    match addr {
+        ConnectionAddr::Tcp(h, p) => Some((h, *p)),
+        ConnectionAddr::TcpTls { host, port, .. } => Some((host, *port)),
+        _ => None,
     }
 }
 
@@ -805,9 +947,36 @@ impl Conn {
                     url: s.shown(),
                     cause,
                 };
+                let asked = s
+                    .sentinels
+                    .iter()
+                    .map(|(host, port)| {
+                        let addr = if s.tls {
+                            ConnectionAddr::TcpTls {
+                                host: host.clone(),
+                                port: *port,
+                                insecure: false,
+                                tls_params: None,
+                            }
+                        } else {
+                            ConnectionAddr::Tcp(host.clone(), *port)
+                        };
+                        let client = match &tls {
+                            Some(certs) => Client::build_with_tls(addr, certs.clone()),
+                            None => Client::open(addr),
+                        }?;
+                        Ok(Arc::new(Sentinel {
+                            client,
+                            conn: tokio::sync::Mutex::new(None),
+                        }))
+                    })
+                    .collect::<RedisResult<Vec<_>>>()
+                    .map_err(connect_err)?;
                 let sentinels = sentinel_client(s, options, tls).map_err(connect_err)?;
                 let master = Master {
                     client: tokio::sync::Mutex::new(sentinels),
+                    sentinels: asked,
+                    name: s.master.clone(),
                     addr: Mutex::new(ConnectionAddr::Tcp(String::new(), 0)),
                     // A connection left behind on an old master that died
                     // must stop reconnecting to it: each reconnection
@@ -946,6 +1115,17 @@ impl Conn {
             return Ok(None);
         };
         let mut sentinels = m.client.lock().await;
+        let current = m
+            .addr
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let named = m.named(host_port(&current)).await?;
+        if host_port(&current) == Some((named.0.as_str(), named.1)) {
+            return Ok(None);
+        }
+        // The sentinels name another server: the full lookup, which
+        // checks that it is a master, and gives its client.
         let client = m.find_with(&mut sentinels).await?;
         let addr = client.get_connection_info().addr().clone();
         if *m.addr.lock().unwrap_or_else(PoisonError::into_inner) == addr {

@@ -743,6 +743,42 @@ impl RedisSentinels {
         master_addr(self.sentinels[0].port).expect("the sentinel names a master")
     }
 
+    /// Stops the sentinel that comes `i`th in [`RedisSentinels::url`]
+    /// (SIGSTOP): its connections stay open and it answers nothing, as a
+    /// hung host would. Returns once the process is stopped.
+    pub fn pause_sentinel(&self, i: usize) {
+        let pid = self.sentinels[i]._child.id();
+        assert!(tollgate_testing::signal(pid, "STOP"), "kill -STOP {pid}");
+        let stat = format!("/proc/{pid}/stat");
+        tollgate_testing::eventually("the sentinel stops", Duration::from_secs(10), || {
+            let s = std::fs::read_to_string(&stat).map_err(|e| e.to_string())?;
+            // `PID (COMM) STATE ...`: the state follows the last `)`.
+            let stopped = s
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with(['T', 't']));
+            stopped.then_some(()).ok_or(s)
+        });
+    }
+
+    /// Commands the sentinels have run, all of them together (`INFO
+    /// stats`; a sentinel keeps no `commandstats`): what clients asked
+    /// them, plus the pings and hellos they send each other (a few a
+    /// second).
+    pub fn sentinel_commands(&self) -> u64 {
+        self.sentinels
+            .iter()
+            .map(|p| {
+                let info: String = redis::cmd("INFO")
+                    .arg("stats")
+                    .query(&mut sentinel_connection(p.port))
+                    .unwrap();
+                info.lines()
+                    .find_map(|l| l.strip_prefix("total_commands_processed:"))
+                    .map_or(0, |n| n.trim().parse::<u64>().unwrap())
+            })
+            .sum()
+    }
+
     /// The data server listening on `port`.
     pub fn server(&self, port: u16) -> &RedisServer {
         self.servers

@@ -362,3 +362,84 @@ async fn copies_released_before_a_failover_the_new_master_never_saw_are_taken_aw
     })
     .await;
 }
+
+/// Connections the server on `port` accepted so far (`INFO stats`), read
+/// over `c`, a connection kept open (so reading opens none).
+fn connections_received(c: &mut tollgate_redis::testing::Client) -> u64 {
+    c.text(&["INFO", "stats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .map(|n| n.trim().parse().unwrap())
+        .unwrap()
+}
+
+/// Regression (review of issue 18, finding 6): every tick (500 ms in
+/// `serve`), the store ran redis-rs's full lookup, which checks the named
+/// master with `ROLE` over a new connection: each server opened and
+/// closed a connection to the master (a TLS handshake with
+/// `rediss-sentinel://`) per sentinel asked, forever. Now each tick asks
+/// the sentinels `SENTINEL get-master-addr-by-name` over connections it
+/// keeps, and opens none to the master while the answer does not change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asking_the_sentinels_each_tick_opens_no_connection_to_the_master() {
+    let sentinels = RedisSentinels::start();
+    let master = sentinels.master_port();
+    let mut o = RedisOptions::new(sentinels.url());
+    o.prefix = unique_prefix();
+    let s = RedisStore::connect(o).await.unwrap();
+    let mut c = sentinels.server(master).client();
+    let before = connections_received(&mut c);
+    let asked = sentinels.sentinel_commands();
+    let monitor = tokio::spawn({
+        let s = s.clone();
+        async move { s.monitor(Duration::from_millis(50)).await }
+    });
+    // Many ticks, each asking the three sentinels, counted by the
+    // sentinels themselves, not by a clock: 600 commands, of which their
+    // pings and hellos to each other (a few a second) are a small part
+    // at 20 ticks a second.
+    common::eventually(Duration::from_secs(120), || {
+        let done = sentinels.sentinel_commands() >= asked + 600;
+        async move { done }
+    })
+    .await;
+    let opened = connections_received(&mut c) - before;
+    // Before the fix: one or more a tick, well over 100 here. A margin
+    // for a reconnection of the store's own (none is expected).
+    assert!(opened < 10, "{opened} connections opened to the master");
+    assert_eq!(s.master_changes(), 0);
+    monitor.abort();
+}
+
+/// Regression (review of issue 18, finding 5): redis-rs takes the
+/// sentinels' answers in the URL's order, and gives up on a hung one
+/// only after its own timers (about half a second, then a reconnection);
+/// the lookup was bounded by twice `--redis-connect-timeout-ms`, so with
+/// a short one (200 ms here) and the first sentinel hung, every lookup
+/// timed out and a failover was never followed, though the two other
+/// sentinels answered. Now the sentinels are asked at once, each within
+/// its own bound, and the full lookup has a bound of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_first_sentinel_does_not_stop_the_store_following_a_failover() {
+    let sentinels = RedisSentinels::start();
+    let mut o = RedisOptions::new(sentinels.url());
+    o.prefix = unique_prefix();
+    o.connect.connect_timeout = Duration::from_millis(200);
+    let s = RedisStore::connect(o).await.unwrap();
+    let new = sentinels.failover();
+    // The first sentinel of the URL hangs (it named the new master
+    // before: the two others name it too).
+    sentinels.pause_sentinel(0);
+    let monitor = tokio::spawn({
+        let s = s.clone();
+        async move { s.monitor(Duration::from_millis(100)).await }
+    });
+    common::eventually(Duration::from_secs(60), || {
+        let s = s.clone();
+        async move { s.master() == Some(format!("127.0.0.1:{new}")) && s.master_changes() == 1 }
+    })
+    .await;
+    let acme = plan("acme", 3);
+    assert!(allowed(&s, &acme).await);
+    monitor.abort();
+}
