@@ -107,6 +107,9 @@ impl fmt::Debug for SentinelTarget {
 /// (2 s by default), about half a minute in all.
 const SENTINEL_RETRIES: usize = 20;
 
+/// The most sentinels a URL may list: each is asked every tick.
+pub const MAX_SENTINELS: usize = 16;
+
 /// The port sentinels listen on unless told otherwise.
 pub const SENTINEL_PORT: u16 = 26379;
 
@@ -186,6 +189,17 @@ impl SentinelTarget {
         }
         if sentinels.is_empty() {
             return Err(format!("no sentinels before the master name ({FORM})"));
+        }
+        if sentinels.len() > MAX_SENTINELS {
+            return Err(format!(
+                "{} sentinels: at most {MAX_SENTINELS} are asked",
+                sentinels.len()
+            ));
+        }
+        for (i, (host, port)) in sentinels.iter().enumerate() {
+            if sentinels[..i].contains(&(host.clone(), *port)) {
+                return Err(format!("sentinel `{host}:{port}` is listed twice"));
+            }
         }
         Ok(SentinelTarget {
             sentinels,
@@ -701,16 +715,17 @@ impl Master {
             }
         }
         let most = votes.iter().map(|(_, n)| *n).max().unwrap_or(0);
-        let mut best = votes
+        let best: Vec<(String, u16)> = votes
             .into_iter()
             .filter(|(_, n)| *n == most)
-            .map(|(a, _)| a);
-        let first = best.next();
-        let current_too = current.and_then(|(h, p)| {
-            let mut rest = first.iter().cloned().chain(best);
-            rest.find(|(bh, bp)| bh == h && *bp == p)
-        });
-        match current_too.or(first) {
+            .map(|(a, _)| a)
+            .collect();
+        let pick = best
+            .iter()
+            .find(|(h, p)| current == Some((h.as_str(), *p)))
+            .or(best.first())
+            .cloned();
+        match pick {
             Some(addr) => Ok(addr),
             None => Err(error.unwrap_or_else(|| {
                 RedisError::from(std::io::Error::other(format!(
@@ -736,12 +751,39 @@ const LOOKUP_BOUND: Duration = Duration::from_secs(5);
 struct Sentinel {
     client: Client,
     conn: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
+    /// When its last question failed, and why: it is not asked again
+    /// for [`SENTINEL_PAUSE`] (the same error stands meanwhile), so that
+    /// one that hangs is not sent a new connection every tick.
+    failed: Mutex<Option<(std::time::Instant, RedisError)>>,
 }
+
+/// How long a sentinel whose question failed is left alone.
+const SENTINEL_PAUSE: Duration = Duration::from_secs(5);
 
 impl Sentinel {
     /// The master's address as this sentinel names it (`None`: it knows
     /// no master by that name), within `bound`.
     async fn ask(&self, name: &str, bound: Duration) -> RedisResult<Option<(String, u16)>> {
+        let failed = self
+            .failed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some((at, e)) = failed {
+            if at.elapsed() < SENTINEL_PAUSE {
+                return Err(e);
+            }
+        }
+        let answer = self.ask_now(name, bound).await;
+        *self.failed.lock().unwrap_or_else(PoisonError::into_inner) = match &answer {
+            Err(e) => Some((std::time::Instant::now(), e.clone())),
+            Ok(_) => None,
+        };
+        answer
+    }
+
+    /// [`Sentinel::ask`], whatever happened before.
+    async fn ask_now(&self, name: &str, bound: Duration) -> RedisResult<Option<(String, u16)>> {
         let late = || {
             RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
@@ -968,6 +1010,7 @@ impl Conn {
                         Ok(Arc::new(Sentinel {
                             client,
                             conn: tokio::sync::Mutex::new(None),
+                            failed: Mutex::new(None),
                         }))
                     })
                     .collect::<RedisResult<Vec<_>>>()
@@ -1298,6 +1341,14 @@ mod tests {
                 "bad database `x` after the master name",
             ),
             ("redis-sentinel://a/m?x=1", "takes no query"),
+            (
+                "redis-sentinel://a:1,b,a:1/m",
+                "sentinel `a:1` is listed twice",
+            ),
+            (
+                "redis-sentinel://h1,h2,h3,h4,h5,h6,h7,h8,h9,h10,h11,h12,h13,h14,h15,h16,h17/m",
+                "17 sentinels: at most 16 are asked",
+            ),
         ] {
             let err = RedisTarget::parse(url)
                 .map(|t| format!("{t:?}"))
