@@ -64,6 +64,33 @@ fn the_server_follows_a_failover_without_a_restart() {
     assert_eq!(s.http("GET", "/readyz", None).0, 200);
 }
 
+/// The master freezes (SIGSTOP: it dies without closing its sockets, as
+/// a crashed host or a partition would) and the sentinels fail it over by
+/// themselves: the server follows and decides on the new master, with
+/// the state the replica had.
+#[test]
+fn the_server_follows_the_sentinels_when_the_master_freezes() {
+    let dir = Sandbox::new("redis-sentinel-frozen");
+    dir.write("tollgate.yaml", CONFIG);
+    let sentinels = RedisSentinels::start();
+    let old = sentinels.master_port();
+    let s = Serving::start_redis(&dir, &sentinels.url(), &[], &[]);
+    assert_eq!(ask(&s), 200);
+    assert_eq!(ask(&s), 200);
+    sentinels.sync_replica();
+
+    sentinels.server(old).pause();
+    let new = sentinels.await_promotion(old);
+    s.poll("the server follows the new master", |s| {
+        s.metric("tollgate_store_master_changes_total") == Some(1.0)
+    });
+    // The third of three is granted (a store that fails answers 503), the
+    // fourth refused: the replica's state, decided on the new master.
+    assert_eq!(ask(&s), 200);
+    assert_eq!(ask(&s), 429);
+    assert!(sentinels.server(new).evalsha_calls() > 0);
+}
+
 #[test]
 fn bad_sentinel_urls_are_clear_startup_errors() {
     let dir = Sandbox::new("redis-sentinel-bad");
