@@ -67,20 +67,23 @@ pub fn bearer(authorization: &str) -> Option<&str> {
 /// and errors: the Redis store's URL, the config API's database and the
 /// API a server follows are shown this way.
 ///
-/// Everything up to the last `@` before the query is taken for the user
-/// and password, not only what comes before the first `/`: a generated
-/// password may hold a `/`, which also ends the URL parser's authority, so
-/// a parser cannot be asked where it ends. A path with an `@` in it is
-/// redacted too, which only hides more.
+/// Everything between the scheme and the last `@` is hidden, wherever
+/// that `@` is: a password may hold any character, and one that is not
+/// percent-encoded (`/`, `?`, `#`, `@`) ends the URL parser's authority
+/// early, so no parser can be asked where the credentials end; but they
+/// always end at an `@`, and nothing after the last one can be part of
+/// them. An `@` in a path, query or fragment hides more than the
+/// credentials (the host too), never less. Without `://` (a mistyped
+/// URL), everything before the last `@` is hidden.
 pub fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
+    let Some(at) = url.rfind('@') else {
         return url.to_owned();
     };
-    let rest = &url[scheme_end + 3..];
-    let host_end = rest.find(['?', '#']).unwrap_or(rest.len());
-    match rest[..host_end].rfind('@') {
-        Some(at) => format!("{}://***@{}", &url[..scheme_end], &rest[at + 1..]),
-        None => url.to_owned(),
+    match url.find("://") {
+        Some(scheme_end) if scheme_end < at => {
+            format!("{}://***@{}", &url[..scheme_end], &url[at + 1..])
+        }
+        _ => format!("***@{}", &url[at + 1..]),
     }
 }
 
@@ -244,6 +247,56 @@ mod tests {
         // for the start of the path.
         assert_eq!(redact("https://fleet:ab/cd@h:1/v"), "https://***@h:1/v");
         assert_eq!(redact("https://fleet:12/x@h"), "https://***@h");
+    }
+
+    /// Regression (review of issue 18, finding 3): a password with an
+    /// unescaped `?` or `#` was printed whole (the `@` was looked for only
+    /// before the first `?` or `#`).
+    #[test]
+    fn hostile_passwords_never_show() {
+        for hostile in [
+            "?",
+            "#",
+            "@",
+            "/",
+            "?#@/",
+            "??@@##",
+            ":",
+            " ",
+            "%3F",
+            "://",
+            "@b:c/d?e#f",
+        ] {
+            // Marked, so that the check below is not fooled by a `?` or
+            // `/` of the rest of the URL; the hostile part on both sides.
+            let password = format!("{hostile}s3cr3t{hostile}");
+            let password = password.as_str();
+            for url in [
+                format!("redis://:{password}@127.0.0.1:6379/0"),
+                format!("rediss://user:{password}@h:1"),
+                format!("redis-sentinel://:{password}@a:1,b:2/mymaster/2"),
+                format!("redis-cluster://:{password}@a:1,:{password}@b:2"),
+                format!("postgres://u:{password}@db/x?sslmode=require"),
+                format!("redis:/:{password}@h:1"),
+                format!(":{password}@h:1"),
+            ] {
+                let shown = redact(&url);
+                assert!(!shown.contains("s3cr3t"), "{url} shown as {shown}");
+                assert!(shown.contains("***@"), "{url} shown as {shown}");
+            }
+        }
+        // The host and the rest still show.
+        assert_eq!(
+            redact("redis-sentinel://:pa?ss@127.0.0.1:1/m"),
+            "redis-sentinel://***@127.0.0.1:1/m"
+        );
+        assert_eq!(redact("redis://:pa#ss@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(redact("redis:/:pw@h:1"), "***@h:1");
+        // No `@`, nothing hidden.
+        assert_eq!(
+            redact("redis-sentinel://a:1,b:2/m?x#y"),
+            "redis-sentinel://a:1,b:2/m?x#y"
+        );
     }
 
     #[test]

@@ -63,7 +63,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::ConnectionLike;
 use redis::{Cmd, RedisError, RedisResult, Value};
 use smallvec::SmallVec;
 use tokio::sync::{mpsc, oneshot};
@@ -72,6 +72,7 @@ use tokio::time::Instant;
 use tollgate_core::{Hits, Limit, Mode, Nanos, PlanDecision};
 use tollgate_store::{Key, Plan, StoreError};
 
+use crate::conn::Link;
 use crate::params;
 use crate::reply;
 
@@ -101,6 +102,10 @@ pub(crate) enum Failure {
     Redis(RedisError),
     /// Shed: this many decisions already wait to be sent (the bound).
     Overloaded(usize),
+    /// Sent to a master the store has since left for a new one (a
+    /// Sentinel failover) and not answered: the old master may or may not
+    /// have counted it, so it is neither answered nor sent again.
+    Switched,
 }
 
 /// A decision's answer, with when its call was sent: Redis decided it
@@ -312,7 +317,7 @@ impl Batcher {
     /// connection on which Redis answers nothing for `timeout` fails what
     /// it carries.
     pub(crate) fn start(
-        managers: Vec<ConnectionManager>,
+        managers: Vec<Link>,
         encoder: Arc<Encoder>,
         timeout: Duration,
         max_waiting: usize,
@@ -377,18 +382,17 @@ pub(crate) fn timed_out(limit: Duration) -> RedisError {
 /// A call in flight.
 struct InFlight {
     id: u64,
+    /// The generation of the link's connection it was sent on.
+    generation: u64,
+    /// Stops its task (whose reply will never be read).
+    abort: tokio::task::AbortHandle,
     sent: Instant,
     /// `sent`, on the clock the over-limit cache reads.
     sent_at: std::time::Instant,
     jobs: Vec<Job>,
 }
 
-async fn drive(
-    conn: ConnectionManager,
-    encoder: Arc<Encoder>,
-    mut rx: mpsc::Receiver<Job>,
-    timeout: Duration,
-) {
+async fn drive(conn: Link, encoder: Arc<Encoder>, mut rx: mpsc::Receiver<Job>, timeout: Duration) {
     let mut calls: JoinSet<(u64, RedisResult<Value>)> = JoinSet::new();
     let mut flight: VecDeque<InFlight> = VecDeque::with_capacity(DEPTH);
     let mut next_id = 0u64;
@@ -397,13 +401,17 @@ async fn drive(
     let mut ints = Vec::new();
     // Decisions taken from the queue, for the next call.
     let mut pending: Vec<Job> = Vec::with_capacity(MAX_PLANS);
+    // Told when the link moves to a new master (Sentinel).
+    let mut switches = conn.subscribe();
     loop {
         // The next call goes at once when nothing is in flight; beside a
         // call in flight, only with half a batch or more: smaller calls
         // would cost Redis and the server their fixed part again for
         // little (measured: batches of 11 instead of 19 cost Redis 10%
         // more per decision), while the one in flight keeps Redis busy.
-        let room = calls.is_empty() || (calls.len() < DEPTH && pending.len() >= MAX_PLANS / 2);
+        // (`flight`, not `calls`: an aborted call stays in `calls` until
+        // it is reaped, but is answered already.)
+        let room = flight.is_empty() || (flight.len() < DEPTH && pending.len() >= MAX_PLANS / 2);
         if room && !pending.is_empty() {
             // Callers that stopped waiting (went away) were told nothing
             // was decided: do not spend their hits now.
@@ -415,11 +423,16 @@ async fn drive(
             let cmd = encoder.command(jobs.iter().map(|j| (&j.plan, &j.ask)));
             next_id += 1;
             let id = next_id;
-            let mut c = conn.clone();
+            // The link's connection now: after a failover (Sentinel),
+            // the new master's.
+            let linked = conn.linked();
+            let mut c = linked.conn;
             let sent_at = std::time::Instant::now();
-            calls.spawn(async move { (id, send(&mut c, &cmd).await) });
+            let abort = calls.spawn(async move { (id, send(&mut c, &cmd).await) });
             flight.push_back(InFlight {
                 id,
+                generation: linked.generation,
+                abort,
                 sent: Instant::now(),
                 sent_at,
                 jobs,
@@ -430,13 +443,38 @@ async fn drive(
         tokio::select! {
             biased;
             Some(done) = calls.join_next(), if !calls.is_empty() => {
-                answered = Instant::now();
-                // A call task never panics; an aborted one is not in
-                // `calls` any more.
+                // A call task never panics; an aborted one (its link
+                // moved on) was answered when it was aborted.
                 let Ok((id, result)) = done else { continue };
+                answered = Instant::now();
                 let Some(at) = flight.iter().position(|f| f.id == id) else { continue };
                 let Some(call) = flight.remove(at) else { continue };
                 finish(call.jobs, call.sent_at, result, &mut ints);
+            }
+            Ok(()) = switches.changed() => {
+                // The link moved to a new master. Calls still in flight on
+                // an older connection may never be answered (an old master
+                // that died without closing its sockets), and must not hold
+                // their decisions, nor those queued behind them, until its
+                // TCP connection gives up; nor may their silence fail
+                // decisions the new master answers. Whether the old master
+                // counted them is unknown: they are answered as such, not
+                // sent again (sent twice, a decision could count twice).
+                let now = switches.borrow_and_update().generation;
+                let mut kept = VecDeque::with_capacity(DEPTH);
+                for call in flight.drain(..) {
+                    if call.generation < now {
+                        call.abort.abort();
+                        for job in call.jobs {
+                            let _ = job.answer.send(Err(Failure::Switched));
+                        }
+                    } else {
+                        kept.push_back(call);
+                    }
+                }
+                flight = kept;
+                // Silence is counted on the new connection from now.
+                answered = Instant::now();
             }
             () = tokio::time::sleep_until(silent_until.unwrap_or_else(Instant::now)),
                 if silent_until.is_some() =>
@@ -444,13 +482,20 @@ async fn drive(
                 // An answer may be in, not yet read because this task ran
                 // first (a busy machine): let the connection's reader run.
                 tokio::task::yield_now().await;
-                if let Some(Ok((id, result))) = calls.try_join_next() {
+                let mut late = false;
+                while let Some(done) = calls.try_join_next() {
+                    // An aborted call (Err) was answered already.
+                    let Ok((id, result)) = done else { continue };
+                    late = true;
                     answered = Instant::now();
                     if let Some(at) = flight.iter().position(|f| f.id == id) {
                         if let Some(call) = flight.remove(at) {
                             finish(call.jobs, call.sent_at, result, &mut ints);
                         }
                     }
+                    break;
+                }
+                if late {
                     continue;
                 }
                 // Silent for the whole timeout: Redis stalled or the
@@ -612,7 +657,7 @@ mod silence {
         // Loads the script: each call below is one EVALSHA.
         assert!(ask(0).await.unwrap().allowed);
         // The driver's connection (the store has one).
-        let mut conn = store.conn.managers().remove(0);
+        let mut conn = store.conn.links().remove(0).get();
         server.pause();
         let unread = server.unread_bytes();
         let first = tokio::spawn(ask(1));

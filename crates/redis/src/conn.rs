@@ -28,13 +28,14 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::AsyncConnectionConfig;
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{AsyncConnectionConfig, ConnectionAddr, TlsMode};
 use redis::{
     Client, ClientTlsConfig, FromRedisValue, IntoConnectionInfo, RedisError, RedisResult,
     ScriptInvocation, TlsCertificates,
@@ -53,6 +54,220 @@ pub enum RedisTarget {
         /// The seed nodes as `redis://` or `rediss://` URLs.
         seeds: Vec<String>,
     },
+    /// A master found through Redis Sentinel, and followed when the
+    /// sentinels fail it over:
+    /// `redis-sentinel://[[USER]:PASSWORD@]HOST:PORT,HOST:PORT,.../MASTER_NAME[/DB]`
+    /// or `rediss-sentinel://...` (TLS to the sentinels and the master).
+    Sentinel(SentinelTarget),
+}
+
+/// The sentinels to ask, and the master they are asked for. The
+/// credentials are the master's (as in a `redis://` URL); `Debug` shows
+/// none of them.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SentinelTarget {
+    /// The sentinels, as `host:port` (26379 when the URL gives no port).
+    pub sentinels: Vec<(String, u16)>,
+    /// The name the sentinels monitor the master under.
+    pub master: String,
+    /// The database on the master (the URL's `/MASTER_NAME/DB`; 0 without).
+    pub db: i64,
+    /// Whether the sentinels and the master are reached over TLS.
+    pub tls: bool,
+    /// The master's user (ACL), from the URL.
+    username: Option<String>,
+    /// The master's password, from the URL.
+    password: Option<String>,
+}
+
+impl fmt::Debug for SentinelTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Destructured so that a new field cannot be printed by accident.
+        let SentinelTarget {
+            sentinels,
+            master,
+            db,
+            tls,
+            username,
+            password,
+        } = self;
+        f.debug_struct("SentinelTarget")
+            .field("sentinels", sentinels)
+            .field("master", master)
+            .field("db", db)
+            .field("tls", tls)
+            .field("username", &username.as_ref().map(|_| "***"))
+            .field("password", &password.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+/// Attempts of one reconnection of a connection to a Sentinel-managed
+/// master: backoff from 10 ms doubling to `--redis-max-reconnect-delay-ms`
+/// (2 s by default), about half a minute in all.
+const SENTINEL_RETRIES: usize = 20;
+
+/// The most sentinels a URL may list: each is asked every tick.
+pub const MAX_SENTINELS: usize = 16;
+
+/// The port sentinels listen on unless told otherwise.
+pub const SENTINEL_PORT: u16 = 26379;
+
+impl SentinelTarget {
+    /// Parses what follows `redis-sentinel://` (or `rediss-sentinel://`):
+    /// `[[USER]:PASSWORD@]HOST[:PORT],.../MASTER_NAME[/DB]`. Each error
+    /// names the part that is wrong.
+    fn parse(rest: &str, tls: bool) -> Result<SentinelTarget, String> {
+        const FORM: &str = "the form is redis-sentinel://HOST:PORT,HOST:PORT/MASTER_NAME";
+        if rest.contains(['?', '#']) {
+            return Err(format!(
+                "a sentinel URL takes no query or fragment ({FORM}; in a password, \
+                 percent-encode `?` as %3F and `#` as %23)"
+            ));
+        }
+        // Credentials, if any, come before the first host and are the
+        // master's, read as a redis:// URL reads them (percent-decoded).
+        // They end at the last `@` that a `/` follows (the one before the
+        // master name): a password may hold `/` and `@`, and a master
+        // name may hold `@` (review of issue 18, finding 9).
+        let auth_end = rest
+            .rmatch_indices('@')
+            .map(|(i, _)| i)
+            .find(|&i| rest[i..].contains('/'));
+        let (auth, after) = match auth_end {
+            Some(i) => (Some(&rest[..i]), &rest[i + 1..]),
+            None => (None, rest),
+        };
+        let (username, password) = match auth {
+            Some(auth) => {
+                let info = format!("redis://{auth}@localhost")
+                    .as_str()
+                    .into_connection_info()
+                    .map_err(|_| "the user and password before `@` cannot be read".to_owned())?;
+                let r = info.redis_settings();
+                (
+                    r.username().map(str::to_owned),
+                    r.password().map(str::to_owned),
+                )
+            }
+            None => (None, None),
+        };
+        let (hosts, path) = after.split_once('/').ok_or_else(|| {
+            format!("no master name: add /MASTER_NAME after the sentinels ({FORM})")
+        })?;
+        let (master, db) = match path.split_once('/') {
+            Some((master, db)) => (master, Some(db)),
+            None => (path, None),
+        };
+        if master.is_empty() {
+            return Err(format!(
+                "no master name: add /MASTER_NAME after the sentinels ({FORM})"
+            ));
+        }
+        if !master.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(format!(
+                "bad master name `{master}`: printable ASCII without spaces expected"
+            ));
+        }
+        let db = match db {
+            None | Some("") => 0,
+            Some(db) => match db.parse::<i64>() {
+                Ok(n) if n >= 0 => n,
+                _ => {
+                    return Err(format!(
+                        "bad database `{db}` after the master name: a number from 0 expected"
+                    ))
+                }
+            },
+        };
+        let mut sentinels = Vec::new();
+        for host in hosts.split(',').map(str::trim) {
+            if host.is_empty() {
+                continue;
+            }
+            sentinels.push(sentinel_addr(host)?);
+        }
+        if sentinels.is_empty() {
+            return Err(format!("no sentinels before the master name ({FORM})"));
+        }
+        if sentinels.len() > MAX_SENTINELS {
+            return Err(format!(
+                "{} sentinels: at most {MAX_SENTINELS} are asked",
+                sentinels.len()
+            ));
+        }
+        for (i, (host, port)) in sentinels.iter().enumerate() {
+            if sentinels[..i].contains(&(host.clone(), *port)) {
+                return Err(format!("sentinel `{host}:{port}` is listed twice"));
+            }
+        }
+        Ok(SentinelTarget {
+            sentinels,
+            master: master.to_owned(),
+            db,
+            tls,
+            username,
+            password,
+        })
+    }
+
+    /// How errors and logs show it: no credentials.
+    fn shown(&self) -> String {
+        let scheme = if self.tls {
+            "rediss-sentinel"
+        } else {
+            "redis-sentinel"
+        };
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|(h, p)| {
+                if h.contains(':') {
+                    format!("[{h}]:{p}")
+                } else {
+                    format!("{h}:{p}")
+                }
+            })
+            .collect();
+        let auth = if self.password.is_some() || self.username.is_some() {
+            "***@"
+        } else {
+            ""
+        };
+        format!("{scheme}://{auth}{}/{}", hosts.join(","), self.master)
+    }
+}
+
+/// One sentinel of a URL: `HOST`, `HOST:PORT`, `[V6]` or `[V6]:PORT`.
+fn sentinel_addr(host: &str) -> Result<(String, u16), String> {
+    let (name, port) = match host.rsplit_once(':') {
+        // A colon inside brackets is part of an IPv6 address.
+        Some((name, port)) if !port.contains(']') => (name, Some(port)),
+        _ => (host, None),
+    };
+    let port = match port {
+        None => SENTINEL_PORT,
+        Some(p) => match p.parse::<u16>() {
+            Ok(n) if n > 0 => n,
+            _ => {
+                return Err(format!(
+                    "bad port `{p}` of sentinel `{host}`: a number from 1 to 65535 expected"
+                ))
+            }
+        },
+    };
+    if name.is_empty() || name == "[]" {
+        return Err(format!("sentinel `{host}` has no host"));
+    }
+    // The host is read as a redis:// URL reads it.
+    let info = format!("redis://{name}:{port}")
+        .as_str()
+        .into_connection_info()
+        .map_err(|e| format!("bad sentinel `{host}`: {e}"))?;
+    match info.addr() {
+        redis::ConnectionAddr::Tcp(h, p) => Ok((h.clone(), *p)),
+        _ => Err(format!("bad sentinel `{host}`")),
+    }
 }
 
 /// Why the store could not reach Redis at startup.
@@ -133,11 +348,13 @@ impl fmt::Display for TlsPart {
 pub use tollgate_auth::redact;
 
 impl RedisTarget {
-    /// Whether its connections use TLS (`rediss://`, `rediss-cluster://`).
+    /// Whether its connections use TLS (`rediss://`, `rediss-cluster://`,
+    /// `rediss-sentinel://`).
     pub fn is_tls(&self) -> bool {
         match self {
             RedisTarget::Single(url) => url.starts_with("rediss://"),
             RedisTarget::Cluster { seeds } => seeds.iter().all(|s| s.starts_with("rediss://")),
+            RedisTarget::Sentinel(s) => s.tls,
         }
     }
 
@@ -150,6 +367,7 @@ impl RedisTarget {
                 .map(|s| redact(s))
                 .collect::<Vec<_>>()
                 .join(","),
+            RedisTarget::Sentinel(s) => s.shown(),
         }
     }
 
@@ -162,7 +380,7 @@ impl RedisTarget {
         let (scheme, rest) = url.split_once("://").ok_or_else(|| {
             bad(
                 "expected `memory` (the embedded store), or a URL: redis://, rediss://, \
-                 redis-cluster:// or rediss-cluster://",
+                 redis-cluster://, rediss-cluster://, redis-sentinel:// or rediss-sentinel://",
             )
         })?;
         match scheme {
@@ -196,8 +414,14 @@ impl RedisTarget {
                 }
                 Ok(RedisTarget::Cluster { seeds })
             }
+            "redis-sentinel" | "rediss-sentinel" => {
+                SentinelTarget::parse(rest, scheme == "rediss-sentinel")
+                    .map(RedisTarget::Sentinel)
+                    .map_err(|reason| bad(&reason))
+            }
             other => Err(bad(&format!(
-                "unknown scheme `{other}` (expected redis, rediss, redis-cluster or rediss-cluster)"
+                "unknown scheme `{other}` (expected redis, rediss, redis-cluster, rediss-cluster, \
+                 redis-sentinel or rediss-sentinel)"
             ))),
         }
     }
@@ -359,16 +583,279 @@ pub(crate) fn checked_tls(
         })
 }
 
+/// One multiplexed connection to a single server, whose server may
+/// change: when the sentinels name a new master, [`Conn::follow_master`]
+/// puts a connection to it in every link. Whoever sends a command takes
+/// the link's connection at that moment (a clone: the same multiplexed
+/// connection); commands already sent finish on the old one.
+///
+/// Each connection a link has held has a generation, counted from 0 and
+/// bumped by every switch, which a subscriber is told of
+/// ([`Link::subscribe`]): the decision driver fails its calls of an older
+/// generation when the link moves on (`batch.rs`), because an old master
+/// that died without closing its sockets (a crash, a partition, a frozen
+/// VM) would otherwise hold them, and the decisions queued behind them,
+/// until its TCP connection gives up (review of issue 18, finding 2).
+#[derive(Clone)]
+pub(crate) struct Link(Arc<tokio::sync::watch::Sender<Linked>>);
+
+/// What a [`Link`] holds: its connection now, and that connection's
+/// generation.
+#[derive(Clone)]
+pub(crate) struct Linked {
+    pub(crate) conn: ConnectionManager,
+    pub(crate) generation: u64,
+}
+
+impl Link {
+    fn new(m: ConnectionManager) -> Link {
+        Link(Arc::new(tokio::sync::watch::Sender::new(Linked {
+            conn: m,
+            generation: 0,
+        })))
+    }
+
+    /// The connection to send on now.
+    pub(crate) fn get(&self) -> ConnectionManager {
+        self.0.borrow().conn.clone()
+    }
+
+    /// The connection to send on now, with its generation.
+    pub(crate) fn linked(&self) -> Linked {
+        self.0.borrow().clone()
+    }
+
+    /// A receiver that sees every switch of this link (`changed()`).
+    pub(crate) fn subscribe(&self) -> tokio::sync::watch::Receiver<Linked> {
+        self.0.subscribe()
+    }
+
+    /// Moves the link to `m`, a connection of the next generation.
+    fn set(&self, m: ConnectionManager) {
+        self.0.send_modify(|l| {
+            l.conn = m;
+            l.generation += 1;
+        });
+    }
+}
+
+/// What following a Sentinel-managed master needs: a connection to each
+/// sentinel for the question asked every tick, the sentinels' client
+/// (redis-rs's own, which asks them in turn for a master that is not down
+/// and checks with `ROLE` that it is one) for when the answer changes, the
+/// master's address as last found, and how to open connections to a new
+/// one.
+pub(crate) struct Master {
+    client: tokio::sync::Mutex<SentinelClient>,
+    /// Each sentinel, asked `SENTINEL get-master-addr-by-name` every tick.
+    sentinels: Vec<Arc<Sentinel>>,
+    /// The name the sentinels know the master by.
+    name: String,
+    addr: Mutex<ConnectionAddr>,
+    config: ConnectionManagerConfig,
+    connect_timeout: Duration,
+    /// The URL as logs show it (no credentials).
+    shown: String,
+}
+
+impl Master {
+    /// A client for the server the sentinels name master now (checked to
+    /// be one), within a bound: a sentinel or a master that does not
+    /// answer must not hold the caller up.
+    async fn find(&self) -> RedisResult<Client> {
+        let mut client = self.client.lock().await;
+        self.find_with(&mut client).await
+    }
+
+    /// [`Master::find`], with the sentinels' client already locked.
+    /// redis-rs takes the sentinels' answers in the order of the URL, and
+    /// times its connections to them itself (about half a second to give
+    /// up on one that hangs, a second to connect again): the bound is at
+    /// least [`LOOKUP_BOUND`], whatever `--redis-connect-timeout-ms`, so
+    /// that a hung first sentinel does not make every lookup time out
+    /// (review of issue 18, finding 5).
+    async fn find_with(&self, client: &mut SentinelClient) -> RedisResult<Client> {
+        let bound = (self.connect_timeout * 2).max(LOOKUP_BOUND);
+        tokio::time::timeout(bound, client.async_get_client())
+            .await
+            .unwrap_or_else(|_| {
+                Err(RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the sentinels did not name a master in time",
+                )))
+            })
+    }
+
+    /// The master's address as most of the sentinels that answer name it
+    /// (`SENTINEL get-master-addr-by-name`), all asked at once, each
+    /// within [`Master::ask_bound`], over connections kept open: a cheap
+    /// question that opens no connection to the master (the full,
+    /// `ROLE`-checked lookup did, every tick: review of issue 18, finding
+    /// 6), and that a hung sentinel does not delay beyond its bound. A tie
+    /// between addresses goes to `current` if it is one of them.
+    async fn named(&self, current: Option<(&str, u16)>) -> RedisResult<(String, u16)> {
+        let bound = self.ask_bound();
+        // Tasks of their own, so that all are asked at once.
+        let mut asking = tokio::task::JoinSet::new();
+        for sentinel in &self.sentinels {
+            let (sentinel, name) = (Arc::clone(sentinel), self.name.clone());
+            asking.spawn(async move { sentinel.ask(&name, bound).await });
+        }
+        let answers = asking.join_all().await;
+        let mut votes: Vec<((String, u16), usize)> = Vec::new();
+        let mut error = None;
+        for answer in answers {
+            match answer {
+                Ok(Some(addr)) => match votes.iter_mut().find(|(a, _)| *a == addr) {
+                    Some((_, n)) => *n += 1,
+                    None => votes.push((addr, 1)),
+                },
+                Ok(None) => {}
+                Err(e) => error = error.or(Some(e)),
+            }
+        }
+        let most = votes.iter().map(|(_, n)| *n).max().unwrap_or(0);
+        let best: Vec<(String, u16)> = votes
+            .into_iter()
+            .filter(|(_, n)| *n == most)
+            .map(|(a, _)| a)
+            .collect();
+        let pick = best
+            .iter()
+            .find(|(h, p)| current == Some((h.as_str(), *p)))
+            .or(best.first())
+            .cloned();
+        match pick {
+            Some(addr) => Ok(addr),
+            None => Err(error.unwrap_or_else(|| {
+                RedisError::from(std::io::Error::other(format!(
+                    "no sentinel knows a master named `{}`",
+                    self.name
+                )))
+            })),
+        }
+    }
+
+    /// How long one sentinel may take to answer (connecting included).
+    fn ask_bound(&self) -> Duration {
+        self.connect_timeout.max(Duration::from_millis(500))
+    }
+}
+
+/// The least bound on the full, `ROLE`-checked lookup of the master
+/// ([`Master::find_with`]).
+const LOOKUP_BOUND: Duration = Duration::from_secs(5);
+
+/// One sentinel, and a connection to it once one is open (dropped when a
+/// question fails, opened again at the next).
+struct Sentinel {
+    client: Client,
+    conn: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
+    /// When its last question failed, and why: it is not asked again
+    /// for [`SENTINEL_PAUSE`] (the same error stands meanwhile), so that
+    /// one that hangs is not sent a new connection every tick.
+    failed: Mutex<Option<(std::time::Instant, RedisError)>>,
+}
+
+/// How long a sentinel whose question failed is left alone.
+const SENTINEL_PAUSE: Duration = Duration::from_secs(5);
+
+impl Sentinel {
+    /// The master's address as this sentinel names it (`None`: it knows
+    /// no master by that name), within `bound`.
+    async fn ask(&self, name: &str, bound: Duration) -> RedisResult<Option<(String, u16)>> {
+        let failed = self
+            .failed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some((at, e)) = failed {
+            if at.elapsed() < SENTINEL_PAUSE {
+                return Err(e);
+            }
+        }
+        let answer = self.ask_now(name, bound).await;
+        *self.failed.lock().unwrap_or_else(PoisonError::into_inner) = match &answer {
+            Err(e) => Some((std::time::Instant::now(), e.clone())),
+            Ok(_) => None,
+        };
+        answer
+    }
+
+    /// [`Sentinel::ask`], whatever happened before.
+    async fn ask_now(&self, name: &str, bound: Duration) -> RedisResult<Option<(String, u16)>> {
+        let late = || {
+            RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "a sentinel did not answer in time",
+            ))
+        };
+        let asked = tokio::time::timeout(bound, async {
+            let mut conn = self.conn.lock().await;
+            let mut c = match conn.as_ref() {
+                Some(c) => c.clone(),
+                None => {
+                    let c = self.client.get_multiplexed_async_connection().await?;
+                    *conn = Some(c.clone());
+                    c
+                }
+            };
+            let answer = redis::cmd("SENTINEL")
+                .arg("get-master-addr-by-name")
+                .arg(name)
+                .query_async::<Option<(String, String)>>(&mut c)
+                .await;
+            if answer.is_err() {
+                *conn = None;
+            }
+            answer
+        })
+        .await;
+        let answer = match asked {
+            Ok(answer) => answer?,
+            Err(_) => {
+                // Dropped with the question: a connection that hung.
+                if let Ok(mut conn) = self.conn.try_lock() {
+                    *conn = None;
+                }
+                return Err(late());
+            }
+        };
+        Ok(match answer {
+            Some((host, port)) => Some((
+                host,
+                port.parse().map_err(|_| {
+                    RedisError::from(std::io::Error::other(format!(
+                        "a sentinel named the master at port `{port}`"
+                    )))
+                })?,
+            )),
+            None => None,
+        })
+    }
+}
+
+/// The host and port of a TCP address.
+fn host_port(addr: &ConnectionAddr) -> Option<(&str, u16)> {
+    match addr {
+        ConnectionAddr::Tcp(h, p) => Some((h, *p)),
+        ConnectionAddr::TcpTls { host, port, .. } => Some((host, *port)),
+        _ => None,
+    }
+}
+
 /// Open connections to one server or a cluster. Cheap to clone.
 #[derive(Clone)]
 pub(crate) enum Conn {
     Single {
         /// Connections that time nothing themselves (the module docs
         /// say why).
-        managers: Arc<[ConnectionManager]>,
+        links: Arc<[Link]>,
         next: Arc<AtomicUsize>,
         /// How long a command sent through [`Conn`] may take.
         timeout: Duration,
+        /// The sentinels, when the server is a master they manage.
+        master: Option<Arc<Master>>,
     },
     Cluster(ClusterConnection),
 }
@@ -379,6 +866,82 @@ enum Next<'a> {
     Single(ConnectionManager, Duration),
     /// A cluster's client.
     Cluster(&'a ClusterConnection),
+}
+
+/// How a single server's connections are set up: no timer of their own
+/// (the module docs say why), reconnection forever with backoff.
+fn manager_config(options: &ConnectOptions) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_response_timeout(None)
+        .set_connection_timeout(Some(options.connect_timeout))
+        .set_max_delay(options.max_reconnect_delay)
+        .set_min_delay(Duration::from_millis(10))
+        .set_number_of_retries(usize::MAX)
+}
+
+/// `n` connections to `client`'s server, each within `connect_timeout`
+/// (the error of one plain attempt when it times out: [`why_not`]).
+async fn open_managers(
+    client: &Client,
+    config: &ConnectionManagerConfig,
+    n: usize,
+    connect_timeout: Duration,
+) -> RedisResult<Vec<ConnectionManager>> {
+    let mut managers = Vec::with_capacity(n.max(1));
+    for _ in 0..n.max(1) {
+        let m = tokio::time::timeout(
+            connect_timeout,
+            client.get_connection_manager_with_config(config.clone()),
+        )
+        .await;
+        match m {
+            Ok(m) => managers.push(m?),
+            Err(_) => return Err(why_not(client, connect_timeout).await),
+        }
+    }
+    Ok(managers)
+}
+
+/// The sentinels' client for `target`: the URL's credentials (or
+/// `options.password`) and the TLS material go to the master; the TLS
+/// material to the sentinels too. The sentinels are asked without a
+/// password.
+fn sentinel_client(
+    target: &SentinelTarget,
+    options: &ConnectOptions,
+    tls: Option<TlsCertificates>,
+) -> RedisResult<SentinelClient> {
+    let addrs = target.sentinels.iter().map(|(host, port)| {
+        if target.tls {
+            ConnectionAddr::TcpTls {
+                host: host.clone(),
+                port: *port,
+                insecure: false,
+                tls_params: None,
+            }
+        } else {
+            ConnectionAddr::Tcp(host.clone(), *port)
+        }
+    });
+    let mut b = SentinelClientBuilder::new(addrs, &target.master, SentinelServerType::Master)?
+        .set_client_to_redis_db(target.db);
+    if let Some(user) = &target.username {
+        b = b.set_client_to_redis_username(user);
+    }
+    if let Some(pw) = options.password.as_ref().or(target.password.as_ref()) {
+        b = b.set_client_to_redis_password(pw);
+    }
+    if target.tls {
+        b = b
+            .set_client_to_redis_tls_mode(TlsMode::Secure)
+            .set_client_to_sentinel_tls_mode(TlsMode::Secure);
+        if let Some(certs) = tls {
+            b = b
+                .set_client_to_redis_certificates(certs.clone())
+                .set_client_to_sentinel_certificates(certs);
+        }
+    }
+    b.build()
 }
 
 impl Conn {
@@ -405,32 +968,86 @@ impl Conn {
                     None => Client::open(info),
                 }
                 .map_err(connect_err)?;
-                let config = ConnectionManagerConfig::new()
-                    .set_response_timeout(None)
-                    .set_connection_timeout(Some(options.connect_timeout))
-                    .set_max_delay(options.max_reconnect_delay)
-                    .set_min_delay(Duration::from_millis(10))
-                    .set_number_of_retries(usize::MAX);
-                let mut managers = Vec::with_capacity(options.connections.max(1));
-                for _ in 0..options.connections.max(1) {
-                    let m = tokio::time::timeout(
-                        options.connect_timeout,
-                        client.get_connection_manager_with_config(config.clone()),
-                    )
-                    .await;
-                    match m {
-                        Ok(m) => managers.push(m.map_err(connect_err)?),
-                        Err(_) => {
-                            return Err(connect_err(
-                                why_not(&client, options.connect_timeout).await,
-                            ))
-                        }
-                    }
-                }
+                let config = manager_config(options);
+                let managers = open_managers(
+                    &client,
+                    &config,
+                    options.connections,
+                    options.connect_timeout,
+                )
+                .await
+                .map_err(connect_err)?;
                 Ok(Conn::Single {
-                    managers: managers.into(),
+                    links: managers.into_iter().map(Link::new).collect(),
                     next: Arc::new(AtomicUsize::new(0)),
                     timeout: options.response_timeout,
+                    master: None,
+                })
+            }
+            RedisTarget::Sentinel(s) => {
+                let connect_err = |cause| ConnectError::Connect {
+                    url: s.shown(),
+                    cause,
+                };
+                let asked = s
+                    .sentinels
+                    .iter()
+                    .map(|(host, port)| {
+                        let addr = if s.tls {
+                            ConnectionAddr::TcpTls {
+                                host: host.clone(),
+                                port: *port,
+                                insecure: false,
+                                tls_params: None,
+                            }
+                        } else {
+                            ConnectionAddr::Tcp(host.clone(), *port)
+                        };
+                        let client = match &tls {
+                            Some(certs) => Client::build_with_tls(addr, certs.clone()),
+                            None => Client::open(addr),
+                        }?;
+                        Ok(Arc::new(Sentinel {
+                            client,
+                            conn: tokio::sync::Mutex::new(None),
+                            failed: Mutex::new(None),
+                        }))
+                    })
+                    .collect::<RedisResult<Vec<_>>>()
+                    .map_err(connect_err)?;
+                let sentinels = sentinel_client(s, options, tls).map_err(connect_err)?;
+                let master = Master {
+                    client: tokio::sync::Mutex::new(sentinels),
+                    sentinels: asked,
+                    name: s.master.clone(),
+                    addr: Mutex::new(ConnectionAddr::Tcp(String::new(), 0)),
+                    // A connection left behind on an old master that died
+                    // must stop reconnecting to it: each reconnection
+                    // gives up after about half a minute. The current
+                    // master's connections start one again at the next
+                    // command that fails to reach it (the ping, every
+                    // 500 ms, is one).
+                    config: manager_config(options).set_number_of_retries(SENTINEL_RETRIES),
+                    connect_timeout: options.connect_timeout,
+                    shown: s.shown(),
+                };
+                let client = master.find().await.map_err(connect_err)?;
+                let managers = open_managers(
+                    &client,
+                    &master.config,
+                    options.connections,
+                    options.connect_timeout,
+                )
+                .await
+                .map_err(connect_err)?;
+                let addr = client.get_connection_info().addr().clone();
+                tracing::info!(url = %master.shown, master = %addr, "the sentinels name the master");
+                *master.addr.lock().unwrap_or_else(PoisonError::into_inner) = addr;
+                Ok(Conn::Single {
+                    links: managers.into_iter().map(Link::new).collect(),
+                    next: Arc::new(AtomicUsize::new(0)),
+                    timeout: options.response_timeout,
+                    master: Some(Arc::new(master)),
                 })
             }
             RedisTarget::Cluster { seeds } => {
@@ -472,12 +1089,13 @@ impl Conn {
     fn next(&self) -> Next<'_> {
         match self {
             Conn::Single {
-                managers,
+                links,
                 next,
                 timeout,
+                ..
             } => {
-                let i = next.fetch_add(1, Ordering::Relaxed) % managers.len();
-                Next::Single(managers[i].clone(), *timeout)
+                let i = next.fetch_add(1, Ordering::Relaxed) % links.len();
+                Next::Single(links[i].get(), *timeout)
             }
             Conn::Cluster(c) => Next::Cluster(c),
         }
@@ -513,13 +1131,70 @@ impl Conn {
         }
     }
 
-    /// A single server's connections, one per multiplexed connection, with
+    /// A single server's links, one per multiplexed connection, with
     /// no timeout of their own (for the decision drivers, which time
     /// Redis's silence); none for a cluster.
-    pub(crate) fn managers(&self) -> Vec<ConnectionManager> {
+    pub(crate) fn links(&self) -> Vec<Link> {
         match self {
-            Conn::Single { managers, .. } => managers.to_vec(),
+            Conn::Single { links, .. } => links.to_vec(),
             Conn::Cluster(_) => Vec::new(),
+        }
+    }
+
+    /// With Sentinel: asks the sentinels which server is the master, and
+    /// when it is not the one the connections go to, opens connections to
+    /// it and puts them in every link. `Ok(Some(address))` when the
+    /// connections moved; `Ok(None)` when the master is the same, or
+    /// without Sentinel. Calls are serialised (the sentinels' client stays
+    /// locked throughout): two at once would both see the new master and
+    /// open two sets of connections (review of issue 18, finding 7).
+    pub(crate) async fn follow_master(&self) -> RedisResult<Option<String>> {
+        let Conn::Single {
+            links,
+            master: Some(m),
+            ..
+        } = self
+        else {
+            return Ok(None);
+        };
+        let mut sentinels = m.client.lock().await;
+        let current = m
+            .addr
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let named = m.named(host_port(&current)).await?;
+        if host_port(&current) == Some((named.0.as_str(), named.1)) {
+            return Ok(None);
+        }
+        // The sentinels name another server: the full lookup, which
+        // checks that it is a master, and gives its client.
+        let client = m.find_with(&mut sentinels).await?;
+        let addr = client.get_connection_info().addr().clone();
+        if *m.addr.lock().unwrap_or_else(PoisonError::into_inner) == addr {
+            return Ok(None);
+        }
+        let managers = open_managers(&client, &m.config, links.len(), m.connect_timeout).await?;
+        for (link, new) in links.iter().zip(managers) {
+            link.set(new);
+        }
+        let shown = addr.to_string();
+        *m.addr.lock().unwrap_or_else(PoisonError::into_inner) = addr;
+        Ok(Some(shown))
+    }
+
+    /// The master's address as last found (Sentinel only).
+    pub(crate) fn master_addr(&self) -> Option<String> {
+        match self {
+            Conn::Single {
+                master: Some(m), ..
+            } => Some(
+                m.addr
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .to_string(),
+            ),
+            _ => None,
         }
     }
 
@@ -593,6 +1268,112 @@ mod tests {
             err.contains("expected `memory` (the embedded store), or a URL: redis://"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn sentinel_urls_name_the_sentinels_the_master_and_the_database() {
+        let t = RedisTarget::parse("redis-sentinel://:pw@a:26380, b ,[::1]:7/mymaster/2")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let RedisTarget::Sentinel(s) = &t else {
+            panic!("{t:?}")
+        };
+        assert_eq!(
+            s.sentinels,
+            vec![
+                ("a".to_owned(), 26380),
+                ("b".to_owned(), SENTINEL_PORT),
+                ("::1".to_owned(), 7)
+            ]
+        );
+        assert_eq!((s.master.as_str(), s.db, s.tls), ("mymaster", 2, false));
+        assert_eq!(s.password.as_deref(), Some("pw"));
+        // Neither Debug nor errors show the password.
+        assert!(!format!("{t:?}").contains("pw"), "{t:?}");
+        assert_eq!(
+            t.shown(),
+            "redis-sentinel://***@a:26380,b:26379,[::1]:7/mymaster"
+        );
+        let tls = RedisTarget::parse("rediss-sentinel://h:1/m").unwrap_or_else(|e| panic!("{e}"));
+        assert!(tls.is_tls());
+        // Regression (review of issue 18, finding 9): a master name with
+        // an `@` was read as credentials `h/my`. Credentials still end at
+        // the `@` before the sentinels (percent-encoded, as in redis://).
+        for (url, master, password) in [
+            ("redis-sentinel://h/my@master", "my@master", None),
+            ("redis-sentinel://:pw@h/my@master", "my@master", Some("pw")),
+            ("redis-sentinel://:a%2Fb%40c@h:1/m", "m", Some("a/b@c")),
+            ("redis-sentinel://:p%3Fw@h/m", "m", Some("p?w")),
+        ] {
+            let t = RedisTarget::parse(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+            let RedisTarget::Sentinel(s) = &t else {
+                panic!("{t:?}")
+            };
+            assert_eq!(
+                (s.master.as_str(), s.password.as_deref()),
+                (master, password),
+                "{url}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_sentinel_urls_name_what_is_wrong() {
+        for (url, want) in [
+            ("redis-sentinel://h:26379", "no master name"),
+            ("redis-sentinel://h:26379/", "no master name"),
+            (
+                "redis-sentinel:///mymaster",
+                "no sentinels before the master name",
+            ),
+            (
+                "redis-sentinel://,/mymaster",
+                "no sentinels before the master name",
+            ),
+            (
+                "redis-sentinel://a:1,b:port/m",
+                "bad port `port` of sentinel `b:port`: a number from 1 to 65535",
+            ),
+            ("redis-sentinel://a:0/m", "bad port `0` of sentinel `a:0`"),
+            ("redis-sentinel://a:70000/m", "bad port `70000`"),
+            ("redis-sentinel://:1/m", "sentinel `:1` has no host"),
+            (
+                "redis-sentinel://a/m/x",
+                "bad database `x` after the master name",
+            ),
+            ("redis-sentinel://a/m?x=1", "takes no query"),
+            (
+                "redis-sentinel://a:1,b,a:1/m",
+                "sentinel `a:1` is listed twice",
+            ),
+            (
+                "redis-sentinel://h1,h2,h3,h4,h5,h6,h7,h8,h9,h10,h11,h12,h13,h14,h15,h16,h17/m",
+                "17 sentinels: at most 16 are asked",
+            ),
+        ] {
+            let err = RedisTarget::parse(url)
+                .map(|t| format!("{t:?}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(want), "{url}: {err}");
+        }
+        for url in [
+            "redis-sentinel://:hunter2@a:x/m",
+            // Regression (review of issue 18, finding 3): refused for its
+            // `?` or `#`, and shown whole.
+            "redis-sentinel://:hunter2?@a:1/m",
+            "redis-sentinel://:hun#ter2@a:1/m",
+            // Not percent-encoded: cannot be read, and not shown.
+            "redis-sentinel://:hunter2/x@y@a:1/m",
+        ] {
+            let err = RedisTarget::parse(url)
+                .map(|t| format!("{t:?}"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                !err.contains("hunter2") && !err.contains("ter2") && err.contains("***"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -400,19 +400,53 @@ impl RedisStore {
         }
     }
 
-    /// Counts this server's holds again in every pool where Redis lost
-    /// them, after its heartbeat found the live set lost.
+    /// Makes this server's contribution to every pool it knows exactly
+    /// what its record says, after Redis lost its data or went back to an
+    /// older state (its heartbeat found the live set lost, or the store
+    /// followed a failover to a replica that may have lagged): its holds
+    /// are counted again where Redis lost them, and copies Redis still
+    /// counts for it that it no longer holds (a release the new master
+    /// never saw) are taken away, in pools where it holds nothing too.
+    /// Pools this server already forgot (the sweep forgets those it holds
+    /// nothing in) are corrected at its next operation there, which finds
+    /// the version wrong (`TOLLGATE lost`).
     pub async fn recover(&self) {
         for (a, pool) in self.pools.all() {
             let mut st = pool.lock().await;
             // Redis lost the registration set too: every pool registers
             // again before this server next holds copies there.
             st.registered = false;
-            if !st.holds() {
-                continue;
-            }
-            if let Err(e) = self.reassert(a, &mut st).await {
+            let done = if st.holds() {
+                self.reassert(a, &mut st).await
+            } else {
+                self.clear_stale(a, &mut st).await
+            };
+            if let Err(e) = done {
                 tracing::error!(pool = ?st.name, error = %e, "could not count this server's holds again");
+            }
+        }
+    }
+
+    /// Takes away whatever Redis still counts for this server in pool `a`,
+    /// where its record says it holds nothing (review of issue 18,
+    /// finding 1): a `reassert` of no holds, which changes nothing when
+    /// Redis agrees. No registration (nothing is held), no remembered
+    /// reply (sent again, it does the same). A few attempts: the next
+    /// operation on the pool corrects it anyway.
+    async fn clear_stale(&self, a: u64, st: &mut PoolState) -> Result<(), RedisError> {
+        const ATTEMPTS: u32 = 5;
+        let mut attempt = 0u32;
+        loop {
+            if self.log.is_resigned() {
+                return Err(resigned_error());
+            }
+            match self
+                .copies_call(a, st, Nanos::ZERO, "reassert", None, &[])
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e) if refusal(&e).is_some() || attempt + 1 >= ATTEMPTS => return Err(e),
+                Err(e) => self.pause_after(&e, &mut attempt).await,
             }
         }
     }

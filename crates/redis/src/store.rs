@@ -42,7 +42,8 @@ pub enum ScriptClock {
 /// How the store is set up. `Debug` shows the URL without its password.
 #[derive(Clone)]
 pub struct RedisOptions {
-    /// `redis://`, `rediss://`, `redis-cluster://` or `rediss-cluster://`.
+    /// `redis://`, `rediss://`, `redis-cluster://`, `rediss-cluster://`,
+    /// `redis-sentinel://` or `rediss-sentinel://`.
     pub url: String,
     /// Prepended to every key, so one Redis can serve several deployments.
     /// Must not contain `{` or `}` (they would break cluster hash tags).
@@ -165,6 +166,8 @@ pub struct RedisStore {
     pub(crate) pools: Arc<Pools>,
     /// Whether a sweep is running.
     sweeping: Arc<AtomicBool>,
+    /// Failovers followed (Sentinel).
+    master_changes: Arc<AtomicU64>,
 }
 
 /// Gauge: 1 while Redis answers, 0 while it does not.
@@ -179,6 +182,8 @@ const CACHE_HITS_COUNTER: &str = "tollgate_store_rejection_cache_hits_total";
 const CACHE_ENTRIES_GAUGE: &str = "tollgate_store_rejection_cache_entries";
 /// Counter: cache entries dropped to make room for others.
 const CACHE_EVICTIONS_COUNTER: &str = "tollgate_store_rejection_cache_evictions_total";
+/// Counter: failovers followed to a new master named by the sentinels.
+const MASTER_CHANGES_COUNTER: &str = "tollgate_store_master_changes_total";
 
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -216,7 +221,7 @@ impl RedisStore {
         let encoder = Arc::new(Encoder::new(&options.prefix, &decide));
         let batcher = (!conn.is_cluster()).then(|| {
             Batcher::start(
-                conn.managers(),
+                conn.links(),
                 Arc::clone(&encoder),
                 options.connect.response_timeout,
                 options.max_waiting.max(1),
@@ -251,6 +256,7 @@ impl RedisStore {
             up: Arc::new(AtomicBool::new(true)),
             pools: Arc::default(),
             sweeping: Arc::default(),
+            master_changes: Arc::default(),
         })
     }
 
@@ -277,6 +283,10 @@ impl RedisStore {
         metrics::describe_gauge!(
             CACHE_ENTRIES_GAUGE,
             "Keys in the Redis store's local over-limit cache."
+        );
+        metrics::describe_counter!(
+            MASTER_CHANGES_COUNTER,
+            "Failovers the Redis store followed to a new master named by Redis Sentinel."
         );
         metrics::describe_counter!(
             CACHE_EVICTIONS_COUNTER,
@@ -318,8 +328,90 @@ impl RedisStore {
 
     /// Pings Redis every `interval` until the returned future is dropped,
     /// so readiness comes back when Redis does even with no traffic (a
-    /// server that is not ready gets none).
+    /// server that is not ready gets none). With Redis Sentinel it also
+    /// asks the sentinels for the master every `interval`, and follows a
+    /// failover ([`RedisStore::follow_master`]).
     pub async fn monitor(&self, interval: Duration) {
+        tokio::join!(self.ping(interval), self.follow(interval));
+    }
+
+    /// Asks the sentinels for the master every `interval` (Sentinel only)
+    /// until the returned future is dropped.
+    async fn follow(&self, interval: Duration) {
+        if self.conn.master_addr().is_none() {
+            return;
+        }
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Sentinels that cannot be asked are logged once, not every tick.
+        let mut failing = false;
+        loop {
+            tick.tick().await;
+            match self.try_follow().await {
+                Ok(_) if failing => {
+                    tracing::info!(url = %self.url, "the sentinels answer again");
+                    failing = false;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    if !failing {
+                        tracing::warn!(url = %self.url, error = %e, "cannot ask the sentinels for the master");
+                    }
+                    failing = true;
+                }
+            }
+        }
+    }
+
+    /// With Redis Sentinel: asks the sentinels which server is the master
+    /// now and, when it is a new one (a failover), moves every connection
+    /// there, then treats the new master as one that may have lost the
+    /// last writes: the over-limit cache is cleared and this server's
+    /// holds are counted again in every pool from its own record
+    /// (`docs/redis.md`, "Redis Sentinel"). Whether the connections
+    /// moved; `false` without Sentinel, when the master is the same, or
+    /// when the sentinels could not be asked (logged; the next call tries
+    /// again).
+    pub async fn follow_master(&self) -> bool {
+        self.try_follow().await.unwrap_or_else(|e| {
+            tracing::warn!(url = %self.url, error = %e, "cannot ask the sentinels for the master");
+            false
+        })
+    }
+
+    /// [`RedisStore::follow_master`], with the sentinels' error.
+    async fn try_follow(&self) -> Result<bool, RedisError> {
+        match self.conn.follow_master().await? {
+            None => Ok(false),
+            Some(master) => {
+                metrics::counter!(MASTER_CHANGES_COUNTER).increment(1);
+                self.master_changes.fetch_add(1, Ordering::Relaxed);
+                // The promoted replica may lack the last writes the old
+                // master acknowledged (replication is asynchronous): a key
+                // the cache rejects may admit there, and a pool may miss
+                // this server's last operations.
+                self.forget_rejections();
+                tracing::warn!(url = %self.url, master = %master, server = %self.log.id, "the sentinels name a new master: connections moved there; the over-limit cache is cleared and this server's holds are counted again pool by pool");
+                let store = self.clone();
+                tokio::spawn(async move { store.recover().await });
+                Ok(true)
+            }
+        }
+    }
+
+    /// The master's address (`host:port`) as the sentinels last named it;
+    /// `None` without Sentinel.
+    pub fn master(&self) -> Option<String> {
+        self.conn.master_addr()
+    }
+
+    /// Failovers this server followed since it connected.
+    pub fn master_changes(&self) -> u64 {
+        self.master_changes.load(Ordering::Relaxed)
+    }
+
+    /// Pings Redis every `interval` until the returned future is dropped.
+    async fn ping(&self, interval: Duration) {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let cmd = redis::cmd("PING");
@@ -500,6 +592,16 @@ impl RedisStore {
                 Err(e)
             }
             Err(Failure::Redis(e)) => Err(self.unavailable(e)),
+            Err(Failure::Switched) => {
+                // Not an outage: the store moved to a new master, which
+                // answers. Counted as a failed command.
+                metrics::counter!(ERRORS_COUNTER).increment(1);
+                Err(StoreError::Unavailable(format!(
+                    "the Redis master changed (a Sentinel failover) while this decision was in \
+                     flight ({}): the old master may or may not have counted it",
+                    self.url
+                )))
+            }
             Err(Failure::Overloaded(most)) => {
                 // An answer, not an outage (the store stays up): clients
                 // retry rather than fail open.

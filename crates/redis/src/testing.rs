@@ -325,6 +325,71 @@ impl RedisServer {
         }
     }
 
+    /// Like [`RedisServer::unread_bytes`], counting only the connections
+    /// of this (the test's) process: a server that sentinels and a
+    /// replica talk to too gets their pings and acknowledgements besides
+    /// the test's commands (Linux: the sockets in `/proc/self/fd`, found
+    /// by inode in `/proc/net/tcp`).
+    pub fn unread_bytes_from_this_process(&self) -> u64 {
+        let mine: std::collections::HashSet<String> = std::fs::read_dir("/proc/self/fd")
+            .map(|dir| {
+                dir.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                    .filter_map(|l| {
+                        let l = l.to_string_lossy().into_owned();
+                        Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let port_of = |addr: &str| {
+            addr.rsplit_once(':')
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+        };
+        let mut rows = Vec::new();
+        for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            let Ok(text) = std::fs::read_to_string(table) else {
+                continue;
+            };
+            for line in text.lines().skip(1) {
+                let f: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+                if f.len() > 9 && f[3] == "01" {
+                    rows.push(f);
+                }
+            }
+        }
+        // This process's ends of connections to the server: their ports.
+        let ours: std::collections::HashSet<u16> = rows
+            .iter()
+            .filter(|f| mine.contains(&f[9]) && port_of(&f[2]) == Some(self.port))
+            .filter_map(|f| port_of(&f[1]))
+            .collect();
+        rows.iter()
+            .filter(|f| port_of(&f[1]) == Some(self.port))
+            .filter(|f| port_of(&f[2]).is_some_and(|p| ours.contains(&p)))
+            .filter_map(|f| f[4].split_once(':'))
+            .map(|(_, rx)| u64::from_str_radix(rx, 16).unwrap_or(0))
+            .sum()
+    }
+
+    /// Waits until more than `bytes` sent by this process are unread
+    /// ([`RedisServer::unread_bytes_from_this_process`]; a bound of 10 s
+    /// on a hung test), and returns how many are.
+    pub async fn await_unread_from_this_process_beyond(&self, bytes: u64) -> u64 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let now = self.unread_bytes_from_this_process();
+            if now > bytes {
+                return now;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "nothing more from this process reached redis-server on port {} ({now} bytes unread)",
+                self.port
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     /// Lets a paused process go on (SIGCONT).
     pub fn resume(&self) {
         self.signal("CONT");
@@ -584,4 +649,284 @@ fn raw(port: u16, cmd: &str) -> String {
 
 fn ping(port: u16) -> bool {
     raw(port, "PING") == "+PONG"
+}
+
+/// A sentinel process of the test's own (`redis-server FILE --sentinel`),
+/// killed when dropped.
+struct SentinelProcess {
+    /// Declared first, so the process is killed before its directory is
+    /// removed.
+    _child: KillOnDrop,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+/// A master, one replica of it and three sentinels watching it under
+/// [`RedisSentinels::MASTER`] (quorum 2), each a process of the test's own
+/// on free loopback ports. Dropping it kills them all.
+pub struct RedisSentinels {
+    /// The two data servers: the first starts as the master, the second
+    /// as its replica.
+    pub servers: Vec<RedisServer>,
+    sentinels: Vec<SentinelProcess>,
+}
+
+impl RedisSentinels {
+    /// The name the sentinels know the master by.
+    pub const MASTER: &'static str = "tollgate-test";
+
+    /// Starts the master, its replica (waiting until it is in sync) and
+    /// three sentinels, and waits until every sentinel knows the master,
+    /// the replica and the two other sentinels: from then on a
+    /// [`RedisSentinels::failover`] can be forced and every sentinel
+    /// learns its outcome.
+    pub fn start() -> RedisSentinels {
+        let master = RedisServer::start();
+        let port = master.port.to_string();
+        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+        tollgate_testing::eventually("the replica syncs", Duration::from_secs(30), || {
+            let info = replica.client().text(&["INFO", "replication"]);
+            if info.contains("master_link_status:up") {
+                Ok(())
+            } else {
+                Err(info)
+            }
+        });
+        let sentinels = (0..3).map(|_| start_sentinel(master.port)).collect();
+        let s = RedisSentinels {
+            servers: vec![master, replica],
+            sentinels,
+        };
+        tollgate_testing::eventually("the sentinels settle", Duration::from_secs(60), || {
+            for p in &s.sentinels {
+                let mut c = sentinel_connection(p.port);
+                let replicas: Vec<std::collections::HashMap<String, String>> =
+                    redis::cmd("SENTINEL")
+                        .arg("replicas")
+                        .arg(Self::MASTER)
+                        .query(&mut c)
+                        .map_err(|e| e.to_string())?;
+                let good = replicas.iter().any(|r| {
+                    r.get("flags").is_some_and(|f| f == "slave")
+                        && r.get("master-link-status").is_some_and(|l| l == "ok")
+                });
+                let others: Vec<std::collections::HashMap<String, String>> = redis::cmd("SENTINEL")
+                    .arg("sentinels")
+                    .arg(Self::MASTER)
+                    .query(&mut c)
+                    .map_err(|e| e.to_string())?;
+                if !good || others.len() < 2 {
+                    return Err(format!(
+                        "sentinel {}: replicas {replicas:?}, {} other sentinels",
+                        p.port,
+                        others.len()
+                    ));
+                }
+            }
+            Ok(())
+        });
+        s
+    }
+
+    /// `redis-sentinel://127.0.0.1:A,127.0.0.1:B,127.0.0.1:C/tollgate-test`.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect();
+        format!("redis-sentinel://{}/{}", hosts.join(","), Self::MASTER)
+    }
+
+    /// The port of the master as the first sentinel names it.
+    pub fn master_port(&self) -> u16 {
+        master_addr(self.sentinels[0].port).expect("the sentinel names a master")
+    }
+
+    /// Stops the sentinel that comes `i`th in [`RedisSentinels::url`]
+    /// (SIGSTOP): its connections stay open and it answers nothing, as a
+    /// hung host would. Returns once the process is stopped.
+    pub fn pause_sentinel(&self, i: usize) {
+        let pid = self.sentinels[i]._child.id();
+        assert!(tollgate_testing::signal(pid, "STOP"), "kill -STOP {pid}");
+        let stat = format!("/proc/{pid}/stat");
+        tollgate_testing::eventually("the sentinel stops", Duration::from_secs(10), || {
+            let s = std::fs::read_to_string(&stat).map_err(|e| e.to_string())?;
+            // `PID (COMM) STATE ...`: the state follows the last `)`.
+            let stopped = s
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with(['T', 't']));
+            stopped.then_some(()).ok_or(s)
+        });
+    }
+
+    /// Commands the sentinels have run, all of them together (`INFO
+    /// stats`; a sentinel keeps no `commandstats`): what clients asked
+    /// them, plus the pings and hellos they send each other (a few a
+    /// second).
+    pub fn sentinel_commands(&self) -> u64 {
+        self.sentinels
+            .iter()
+            .map(|p| {
+                let info: String = redis::cmd("INFO")
+                    .arg("stats")
+                    .query(&mut sentinel_connection(p.port))
+                    .unwrap();
+                info.lines()
+                    .find_map(|l| l.strip_prefix("total_commands_processed:"))
+                    .map_or(0, |n| n.trim().parse::<u64>().unwrap())
+            })
+            .sum()
+    }
+
+    /// The data server listening on `port`.
+    pub fn server(&self, port: u16) -> &RedisServer {
+        self.servers
+            .iter()
+            .find(|s| s.port == port)
+            .expect("one of the test's servers")
+    }
+
+    /// Waits until the master has passed every write it took to its
+    /// replica (`WAIT 1`), so that a failover loses nothing.
+    pub fn sync_replica(&self) {
+        let mut c = self.server(self.master_port()).connection();
+        let acked: i64 = redis::cmd("WAIT").arg(1).arg(30_000).query(&mut c).unwrap();
+        assert_eq!(acked, 1, "the replica did not acknowledge the writes");
+    }
+
+    /// Forces a failover (`SENTINEL FAILOVER`, asked of the first
+    /// sentinel until it accepts) and waits until every sentinel names
+    /// the replica as master, it says it is one (`ROLE`) and the old
+    /// master says it is a replica now. Returns the new master's port.
+    pub fn failover(&self) -> u16 {
+        let old = self.master_port();
+        let new = self
+            .servers
+            .iter()
+            .map(|s| s.port)
+            .find(|&p| p != old)
+            .unwrap();
+        tollgate_testing::eventually("the failover starts", Duration::from_secs(30), || {
+            let mut c = sentinel_connection(self.sentinels[0].port);
+            redis::cmd("SENTINEL")
+                .arg("FAILOVER")
+                .arg(Self::MASTER)
+                .query::<String>(&mut c)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        });
+        self.await_promotion(old);
+        tollgate_testing::eventually(
+            "the old master is a replica",
+            Duration::from_secs(60),
+            || {
+                let role = role(&mut self.server(old).connection());
+                if role != "slave" {
+                    return Err(format!("{old} is {role}, not a replica yet"));
+                }
+                Ok(())
+            },
+        );
+        new
+    }
+
+    /// Waits until the sentinels fail the master on `old` over by
+    /// themselves (it was paused or killed: [`RedisServer::pause`]): every
+    /// sentinel names the other server, and it says it is master
+    /// (`ROLE`). Returns the new master's port. The sentinels take their
+    /// `down-after-milliseconds` (2 s here) and an election: the bound is
+    /// generous.
+    pub fn await_promotion(&self, old: u16) -> u16 {
+        let new = self
+            .servers
+            .iter()
+            .map(|s| s.port)
+            .find(|&p| p != old)
+            .unwrap();
+        tollgate_testing::eventually("the failover completes", Duration::from_secs(90), || {
+            for p in &self.sentinels {
+                let named = master_addr(p.port);
+                if named != Some(new) {
+                    return Err(format!("sentinel {} names {named:?}", p.port));
+                }
+            }
+            let role = role(&mut self.server(new).connection());
+            if role != "master" {
+                return Err(format!("{new} is {role}, not master yet"));
+            }
+            Ok(())
+        });
+        new
+    }
+}
+
+/// Starts a sentinel watching the master on `master_port`, with timeouts
+/// short enough for a test.
+fn start_sentinel(master_port: u16) -> SentinelProcess {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let name = RedisSentinels::MASTER;
+    let conf = dir.path().join("sentinel.conf");
+    // The sentinel rewrites its file as it learns: it must be writable.
+    std::fs::write(
+        &conf,
+        format!(
+            "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {dir}/sentinel.log\n\
+             sentinel monitor {name} 127.0.0.1 {master_port} 2\n\
+             sentinel down-after-milliseconds {name} 2000\n\
+             sentinel failover-timeout {name} 10000\n\
+             sentinel parallel-syncs {name} 1\n",
+            dir = dir.path().display()
+        ),
+    )
+    .unwrap();
+    let mut child = KillOnDrop::spawn(
+        Command::new(redis_server_binary())
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    )
+    .expect("start redis-server --sentinel");
+    let ready = tollgate_testing::wait_ready(&mut child, Duration::from_secs(10), || ping(port));
+    if let Err(why) = ready {
+        let log = std::fs::read_to_string(dir.path().join("sentinel.log")).unwrap_or_default();
+        panic!("sentinel on port {port} did not start ({why}); its log:\n{log}");
+    }
+    SentinelProcess {
+        _child: child,
+        port,
+        _dir: dir,
+    }
+}
+
+fn sentinel_connection(port: u16) -> redis::Connection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .unwrap()
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .unwrap()
+}
+
+/// The master's port as the sentinel on `port` names it.
+fn master_addr(port: u16) -> Option<u16> {
+    let mut c = sentinel_connection(port);
+    let addr: Option<(String, String)> = redis::cmd("SENTINEL")
+        .arg("get-master-addr-by-name")
+        .arg(RedisSentinels::MASTER)
+        .query(&mut c)
+        .ok()?;
+    addr.and_then(|(_, p)| p.parse().ok())
+}
+
+/// `master` or `slave`: the first word of `ROLE`.
+fn role(c: &mut redis::Connection) -> String {
+    let v: redis::Value = redis::cmd("ROLE").query(c).unwrap();
+    match v {
+        redis::Value::Array(items) => match items.first() {
+            Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+            other => format!("{other:?}"),
+        },
+        other => format!("{other:?}"),
+    }
 }

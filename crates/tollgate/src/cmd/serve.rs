@@ -176,7 +176,9 @@ pub struct ServeArgs {
     pub decision_log_sample: f64,
     /// Where limit state lives: `memory` (embedded, the default), or Redis
     /// shared by a fleet of servers: `redis://HOST:PORT/DB`, `rediss://`
-    /// (TLS), `redis-cluster://SEED,SEED,...` or `rediss-cluster://`.
+    /// (TLS), `redis-cluster://SEED,SEED,...`, `rediss-cluster://`, or
+    /// `redis-sentinel://SENTINEL,SENTINEL,.../MASTER_NAME` (the master
+    /// the sentinels name, followed across failovers; `rediss-sentinel://`).
     // The URL's value stays out of --help: it may hold a password.
     #[arg(
         long,
