@@ -10,7 +10,7 @@
 
 use std::num::NonZeroU64;
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, Usage, NEXT_HIT};
 use crate::decision::{Decision, Grant, Hits};
 use crate::error::ParamError;
 use crate::time::{Nanos, Span};
@@ -31,6 +31,9 @@ pub struct FixedWindow {
     limit: NonZeroU64,
     window: Span,
     align: Align,
+    /// Hits a report may count beyond the limit ([`Usage`]); one limit by
+    /// default.
+    max_debt: u64,
 }
 
 /// Fixed-window state: the current window and its count.
@@ -51,7 +54,21 @@ impl FixedWindow {
             limit,
             window,
             align,
+            max_debt: limit.get(),
         })
+    }
+
+    /// Bounds the count a report may leave at `limit + max_debt`
+    /// ([`Usage`]); the default is one limit beyond it.
+    #[must_use]
+    pub fn with_max_debt(mut self, max_debt: u64) -> FixedWindow {
+        self.max_debt = max_debt;
+        self
+    }
+
+    /// Hits a report may count beyond the limit.
+    pub fn max_debt(&self) -> u64 {
+        self.max_debt
     }
 
     /// The window's length.
@@ -92,6 +109,44 @@ impl FixedWindow {
     }
 }
 
+impl FixedWindow {
+    #[inline]
+    fn describe(
+        &self,
+        state: &FixedWindowState,
+        now: Nanos,
+        request: Hits,
+        grant: Grant,
+    ) -> Decision {
+        let count = self.count(state, now);
+        let until_end = if count > 0 {
+            state
+                .start
+                .saturating_add(self.window.get())
+                .saturating_sub(now)
+        } else {
+            Nanos::ZERO
+        };
+        let retry_after = if request.min_hits > self.limit.get() {
+            None
+        } else if count.saturating_add(request.min_hits) <= self.limit.get() {
+            Some(Nanos::ZERO)
+        } else {
+            Some(until_end)
+        };
+        Decision {
+            granted: grant.granted,
+            allowed: grant.allowed,
+            limit: self.limit.get(),
+            remaining: self.limit.get().saturating_sub(count),
+            reset_after: until_end,
+            retry_after,
+            wait: Nanos::ZERO,
+            tier: None,
+        }
+    }
+}
+
 impl Algorithm for FixedWindow {
     type State = FixedWindowState;
 
@@ -124,37 +179,52 @@ impl Algorithm for FixedWindow {
             }
             state.count = state.count.saturating_add(grant.granted);
         }
-        let count = self.count(state, now);
-        let until_end = if count > 0 {
-            state
-                .start
-                .saturating_add(self.window.get())
-                .saturating_sub(now)
-        } else {
-            Nanos::ZERO
-        };
-        let retry_after = if request.min_hits > self.limit.get() {
-            None
-        } else if count.saturating_add(request.min_hits) <= self.limit.get() {
-            Some(Nanos::ZERO)
-        } else {
-            Some(until_end)
-        };
-        Decision {
-            granted: grant.granted,
-            allowed: grant.allowed,
-            limit: self.limit.get(),
-            remaining: self.limit.get().saturating_sub(count),
-            reset_after: until_end,
-            retry_after,
-            wait: Nanos::ZERO,
-            tier: None,
-        }
+        self.describe(state, now, request, grant)
     }
 
     #[inline]
     fn is_idle(&self, state: &FixedWindowState, now: Nanos) -> bool {
         !self.current(state, now)
+    }
+}
+
+impl Usage for FixedWindow {
+    /// Counts the hits even past the limit, up to `limit + max_debt`; the
+    /// window's end forgives what is left, as it forgets every count.
+    fn report(&self, state: &mut FixedWindowState, now: Nanos, hits: u64) -> Decision {
+        let fits = self
+            .limit
+            .get()
+            .saturating_add(self.max_debt)
+            .saturating_sub(self.count(state, now));
+        let charged = hits.min(fits);
+        if charged > 0 {
+            if !self.current(state, now) {
+                *state = FixedWindowState {
+                    start: self.window_start(now),
+                    count: 0,
+                };
+            }
+            state.count = state.count.saturating_add(charged);
+        }
+        let grant = Grant {
+            granted: charged,
+            allowed: true,
+        };
+        self.describe(state, now, NEXT_HIT, grant)
+    }
+
+    /// Uncounts hits of the current window, never below zero.
+    fn refund(&self, state: &mut FixedWindowState, now: Nanos, hits: u64) -> Decision {
+        let back = hits.min(self.count(state, now));
+        if back > 0 {
+            state.count -= back;
+        }
+        let grant = Grant {
+            granted: back,
+            allowed: true,
+        };
+        self.describe(state, now, NEXT_HIT, grant)
     }
 }
 
