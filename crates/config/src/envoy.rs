@@ -30,7 +30,7 @@ use tollgate_core::Align;
 use crate::diag::{Diagnostics, Pos};
 use crate::model::{
     AlgorithmSpec, EnvoyLimit, EnvoyMeta, EnvoyUnit, Namespace, RateResource, RateSpec, Resource,
-    ResourceKind,
+    ResourceKind, UsageSpec,
 };
 use crate::native::{flag, read_algorithm};
 use crate::yaml::{did_you_mean, Fields, Node};
@@ -64,6 +64,8 @@ const DESCRIPTOR_FIELDS: &[&str] = &[
     "detailed_metric",
     "value_to_metric",
     "share_threshold",
+    "report",
+    "max_debt",
 ];
 const RATE_LIMIT_FIELDS: &[&str] = &["unit", "requests_per_unit", "unlimited", "name", "replaces"];
 /// What an extended `rate_limit` block allows besides the algorithm's
@@ -315,11 +317,28 @@ impl Reader<'_> {
         let shadow = flag(f, "shadow_mode", self.diags);
         let detailed_metric = flag(f, "detailed_metric", self.diags);
         let _ = flag(f, "value_to_metric", self.diags);
+        // tollgate's extension: usage reported after the fact.
+        let usage = UsageSpec {
+            max_debt: f
+                .get("max_debt")
+                .and_then(|n| self.diags.take(n.as_u64("max_debt"))),
+            report: flag(f, "report", self.diags),
+        };
         let resource = match f.get("rate_limit") {
             Some(rl) if !matches!(rl.kind, crate::yaml::Kind::Null) => {
-                self.rate_limit(rl, &path, shadow, detailed_metric, &item.pos)
+                let at = f.pos_of(if f.has("report") { "report" } else { "max_debt" });
+                self.rate_limit(rl, &path, shadow, detailed_metric, (usage, at), &item.pos)
             }
-            _ => None,
+            _ => {
+                if usage != UsageSpec::default() {
+                    let field = if usage.report { "report" } else { "max_debt" };
+                    self.diags.error(
+                        f.pos_of(field),
+                        format!("descriptor `{path}`: `{field}` needs a `rate_limit` in the same descriptor"),
+                    );
+                }
+                None
+            }
         };
         let children = match f.get("descriptors") {
             Some(list) => self.descriptors(list, &path).unwrap_or_default(),
@@ -340,6 +359,7 @@ impl Reader<'_> {
         path: &str,
         shadow: bool,
         detailed_metric: bool,
+        (usage, usage_at): (UsageSpec, &Pos),
         pos: &Pos,
     ) -> Option<usize> {
         let f = self.diags.take(node.as_map("rate_limit"))?;
@@ -372,17 +392,24 @@ impl Reader<'_> {
                 ),
             );
         }
+        let rate = RateResource {
+            default: RateSpec {
+                algorithm,
+                hard_limit: None,
+            },
+            domains: Default::default(),
+            global_limit: None,
+        };
+        if let Err(problem) = usage.check(&rate) {
+            self.diags
+                .error(usage_at, format!("descriptor `{path}`: {problem}"));
+            return None;
+        }
         self.resources.push(Resource {
             name: path.to_owned(),
-            kind: ResourceKind::Rate(RateResource {
-                default: RateSpec {
-                    algorithm,
-                    hard_limit: None,
-                },
-                domains: Default::default(),
-                global_limit: None,
-            }),
+            kind: ResourceKind::Rate(rate),
             shadow,
+            usage,
             replication: None,
             refining: Default::default(),
             envoy: Some(EnvoyMeta {
