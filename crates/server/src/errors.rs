@@ -57,6 +57,7 @@ pub fn grpc_code(e: &ServiceError) -> Code {
         | "not_held"
         | "no_descriptors"
         | "cannot_schedule"
+        | "no_usage"
         | "session_closed"
         | "too_many_holds" => Code::FailedPrecondition,
         "exceeds_limit" | "unsupported_by_store" => Code::OutOfRange,

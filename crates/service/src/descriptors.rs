@@ -10,7 +10,7 @@
 //! test. The limiter only loads the view, counts, and asks the store to
 //! decide the plan built here.
 
-use tollgate_core::PlanDecision;
+use tollgate_core::{Mode, PlanDecision};
 use tollgate_store::{Key, Plan};
 
 use crate::error::ServiceError;
@@ -58,6 +58,10 @@ pub(crate) struct ToDecide {
     statuses: Vec<DescriptorStatus>,
     /// Per descriptor: the plan item deciding it, if any.
     item_of: Vec<Option<usize>>,
+    /// Per plan item: its resource is `report: true`, so a request with
+    /// hits charges it in report mode (and one with none checks that it is
+    /// not exhausted).
+    reported: Vec<bool>,
 }
 
 /// Matches the request's descriptors against the namespace's descriptor
@@ -97,6 +101,7 @@ pub(crate) fn plan(view: &View, req: &DescriptorRequest<'_>) -> Result<Planned, 
     let mut plan = Plan::default().with_affinity(ns.affinity);
     // The plan item deciding each descriptor, if any.
     let mut item_of: Vec<Option<usize>> = Vec::with_capacity(matches.len());
+    let mut reported = Vec::new();
     let mut denied = false;
     for m in matches {
         let mut status = DescriptorStatus::unlimited_by_default();
@@ -123,7 +128,11 @@ pub(crate) fn plan(view: &View, req: &DescriptorRequest<'_>) -> Result<Planned, 
                         // Two identical descriptors share one counter
                         // (as upstream); they are one plan item here.
                         let key = Key::new(c.id, &m.domain);
-                        item = Some(plan.item_for(key, &c.limit, shadow));
+                        let i = plan.item_for(key, &c.limit, shadow);
+                        if i == reported.len() {
+                            reported.push(entry.report);
+                        }
+                        item = Some(i);
                     }
                 }
             }
@@ -143,25 +152,112 @@ pub(crate) fn plan(view: &View, req: &DescriptorRequest<'_>) -> Result<Planned, 
         plan,
         statuses,
         item_of,
+        reported,
     }))
 }
 
+/// How a [`ToDecide`] is decided: one plan, or two (the checked items
+/// all or nothing, then the `report: true` items in report mode).
+#[derive(Debug)]
+pub(crate) enum Split {
+    /// The whole plan in one mode.
+    Whole(Mode),
+    /// Checked items (`try`) and reported ones (`report`), each a plan,
+    /// with the whole plan's item index of each of their items.
+    Parts {
+        /// The checked items.
+        check: (Plan, Vec<usize>),
+        /// The reported items.
+        report: (Plan, Vec<usize>),
+    },
+}
+
 impl ToDecide {
+    /// How to decide this plan for `hits` in `mode`: a refund (Envoy's
+    /// `is_negative_hits`) or an explicit report takes every item in that
+    /// mode; a request with hits charges `report: true` items in report
+    /// mode and checks the others all or nothing; one with no hits is a
+    /// check of everything.
+    pub(crate) fn split(&self, hits: u64, mode: Mode) -> Split {
+        if mode != Mode::Try || hits == 0 || !self.reported.contains(&true) {
+            return Split::Whole(mode);
+        }
+        if self.reported.iter().all(|r| *r) {
+            return Split::Whole(Mode::Report);
+        }
+        let mut check = (Plan::default().with_affinity(self.plan.affinity()), Vec::new());
+        let mut report = check.clone();
+        for (i, item) in self.plan.items().iter().enumerate() {
+            let part = if self.reported[i] {
+                &mut report
+            } else {
+                &mut check
+            };
+            // Distinct in the whole plan, so distinct in each part.
+            part.0.item_for(item.key.clone(), &item.limit, item.shadow);
+            part.1.push(i);
+        }
+        Split::Parts { check, report }
+    }
+
+    /// The whole plan's decision from its two parts' ([`Split::Parts`]):
+    /// each item's decision in place; a reported item had room for
+    /// everything, since usage is never refused.
+    pub(crate) fn join(
+        &self,
+        (check, check_items): (&PlanDecision, &[usize]),
+        (report, report_items): (&PlanDecision, &[usize]),
+    ) -> PlanDecision {
+        let n = self.plan.len();
+        let mut out = check.clone();
+        out.decisions.clear();
+        out.rooms.clear();
+        let mut decisions = vec![None; n];
+        let mut rooms = vec![u64::MAX; n];
+        for (j, &i) in check_items.iter().enumerate() {
+            decisions[i] = check.decisions.get(j).copied();
+            rooms[i] = check.rooms.get(j).copied().unwrap_or(0);
+        }
+        for (j, &i) in report_items.iter().enumerate() {
+            decisions[i] = report.decisions.get(j).copied();
+        }
+        for (d, r) in decisions.into_iter().zip(rooms) {
+            out.decisions
+                .push(d.unwrap_or(tollgate_core::Decision::unlimited(0)));
+            out.rooms.push(r);
+        }
+        out
+    }
+
     /// Each descriptor's status once the store decided [`ToDecide::plan`]
     /// for `hits` (the plan's decision `pd`): a descriptor is within its
     /// limit when its item alone had room for every hit; a shadow item
     /// over its limit marks the descriptor shadowed and allows it. OK
     /// overall when every descriptor is allowed.
-    pub(crate) fn outcome(self, pd: &PlanDecision, hits: u64) -> DescriptorOutcome {
+    ///
+    /// Usage (`mode` report or refund) is never refused: every descriptor
+    /// is within its limit. A check with no hits of a `report: true` item
+    /// asks whether one more hit would be admitted: refused while the
+    /// item owes hits or is exhausted, which is how a gateway checks
+    /// before a request whose cost it reports afterwards.
+    pub(crate) fn outcome(self, pd: &PlanDecision, hits: u64, mode: Mode) -> DescriptorOutcome {
         let ToDecide {
             plan,
             mut statuses,
             item_of,
+            reported,
         } = self;
         for (status, item) in statuses.iter_mut().zip(&item_of) {
             let Some(item) = *item else { continue };
-            let fits = pd.rooms.get(item).is_some_and(|&r| r >= hits);
-            status.decision = pd.decisions.get(item).copied();
+            let decision = pd.decisions.get(item).copied();
+            let fits = if mode.is_usage() {
+                true
+            } else if hits == 0 && reported.get(item) == Some(&true) {
+                decision.is_some_and(|d| d.remaining >= 1)
+            } else {
+                pd.rooms.get(item).is_some_and(|&r| r >= hits)
+            };
+            status.decision = decision;
             if plan.items()[item].shadow {
                 status.shadowed = !fits;
             } else {
@@ -237,6 +333,7 @@ namespaces:
             namespace,
             descriptors,
             hits: 1,
+            mode: Mode::Try,
         };
         plan(view, &req).unwrap()
     }
@@ -276,6 +373,7 @@ namespaces:
                 namespace,
                 descriptors: &[],
                 hits: 1,
+                mode: Mode::Try,
             };
             let err = plan(&view, &req).unwrap_err();
             assert_eq!(err.reason(), "malformed_request", "{namespace}");
@@ -303,6 +401,7 @@ namespaces:
             namespace: "ns",
             descriptors: &[d(&[("user", "u")])],
             hits: 1,
+            mode: Mode::Try,
         };
         let err = plan(&view, &req).unwrap_err();
         assert_eq!(err.reason(), "no_descriptors");
@@ -327,7 +426,7 @@ namespaces:
         assert_eq!(open.domain.as_deref(), Some("path=%2Fopen"));
         assert!(open.unlimited && open.allowed && !open.shadowed);
         // Nothing to decide: the outcome is OK as it stands.
-        let out = t.outcome(&decided(&[]), 1);
+        let out = t.outcome(&decided(&[]), 1, Mode::Try);
         assert!(out.allowed);
         assert!(out.statuses.iter().all(|s| s.decision.is_none()));
     }
@@ -387,7 +486,7 @@ namespaces:
         assert_eq!(t.plan.items().len(), 2);
         assert_eq!(t.item_of, vec![Some(0), Some(1), Some(0)]);
         // Both copies get the shared counter's answer.
-        let out = t.outcome(&decided(&[0, 3]), 1);
+        let out = t.outcome(&decided(&[0, 3]), 1, Mode::Try);
         assert!(!out.allowed);
         assert_eq!(
             out.statuses.iter().map(|s| s.allowed).collect::<Vec<_>>(),
@@ -419,7 +518,7 @@ namespaces:
         assert!(t.plan.items()[0].shadow);
         assert!(t.statuses[1].allowed && t.statuses[1].shadowed);
         // Over the limit, yet allowed: shadowed.
-        let out = t.outcome(&decided(&[0]), 1);
+        let out = t.outcome(&decided(&[0]), 1, Mode::Try);
         assert!(out.allowed);
         assert!(out.statuses[0].allowed && out.statuses[0].shadowed);
     }
@@ -429,13 +528,13 @@ namespaces:
         let view = view(EDGE, false);
         let list = [d(&[("user", "u1")]), d(&[("tenant", "t1")])];
         // Room for 3 hits of 4 is not enough: all or nothing.
-        let out = to_decide(&view, &list).outcome(&decided(&[3, 9]), 4);
+        let out = to_decide(&view, &list).outcome(&decided(&[3, 9]), 4, Mode::Try);
         assert!(!out.allowed);
         assert!(!out.statuses[0].allowed && !out.statuses[0].shadowed);
         assert_eq!(out.statuses[0].decision.unwrap().remaining, 3);
         // The shadow item has room: neither shadowed nor refused.
         assert!(out.statuses[1].allowed && !out.statuses[1].shadowed);
-        let out = to_decide(&view, &list).outcome(&decided(&[4, 3]), 4);
+        let out = to_decide(&view, &list).outcome(&decided(&[4, 3]), 4, Mode::Try);
         assert!(out.allowed);
         assert!(out.statuses[0].allowed);
         // The shadow item is over: allowed, and marked shadowed.

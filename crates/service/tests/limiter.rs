@@ -956,6 +956,7 @@ async fn try_descriptors(
             namespace,
             descriptors: list,
             hits,
+            mode: Mode::Try,
         },
         at,
     )
@@ -1253,6 +1254,7 @@ fn futures_are_send(l: &Limiter<MemoryStore>) {
             namespace: "ns",
             descriptors: &descriptors,
             hits: 1,
+            mode: Mode::Try,
         },
         Nanos::ZERO,
     ));

@@ -265,6 +265,7 @@ impl Replay {
                 namespace: &namespace,
                 descriptors,
                 hits: e.hits,
+                mode: Mode::Try,
             };
             return match limiter.request_descriptors(&req, e.time).await {
                 Ok(outcome) => {
