@@ -207,7 +207,12 @@ impl Encoder {
                     cmd.arg(n / 1_000_000_000).arg(n % 1_000_000_000)
                 }
             };
-            cmd.arg(u8::from(ask.mode == Mode::Acquire))
+            cmd.arg(match ask.mode {
+                Mode::Try => 0u8,
+                Mode::Acquire => 1,
+                Mode::Report => 2,
+                Mode::Refund => 3,
+            })
                 .arg(ask.request.hits)
                 .arg(ask.request.min_hits)
                 .arg(plan.len());
@@ -550,7 +555,7 @@ fn finish(
     match parts(value, jobs.iter().map(|j| j.plan.len()), ints) {
         Ok(parts) => {
             for (job, range) in jobs.into_iter().zip(parts) {
-                let answer = reply::plan_outcome(&ints[range], &job.plan, job.ask.request.hits);
+                let answer = reply::plan_outcome(&ints[range], &job.plan, job.ask.request.hits, job.ask.mode);
                 let _ = job
                     .answer
                     .send(answer.map(|d| (d, sent_at)).map_err(Failure::Store));

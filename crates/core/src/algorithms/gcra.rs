@@ -63,6 +63,12 @@ impl Gcra {
         Ok(self)
     }
 
+    /// `interval × max_debt`: how much further than the tolerance a report
+    /// may push the TAT ahead of now.
+    pub fn debt_time(&self) -> Nanos {
+        self.debt
+    }
+
     /// The most hits a report may leave owing beyond the burst.
     pub fn max_debt(&self) -> u64 {
         self.debt.as_u64() / self.interval.as_u64()

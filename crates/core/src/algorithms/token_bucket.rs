@@ -93,6 +93,12 @@ impl TokenBucket {
         Ok(self)
     }
 
+    /// `interval × max_debt`: how far below empty a report may take the
+    /// token-time.
+    pub fn debt_time(&self) -> Nanos {
+        Nanos::new(self.debt as u64)
+    }
+
     /// The most tokens a report may leave the bucket owing.
     pub fn max_debt(&self) -> u64 {
         self.debt as u64 / self.interval.as_u64()
