@@ -326,7 +326,11 @@ impl Reader<'_> {
         };
         let resource = match f.get("rate_limit") {
             Some(rl) if !matches!(rl.kind, crate::yaml::Kind::Null) => {
-                let at = f.pos_of(if f.has("report") { "report" } else { "max_debt" });
+                let at = f.pos_of(if f.has("report") {
+                    "report"
+                } else {
+                    "max_debt"
+                });
                 self.rate_limit(rl, &path, shadow, detailed_metric, (usage, at), &item.pos)
             }
             _ => {

@@ -11,8 +11,7 @@ use tollgate_core::{Align, Nanos, Span, Tier};
 
 use crate::diag::{Diagnostic, Diagnostics, Pos};
 use crate::model::{
-    AlgorithmSpec, Namespace, RateResource, RateSpec, Resource, ResourceKind, UsageSpec,
-    ALGORITHMS,
+    AlgorithmSpec, Namespace, RateResource, RateSpec, Resource, ResourceKind, UsageSpec, ALGORITHMS,
 };
 use crate::units::{parse_duration, parse_rate};
 use crate::yaml::{did_you_mean, Fields, Kind, Node};
@@ -248,7 +247,11 @@ pub(crate) fn read_usage(
         report: flag(f, "report", diags),
     };
     if let Err(problem) = usage.check(rate) {
-        let at = if f.has("report") { "report" } else { "max_debt" };
+        let at = if f.has("report") {
+            "report"
+        } else {
+            "max_debt"
+        };
         diags.error(f.pos_of(at), format!("{context}: {problem}"));
         return None;
     }

@@ -213,9 +213,9 @@ impl Encoder {
                 Mode::Report => 2,
                 Mode::Refund => 3,
             })
-                .arg(ask.request.hits)
-                .arg(ask.request.min_hits)
-                .arg(plan.len());
+            .arg(ask.request.hits)
+            .arg(ask.request.min_hits)
+            .arg(plan.len());
             for item in plan.items() {
                 cmd.arg(numbers.next().unwrap_or(0))
                     .arg(u8::from(item.shadow));
@@ -555,7 +555,12 @@ fn finish(
     match parts(value, jobs.iter().map(|j| j.plan.len()), ints) {
         Ok(parts) => {
             for (job, range) in jobs.into_iter().zip(parts) {
-                let answer = reply::plan_outcome(&ints[range], &job.plan, job.ask.request.hits, job.ask.mode);
+                let answer = reply::plan_outcome(
+                    &ints[range],
+                    &job.plan,
+                    job.ask.request.hits,
+                    job.ask.mode,
+                );
                 let _ = job
                     .answer
                     .send(answer.map(|d| (d, sent_at)).map_err(Failure::Store));

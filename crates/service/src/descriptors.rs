@@ -185,7 +185,10 @@ impl ToDecide {
         if self.reported.iter().all(|r| *r) {
             return Split::Whole(Mode::Report);
         }
-        let mut check = (Plan::default().with_affinity(self.plan.affinity()), Vec::new());
+        let mut check = (
+            Plan::default().with_affinity(self.plan.affinity()),
+            Vec::new(),
+        );
         let mut report = check.clone();
         for (i, item) in self.plan.items().iter().enumerate() {
             let part = if self.reported[i] {

@@ -359,7 +359,10 @@ impl<S: Store> Limiter<S> {
             Split::Parts { check, report } => {
                 // Usage is charged whatever the check says: it happened.
                 let checked = self.store.decide(&check.0, now, hits, Mode::Try).await?;
-                let charged = self.store.decide(&report.0, now, hits, Mode::Report).await?;
+                let charged = self
+                    .store
+                    .decide(&report.0, now, hits, Mode::Report)
+                    .await?;
                 if charged.granted < req.hits {
                     if let Some(ns) = view.namespace(req.namespace) {
                         count_clamped(ns, req.hits - charged.granted);

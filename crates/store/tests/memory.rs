@@ -404,7 +404,9 @@ fn report_on_an_algorithm_without_debt_changes_nothing() {
     );
     let p = plan(&[(&a, &la), (&b, &lb)]);
     for mode in [Mode::Report, Mode::Refund] {
-        let err = store.decide_now(&p, T0, Hits::exactly(2), mode).unwrap_err();
+        let err = store
+            .decide_now(&p, T0, Hits::exactly(2), mode)
+            .unwrap_err();
         assert!(
             matches!(err, StoreError::Plan(PlanError::NoUsage { index: 1, .. })),
             "{err}"
