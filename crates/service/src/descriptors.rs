@@ -34,6 +34,9 @@ impl DescriptorStatus {
 }
 
 /// What a descriptor request comes to before any limit is decided.
+// Returned once per request and matched at once: boxing the plan would
+// cost an allocation per request to save stack space for a moment.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum Planned {
     /// The request's domain (the namespace) has no config: envoyproxy/ratelimit
@@ -158,6 +161,8 @@ pub(crate) fn plan(view: &View, req: &DescriptorRequest<'_>) -> Result<Planned, 
 
 /// How a [`ToDecide`] is decided: one plan, or two (the checked items
 /// all or nothing, then the `report: true` items in report mode).
+// Matched at once, like `Planned`.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum Split {
     /// The whole plan in one mode.
@@ -542,5 +547,77 @@ namespaces:
         assert!(out.statuses[0].allowed);
         // The shadow item is over: allowed, and marked shadowed.
         assert!(out.statuses[1].allowed && out.statuses[1].shadowed);
+    }
+
+    /// A `report: true` limit beside a checked one.
+    const REPORTED: &str = "\
+domain: llm
+descriptors:
+  - key: user
+    report: true
+    rate_limit: { algorithm: token_bucket, capacity: 100, rate: 100/1d }
+  - key: path
+    rate_limit: { unit: minute, requests_per_unit: 10 }
+";
+
+    #[test]
+    fn report_items_are_charged_apart_from_the_checked_ones() {
+        let view = view(REPORTED, false);
+        let list = [d(&[("path", "/a")]), d(&[("user", "u")])];
+        let t = match planned(&view, "llm", &list) {
+            Planned::Decide(t) => t,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(t.reported, vec![false, true]);
+        // With hits, the path is checked and the user reported.
+        let Split::Parts { check, report } = t.split(5, Mode::Try) else {
+            panic!("expected two parts");
+        };
+        assert_eq!(
+            (check.1.as_slice(), report.1.as_slice()),
+            (&[0][..], &[1][..])
+        );
+        // Joined: the reported item had room for everything, so only the
+        // checked item's room decides.
+        let pd = t.join((&decided(&[4]), &check.1), (&decided(&[0]), &report.1));
+        assert_eq!(pd.rooms.as_slice(), &[4, u64::MAX]);
+        let out = t.outcome(&pd, 5, Mode::Try);
+        assert!(!out.allowed);
+        assert!(!out.statuses[0].allowed && out.statuses[1].allowed);
+        // No hits: one check of everything. A refund: one refund.
+        let t = to_decide_in(&view, "llm", &list);
+        assert!(matches!(t.split(0, Mode::Try), Split::Whole(Mode::Try)));
+        assert!(matches!(
+            t.split(5, Mode::Refund),
+            Split::Whole(Mode::Refund)
+        ));
+        // Only reported descriptors: one report.
+        let t = to_decide_in(&view, "llm", &[d(&[("user", "u")])]);
+        assert!(matches!(t.split(5, Mode::Try), Split::Whole(Mode::Report)));
+    }
+
+    #[test]
+    fn a_check_without_hits_of_a_reported_item_needs_one_hit_of_room() {
+        let view = view(REPORTED, false);
+        let list = [d(&[("user", "u")])];
+        // Nothing remaining (in debt, or exhausted): refused.
+        let out = to_decide_in(&view, "llm", &list).outcome(&decided(&[0]), 0, Mode::Try);
+        assert!(!out.allowed);
+        let out = to_decide_in(&view, "llm", &list).outcome(&decided(&[1]), 0, Mode::Try);
+        assert!(out.allowed);
+        // A refund is never refused.
+        let out = to_decide_in(&view, "llm", &list).outcome(&decided(&[0]), 3, Mode::Refund);
+        assert!(out.allowed);
+    }
+
+    fn to_decide_in(
+        view: &View,
+        namespace: &str,
+        descriptors: &[Vec<(String, String)>],
+    ) -> ToDecide {
+        match planned(view, namespace, descriptors) {
+            Planned::Decide(t) => t,
+            other => panic!("expected a plan to decide, got {other:?}"),
+        }
     }
 }
