@@ -627,20 +627,45 @@ async fn a_refund_updates_the_refunding_servers_cached_rejection() {
     let one = Hits::exactly(1);
     // Burst 1, one an hour: the check takes it, the next is rejected and
     // cached.
-    assert!(s.decide(&hourly(), t, one, Mode::Try).await.unwrap().allowed);
-    assert!(!s.decide(&hourly(), t, one, Mode::Try).await.unwrap().allowed);
+    assert!(
+        s.decide(&hourly(), t, one, Mode::Try)
+            .await
+            .unwrap()
+            .allowed
+    );
+    assert!(
+        !s.decide(&hourly(), t, one, Mode::Try)
+            .await
+            .unwrap()
+            .allowed
+    );
     let calls = server.evalsha_calls();
-    assert!(!s.decide(&hourly(), t, one, Mode::Try).await.unwrap().allowed);
+    assert!(
+        !s.decide(&hourly(), t, one, Mode::Try)
+            .await
+            .unwrap()
+            .allowed
+    );
     assert_eq!(server.evalsha_calls(), calls, "answered by the cache");
     // A report of 1 more: owed, never refused; still rejected after.
     let d = s.decide(&hourly(), t, one, Mode::Report).await.unwrap();
     assert_eq!((d.allowed, d.granted), (true, 1));
-    assert!(!s.decide(&hourly(), t, one, Mode::Try).await.unwrap().allowed);
+    assert!(
+        !s.decide(&hourly(), t, one, Mode::Try)
+            .await
+            .unwrap()
+            .allowed
+    );
     // Both back: the next check is Redis's, and granted.
     let d = s
         .decide(&hourly(), t, Hits::exactly(2), Mode::Refund)
         .await
         .unwrap();
     assert_eq!(d.granted, 2);
-    assert!(s.decide(&hourly(), t, one, Mode::Try).await.unwrap().allowed);
+    assert!(
+        s.decide(&hourly(), t, one, Mode::Try)
+            .await
+            .unwrap()
+            .allowed
+    );
 }
