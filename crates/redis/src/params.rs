@@ -138,7 +138,8 @@ pub(crate) fn encode(limit: &Limit) -> Encoded {
             .int(a.queue_size())
             .nanos(a.meter().tolerance())
             .nanos(a.meter().debt_time()),
-        // limit, window, align (0 epoch, 1 first hit), max debt
+        // limit, window, align (0 epoch, 1 first hit), max debt (last, so
+        // that parameters an alignment adds go before it)
         Limit::FixedWindow(a) => Encoded::new(code::FIXED_WINDOW)
             .int(a.limit())
             .nanos(a.window())

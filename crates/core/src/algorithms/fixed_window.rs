@@ -109,44 +109,6 @@ impl FixedWindow {
     }
 }
 
-impl FixedWindow {
-    #[inline]
-    fn describe(
-        &self,
-        state: &FixedWindowState,
-        now: Nanos,
-        request: Hits,
-        grant: Grant,
-    ) -> Decision {
-        let count = self.count(state, now);
-        let until_end = if count > 0 {
-            state
-                .start
-                .saturating_add(self.window.get())
-                .saturating_sub(now)
-        } else {
-            Nanos::ZERO
-        };
-        let retry_after = if request.min_hits > self.limit.get() {
-            None
-        } else if count.saturating_add(request.min_hits) <= self.limit.get() {
-            Some(Nanos::ZERO)
-        } else {
-            Some(until_end)
-        };
-        Decision {
-            granted: grant.granted,
-            allowed: grant.allowed,
-            limit: self.limit.get(),
-            remaining: self.limit.get().saturating_sub(count),
-            reset_after: until_end,
-            retry_after,
-            wait: Nanos::ZERO,
-            tier: None,
-        }
-    }
-}
-
 impl Algorithm for FixedWindow {
     type State = FixedWindowState;
 
@@ -179,7 +141,32 @@ impl Algorithm for FixedWindow {
             }
             state.count = state.count.saturating_add(grant.granted);
         }
-        self.describe(state, now, request, grant)
+        let count = self.count(state, now);
+        let until_end = if count > 0 {
+            state
+                .start
+                .saturating_add(self.window.get())
+                .saturating_sub(now)
+        } else {
+            Nanos::ZERO
+        };
+        let retry_after = if request.min_hits > self.limit.get() {
+            None
+        } else if count.saturating_add(request.min_hits) <= self.limit.get() {
+            Some(Nanos::ZERO)
+        } else {
+            Some(until_end)
+        };
+        Decision {
+            granted: grant.granted,
+            allowed: grant.allowed,
+            limit: self.limit.get(),
+            remaining: self.limit.get().saturating_sub(count),
+            reset_after: until_end,
+            retry_after,
+            wait: Nanos::ZERO,
+            tier: None,
+        }
     }
 
     #[inline]
@@ -188,6 +175,8 @@ impl Algorithm for FixedWindow {
     }
 }
 
+/// Both go through `commit`, which knows where windows start: a report is
+/// a grant the limit did not check, a refund uncounts hits first.
 impl Usage for FixedWindow {
     /// Counts the hits even past the limit, up to `limit + max_debt`; the
     /// window's end forgives what is left, as it forgets every count.
@@ -197,34 +186,24 @@ impl Usage for FixedWindow {
             .get()
             .saturating_add(self.max_debt)
             .saturating_sub(self.count(state, now));
-        let charged = hits.min(fits);
-        if charged > 0 {
-            if !self.current(state, now) {
-                *state = FixedWindowState {
-                    start: self.window_start(now),
-                    count: 0,
-                };
-            }
-            state.count = state.count.saturating_add(charged);
-        }
         let grant = Grant {
-            granted: charged,
+            granted: hits.min(fits),
             allowed: true,
         };
-        self.describe(state, now, NEXT_HIT, grant)
+        self.commit(state, now, NEXT_HIT, grant)
     }
 
     /// Uncounts hits of the current window, never below zero.
     fn refund(&self, state: &mut FixedWindowState, now: Nanos, hits: u64) -> Decision {
         let back = hits.min(self.count(state, now));
-        if back > 0 {
-            state.count -= back;
-        }
-        let grant = Grant {
-            granted: back,
+        state.count -= back;
+        let none = Grant {
+            granted: 0,
             allowed: true,
         };
-        self.describe(state, now, NEXT_HIT, grant)
+        let mut d = self.commit(state, now, NEXT_HIT, none);
+        d.granted = back;
+        d
     }
 }
 

@@ -3,7 +3,7 @@
 -- window its count belongs to, and that count; a fresh state counts
 -- nothing (its start, the epoch, is long ago).
 -- Parameters: p[1] limit, p[2] window, p[3] align (0 epoch, 1 first hit),
--- p[4] max_debt (hits a report may count beyond the limit).
+-- and last (p[#p]) max_debt, the hits a report may count beyond the limit.
 -- Stored: v[3] start (T.put), v[4] count.
 -- Wrapped in a loader, run on first use (see LOADERS in prelude.lua); its
 -- locals do not count against the chunk's 200.
@@ -28,29 +28,6 @@ LOADERS[4] = function()
     return now
   end
 
-  local function fw_describe(p, st, now, req, grant)
-    local count = fw_count(p, st, now)
-    local until_end = 0
-    if count > 0 then until_end = sat_sub(st.start + p[2], now) end
-    local retry_after
-    if req.min_hits > p[1] then
-      retry_after = false
-    elseif count + req.min_hits <= p[1] then
-      retry_after = 0
-    else
-      retry_after = until_end
-    end
-    return {
-      granted = grant.granted,
-      allowed = grant.allowed,
-      limit = p[1],
-      remaining = sat_sub(p[1], count),
-      reset_after = until_end,
-      retry_after = retry_after,
-      wait = 0,
-    }
-  end
-
   ALG[4] = {
     name = 'fixed_window',
     fresh = function(p, now) return { start = PAST, count = 0 } end,
@@ -69,25 +46,26 @@ LOADERS[4] = function()
         end
         st.count = st.count + grant.granted
       end
-      return fw_describe(p, st, now, req, grant)
-    end,
-    usage = function(p, st, now, hits, refund)
-      local n
-      if refund then
-        n = min(hits, fw_count(p, st, now))
-        if n > 0 then st.count = st.count - n end
+      local count = fw_count(p, st, now)
+      local until_end = 0
+      if count > 0 then until_end = sat_sub(st.start + p[2], now) end
+      local retry_after
+      if req.min_hits > p[1] then
+        retry_after = false
+      elseif count + req.min_hits <= p[1] then
+        retry_after = 0
       else
-        n = min(hits, sat_sub(p[1] + p[4], fw_count(p, st, now)))
-        if n > 0 then
-          if not fw_current(p, st, now) then
-            st.start = fw_window_start(p, now)
-            st.count = 0
-          end
-          st.count = st.count + n
-        end
+        retry_after = until_end
       end
-      return fw_describe(p, st, now, { hits = 1, min_hits = 1 },
-        { granted = n, allowed = true })
+      return {
+        granted = grant.granted,
+        allowed = grant.allowed,
+        limit = p[1],
+        remaining = sat_sub(p[1], count),
+        reset_after = until_end,
+        retry_after = retry_after,
+        wait = 0,
+      }
     end,
     is_idle = function(p, st, now) return not fw_current(p, st, now) end,
     ttl = function(p, st, now)
@@ -95,4 +73,19 @@ LOADERS[4] = function()
       return sat_sub(st.start + p[2], now)
     end,
   }
+
+  -- Usage::report and refund, through commit as in the core: a report is
+  -- a grant the limit did not check, a refund uncounts hits first.
+  ALG[4].usage = function(p, st, now, hits, refund)
+    local one = { hits = 1, min_hits = 1 }
+    if refund then
+      local back = min(hits, fw_count(p, st, now))
+      st.count = st.count - back
+      local d = ALG[4].commit(p, st, now, one, { granted = 0, allowed = true })
+      d.granted = back
+      return d
+    end
+    local n = min(hits, sat_sub(p[1] + p[#p], fw_count(p, st, now)))
+    return ALG[4].commit(p, st, now, one, { granted = n, allowed = true })
+  end
 end
