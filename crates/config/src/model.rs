@@ -238,10 +238,66 @@ impl RateResource {
 /// The limits applied to one domain of a rate-limited resource.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RateSpec {
-    /// The algorithm and its parameters.
-    pub algorithm: AlgorithmSpec,
+    /// The limits a request must pass together, all or nothing, in config
+    /// order; never empty. A resource written with `algorithm:` has one,
+    /// without a name; one written with `limits:` has one per entry.
+    pub limits: Vec<LimitSpec>,
     /// Hits per second for one domain (Charon's hard limit).
     pub hard_limit: Option<u64>,
+}
+
+/// One limit of a rate-limited resource: an algorithm, and its name when
+/// the resource lists several (`limits:`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LimitSpec {
+    /// Its `name:`, unique in the resource; `None` when not given.
+    pub name: Option<String>,
+    /// The algorithm and its parameters.
+    pub algorithm: AlgorithmSpec,
+}
+
+/// Names a limit of a `limits:` list may not take: the names answers
+/// already give to other limits (`limited_by`).
+pub const RESERVED_LIMIT_NAMES: &[&str] = &["limit", "tier", "hard", "global", "deny"];
+
+/// Most limits one resource may list: a request decides each of them.
+pub const MAX_LIMITS_PER_RESOURCE: usize = 16;
+
+impl RateSpec {
+    /// The limits of a resource written with one `algorithm:`.
+    pub fn single(algorithm: AlgorithmSpec, hard_limit: Option<u64>) -> RateSpec {
+        RateSpec {
+            limits: vec![LimitSpec {
+                name: None,
+                algorithm,
+            }],
+            hard_limit,
+        }
+    }
+
+    /// The algorithm of a resource written with `algorithm:` (its only
+    /// limit); `None` for a `limits:` list ([`RateSpec::is_list`]).
+    pub fn algorithm(&self) -> Option<&AlgorithmSpec> {
+        match self.limits.as_slice() {
+            [only] if only.name.is_none() => Some(&only.algorithm),
+            _ => None,
+        }
+    }
+
+    /// Whether the limits are a `limits:` list: several, or named. Such
+    /// limits are named in answers, and their counters are keyed by name.
+    pub fn is_list(&self) -> bool {
+        self.algorithm().is_none()
+    }
+
+    /// The name answers give the limit at `index`: its `name:`, else its
+    /// position in the list counted from 1.
+    pub fn limit_name(&self, index: usize) -> String {
+        match self.limits.get(index).and_then(|l| l.name.as_deref()) {
+            Some(name) => name.to_owned(),
+            None => (index + 1).to_string(),
+        }
+    }
 }
 
 /// An algorithm and its parameters, as configured.
@@ -532,7 +588,19 @@ impl fmt::Display for AlgorithmSpec {
 
 impl fmt::Display for RateSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.algorithm)?;
+        match self.algorithm() {
+            Some(algorithm) => write!(f, "{algorithm}")?,
+            None => {
+                write!(f, "limits: [")?;
+                for (i, l) in self.limits.iter().enumerate() {
+                    if i > 0 {
+                        write!(f, ", ")?;
+                    }
+                    write!(f, "{}: {}", self.limit_name(i), l.algorithm)?;
+                }
+                write!(f, "]")?;
+            }
+        }
         if let Some(h) = self.hard_limit {
             write!(f, " hard_limit: {h}")?;
         }

@@ -11,7 +11,8 @@ use tollgate_core::{Align, Nanos, Span, Tier};
 
 use crate::diag::{Diagnostic, Diagnostics, Pos};
 use crate::model::{
-    AlgorithmSpec, Namespace, RateResource, RateSpec, Resource, ResourceKind, ALGORITHMS,
+    AlgorithmSpec, LimitSpec, Namespace, RateResource, RateSpec, Resource, ResourceKind,
+    ALGORITHMS, MAX_LIMITS_PER_RESOURCE, RESERVED_LIMIT_NAMES,
 };
 use crate::units::{parse_duration, parse_rate};
 use crate::yaml::{did_you_mean, Fields, Kind, Node};
@@ -33,11 +34,14 @@ const RATE_COMMON: &[&str] = &[
     "global_limit",
     "hard_limit",
     "replication",
+    "limits",
 ];
 /// Fields a rate resource's domain override may have besides its
 /// algorithm's: [`RATE_COMMON`] without [`NOT_PER_DOMAIN`], so an unknown
 /// field in an override is told only what an override may say.
-const PER_DOMAIN: &[&str] = &["algorithm", "hard_limit"];
+const PER_DOMAIN: &[&str] = &["algorithm", "hard_limit", "limits"];
+/// Fields of an entry of `limits:` besides its algorithm's.
+const LIMIT_FIELDS: &[&str] = &["algorithm", "name"];
 /// Fields of a resource that a domain override may not set.
 const NOT_PER_DOMAIN: &[&str] = &[
     "name",
@@ -364,7 +368,20 @@ fn read_rate_resource(
     let errors_before = diags.errors.len();
     let global_limit = positive_limit(f, "global_limit", context, diags);
     let base = f.without(NOT_PER_DOMAIN);
-    let default = read_rate_spec(&base, &base, context, RATE_COMMON, global_limit, diags);
+    // A resource's `limits:` entries, named, for the overrides to refine.
+    let listed = match f.get("limits") {
+        Some(list) => Some(limit_entries(list, context, diags)?),
+        None => None,
+    };
+    let default = read_rate_spec(
+        &base,
+        &base,
+        listed.as_deref(),
+        context,
+        RATE_COMMON,
+        global_limit,
+        diags,
+    );
     let mut domains = BTreeMap::new();
     let mut refining = BTreeSet::new();
     if let Some(d) = f.get("domains") {
@@ -383,8 +400,10 @@ fn read_rate_resource(
                     }
                 }
                 // An override that names an algorithm replaces the
-                // resource's limits; otherwise it refines them.
-                let fields = if over.has("algorithm") {
+                // resource's limits; otherwise it refines them (a listed
+                // resource's limits by name, under its own `limits:`).
+                let replaces = over.has("algorithm");
+                let fields = if replaces {
                     over.clone()
                 } else {
                     refining.insert(domain.to_owned());
@@ -394,9 +413,33 @@ fn read_rate_resource(
                 // unknown; the rest are checked against what an override
                 // accepts.
                 let own = over.without(NOT_PER_DOMAIN);
-                if let Some(spec) =
-                    read_rate_spec(&fields, &own, &dcontext, PER_DOMAIN, global_limit, diags)
-                {
+                let entries = if replaces {
+                    None
+                } else {
+                    match (&listed, over.get("limits")) {
+                        (Some(listed), Some(list)) => {
+                            refine_entries(listed, list, &dcontext, diags)
+                        }
+                        (Some(listed), None) => Some(listed.clone()),
+                        (None, Some(_)) => {
+                            diags.error(
+                                over.pos_of("limits"),
+                                format!("{dcontext}: the resource has one algorithm, not a `limits:` list; override its parameters directly"),
+                            );
+                            None
+                        }
+                        (None, None) => None,
+                    }
+                };
+                if let Some(spec) = read_rate_spec(
+                    &fields,
+                    &own,
+                    entries.as_deref(),
+                    &dcontext,
+                    PER_DOMAIN,
+                    global_limit,
+                    diags,
+                ) {
                     domains.insert(domain.to_owned(), spec);
                 }
             }
@@ -421,12 +464,35 @@ fn read_rate_resource(
 fn read_rate_spec(
     fields: &Fields<'_>,
     own: &Fields<'_>,
+    listed: Option<&[(String, Fields<'_>, Fields<'_>)]>,
     context: &str,
     extra: &[&str],
     global_limit: Option<u64>,
     diags: &mut Diagnostics,
 ) -> Option<RateSpec> {
-    let algorithm = read_algorithm(fields, own, context, extra, diags)?;
+    if own.has("algorithm") && own.has("limits") {
+        diags.error(
+            own.pos_of("limits"),
+            format!("{context}: give either `algorithm:` or `limits:`, not both"),
+        );
+        return None;
+    }
+    let limits = match listed {
+        // A `limits:` list: the block itself takes only `extra`.
+        Some(entries) if !own.has("algorithm") => {
+            let before = diags.errors.len();
+            diags.errors.extend(own.unknown(extra, context));
+            let limits = read_listed(entries, context, diags);
+            if diags.errors.len() > before {
+                return None;
+            }
+            limits?
+        }
+        _ => vec![LimitSpec {
+            name: None,
+            algorithm: read_algorithm(fields, own, context, extra, diags)?,
+        }],
+    };
     let mut hard_limit = positive_limit(fields, "hard_limit", context, diags);
     if let (Some(h), Some(g)) = (hard_limit, global_limit) {
         if h > g {
@@ -441,10 +507,192 @@ fn read_rate_spec(
             hard_limit = Some(g);
         }
     }
-    Some(RateSpec {
-        algorithm,
-        hard_limit,
-    })
+    Some(RateSpec { limits, hard_limit })
+}
+
+/// The entries of a `limits:` list: each one's name (its `name:`, else
+/// its position from 1), the fields it is read from, and the fields its
+/// writer gave (checked for unknown names). `None`, with errors, when the
+/// list itself is malformed.
+fn limit_entries<'a>(
+    list: &'a Node,
+    context: &str,
+    diags: &mut Diagnostics,
+) -> Option<Vec<(String, Fields<'a>, Fields<'a>)>> {
+    let items = diags.take(list.as_seq("limits"))?;
+    if items.is_empty() {
+        diags.error(&list.pos, format!("{context}: `limits:` lists no limit"));
+        return None;
+    }
+    if items.len() > MAX_LIMITS_PER_RESOURCE {
+        diags.error(
+            &list.pos,
+            format!(
+                "{context}: `limits:` lists {} limits; a resource has at most {MAX_LIMITS_PER_RESOURCE}",
+                items.len()
+            ),
+        );
+        return None;
+    }
+    let before = diags.errors.len();
+    let mut out: Vec<(String, Fields<'a>, Fields<'a>)> = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let Some(f) = diags.take(item.as_map("a limit")) else {
+            continue;
+        };
+        let name = match f.get("name") {
+            Some(n) => match diags.take(n.scalar_text("name")) {
+                Some(name) => match limit_name_problem(&name) {
+                    None => name,
+                    Some(problem) => {
+                        diags.error(&n.pos, format!("{context}: limit name {name:?} {problem}"));
+                        continue;
+                    }
+                },
+                None => continue,
+            },
+            None => (i + 1).to_string(),
+        };
+        if out.iter().any(|(n, _, _)| *n == name) {
+            diags.error(
+                f.pos_of("name"),
+                format!(
+                    "{context}: two limits are called `{name}`; each limit's name must be unique"
+                ),
+            );
+            continue;
+        }
+        out.push((name, f.clone(), f));
+    }
+    (diags.errors.len() == before).then_some(out)
+}
+
+/// Why `name` cannot name a limit, if it cannot: names appear in answers,
+/// metrics and counter keys, so they are short and plain.
+pub(crate) fn limit_name_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("is empty".into());
+    }
+    if name.len() > 64 {
+        return Some("is longer than 64 bytes".into());
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+    {
+        return Some("may only use letters, digits, `_`, `-` and `.`".into());
+    }
+    if RESERVED_LIMIT_NAMES.contains(&name) {
+        return Some(format!(
+            "is reserved (answers use {} for other limits)",
+            RESERVED_LIMIT_NAMES.join(", ")
+        ));
+    }
+    None
+}
+
+/// A domain override's `limits:` applied to the resource's entries: each
+/// of the override's entries names one of the resource's limits, and
+/// replaces it (with its own `algorithm:`) or refines it (inherits the
+/// algorithm and every parameter it does not set); the limits it does not
+/// name are the resource's.
+fn refine_entries<'a>(
+    listed: &[(String, Fields<'a>, Fields<'a>)],
+    list: &'a Node,
+    context: &str,
+    diags: &mut Diagnostics,
+) -> Option<Vec<(String, Fields<'a>, Fields<'a>)>> {
+    let items = diags.take(list.as_seq("limits"))?;
+    let before = diags.errors.len();
+    let mut out: Vec<(String, Fields<'a>, Fields<'a>)> = listed
+        .iter()
+        .map(|(name, f, _)| {
+            (
+                name.clone(),
+                f.clone(),
+                f.without(&f.names().collect::<Vec<_>>()),
+            )
+        })
+        .collect();
+    let names: Vec<&str> = listed.iter().map(|(n, _, _)| n.as_str()).collect();
+    let mut seen: Vec<String> = Vec::new();
+    for item in items {
+        let Some(f) = diags.take(item.as_map("a limit")) else {
+            continue;
+        };
+        let Some(name) = f
+            .get("name")
+            .and_then(|n| diags.take(n.scalar_text("name")))
+        else {
+            if !f.has("name") {
+                diags.error(
+                    &item.pos,
+                    format!("{context}: a limit of an override names the resource's limit it overrides (`name:`, one of: {})", names.join(", ")),
+                );
+            }
+            continue;
+        };
+        let Some(at) = names.iter().position(|n| *n == name) else {
+            let hint = did_you_mean(&name, &names)
+                .map(|s| format!(", did you mean `{s}`?"))
+                .unwrap_or_else(|| format!(" (it has: {})", names.join(", ")));
+            diags.error(
+                f.pos_of("name"),
+                format!("{context}: the resource has no limit called `{name}`{hint}"),
+            );
+            continue;
+        };
+        if seen.contains(&name) {
+            diags.error(
+                f.pos_of("name"),
+                format!("{context}: limit `{name}` is overridden twice"),
+            );
+            continue;
+        }
+        seen.push(name);
+        let fields = if f.has("algorithm") {
+            f.clone()
+        } else {
+            listed[at].1.overlay(&f)
+        };
+        out[at].1 = fields;
+        out[at].2 = f;
+    }
+    (diags.errors.len() == before).then_some(out)
+}
+
+/// Reads each entry of a `limits:` list. `unlimited` and `deny` are
+/// refused there: they are a whole resource's answer, not one limit
+/// among several (`algorithm: deny` says it alone).
+fn read_listed(
+    entries: &[(String, Fields<'_>, Fields<'_>)],
+    context: &str,
+    diags: &mut Diagnostics,
+) -> Option<Vec<LimitSpec>> {
+    let before = diags.errors.len();
+    let mut out = Vec::with_capacity(entries.len());
+    for (name, fields, own) in entries {
+        let lcontext = format!("{context}, limit `{name}`");
+        let Some(algorithm) = read_algorithm(fields, own, &lcontext, LIMIT_FIELDS, diags) else {
+            continue;
+        };
+        if matches!(algorithm, AlgorithmSpec::Unlimited | AlgorithmSpec::Deny) {
+            diags.error(
+                fields.pos_of("algorithm"),
+                format!(
+                    "{lcontext}: `{}` cannot be one limit of a list; give the resource `algorithm: {}` instead",
+                    algorithm.name(),
+                    algorithm.name()
+                ),
+            );
+            continue;
+        }
+        out.push(LimitSpec {
+            name: Some(name.clone()),
+            algorithm,
+        });
+    }
+    (diags.errors.len() == before).then_some(out)
 }
 
 /// Reads `algorithm:` and its parameters. `extra` are the fields the

@@ -3,7 +3,9 @@
 
 use tollgate_core::{Mode, Nanos};
 use tollgate_proto::{v1, RateRequestView};
-use tollgate_service::{LimitedBy, RateOutcome, RateRequest, ReserveOutcome, ServiceError};
+use tollgate_service::{
+    LimitDetail, LimitedBy, RateOutcome, RateRequest, ReserveOutcome, ServiceError,
+};
 use tollgate_store::Seized;
 
 /// The service's view of a wire rate request. A `mode` the proto does
@@ -54,12 +56,7 @@ pub fn rate_response(o: &RateOutcome) -> v1::RateResponse {
         reset_after_ns: d.reset_after.as_u64(),
         wait_ns: d.wait.as_u64(),
         limited_by: limited_by(o.limited_by) as i32,
-        tier: o.tier.map(|t| v1::TierContext {
-            index: t.index,
-            limit: t.limit,
-            hits: t.hits,
-            burst: t.burst,
-        }),
+        tier: o.tier.map(tier_context),
         hard_limit: o.hard_limit,
         global_limit: o.global_limit,
         domain_hits_last_second: o.domain_hits_last_second,
@@ -68,6 +65,35 @@ pub fn rate_response(o: &RateOutcome) -> v1::RateResponse {
         ignored: o.ignored,
         unconfigured: o.unconfigured,
         algorithm: o.algorithm.to_owned(),
+        limits: o.limits.iter().map(limit_status).collect(),
+        limited_by_name: match (&o.limit_name, o.limited_by) {
+            (Some(name), Some(LimitedBy::Limit | LimitedBy::Tier)) => name.to_string(),
+            _ => String::new(),
+        },
+    }
+}
+
+/// One limit's own state after a decision.
+fn limit_status(l: &LimitDetail) -> v1::LimitStatus {
+    let d = &l.decision;
+    v1::LimitStatus {
+        name: l.name.to_string(),
+        algorithm: l.algorithm.to_owned(),
+        limit: d.limit,
+        remaining: d.remaining,
+        reset_after_ns: d.reset_after.as_u64(),
+        retry_after_ns: d.retry_after.map(Nanos::as_u64),
+        tier: d.tier.map(tier_context),
+        shadow: l.shadow,
+    }
+}
+
+fn tier_context(t: tollgate_core::TierInfo) -> v1::TierContext {
+    v1::TierContext {
+        index: t.index,
+        limit: t.limit,
+        hits: t.hits,
+        burst: t.burst,
     }
 }
 

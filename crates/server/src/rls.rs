@@ -25,7 +25,7 @@ use tollgate_proto::rls::rate_limit_response::{
     self, rate_limit::Unit, Code, DescriptorStatus as WireStatus, RateLimit,
 };
 use tollgate_proto::rls::{HeaderValue, RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
-use tollgate_service::view::{Main, NamespaceView, ResourceEntry, ResourceView};
+use tollgate_service::view::{Listed, Main, NamespaceView, ResourceEntry, ResourceView};
 use tollgate_service::{DescriptorRequest, DescriptorStatus, ServiceError};
 use tollgate_store::Store;
 use tonic::{Request, Response, Status};
@@ -386,8 +386,17 @@ fn wire_status(s: &DescriptorStatus, entry: Option<&ResourceEntry>, now: Nanos) 
         return out;
     }
     let meta = entry.and_then(|e| e.envoy.as_ref());
-    let limit = meta.and_then(|m| m.limit);
-    let name = meta.and_then(|m| m.name.clone()).unwrap_or_default();
+    // Of a `rate_limit` list: the binding limit, by its own name and terms.
+    let listed = s
+        .limit
+        .and_then(|at| listed_limit(entry, s.domain.as_deref(), at));
+    let (limit, name) = match listed {
+        Some(l) => (l.envoy, l.name.to_string()),
+        None => (
+            meta.and_then(|m| m.limit),
+            meta.and_then(|m| m.name.clone()).unwrap_or_default(),
+        ),
+    };
     out.current_limit = match (limit, s.decision) {
         (Some(l), _) => Some(RateLimit {
             name,
@@ -419,7 +428,7 @@ fn wire_status(s: &DescriptorStatus, entry: Option<&ResourceEntry>, now: Nanos) 
         // fixed window, the end of the unit's window; for an extension
         // with a unit, such as a first_hit day, not UTC midnight).
         (Some(_), l) => {
-            let fresh = fresh_again_once_spent(entry, s.domain.as_deref(), now);
+            let fresh = fresh_again_once_spent(entry, s.domain.as_deref(), s.limit, now);
             match l {
                 Some(l) if fresh == Nanos::ZERO => Some(until_window_end(l, now)),
                 _ => Some(fresh),
@@ -448,20 +457,41 @@ fn wire_status(s: &DescriptorStatus, entry: Option<&ResourceEntry>, now: Nanos) 
 fn fresh_again_once_spent(
     entry: Option<&ResourceEntry>,
     domain: Option<&str>,
+    listed: Option<usize>,
     now: Nanos,
 ) -> Nanos {
     let Some(ResourceView::Rate(rate)) = entry.map(|e| &e.view) else {
         return Nanos::ZERO;
     };
-    let Main::Limited(compiled) = &rate.for_domain(domain.unwrap_or_default()).main else {
-        return Nanos::ZERO;
+    let limit = match (&rate.for_domain(domain.unwrap_or_default()).main, listed) {
+        (Main::Limited(compiled), None) => &compiled.limit,
+        (Main::Listed(list), Some(at)) => match list.get(at) {
+            Some(l) => &l.compiled.limit,
+            None => return Nanos::ZERO,
+        },
+        _ => return Nanos::ZERO,
     };
-    let limit = &compiled.limit;
     let mut state = limit.fresh();
     // Every hit it has room for, from a fresh state: used up.
     limit
         .decide(&mut state, now, Hits::between(1, u64::MAX))
         .reset_after
+}
+
+/// The limit at position `at` of the `limits:` list that decides `domain`
+/// of `entry`'s resource.
+fn listed_limit<'e>(
+    entry: Option<&'e ResourceEntry>,
+    domain: Option<&str>,
+    at: usize,
+) -> Option<&'e Listed> {
+    let ResourceView::Rate(rate) = &entry?.view else {
+        return None;
+    };
+    match &rate.for_domain(domain.unwrap_or_default()).main {
+        Main::Listed(list) => list.get(at),
+        _ => None,
+    }
 }
 
 /// Time until the current epoch-aligned window of `limit`'s unit ends.

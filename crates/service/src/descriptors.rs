@@ -10,6 +10,7 @@
 //! test. The limiter only loads the view, counts, and asks the store to
 //! decide the plan built here.
 
+use smallvec::SmallVec;
 use tollgate_core::PlanDecision;
 use tollgate_store::{Key, Plan};
 
@@ -27,6 +28,7 @@ impl DescriptorStatus {
             domain: None,
             allowed: true,
             decision: None,
+            limit: None,
             unlimited: false,
             shadowed: false,
         }
@@ -56,8 +58,13 @@ pub(crate) struct ToDecide {
     /// Per descriptor, in request order: what is known before deciding
     /// (resource, domain, unlimited, shadowed by a deny).
     statuses: Vec<DescriptorStatus>,
-    /// Per descriptor: the plan item deciding it, if any.
+    /// Per descriptor: the plan item deciding it, if any; for a resource
+    /// with a `limits:` list, the first of its limits' items, which follow
+    /// it in the plan ([`ToDecide::widths`]).
     item_of: Vec<Option<usize>>,
+    /// Per descriptor: how many plan items decide it (a `limits:` list's
+    /// length, else 1). Inline for the few descriptors a request has.
+    widths: SmallVec<[usize; 4]>,
 }
 
 /// Matches the request's descriptors against the namespace's descriptor
@@ -97,15 +104,18 @@ pub(crate) fn plan(view: &View, req: &DescriptorRequest<'_>) -> Result<Planned, 
     let mut plan = Plan::default().with_affinity(ns.affinity);
     // The plan item deciding each descriptor, if any.
     let mut item_of: Vec<Option<usize>> = Vec::with_capacity(matches.len());
+    let mut widths: SmallVec<[usize; 4]> = SmallVec::new();
     let mut denied = false;
     for m in matches {
         let mut status = DescriptorStatus::unlimited_by_default();
         let mut item = None;
+        let mut width = 1;
         if let Some((m, entry)) = m.and_then(|m| ns.resources.get(m.resource).map(|e| (m, e))) {
             let name = entry.envoy.as_ref().and_then(|e| e.name.as_deref());
             if name.is_some_and(|n| replaced.contains(&n)) {
                 statuses.push(status);
                 item_of.push(None);
+                widths.push(1);
                 continue;
             }
             status.resource = Some(entry.name.clone());
@@ -125,12 +135,26 @@ pub(crate) fn plan(view: &View, req: &DescriptorRequest<'_>) -> Result<Planned, 
                         let key = Key::new(c.id, &m.domain);
                         item = Some(plan.item_for(key, &c.limit, shadow));
                     }
+                    Main::Listed(list) => {
+                        // Each limit's key is its own, and all of them are
+                        // new to the plan or all already in it (the same
+                        // descriptor twice): their items are consecutive.
+                        for l in list {
+                            let c = &l.compiled;
+                            let key = Key::new(c.id, &m.domain);
+                            let at = plan.item_for(key, &c.limit, shadow);
+                            item.get_or_insert(at);
+                        }
+                        width = list.len();
+                        status.limit = Some(0);
+                    }
                 }
             }
             status.domain = Some(m.domain);
         }
         statuses.push(status);
         item_of.push(item);
+        widths.push(width);
     }
     if denied {
         // Nothing is consumed when any descriptor is over its limit.
@@ -143,6 +167,7 @@ pub(crate) fn plan(view: &View, req: &DescriptorRequest<'_>) -> Result<Planned, 
         plan,
         statuses,
         item_of,
+        widths,
     }))
 }
 
@@ -157,9 +182,25 @@ impl ToDecide {
             plan,
             mut statuses,
             item_of,
+            widths,
         } = self;
-        for (status, item) in statuses.iter_mut().zip(&item_of) {
-            let Some(item) = *item else { continue };
+        for ((status, item), width) in statuses.iter_mut().zip(&item_of).zip(&widths) {
+            let Some(first) = *item else { continue };
+            // The binding item: the first without room for every hit,
+            // the least room first; else the one with the least remaining.
+            let span = first..first + *width;
+            let item = span
+                .clone()
+                .filter(|&i| pd.rooms.get(i).is_some_and(|&r| r < hits))
+                .min_by_key(|&i| pd.rooms.get(i).copied().unwrap_or(0))
+                .or_else(|| {
+                    span.clone()
+                        .min_by_key(|&i| pd.decisions.get(i).map_or(u64::MAX, |d| d.remaining))
+                })
+                .unwrap_or(first);
+            if status.limit.is_some() {
+                status.limit = Some(item - first);
+            }
             let fits = pd.rooms.get(item).is_some_and(|&r| r >= hits);
             status.decision = pd.decisions.get(item).copied();
             if plan.items()[item].shadow {

@@ -94,8 +94,32 @@ pub struct RateOutcome {
     pub ignored: bool,
     /// The resource is not configured; the namespace allows that.
     pub unconfigured: bool,
-    /// The algorithm that decided.
+    /// The algorithm that decided (of a `limits:` list: the binding
+    /// limit's).
     pub algorithm: &'static str,
+    /// Of a resource with a `limits:` list: the name of the limit that
+    /// bound the request (or, when nothing limited it, the one with the
+    /// least room), whose limit, remaining and reset the decision reports.
+    /// `None` for a resource with one algorithm.
+    pub limit_name: Option<Arc<str>>,
+    /// Of a resource with a `limits:` list: every limit's own state after
+    /// the decision, the list's limits first, then the hard and global
+    /// limits. Empty for a resource with one algorithm (its one state is
+    /// the decision).
+    pub limits: Vec<LimitDetail>,
+}
+
+/// One limit's state after a decision ([`RateOutcome::limits`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LimitDetail {
+    /// Its name: a `limits:` entry's, or `hard` or `global`.
+    pub name: Arc<str>,
+    /// Its algorithm's config name.
+    pub algorithm: &'static str,
+    /// Its own decision: limit, remaining, reset, retry, tier.
+    pub decision: Decision,
+    /// Evaluated but never limits (shadow mode, or an ignoring namespace).
+    pub shadow: bool,
 }
 
 /// A request in envoyproxy/ratelimit's terms: descriptors of one domain.
@@ -125,8 +149,13 @@ pub struct DescriptorStatus {
     pub domain: Option<String>,
     /// Whether this descriptor is within its limit (or shadowed).
     pub allowed: bool,
-    /// Its decision, when a limit applied.
+    /// Its decision, when a limit applied (of a `limits:` list: the
+    /// binding limit's, see [`DescriptorStatus::limit`]).
     pub decision: Option<Decision>,
+    /// For a resource with a `limits:` list: the position in it of the
+    /// limit that bound the descriptor (or, within every limit, the one
+    /// with the least remaining), whose decision `decision` is.
+    pub limit: Option<usize>,
     /// The limit is `unlimited`.
     pub unlimited: bool,
     /// Over its limit but in shadow mode.
@@ -165,6 +194,8 @@ pub struct Limiter<S> {
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum Role {
     Main,
+    /// The limit at this position of a `limits:` list.
+    Listed(usize),
     Hard,
     Global,
 }
@@ -208,6 +239,7 @@ impl<S: Store> Limiter<S> {
                             namespace: ns.name.clone(),
                             resource: r.name.clone(),
                             domain: None,
+                            limit: None,
                             reason,
                         });
                     }
@@ -505,9 +537,19 @@ fn rate_plan(
 ) -> Result<(Plan, SmallVec<[Role; 3]>), DuplicateKey> {
     let mut plan = Plan::default();
     let mut roles = SmallVec::new();
-    if let Main::Limited(c) = &limits.main {
-        plan.push(Key::new(c.id, domain), c.limit.clone(), shadow)?;
-        roles.push(Role::Main);
+    match &limits.main {
+        Main::Limited(c) => {
+            plan.push(Key::new(c.id, domain), c.limit.clone(), shadow)?;
+            roles.push(Role::Main);
+        }
+        Main::Listed(list) => {
+            for (i, l) in list.iter().enumerate() {
+                let c = &l.compiled;
+                plan.push(Key::new(c.id, domain), c.limit.clone(), shadow)?;
+                roles.push(Role::Listed(i));
+            }
+        }
+        Main::Unlimited | Main::Deny => {}
     }
     if let Some(h) = &limits.hard {
         plan.push(Key::new(h.id, domain), h.limit.clone(), shadow)?;
@@ -537,7 +579,7 @@ fn rate_outcome(
             .and_then(|i| pd.decisions.get(i))
             .map(|d| d.limit.saturating_sub(d.remaining))
     };
-    let tier = pd.decisions.first().and_then(|d| d.tier);
+    let mut tier = pd.decisions.first().and_then(|d| d.tier);
     // With everything in shadow, the plan never limits; name what would have.
     let bound = pd.limited_by.or_else(|| {
         pd.rooms
@@ -550,9 +592,62 @@ fn rate_outcome(
     let limited_by = bound.and_then(|i| roles.get(i)).map(|role| match role {
         Role::Main if tier.is_some() => LimitedBy::Tier,
         Role::Main => LimitedBy::Limit,
+        Role::Listed(i) if pd.decisions.get(*i).is_some_and(|d| d.tier.is_some()) => {
+            LimitedBy::Tier
+        }
+        Role::Listed(_) => LimitedBy::Limit,
         Role::Hard => LimitedBy::Hard,
         Role::Global => LimitedBy::Global,
     });
+    let mut algorithm = limits.algorithm;
+    let mut limit_name = None;
+    let mut details = Vec::new();
+    if let Main::Listed(list) = &limits.main {
+        // The binding limit: the one that bound the request, else the
+        // one with the least room left; the answer's limit, remaining
+        // and reset are its own (a day's quota is not reset when the
+        // second's bucket refills).
+        let binding = bound.or_else(|| {
+            pd.decisions
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, d)| d.remaining)
+                .map(|(i, _)| i)
+        });
+        if let Some((i, Role::Listed(at))) = binding.and_then(|i| roles.get(i).map(|r| (i, r))) {
+            if let (Some(d), Some(l)) = (pd.decisions.get(i), list.get(*at)) {
+                decision.limit = d.limit;
+                decision.remaining = d.remaining;
+                decision.reset_after = d.reset_after;
+                decision.tier = d.tier;
+                tier = d.tier;
+                algorithm = l.algorithm;
+                limit_name = Some(Arc::clone(&l.name));
+            }
+        }
+        let item_shadow = shadow || ignored;
+        details = roles
+            .iter()
+            .zip(&pd.decisions)
+            .filter_map(|(role, d)| {
+                let (name, algorithm): (Arc<str>, &'static str) = match role {
+                    Role::Listed(at) => {
+                        let l = list.get(*at)?;
+                        (Arc::clone(&l.name), l.algorithm)
+                    }
+                    Role::Hard => ("hard".into(), "sliding_log"),
+                    Role::Global => ("global".into(), "sliding_log"),
+                    Role::Main => return None,
+                };
+                Some(LimitDetail {
+                    name,
+                    algorithm,
+                    decision: *d,
+                    shadow: item_shadow,
+                })
+            })
+            .collect();
+    }
     let forced = shadow || ignored;
     if forced {
         decision.allowed = true;
@@ -575,7 +670,9 @@ fn rate_outcome(
         shadowed: shadow && pd.shadow_limited,
         ignored: ignored && pd.shadow_limited,
         unconfigured: false,
-        algorithm: limits.algorithm,
+        algorithm,
+        limit_name,
+        limits: details,
     }
 }
 
@@ -599,6 +696,8 @@ fn denied(limits: &DomainLimits, rate: &RateView) -> RateOutcome {
         ignored: false,
         unconfigured: false,
         algorithm: limits.algorithm,
+        limit_name: None,
+        limits: Vec::new(),
     }
 }
 
@@ -628,5 +727,7 @@ fn unconfigured(hits: u64) -> RateOutcome {
         ignored: false,
         unconfigured: true,
         algorithm: "unlimited",
+        limit_name: None,
+        limits: Vec::new(),
     }
 }

@@ -1286,6 +1286,7 @@ fn problems_are_put_in_the_configs_order_without_repeats() {
             namespace: namespace.into(),
             resource: resource.into(),
             domain: domain.map(Into::into),
+            limit: None,
             reason: tollgate_store::Refusal::limit(std::io::Error::other(reason.to_owned())),
         };
     let mut problems = vec![

@@ -1,0 +1,233 @@
+//! Several limits on one resource (`limits:`), decided together through
+//! [`Limiter`] over the memory store, on a clock the test sets: all or
+//! nothing with the partial-grant rule, the binding limit named and
+//! reported, each limit's own state, overrides by name, and counters that
+//! follow a limit's name rather than its place in the list.
+
+// Helpers outside #[test] fns are not covered by clippy.toml's
+// allow-unwrap-in-tests; a failed unwrap here is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use tollgate_config::load_str;
+use tollgate_core::{Mode, Nanos};
+use tollgate_service::{DescriptorRequest, LimitedBy, Limiter, RateOutcome, RateRequest, View};
+use tollgate_store::MemoryStore;
+
+fn view(yaml: &str) -> View {
+    let loaded = load_str("test.yaml", yaml).unwrap_or_else(|e| panic!("{e}"));
+    View::new(&loaded.config, Nanos::ZERO)
+}
+
+const DAY: u64 = 86_400;
+
+/// A bucket of 5 refilling 1 a second, and 8 a day (epoch-aligned).
+const API: &str = "
+namespaces:
+  - name: ns
+    resources:
+      - name: api
+        limits:
+          - { name: burst, algorithm: token_bucket, capacity: 5, rate: 1/s }
+          - { name: daily, algorithm: fixed_window, limit: 8, window: 1d }
+        domains:
+          acme:
+            limits:
+              - { name: daily, limit: 100 }
+";
+
+async fn ask(
+    l: &Limiter<MemoryStore>,
+    domain: &str,
+    hits: u64,
+    min_hits: u64,
+    at: Nanos,
+) -> RateOutcome {
+    let req = RateRequest {
+        namespace: "ns",
+        resource: "api",
+        domain,
+        hits,
+        min_hits,
+        mode: Mode::Try,
+    };
+    l.request(&req, at).await.unwrap()
+}
+
+/// `(name, remaining)` of each limit in the answer's detail list.
+fn remaining(o: &RateOutcome) -> Vec<(String, u64)> {
+    o.limits
+        .iter()
+        .map(|l| (l.name.to_string(), l.decision.remaining))
+        .collect()
+}
+
+#[tokio::test]
+async fn every_limit_is_charged_together_and_the_binding_one_is_named() {
+    let l = Limiter::new(MemoryStore::new(), view(API));
+    let t0 = Nanos::from_secs(10 * DAY);
+    // 4 of 4: both have room.
+    let o = ask(&l, "u", 4, 1, t0).await;
+    assert_eq!((o.allowed, o.granted), (true, 4));
+    assert_eq!(o.limited_by, None);
+    assert_eq!(remaining(&o), [("burst".into(), 1), ("daily".into(), 4)]);
+    // With nothing limiting, the answer is the limit with the least left.
+    assert_eq!((o.decision.limit, o.decision.remaining), (5, 1));
+    assert_eq!(o.limit_name.as_deref(), Some("burst"));
+    assert_eq!(o.algorithm, "token_bucket");
+
+    // 4 more, at least 1: the bucket has 1, so 1 is granted, and charged
+    // to both limits alike.
+    let o = ask(&l, "u", 4, 1, t0).await;
+    assert_eq!((o.allowed, o.granted), (true, 1));
+    assert_eq!(o.limited_by, Some(LimitedBy::Limit));
+    assert_eq!(o.limit_name.as_deref(), Some("burst"));
+    assert_eq!(remaining(&o), [("burst".into(), 0), ("daily".into(), 3)]);
+
+    // 10 s later the bucket is full again, but the day has 3 left: a
+    // request for 4 (all or nothing) is refused by `daily`, and neither
+    // limit is charged.
+    let t1 = t0.saturating_add(Nanos::from_secs(10));
+    let o = ask(&l, "u", 4, 4, t1).await;
+    assert_eq!((o.allowed, o.granted), (false, 0));
+    assert_eq!(o.limited_by, Some(LimitedBy::Limit));
+    assert_eq!(o.limit_name.as_deref(), Some("daily"));
+    assert_eq!(o.algorithm, "fixed_window");
+    // The answer's limit and reset are the day's own: the window ends at
+    // the next midnight (UTC), not when the bucket refills.
+    assert_eq!(o.decision.limit, 8);
+    assert_eq!(o.decision.reset_after, Nanos::from_secs(DAY - 10));
+    assert_eq!(remaining(&o), [("burst".into(), 5), ("daily".into(), 3)]);
+    // 3 fit in both: granted, and the bucket shows it was not charged
+    // by the refused request.
+    let o = ask(&l, "u", 3, 3, t1).await;
+    assert!(o.allowed);
+    assert_eq!(remaining(&o), [("burst".into(), 2), ("daily".into(), 0)]);
+    // Another domain has its own counters.
+    let o = ask(&l, "v", 5, 5, t1).await;
+    assert!(o.allowed);
+    assert_eq!(remaining(&o), [("burst".into(), 0), ("daily".into(), 3)]);
+}
+
+#[tokio::test]
+async fn an_override_by_name_changes_only_that_limit() {
+    let l = Limiter::new(MemoryStore::new(), view(API));
+    let mut at = Nanos::from_secs(3 * DAY);
+    let mut granted = 0;
+    // acme's day allows 100, its bucket still 5 a burst at 1/s: 5 at a
+    // time, every 5 s, passes 8 easily.
+    for _ in 0..4 {
+        let o = ask(&l, "acme", 5, 5, at).await;
+        assert!(o.allowed, "{o:?}");
+        granted += o.granted;
+        at = at.saturating_add(Nanos::from_secs(5));
+    }
+    assert_eq!(granted, 20);
+    let o = ask(&l, "acme", 1, 1, at).await;
+    assert_eq!(o.limits[1].decision.limit, 100);
+    assert_eq!(o.limits[1].decision.remaining, 79);
+}
+
+#[tokio::test]
+async fn a_named_limit_keeps_its_counter_when_the_list_is_reordered() {
+    let l = Limiter::new(MemoryStore::new(), view(API));
+    let at = Nanos::from_secs(DAY);
+    assert!(ask(&l, "u", 5, 5, at).await.allowed);
+    // The same limits, listed the other way round.
+    let swapped = API.replace(
+        "          - { name: burst, algorithm: token_bucket, capacity: 5, rate: 1/s }\n          - { name: daily, algorithm: fixed_window, limit: 8, window: 1d }\n",
+        "          - { name: daily, algorithm: fixed_window, limit: 8, window: 1d }\n          - { name: burst, algorithm: token_bucket, capacity: 5, rate: 1/s }\n",
+    );
+    assert_ne!(swapped, API);
+    l.set_view(view(&swapped));
+    let o = ask(&l, "u", 1, 1, at).await;
+    assert!(!o.allowed, "the bucket is still empty: {o:?}");
+    assert_eq!(o.limit_name.as_deref(), Some("burst"));
+    assert_eq!(remaining(&o), [("daily".into(), 3), ("burst".into(), 0)]);
+    // Changing a limit's parameters starts that limit afresh, as for a
+    // resource's single algorithm; the other keeps its count.
+    let bigger = swapped.replace("capacity: 5", "capacity: 6");
+    l.set_view(view(&bigger));
+    let o = ask(&l, "u", 1, 1, at).await;
+    assert!(o.allowed, "{o:?}");
+    assert_eq!(remaining(&o), [("daily".into(), 2), ("burst".into(), 5)]);
+}
+
+#[tokio::test]
+async fn shadow_mode_lets_the_request_through_and_names_what_would_have_bound() {
+    let yaml = API.replace(
+        "      - name: api\n",
+        "      - name: api\n        shadow_mode: true\n",
+    );
+    let l = Limiter::new(MemoryStore::new(), view(&yaml));
+    let at = Nanos::from_secs(DAY);
+    assert!(ask(&l, "u", 5, 5, at).await.allowed);
+    let o = ask(&l, "u", 2, 2, at).await;
+    assert!(o.allowed && o.shadowed, "{o:?}");
+    assert_eq!(o.limited_by, Some(LimitedBy::Limit));
+    assert_eq!(o.limit_name.as_deref(), Some("burst"));
+    assert!(o.limits.iter().all(|d| d.shadow));
+}
+
+#[tokio::test]
+async fn hard_and_global_limits_are_listed_after_the_named_ones() {
+    let yaml = "
+namespaces:
+  - name: ns
+    resources:
+      - name: api
+        hard_limit: 2
+        global_limit: 50
+        limits:
+          - { name: minute, algorithm: fixed_window, limit: 10, window: 1m }
+";
+    let l = Limiter::new(MemoryStore::new(), view(yaml));
+    let at = Nanos::from_secs(DAY);
+    let o = ask(&l, "u", 3, 1, at).await;
+    assert_eq!(o.granted, 2);
+    assert_eq!(o.limited_by, Some(LimitedBy::Hard));
+    // Bound by the hard limit: no listed limit is named as binding.
+    assert_eq!(o.limit_name, None);
+    let names: Vec<&str> = o.limits.iter().map(|d| &*d.name).collect();
+    assert_eq!(names, ["minute", "hard", "global"]);
+}
+
+const LYFT: &str = "
+domain: edge
+descriptors:
+  - key: user
+    rate_limit:
+      - { name: second, unit: second, requests_per_unit: 2 }
+      - { name: hour, unit: hour, requests_per_unit: 3 }
+  - key: path
+    rate_limit: { unit: hour, requests_per_unit: 100 }
+";
+
+#[tokio::test]
+async fn a_descriptor_with_a_rate_limit_list_is_within_it_only_when_within_every_limit() {
+    let l = Limiter::new(MemoryStore::new(), view(LYFT));
+    let d = |k: &str, v: &str| vec![(k.to_owned(), v.to_owned())];
+    let list = [d("user", "alice"), d("path", "/")];
+    let req = DescriptorRequest {
+        namespace: "edge",
+        descriptors: &list,
+        hits: 1,
+    };
+    let mut at = Nanos::from_secs(DAY);
+    for _ in 0..3 {
+        let o = l.request_descriptors(&req, at).await.unwrap();
+        assert!(o.allowed, "{o:?}");
+        at = at.saturating_add(Nanos::from_secs(1));
+    }
+    // The fourth within the hour: the second's window has room, the
+    // hour's has not; the descriptor names the hour (position 1).
+    let o = l.request_descriptors(&req, at).await.unwrap();
+    assert!(!o.allowed);
+    let user = &o.statuses[0];
+    assert!(!user.allowed);
+    assert_eq!(user.limit, Some(1));
+    assert_eq!(user.decision.unwrap().limit, 3);
+    // The path descriptor had room, and all or nothing charged it nothing.
+    assert!(o.statuses[1].allowed);
+    assert_eq!(o.statuses[1].limit, None);
+    assert_eq!(o.statuses[1].decision.unwrap().remaining, 97);
+}
