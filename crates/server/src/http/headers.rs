@@ -22,6 +22,11 @@
 //! (limit 0) gets its limit and remaining but no reset, since nothing
 //! ever resets it.
 //!
+//! A resource with a `limits:` list gets, in the IETF form, one policy
+//! per limit under its own name (`"burst";q=20, "daily";q=1000`), each
+//! with its own remaining and reset; the legacy form describes the
+//! binding limit alone, as the body's `limit` and `remaining` do.
+//!
 //! This is on the request path of every rate request, so the names are
 //! statics (inserting one clones a static string: no allocation), the numbers are written with `itoa` into a stack buffer,
 //! and the only allocation is the header value itself.
@@ -124,6 +129,7 @@ impl RateHeaders {
                     headers.insert(&RATELIMIT_RESET, HeaderValue::from(reset));
                 }
             }
+            RateHeaders::Ietf if !answer.limits.is_empty() => listed_policies(answer, headers),
             RateHeaders::Ietf => {
                 let mut buf = Field::default();
                 buf.push(POLICY);
@@ -142,6 +148,58 @@ impl RateHeaders {
                 }
             }
         }
+    }
+}
+
+/// The IETF fields of a resource with a `limits:` list: one policy per
+/// limit, each under its own name (names are letters, digits, `_`, `-`
+/// and `.`, so they need no escaping in a structured-field string), in
+/// the answer's order, with each limit's own quota, remaining and reset.
+/// A refused answer's binding limit says `r=0`, as the single form does;
+/// a `burst_tiers` limit gets no `t` (its reset is not one period's).
+/// Only resources with a list get here, so the one allocation per field
+/// costs nothing on the common path.
+fn listed_policies(answer: &v1::RateResponse, headers: &mut HeaderMap) {
+    let mut policy = Vec::with_capacity(24 * answer.limits.len());
+    let mut state = Vec::with_capacity(32 * answer.limits.len());
+    for (i, l) in answer.limits.iter().enumerate() {
+        if i > 0 {
+            policy.extend_from_slice(b", ");
+            state.extend_from_slice(b", ");
+        }
+        for out in [&mut policy, &mut state] {
+            out.push(b'"');
+            out.extend_from_slice(l.name.as_bytes());
+            out.push(b'"');
+        }
+        policy.extend_from_slice(b";q=");
+        policy.extend_from_slice(
+            itoa::Buffer::new()
+                .format(l.limit.min(MAX_SF_INTEGER))
+                .as_bytes(),
+        );
+        let bound = !answer.allowed && l.name == answer.limited_by_name;
+        let remaining = if bound {
+            0
+        } else {
+            l.remaining.min(MAX_SF_INTEGER)
+        };
+        state.extend_from_slice(b";r=");
+        state.extend_from_slice(itoa::Buffer::new().format(remaining).as_bytes());
+        if l.limit > 0 && l.algorithm != "burst_tiers" {
+            let reset = l
+                .reset_after_ns
+                .div_ceil(NANOS_PER_SECOND)
+                .min(MAX_SF_INTEGER);
+            state.extend_from_slice(b";t=");
+            state.extend_from_slice(itoa::Buffer::new().format(reset).as_bytes());
+        }
+    }
+    if let Ok(v) = HeaderValue::from_bytes(&policy) {
+        headers.insert(&RATELIMIT_POLICY, v);
+    }
+    if let Ok(v) = HeaderValue::from_bytes(&state) {
+        headers.insert(&RATELIMIT, v);
     }
 }
 
@@ -215,6 +273,56 @@ mod tests {
             reset_after_ns,
             ..v1::RateResponse::default()
         }
+    }
+
+    #[test]
+    fn a_limits_list_gets_one_ietf_policy_per_limit_each_with_its_own_numbers() {
+        let status =
+            |name: &str, algorithm: &str, limit: u64, remaining: u64, reset: u64| v1::LimitStatus {
+                name: name.into(),
+                algorithm: algorithm.into(),
+                limit,
+                remaining,
+                reset_after_ns: reset,
+                ..v1::LimitStatus::default()
+            };
+        let mut a = answer(3, 0, 2_500_000_000);
+        a.allowed = false;
+        a.limited_by_name = "burst".into();
+        a.limits = vec![
+            status("burst", "token_bucket", 3, 1, 2_500_000_000),
+            status(
+                "daily",
+                "fixed_window",
+                1000,
+                993,
+                86_000 * NANOS_PER_SECOND,
+            ),
+            status("tiers", "burst_tiers", 10, 4, 7 * NANOS_PER_SECOND),
+        ];
+        assert_eq!(
+            written(RateHeaders::Ietf, &a),
+            pairs(&[
+                (
+                    "ratelimit",
+                    r#""burst";r=0;t=3, "daily";r=993;t=86000, "tiers";r=4"#
+                ),
+                (
+                    "ratelimit-policy",
+                    r#""burst";q=3, "daily";q=1000, "tiers";q=10"#
+                ),
+            ])
+        );
+        // The legacy form names one limit: the binding one, as the body's
+        // `limit` and `remaining` do.
+        assert_eq!(
+            written(RateHeaders::Legacy, &a),
+            pairs(&[
+                ("ratelimit-limit", "3"),
+                ("ratelimit-remaining", "0"),
+                ("ratelimit-reset", "3"),
+            ])
+        );
     }
 
     fn written(form: RateHeaders, a: &v1::RateResponse) -> Vec<(String, String)> {
