@@ -25,7 +25,7 @@ fn the_bundled_example_loads() {
     let text = include_str!("../../../examples/tollgate.yaml");
     let loaded = load_str("tollgate.yaml", text).unwrap();
     let ns = loaded.config.namespace("default").unwrap();
-    assert_eq!(ns.resources.len(), 11);
+    assert_eq!(ns.resources.len(), 12);
     let login = ns.resource("login").unwrap();
     let ResourceKind::Rate(rate) = &login.kind else {
         panic!()

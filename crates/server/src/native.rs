@@ -19,7 +19,7 @@ use tollgate_core::copies::TransferId;
 use tollgate_core::Hits;
 use tollgate_proto::v1::{self, session_request::Op, session_response::Result as Answer};
 use tollgate_proto::RateRequestView;
-use tollgate_service::{ServiceError, Session, Target};
+use tollgate_service::{LimitedBy, ServiceError, Session, Target};
 use tollgate_store::Store;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -125,6 +125,10 @@ pub async fn rate<S: Store>(
                         granted: o.granted,
                         remaining: Some(o.decision.remaining),
                         limited_by: o.limited_by.map(|l| l.as_str()),
+                        limited_by_name: match o.limited_by {
+                            Some(LimitedBy::Limit | LimitedBy::Tier) => o.limit_name.clone(),
+                            _ => None,
+                        },
                     },
                 });
             }

@@ -244,6 +244,7 @@ async fn answer<S: Store>(
                 granted: if outcome.allowed { hits } else { 0 },
                 remaining: None,
                 limited_by: None,
+                limited_by_name: None,
             },
         });
     }
