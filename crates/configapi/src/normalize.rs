@@ -450,6 +450,41 @@ mod tests {
         assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
     }
 
+    /// Issue 18: a resource with a `limits:` list goes through the API as
+    /// through a file: normalized, named, and its overrides refining one
+    /// limit by name stored as written, so they go on inheriting the rest.
+    #[test]
+    fn a_limits_list_is_normalized_and_its_overrides_refine_by_name() {
+        let body = json!({
+            "limits": [
+                {"name": "burst", "algorithm": "token_bucket", "capacity": 20, "rate": "10/s"},
+                {"name": "daily", "algorithm": "fixed_window", "limit": 1000, "window": "1d"},
+            ],
+            "domains": {"acme": {"limits": [{"name": "daily", "limit": 5000}]}},
+        });
+        let r = resource("shop", NamespaceFlags::default(), "api", &body).unwrap();
+        assert_eq!(r.resolved["limits"][0]["rate"], "10/1s", "{}", r.resolved);
+        assert_eq!(r.resolved["limits"][1]["align"], "epoch");
+        assert_eq!(
+            r.stored["domains"]["acme"],
+            json!({"limits": [{"name": "daily", "limit": 5000}]})
+        );
+        let acme = &r.resolved["domains"]["acme"]["limits"];
+        assert_eq!(acme[0]["capacity"], 20, "{}", r.resolved);
+        assert_eq!(acme[1]["limit"], 5000);
+        // A name that is not the resource's is refused, naming it.
+        let bad = json!({
+            "limits": [{"name": "burst", "algorithm": "gcra", "rate": "1/s"}],
+            "domains": {"acme": {"limits": [{"name": "dayly", "limit": 5}]}},
+        });
+        let err = resource("shop", NamespaceFlags::default(), "api", &bad).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("the resource has no limit called `dayly`"),
+            "{err}"
+        );
+    }
+
     /// Issue 22: an override was stored with every inherited field written
     /// out, so raising the resource's rate left it at the old one.
     #[test]

@@ -37,6 +37,9 @@ impl DescriptorStatus {
 
 /// What a descriptor request comes to before any limit is decided.
 #[derive(Debug)]
+// Built once per request and taken apart at once by the caller: boxing
+// the plan would cost an allocation per request to save one move.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Planned {
     /// The request's domain (the namespace) has no config: envoyproxy/ratelimit
     /// answers OK, with no limit, for every descriptor.
