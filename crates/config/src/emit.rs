@@ -60,6 +60,15 @@ fn resource(out: &mut String, r: &Resource) {
             if let Some(g) = rate.global_limit {
                 let _ = writeln!(out, "        global_limit: {g}");
             }
+            if let Some(max) = &rate.override_max {
+                out.push_str("        allow_override: true\n");
+                let _ = writeln!(
+                    out,
+                    "        override_max: {}/{}",
+                    max.count(),
+                    max.period()
+                );
+            }
             if let Some(rep) = &r.replication {
                 let _ = writeln!(out, "        replication: {}", replication(rep));
             }

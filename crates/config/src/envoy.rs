@@ -114,6 +114,24 @@ pub struct DescriptorMatch {
     pub domain: String,
 }
 
+/// A descriptor's counter domain when the descriptor brings its own limit
+/// (Envoy's descriptor `limit`): every entry's `key=value`, joined with
+/// `/` and escaped as [`DescriptorMatch::domain`] is, whether or not the
+/// tree matches it (envoyproxy/ratelimit keys such a limit by the
+/// descriptor itself).
+pub fn descriptor_domain<K: AsRef<str>, V: AsRef<str>>(entries: &[(K, V)]) -> String {
+    let mut domain = String::new();
+    for (key, value) in entries {
+        if !domain.is_empty() {
+            domain.push('/');
+        }
+        escape_into(&mut domain, key.as_ref());
+        domain.push('=');
+        escape_into(&mut domain, value.as_ref());
+    }
+    domain
+}
+
 impl DescriptorTree {
     /// The resource limiting a descriptor (a list of key/value entries), or
     /// `None` when no limit applies (envoyproxy/ratelimit then answers OK).
@@ -508,6 +526,7 @@ impl Reader<'_> {
                 default: spec,
                 domains: Default::default(),
                 global_limit: None,
+                override_max: None,
             }),
             shadow,
             replication: None,

@@ -104,8 +104,10 @@ pub struct EnvoyMeta {
 
 /// `requests_per_unit` per `unit`: an envoyproxy/ratelimit limit as
 /// written, kept because the resolved algorithm (a fixed window of some
-/// nanoseconds) no longer says which unit it was.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+/// nanoseconds) no longer says which unit it was. Also the shape of a
+/// limit a request brings ([`RateResource::override_max`], Envoy's
+/// descriptor `limit`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct EnvoyLimit {
     /// Hits per unit; 0 for a limit that rejects everything.
     pub requests_per_unit: u64,
@@ -114,6 +116,28 @@ pub struct EnvoyLimit {
 }
 
 impl EnvoyLimit {
+    /// Whether this limit's rate is at most `max` (compared exactly:
+    /// `requests_per_unit / unit <= count / period`).
+    pub fn within(&self, max: &Rate) -> bool {
+        let unit = u128::from(self.unit.window().as_u64());
+        let period = u128::from(max.period().as_u64());
+        u128::from(self.requests_per_unit) * period <= u128::from(max.count()) * unit
+    }
+
+    /// The algorithm it decides with: a fixed window of `requests_per_unit`
+    /// per `unit`, aligned to the Unix epoch, as envoyproxy/ratelimit
+    /// counts; `deny` for 0.
+    pub fn algorithm(&self) -> AlgorithmSpec {
+        if self.requests_per_unit == 0 {
+            return AlgorithmSpec::Deny;
+        }
+        AlgorithmSpec::FixedWindow {
+            limit: self.requests_per_unit,
+            window: self.unit.window(),
+            align: Align::Epoch,
+        }
+    }
+
     /// The limit an algorithm extension amounts to, when it is a count
     /// per window and the window is exactly one unit (`sliding_log` of 2
     /// per `1s` is 2 per second); `None` otherwise.
@@ -226,6 +250,10 @@ pub struct RateResource {
     pub domains: BTreeMap<String, RateSpec>,
     /// Hits per second across all domains (Charon's global limit).
     pub global_limit: Option<u64>,
+    /// `allow_override` with its `override_max`: requests may bring their
+    /// own limit (`requests_per_unit` per `unit`, in place of the
+    /// resource's algorithm or list) up to this rate. `None`: they may not.
+    pub override_max: Option<Rate>,
 }
 
 impl RateResource {

@@ -35,11 +35,16 @@ const RATE_COMMON: &[&str] = &[
     "hard_limit",
     "replication",
     "limits",
+    "allow_override",
+    "override_max",
 ];
 /// Fields a rate resource's domain override may have besides its
 /// algorithm's: [`RATE_COMMON`] without [`NOT_PER_DOMAIN`], so an unknown
 /// field in an override is told only what an override may say.
-const PER_DOMAIN: &[&str] = &["algorithm", "hard_limit", "limits"];
+const PER_DOMAIN: &[&str] = &["algorithm", "hard_limit"];
+/// [`PER_DOMAIN`] for a resource with a `limits:` list, whose overrides
+/// refine its limits by name under their own `limits:`.
+const PER_DOMAIN_LISTED: &[&str] = &["algorithm", "hard_limit", "limits"];
 /// Fields of an entry of `limits:` besides its algorithm's.
 const LIMIT_FIELDS: &[&str] = &["algorithm", "name"];
 /// Fields of a resource that a domain override may not set.
@@ -50,6 +55,8 @@ const NOT_PER_DOMAIN: &[&str] = &[
     "domains",
     "global_limit",
     "replication",
+    "allow_override",
+    "override_max",
 ];
 const CONCURRENCY_FIELDS: &[&str] = &[
     "name",
@@ -367,6 +374,7 @@ fn read_rate_resource(
 ) -> Option<(RateResource, BTreeSet<String>)> {
     let errors_before = diags.errors.len();
     let global_limit = positive_limit(f, "global_limit", context, diags);
+    let override_max = read_override_max(f, context, diags);
     let base = f.without(NOT_PER_DOMAIN);
     // A resource's `limits:` entries, named, for the overrides to refine.
     let listed = match f.get("limits") {
@@ -412,7 +420,19 @@ fn read_rate_resource(
                 // The fields refused above are not reported again as
                 // unknown; the rest are checked against what an override
                 // accepts.
-                let own = over.without(NOT_PER_DOMAIN);
+                // A `limits:` the resource cannot take was refused below;
+                // it is not reported again as unknown.
+                let own = over.without(NOT_PER_DOMAIN).without(&["limits"]);
+                let own = if listed.is_some() {
+                    over.without(NOT_PER_DOMAIN)
+                } else {
+                    own
+                };
+                let extra = if listed.is_some() {
+                    PER_DOMAIN_LISTED
+                } else {
+                    PER_DOMAIN
+                };
                 let entries = if replaces {
                     None
                 } else {
@@ -436,7 +456,7 @@ fn read_rate_resource(
                     &own,
                     entries.as_deref(),
                     &dcontext,
-                    PER_DOMAIN,
+                    extra,
                     global_limit,
                     diags,
                 ) {
@@ -453,9 +473,49 @@ fn read_rate_resource(
             default: default?,
             domains,
             global_limit,
+            override_max,
         },
         refining,
     ))
+}
+
+/// `allow_override: true` and the `override_max` rate it requires: how
+/// fast a limit a request brings may be. A request's own limit is a
+/// stranger's word, so it is never unbounded.
+fn read_override_max(
+    f: &Fields<'_>,
+    context: &str,
+    diags: &mut Diagnostics,
+) -> Option<tollgate_core::Rate> {
+    let allowed = flag(f, "allow_override", diags);
+    let max =
+        match f.get("override_max") {
+            Some(n) => {
+                let text = diags.take(n.scalar_text("override_max"))?;
+                Some(diags.take(parse_rate(&text).map_err(|e| {
+                    Diagnostic::new(&n.pos, format!("{context}: override_max {e}"))
+                }))?)
+            }
+            None => None,
+        };
+    match (allowed, max) {
+        (true, Some(max)) => Some(max),
+        (true, None) => {
+            diags.error(
+                f.pos_of("allow_override"),
+                format!("{context}: `allow_override: true` needs `override_max`, the fastest rate a request may ask for (e.g. `override_max: 1000/s`)"),
+            );
+            None
+        }
+        (false, Some(_)) => {
+            diags.error(
+                f.pos_of("override_max"),
+                format!("{context}: `override_max` is given but `allow_override` is not true"),
+            );
+            None
+        }
+        (false, None) => None,
+    }
 }
 
 /// Reads the algorithm and hard limit from `fields`; unknown fields are

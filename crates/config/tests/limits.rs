@@ -271,3 +271,45 @@ fn a_lyft_list_refuses_what_belongs_to_a_whole_descriptor() {
         );
     }
 }
+
+#[test]
+fn allow_override_needs_a_bound_and_reads_back() {
+    let text = doc("      - name: api\n        algorithm: fixed_window\n        limit: 5\n        window: 1h\n        allow_override: true\n        override_max: 1000/h\n");
+    let r = rate(&text, "api");
+    assert_eq!(r.override_max.unwrap().to_string(), "1000/1h");
+    let loaded = load_str("a.yaml", &text).unwrap();
+    let yaml = tollgate_config::emit::to_yaml(&loaded.config);
+    assert!(
+        yaml.contains("allow_override: true\n        override_max: 1000/1h\n"),
+        "{yaml}"
+    );
+    let again = load_str("b.yaml", &yaml).unwrap();
+    assert_eq!(again.config, loaded.config);
+    for (extra, expected) in [
+        (
+            "        allow_override: true\n",
+            "`allow_override: true` needs `override_max`",
+        ),
+        (
+            "        override_max: 10/s\n",
+            "`override_max` is given but `allow_override` is not true",
+        ),
+        (
+            "        allow_override: true\n        override_max: fast\n",
+            "resource `api`: override_max",
+        ),
+        (
+            "        domains:\n          d: { allow_override: true }\n",
+            "`allow_override` applies to the whole resource",
+        ),
+    ] {
+        let text = doc(&format!(
+            "      - name: api\n        algorithm: gcra\n        rate: 1/s\n{extra}"
+        ));
+        let errs = errors(&text);
+        assert!(
+            errs.iter().any(|e| e.contains(expected)),
+            "expected {expected:?} in {errs:?}"
+        );
+    }
+}

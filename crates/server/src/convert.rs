@@ -1,6 +1,7 @@
 //! Service outcomes as wire messages: one place, shared by the gRPC and
 //! HTTP surfaces (the HTTP API's JSON bodies are the same messages).
 
+use tollgate_config::model::{EnvoyLimit, EnvoyUnit};
 use tollgate_core::{Mode, Nanos};
 use tollgate_proto::{v1, RateRequestView};
 use tollgate_service::{
@@ -23,6 +24,21 @@ pub fn rate_request(r: RateRequestView<'_>) -> Result<RateRequest<'_>, ServiceEr
             )))
         }
     };
+    let limit = match r.limit {
+        None => None,
+        Some((requests_per_unit, unit)) => {
+            let Some(unit) = EnvoyUnit::parse(unit) else {
+                return Err(ServiceError::Malformed(format!(
+                    "limit.unit {:?} is not a unit: expected second, minute, hour, day, week, month or year",
+                    unit.chars().take(32).collect::<String>()
+                )));
+            };
+            Some(EnvoyLimit {
+                requests_per_unit,
+                unit,
+            })
+        }
+    };
     Ok(RateRequest {
         namespace: r.namespace,
         resource: r.resource,
@@ -30,6 +46,7 @@ pub fn rate_request(r: RateRequestView<'_>) -> Result<RateRequest<'_>, ServiceEr
         hits: r.hits_or_default(),
         min_hits: r.min_hits_or_default(),
         mode,
+        limit,
     })
 }
 

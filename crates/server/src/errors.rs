@@ -49,7 +49,7 @@ const _: () = assert!(tollgate_service::NotHeld::MAX_BYTES <= MAX_MESSAGE_BYTES)
 /// The gRPC code of `e`.
 pub fn grpc_code(e: &ServiceError) -> Code {
     match e.reason() {
-        "malformed_request" | "bad_copies" => Code::InvalidArgument,
+        "malformed_request" | "bad_copies" | "invalid_limit_override" => Code::InvalidArgument,
         "unknown_namespace" | "unknown_resource" | "unknown_transfer" | "unknown_hold" => {
             Code::NotFound
         }

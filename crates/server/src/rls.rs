@@ -167,7 +167,11 @@ async fn answer<S: Store>(
     surface: &'static str,
     traced: &mut Traced,
 ) -> Result<RateLimitResponse, ServiceError> {
-    let Checked { descriptors, hits } = check(req)?;
+    let Checked {
+        descriptors,
+        hits,
+        limits,
+    } = check(req)?;
     traced.hits = hits;
     let now = app.now();
     let outcome = app
@@ -176,6 +180,7 @@ async fn answer<S: Store>(
             namespace: &req.domain,
             descriptors: &descriptors,
             hits,
+            limits: &limits,
         })
         .await;
     if app.spans_on() {
@@ -273,6 +278,9 @@ struct Checked {
     descriptors: Vec<Vec<(String, String)>>,
     /// The hits to charge every one of them.
     hits: u64,
+    /// Per descriptor: the limit it brought of its own (`limit`); empty
+    /// when none did.
+    limits: Vec<Option<EnvoyLimit>>,
 }
 
 /// The descriptors as the limiter takes them, and the hits to charge; or
@@ -294,8 +302,15 @@ fn check(req: &RateLimitRequest) -> Result<Checked, ServiceError> {
     let default_hits = u64::from(req.hits_addend.max(1));
     let mut hits: Option<(u64, usize)> = None;
     let mut out = Vec::with_capacity(req.descriptors.len());
+    let mut limits = Vec::new();
     for (i, d) in req.descriptors.iter().enumerate() {
         out.push(entries(i, d)?);
+        if let Some(own) = &d.limit {
+            if limits.is_empty() {
+                limits.resize(req.descriptors.len(), None);
+            }
+            limits[i] = Some(brought_limit(i, own)?);
+        }
         if d.is_negative_hits {
             return Err(malformed(format!(
                 "descriptor {i}: is_negative_hits (giving hits back) is not supported"
@@ -316,6 +331,34 @@ fn check(req: &RateLimitRequest) -> Result<Checked, ServiceError> {
     Ok(Checked {
         descriptors: out,
         hits: hits.map_or(default_hits, |(h, _)| h),
+        limits,
+    })
+}
+
+/// Descriptor `i`'s `limit` (Envoy's `RateLimitOverride`) as tollgate's:
+/// a unit Envoy does not name (`UNKNOWN`, or a number past `YEAR`) is a
+/// malformed request, not a guess.
+fn brought_limit(
+    i: usize,
+    own: &tollgate_proto::rls::rate_limit_descriptor::RateLimitOverride,
+) -> Result<EnvoyLimit, ServiceError> {
+    let unit = match Unit::try_from(own.unit) {
+        Ok(Unit::Second) => EnvoyUnit::Second,
+        Ok(Unit::Minute) => EnvoyUnit::Minute,
+        Ok(Unit::Hour) => EnvoyUnit::Hour,
+        Ok(Unit::Day) => EnvoyUnit::Day,
+        Ok(Unit::Month) => EnvoyUnit::Month,
+        Ok(Unit::Year) => EnvoyUnit::Year,
+        _ => {
+            return Err(malformed(format!(
+                "descriptor {i}: its limit override has no unit (unit {}): expected SECOND to YEAR",
+                own.unit
+            )))
+        }
+    };
+    Ok(EnvoyLimit {
+        requests_per_unit: u64::from(own.requests_per_unit),
+        unit,
     })
 }
 
@@ -386,14 +429,21 @@ fn wire_status(s: &DescriptorStatus, entry: Option<&ResourceEntry>, now: Nanos) 
     if s.resource.is_none() || s.unlimited {
         return out;
     }
+    // A limit the descriptor brought decided it, not the config's entry.
+    let entry = if s.limit_override.is_some() {
+        None
+    } else {
+        entry
+    };
     let meta = entry.and_then(|e| e.envoy.as_ref());
     // Of a `rate_limit` list: the binding limit, by its own name and terms.
     let listed = s
         .limit
         .and_then(|at| listed_limit(entry, s.domain.as_deref(), at));
-    let (limit, name) = match listed {
-        Some(l) => (l.envoy, l.name.to_string()),
-        None => (
+    let (limit, name) = match (s.limit_override, listed) {
+        (Some(own), _) => (Some(own), String::new()),
+        (None, Some(l)) => (l.envoy, l.name.to_string()),
+        (None, None) => (
             meta.and_then(|m| m.limit),
             meta.and_then(|m| m.name.clone()).unwrap_or_default(),
         ),

@@ -29,10 +29,29 @@ impl DescriptorStatus {
             allowed: true,
             decision: None,
             limit: None,
+            limit_override: None,
             unlimited: false,
             shadowed: false,
         }
     }
+}
+
+/// The name a descriptor's status gives a limit it brought when the
+/// config has no rule for it: a fixed label, never the descriptor's
+/// values (which would be a stranger's metric label).
+pub const BROUGHT_RESOURCE: &str = "(request limit)";
+
+/// A limit a descriptor brought of its own (Envoy's descriptor `limit`),
+/// built by the limiter: its id and algorithm, or `None` for a limit of 0.
+#[derive(Clone, Debug)]
+pub(crate) struct Brought {
+    /// As the descriptor gave it.
+    pub(crate) limit: tollgate_config::model::EnvoyLimit,
+    /// Built and admitted by the store; `None`: 0 requests, refuses all.
+    pub(crate) built: Option<(
+        tollgate_store::LimitId,
+        std::sync::Arc<tollgate_core::Limit>,
+    )>,
 }
 
 /// What a descriptor request comes to before any limit is decided.
@@ -75,7 +94,11 @@ pub(crate) struct ToDecide {
 ///
 /// Errors: no descriptors ([`ServiceError::Malformed`]), and a namespace
 /// with no descriptor tree ([`ServiceError::NoDescriptors`]).
-pub(crate) fn plan(view: &View, req: &DescriptorRequest<'_>) -> Result<Planned, ServiceError> {
+pub(crate) fn plan(
+    view: &View,
+    req: &DescriptorRequest<'_>,
+    brought: &[Option<Brought>],
+) -> Result<Planned, ServiceError> {
     if req.descriptors.is_empty() {
         return Err(ServiceError::Malformed("no descriptors".into()));
     }
@@ -109,10 +132,38 @@ pub(crate) fn plan(view: &View, req: &DescriptorRequest<'_>) -> Result<Planned, 
     let mut item_of: Vec<Option<usize>> = Vec::with_capacity(matches.len());
     let mut widths: SmallVec<[usize; 4]> = SmallVec::new();
     let mut denied = false;
-    for m in matches {
+    for (i, m) in matches.into_iter().enumerate() {
         let mut status = DescriptorStatus::unlimited_by_default();
         let mut item = None;
         let mut width = 1;
+        if let Some(Some(own)) = brought.get(i) {
+            // A limit the descriptor brought decides it in place of the
+            // config's, matched or not, keyed by the descriptor itself
+            // (envoyproxy/ratelimit's rule); never in shadow, and never
+            // dropped by `replaces`.
+            let entry = m
+                .as_ref()
+                .and_then(|m| ns.resources.get(m.resource).map(|e| (m.resource, e)));
+            status.resource =
+                Some(entry.map_or_else(|| BROUGHT_RESOURCE.to_owned(), |(_, e)| e.name.clone()));
+            status.entry = entry.map(|(at, _)| at);
+            status.limit_override = Some(own.limit);
+            let domain = tollgate_config::envoy::descriptor_domain(&req.descriptors[i]);
+            match &own.built {
+                Some((id, limit)) => {
+                    item = Some(plan.item_for(Key::new(*id, &domain), limit, false));
+                }
+                None => {
+                    status.allowed = false;
+                    denied = true;
+                }
+            }
+            status.domain = Some(domain);
+            statuses.push(status);
+            item_of.push(item);
+            widths.push(width);
+            continue;
+        }
         if let Some((m, entry)) = m.and_then(|m| ns.resources.get(m.resource).map(|e| (m, e))) {
             let name = entry.envoy.as_ref().and_then(|e| e.name.as_deref());
             if name.is_some_and(|n| replaced.contains(&n)) {
@@ -281,8 +332,9 @@ namespaces:
             namespace,
             descriptors,
             hits: 1,
+            limits: &[],
         };
-        plan(view, &req).unwrap()
+        plan(view, &req, &[]).unwrap()
     }
 
     fn to_decide(view: &View, descriptors: &[Vec<(String, String)>]) -> ToDecide {
@@ -320,8 +372,9 @@ namespaces:
                 namespace,
                 descriptors: &[],
                 hits: 1,
+                limits: &[],
             };
-            let err = plan(&view, &req).unwrap_err();
+            let err = plan(&view, &req, &[]).unwrap_err();
             assert_eq!(err.reason(), "malformed_request", "{namespace}");
         }
     }
@@ -347,8 +400,9 @@ namespaces:
             namespace: "ns",
             descriptors: &[d(&[("user", "u")])],
             hits: 1,
+            limits: &[],
         };
-        let err = plan(&view, &req).unwrap_err();
+        let err = plan(&view, &req, &[]).unwrap_err();
         assert_eq!(err.reason(), "no_descriptors");
     }
 

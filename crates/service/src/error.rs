@@ -63,6 +63,11 @@ pub enum ServiceError {
     /// not hold (Charon §3.1 client error 4, as the session sees it).
     #[error("{0}")]
     NotHeld(Box<NotHeld>),
+    /// A limit the request brought of its own that its resource does not
+    /// take: it allows none, or the limit is faster than its
+    /// `override_max`.
+    #[error("{0}")]
+    LimitOverride(String),
     /// The store refused or failed (releasing what is not held is client
     /// error 4).
     #[error(transparent)]
@@ -88,6 +93,7 @@ impl ServiceError {
     pub fn reason(&self) -> &'static str {
         match self {
             ServiceError::Malformed(_) => "malformed_request",
+            ServiceError::LimitOverride(_) => "invalid_limit_override",
             ServiceError::UnknownNamespace(_) => "unknown_namespace",
             ServiceError::UnknownResource { .. } => "unknown_resource",
             ServiceError::WrongKind { .. } => "wrong_resource_kind",

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use smallvec::SmallVec;
+use tollgate_config::model::EnvoyLimit;
 use tollgate_config::{Config, ResourceKind};
 use tollgate_core::copies::{CopyLimits, Reservation};
 use tollgate_core::{Decision, Hits, Limit, Mode, Nanos, PlanDecision, TierInfo};
@@ -36,6 +37,10 @@ pub struct RateRequest<'a> {
     pub min_hits: u64,
     /// Answer now, or schedule.
     pub mode: Mode,
+    /// A limit of the request's own, in place of the resource's algorithm
+    /// (or list): only for a resource with `allow_override`, and no faster
+    /// than its `override_max`.
+    pub limit: Option<EnvoyLimit>,
 }
 
 /// Which limit bounded a request.
@@ -131,6 +136,11 @@ pub struct DescriptorRequest<'a> {
     pub descriptors: &'a [Vec<(String, String)>],
     /// Hits to add (envoy `hits_addend`; all or nothing).
     pub hits: u64,
+    /// Per descriptor, in order: the limit it brings of its own (Envoy's
+    /// descriptor `limit`), which decides it in place of the config's, as
+    /// envoyproxy/ratelimit does. Shorter than `descriptors` (or empty):
+    /// the rest bring none.
+    pub limits: &'a [Option<EnvoyLimit>],
 }
 
 /// One descriptor's result.
@@ -156,6 +166,8 @@ pub struct DescriptorStatus {
     /// limit that bound the descriptor (or, within every limit, the one
     /// with the least remaining), whose decision `decision` is.
     pub limit: Option<usize>,
+    /// The limit the descriptor brought of its own, which decided it.
+    pub limit_override: Option<EnvoyLimit>,
     /// The limit is `unlimited`.
     pub unlimited: bool,
     /// Over its limit but in shadow mode.
@@ -188,6 +200,22 @@ pub struct ReserveOutcome {
 pub struct Limiter<S> {
     store: S,
     view: ArcSwap<View>,
+    /// Limits requests brought of their own, built and admitted by the
+    /// store once each: requests with an override ask for few distinct
+    /// ones (a SaaS's plans, an Envoy config's overrides). Bounded: past
+    /// [`MAX_CACHED_OVERRIDES`] an override is built for its request alone.
+    overrides: std::sync::Mutex<std::collections::HashMap<(String, EnvoyLimit), Override>>,
+}
+
+/// Most distinct request-brought limits a [`Limiter`] keeps built.
+pub const MAX_CACHED_OVERRIDES: usize = 1024;
+
+/// A limit a request brought, built, admitted by the store, with the id of
+/// its state.
+#[derive(Clone, Debug)]
+struct Override {
+    id: tollgate_store::LimitId,
+    limit: Arc<Limit>,
 }
 
 /// What one plan item is for, to name what limited a request.
@@ -206,6 +234,7 @@ impl<S: Store> Limiter<S> {
         Limiter {
             store,
             view: ArcSwap::from_pointee(view),
+            overrides: Default::default(),
         }
     }
 
@@ -304,7 +333,12 @@ impl<S: Store> Limiter<S> {
                 "request",
             ));
         };
-        let limits = rate.for_domain(req.domain);
+        let mut limits = rate.for_domain(req.domain);
+        let brought;
+        if let Some(own) = req.limit {
+            brought = self.brought_for_resource(req, rate, own)?;
+            limits = &brought;
+        }
         let shadow = entry.shadow || ns.ignore_configured;
         // A config gives each limit its own id, so the keys are distinct;
         // were they not, the request fails rather than counting twice.
@@ -334,6 +368,99 @@ impl<S: Store> Limiter<S> {
         Ok(outcome)
     }
 
+    /// The limits of a request that brings its own `limit`: the resource's
+    /// hard limit (and, in the plan, its global limit) with the brought
+    /// limit in place of its algorithm, or why the resource refuses it.
+    fn brought_for_resource(
+        &self,
+        req: &RateRequest<'_>,
+        rate: &RateView,
+        own: EnvoyLimit,
+    ) -> Result<DomainLimits, ServiceError> {
+        let Some(max) = rate.override_max else {
+            return Err(ServiceError::LimitOverride(format!(
+                "resource `{}` in namespace `{}` does not take a limit from requests \
+                 (its config sets no `allow_override: true` with `override_max`)",
+                req.resource, req.namespace
+            )));
+        };
+        if !own.within(&max) {
+            return Err(ServiceError::LimitOverride(format!(
+                "a limit of {} per {} is faster than resource `{}`'s override_max of {max}",
+                own.requests_per_unit,
+                own.unit.as_str(),
+                req.resource
+            )));
+        }
+        let scope = format!("{}/{}", req.namespace, req.resource);
+        let main = match self.brought(&scope, own)? {
+            Some(o) => Main::Limited(crate::view::Compiled {
+                id: o.id,
+                limit: o.limit,
+            }),
+            None => Main::Deny,
+        };
+        let limits = rate.for_domain(req.domain);
+        Ok(DomainLimits {
+            main,
+            hard: limits.hard.clone(),
+            hard_limit: limits.hard_limit,
+            algorithm: own.algorithm().name(),
+        })
+    }
+
+    /// The limit `own` that a request of `scope` (a resource, or an Envoy
+    /// domain) brought, built and admitted by the store, and the id of its
+    /// state (its own: a request's limit never shares the config's
+    /// counters, and two different limits never share one); `None` for a
+    /// limit of 0, which refuses everything. Built once per distinct limit
+    /// while the cache has room.
+    fn brought(&self, scope: &str, own: EnvoyLimit) -> Result<Option<Override>, ServiceError> {
+        let spec = own.algorithm();
+        if matches!(spec, tollgate_config::AlgorithmSpec::Deny) {
+            return Ok(None);
+        }
+        let key = (scope.to_owned(), own);
+        if let Some(o) = self
+            .overrides
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&key)
+        {
+            return Ok(Some(o.clone()));
+        }
+        let refused = |why: String| {
+            ServiceError::Store(StoreError::Unsupported(format!(
+                "a limit of {} per {} brought by the request cannot be served by this store: {why}",
+                own.requests_per_unit,
+                own.unit.as_str()
+            )))
+        };
+        let mut limit = match spec.build(Nanos::ZERO) {
+            Ok(Some(limit)) => limit,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(refused(e.to_string())),
+        };
+        self.store
+            .admit(Admit::Rate {
+                limit: &mut limit,
+                replication: None,
+            })
+            .map_err(|r| refused(r.to_string()))?;
+        let built = Override {
+            id: crate::fingerprint::limit_id(&["override", scope, &spec.to_string()]),
+            limit: Arc::new(limit),
+        };
+        let mut cache = self
+            .overrides
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if cache.len() < MAX_CACHED_OVERRIDES {
+            cache.insert(key, built.clone());
+        }
+        Ok(Some(built))
+    }
+
     /// Decides envoyproxy/ratelimit-style descriptors, all or nothing.
     ///
     /// The matching rules (descriptors to a plan, and the decided plan to
@@ -346,7 +473,19 @@ impl<S: Store> Limiter<S> {
         now: Nanos,
     ) -> Result<DescriptorOutcome, ServiceError> {
         let view = self.view.load();
-        let to_decide = match descriptors::plan(&view, req)? {
+        // The limits descriptors brought, built before planning (the plan
+        // is a pure function of the view and the request).
+        let mut brought: SmallVec<[Option<descriptors::Brought>; 4]> = SmallVec::new();
+        for own in req.limits {
+            brought.push(match own {
+                Some(own) => Some(descriptors::Brought {
+                    limit: *own,
+                    built: self.brought(req.namespace, *own)?.map(|o| (o.id, o.limit)),
+                }),
+                None => None,
+            });
+        }
+        let to_decide = match descriptors::plan(&view, req, &brought)? {
             Planned::UnknownDomain(outcome) => {
                 metrics::counter!("tollgate_unknown_descriptor_domain_total").increment(1);
                 return Ok(outcome);

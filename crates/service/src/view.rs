@@ -250,6 +250,9 @@ pub struct RateView {
     pub global: Option<Compiled>,
     /// Its value, for responses.
     pub global_limit: Option<u64>,
+    /// The fastest limit a request may bring of its own
+    /// (`allow_override`, `override_max`); `None`: requests may not.
+    pub override_max: Option<tollgate_core::Rate>,
 }
 
 impl RateView {
@@ -555,6 +558,7 @@ fn compile_resource(namespace: &str, r: &Resource, created_at: Nanos) -> Resourc
                     .collect(),
                 global,
                 global_limit: rate.global_limit,
+                override_max: rate.override_max,
             })
         }
         ResourceKind::Concurrency(limits) => ResourceView::Concurrency {

@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use tollgate_config::load_str;
+use tollgate_config::model::{EnvoyLimit, EnvoyUnit};
 use tollgate_core::{Mode, Nanos};
 use tollgate_service::{DescriptorRequest, LimitedBy, Limiter, RateOutcome, RateRequest, View};
 use tollgate_store::MemoryStore;
@@ -49,6 +50,7 @@ async fn ask(
         hits,
         min_hits,
         mode: Mode::Try,
+        limit: None,
     };
     l.request(&req, at).await.unwrap()
 }
@@ -211,6 +213,7 @@ async fn a_descriptor_with_a_rate_limit_list_is_within_it_only_when_within_every
         namespace: "edge",
         descriptors: &list,
         hits: 1,
+        limits: &[],
     };
     let mut at = Nanos::from_secs(DAY);
     for _ in 0..3 {
@@ -230,4 +233,164 @@ async fn a_descriptor_with_a_rate_limit_list_is_within_it_only_when_within_every
     assert!(o.statuses[1].allowed);
     assert_eq!(o.statuses[1].limit, None);
     assert_eq!(o.statuses[1].decision.unwrap().remaining, 97);
+}
+
+/// Item 4: a resource that takes a limit from its requests, up to a rate.
+const PLANS: &str = "
+namespaces:
+  - name: ns
+    resources:
+      - name: api
+        algorithm: fixed_window
+        limit: 5
+        window: 1h
+        hard_limit: 100
+        allow_override: true
+        override_max: 1000/h
+      - { name: fixed, algorithm: fixed_window, limit: 5, window: 1h }
+";
+
+fn brought(requests_per_unit: u64, unit: EnvoyUnit) -> Option<EnvoyLimit> {
+    Some(EnvoyLimit {
+        requests_per_unit,
+        unit,
+    })
+}
+
+async fn ask_with(
+    l: &Limiter<MemoryStore>,
+    resource: &str,
+    domain: &str,
+    limit: Option<EnvoyLimit>,
+    at: Nanos,
+) -> Result<RateOutcome, tollgate_service::ServiceError> {
+    let req = RateRequest {
+        namespace: "ns",
+        resource,
+        domain,
+        hits: 1,
+        min_hits: 1,
+        mode: Mode::Try,
+        limit,
+    };
+    l.request(&req, at).await
+}
+
+#[tokio::test]
+async fn a_request_brings_its_own_limit_within_the_resources_override_max() {
+    let l = Limiter::new(MemoryStore::new(), view(PLANS));
+    let at = Nanos::from_secs(DAY);
+    // 7 an hour for this tenant, in place of the resource's 5.
+    let plan = brought(7, EnvoyUnit::Hour);
+    for i in 0..7 {
+        let o = ask_with(&l, "api", "t", plan, at).await.unwrap();
+        assert!(o.allowed, "hit {i}: {o:?}");
+        assert_eq!(o.decision.limit, 7);
+    }
+    let o = ask_with(&l, "api", "t", plan, at).await.unwrap();
+    assert!(!o.allowed);
+    assert_eq!(o.limited_by, Some(LimitedBy::Limit));
+    assert_eq!(o.algorithm, "fixed_window");
+    // The resource's own limit kept its own counter: untouched.
+    let o = ask_with(&l, "api", "t", None, at).await.unwrap();
+    assert_eq!(
+        (o.allowed, o.decision.limit, o.decision.remaining),
+        (true, 5, 4)
+    );
+    // Another plan is another counter (a plan change starts afresh).
+    let o = ask_with(&l, "api", "t", brought(8, EnvoyUnit::Hour), at)
+        .await
+        .unwrap();
+    assert_eq!((o.allowed, o.decision.remaining), (true, 7));
+    // The hard limit still applies beside a brought limit.
+    assert_eq!(o.hard_limit, Some(100));
+    // A limit of 0 refuses.
+    let o = ask_with(&l, "api", "t", brought(0, EnvoyUnit::Hour), at)
+        .await
+        .unwrap();
+    assert!(!o.allowed);
+}
+
+#[tokio::test]
+async fn a_brought_limit_is_refused_where_the_resource_does_not_take_it() {
+    let l = Limiter::new(MemoryStore::new(), view(PLANS));
+    let at = Nanos::from_secs(DAY);
+    // Faster than 1000/h: 17 a minute is 1020 an hour.
+    let err = ask_with(&l, "api", "t", brought(17, EnvoyUnit::Minute), at)
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "invalid_limit_override");
+    assert!(
+        err.to_string().contains(
+            "a limit of 17 per minute is faster than resource `api`'s override_max of 1000/1h"
+        ),
+        "{err}"
+    );
+    // Exactly the bound is taken.
+    assert!(
+        ask_with(&l, "api", "t", brought(1000, EnvoyUnit::Hour), at)
+            .await
+            .unwrap()
+            .allowed
+    );
+    let err = ask_with(&l, "fixed", "t", brought(3, EnvoyUnit::Hour), at)
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "invalid_limit_override");
+    assert!(
+        err.to_string()
+            .contains("does not take a limit from requests"),
+        "{err}"
+    );
+}
+
+const EDGE_OVERRIDES: &str = "
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: { unit: hour, requests_per_unit: 100 }
+";
+
+#[tokio::test]
+async fn an_envoy_descriptor_limit_decides_in_place_of_the_config_matched_or_not() {
+    let l = Limiter::new(MemoryStore::new(), view(EDGE_OVERRIDES));
+    let d = |k: &str, v: &str| vec![(k.to_owned(), v.to_owned())];
+    let at = Nanos::from_secs(DAY);
+    let two = [brought(2, EnvoyUnit::Minute)];
+    for descriptors in [[d("user", "alice")], [d("tenant", "acme")]] {
+        let req = DescriptorRequest {
+            namespace: "edge",
+            descriptors: &descriptors,
+            hits: 1,
+            limits: &two,
+        };
+        for _ in 0..2 {
+            let o = l.request_descriptors(&req, at).await.unwrap();
+            assert!(o.allowed, "{o:?}");
+            assert_eq!(o.statuses[0].limit_override, two[0]);
+            assert_eq!(o.statuses[0].decision.unwrap().limit, 2);
+        }
+        let o = l.request_descriptors(&req, at).await.unwrap();
+        assert!(!o.allowed, "the third within the minute: {o:?}");
+    }
+    // The config's own limit for alice was never charged.
+    let plain = [d("user", "alice")];
+    let req = DescriptorRequest {
+        namespace: "edge",
+        descriptors: &plain,
+        hits: 1,
+        limits: &[],
+    };
+    let o = l.request_descriptors(&req, at).await.unwrap();
+    assert_eq!(o.statuses[0].decision.unwrap().remaining, 99);
+    // A limit of 0 is over its limit, and nothing is charged.
+    let zero = [brought(0, EnvoyUnit::Second)];
+    let req = DescriptorRequest {
+        namespace: "edge",
+        descriptors: &plain,
+        hits: 1,
+        limits: &zero,
+    };
+    let o = l.request_descriptors(&req, at).await.unwrap();
+    assert!(!o.allowed && !o.statuses[0].allowed);
 }

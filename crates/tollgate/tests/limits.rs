@@ -249,3 +249,99 @@ namespaces:
     assert_eq!(v["limited_by_name"], "burst");
     assert_eq!(states(&v).len(), 2);
 }
+
+/// Item 4 through the binary: a SaaS's plan brought by the request over
+/// HTTP, refused past `override_max`, and Envoy's descriptor `limit`.
+#[test]
+fn requests_bring_their_own_limits_over_http_and_envoy() {
+    use tollgate_proto::rls::rate_limit_descriptor::{Entry, RateLimitOverride};
+    use tollgate_proto::rls::rate_limit_service_client::RateLimitServiceClient;
+    use tollgate_proto::rls::{RateLimitDescriptor, RateLimitRequest};
+
+    let dir = Sandbox::new("limits-override");
+    dir.write(
+        "conf/tollgate.yaml",
+        "
+namespaces:
+  - name: shop
+    resources:
+      - name: api
+        algorithm: fixed_window
+        limit: 5
+        window: 1d
+        align: first_hit
+        allow_override: true
+        override_max: 1000/d
+",
+    );
+    dir.write(
+        "conf/envoy.yaml",
+        "
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: { unit: day, requests_per_unit: 100 }
+",
+    );
+    let server = Serving::start_config(&dir, &dir.path("conf"), &[], &[]);
+    let ask = |limit: &str| {
+        let body = format!(
+            r#"{{"namespace":"shop","resource":"api","domain":"t","hits":1,"limit":{limit}}}"#
+        );
+        server.json("POST", "/v1/request", Some(&body))
+    };
+    let plan = r#"{"requests_per_unit":2,"unit":"day"}"#;
+    for _ in 0..2 {
+        let (status, v) = ask(plan);
+        assert_eq!((status, &v["limit"]), (200, &Value::from(2)), "{v}");
+    }
+    let (status, v) = ask(plan);
+    assert_eq!(status, 429, "{v}");
+    let (status, v) = ask(r#"{"requests_per_unit":2000,"unit":"day"}"#);
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["reason"], "invalid_limit_override", "{v}");
+    let (status, v) = ask(r#"{"requests_per_unit":2,"unit":"fortnight"}"#);
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("fortnight"), "{v}");
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut rls = RateLimitServiceClient::connect(format!("http://{}", server.grpc))
+            .await
+            .unwrap();
+        let request = |unit: i32| RateLimitRequest {
+            domain: "edge".into(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: "user".into(),
+                    value: "o".into(),
+                }],
+                limit: Some(RateLimitOverride {
+                    requests_per_unit: 1,
+                    unit,
+                }),
+                ..Default::default()
+            }],
+            hits_addend: 1,
+        };
+        // Unit 3 is HOUR.
+        let a = rls
+            .should_rate_limit(request(3))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(a.overall_code, 1, "OK: {a:?}");
+        let limit = a.statuses[0].current_limit.as_ref().unwrap();
+        assert_eq!((limit.requests_per_unit, limit.unit), (1, 3), "{a:?}");
+        let a = rls
+            .should_rate_limit(request(3))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(a.overall_code, 2, "OVER_LIMIT: {a:?}");
+        // UNKNOWN is refused, not guessed.
+        let err = rls.should_rate_limit(request(0)).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert!(err.message().contains("no unit"), "{err:?}");
+    });
+}

@@ -265,6 +265,7 @@ impl Replay {
                 namespace: &namespace,
                 descriptors,
                 hits: e.hits,
+                limits: &[],
             };
             return match limiter.request_descriptors(&req, e.time).await {
                 Ok(outcome) => {
@@ -303,6 +304,7 @@ impl Replay {
             hits: e.hits,
             min_hits: e.min_hits,
             mode: e.mode,
+            limit: None,
         };
         match limiter.request(&req, e.time).await {
             Ok(o) => {
