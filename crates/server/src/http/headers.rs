@@ -188,8 +188,9 @@ impl std::fmt::Display for RateHeaders {
     }
 }
 
-/// `n` as a header value: shared below [`SHARED`], else made.
-fn number(n: u64) -> HeaderValue {
+/// `n` as a header value: shared below [`SHARED`], else made (also
+/// `Retry-After`'s, in `api`).
+pub(super) fn number(n: u64) -> HeaderValue {
     static NUMBERS: OnceLock<Shared> = OnceLock::new();
     NUMBERS
         .get_or_init(|| Shared::new(""))
@@ -201,9 +202,9 @@ fn number(n: u64) -> HeaderValue {
 /// per process in one buffer that is never freed (a few kilobytes): each
 /// is a static `Bytes`, so handing one to a response copies a pointer
 /// and a length, with no allocation and no reference count. An
-/// allocation per header was what `Retry-After` avoided (see
-/// `api::retry_after`): glibc consolidated its small chunks once per
-/// answer.
+/// allocation per header is what `Retry-After` avoids too (see
+/// `api::retry_after`, which takes its values from here): glibc
+/// consolidated its small chunks once per answer.
 struct Shared(Vec<HeaderValue>);
 
 impl Shared {
