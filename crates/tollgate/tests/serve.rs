@@ -669,15 +669,19 @@ fn http_ratelimit_headers_follow_the_flag() {
         ]
     );
     assert_eq!(status(&ask(&ietf)), "200");
+    // Refused: the reset is Retry-After's moment (the next token, a day
+    // away), not the bucket full again in two days (second review of
+    // issue 18: the draft wants Retry-After no earlier than `t`).
     let refused = ask(&ietf);
     assert_eq!(status(&refused), "429", "{refused}");
     assert_eq!(
         ratelimit_lines(&refused),
         [
             r#"ratelimit-policy: "default";q=2"#,
-            r#"ratelimit: "default";r=0;t=172800"#
+            r#"ratelimit: "default";r=0;t=86400"#
         ]
     );
+    assert!(refused.contains("\r\nretry-after: 86400\r\n"), "{refused}");
     assert_eq!(ietf.terminate().0, Some(0));
 
     // The environment variable, and the older form.
@@ -703,7 +707,7 @@ fn http_ratelimit_headers_follow_the_flag() {
         [
             "ratelimit-limit: 2",
             "ratelimit-remaining: 0",
-            "ratelimit-reset: 172800"
+            "ratelimit-reset: 86400"
         ]
     );
     assert_eq!(legacy.terminate().0, Some(0));
