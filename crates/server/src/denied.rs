@@ -868,6 +868,30 @@ mod tests {
         assert_eq!(empty.lines().filter(|l| !l.starts_with('#')).count(), 0);
     }
 
+    /// Domains are compared by hash first (second review of issue 18):
+    /// two domains with one hash stay two counters, in a summary and in
+    /// the merge of a resource's two windows.
+    #[test]
+    fn domains_sharing_a_hash_stay_apart() {
+        let mut w = Windows::default();
+        w.previous.add(7, "a", 2);
+        w.previous.add(7, "b", 3);
+        w.current.add(7, "b", 4);
+        w.current.add(9, "a", 1);
+        assert_eq!(w.previous.counters.len(), 2);
+        let mut both = Both::of(&w);
+        let mut merged: Vec<(&str, u64)> = both
+            .as_mut_slice()
+            .iter()
+            .map(|m| (m.domain, m.rejected))
+            .collect();
+        merged.sort();
+        // `a` under hash 9 is another counter than `a` under 7: one
+        // domain is always hashed alike, so this only shows the string
+        // decides, never the hash alone.
+        assert_eq!(merged, [("a", 1), ("a", 2), ("b", 7)]);
+    }
+
     #[test]
     fn resources_past_the_bound_are_not_counted_until_idle_ones_go() {
         let d = Denied::default();
