@@ -803,16 +803,30 @@ descriptors:
     // Refused: charged nothing, counted nothing.
     assert_eq!(http("ten", "a", 1).0, 429);
     assert_eq!(near("http", "default"), 2.0);
+    // A partial grant (min_hits 1 of 10, 4 left after 6) is near by what
+    // it left used (10), and counts once: grants, not hits.
+    assert_eq!(http("ten", "p", 6), (200, false));
+    let (status, answer) = server.json(
+        "POST",
+        "/v1/request",
+        Some(r#"{"namespace":"default","resource":"ten","domain":"p","hits":10,"min_hits":1}"#),
+    );
+    assert_eq!(
+        (status, &answer["granted"]),
+        (200, &serde_json::json!(4)),
+        "{answer}"
+    );
+    assert_eq!(near("http", "default"), 3.0);
     // Shadow mode: 9 used is near; the requests over the limit that shadow
     // mode lets through are not.
     assert_eq!(http("shadow", "a", 9), (200, false));
-    assert_eq!(near("http", "default"), 3.0);
+    assert_eq!(near("http", "default"), 4.0);
     assert_eq!(http("shadow", "a", 5), (200, true));
-    assert_eq!(near("http", "default"), 3.0, "over the limit, shadowed");
-    assert_eq!(http("shadow", "a", 1), (200, false));
-    assert_eq!(near("http", "default"), 4.0, "10 used: near");
-    assert_eq!(http("shadow", "a", 1), (200, true));
     assert_eq!(near("http", "default"), 4.0, "over the limit, shadowed");
+    assert_eq!(http("shadow", "a", 1), (200, false));
+    assert_eq!(near("http", "default"), 5.0, "10 used: near");
+    assert_eq!(http("shadow", "a", 1), (200, true));
+    assert_eq!(near("http", "default"), 5.0, "over the limit, shadowed");
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     let grpc = format!("http://{}", server.grpc);
