@@ -154,7 +154,7 @@ pub(super) async fn admin_auth<S: Store>(
 
 /// `GET /metrics`: Prometheus text format, when a recorder is installed;
 /// with `serve --denied-metrics-top K`, followed by the top K refused
-/// domains of each resource ([`crate::denied::write_metrics`]).
+/// domains of each resource ([`crate::denied::Denied::write_metrics`]).
 pub(super) async fn metrics<S: Store>(State(http): State<Http<S>>) -> Response {
     let app = &http.app;
     match app.metrics() {
@@ -165,10 +165,8 @@ pub(super) async fn metrics<S: Store>(State(http): State<Http<S>>) -> Response {
                 if !text.is_empty() && !text.ends_with('\n') {
                     text.push('\n');
                 }
-                // Every counter: `write_metrics` ranks them by their
-                // certain counts, not by what `top` sorts on.
-                let all = app.denied().top(app.now().as_u64(), usize::MAX);
-                crate::denied::write_metrics(&all, top, &mut text);
+                app.denied()
+                    .write_metrics(app.now().as_u64(), top, &mut text);
             }
             ([(CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
         }

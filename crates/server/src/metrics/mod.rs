@@ -26,7 +26,7 @@ pub const DENIED_UNCOUNTED: &str = "tollgate_denied_uncounted_total";
 /// most refused (`serve --denied-metrics-top`), by `namespace`,
 /// `resource` and `rank`: written at each scrape from
 /// [`crate::denied`]'s summaries, never registered, so the series are
-/// bounded by ranks × resources ([`crate::denied::write_metrics`]).
+/// bounded by ranks × resources ([`crate::denied::Denied::write_metrics`]).
 pub const DENIED_TOP_REJECTED: &str = "tollgate_denied_top_rejected";
 /// 1 for the domain at each `rank` of a resource's most refused, with
 /// the domain as a label: the only series that name domains, as many as
