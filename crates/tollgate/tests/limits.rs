@@ -302,7 +302,13 @@ descriptors:
     assert_eq!(v["error"]["reason"], "invalid_limit_override", "{v}");
     let (status, v) = ask(r#"{"requests_per_unit":2,"unit":"fortnight"}"#);
     assert_eq!(status, 400, "{v}");
-    assert!(v["error"]["message"].as_str().unwrap().contains("fortnight"), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("fortnight"),
+        "{v}"
+    );
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {

@@ -212,10 +212,13 @@ fn listed_policies(answer: &v1::RateResponse, headers: &mut HeaderMap) {
         state.extend_from_slice(b";r=");
         state.extend_from_slice(itoa::Buffer::new().format(remaining).as_bytes());
         if l.limit > 0 && l.algorithm != "burst_tiers" {
-            let reset = l
-                .reset_after_ns
-                .div_ceil(NANOS_PER_SECOND)
-                .min(MAX_SF_INTEGER);
+            // The binding limit of a refusal resets at its Retry-After, as
+            // the single form's does (see `RateHeaders::write`).
+            let reset_ns = match l.retry_after_ns {
+                Some(ns) if bound && ns > 0 => ns,
+                _ => l.reset_after_ns,
+            };
+            let reset = reset_ns.div_ceil(NANOS_PER_SECOND).min(MAX_SF_INTEGER);
             state.extend_from_slice(b";t=");
             state.extend_from_slice(itoa::Buffer::new().format(reset).as_bytes());
         }
@@ -366,7 +369,10 @@ mod tests {
         a.allowed = false;
         a.limited_by_name = "burst".into();
         a.limits = vec![
-            status("burst", "token_bucket", 3, 1, 2_500_000_000),
+            v1::LimitStatus {
+                retry_after_ns: Some(400_000_000),
+                ..status("burst", "token_bucket", 3, 1, 2_500_000_000)
+            },
             status(
                 "daily",
                 "fixed_window",
