@@ -599,25 +599,26 @@ pub(crate) fn checked_tls(
 #[derive(Clone)]
 pub(crate) struct Link(Arc<tokio::sync::watch::Sender<Linked>>);
 
-/// What a [`Link`] holds: its connection now, and that connection's
-/// generation.
+/// What a [`Link`] holds: its connection now, that connection's
+/// generation, and the master it goes to as the sentinels named it
+/// (empty without Sentinel).
 #[derive(Clone)]
 pub(crate) struct Linked {
     pub(crate) conn: ConnectionManager,
     pub(crate) generation: u64,
+    /// Read with the connection, so a command that names the master it
+    /// is sent to ([`Conn::invoke_naming_master`]) never names one and
+    /// reaches another while the link moves.
+    pub(crate) master: Arc<str>,
 }
 
 impl Link {
-    fn new(m: ConnectionManager) -> Link {
+    fn new(m: ConnectionManager, master: Arc<str>) -> Link {
         Link(Arc::new(tokio::sync::watch::Sender::new(Linked {
             conn: m,
             generation: 0,
+            master,
         })))
-    }
-
-    /// The connection to send on now.
-    pub(crate) fn get(&self) -> ConnectionManager {
-        self.0.borrow().conn.clone()
     }
 
     /// The connection to send on now, with its generation.
@@ -630,11 +631,13 @@ impl Link {
         self.0.subscribe()
     }
 
-    /// Moves the link to `m`, a connection of the next generation.
-    fn set(&self, m: ConnectionManager) {
+    /// Moves the link to `m`, a connection of the next generation, to
+    /// the master at `master`.
+    fn set(&self, m: ConnectionManager, master: Arc<str>) {
         self.0.send_modify(|l| {
             l.conn = m;
             l.generation += 1;
+            l.master = master;
         });
     }
 }
@@ -739,6 +742,23 @@ impl Master {
     /// How long one sentinel may take to answer (connecting included).
     fn ask_bound(&self) -> Duration {
         self.connect_timeout.max(Duration::from_millis(500))
+    }
+
+    /// The longest a server whose sentinels answer within their bounds
+    /// takes, once they name a new master, to move `links` connections
+    /// there, asking every `interval`: the wait for its next question,
+    /// the question ([`Master::ask_bound`]), the full lookup
+    /// ([`Master::find_with`]) and the connections, opened one after the
+    /// other.
+    fn follow_bound(&self, interval: Duration, links: usize) -> Duration {
+        let lookup = (self.connect_timeout * 2).max(LOOKUP_BOUND);
+        let connections = self
+            .connect_timeout
+            .saturating_mul(u32::try_from(links).unwrap_or(u32::MAX));
+        interval
+            .saturating_add(self.ask_bound())
+            .saturating_add(lookup)
+            .saturating_add(connections)
     }
 }
 
@@ -862,8 +882,9 @@ pub(crate) enum Conn {
 
 /// Where [`Conn::next`] sends a command.
 enum Next<'a> {
-    /// A single server's connection, and how long the command may take.
-    Single(ConnectionManager, Duration),
+    /// A single server's connection, how long the command may take, and
+    /// the master it goes to (empty without Sentinel).
+    Single(ConnectionManager, Duration, Arc<str>),
     /// A cluster's client.
     Cluster(&'a ClusterConnection),
 }
@@ -977,8 +998,12 @@ impl Conn {
                 )
                 .await
                 .map_err(connect_err)?;
+                let plain: Arc<str> = Arc::from("");
                 Ok(Conn::Single {
-                    links: managers.into_iter().map(Link::new).collect(),
+                    links: managers
+                        .into_iter()
+                        .map(|m| Link::new(m, Arc::clone(&plain)))
+                        .collect(),
                     next: Arc::new(AtomicUsize::new(0)),
                     timeout: options.response_timeout,
                     master: None,
@@ -1042,9 +1067,13 @@ impl Conn {
                 .map_err(connect_err)?;
                 let addr = client.get_connection_info().addr().clone();
                 tracing::info!(url = %master.shown, master = %addr, "the sentinels name the master");
+                let named: Arc<str> = Arc::from(addr.to_string());
                 *master.addr.lock().unwrap_or_else(PoisonError::into_inner) = addr;
                 Ok(Conn::Single {
-                    links: managers.into_iter().map(Link::new).collect(),
+                    links: managers
+                        .into_iter()
+                        .map(|m| Link::new(m, Arc::clone(&named)))
+                        .collect(),
                     next: Arc::new(AtomicUsize::new(0)),
                     timeout: options.response_timeout,
                     master: Some(Arc::new(master)),
@@ -1095,7 +1124,8 @@ impl Conn {
                 ..
             } => {
                 let i = next.fetch_add(1, Ordering::Relaxed) % links.len();
-                Next::Single(links[i].get(), *timeout)
+                let linked = links[i].linked();
+                Next::Single(linked.conn, *timeout, linked.master)
             }
             Conn::Cluster(c) => Next::Cluster(c),
         }
@@ -1107,8 +1137,30 @@ impl Conn {
         inv: &ScriptInvocation<'_>,
     ) -> RedisResult<T> {
         match self.next() {
-            Next::Single(mut c, timeout) => bounded(timeout, inv.invoke_async(&mut c)).await,
+            Next::Single(mut c, timeout, _) => bounded(timeout, inv.invoke_async(&mut c)).await,
             Next::Cluster(c) => inv.invoke_async(&mut c.clone()).await,
+        }
+    }
+
+    /// Runs a script invocation on the next connection, with the address
+    /// of the master that connection goes to (as the sentinels named it;
+    /// empty without Sentinel) as its last argument: the copy log's
+    /// heartbeats tell the live set which master they reached, read
+    /// together with the connection, so a heartbeat never names the old
+    /// master and reaches the new one while the store follows a failover.
+    pub(crate) async fn invoke_naming_master<T: FromRedisValue>(
+        &self,
+        inv: &mut ScriptInvocation<'_>,
+    ) -> RedisResult<T> {
+        match self.next() {
+            Next::Single(mut c, timeout, master) => {
+                inv.arg(&*master);
+                bounded(timeout, inv.invoke_async(&mut c)).await
+            }
+            Next::Cluster(c) => {
+                inv.arg("");
+                inv.invoke_async(&mut c.clone()).await
+            }
         }
     }
 
@@ -1116,7 +1168,7 @@ impl Conn {
     /// first key, or to a random node when it has none).
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> RedisResult<T> {
         match self.next() {
-            Next::Single(mut c, timeout) => bounded(timeout, cmd.query_async(&mut c)).await,
+            Next::Single(mut c, timeout, _) => bounded(timeout, cmd.query_async(&mut c)).await,
             Next::Cluster(c) => cmd.query_async(&mut c.clone()).await,
         }
     }
@@ -1126,7 +1178,9 @@ impl Conn {
     /// `NOSCRIPT`.
     pub(crate) async fn send_decide(&self, cmd: &redis::Cmd) -> RedisResult<redis::Value> {
         match self.next() {
-            Next::Single(mut c, timeout) => bounded(timeout, crate::batch::send(&mut c, cmd)).await,
+            Next::Single(mut c, timeout, _) => {
+                bounded(timeout, crate::batch::send(&mut c, cmd)).await
+            }
             Next::Cluster(c) => crate::batch::send(&mut c.clone(), cmd).await,
         }
     }
@@ -1175,12 +1229,27 @@ impl Conn {
             return Ok(None);
         }
         let managers = open_managers(&client, &m.config, links.len(), m.connect_timeout).await?;
-        for (link, new) in links.iter().zip(managers) {
-            link.set(new);
-        }
         let shown = addr.to_string();
+        let named: Arc<str> = Arc::from(shown.as_str());
+        for (link, new) in links.iter().zip(managers) {
+            link.set(new, Arc::clone(&named));
+        }
         *m.addr.lock().unwrap_or_else(PoisonError::into_inner) = addr;
         Ok(Some(shown))
+    }
+
+    /// With Sentinel: the longest this server takes to follow a failover
+    /// once the sentinels name the new master, asking them every
+    /// `interval` ([`Master::follow_bound`]); `None` without Sentinel.
+    pub(crate) fn follow_bound(&self, interval: Duration) -> Option<Duration> {
+        match self {
+            Conn::Single {
+                links,
+                master: Some(m),
+                ..
+            } => Some(m.follow_bound(interval, links.len())),
+            _ => None,
+        }
     }
 
     /// The master's address as last found (Sentinel only).

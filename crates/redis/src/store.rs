@@ -185,6 +185,11 @@ const CACHE_EVICTIONS_COUNTER: &str = "tollgate_store_rejection_cache_evictions_
 /// Counter: failovers followed to a new master named by the sentinels.
 const MASTER_CHANGES_COUNTER: &str = "tollgate_store_master_changes_total";
 
+/// How often `tollgate serve` asks the sentinels for the master
+/// ([`RedisStore::monitor`]'s interval there): the grace after a failover
+/// assumes it until the monitor says otherwise.
+const FOLLOW_INTERVAL: Duration = Duration::from_millis(500);
+
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
@@ -209,6 +214,9 @@ impl RedisStore {
         connect.response_timeout = connect.response_timeout.max(options.heartbeat_ttl);
         let conn = Conn::open(&target, &connect).await?;
         let log = Arc::new(CopyLog::new(&options.prefix, options.heartbeat_ttl));
+        if let Some(follow) = conn.follow_bound(FOLLOW_INTERVAL) {
+            log.set_grace(follow);
+        }
         let released = log
             .join(&conn)
             .await
@@ -338,9 +346,13 @@ impl RedisStore {
     /// Asks the sentinels for the master every `interval` (Sentinel only)
     /// until the returned future is dropped.
     async fn follow(&self, interval: Duration) {
-        if self.conn.master_addr().is_none() {
+        let Some(follow) = self.conn.follow_bound(interval) else {
             return;
-        }
+        };
+        // Asked every `interval`, this server may take that much longer
+        // to follow a failover than the grace assumed.
+        self.log
+            .set_grace(follow.max(self.conn.follow_bound(FOLLOW_INTERVAL).unwrap_or_default()));
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Sentinels that cannot be asked are logged once, not every tick.
@@ -393,8 +405,35 @@ impl RedisStore {
                 self.forget_rejections();
                 tracing::warn!(url = %self.url, master = %master, server = %self.log.id, "the sentinels name a new master: connections moved there; the over-limit cache is cleared and this server's holds are counted again pool by pool");
                 let store = self.clone();
-                tokio::spawn(async move { store.recover().await });
+                tokio::spawn(async move {
+                    store.beat_after_switch().await;
+                    store.recover().await;
+                });
                 Ok(true)
+            }
+        }
+    }
+
+    /// Beats on the new master at once after a failover, rather than at
+    /// the next tick of the heartbeat (which may still wait for a beat
+    /// sent to the old master): the first beat there starts the grace in
+    /// which nobody is declared dead, and each live server must beat
+    /// within it (`lua/servers.lua`). Tried again until the new master
+    /// answers, for at most the grace; a server that was declared dead
+    /// meanwhile resigns here.
+    async fn beat_after_switch(&self) {
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(10);
+        loop {
+            match self.log.beat(&self.conn).await {
+                Err(_) => return,
+                Ok(Beat::Rejoined) => return self.lost_live_set(),
+                Ok(Beat::Renewed) => return,
+                Ok(Beat::Failed) if started.elapsed() >= self.log.grace() => return,
+                Ok(Beat::Failed) => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
             }
         }
     }
