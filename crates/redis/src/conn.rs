@@ -78,6 +78,10 @@ pub struct SentinelTarget {
     username: Option<String>,
     /// The master's password, from the URL.
     password: Option<String>,
+    /// The sentinels' own password (their `requirepass`), when they
+    /// require one: never from the URL, whose credentials are the
+    /// master's ([`RedisOptions::sentinel_password`](crate::RedisOptions::sentinel_password)).
+    sentinel_password: Option<String>,
 }
 
 impl fmt::Debug for SentinelTarget {
@@ -90,6 +94,7 @@ impl fmt::Debug for SentinelTarget {
             tls,
             username,
             password,
+            sentinel_password,
         } = self;
         f.debug_struct("SentinelTarget")
             .field("sentinels", sentinels)
@@ -98,6 +103,10 @@ impl fmt::Debug for SentinelTarget {
             .field("tls", tls)
             .field("username", &username.as_ref().map(|_| "***"))
             .field("password", &password.as_ref().map(|_| "***"))
+            .field(
+                "sentinel_password",
+                &sentinel_password.as_ref().map(|_| "***"),
+            )
             .finish()
     }
 }
@@ -208,7 +217,35 @@ impl SentinelTarget {
             tls,
             username,
             password,
+            sentinel_password: None,
         })
+    }
+
+    /// Asks the sentinels with `password` (their `requirepass`); `None`:
+    /// without a password.
+    pub fn set_sentinel_password(&mut self, password: Option<String>) {
+        self.sentinel_password = password;
+    }
+
+    /// How a connection to a sentinel at `host:port` is set up: TLS as
+    /// the URL says, the sentinels' password if they require one.
+    fn sentinel_info(&self, host: &str, port: u16) -> RedisResult<redis::ConnectionInfo> {
+        let addr = if self.tls {
+            ConnectionAddr::TcpTls {
+                host: host.to_owned(),
+                port,
+                insecure: false,
+                tls_params: None,
+            }
+        } else {
+            ConnectionAddr::Tcp(host.to_owned(), port)
+        };
+        let mut info = addr.into_connection_info()?;
+        if let Some(pw) = &self.sentinel_password {
+            let settings = info.redis_settings().clone().set_password(pw);
+            info = info.set_redis_settings(settings);
+        }
+        Ok(info)
     }
 
     /// How errors and logs show it: no credentials.
@@ -925,8 +962,8 @@ async fn open_managers(
 
 /// The sentinels' client for `target`: the URL's credentials (or
 /// `options.password`) and the TLS material go to the master; the TLS
-/// material to the sentinels too. The sentinels are asked without a
-/// password.
+/// material to the sentinels too, and the sentinels' own password when
+/// they require one.
 fn sentinel_client(
     target: &SentinelTarget,
     options: &ConnectOptions,
@@ -946,6 +983,9 @@ fn sentinel_client(
     });
     let mut b = SentinelClientBuilder::new(addrs, &target.master, SentinelServerType::Master)?
         .set_client_to_redis_db(target.db);
+    if let Some(pw) = &target.sentinel_password {
+        b = b.set_client_to_sentinel_password(pw);
+    }
     if let Some(user) = &target.username {
         b = b.set_client_to_redis_username(user);
     }
@@ -1018,19 +1058,10 @@ impl Conn {
                     .sentinels
                     .iter()
                     .map(|(host, port)| {
-                        let addr = if s.tls {
-                            ConnectionAddr::TcpTls {
-                                host: host.clone(),
-                                port: *port,
-                                insecure: false,
-                                tls_params: None,
-                            }
-                        } else {
-                            ConnectionAddr::Tcp(host.clone(), *port)
-                        };
+                        let info = s.sentinel_info(host, *port)?;
                         let client = match &tls {
-                            Some(certs) => Client::build_with_tls(addr, certs.clone()),
-                            None => Client::open(addr),
+                            Some(certs) => Client::build_with_tls(info, certs.clone()),
+                            None => Client::open(info),
                         }?;
                         Ok(Arc::new(Sentinel {
                             client,

@@ -68,6 +68,11 @@ pub struct RedisOptions {
     /// Decisions that may wait to be sent to a single Redis; one more is
     /// shed at once with an answer that says so (see `docs/redis.md`).
     pub max_waiting: usize,
+    /// With Redis Sentinel: the sentinels' own password, for sentinels
+    /// that require one (`requirepass` in their config). The URL's
+    /// credentials, and [`ConnectOptions::password`], are the master's.
+    /// Ignored without Sentinel. Never shown.
+    pub sentinel_password: Option<String>,
 }
 
 impl fmt::Debug for RedisOptions {
@@ -83,6 +88,7 @@ impl fmt::Debug for RedisOptions {
             rejection_cache,
             rejection_cache_max_age,
             max_waiting,
+            sentinel_password,
         } = self;
         f.debug_struct("RedisOptions")
             .field("url", &redact(url))
@@ -93,6 +99,10 @@ impl fmt::Debug for RedisOptions {
             .field("rejection_cache", rejection_cache)
             .field("rejection_cache_max_age", rejection_cache_max_age)
             .field("max_waiting", max_waiting)
+            .field(
+                "sentinel_password",
+                &sentinel_password.as_ref().map(|_| "***"),
+            )
             .finish()
     }
 }
@@ -120,6 +130,7 @@ impl RedisOptions {
             rejection_cache: DEFAULT_REJECTION_CACHE,
             rejection_cache_max_age: DEFAULT_REJECTION_CACHE_MAX_AGE,
             max_waiting: DEFAULT_MAX_WAITING,
+            sentinel_password: None,
         }
     }
 
@@ -134,7 +145,10 @@ impl RedisOptions {
                 prefix: self.prefix.clone(),
             });
         }
-        let target = RedisTarget::parse(&self.url)?;
+        let mut target = RedisTarget::parse(&self.url)?;
+        if let RedisTarget::Sentinel(s) = &mut target {
+            s.set_sentinel_password(self.sentinel_password.clone());
+        }
         crate::conn::checked_tls(&target, &self.connect)?;
         Ok(target)
     }

@@ -620,3 +620,48 @@ async fn a_server_starting_on_the_new_master_before_the_others_follow_declares_n
     assert!(!a_beats.is_finished(), "the first server resigned");
     a_beats.abort();
 }
+
+/// Sentinels that require a password (`requirepass`) are asked with
+/// `RedisOptions::sentinel_password` (the URL's credentials are the
+/// master's): the store finds the master through them and follows a
+/// failover; without it, the store cannot start, and says why. The
+/// password shows nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_that_require_a_password_are_asked_with_it() {
+    let sentinels = RedisSentinels::start_with_sentinel_password("s3nt1nel-pw");
+    let old = sentinels.master_port();
+    let mut o = RedisOptions::new(sentinels.url());
+    o.prefix = unique_prefix();
+    o.connect.connect_timeout = Duration::from_millis(500);
+    let err = RedisStore::connect(o.clone())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("cannot connect to Redis at redis-sentinel://"),
+        "{err}"
+    );
+    assert!(err.to_lowercase().contains("auth"), "{err}");
+
+    o.sentinel_password = Some("s3nt1nel-pw".into());
+    assert!(!format!("{o:?}").contains("s3nt1nel"), "{o:?}");
+    let s = RedisStore::connect(o).await.unwrap();
+    assert_eq!(s.master(), Some(format!("127.0.0.1:{old}")));
+    let acme = plan("acme", 3);
+    assert!(allowed(&s, &acme).await);
+    sentinels.sync_replica();
+    let new = sentinels.failover();
+    let monitor = tokio::spawn({
+        let s = s.clone();
+        async move { s.monitor(Duration::from_millis(100)).await }
+    });
+    common::eventually(Duration::from_secs(60), || {
+        let s = s.clone();
+        async move { s.master() == Some(format!("127.0.0.1:{new}")) && s.master_changes() == 1 }
+    })
+    .await;
+    assert!(allowed(&s, &acme).await);
+    assert!(allowed(&s, &acme).await);
+    assert!(!allowed(&s, &acme).await);
+    monitor.abort();
+}
