@@ -786,7 +786,10 @@ impl Master {
     /// there, asking every `interval`: the wait for its next question,
     /// the question ([`Master::ask_bound`]), the full lookup
     /// ([`Master::find_with`]) and the connections, opened one after the
-    /// other.
+    /// other; plus [`SENTINEL_PAUSE`], for a sentinel left alone after a
+    /// failed question while the others do not all name the new master
+    /// yet (sentinels tell each other of a failover every 2 s), so that
+    /// the votes this server counts lag behind another server's.
     fn follow_bound(&self, interval: Duration, links: usize) -> Duration {
         let lookup = (self.connect_timeout * 2).max(LOOKUP_BOUND);
         let connections = self
@@ -796,6 +799,7 @@ impl Master {
             .saturating_add(self.ask_bound())
             .saturating_add(lookup)
             .saturating_add(connections)
+            .saturating_add(SENTINEL_PAUSE)
     }
 }
 

@@ -421,7 +421,10 @@ impl RedisStore {
                 let store = self.clone();
                 tokio::spawn(async move {
                     store.beat_after_switch().await;
-                    store.recover().await;
+                    // Declared dead meanwhile: it holds nothing to count.
+                    if !store.log.is_resigned() {
+                        store.recover().await;
+                    }
                 });
                 Ok(true)
             }
