@@ -923,9 +923,15 @@ pub(crate) enum Conn {
 
 /// Where [`Conn::next`] sends a command.
 enum Next<'a> {
-    /// A single server's connection, how long the command may take, and
-    /// the master it goes to (empty without Sentinel).
-    Single(ConnectionManager, Duration, Arc<str>),
+    /// A single server's connection, how long the command may take, the
+    /// master it goes to (empty without Sentinel), and a receiver told
+    /// when its link moves on to another master ([`on_link`]).
+    Single(
+        ConnectionManager,
+        Duration,
+        Arc<str>,
+        tokio::sync::watch::Receiver<Linked>,
+    ),
     /// A cluster's client.
     Cluster(&'a ClusterConnection),
 }
@@ -1159,8 +1165,11 @@ impl Conn {
                 ..
             } => {
                 let i = next.fetch_add(1, Ordering::Relaxed) % links.len();
-                let linked = links[i].linked();
-                Next::Single(linked.conn, *timeout, linked.master)
+                // The connection is read through the receiver, so that a
+                // switch after this read is one the receiver sees.
+                let mut moved = links[i].subscribe();
+                let linked = moved.borrow_and_update().clone();
+                Next::Single(linked.conn, *timeout, linked.master, moved)
             }
             Conn::Cluster(c) => Next::Cluster(c),
         }
@@ -1172,7 +1181,9 @@ impl Conn {
         inv: &ScriptInvocation<'_>,
     ) -> RedisResult<T> {
         match self.next() {
-            Next::Single(mut c, timeout, _) => bounded(timeout, inv.invoke_async(&mut c)).await,
+            Next::Single(mut c, timeout, _, moved) => {
+                on_link(timeout, moved, inv.invoke_async(&mut c)).await
+            }
             Next::Cluster(c) => inv.invoke_async(&mut c.clone()).await,
         }
     }
@@ -1188,9 +1199,9 @@ impl Conn {
         inv: &mut ScriptInvocation<'_>,
     ) -> RedisResult<T> {
         match self.next() {
-            Next::Single(mut c, timeout, master) => {
+            Next::Single(mut c, timeout, master, moved) => {
                 inv.arg(&*master);
-                bounded(timeout, inv.invoke_async(&mut c)).await
+                on_link(timeout, moved, inv.invoke_async(&mut c)).await
             }
             Next::Cluster(c) => {
                 inv.arg("");
@@ -1203,7 +1214,9 @@ impl Conn {
     /// first key, or to a random node when it has none).
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> RedisResult<T> {
         match self.next() {
-            Next::Single(mut c, timeout, _) => bounded(timeout, cmd.query_async(&mut c)).await,
+            Next::Single(mut c, timeout, _, moved) => {
+                on_link(timeout, moved, cmd.query_async(&mut c)).await
+            }
             Next::Cluster(c) => cmd.query_async(&mut c.clone()).await,
         }
     }
@@ -1213,8 +1226,8 @@ impl Conn {
     /// `NOSCRIPT`.
     pub(crate) async fn send_decide(&self, cmd: &redis::Cmd) -> RedisResult<redis::Value> {
         match self.next() {
-            Next::Single(mut c, timeout, _) => {
-                bounded(timeout, crate::batch::send(&mut c, cmd)).await
+            Next::Single(mut c, timeout, _, moved) => {
+                on_link(timeout, moved, crate::batch::send(&mut c, cmd)).await
             }
             Next::Cluster(c) => crate::batch::send(&mut c.clone(), cmd).await,
         }
@@ -1319,6 +1332,30 @@ async fn bounded<T>(
     tokio::time::timeout(limit, request)
         .await
         .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()))
+}
+
+/// `request`, sent on a link's connection, bounded as by [`bounded`], and
+/// failed at once when the link moves to another master (`moved`: a
+/// Sentinel failover): an old master that died without closing its
+/// sockets would hold it for its whole bound (at least the heartbeat TTL
+/// for heartbeats and copy operations), and the pool's other operations,
+/// or the heartbeat, behind it. Whoever sent it sends it again on the new
+/// master (copy operations carry their id; heartbeats, registrations and
+/// cleanups are idempotent). The error is not a connection error: the
+/// store is not down.
+async fn on_link<T>(
+    limit: Duration,
+    mut moved: tokio::sync::watch::Receiver<Linked>,
+    request: impl std::future::Future<Output = RedisResult<T>>,
+) -> RedisResult<T> {
+    tokio::select! {
+        answer = bounded(limit, request) => answer,
+        // A closed channel (no link any more) disables this branch.
+        Ok(()) = moved.changed() => Err(RedisError::from((
+            redis::ErrorKind::Client,
+            "the Redis master changed (a Sentinel failover) while this command was in flight",
+        ))),
+    }
 }
 
 /// Why `client` cannot reach its server: the error of one attempt to

@@ -665,3 +665,49 @@ async fn sentinels_that_require_a_password_are_asked_with_it() {
     assert!(!allowed(&s, &acme).await);
     monitor.abort();
 }
+
+/// Regression (second review of issue 18, note on the switch): a copy
+/// operation in flight to a master that froze (SIGSTOP) was held until
+/// its bound (the larger of the response timeout and the heartbeat TTL;
+/// 600 s here) after the store followed the new master, and every other
+/// operation on its pool with it (they run one at a time). Now the switch
+/// cuts it short and it is sent again, with its id, on the new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_operation_in_flight_to_a_frozen_master_is_sent_again_on_the_new_one_at_the_switch(
+) {
+    let sentinels = RedisSentinels::start();
+    let old = sentinels.master_port();
+    let mut o = RedisOptions::new(sentinels.url());
+    o.prefix = unique_prefix();
+    o.connect.response_timeout = Duration::from_secs(600);
+    let s = RedisStore::connect(o).await.unwrap();
+    let pool = PoolKey::new("ns", "sandbox");
+    let limits = CopyLimits::new(10, None);
+    let r = reserve_as(&s, &pool, &limits, "acme", Hits::exactly(3))
+        .await
+        .unwrap();
+    assert_eq!(r.granted, 3);
+    sentinels.sync_replica();
+
+    sentinels.server(old).pause();
+    let before = sentinels.server(old).unread_bytes_from_this_process();
+    let stuck = tokio::spawn({
+        let (s, pool, limits) = (s.clone(), pool.clone(), limits.clone());
+        async move { reserve_as(&s, &pool, &limits, "acme", Hits::exactly(2)).await }
+    });
+    sentinels
+        .server(old)
+        .await_unread_from_this_process_beyond(before)
+        .await;
+    sentinels.await_promotion(old);
+    assert!(s.follow_master().await);
+    // Before the fix this waited for the 600 s bound (the test's own
+    // bound fails first).
+    let more = tokio::time::timeout(Duration::from_secs(60), stuck)
+        .await
+        .expect("the reservation in flight to the frozen master is still held")
+        .unwrap()
+        .unwrap();
+    assert_eq!(more.granted, 2);
+    assert_eq!(holds(&s, &pool, "acme").await, (5, 5));
+}
