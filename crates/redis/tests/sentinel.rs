@@ -673,8 +673,8 @@ async fn sentinels_that_require_a_password_are_asked_with_it() {
 /// operation on its pool with it (they run one at a time). Now the switch
 /// cuts it short and it is sent again, with its id, on the new master.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_copy_operation_in_flight_to_a_frozen_master_is_sent_again_on_the_new_one_at_the_switch(
-) {
+async fn a_copy_operation_in_flight_to_a_frozen_master_is_sent_again_on_the_new_one_at_the_switch()
+{
     let sentinels = RedisSentinels::start();
     let old = sentinels.master_port();
     let mut o = RedisOptions::new(sentinels.url());
