@@ -657,7 +657,7 @@ mod silence {
         // Loads the script: each call below is one EVALSHA.
         assert!(ask(0).await.unwrap().allowed);
         // The driver's connection (the store has one).
-        let mut conn = store.conn.links().remove(0).get();
+        let mut conn = store.conn.links().remove(0).linked().conn;
         server.pause();
         let unread = server.unread_bytes();
         let first = tokio::spawn(ask(1));

@@ -68,6 +68,11 @@ pub struct RedisOptions {
     /// Decisions that may wait to be sent to a single Redis; one more is
     /// shed at once with an answer that says so (see `docs/redis.md`).
     pub max_waiting: usize,
+    /// With Redis Sentinel: the sentinels' own password, for sentinels
+    /// that require one (`requirepass` in their config). The URL's
+    /// credentials, and [`ConnectOptions::password`], are the master's.
+    /// Ignored without Sentinel. Never shown.
+    pub sentinel_password: Option<String>,
 }
 
 impl fmt::Debug for RedisOptions {
@@ -83,6 +88,7 @@ impl fmt::Debug for RedisOptions {
             rejection_cache,
             rejection_cache_max_age,
             max_waiting,
+            sentinel_password,
         } = self;
         f.debug_struct("RedisOptions")
             .field("url", &redact(url))
@@ -93,6 +99,10 @@ impl fmt::Debug for RedisOptions {
             .field("rejection_cache", rejection_cache)
             .field("rejection_cache_max_age", rejection_cache_max_age)
             .field("max_waiting", max_waiting)
+            .field(
+                "sentinel_password",
+                &sentinel_password.as_ref().map(|_| "***"),
+            )
             .finish()
     }
 }
@@ -120,6 +130,7 @@ impl RedisOptions {
             rejection_cache: DEFAULT_REJECTION_CACHE,
             rejection_cache_max_age: DEFAULT_REJECTION_CACHE_MAX_AGE,
             max_waiting: DEFAULT_MAX_WAITING,
+            sentinel_password: None,
         }
     }
 
@@ -134,7 +145,10 @@ impl RedisOptions {
                 prefix: self.prefix.clone(),
             });
         }
-        let target = RedisTarget::parse(&self.url)?;
+        let mut target = RedisTarget::parse(&self.url)?;
+        if let RedisTarget::Sentinel(s) = &mut target {
+            s.set_sentinel_password(self.sentinel_password.clone());
+        }
         crate::conn::checked_tls(&target, &self.connect)?;
         Ok(target)
     }
@@ -185,6 +199,11 @@ const CACHE_EVICTIONS_COUNTER: &str = "tollgate_store_rejection_cache_evictions_
 /// Counter: failovers followed to a new master named by the sentinels.
 const MASTER_CHANGES_COUNTER: &str = "tollgate_store_master_changes_total";
 
+/// How often `tollgate serve` asks the sentinels for the master
+/// ([`RedisStore::monitor`]'s interval there): the grace after a failover
+/// assumes it until the monitor says otherwise.
+const FOLLOW_INTERVAL: Duration = Duration::from_millis(500);
+
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
@@ -209,6 +228,9 @@ impl RedisStore {
         connect.response_timeout = connect.response_timeout.max(options.heartbeat_ttl);
         let conn = Conn::open(&target, &connect).await?;
         let log = Arc::new(CopyLog::new(&options.prefix, options.heartbeat_ttl));
+        if let Some(follow) = conn.follow_bound(FOLLOW_INTERVAL) {
+            log.set_grace(follow);
+        }
         let released = log
             .join(&conn)
             .await
@@ -338,9 +360,13 @@ impl RedisStore {
     /// Asks the sentinels for the master every `interval` (Sentinel only)
     /// until the returned future is dropped.
     async fn follow(&self, interval: Duration) {
-        if self.conn.master_addr().is_none() {
+        let Some(follow) = self.conn.follow_bound(interval) else {
             return;
-        }
+        };
+        // Asked every `interval`, this server may take that much longer
+        // to follow a failover than the grace assumed.
+        self.log
+            .set_grace(follow.max(self.conn.follow_bound(FOLLOW_INTERVAL).unwrap_or_default()));
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Sentinels that cannot be asked are logged once, not every tick.
@@ -393,8 +419,38 @@ impl RedisStore {
                 self.forget_rejections();
                 tracing::warn!(url = %self.url, master = %master, server = %self.log.id, "the sentinels name a new master: connections moved there; the over-limit cache is cleared and this server's holds are counted again pool by pool");
                 let store = self.clone();
-                tokio::spawn(async move { store.recover().await });
+                tokio::spawn(async move {
+                    store.beat_after_switch().await;
+                    // Declared dead meanwhile: it holds nothing to count.
+                    if !store.log.is_resigned() {
+                        store.recover().await;
+                    }
+                });
                 Ok(true)
+            }
+        }
+    }
+
+    /// Beats on the new master at once after a failover, rather than at
+    /// the next tick of the heartbeat (which may still wait for a beat
+    /// sent to the old master): the first beat there starts the grace in
+    /// which nobody is declared dead, and each live server must beat
+    /// within it (`lua/servers.lua`). Tried again until the new master
+    /// answers, for at most the grace; a server that was declared dead
+    /// meanwhile resigns here.
+    async fn beat_after_switch(&self) {
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(10);
+        loop {
+            match self.log.beat(&self.conn).await {
+                Err(_) => return,
+                Ok(Beat::Rejoined) => return self.lost_live_set(),
+                Ok(Beat::Renewed) => return,
+                Ok(Beat::Failed) if started.elapsed() >= self.log.grace() => return,
+                Ok(Beat::Failed) => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
             }
         }
     }
