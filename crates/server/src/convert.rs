@@ -3,7 +3,9 @@
 
 use tollgate_core::{Mode, Nanos};
 use tollgate_proto::{v1, RateRequestView};
-use tollgate_service::{LimitedBy, RateOutcome, RateRequest, ReserveOutcome, ServiceError};
+use tollgate_service::{
+    Counters, LimitStatus, LimitedBy, RateOutcome, RateRequest, ReserveOutcome, ServiceError,
+};
 use tollgate_store::Seized;
 
 /// The service's view of a wire rate request. A `mode` the proto does
@@ -109,4 +111,63 @@ pub fn seize_response(s: &Seized) -> v1::SeizeResponse {
         groups: s.staged.groups.clone(),
         hold_id: String::new(),
     }
+}
+
+/// One limit's state as the wire shows it.
+pub fn limit_status(l: &LimitStatus) -> v1::LimitStatus {
+    let d = &l.decision;
+    v1::LimitStatus {
+        name: l.name.clone(),
+        algorithm: l.algorithm.to_owned(),
+        limit: d.limit,
+        remaining: d.remaining,
+        reset_after_ns: d.reset_after.as_u64(),
+        retry_after_ns: d.retry_after.map(Nanos::as_u64),
+        tier: d.tier.map(|t| v1::TierContext {
+            index: t.index,
+            limit: t.limit,
+            hits: t.hits,
+            burst: t.burst,
+        }),
+        shadow: l.shadow,
+    }
+}
+
+/// An inspection's answer (`GET /v1/counters`, gRPC `Inspect`).
+pub fn counters_response(
+    namespace: &str,
+    resource: &str,
+    domain: &str,
+    c: &Counters,
+) -> v1::CountersResponse {
+    let mut out = v1::CountersResponse {
+        namespace: namespace.to_owned(),
+        resource: resource.to_owned(),
+        domain: domain.to_owned(),
+        ..Default::default()
+    };
+    match c {
+        Counters::Rate { limits, deny } => {
+            out.limits = limits.iter().map(limit_status).collect();
+            out.deny = *deny;
+        }
+        Counters::Copies(h) => {
+            out.holds = Some(v1::Holds {
+                domain_limit: h.domain_limit,
+                global_limit: h.global_limit,
+                domain_holds: h.domain_holds,
+                global_holds: h.global_holds,
+                groups: h
+                    .groups
+                    .iter()
+                    .map(|g| v1::GroupContext {
+                        name: g.name.clone(),
+                        limit: g.limit,
+                        holds: g.holds,
+                    })
+                    .collect(),
+            });
+        }
+    }
+    out
 }

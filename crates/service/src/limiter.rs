@@ -10,7 +10,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use smallvec::SmallVec;
 use tollgate_config::{Config, ResourceKind};
-use tollgate_core::copies::{CopyLimits, Reservation};
+use tollgate_core::copies::{CopyContext, CopyLimits, Reservation};
 use tollgate_core::{Decision, Hits, Limit, Mode, Nanos, PlanDecision, TierInfo};
 use tollgate_store::{Admit, DuplicateKey, Key, OpId, Plan, PoolKey, Store, StoreError};
 
@@ -155,6 +155,39 @@ pub struct ReserveOutcome {
     pub ignored: bool,
 }
 
+/// One limit's state as [`Limiter::inspect`] reads it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LimitStatus {
+    /// What the limit is in its resource: `main` (the resource's
+    /// algorithm, or the domain's override of it), `hard` or `global`.
+    pub name: String,
+    /// Its algorithm's config name.
+    pub algorithm: &'static str,
+    /// What a request of zero hits would be answered now: `limit`,
+    /// `remaining`, `reset_after`, `retry_after` and the burst tier.
+    pub decision: Decision,
+    /// Evaluated but never limits (the resource is in shadow mode, or its
+    /// namespace ignores its limits).
+    pub shadow: bool,
+}
+
+/// What [`Limiter::inspect`] finds for one domain of a resource.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Counters {
+    /// A rate-limited resource: each limit a request of the domain must
+    /// pass, in the order its plan decides them (none for an `unlimited`
+    /// or `deny` resource without hard or global limits).
+    Rate {
+        /// The limits' states.
+        limits: Vec<LimitStatus>,
+        /// The resource denies everything (`deny`).
+        deny: bool,
+    },
+    /// A copy-limited resource: the copies held (by the domain, by
+    /// everyone, by each of the domain's groups) against their limits.
+    Copies(CopyContext),
+}
+
 /// Answers limiting requests against a config view and a store.
 pub struct Limiter<S> {
     store: S,
@@ -167,6 +200,31 @@ enum Role {
     Main,
     Hard,
     Global,
+}
+
+impl Role {
+    /// The item's name in an inspection.
+    fn as_str(self) -> &'static str {
+        match self {
+            Role::Main => "main",
+            Role::Hard => "hard",
+            Role::Global => "global",
+        }
+    }
+}
+
+/// What [`Limiter::inspect`] and [`Limiter::reset`] work on.
+enum Target {
+    Rate {
+        plan: Plan,
+        roles: SmallVec<[Role; 3]>,
+        algorithm: &'static str,
+        deny: bool,
+    },
+    Copies {
+        pool: PoolKey,
+        limits: Arc<CopyLimits>,
+    },
 }
 
 impl<S: Store> Limiter<S> {
@@ -300,6 +358,110 @@ impl<S: Store> Limiter<S> {
             shadow_denied(&mut outcome, entry.shadow, ns.ignore_configured);
         }
         Ok(outcome)
+    }
+
+    /// The live state of `domain`'s counters of `resource` at `now`,
+    /// charging nothing and creating nothing ([`Store::inspect`],
+    /// [`Store::holds`]). The plan is the one [`Limiter::request`] builds
+    /// for the same names, so what is inspected is what decides.
+    pub async fn inspect(
+        &self,
+        namespace: &str,
+        resource: &str,
+        domain: &str,
+        now: Nanos,
+    ) -> Result<Counters, ServiceError> {
+        match self.counters_of(namespace, resource, domain)? {
+            Target::Rate {
+                plan,
+                roles,
+                algorithm,
+                deny,
+            } => {
+                let pd = self.store.inspect(&plan, now).await?;
+                let limits = plan
+                    .items()
+                    .iter()
+                    .zip(&roles)
+                    .zip(&pd.decisions)
+                    .map(|((item, role), d)| LimitStatus {
+                        name: role.as_str().to_owned(),
+                        algorithm: match role {
+                            Role::Main => algorithm,
+                            _ => item.limit.algorithm_name(),
+                        },
+                        decision: *d,
+                        shadow: item.shadow,
+                    })
+                    .collect();
+                Ok(Counters::Rate { limits, deny })
+            }
+            Target::Copies { pool, limits } => Ok(Counters::Copies(
+                self.store.holds(&pool, &limits, domain, now).await?,
+            )),
+        }
+    }
+
+    /// Resets `domain`'s counters of `resource`: every limit of the plan
+    /// [`Limiter::request`] would build for it starts afresh
+    /// ([`Store::reset`]). A copy-limited resource is refused: its holds
+    /// belong to the clients holding them, who release them.
+    pub async fn reset(
+        &self,
+        namespace: &str,
+        resource: &str,
+        domain: &str,
+        now: Nanos,
+    ) -> Result<usize, ServiceError> {
+        match self.counters_of(namespace, resource, domain)? {
+            Target::Rate { plan, .. } => {
+                self.store.reset(&plan, now).await?;
+                Ok(plan.len())
+            }
+            Target::Copies { .. } => Err(ServiceError::HoldsNotResettable {
+                namespace: namespace.to_owned(),
+                resource: resource.to_owned(),
+            }),
+        }
+    }
+
+    /// The counters of `domain` of `resource`: a rate resource's plan (as
+    /// [`Limiter::request`] builds it), or a copy resource's pool.
+    fn counters_of(
+        &self,
+        namespace: &str,
+        resource: &str,
+        domain: &str,
+    ) -> Result<Target, ServiceError> {
+        let view = self.view.load();
+        let ns = self::namespace(&view, namespace)?;
+        check_names(namespace, resource)?;
+        let Some(entry) = ns.resource(resource) else {
+            // Nothing is counted for a resource the config does not name,
+            // even in a namespace that allows such requests.
+            return Err(ServiceError::UnknownResource {
+                namespace: namespace.to_owned(),
+                resource: resource.to_owned(),
+            });
+        };
+        match &entry.view {
+            ResourceView::Rate(rate) => {
+                let limits = rate.for_domain(domain);
+                let shadow = entry.shadow || ns.ignore_configured;
+                let (plan, roles) =
+                    rate_plan(rate, limits, domain, shadow).map_err(StoreError::from)?;
+                Ok(Target::Rate {
+                    plan: plan.with_affinity(ns.affinity),
+                    roles,
+                    algorithm: limits.algorithm,
+                    deny: matches!(limits.main, Main::Deny),
+                })
+            }
+            ResourceView::Concurrency { pool, limits } => Ok(Target::Copies {
+                pool: pool.clone(),
+                limits: Arc::clone(limits),
+            }),
+        }
     }
 
     /// Decides envoyproxy/ratelimit-style descriptors, all or nothing.
