@@ -89,6 +89,9 @@ pub(crate) const DEPTH: usize = 2;
 pub(crate) struct Ask {
     pub request: Hits,
     pub mode: Mode,
+    /// Read only ([`tollgate_store::Store::inspect`]): `request` is zero
+    /// hits in `Mode::Try`, and the script writes nothing back.
+    pub inspect: bool,
     /// The caller's clock (`ScriptClock::Caller`); `None`: Redis's `TIME`.
     pub now: Option<Nanos>,
 }
@@ -207,7 +210,12 @@ impl Encoder {
                     cmd.arg(n / 1_000_000_000).arg(n % 1_000_000_000)
                 }
             };
-            cmd.arg(u8::from(ask.mode == Mode::Acquire))
+            let mode: i8 = if ask.inspect {
+                -1
+            } else {
+                i8::from(ask.mode == Mode::Acquire)
+            };
+            cmd.arg(mode)
                 .arg(ask.request.hits)
                 .arg(ask.request.min_hits)
                 .arg(plan.len());

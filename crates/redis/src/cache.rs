@@ -389,6 +389,19 @@ impl RejectionCache {
         self.retain(|_, _| false);
     }
 
+    /// Drops the entries of `keys` (a reset deleted them in Redis), and
+    /// starts a new generation, so that an answer to a call sent before
+    /// the reset, describing the state it deleted, is not learnt.
+    pub(crate) fn forget<'k>(&self, keys: impl Iterator<Item = &'k Key>) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        for key in keys {
+            let mut shard = self.shard(key).lock();
+            if shard.remove(key).is_some() {
+                self.entries.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Keeps only the entries of `limits` (a reload's: what is served
     /// from now on), with the same parameters.
     pub(crate) fn retain_limits(&self, limits: &[(LimitId, Arc<Limit>)]) {

@@ -589,13 +589,16 @@ impl RedisStore {
 
     /// Runs `decide` for `plan`: from the local over-limit cache when it
     /// knows Redis's answer, else in a batched call (a single Redis) or a
-    /// call of its own (a cluster).
+    /// call of its own (a cluster). An `inspect` (zero hits, `Mode::Try`)
+    /// always asks Redis, which writes nothing back, and teaches the cache
+    /// nothing.
     async fn decide_plan(
         &self,
         plan: &Plan,
         now: Nanos,
         request: Hits,
         mode: Mode,
+        inspect: bool,
     ) -> Result<PlanDecision, StoreError> {
         if plan.is_empty() {
             return Ok(plan::decide(&mut [], now, request, mode)?);
@@ -606,7 +609,8 @@ impl RedisStore {
                 request.hits.max(request.min_hits)
             )));
         }
-        if let (Some(cache), Mode::Try) = (&self.cache, mode) {
+        let cache = self.cache.as_ref().filter(|_| !inspect);
+        if let (Some(cache), Mode::Try) = (cache, mode) {
             if let Some(d) = cache.answer(plan, cache.now(now), request) {
                 return Ok(d);
             }
@@ -614,11 +618,12 @@ impl RedisStore {
         let ask = Ask {
             request,
             mode,
+            inspect,
             now: (self.clock == ScriptClock::Caller).then_some(now),
         };
         // Before the call is sent: should the store find meanwhile that
         // Redis lost its data, the answer may describe what was lost.
-        let generation = self.cache.as_ref().map_or(0, |c| c.generation());
+        let generation = cache.map_or(0, |c| c.generation());
         let answer = match &self.batcher {
             Some(b) => b.decide(plan, ask).await,
             None => self.decide_alone(plan, ask).await,
@@ -626,7 +631,7 @@ impl RedisStore {
         match answer {
             Ok((d, sent)) => {
                 self.mark(true);
-                if let Some(cache) = &self.cache {
+                if let Some(cache) = cache {
                     // Counted from when the call was sent: Redis decided
                     // then or later, so an entry never outlives the state
                     // it describes (it lapses early by the call's wait in
@@ -665,6 +670,84 @@ impl RedisStore {
                 Err(StoreError::Overloaded(most))
             }
         }
+    }
+
+    /// [`Store::holds`]: one `HMGET` of the pool's counts (`lua/copies.lua`
+    /// keeps them summed: `g` everyone's, `d:<domain>` and `G:<group>`),
+    /// which reads only. Staged transfers count as held until seized or
+    /// released, as they do for a reserve.
+    async fn read_holds(
+        &self,
+        pool: &PoolKey,
+        limits: &CopyLimits,
+        domain: &str,
+    ) -> Result<CopyContext, StoreError> {
+        let a = copylog::affinity(&pool.0);
+        let [key, ..] = self.log.pool_keys(a, None);
+        let groups = limits.groups_of(domain);
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(&key).arg("g").arg(format!("d:{domain}"));
+        for g in &groups {
+            cmd.arg(format!("G:{g}"));
+        }
+        let counts =
+            match tokio::time::timeout(self.timeout, self.conn.query::<Vec<Option<u64>>>(&cmd))
+                .await
+            {
+                Ok(Ok(counts)) => counts,
+                Ok(Err(e)) => return Err(self.unavailable(e)),
+                Err(_) => return Err(self.unavailable(batch::timed_out(self.timeout))),
+            };
+        self.mark(true);
+        let count = |i: usize| counts.get(i).copied().flatten().unwrap_or(0);
+        // The limits are filled in by `against`, the core's own rule.
+        let holds = CopyContext {
+            domain_limit: 0,
+            global_limit: None,
+            global_holds: count(0),
+            domain_holds: count(1),
+            groups: groups
+                .into_iter()
+                .enumerate()
+                .map(|(i, name)| GroupContext {
+                    limit: 0,
+                    holds: count(i + 2),
+                    name,
+                })
+                .collect(),
+        };
+        Ok(holds.against(limits, domain))
+    }
+
+    /// [`Store::reset`]: one `DEL` of every key of `plan` (one slot: the
+    /// plan's affinity is their hash tag), then the over-limit cache
+    /// forgets them, so the next decision of each asks Redis and finds a
+    /// fresh state. The cache forgets after Redis answered: a rejection
+    /// learnt from a call sent before the `DEL` is dropped, and one
+    /// answered after it belongs to a call sent before, which the cache's
+    /// new generation keeps it from learning.
+    async fn reset_plan(&self, plan: &Plan) -> Result<(), StoreError> {
+        if plan.is_empty() {
+            return Ok(());
+        }
+        let mut cmd = redis::cmd("DEL");
+        let mut buf = Vec::new();
+        for item in plan.items() {
+            buf.clear();
+            batch::write_state_key(&mut buf, &self.prefix, plan.affinity(), &item.key);
+            cmd.arg(&buf[..]);
+        }
+        let deleted = match tokio::time::timeout(self.timeout, self.conn.query::<i64>(&cmd)).await {
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) => return Err(self.unavailable(e)),
+            Err(_) => return Err(self.unavailable(batch::timed_out(self.timeout))),
+        };
+        self.mark(true);
+        if let Some(cache) = &self.cache {
+            cache.forget(plan.items().iter().map(|item| &item.key));
+        }
+        tracing::debug!(keys = plan.len(), deleted, "counters reset");
+        Ok(())
     }
 
     /// One plan in a call of its own (Redis Cluster), waiting up to the
@@ -706,7 +789,26 @@ impl Store for RedisStore {
         request: Hits,
         mode: Mode,
     ) -> Result<PlanDecision, StoreError> {
-        self.decide_plan(plan, now, request, mode).await
+        self.decide_plan(plan, now, request, mode, false).await
+    }
+
+    async fn holds(
+        &self,
+        pool: &PoolKey,
+        limits: &CopyLimits,
+        domain: &str,
+        _now: Nanos,
+    ) -> Result<CopyContext, StoreError> {
+        self.read_holds(pool, limits, domain).await
+    }
+
+    async fn inspect(&self, plan: &Plan, now: Nanos) -> Result<PlanDecision, StoreError> {
+        self.decide_plan(plan, now, Hits::exactly(0), Mode::Try, true)
+            .await
+    }
+
+    async fn reset(&self, plan: &Plan, _now: Nanos) -> Result<(), StoreError> {
+        self.reset_plan(plan).await
     }
 
     async fn reserve(

@@ -5,7 +5,7 @@ use tollgate_config::model::{EnvoyLimit, EnvoyUnit};
 use tollgate_core::{Mode, Nanos};
 use tollgate_proto::{v1, RateRequestView};
 use tollgate_service::{
-    LimitDetail, LimitedBy, RateOutcome, RateRequest, ReserveOutcome, ServiceError,
+    Counters, LimitDetail, LimitedBy, RateOutcome, RateRequest, ReserveOutcome, ServiceError,
 };
 use tollgate_store::Seized;
 
@@ -90,8 +90,8 @@ pub fn rate_response(o: &RateOutcome) -> v1::RateResponse {
     }
 }
 
-/// One limit's own state after a decision.
-fn limit_status(l: &LimitDetail) -> v1::LimitStatus {
+/// One limit's own state, after a decision or as inspected.
+pub fn limit_status(l: &LimitDetail) -> v1::LimitStatus {
     let d = &l.decision;
     v1::LimitStatus {
         name: l.name.to_string(),
@@ -152,4 +152,43 @@ pub fn seize_response(s: &Seized) -> v1::SeizeResponse {
         groups: s.staged.groups.clone(),
         hold_id: String::new(),
     }
+}
+
+/// An inspection's answer (`GET /v1/counters`, gRPC `Inspect`).
+pub fn counters_response(
+    namespace: &str,
+    resource: &str,
+    domain: &str,
+    c: &Counters,
+) -> v1::CountersResponse {
+    let mut out = v1::CountersResponse {
+        namespace: namespace.to_owned(),
+        resource: resource.to_owned(),
+        domain: domain.to_owned(),
+        ..Default::default()
+    };
+    match c {
+        Counters::Rate { limits, deny } => {
+            out.limits = limits.iter().map(limit_status).collect();
+            out.deny = *deny;
+        }
+        Counters::Copies(h) => {
+            out.holds = Some(v1::Holds {
+                domain_limit: h.domain_limit,
+                global_limit: h.global_limit,
+                domain_holds: h.domain_holds,
+                global_holds: h.global_holds,
+                groups: h
+                    .groups
+                    .iter()
+                    .map(|g| v1::GroupContext {
+                        name: g.name.clone(),
+                        limit: g.limit,
+                        holds: g.holds,
+                    })
+                    .collect(),
+            });
+        }
+    }
+    out
 }

@@ -58,7 +58,8 @@ pub fn grpc_code(e: &ServiceError) -> Code {
         | "no_descriptors"
         | "cannot_schedule"
         | "session_closed"
-        | "too_many_holds" => Code::FailedPrecondition,
+        | "too_many_holds"
+        | "holds_not_resettable" => Code::FailedPrecondition,
         "exceeds_limit" | "unsupported_by_store" => Code::OutOfRange,
         // Up and answering, but refusing for want of room of its own.
         "too_many_sessions" | "store_at_capacity" | "too_many_transfers" | "store_overloaded" => {

@@ -68,6 +68,19 @@ pub enum ServiceError {
     /// `override_max`.
     #[error("{0}")]
     LimitOverride(String),
+    /// A reset of a copy-limited resource: its holds belong to the clients
+    /// holding them.
+    #[error(
+        "resource `{resource}` in namespace `{namespace}` is concurrency-limited: its holds \
+         belong to the clients holding them and cannot be reset; a holder releases its copies \
+         (a session's end or a hold's lapsed lease releases them too)"
+    )]
+    HoldsNotResettable {
+        /// The namespace.
+        namespace: String,
+        /// The resource.
+        resource: String,
+    },
     /// The store refused or failed (releasing what is not held is client
     /// error 4).
     #[error(transparent)]
@@ -103,6 +116,7 @@ impl ServiceError {
             ServiceError::TooManyHolds(_) => "too_many_holds",
             ServiceError::SessionClosed => "session_closed",
             ServiceError::NotHeld(_) => "not_held",
+            ServiceError::HoldsNotResettable { .. } => "holds_not_resettable",
             ServiceError::Store(StoreError::Copy(tollgate_core::copies::CopyError::NotHeld {
                 ..
             })) => "not_held",

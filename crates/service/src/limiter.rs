@@ -11,7 +11,7 @@ use arc_swap::ArcSwap;
 use smallvec::SmallVec;
 use tollgate_config::model::EnvoyLimit;
 use tollgate_config::{Config, ResourceKind};
-use tollgate_core::copies::{CopyLimits, Reservation};
+use tollgate_core::copies::{CopyContext, CopyLimits, Reservation};
 use tollgate_core::{Decision, Hits, Limit, Mode, Nanos, PlanDecision, TierInfo};
 use tollgate_store::{Admit, DuplicateKey, Key, OpId, Plan, PoolKey, Store, StoreError};
 
@@ -196,6 +196,25 @@ pub struct ReserveOutcome {
     pub ignored: bool,
 }
 
+/// What [`Limiter::inspect`] finds for one domain of a resource.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Counters {
+    /// A rate-limited resource: each limit a request of the domain must
+    /// pass, in the order its plan decides them (none for an `unlimited`
+    /// or `deny` resource without hard or global limits).
+    Rate {
+        /// The limits' states, named as a decision's
+        /// [`RateOutcome::limits`] names them (`main` for a resource's
+        /// single algorithm).
+        limits: Vec<LimitDetail>,
+        /// The resource denies everything (`deny`).
+        deny: bool,
+    },
+    /// A copy-limited resource: the copies held (by the domain, by
+    /// everyone, by each of the domain's groups) against their limits.
+    Copies(CopyContext),
+}
+
 /// Answers limiting requests against a config view and a store.
 pub struct Limiter<S> {
     store: S,
@@ -226,6 +245,37 @@ enum Role {
     Listed(usize),
     Hard,
     Global,
+}
+
+impl Role {
+    /// The item's name and algorithm in an answer: a `limits:` entry's
+    /// own, else `main` (the resource's algorithm, `algorithm`), `hard` or
+    /// `global`.
+    fn named(self, limits: &DomainLimits) -> (Arc<str>, &'static str) {
+        match (self, &limits.main) {
+            (Role::Listed(at), Main::Listed(list)) => match list.get(at) {
+                Some(l) => (Arc::clone(&l.name), l.algorithm),
+                None => ("main".into(), limits.algorithm),
+            },
+            (Role::Main | Role::Listed(_), _) => ("main".into(), limits.algorithm),
+            (Role::Hard, _) => ("hard".into(), "sliding_log"),
+            (Role::Global, _) => ("global".into(), "sliding_log"),
+        }
+    }
+}
+
+/// What [`Limiter::inspect`] and [`Limiter::reset`] work on.
+enum Target {
+    Rate {
+        plan: Plan,
+        /// Each item's name and algorithm ([`Role::named`]).
+        names: SmallVec<[(Arc<str>, &'static str); 3]>,
+        deny: bool,
+    },
+    Copies {
+        pool: PoolKey,
+        limits: Arc<CopyLimits>,
+    },
 }
 
 impl<S: Store> Limiter<S> {
@@ -459,6 +509,101 @@ impl<S: Store> Limiter<S> {
             cache.insert(key, built.clone());
         }
         Ok(Some(built))
+    }
+
+    /// The live state of `domain`'s counters of `resource` at `now`,
+    /// charging nothing and creating nothing ([`Store::inspect`],
+    /// [`Store::holds`]). The plan is the one [`Limiter::request`] builds
+    /// for the same names, so what is inspected is what decides.
+    pub async fn inspect(
+        &self,
+        namespace: &str,
+        resource: &str,
+        domain: &str,
+        now: Nanos,
+    ) -> Result<Counters, ServiceError> {
+        match self.counters_of(namespace, resource, domain)? {
+            Target::Rate { plan, names, deny } => {
+                let pd = self.store.inspect(&plan, now).await?;
+                let limits = plan
+                    .items()
+                    .iter()
+                    .zip(names)
+                    .zip(&pd.decisions)
+                    .map(|((item, (name, algorithm)), d)| LimitDetail {
+                        name,
+                        algorithm,
+                        decision: *d,
+                        shadow: item.shadow,
+                    })
+                    .collect();
+                Ok(Counters::Rate { limits, deny })
+            }
+            Target::Copies { pool, limits } => Ok(Counters::Copies(
+                self.store.holds(&pool, &limits, domain, now).await?,
+            )),
+        }
+    }
+
+    /// Resets `domain`'s counters of `resource`: every limit of the plan
+    /// [`Limiter::request`] would build for it starts afresh
+    /// ([`Store::reset`]). A copy-limited resource is refused: its holds
+    /// belong to the clients holding them, who release them.
+    pub async fn reset(
+        &self,
+        namespace: &str,
+        resource: &str,
+        domain: &str,
+        now: Nanos,
+    ) -> Result<usize, ServiceError> {
+        match self.counters_of(namespace, resource, domain)? {
+            Target::Rate { plan, .. } => {
+                self.store.reset(&plan, now).await?;
+                Ok(plan.len())
+            }
+            Target::Copies { .. } => Err(ServiceError::HoldsNotResettable {
+                namespace: namespace.to_owned(),
+                resource: resource.to_owned(),
+            }),
+        }
+    }
+
+    /// The counters of `domain` of `resource`: a rate resource's plan (as
+    /// [`Limiter::request`] builds it), or a copy resource's pool.
+    fn counters_of(
+        &self,
+        namespace: &str,
+        resource: &str,
+        domain: &str,
+    ) -> Result<Target, ServiceError> {
+        let view = self.view.load();
+        let ns = self::namespace(&view, namespace)?;
+        check_names(namespace, resource)?;
+        let Some(entry) = ns.resource(resource) else {
+            // Nothing is counted for a resource the config does not name,
+            // even in a namespace that allows such requests.
+            return Err(ServiceError::UnknownResource {
+                namespace: namespace.to_owned(),
+                resource: resource.to_owned(),
+            });
+        };
+        match &entry.view {
+            ResourceView::Rate(rate) => {
+                let limits = rate.for_domain(domain);
+                let shadow = entry.shadow || ns.ignore_configured;
+                let (plan, roles) =
+                    rate_plan(rate, limits, domain, shadow).map_err(StoreError::from)?;
+                Ok(Target::Rate {
+                    plan: plan.with_affinity(ns.affinity),
+                    names: roles.iter().map(|r| r.named(limits)).collect(),
+                    deny: matches!(limits.main, Main::Deny),
+                })
+            }
+            ResourceView::Concurrency { pool, limits } => Ok(Target::Copies {
+                pool: pool.clone(),
+                limits: Arc::clone(limits),
+            }),
+        }
     }
 
     /// Decides envoyproxy/ratelimit-style descriptors, all or nothing.

@@ -254,15 +254,7 @@ fn token_stays_private(args: &ConfigApiArgs, servers: &[(String, reqwest::Url)])
     if args.servers_token_file.is_none() || args.servers_token_over_http {
         return Ok(());
     }
-    let loopback = |url: &reqwest::Url| {
-        let host = url.host_str().unwrap_or_default();
-        host.eq_ignore_ascii_case("localhost")
-            || host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback())
-    };
+    let loopback = super::counters::loopback;
     if let Some((shown, _)) = servers
         .iter()
         .find(|(_, url)| url.scheme() == "http" && !loopback(url))
