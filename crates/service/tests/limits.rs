@@ -394,3 +394,27 @@ async fn an_envoy_descriptor_limit_decides_in_place_of_the_config_matched_or_not
     let o = l.request_descriptors(&req, at).await.unwrap();
     assert!(!o.allowed && !o.statuses[0].allowed);
 }
+
+#[tokio::test]
+async fn an_inspection_names_each_limit_of_a_list_and_a_reset_starts_them_all_afresh() {
+    let l = Limiter::new(MemoryStore::new(), view(API));
+    let at = Nanos::from_secs(DAY);
+    assert!(ask(&l, "u", 4, 4, at).await.allowed);
+    let tollgate_service::Counters::Rate { limits, deny } =
+        l.inspect("ns", "api", "u", at).await.unwrap()
+    else {
+        panic!("a rate resource")
+    };
+    assert!(!deny);
+    let seen: Vec<(&str, &str, u64)> = limits
+        .iter()
+        .map(|d| (&*d.name, d.algorithm, d.decision.remaining))
+        .collect();
+    assert_eq!(
+        seen,
+        [("burst", "token_bucket", 1), ("daily", "fixed_window", 4)]
+    );
+    assert_eq!(l.reset("ns", "api", "u", at).await.unwrap(), 2);
+    let o = ask(&l, "u", 1, 1, at).await;
+    assert_eq!(remaining(&o), [("burst".into(), 4), ("daily".into(), 7)]);
+}
