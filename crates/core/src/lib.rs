@@ -54,7 +54,7 @@ pub use algorithms::sliding_window::SlidingWindow;
 pub use algorithms::smooth::{Smooth, SmoothKind};
 pub use algorithms::token_bucket::TokenBucket;
 pub use calendar::{Calendar, CalendarUnit};
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, ShiftedClock, SystemClock};
 pub use decision::{Decision, Grant, Hits, Mode, TierInfo};
 pub use error::ParamError;
 pub use limit::{Limit, LimitState};
