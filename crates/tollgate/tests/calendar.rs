@@ -212,3 +212,56 @@ fn a_store_that_cannot_count_a_calendar_window_refuses_it_at_startup() {
     let run = serve_run(&sb, &["--check", "--config", "year.yaml"], &[]);
     assert_eq!(run.code, Some(0), "{run}");
 }
+
+/// `tollgate replay` decides a trace of Unix-epoch milliseconds by the
+/// calendar: a Paris month's quota is spent two hours before its end,
+/// refused at its last millisecond, and whole again at local midnight of
+/// the 1st, with `reset_after_ms` the time to the edge, then April's 30
+/// days.
+#[test]
+fn replay_crosses_a_month_edge_as_the_calendar_says() {
+    let sb = Sandbox::new("calendar-replay");
+    sb.write(
+        "c.yaml",
+        "namespaces:\n  - name: billing\n    resources:\n      - { name: quota, algorithm: fixed_window, limit: 2, window: 1mo, align: calendar, timezone: Europe/Paris }\n",
+    );
+    // 1 April 2024, 00:00 in Paris (summer time: 22:00 UTC the day before).
+    let march = Timestamp::from_second(1_711_000_000)
+        .unwrap()
+        .as_nanosecond();
+    let (edge, may) = next_month_edges(ZONE, march);
+    let edge_ms = edge / 1_000_000;
+    assert_eq!(edge_ms, 1_711_922_400_000);
+    let trace = [(edge_ms - 7_200_000, 2), (edge_ms - 1, 1), (edge_ms, 1)]
+        .iter()
+        .map(|(t, hits)| {
+            format!(r#"{{"time_ms": {t}, "domain": "acme", "hits": {hits}, "min_hits": {hits}}}"#)
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    sb.write("t.jsonl", &trace);
+    let run = sb.run(&[
+        "replay",
+        "-c",
+        "c.yaml",
+        "-t",
+        "t.jsonl",
+        "--summary",
+        "none",
+    ]);
+    assert!(run.success(), "{run}");
+    let (events, _) = common::split_events(&run.stdout);
+    let pick = |e: &Value| {
+        (
+            e["allowed"].as_bool().unwrap(),
+            e["remaining"].as_u64().unwrap(),
+            e["reset_after_ms"].as_f64().unwrap(),
+        )
+    };
+    assert_eq!(pick(&events[0]), (true, 0, 7_200_000.0), "{run}");
+    assert_eq!(pick(&events[1]), (false, 0, 1.0), "{run}");
+    assert_eq!(events[1]["retry_after_ms"], 1.0);
+    let april_ms = ((may - edge) / 1_000_000) as f64;
+    assert_eq!(april_ms, 30.0 * 86_400_000.0);
+    assert_eq!(pick(&events[2]), (true, 1, april_ms), "{run}");
+}
