@@ -465,7 +465,7 @@ impl AlgorithmSpec {
                 limit,
                 window,
                 align,
-            } => Limit::FixedWindow(FixedWindow::new(*limit, *window, *align)?),
+            } => Limit::FixedWindow(FixedWindow::new(*limit, *window, align.clone())?),
             AlgorithmSpec::SlidingWindow {
                 limit,
                 window,
@@ -528,17 +528,28 @@ impl AlgorithmSpec {
                 limit,
                 window,
                 align,
-            } => vec![
-                ("limit", limit.to_string()),
-                ("window", window.to_string()),
-                (
-                    "align",
-                    match align {
-                        Align::Epoch => "epoch".into(),
-                        Align::FirstHit => "first_hit".into(),
-                    },
-                ),
-            ],
+            } => match align {
+                // The zone is part of the parameters, and so of the
+                // limit's fingerprint: a changed zone starts fresh counters.
+                Align::Calendar(c) => vec![
+                    ("limit", limit.to_string()),
+                    ("window", c.unit().name().into()),
+                    ("align", "calendar".into()),
+                    ("timezone", c.zone().into()),
+                ],
+                _ => vec![
+                    ("limit", limit.to_string()),
+                    ("window", window.to_string()),
+                    (
+                        "align",
+                        if *align == Align::FirstHit {
+                            "first_hit".into()
+                        } else {
+                            "epoch".into()
+                        },
+                    ),
+                ],
+            },
             AlgorithmSpec::SlidingWindow {
                 limit,
                 window,

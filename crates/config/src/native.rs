@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tollgate_core::copies::CopyLimits;
 use tollgate_core::replicated::strategy::{Eager, Replication, StrategyKind};
-use tollgate_core::{Align, Nanos, Span, Tier};
+use tollgate_core::{Align, Calendar, CalendarUnit, Nanos, Span, Tier};
 
 use crate::diag::{Diagnostic, Diagnostics, Pos};
 use crate::model::{
@@ -100,7 +100,7 @@ pub(crate) fn algorithm_params(name: &str) -> &'static [&'static str] {
         "token_bucket" => &["capacity", "rate", "initial_tokens"],
         "gcra" => &["rate", "burst"],
         "leaky_bucket" => &["rate", "queue_size"],
-        "fixed_window" => &["limit", "window", "align"],
+        "fixed_window" => &["limit", "window", "align", "timezone"],
         "sliding_window" => &["limit", "window", "buckets"],
         "sliding_log" => &["limit", "window", "min_gap", "count_rejected"],
         "smooth_bursty" => &["rate", "max_burst_seconds"],
@@ -803,11 +803,7 @@ pub(crate) fn read_algorithm(
             rate: p.rate(diags)?,
             queue_size: p.count("queue_size", diags),
         },
-        "fixed_window" => AlgorithmSpec::FixedWindow {
-            limit: p.count("limit", diags),
-            window: p.duration("window", diags),
-            align: p.align(diags),
-        },
+        "fixed_window" => p.fixed_window(diags),
         "sliding_window" => AlgorithmSpec::SlidingWindow {
             limit: p.count("limit", diags),
             window: p.duration("window", diags),
@@ -947,24 +943,131 @@ impl Params<'_, '_> {
         }
     }
 
-    fn align(&self, diags: &mut Diagnostics) -> Align {
-        let Some(n) = self.f.get("align") else {
-            return Align::Epoch;
+    /// A fixed window: `limit`, `window`, `align` and, with `align:
+    /// calendar`, `timezone` (a calendar window is one of
+    /// [`CalendarUnit`]'s, named `1d`, `1w`, `1mo` or `1y`).
+    fn fixed_window(&self, diags: &mut Diagnostics) -> AlgorithmSpec {
+        let limit = self.count("limit", diags);
+        let align = self.align(diags);
+        let zone = self.f.get("timezone");
+        if align != Some(AlignKind::Calendar) {
+            if let Some(z) = zone {
+                diags.error(
+                    &z.pos,
+                    format!(
+                        "{}: `timezone` applies only to `align: calendar` (windows aligned to \
+                         the epoch or the first hit are the same in every zone)",
+                        self.context
+                    ),
+                );
+            }
+            let window = match self.f.get("window") {
+                // An `align` that is wrong was reported: one typo, one error.
+                Some(_) if align.is_none() && self.f.get("align").is_some() => Nanos::ZERO,
+                Some(n) if calendar_only(n).is_some() => {
+                    let text = calendar_only(n).unwrap_or_default();
+                    diags.error(
+                        &n.pos,
+                        format!(
+                            "{}: `window: {text}` is a calendar period: add `align: calendar` \
+                             (windows then start at local midnight of the first day of each \
+                             period, in `timezone`, UTC by default), or write a fixed length \
+                             such as `30d`",
+                            self.context
+                        ),
+                    );
+                    Nanos::ZERO
+                }
+                _ => self.duration("window", diags),
+            };
+            return AlgorithmSpec::FixedWindow {
+                limit,
+                window,
+                align: match align {
+                    Some(AlignKind::FirstHit) => Align::FirstHit,
+                    _ => Align::Epoch,
+                },
+            };
+        }
+        let unit = match self.f.get("window") {
+            None => {
+                self.missing("window", diags);
+                None
+            }
+            Some(n) => {
+                let unit = diags
+                    .take(
+                        n.scalar_text("window")
+                            .map_err(|d| in_context(d, self.context)),
+                    )
+                    .and_then(|text| {
+                        let unit = calendar_unit(&text);
+                        if unit.is_none() {
+                            diags.error(
+                                &n.pos,
+                                format!(
+                                    "{}: a calendar window (`align: calendar`) is one day, \
+                                     week, month or year: write `window: 1d`, `1w`, `1mo` or \
+                                     `1y`, found `{text}`",
+                                    self.context
+                                ),
+                            );
+                        }
+                        unit
+                    });
+                unit
+            }
         };
+        let zone = match zone {
+            None => Some(Calendar::DEFAULT_ZONE),
+            Some(z) => diags.take(
+                z.as_str("timezone")
+                    .map_err(|d| in_context(d, self.context)),
+            ),
+        };
+        let calendar = match (unit, zone) {
+            (Some(unit), Some(name)) => match Calendar::new(unit, name) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    let pos = self.f.get("timezone").map_or(&self.f.node.pos, |z| &z.pos);
+                    diags.error(pos, format!("{}: {e}", self.context));
+                    None
+                }
+            },
+            _ => None,
+        };
+        match calendar {
+            Some(c) => AlgorithmSpec::FixedWindow {
+                limit,
+                window: c.unit().nominal(),
+                align: Align::Calendar(c),
+            },
+            // Reported above; a placeholder the loader never builds.
+            None => AlgorithmSpec::FixedWindow {
+                limit,
+                window: Nanos::ZERO,
+                align: Align::Epoch,
+            },
+        }
+    }
+
+    fn align(&self, diags: &mut Diagnostics) -> Option<AlignKind> {
+        let n = self.f.get("align")?;
         match diags.take(n.as_str("align")) {
-            Some("epoch") => Align::Epoch,
-            Some("first_hit") => Align::FirstHit,
+            Some("epoch") => Some(AlignKind::Epoch),
+            Some("first_hit") => Some(AlignKind::FirstHit),
+            Some("calendar") => Some(AlignKind::Calendar),
             Some(other) => {
                 diags.error(
                     &n.pos,
                     format!(
-                        "{}: align must be `epoch` or `first_hit`, found `{other}`",
+                        "{}: align must be `epoch`, `first_hit` or `calendar`, found `{other}`",
                         self.context
                     ),
                 );
-                Align::Epoch
+                None
             }
-            None => Align::Epoch,
+            None => None,
         }
     }
 
@@ -975,6 +1078,39 @@ impl Params<'_, '_> {
         let v = diags.take(n.as_u64("buckets")).unwrap_or(2);
         u32::try_from(v).unwrap_or(u32::MAX)
     }
+}
+
+/// How a fixed window's `align` reads, before its calendar is built.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum AlignKind {
+    Epoch,
+    FirstHit,
+    Calendar,
+}
+
+/// The calendar unit a calendar window's `window` names: `1mo`, `1y`, or
+/// a duration of exactly one day or one week (`1d`, `24h`, `1w`, `7d`).
+fn calendar_unit(text: &str) -> Option<CalendarUnit> {
+    let text = text.trim();
+    CalendarUnit::from_name(text).or_else(|| {
+        let d = parse_duration(text).ok()?;
+        [CalendarUnit::Day, CalendarUnit::Week]
+            .into_iter()
+            .find(|u| u.nominal() == d)
+    })
+}
+
+/// The text of a `window` that only a calendar has (`1mo`, `2y`: months
+/// and years, which no duration is), if it is one.
+fn calendar_only(n: &Node) -> Option<String> {
+    let Kind::Str(s) = &n.kind else {
+        return None;
+    };
+    let t = s.trim();
+    let digits = t.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = &t[digits.len()..];
+    (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) && matches!(unit, "mo" | "y"))
+        .then(|| t.to_owned())
 }
 
 /// Prefixes a diagnostic's message with what it is about.

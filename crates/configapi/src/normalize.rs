@@ -621,4 +621,44 @@ mod tests {
         let e = resource("shop", NamespaceFlags::default(), "api", &json!([1])).unwrap_err();
         assert_eq!(e.reason, "malformed_request");
     }
+
+    /// Issue 18, calendar windows: the API stores a calendar window as the
+    /// loader writes it (the zone as the database spells it), refuses an
+    /// unknown zone with the loader's message, and an export imports back
+    /// to the same forms.
+    #[test]
+    fn a_calendar_window_is_normalized_refused_and_round_trips() {
+        let flags = NamespaceFlags::default();
+        let body = json!({
+            "algorithm": "fixed_window", "limit": 1000, "window": "1mo",
+            "align": "calendar", "timezone": "europe/paris",
+            "domains": {"acme": {"limit": 5000}},
+        });
+        let r = resource("shop", flags, "quota", &body).unwrap();
+        assert_eq!(r.stored["window"], "1mo");
+        assert_eq!(r.stored["align"], "calendar");
+        assert_eq!(r.stored["timezone"], "Europe/Paris");
+        assert_eq!(r.resolved["domains"]["acme"]["timezone"], "Europe/Paris");
+        let doc = document(&[NamespaceDoc {
+            name: "shop".into(),
+            flags,
+            resources: vec![r.stored.clone()],
+        }]);
+        let yaml = to_yaml(&doc);
+        let (namespaces, _) = import(&yaml).unwrap_or_else(|e| panic!("{e:?}\n{yaml}"));
+        assert_eq!(namespaces[0].0.resources, vec![r.stored.clone()], "{yaml}");
+        assert_eq!(namespaces[0].1, vec![r.resolved.clone()]);
+
+        let bad = json!({
+            "algorithm": "fixed_window", "limit": 1, "window": "1mo",
+            "align": "calendar", "timezone": "Mars/Olympus_Mons",
+        });
+        let e = resource("shop", flags, "quota", &bad).unwrap_err();
+        assert_eq!(e.reason, "invalid_config");
+        assert!(
+            e.message.contains("`timezone`") && e.message.contains("Mars/Olympus_Mons"),
+            "{}",
+            e.message
+        );
+    }
 }

@@ -94,6 +94,10 @@ pub(crate) struct Ask {
     pub inspect: bool,
     /// The caller's clock (`ScriptClock::Caller`); `None`: Redis's `TIME`.
     pub now: Option<Nanos>,
+    /// This server's time, whichever clock decides: where the windows a
+    /// calendar limit's parameters carry are computed (Lua has no time
+    /// zone database; `lua/algorithms/fixed_window.lua`).
+    pub server_now: Nanos,
 }
 
 /// Why a decision got no answer from the script.
@@ -195,9 +199,16 @@ impl Encoder {
             }
         }
         cmd.arg(plans).arg(limits.len());
+        // One time for the call's calendar windows: the latest of its
+        // decisions (they were asked within the call's batching delay).
+        let server_now = calls
+            .clone()
+            .map(|(_, ask)| ask.server_now)
+            .max()
+            .unwrap_or(Nanos::ZERO);
         let mut text = String::new();
         for limit in &limits {
-            let e = params::encode(limit);
+            let e = params::encode(limit, server_now);
             cmd.arg(e.code);
             e.write(&mut cmd, &mut text);
         }

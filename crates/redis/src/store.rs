@@ -620,6 +620,7 @@ impl RedisStore {
             mode,
             inspect,
             now: (self.clock == ScriptClock::Caller).then_some(now),
+            server_now: now,
         };
         // Before the call is sent: should the store find meanwhile that
         // Redis lost its data, the answer may describe what was lost.

@@ -340,6 +340,16 @@ pub struct ServeArgs {
         allow_hyphen_values = true
     )]
     pub gossip_clock_offset_ms: Option<i64>,
+    /// Test hook: shift the server's clock (milliseconds, may be
+    /// negative), so a test can stand a server just before an edge it
+    /// cannot wait for (a calendar month's).
+    #[arg(
+        long,
+        env = "TOLLGATE_CLOCK_OFFSET_MS",
+        hide = true,
+        allow_hyphen_values = true
+    )]
+    pub clock_offset_ms: Option<i64>,
 }
 
 /// The bytes of the file `flag` names.
@@ -856,7 +866,10 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let mut stop = stop_signal()?;
     // The one clock of the server: its app, its service and its gossip
     // read the time from it.
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let clock: Arc<dyn Clock> = match args.clock_offset_ms {
+        Some(ms) => Arc::new(tollgate_core::ShiftedClock::new(ms)),
+        None => Arc::new(SystemClock),
+    };
     let Prepared {
         config,
         warnings,
