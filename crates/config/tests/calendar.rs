@@ -33,7 +33,7 @@ fn spec_of(text: &str) -> AlgorithmSpec {
     let ResourceKind::Rate(rate) = &r.kind else {
         panic!("not a rate limit")
     };
-    rate.default.algorithm.clone()
+    rate.default.algorithm().unwrap().clone()
 }
 
 /// The calendar of a calendar fixed window: its unit and zone.
@@ -186,11 +186,11 @@ fn the_normalized_output_keeps_the_calendar_and_reads_back() {
         panic!()
     };
     assert_eq!(
-        calendar_of(&rate.for_domain("acme").algorithm),
+        calendar_of(rate.for_domain("acme").algorithm().unwrap()),
         (CalendarUnit::Month, "Europe/Paris".into())
     );
     assert_eq!(
-        calendar_of(&rate.for_domain("globex").algorithm),
+        calendar_of(rate.for_domain("globex").algorithm().unwrap()),
         (CalendarUnit::Day, "Asia/Tokyo".into())
     );
 }
@@ -208,7 +208,7 @@ fn the_lyft_format_keeps_its_month_and_takes_a_calendar_as_an_extension() {
             panic!()
         };
         (
-            rate.default.algorithm.clone(),
+            rate.default.algorithm().unwrap().clone(),
             r.envoy.as_ref().unwrap().limit,
         )
     };
