@@ -223,3 +223,32 @@ fn bad_sentinel_urls_are_clear_startup_errors() {
         assert!(run.stderr.contains("***@"), "{password}: {run}");
     }
 }
+
+/// Second review of issue 18: sentinels that require a password were
+/// served by the library only; `serve` had no flag for their password.
+/// With `--redis-sentinel-password-file` it serves; without, it refuses
+/// to start, saying the sentinels refused it, and never prints the
+/// password.
+#[test]
+fn sentinels_behind_a_password_are_served_with_their_password_file() {
+    let dir = Sandbox::new("redis-sentinel-password");
+    dir.write("tollgate.yaml", CONFIG);
+    dir.write("sentinel-password", "s3ntinel-pass\n");
+    let sentinels = RedisSentinels::start_with_sentinel_password("s3ntinel-pass");
+    let s = Serving::start_redis(
+        &dir,
+        &sentinels.url(),
+        &["--redis-sentinel-password-file", "sentinel-password"],
+        &[],
+    );
+    assert_eq!(ask(&s), 200);
+    drop(s);
+    let mut args = vec!["serve", "--config", "tollgate.yaml", "--store"];
+    let url = sentinels.url();
+    args.push(&url);
+    args.extend_from_slice(&FREE_PORTS);
+    args.extend_from_slice(&["--redis-connect-timeout-ms", "2000"]);
+    let run = common::run_clean(&dir.dir, &args, &[]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(!run.stderr.contains("s3ntinel-pass"), "{run}");
+}

@@ -164,19 +164,23 @@ fn metrics_urls(servers: &[String]) -> Result<Vec<(String, reqwest::Url)>> {
     servers
         .into_iter()
         .map(|s| {
+            // Every message names the entry with its credentials hidden:
+            // an entry with a password is refused, and the refusal must
+            // not print it.
+            let shown = tollgate_redis::conn::redact(s);
             let text = if s.contains("://") {
                 s.to_owned()
             } else {
                 format!("http://{s}")
             };
             let mut url = reqwest::Url::parse(&text).with_context(|| {
-                format!("--servers {s}: not an address (HOST:PORT or http://HOST:PORT)")
+                format!("--servers {shown}: not an address (HOST:PORT or http://HOST:PORT)")
             })?;
             if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
-                bail!("--servers {s}: not an address (HOST:PORT or http://HOST:PORT)");
+                bail!("--servers {shown}: not an address (HOST:PORT or http://HOST:PORT)");
             }
             if !url.username().is_empty() || url.password().is_some() {
-                bail!("--servers {s}: an address with a user or password is not taken");
+                bail!("--servers {shown}: an address with a user or password is not taken");
             }
             if url.path() == "/" || url.path().is_empty() {
                 url.set_path("/metrics");
