@@ -52,6 +52,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ".tollgate.v1.RateResponse.limited_by",
             "#[serde(with = \"crate::json::limited_by\")]",
         )
+        // Only resources with a `limits:` list fill these: every other
+        // answer stays as it was, byte for byte.
+        .field_attribute(
+            ".tollgate.v1.RateResponse.limits",
+            "#[serde(skip_serializing_if = \"Vec::is_empty\")]",
+        )
+        .field_attribute(
+            ".tollgate.v1.RateResponse.limited_by_name",
+            "#[serde(skip_serializing_if = \"String::is_empty\")]",
+        )
         .compile_fds(native)?;
     // Envoy's types, with Google's well-known types generated beside them
     // (so `Duration` and `UInt64Value` are plain messages, as in Envoy's

@@ -75,16 +75,72 @@ pub fn bearer(authorization: &str) -> Option<&str> {
 /// them. An `@` in a path, query or fragment hides more than the
 /// credentials (the host too), never less. Without `://` (a mistyped
 /// URL), everything before the last `@` is hidden.
+///
+/// A password may also come in the query (`postgres://u@h/db?password=`,
+/// which sqlx reads; `redis+unix:///s?pass=`, which redis-rs reads): the
+/// value of every query parameter whose name holds `pass`, `pwd`,
+/// `secret` or `token` (any case) is hidden too, up to the next `&` (a
+/// `#` or `@` in it included), as is the rest of one whose value holds
+/// the last `@` (second review of issue 18: such a value was shown).
 pub fn redact(url: &str) -> String {
-    let Some(at) = url.rfind('@') else {
-        return url.to_owned();
+    let (head, rest) = match url.rfind('@') {
+        None => return hide_query_secrets(url, false),
+        Some(at) => match url.find("://") {
+            Some(scheme_end) if scheme_end < at => (
+                format!("{}://***@", &url[..scheme_end]),
+                (&url[scheme_end + 3..at], &url[at + 1..]),
+            ),
+            _ => ("***@".to_owned(), (&url[..at], &url[at + 1..])),
+        },
     };
-    match url.find("://") {
-        Some(scheme_end) if scheme_end < at => {
-            format!("{}://***@{}", &url[..scheme_end], &url[at + 1..])
+    let (hidden, shown) = rest;
+    // A secret parameter whose value the last `@` cuts: the part after
+    // it is still that value, up to the next `&`.
+    head + &hide_query_secrets(shown, secret_runs_on(hidden))
+}
+
+/// Whether a name of a query parameter says its value is a secret.
+fn is_secret_name(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["pass", "pwd", "secret", "token"]
+        .iter()
+        .any(|w| name.contains(w))
+}
+
+/// Whether `text` ends inside the value of a secret query parameter (one
+/// after a `?` or `&`, with no `&` after its `=`).
+fn secret_runs_on(text: &str) -> bool {
+    let Some(q) = text.find('?') else {
+        return false;
+    };
+    let last = text[q + 1..].rsplit('&').next().unwrap_or_default();
+    last.split_once('=')
+        .is_some_and(|(name, _)| is_secret_name(name))
+}
+
+/// `text` (the part of a URL after its credentials) with the values of
+/// its secret query parameters replaced by `***`; with `cut`, its start
+/// up to the first `&` too (the rest of a secret value).
+fn hide_query_secrets(text: &str, cut: bool) -> String {
+    let (lead, text) = if cut {
+        match text.find('&') {
+            Some(i) => ("***", &text[i..]),
+            None => return "***".to_owned(),
         }
-        _ => format!("***@{}", &url[at + 1..]),
-    }
+    } else {
+        ("", text)
+    };
+    let Some(q) = text.find('?') else {
+        return format!("{lead}{text}");
+    };
+    let params: Vec<String> = text[q + 1..]
+        .split('&')
+        .map(|p| match p.split_once('=') {
+            Some((name, _)) if is_secret_name(name) => format!("{name}=***"),
+            _ => p.to_owned(),
+        })
+        .collect();
+    format!("{lead}{}?{}", &text[..q], params.join("&"))
 }
 
 /// The longest first field an error message repeats as a mistyped role:
@@ -297,6 +353,44 @@ mod tests {
             redact("redis-sentinel://a:1,b:2/m?x#y"),
             "redis-sentinel://a:1,b:2/m?x#y"
         );
+    }
+
+    /// Regression (second review of issue 18): a password given in the
+    /// query, which sqlx (`?password=`) and redis-rs (`?pass=` of a
+    /// `redis+unix://` URL, which `--store` refuses, naming it) read, was
+    /// shown whole: the rule looked for credentials before an `@` only.
+    #[test]
+    fn passwords_in_the_query_never_show() {
+        for hostile in ["", "@", "#", "/", "?", "@b?c#d", "=", "%40"] {
+            let password = format!("{hostile}s3cr3t{hostile}");
+            for url in [
+                format!("postgres://u@db/x?password={password}"),
+                format!("postgres://u@db/x?sslmode=require&password={password}&x=1"),
+                format!("postgres://db/x?PassWord={password}"),
+                format!("postgres://u:{password}@db/x?sslpassword={password}"),
+                format!("redis+unix:///tmp/r.sock?db=1&pass={password}"),
+                format!("unix:///tmp/r.sock?pass={password}"),
+                format!("https://h/api?token={password}"),
+            ] {
+                let shown = redact(&url);
+                assert!(!shown.contains("s3cr3t"), "{url} shown as {shown}");
+                assert!(shown.contains("***"), "{url} shown as {shown}");
+            }
+        }
+        // The rest still shows.
+        assert_eq!(
+            redact("postgres://u@db/x?sslmode=require&password=pw&x=1"),
+            "postgres://***@db/x?sslmode=require&password=***&x=1"
+        );
+        assert_eq!(
+            redact("redis+unix:///tmp/r.sock?pass=pw"),
+            "redis+unix:///tmp/r.sock?pass=***"
+        );
+        assert_eq!(
+            redact("postgres://u@db/x?password=p@ss&x=1"),
+            "postgres://***@***&x=1"
+        );
+        assert_eq!(redact("redis://h:1/0?db=2"), "redis://h:1/0?db=2");
     }
 
     #[test]

@@ -130,6 +130,7 @@ impl Client {
                 hits: Some(tollgate_proto::DEFAULT_HITS),
                 min_hits: None,
                 mode: v1::Mode::Try as i32,
+                limit: None,
             },
             max_wait: Duration::ZERO,
         }
@@ -194,6 +195,9 @@ impl Client {
 }
 
 /// One attempt's answer, as the caller of [`Inner::retry`] reads it.
+// Moved once per attempt and matched at once; a box would cost an
+// allocation per rejection to save that move.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Read<T> {
     /// Granted: what the caller keeps.
     Granted(T),
@@ -430,6 +434,19 @@ impl RequestBuilder {
     /// Fewest hits worth having (default: all of them).
     pub fn min_hits(mut self, min: u64) -> Self {
         self.request.min_hits = Some(min);
+        self
+    }
+
+    /// A limit of the request's own: `requests_per_unit` per `unit`
+    /// (`second` to `year`), in place of the resource's algorithm. The
+    /// server takes it only for a resource with `allow_override: true`,
+    /// up to its `override_max`, and refuses it otherwise
+    /// (`invalid_limit_override`).
+    pub fn limit(mut self, requests_per_unit: u64, unit: &str) -> Self {
+        self.request.limit = Some(v1::LimitOverride {
+            requests_per_unit,
+            unit: unit.to_owned(),
+        });
         self
     }
 

@@ -66,6 +66,15 @@ fn resource(out: &mut String, r: &Resource) {
             if let Some(g) = rate.global_limit {
                 let _ = writeln!(out, "        global_limit: {g}");
             }
+            if let Some(max) = &rate.override_max {
+                out.push_str("        allow_override: true\n");
+                let _ = writeln!(
+                    out,
+                    "        override_max: {}/{}",
+                    max.count(),
+                    max.period()
+                );
+            }
             if let Some(rep) = &r.replication {
                 let _ = writeln!(out, "        replication: {}", replication(rep));
             }
@@ -208,8 +217,26 @@ fn descriptor(out: &mut String, ns: &Namespace, node: &DescriptorNode, depth: us
         }
         let mut parts = Vec::new();
         if let ResourceKind::Rate(rate) = &r.kind {
-            parts.extend(envoy_limit(&rate.default.algorithm));
+            if let Some(algorithm) = rate.default.algorithm() {
+                parts.extend(envoy_limit(algorithm));
+            } else {
+                // A `rate_limit` list: each limit named, in its own terms.
+                let list: Vec<String> = rate
+                    .default
+                    .limits
+                    .iter()
+                    .enumerate()
+                    .map(|(i, l)| {
+                        let mut entry =
+                            vec![format!("name: {}", scalar(&rate.default.limit_name(i)))];
+                        entry.extend(envoy_limit(&l.algorithm));
+                        format!("{{ {} }}", entry.join(", "))
+                    })
+                    .collect();
+                let _ = writeln!(out, "{pad}rate_limit: [{}]", list.join(", "));
+            }
         }
+        let listed = matches!(&r.kind, ResourceKind::Rate(rate) if rate.default.is_list());
         if let Some(n) = &meta.name {
             parts.push(format!("name: {}", scalar(n)));
         }
@@ -221,7 +248,9 @@ fn descriptor(out: &mut String, ns: &Namespace, node: &DescriptorNode, depth: us
                 .collect();
             parts.push(format!("replaces: [{}]", names.join(", ")));
         }
-        let _ = writeln!(out, "{pad}rate_limit: {{ {} }}", parts.join(", "));
+        if !listed {
+            let _ = writeln!(out, "{pad}rate_limit: {{ {} }}", parts.join(", "));
+        }
     }
     if !node.children.is_empty() {
         let _ = writeln!(out, "{pad}descriptors:");
@@ -273,9 +302,19 @@ fn extension(spec: &AlgorithmSpec) -> Vec<String> {
 }
 
 fn spec_lines(out: &mut String, spec: &RateSpec, indent: &str) {
-    let _ = writeln!(out, "{indent}algorithm: {}", spec.algorithm.name());
-    for (k, v) in spec.algorithm.params() {
-        let _ = writeln!(out, "{indent}{k}: {v}");
+    match spec.algorithm() {
+        Some(algorithm) => {
+            let _ = writeln!(out, "{indent}algorithm: {}", algorithm.name());
+            for (k, v) in algorithm.params() {
+                let _ = writeln!(out, "{indent}{k}: {v}");
+            }
+        }
+        None => {
+            let _ = writeln!(out, "{indent}limits:");
+            for flow in limit_flows(spec) {
+                let _ = writeln!(out, "{indent}  - {{ {flow} }}");
+            }
+        }
     }
     if let Some(h) = spec.hard_limit {
         let _ = writeln!(out, "{indent}hard_limit: {h}");
@@ -283,17 +322,45 @@ fn spec_lines(out: &mut String, spec: &RateSpec, indent: &str) {
 }
 
 fn spec_flow(spec: &RateSpec) -> String {
-    let mut parts = vec![format!("algorithm: {}", spec.algorithm.name())];
-    parts.extend(
-        spec.algorithm
-            .params()
-            .into_iter()
-            .map(|(k, v)| format!("{k}: {v}")),
-    );
+    let mut parts = match spec.algorithm() {
+        Some(algorithm) => algorithm_flow(algorithm),
+        None => {
+            let list: Vec<String> = limit_flows(spec)
+                .into_iter()
+                .map(|f| format!("{{ {f} }}"))
+                .collect();
+            vec![format!("limits: [{}]", list.join(", "))]
+        }
+    };
     if let Some(h) = spec.hard_limit {
         parts.push(format!("hard_limit: {h}"));
     }
     parts.join(", ")
+}
+
+/// `algorithm: NAME` and its parameters, as flow-mapping entries.
+fn algorithm_flow(algorithm: &AlgorithmSpec) -> Vec<String> {
+    let mut parts = vec![format!("algorithm: {}", algorithm.name())];
+    parts.extend(
+        algorithm
+            .params()
+            .into_iter()
+            .map(|(k, v)| format!("{k}: {v}")),
+    );
+    parts
+}
+
+/// Each limit of a `limits:` list as the inside of a flow mapping, named.
+fn limit_flows(spec: &RateSpec) -> Vec<String> {
+    spec.limits
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let mut parts = vec![format!("name: {}", scalar(&spec.limit_name(i)))];
+            parts.extend(algorithm_flow(&l.algorithm));
+            parts.join(", ")
+        })
+        .collect()
 }
 
 /// A string as a YAML scalar: plain when unambiguous, else double-quoted

@@ -29,8 +29,8 @@ use tollgate_core::Align;
 
 use crate::diag::{Diagnostics, Pos};
 use crate::model::{
-    AlgorithmSpec, EnvoyLimit, EnvoyMeta, EnvoyUnit, Namespace, RateResource, RateSpec, Resource,
-    ResourceKind, UsageSpec,
+    AlgorithmSpec, EnvoyLimit, EnvoyMeta, EnvoyUnit, LimitSpec, Namespace, RateResource, RateSpec,
+    Resource, ResourceKind, UsageSpec, MAX_LIMITS_PER_RESOURCE,
 };
 use crate::native::{flag, read_algorithm};
 use crate::yaml::{did_you_mean, Fields, Node};
@@ -114,6 +114,24 @@ pub struct DescriptorMatch {
     /// `key=value` for every entry, joined with `/` (`%`, `/` and `=` in
     /// keys and values are percent-encoded).
     pub domain: String,
+}
+
+/// A descriptor's counter domain when the descriptor brings its own limit
+/// (Envoy's descriptor `limit`): every entry's `key=value`, joined with
+/// `/` and escaped as [`DescriptorMatch::domain`] is, whether or not the
+/// tree matches it (envoyproxy/ratelimit keys such a limit by the
+/// descriptor itself).
+pub fn descriptor_domain<K: AsRef<str>, V: AsRef<str>>(entries: &[(K, V)]) -> String {
+    let mut domain = String::new();
+    for (key, value) in entries {
+        if !domain.is_empty() {
+            domain.push('/');
+        }
+        escape_into(&mut domain, key.as_ref());
+        domain.push('=');
+        escape_into(&mut domain, value.as_ref());
+    }
+    domain
 }
 
 impl DescriptorTree {
@@ -324,15 +342,28 @@ impl Reader<'_> {
                 .and_then(|n| self.diags.take(n.as_u64("max_debt"))),
             report: flag(f, "report", self.diags),
         };
+        let usage_at = f.pos_of(if f.has("report") {
+            "report"
+        } else {
+            "max_debt"
+        });
         let resource = match f.get("rate_limit") {
-            Some(rl) if !matches!(rl.kind, crate::yaml::Kind::Null) => {
-                let at = f.pos_of(if f.has("report") {
-                    "report"
-                } else {
-                    "max_debt"
-                });
-                self.rate_limit(rl, &path, shadow, detailed_metric, (usage, at), &item.pos)
-            }
+            Some(rl) if matches!(rl.kind, crate::yaml::Kind::Seq(_)) => self.rate_limits(
+                rl,
+                &path,
+                shadow,
+                detailed_metric,
+                (usage, usage_at),
+                &item.pos,
+            ),
+            Some(rl) if !matches!(rl.kind, crate::yaml::Kind::Null) => self.rate_limit(
+                rl,
+                &path,
+                shadow,
+                detailed_metric,
+                (usage, usage_at),
+                &item.pos,
+            ),
             _ => {
                 if usage != UsageSpec::default() {
                     let field = if usage.report { "report" } else { "max_debt" };
@@ -363,7 +394,7 @@ impl Reader<'_> {
         path: &str,
         shadow: bool,
         detailed_metric: bool,
-        (usage, usage_at): (UsageSpec, &Pos),
+        usage: (UsageSpec, &Pos),
         pos: &Pos,
     ) -> Option<usize> {
         let f = self.diags.take(node.as_map("rate_limit"))?;
@@ -384,6 +415,137 @@ impl Reader<'_> {
             check_keys(&f, RATE_LIMIT_FIELDS, &context, self.diags);
             self.envoy_limit(&f, &context)?
         };
+        self.push_resource(
+            path,
+            RateSpec::single(algorithm, None),
+            shadow,
+            usage,
+            EnvoyMeta {
+                name,
+                replaces,
+                detailed_metric,
+                limit,
+            },
+            pos,
+        )
+    }
+
+    /// A `rate_limit:` list (a tollgate extension): several limits on one
+    /// descriptor, decided together, each entry a `rate_limit` block of its
+    /// own with an optional `name` (what answers call it). `replaces` and
+    /// `unlimited` belong to a whole descriptor and are refused in a list.
+    fn rate_limits(
+        &mut self,
+        node: &Node,
+        path: &str,
+        shadow: bool,
+        detailed_metric: bool,
+        usage: (UsageSpec, &Pos),
+        pos: &Pos,
+    ) -> Option<usize> {
+        let context = format!("rate_limit of descriptor `{path}`");
+        let items = self.diags.take(node.as_seq("rate_limit"))?;
+        if items.is_empty() || items.len() > MAX_LIMITS_PER_RESOURCE {
+            self.diags.error(
+                &node.pos,
+                format!("{context}: a `rate_limit` list has 1 to {MAX_LIMITS_PER_RESOURCE} limits, found {}", items.len()),
+            );
+            return None;
+        }
+        let before = self.diags.errors.len();
+        let mut limits: Vec<LimitSpec> = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let Some(f) = self.diags.take(item.as_map("a rate_limit entry")) else {
+                continue;
+            };
+            for refused in ["replaces", "unlimited"] {
+                if f.has(refused) {
+                    self.diags.error(
+                        f.pos_of(refused),
+                        format!("{context}: `{refused}` applies to a whole descriptor and cannot be given per entry of a `rate_limit` list"),
+                    );
+                }
+            }
+            let name = match f.get("name") {
+                Some(n) => match self.diags.take(n.scalar_text("name")) {
+                    Some(name) => name,
+                    None => continue,
+                },
+                None => (i + 1).to_string(),
+            };
+            if let Some(problem) = crate::native::limit_name_problem(&name) {
+                self.diags.error(
+                    f.pos_of("name"),
+                    format!("{context}: limit name {name:?} {problem}"),
+                );
+                continue;
+            }
+            if limits
+                .iter()
+                .any(|l| l.name.as_deref() == Some(name.as_str()))
+            {
+                self.diags.error(
+                    f.pos_of("name"),
+                    format!("{context}: two limits are called `{name}`; each limit's name must be unique"),
+                );
+                continue;
+            }
+            let lcontext = format!("{context}, limit `{name}`");
+            let algorithm = if f.has("algorithm") {
+                read_algorithm(&f, &f, &lcontext, &["algorithm", "name"], self.diags)
+            } else {
+                check_keys(
+                    &f,
+                    &["unit", "requests_per_unit", "name"],
+                    &lcontext,
+                    self.diags,
+                );
+                self.envoy_limit(&f, &lcontext).map(|(a, _)| a)
+            };
+            match algorithm {
+                Some(AlgorithmSpec::Deny) => self.diags.error(
+                    &item.pos,
+                    format!("{lcontext}: a limit of 0 requests cannot be one limit of a list; give the descriptor a single `rate_limit` with `requests_per_unit: 0`"),
+                ),
+                Some(algorithm) => limits.push(LimitSpec {
+                    name: Some(name),
+                    algorithm,
+                }),
+                None => {}
+            }
+        }
+        if self.diags.errors.len() > before {
+            return None;
+        }
+        self.push_resource(
+            path,
+            RateSpec {
+                limits,
+                hard_limit: None,
+            },
+            shadow,
+            usage,
+            EnvoyMeta {
+                name: None,
+                replaces: Vec::new(),
+                detailed_metric,
+                limit: None,
+            },
+            pos,
+        )
+    }
+
+    /// Adds the resource of descriptor `path`, warning when another
+    /// descriptor's path prints alike.
+    fn push_resource(
+        &mut self,
+        path: &str,
+        spec: RateSpec,
+        shadow: bool,
+        (usage, usage_at): (UsageSpec, &Pos),
+        envoy: EnvoyMeta,
+        pos: &Pos,
+    ) -> Option<usize> {
         if let Some(first) = self.resources.iter().find(|r| r.name == path) {
             // Dots inside keys make two paths print alike (upstream's stats
             // keys collide the same way); the limits stay separate.
@@ -397,12 +559,10 @@ impl Reader<'_> {
             );
         }
         let rate = RateResource {
-            default: RateSpec {
-                algorithm,
-                hard_limit: None,
-            },
+            default: spec,
             domains: Default::default(),
             global_limit: None,
+            override_max: None,
         };
         if let Err(problem) = usage.check(&rate) {
             self.diags
@@ -416,12 +576,7 @@ impl Reader<'_> {
             usage,
             replication: None,
             refining: Default::default(),
-            envoy: Some(EnvoyMeta {
-                name,
-                replaces,
-                detailed_metric,
-                limit,
-            }),
+            envoy: Some(envoy),
             pos: pos.clone(),
         });
         Some(self.resources.len() - 1)

@@ -30,7 +30,8 @@ use std::path::{Path, PathBuf};
 pub use diag::{ConfigError, Diagnostic, Diagnostics, Pos};
 pub use envoy::{DescriptorMatch, DescriptorTree};
 pub use model::{
-    AlgorithmSpec, Config, EnvoyMeta, Namespace, RateResource, RateSpec, Resource, ResourceKind,
+    AlgorithmSpec, Config, EnvoyMeta, LimitSpec, Namespace, RateResource, RateSpec, Resource,
+    ResourceKind, MAX_LIMITS_PER_RESOURCE, RESERVED_LIMIT_NAMES,
 };
 
 /// A loaded config and the warnings normalization produced.

@@ -110,8 +110,10 @@ impl UsageSpec {
         if self.max_debt.is_none() && !self.report {
             return Ok(());
         }
+        // Every limit of a `limits:` list is charged by a report, so each
+        // must be able to owe hits.
         let specs = std::iter::once(&rate.default).chain(rate.domains.values());
-        for spec in specs {
+        for spec in specs.flat_map(|s| s.limits.iter()) {
             let name = spec.algorithm.name();
             let limit = match &spec.algorithm {
                 AlgorithmSpec::Unlimited => continue,
@@ -156,8 +158,10 @@ pub struct EnvoyMeta {
 
 /// `requests_per_unit` per `unit`: an envoyproxy/ratelimit limit as
 /// written, kept because the resolved algorithm (a fixed window of some
-/// nanoseconds) no longer says which unit it was.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+/// nanoseconds) no longer says which unit it was. Also the shape of a
+/// limit a request brings ([`RateResource::override_max`], Envoy's
+/// descriptor `limit`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct EnvoyLimit {
     /// Hits per unit; 0 for a limit that rejects everything.
     pub requests_per_unit: u64,
@@ -166,6 +170,28 @@ pub struct EnvoyLimit {
 }
 
 impl EnvoyLimit {
+    /// Whether this limit's rate is at most `max` (compared exactly:
+    /// `requests_per_unit / unit <= count / period`).
+    pub fn within(&self, max: &Rate) -> bool {
+        let unit = u128::from(self.unit.window().as_u64());
+        let period = u128::from(max.period().as_u64());
+        u128::from(self.requests_per_unit) * period <= u128::from(max.count()) * unit
+    }
+
+    /// The algorithm it decides with: a fixed window of `requests_per_unit`
+    /// per `unit`, aligned to the Unix epoch, as envoyproxy/ratelimit
+    /// counts; `deny` for 0.
+    pub fn algorithm(&self) -> AlgorithmSpec {
+        if self.requests_per_unit == 0 {
+            return AlgorithmSpec::Deny;
+        }
+        AlgorithmSpec::FixedWindow {
+            limit: self.requests_per_unit,
+            window: self.unit.window(),
+            align: Align::Epoch,
+        }
+    }
+
     /// The limit an algorithm extension amounts to, when it is a count
     /// per window and the window is exactly one unit (`sliding_log` of 2
     /// per `1s` is 2 per second); `None` otherwise.
@@ -278,6 +304,10 @@ pub struct RateResource {
     pub domains: BTreeMap<String, RateSpec>,
     /// Hits per second across all domains (Charon's global limit).
     pub global_limit: Option<u64>,
+    /// `allow_override` with its `override_max`: requests may bring their
+    /// own limit (`requests_per_unit` per `unit`, in place of the
+    /// resource's algorithm or list) up to this rate. `None`: they may not.
+    pub override_max: Option<Rate>,
 }
 
 impl RateResource {
@@ -290,10 +320,66 @@ impl RateResource {
 /// The limits applied to one domain of a rate-limited resource.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RateSpec {
-    /// The algorithm and its parameters.
-    pub algorithm: AlgorithmSpec,
+    /// The limits a request must pass together, all or nothing, in config
+    /// order; never empty. A resource written with `algorithm:` has one,
+    /// without a name; one written with `limits:` has one per entry.
+    pub limits: Vec<LimitSpec>,
     /// Hits per second for one domain (Charon's hard limit).
     pub hard_limit: Option<u64>,
+}
+
+/// One limit of a rate-limited resource: an algorithm, and its name when
+/// the resource lists several (`limits:`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LimitSpec {
+    /// Its `name:`, unique in the resource; `None` when not given.
+    pub name: Option<String>,
+    /// The algorithm and its parameters.
+    pub algorithm: AlgorithmSpec,
+}
+
+/// Names a limit of a `limits:` list may not take: the names answers
+/// already give to other limits (`limited_by`).
+pub const RESERVED_LIMIT_NAMES: &[&str] = &["limit", "tier", "hard", "global", "deny"];
+
+/// Most limits one resource may list: a request decides each of them.
+pub const MAX_LIMITS_PER_RESOURCE: usize = 16;
+
+impl RateSpec {
+    /// The limits of a resource written with one `algorithm:`.
+    pub fn single(algorithm: AlgorithmSpec, hard_limit: Option<u64>) -> RateSpec {
+        RateSpec {
+            limits: vec![LimitSpec {
+                name: None,
+                algorithm,
+            }],
+            hard_limit,
+        }
+    }
+
+    /// The algorithm of a resource written with `algorithm:` (its only
+    /// limit); `None` for a `limits:` list ([`RateSpec::is_list`]).
+    pub fn algorithm(&self) -> Option<&AlgorithmSpec> {
+        match self.limits.as_slice() {
+            [only] if only.name.is_none() => Some(&only.algorithm),
+            _ => None,
+        }
+    }
+
+    /// Whether the limits are a `limits:` list: several, or named. Such
+    /// limits are named in answers, and their counters are keyed by name.
+    pub fn is_list(&self) -> bool {
+        self.algorithm().is_none()
+    }
+
+    /// The name answers give the limit at `index`: its `name:`, else its
+    /// position in the list counted from 1.
+    pub fn limit_name(&self, index: usize) -> String {
+        match self.limits.get(index).and_then(|l| l.name.as_deref()) {
+            Some(name) => name.to_owned(),
+            None => (index + 1).to_string(),
+        }
+    }
 }
 
 /// An algorithm and its parameters, as configured.
@@ -433,7 +519,7 @@ impl AlgorithmSpec {
                 limit,
                 window,
                 align,
-            } => Limit::FixedWindow(FixedWindow::new(*limit, *window, *align)?),
+            } => Limit::FixedWindow(FixedWindow::new(*limit, *window, align.clone())?),
             AlgorithmSpec::SlidingWindow {
                 limit,
                 window,
@@ -496,17 +582,28 @@ impl AlgorithmSpec {
                 limit,
                 window,
                 align,
-            } => vec![
-                ("limit", limit.to_string()),
-                ("window", window.to_string()),
-                (
-                    "align",
-                    match align {
-                        Align::Epoch => "epoch".into(),
-                        Align::FirstHit => "first_hit".into(),
-                    },
-                ),
-            ],
+            } => match align {
+                // The zone is part of the parameters, and so of the
+                // limit's fingerprint: a changed zone starts fresh counters.
+                Align::Calendar(c) => vec![
+                    ("limit", limit.to_string()),
+                    ("window", c.unit().name().into()),
+                    ("align", "calendar".into()),
+                    ("timezone", c.zone().into()),
+                ],
+                _ => vec![
+                    ("limit", limit.to_string()),
+                    ("window", window.to_string()),
+                    (
+                        "align",
+                        if *align == Align::FirstHit {
+                            "first_hit".into()
+                        } else {
+                            "epoch".into()
+                        },
+                    ),
+                ],
+            },
             AlgorithmSpec::SlidingWindow {
                 limit,
                 window,
@@ -584,7 +681,19 @@ impl fmt::Display for AlgorithmSpec {
 
 impl fmt::Display for RateSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.algorithm)?;
+        match self.algorithm() {
+            Some(algorithm) => write!(f, "{algorithm}")?,
+            None => {
+                write!(f, "limits: [")?;
+                for (i, l) in self.limits.iter().enumerate() {
+                    if i > 0 {
+                        write!(f, ", ")?;
+                    }
+                    write!(f, "{}: {}", self.limit_name(i), l.algorithm)?;
+                }
+                write!(f, "]")?;
+            }
+        }
         if let Some(h) = self.hard_limit {
             write!(f, " hard_limit: {h}")?;
         }

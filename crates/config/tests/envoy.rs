@@ -22,7 +22,7 @@ fn algo(ns: &Namespace, name: &str) -> AlgorithmSpec {
     let ResourceKind::Rate(rate) = &r.kind else {
         panic!()
     };
-    rate.default.algorithm.clone()
+    rate.default.algorithm().unwrap().clone()
 }
 
 fn find(ns: &Namespace, entries: &[(&str, &str)]) -> Option<(String, String)> {

@@ -25,7 +25,7 @@ fn the_bundled_example_loads() {
     let text = include_str!("../../../examples/tollgate.yaml");
     let loaded = load_str("tollgate.yaml", text).unwrap();
     let ns = loaded.config.namespace("default").unwrap();
-    assert_eq!(ns.resources.len(), 11);
+    assert_eq!(ns.resources.len(), 12);
     let login = ns.resource("login").unwrap();
     let ResourceKind::Rate(rate) = &login.kind else {
         panic!()
@@ -35,7 +35,7 @@ fn the_bundled_example_loads() {
     // The override replaces the tiers and inherits the hard limit.
     let acme = rate.for_domain("acme");
     assert_eq!(acme.hard_limit, Some(20));
-    let AlgorithmSpec::BurstTiers { tiers } = &acme.algorithm else {
+    let AlgorithmSpec::BurstTiers { tiers } = acme.algorithm().unwrap() else {
         panic!()
     };
     assert_eq!(tiers.len(), 1);
@@ -165,7 +165,7 @@ fn burst_tiers_are_normalized_with_warnings() {
     let ResourceKind::Rate(r) = &loaded.config.namespaces[0].resources[0].kind else {
         panic!()
     };
-    let AlgorithmSpec::BurstTiers { tiers } = &r.default.algorithm else {
+    let AlgorithmSpec::BurstTiers { tiers } = r.default.algorithm().unwrap() else {
         panic!()
     };
     assert_eq!(
@@ -238,15 +238,15 @@ fn domain_overrides_refine_or_replace() {
         panic!()
     };
     assert_eq!(
-        r.for_domain("big").algorithm.to_string(),
+        r.for_domain("big").algorithm().unwrap().to_string(),
         "token_bucket { capacity: 1000, rate: 1/1s }"
     );
     assert_eq!(
-        r.for_domain("other").algorithm.to_string(),
+        r.for_domain("other").algorithm().unwrap().to_string(),
         "gcra { rate: 5/1s, burst: 2 }"
     );
     assert_eq!(
-        r.for_domain("nobody").algorithm.to_string(),
+        r.for_domain("nobody").algorithm().unwrap().to_string(),
         "token_bucket { capacity: 10, rate: 1/1s }"
     );
 }

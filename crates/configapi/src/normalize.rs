@@ -464,6 +464,41 @@ mod tests {
         assert!(resource("llm", NamespaceFlags::default(), "calls", &body).is_err());
     }
 
+    /// Issue 18: a resource with a `limits:` list goes through the API as
+    /// through a file: normalized, named, and its overrides refining one
+    /// limit by name stored as written, so they go on inheriting the rest.
+    #[test]
+    fn a_limits_list_is_normalized_and_its_overrides_refine_by_name() {
+        let body = json!({
+            "limits": [
+                {"name": "burst", "algorithm": "token_bucket", "capacity": 20, "rate": "10/s"},
+                {"name": "daily", "algorithm": "fixed_window", "limit": 1000, "window": "1d"},
+            ],
+            "domains": {"acme": {"limits": [{"name": "daily", "limit": 5000}]}},
+        });
+        let r = resource("shop", NamespaceFlags::default(), "api", &body).unwrap();
+        assert_eq!(r.resolved["limits"][0]["rate"], "10/1s", "{}", r.resolved);
+        assert_eq!(r.resolved["limits"][1]["align"], "epoch");
+        assert_eq!(
+            r.stored["domains"]["acme"],
+            json!({"limits": [{"name": "daily", "limit": 5000}]})
+        );
+        let acme = &r.resolved["domains"]["acme"]["limits"];
+        assert_eq!(acme[0]["capacity"], 20, "{}", r.resolved);
+        assert_eq!(acme[1]["limit"], 5000);
+        // A name that is not the resource's is refused, naming it.
+        let bad = json!({
+            "limits": [{"name": "burst", "algorithm": "gcra", "rate": "1/s"}],
+            "domains": {"acme": {"limits": [{"name": "dayly", "limit": 5}]}},
+        });
+        let err = resource("shop", NamespaceFlags::default(), "api", &bad).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("the resource has no limit called `dayly`"),
+            "{err}"
+        );
+    }
+
     /// Issue 22: an override was stored with every inherited field written
     /// out, so raising the resource's rate left it at the old one.
     #[test]
@@ -599,5 +634,45 @@ mod tests {
         assert_eq!(e.reason, "malformed_request");
         let e = resource("shop", NamespaceFlags::default(), "api", &json!([1])).unwrap_err();
         assert_eq!(e.reason, "malformed_request");
+    }
+
+    /// Issue 18, calendar windows: the API stores a calendar window as the
+    /// loader writes it (the zone as the database spells it), refuses an
+    /// unknown zone with the loader's message, and an export imports back
+    /// to the same forms.
+    #[test]
+    fn a_calendar_window_is_normalized_refused_and_round_trips() {
+        let flags = NamespaceFlags::default();
+        let body = json!({
+            "algorithm": "fixed_window", "limit": 1000, "window": "1mo",
+            "align": "calendar", "timezone": "europe/paris",
+            "domains": {"acme": {"limit": 5000}},
+        });
+        let r = resource("shop", flags, "quota", &body).unwrap();
+        assert_eq!(r.stored["window"], "1mo");
+        assert_eq!(r.stored["align"], "calendar");
+        assert_eq!(r.stored["timezone"], "Europe/Paris");
+        assert_eq!(r.resolved["domains"]["acme"]["timezone"], "Europe/Paris");
+        let doc = document(&[NamespaceDoc {
+            name: "shop".into(),
+            flags,
+            resources: vec![r.stored.clone()],
+        }]);
+        let yaml = to_yaml(&doc);
+        let (namespaces, _) = import(&yaml).unwrap_or_else(|e| panic!("{e:?}\n{yaml}"));
+        assert_eq!(namespaces[0].0.resources, vec![r.stored.clone()], "{yaml}");
+        assert_eq!(namespaces[0].1, vec![r.resolved.clone()]);
+
+        let bad = json!({
+            "algorithm": "fixed_window", "limit": 1, "window": "1mo",
+            "align": "calendar", "timezone": "Mars/Olympus_Mons",
+        });
+        let e = resource("shop", flags, "quota", &bad).unwrap_err();
+        assert_eq!(e.reason, "invalid_config");
+        assert!(
+            e.message.contains("`timezone`") && e.message.contains("Mars/Olympus_Mons"),
+            "{}",
+            e.message
+        );
     }
 }

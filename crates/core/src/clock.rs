@@ -46,6 +46,32 @@ pub fn system_now() -> Nanos {
     Nanos::new(u64::try_from(since).unwrap_or(u64::MAX))
 }
 
+/// The system's wall clock shifted by a fixed offset: `tollgate serve`'s
+/// test hook (`--clock-offset-ms`) for a server whose time must stand near
+/// an edge a test cannot wait for (a calendar month's), while it still
+/// runs in real time.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct ShiftedClock {
+    offset_ns: i128,
+}
+
+impl ShiftedClock {
+    /// The system clock moved by `offset_ms` milliseconds (negative: into
+    /// the past).
+    pub fn new(offset_ms: i64) -> ShiftedClock {
+        ShiftedClock {
+            offset_ns: i128::from(offset_ms) * 1_000_000,
+        }
+    }
+}
+
+impl Clock for ShiftedClock {
+    fn now(&self) -> Nanos {
+        let shifted = i128::from(system_now().as_u64()) + self.offset_ns;
+        Nanos::new(u64::try_from(shifted.max(0)).unwrap_or(u64::MAX))
+    }
+}
+
 /// A clock that moves only when told: for tests, and for anyone who wants
 /// to replay time (governor's `FakeRelativeClock`).
 #[derive(Debug, Default)]
@@ -98,6 +124,16 @@ mod tests {
         assert_eq!(c.now(), Nanos::new(u64::MAX));
         c.set(Nanos::new(3));
         assert_eq!(c.now(), Nanos::new(3));
+    }
+
+    #[test]
+    fn a_shifted_clock_is_the_system_clock_moved() {
+        let before = SystemClock.now();
+        let t = ShiftedClock::new(86_400_000).now();
+        let after = SystemClock.now();
+        let day = Nanos::from_secs(86_400);
+        assert!(t >= before.saturating_add(day) && t <= after.saturating_add(day));
+        assert_eq!(ShiftedClock::new(i64::MIN).now(), Nanos::ZERO);
     }
 
     #[test]

@@ -16,6 +16,8 @@
 //!   domain, group and global limits, transfer and seize).
 //! - [`replicated`]: limit states a gossip cluster replicates (CRDTs and
 //!   their merges).
+//! - [`calendar`]: calendar windows (a day, week, month or year of a time
+//!   zone), the fixed window's `align: calendar`.
 //! - [`hash`]: the stable hash that names shared state (FNV-1a-64).
 //! - [`clock`]: the [`Clock`] trait the edges read the time through (the
 //!   system's, or a [`ManualClock`] tests move by hand); nothing in the
@@ -29,6 +31,7 @@
 
 pub mod algorithm;
 pub mod algorithms;
+pub mod calendar;
 pub mod clock;
 pub mod copies;
 pub mod decision;
@@ -50,7 +53,8 @@ pub use algorithms::sliding_log::SlidingLog;
 pub use algorithms::sliding_window::SlidingWindow;
 pub use algorithms::smooth::{Smooth, SmoothKind};
 pub use algorithms::token_bucket::TokenBucket;
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use calendar::{Calendar, CalendarUnit};
+pub use clock::{Clock, ManualClock, ShiftedClock, SystemClock};
 pub use decision::{Decision, Grant, Hits, Mode, TierInfo};
 pub use error::ParamError;
 pub use limit::{Limit, LimitState};

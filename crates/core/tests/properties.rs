@@ -140,7 +140,7 @@ fn leaky() -> impl Strategy<Value = LeakyBucket> {
 }
 
 fn fixed(align: Align) -> impl Strategy<Value = FixedWindow> {
-    (1u64..=10, span()).prop_map(move |(l, w)| FixedWindow::new(l, w, align).unwrap())
+    (1u64..=10, span()).prop_map(move |(l, w)| FixedWindow::new(l, w, align.clone()).unwrap())
 }
 
 fn sliding_window(buckets: std::ops::RangeInclusive<u32>) -> impl Strategy<Value = SlidingWindow> {

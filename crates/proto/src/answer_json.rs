@@ -9,7 +9,7 @@
 //! for the same message (field order, `null` for absent values, the same
 //! string escapes); a property test holds the two to that.
 
-use crate::v1::{RateResponse, TierContext};
+use crate::v1::{LimitStatus, RateResponse, TierContext};
 
 /// Appends `r` as JSON to `out`: byte for byte what
 /// `serde_json::to_vec(r)` writes.
@@ -55,6 +55,43 @@ pub fn write_rate_response(r: &RateResponse, out: &mut Vec<u8>) {
     bool(out, r.unconfigured);
     out.extend_from_slice(b",\"algorithm\":");
     string(out, &r.algorithm);
+    if !r.limits.is_empty() {
+        out.extend_from_slice(b",\"limits\":[");
+        for (i, l) in r.limits.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            limit_status(out, l);
+        }
+        out.push(b']');
+    }
+    if !r.limited_by_name.is_empty() {
+        out.extend_from_slice(b",\"limited_by_name\":");
+        string(out, &r.limited_by_name);
+    }
+    out.push(b'}');
+}
+
+fn limit_status(out: &mut Vec<u8>, l: &LimitStatus) {
+    out.extend_from_slice(b"{\"name\":");
+    string(out, &l.name);
+    out.extend_from_slice(b",\"algorithm\":");
+    string(out, &l.algorithm);
+    out.extend_from_slice(b",\"limit\":");
+    number(out, l.limit);
+    out.extend_from_slice(b",\"remaining\":");
+    number(out, l.remaining);
+    out.extend_from_slice(b",\"reset_after_ns\":");
+    number(out, l.reset_after_ns);
+    out.extend_from_slice(b",\"retry_after_ns\":");
+    optional(out, l.retry_after_ns);
+    out.extend_from_slice(b",\"tier\":");
+    match &l.tier {
+        Some(t) => tier(out, t),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"shadow\":");
+    bool(out, l.shadow);
     out.push(b'}');
 }
 
@@ -143,8 +180,34 @@ mod tests {
         )
     }
 
+    fn limit_status() -> impl Strategy<Value = LimitStatus> {
+        (
+            (any::<String>(), any::<String>(), any::<u64>(), any::<u64>()),
+            (any::<u64>(), any::<Option<u64>>(), tier(), any::<bool>()),
+        )
+            .prop_map(
+                |(
+                    (name, algorithm, limit, remaining),
+                    (reset_after_ns, retry_after_ns, tier, shadow),
+                )| LimitStatus {
+                    name,
+                    algorithm,
+                    limit,
+                    remaining,
+                    reset_after_ns,
+                    retry_after_ns,
+                    tier,
+                    shadow,
+                },
+            )
+    }
+
     fn response() -> impl Strategy<Value = RateResponse> {
         (
+            (
+                proptest::collection::vec(limit_status(), 0..3),
+                prop_oneof![Just(String::new()), any::<String>()],
+            ),
             (any::<bool>(), any::<u64>(), any::<u64>(), any::<u64>()),
             (any::<Option<u64>>(), any::<u64>(), any::<u64>(), -2i32..8),
             tier(),
@@ -158,6 +221,7 @@ mod tests {
         )
             .prop_map(
                 |(
+                    (limits, limited_by_name),
                     (allowed, granted, limit, remaining),
                     (retry_after_ns, reset_after_ns, wait_ns, limited_by),
                     tier,
@@ -181,6 +245,8 @@ mod tests {
                     ignored,
                     unconfigured,
                     algorithm,
+                    limits,
+                    limited_by_name,
                 },
             )
     }

@@ -32,6 +32,8 @@ pub struct RateRequestJson<'a> {
     /// `mode`, by name.
     #[serde(deserialize_with = "mode::deserialize")]
     pub mode: i32,
+    /// `limit`: a limit of the request's own.
+    pub limit: Option<crate::v1::LimitOverride>,
 }
 
 impl RateRequestJson<'_> {
@@ -44,6 +46,10 @@ impl RateRequestJson<'_> {
             hits: self.hits,
             min_hits: self.min_hits,
             mode: self.mode,
+            limit: self
+                .limit
+                .as_ref()
+                .map(|l| (l.requests_per_unit, l.unit.as_str())),
         }
     }
 }

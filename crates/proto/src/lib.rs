@@ -91,6 +91,10 @@ impl v1::RateRequest {
             hits: self.hits,
             min_hits: self.min_hits,
             mode: self.mode,
+            limit: self
+                .limit
+                .as_ref()
+                .map(|l| (l.requests_per_unit, l.unit.as_str())),
         }
     }
 }
@@ -113,6 +117,8 @@ pub struct RateRequestView<'a> {
     pub min_hits: Option<u64>,
     /// `mode`, as the proto's number.
     pub mode: i32,
+    /// `limit`, if given: `requests_per_unit` and the unit's name.
+    pub limit: Option<(u64, &'a str)>,
 }
 
 impl RateRequestView<'_> {

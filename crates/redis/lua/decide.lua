@@ -9,7 +9,8 @@
 --       few limits, and reading a limit's parameters cost more than
 --       anything else per plan); then per plan: seconds and nanoseconds of
 --       now ('' and '': Redis's TIME, read once per call), mode (0 try, 1
---       acquire, 2 report, 3 refund), hits, min_hits, item count, then per item: the limit's
+--       acquire, 2 report, 3 refund, -1 inspect: a try of zero hits that writes nothing back,
+--       so a missing key stays missing), hits, min_hits, item count, then per item: the limit's
 --       number in the list above (from 1), shadow (0/1).
 -- Reply: one MessagePack array of integers (cmsgpack.pack: one bulk
 --        string, which the server reads far faster than hundreds of RESP
@@ -59,6 +60,7 @@ local function decide_plan(a, k)
   end
   local caller_clock = ARGV[a] ~= ''
   local mode = tonumber(ARGV[a + 2])
+  local inspect = mode == -1
   local req = { hits = tonumber(ARGV[a + 3]), min_hits = tonumber(ARGV[a + 4]) }
   local n = tonumber(ARGV[a + 5])
   local now = 0
@@ -178,7 +180,11 @@ local function decide_plan(a, k)
   -- wall clock, so the margin is an hour there rather than a second.
   local margin_ms = 1000
   if caller_clock then margin_ms = 3600000 end
-  for i, it in ipairs(items) do
+  -- An inspection reads only: no key is created, changed or expired.
+  local n_write = n
+  if inspect then n_write = 0 end
+  for i = 1, n_write do
+    local it = items[i]
     if it.m.is_idle(it.p, it.st, now) then
       redis.call('DEL', KEYS[k + i])
     else

@@ -13,24 +13,64 @@
 --     dead (a day, as long as its tombstones in the pools), so that it
 --     can tell "declared dead" (it must resign) from "Redis lost my
 --     heartbeat" (it restarted empty: the server joins again)
--- ARGV: 1 op, 2 this server's id, 3 heartbeat TTL (ms), 4-5 op arguments.
+--   6 <prefix>{srv}:master   the address of the Redis master the live set
+--     was last written on (Redis Sentinel only)
+--   7 <prefix>{srv}:grace    set while nobody may be declared dead: the
+--     grace after the live set moved to another master (below)
+-- ARGV: 1 op, 2 this server's id, 3 heartbeat TTL (ms), 4-5 op arguments,
+-- 6 the grace (ms) to start when the live set is found on a new master,
+-- 7 the address of the master this call was sent to, as the sentinels
+-- named it ('' without Sentinel: then there is never a grace).
 -- Heartbeats use Redis's clock, whatever clock decisions use.
+--
+-- Why a grace. A master that dies silently is failed over only after the
+-- sentinels' down-after-milliseconds (30 s by default), usually longer
+-- than the heartbeat TTL; no server could beat meanwhile, so on the
+-- promoted replica every heartbeat is stale, the dead servers' and the
+-- live ones' alike. Declaring them dead would release live servers' holds
+-- and make them resign. So the first `join` or `beat` that names a master
+-- other than the one recorded starts a grace (ARGV[6] ms, from the
+-- server: a heartbeat TTL plus the longest a live server takes to follow
+-- the sentinels there), during which a stale heartbeat counts as alive
+-- and nobody is claimed; every live server beats as soon as it follows.
+-- After the grace, a server still stale is dead, as always.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local op, sid, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local ALIVE, LEASE, CLEANING, POOLS, DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local MASTER, GRACE = KEYS[6], KEYS[7]
+local grace_ms, master = tonumber(ARGV[6]) or 0, ARGV[7] or ''
 local DEAD_S = 86400
+
+-- Records the master this call reached, and starts the grace when the
+-- live set was last written on another one (a failover). A live set with
+-- no master recorded (the first Sentinel call, or Redis lost it) starts
+-- none: nothing in it was written elsewhere.
+local function moved()
+  if master == '' then return end
+  local was = redis.call('GET', MASTER)
+  if was == master then return end
+  redis.call('SET', MASTER, master)
+  if was and grace_ms > 0 then
+    redis.call('SET', GRACE, was, 'PX', grace_ms)
+  end
+end
+
+local function in_grace()
+  return redis.call('EXISTS', GRACE) == 1
+end
 
 -- Other live servers, then the dead ones (stale heartbeats and cleanups
 -- left unfinished by a cleaner that died).
 local function survey()
   local others = 0
   local dead = {}
+  local grace = in_grace()
   local all = redis.call('ZRANGE', ALIVE, 0, -1, 'WITHSCORES')
   for i = 1, #all, 2 do
     if all[i] ~= sid then
-      if tonumber(all[i + 1]) >= now - ttl then
+      if grace or tonumber(all[i + 1]) >= now - ttl then
         others = others + 1
       else
         dead[#dead + 1] = all[i]
@@ -44,11 +84,13 @@ local function survey()
 end
 
 if op == 'join' then
+  moved()
   redis.call('ZADD', ALIVE, now, sid)
   return survey()
 end
 
 if op == 'beat' then
+  moved()
   -- A server that was declared dead stays dead: its holds are gone.
   if redis.call('EXISTS', DEAD) == 1 then return { -1 } end
   if not redis.call('ZSCORE', ALIVE, sid) then
@@ -97,7 +139,7 @@ if op == 'claim' then
   if holder and holder ~= sid then return false end
   redis.call('SET', LEASE, sid, 'PX', ttl)
   local score = redis.call('ZSCORE', ALIVE, dead)
-  if score and tonumber(score) >= now - ttl then return false end
+  if score and (in_grace() or tonumber(score) >= now - ttl) then return false end
   redis.call('ZREM', ALIVE, dead)
   redis.call('SADD', CLEANING, dead)
   redis.call('SET', DEAD, now, 'EX', DEAD_S)

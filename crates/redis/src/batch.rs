@@ -89,8 +89,15 @@ pub(crate) const DEPTH: usize = 2;
 pub(crate) struct Ask {
     pub request: Hits,
     pub mode: Mode,
+    /// Read only ([`tollgate_store::Store::inspect`]): `request` is zero
+    /// hits in `Mode::Try`, and the script writes nothing back.
+    pub inspect: bool,
     /// The caller's clock (`ScriptClock::Caller`); `None`: Redis's `TIME`.
     pub now: Option<Nanos>,
+    /// This server's time, whichever clock decides: where the windows a
+    /// calendar limit's parameters carry are computed (Lua has no time
+    /// zone database; `lua/algorithms/fixed_window.lua`).
+    pub server_now: Nanos,
 }
 
 /// Why a decision got no answer from the script.
@@ -192,9 +199,16 @@ impl Encoder {
             }
         }
         cmd.arg(plans).arg(limits.len());
+        // One time for the call's calendar windows: the latest of its
+        // decisions (they were asked within the call's batching delay).
+        let server_now = calls
+            .clone()
+            .map(|(_, ask)| ask.server_now)
+            .max()
+            .unwrap_or(Nanos::ZERO);
         let mut text = String::new();
         for limit in &limits {
-            let e = params::encode(limit);
+            let e = params::encode(limit, server_now);
             cmd.arg(e.code);
             e.write(&mut cmd, &mut text);
         }
@@ -207,15 +221,20 @@ impl Encoder {
                     cmd.arg(n / 1_000_000_000).arg(n % 1_000_000_000)
                 }
             };
-            cmd.arg(match ask.mode {
-                Mode::Try => 0u8,
-                Mode::Acquire => 1,
-                Mode::Report => 2,
-                Mode::Refund => 3,
-            })
-            .arg(ask.request.hits)
-            .arg(ask.request.min_hits)
-            .arg(plan.len());
+            let mode: i8 = if ask.inspect {
+                -1
+            } else {
+                match ask.mode {
+                    Mode::Try => 0,
+                    Mode::Acquire => 1,
+                    Mode::Report => 2,
+                    Mode::Refund => 3,
+                }
+            };
+            cmd.arg(mode)
+                .arg(ask.request.hits)
+                .arg(ask.request.min_hits)
+                .arg(plan.len());
             for item in plan.items() {
                 cmd.arg(numbers.next().unwrap_or(0))
                     .arg(u8::from(item.shadow));
@@ -667,7 +686,7 @@ mod silence {
         // Loads the script: each call below is one EVALSHA.
         assert!(ask(0).await.unwrap().allowed);
         // The driver's connection (the store has one).
-        let mut conn = store.conn.links().remove(0).get();
+        let mut conn = store.conn.links().remove(0).linked().conn;
         server.pause();
         let unread = server.unread_bytes();
         let first = tokio::spawn(ask(1));

@@ -21,9 +21,10 @@
 //!   passed the rebuilt state decides every request as the real one does.
 //!   (With more initial tokens than capacity a full bucket's level is not
 //!   in the answer: not cached.)
-//! - **Fixed window** (either alignment): the count is `limit − remaining`
-//!   and the window ends `reset_after` from now. A new window only starts
-//!   with a grant, which the cache never makes.
+//! - **Fixed window** (any alignment, calendar windows included): the
+//!   count is `limit − remaining` and the window ends `reset_after` from
+//!   now, which is all the state holds. A new window only starts with a
+//!   grant, which the cache never makes.
 //!
 //! The sliding window, the sliding log, burst tiers and Guava's smooth
 //! limiters are not cached: their answers do not determine their states
@@ -397,6 +398,19 @@ impl RejectionCache {
         self.retain(|_, _| false);
     }
 
+    /// Drops the entries of `keys` (a reset deleted them in Redis), and
+    /// starts a new generation, so that an answer to a call sent before
+    /// the reset, describing the state it deleted, is not learnt.
+    pub(crate) fn forget<'k>(&self, keys: impl Iterator<Item = &'k Key>) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        for key in keys {
+            let mut shard = self.shard(key).lock();
+            if shard.remove(key).is_some() {
+                self.entries.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Keeps only the entries of `limits` (a reload's: what is served
     /// from now on), with the same parameters.
     pub(crate) fn retain_limits(&self, limits: &[(LimitId, Arc<Limit>)]) {
@@ -460,11 +474,7 @@ fn snapshot(limit: &Limit, d: &Decision, t0: Nanos) -> Option<(LimitState, Nanos
             if count == 0 {
                 return None;
             }
-            let start = until.as_u64().checked_sub(fw.window().as_u64())?;
-            LimitState::FixedWindow(FixedWindowState {
-                start: Nanos::new(start),
-                count,
-            })
+            LimitState::FixedWindow(FixedWindowState { end: until, count })
         }
         _ => return None,
     };

@@ -78,6 +78,10 @@ pub struct SentinelTarget {
     username: Option<String>,
     /// The master's password, from the URL.
     password: Option<String>,
+    /// The sentinels' own password (their `requirepass`), when they
+    /// require one: never from the URL, whose credentials are the
+    /// master's ([`RedisOptions::sentinel_password`](crate::RedisOptions::sentinel_password)).
+    sentinel_password: Option<String>,
 }
 
 impl fmt::Debug for SentinelTarget {
@@ -90,6 +94,7 @@ impl fmt::Debug for SentinelTarget {
             tls,
             username,
             password,
+            sentinel_password,
         } = self;
         f.debug_struct("SentinelTarget")
             .field("sentinels", sentinels)
@@ -98,6 +103,10 @@ impl fmt::Debug for SentinelTarget {
             .field("tls", tls)
             .field("username", &username.as_ref().map(|_| "***"))
             .field("password", &password.as_ref().map(|_| "***"))
+            .field(
+                "sentinel_password",
+                &sentinel_password.as_ref().map(|_| "***"),
+            )
             .finish()
     }
 }
@@ -208,7 +217,35 @@ impl SentinelTarget {
             tls,
             username,
             password,
+            sentinel_password: None,
         })
+    }
+
+    /// Asks the sentinels with `password` (their `requirepass`); `None`:
+    /// without a password.
+    pub fn set_sentinel_password(&mut self, password: Option<String>) {
+        self.sentinel_password = password;
+    }
+
+    /// How a connection to a sentinel at `host:port` is set up: TLS as
+    /// the URL says, the sentinels' password if they require one.
+    fn sentinel_info(&self, host: &str, port: u16) -> RedisResult<redis::ConnectionInfo> {
+        let addr = if self.tls {
+            ConnectionAddr::TcpTls {
+                host: host.to_owned(),
+                port,
+                insecure: false,
+                tls_params: None,
+            }
+        } else {
+            ConnectionAddr::Tcp(host.to_owned(), port)
+        };
+        let mut info = addr.into_connection_info()?;
+        if let Some(pw) = &self.sentinel_password {
+            let settings = info.redis_settings().clone().set_password(pw);
+            info = info.set_redis_settings(settings);
+        }
+        Ok(info)
     }
 
     /// How errors and logs show it: no credentials.
@@ -599,25 +636,26 @@ pub(crate) fn checked_tls(
 #[derive(Clone)]
 pub(crate) struct Link(Arc<tokio::sync::watch::Sender<Linked>>);
 
-/// What a [`Link`] holds: its connection now, and that connection's
-/// generation.
+/// What a [`Link`] holds: its connection now, that connection's
+/// generation, and the master it goes to as the sentinels named it
+/// (empty without Sentinel).
 #[derive(Clone)]
 pub(crate) struct Linked {
     pub(crate) conn: ConnectionManager,
     pub(crate) generation: u64,
+    /// Read with the connection, so a command that names the master it
+    /// is sent to ([`Conn::invoke_naming_master`]) never names one and
+    /// reaches another while the link moves.
+    pub(crate) master: Arc<str>,
 }
 
 impl Link {
-    fn new(m: ConnectionManager) -> Link {
+    fn new(m: ConnectionManager, master: Arc<str>) -> Link {
         Link(Arc::new(tokio::sync::watch::Sender::new(Linked {
             conn: m,
             generation: 0,
+            master,
         })))
-    }
-
-    /// The connection to send on now.
-    pub(crate) fn get(&self) -> ConnectionManager {
-        self.0.borrow().conn.clone()
     }
 
     /// The connection to send on now, with its generation.
@@ -630,11 +668,13 @@ impl Link {
         self.0.subscribe()
     }
 
-    /// Moves the link to `m`, a connection of the next generation.
-    fn set(&self, m: ConnectionManager) {
+    /// Moves the link to `m`, a connection of the next generation, to
+    /// the master at `master`.
+    fn set(&self, m: ConnectionManager, master: Arc<str>) {
         self.0.send_modify(|l| {
             l.conn = m;
             l.generation += 1;
+            l.master = master;
         });
     }
 }
@@ -739,6 +779,27 @@ impl Master {
     /// How long one sentinel may take to answer (connecting included).
     fn ask_bound(&self) -> Duration {
         self.connect_timeout.max(Duration::from_millis(500))
+    }
+
+    /// The longest a server whose sentinels answer within their bounds
+    /// takes, once they name a new master, to move `links` connections
+    /// there, asking every `interval`: the wait for its next question,
+    /// the question ([`Master::ask_bound`]), the full lookup
+    /// ([`Master::find_with`]) and the connections, opened one after the
+    /// other; plus [`SENTINEL_PAUSE`], for a sentinel left alone after a
+    /// failed question while the others do not all name the new master
+    /// yet (sentinels tell each other of a failover every 2 s), so that
+    /// the votes this server counts lag behind another server's.
+    fn follow_bound(&self, interval: Duration, links: usize) -> Duration {
+        let lookup = (self.connect_timeout * 2).max(LOOKUP_BOUND);
+        let connections = self
+            .connect_timeout
+            .saturating_mul(u32::try_from(links).unwrap_or(u32::MAX));
+        interval
+            .saturating_add(self.ask_bound())
+            .saturating_add(lookup)
+            .saturating_add(connections)
+            .saturating_add(SENTINEL_PAUSE)
     }
 }
 
@@ -862,8 +923,15 @@ pub(crate) enum Conn {
 
 /// Where [`Conn::next`] sends a command.
 enum Next<'a> {
-    /// A single server's connection, and how long the command may take.
-    Single(ConnectionManager, Duration),
+    /// A single server's connection, how long the command may take, the
+    /// master it goes to (empty without Sentinel), and a receiver told
+    /// when its link moves on to another master ([`on_link`]).
+    Single(
+        ConnectionManager,
+        Duration,
+        Arc<str>,
+        tokio::sync::watch::Receiver<Linked>,
+    ),
     /// A cluster's client.
     Cluster(&'a ClusterConnection),
 }
@@ -904,8 +972,8 @@ async fn open_managers(
 
 /// The sentinels' client for `target`: the URL's credentials (or
 /// `options.password`) and the TLS material go to the master; the TLS
-/// material to the sentinels too. The sentinels are asked without a
-/// password.
+/// material to the sentinels too, and the sentinels' own password when
+/// they require one.
 fn sentinel_client(
     target: &SentinelTarget,
     options: &ConnectOptions,
@@ -925,6 +993,9 @@ fn sentinel_client(
     });
     let mut b = SentinelClientBuilder::new(addrs, &target.master, SentinelServerType::Master)?
         .set_client_to_redis_db(target.db);
+    if let Some(pw) = &target.sentinel_password {
+        b = b.set_client_to_sentinel_password(pw);
+    }
     if let Some(user) = &target.username {
         b = b.set_client_to_redis_username(user);
     }
@@ -977,8 +1048,12 @@ impl Conn {
                 )
                 .await
                 .map_err(connect_err)?;
+                let plain: Arc<str> = Arc::from("");
                 Ok(Conn::Single {
-                    links: managers.into_iter().map(Link::new).collect(),
+                    links: managers
+                        .into_iter()
+                        .map(|m| Link::new(m, Arc::clone(&plain)))
+                        .collect(),
                     next: Arc::new(AtomicUsize::new(0)),
                     timeout: options.response_timeout,
                     master: None,
@@ -993,19 +1068,10 @@ impl Conn {
                     .sentinels
                     .iter()
                     .map(|(host, port)| {
-                        let addr = if s.tls {
-                            ConnectionAddr::TcpTls {
-                                host: host.clone(),
-                                port: *port,
-                                insecure: false,
-                                tls_params: None,
-                            }
-                        } else {
-                            ConnectionAddr::Tcp(host.clone(), *port)
-                        };
+                        let info = s.sentinel_info(host, *port)?;
                         let client = match &tls {
-                            Some(certs) => Client::build_with_tls(addr, certs.clone()),
-                            None => Client::open(addr),
+                            Some(certs) => Client::build_with_tls(info, certs.clone()),
+                            None => Client::open(info),
                         }?;
                         Ok(Arc::new(Sentinel {
                             client,
@@ -1042,9 +1108,13 @@ impl Conn {
                 .map_err(connect_err)?;
                 let addr = client.get_connection_info().addr().clone();
                 tracing::info!(url = %master.shown, master = %addr, "the sentinels name the master");
+                let named: Arc<str> = Arc::from(addr.to_string());
                 *master.addr.lock().unwrap_or_else(PoisonError::into_inner) = addr;
                 Ok(Conn::Single {
-                    links: managers.into_iter().map(Link::new).collect(),
+                    links: managers
+                        .into_iter()
+                        .map(|m| Link::new(m, Arc::clone(&named)))
+                        .collect(),
                     next: Arc::new(AtomicUsize::new(0)),
                     timeout: options.response_timeout,
                     master: Some(Arc::new(master)),
@@ -1095,7 +1165,11 @@ impl Conn {
                 ..
             } => {
                 let i = next.fetch_add(1, Ordering::Relaxed) % links.len();
-                Next::Single(links[i].get(), *timeout)
+                // The connection is read through the receiver, so that a
+                // switch after this read is one the receiver sees.
+                let mut moved = links[i].subscribe();
+                let linked = moved.borrow_and_update().clone();
+                Next::Single(linked.conn, *timeout, linked.master, moved)
             }
             Conn::Cluster(c) => Next::Cluster(c),
         }
@@ -1107,8 +1181,32 @@ impl Conn {
         inv: &ScriptInvocation<'_>,
     ) -> RedisResult<T> {
         match self.next() {
-            Next::Single(mut c, timeout) => bounded(timeout, inv.invoke_async(&mut c)).await,
+            Next::Single(mut c, timeout, _, moved) => {
+                on_link(timeout, moved, inv.invoke_async(&mut c)).await
+            }
             Next::Cluster(c) => inv.invoke_async(&mut c.clone()).await,
+        }
+    }
+
+    /// Runs a script invocation on the next connection, with the address
+    /// of the master that connection goes to (as the sentinels named it;
+    /// empty without Sentinel) as its last argument: the copy log's
+    /// heartbeats tell the live set which master they reached, read
+    /// together with the connection, so a heartbeat never names the old
+    /// master and reaches the new one while the store follows a failover.
+    pub(crate) async fn invoke_naming_master<T: FromRedisValue>(
+        &self,
+        inv: &mut ScriptInvocation<'_>,
+    ) -> RedisResult<T> {
+        match self.next() {
+            Next::Single(mut c, timeout, master, moved) => {
+                inv.arg(&*master);
+                on_link(timeout, moved, inv.invoke_async(&mut c)).await
+            }
+            Next::Cluster(c) => {
+                inv.arg("");
+                inv.invoke_async(&mut c.clone()).await
+            }
         }
     }
 
@@ -1116,7 +1214,9 @@ impl Conn {
     /// first key, or to a random node when it has none).
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> RedisResult<T> {
         match self.next() {
-            Next::Single(mut c, timeout) => bounded(timeout, cmd.query_async(&mut c)).await,
+            Next::Single(mut c, timeout, _, moved) => {
+                on_link(timeout, moved, cmd.query_async(&mut c)).await
+            }
             Next::Cluster(c) => cmd.query_async(&mut c.clone()).await,
         }
     }
@@ -1126,7 +1226,9 @@ impl Conn {
     /// `NOSCRIPT`.
     pub(crate) async fn send_decide(&self, cmd: &redis::Cmd) -> RedisResult<redis::Value> {
         match self.next() {
-            Next::Single(mut c, timeout) => bounded(timeout, crate::batch::send(&mut c, cmd)).await,
+            Next::Single(mut c, timeout, _, moved) => {
+                on_link(timeout, moved, crate::batch::send(&mut c, cmd)).await
+            }
             Next::Cluster(c) => crate::batch::send(&mut c.clone(), cmd).await,
         }
     }
@@ -1175,12 +1277,27 @@ impl Conn {
             return Ok(None);
         }
         let managers = open_managers(&client, &m.config, links.len(), m.connect_timeout).await?;
-        for (link, new) in links.iter().zip(managers) {
-            link.set(new);
-        }
         let shown = addr.to_string();
+        let named: Arc<str> = Arc::from(shown.as_str());
+        for (link, new) in links.iter().zip(managers) {
+            link.set(new, Arc::clone(&named));
+        }
         *m.addr.lock().unwrap_or_else(PoisonError::into_inner) = addr;
         Ok(Some(shown))
+    }
+
+    /// With Sentinel: the longest this server takes to follow a failover
+    /// once the sentinels name the new master, asking them every
+    /// `interval` ([`Master::follow_bound`]); `None` without Sentinel.
+    pub(crate) fn follow_bound(&self, interval: Duration) -> Option<Duration> {
+        match self {
+            Conn::Single {
+                links,
+                master: Some(m),
+                ..
+            } => Some(m.follow_bound(interval, links.len())),
+            _ => None,
+        }
     }
 
     /// The master's address as last found (Sentinel only).
@@ -1215,6 +1332,30 @@ async fn bounded<T>(
     tokio::time::timeout(limit, request)
         .await
         .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()))
+}
+
+/// `request`, sent on a link's connection, bounded as by [`bounded`], and
+/// failed at once when the link moves to another master (`moved`: a
+/// Sentinel failover): an old master that died without closing its
+/// sockets would hold it for its whole bound (at least the heartbeat TTL
+/// for heartbeats and copy operations), and the pool's other operations,
+/// or the heartbeat, behind it. Whoever sent it sends it again on the new
+/// master (copy operations carry their id; heartbeats, registrations and
+/// cleanups are idempotent). The error is not a connection error: the
+/// store is not down.
+async fn on_link<T>(
+    limit: Duration,
+    mut moved: tokio::sync::watch::Receiver<Linked>,
+    request: impl std::future::Future<Output = RedisResult<T>>,
+) -> RedisResult<T> {
+    tokio::select! {
+        answer = bounded(limit, request) => answer,
+        // A closed channel (no link any more) disables this branch.
+        Ok(()) = moved.changed() => Err(RedisError::from((
+            redis::ErrorKind::Client,
+            "the Redis master changed (a Sentinel failover) while this command was in flight",
+        ))),
+    }
 }
 
 /// Why `client` cannot reach its server: the error of one attempt to

@@ -33,7 +33,7 @@
 //! key space (§4.3.2's last paragraph): a previous generation that died all
 //! at once leaves no stale holds behind.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -65,6 +65,11 @@ pub(crate) struct CopyLog {
     /// Pools cleaned after dead servers since last asked: their staged
     /// transfers are now this server's to expire.
     cleaned: Mutex<Vec<u64>>,
+    /// With Sentinel, the grace (ms) this server's heartbeat starts when
+    /// it finds the live set last written on another master (a
+    /// failover): no server is declared dead meanwhile (`servers.lua`
+    /// says why). 0 without Sentinel: never a grace.
+    grace_ms: AtomicU64,
 }
 
 impl CopyLog {
@@ -79,7 +84,23 @@ impl CopyLog {
             reason: Mutex::new(None),
             last_beat: Mutex::new(Instant::now()),
             cleaned: Mutex::new(Vec::new()),
+            grace_ms: AtomicU64::new(0),
         }
+    }
+
+    /// Sets the grace after a failover: the heartbeat TTL plus `follow`,
+    /// the longest a live server takes to follow the sentinels to a new
+    /// master ([`crate::conn::Conn::follow_bound`]), so that every live
+    /// server has beaten there before anyone may be declared dead.
+    pub(crate) fn set_grace(&self, follow: Duration) {
+        let ms = u64::try_from(self.ttl.saturating_add(follow).as_millis()).unwrap_or(u64::MAX);
+        self.grace_ms.store(ms.max(1), Ordering::Relaxed);
+    }
+
+    /// The grace after a failover ([`CopyLog::set_grace`]); zero without
+    /// Sentinel.
+    pub(crate) fn grace(&self) -> Duration {
+        Duration::from_millis(self.grace_ms.load(Ordering::Relaxed))
     }
 
     /// The keys of the pool with affinity `a`, and the key remembering
@@ -124,7 +145,7 @@ impl CopyLog {
         Duration::from_millis(self.remember_ms() / 10 * 9)
     }
 
-    fn server_keys(&self, of: &str) -> [String; 5] {
+    fn server_keys(&self, of: &str) -> [String; 7] {
         let p = &self.prefix;
         [
             format!("{p}{{srv}}:alive"),
@@ -132,6 +153,8 @@ impl CopyLog {
             format!("{p}{{srv}}:cleaning"),
             format!("{p}{{srv}}:pools:{of}"),
             format!("{p}{{srv}}:dead:{of}"),
+            format!("{p}{{srv}}:master"),
+            format!("{p}{{srv}}:grace"),
         ]
     }
 
@@ -184,8 +207,11 @@ impl CopyLog {
             .arg(&self.id)
             .arg(self.ttl.as_millis() as u64)
             .arg(arg)
-            .arg(arg2);
-        conn.invoke(&inv).await
+            .arg(arg2)
+            .arg(self.grace_ms.load(Ordering::Relaxed));
+        // The master the call reaches goes last: the live set records it,
+        // and starts the grace when it changed.
+        conn.invoke_naming_master(&mut inv).await
     }
 
     /// Registers pool `a` under this server, as registration `generation`,

@@ -17,7 +17,7 @@
 use std::fmt::Write as _;
 
 use smallvec::SmallVec;
-use tollgate_core::{Align, Limit, Nanos, SmoothKind};
+use tollgate_core::{Align, CalendarUnit, Limit, Nanos, SmoothKind};
 
 /// The largest span (in nanoseconds) or count a limit may keep in the
 /// Redis store: 2^52, about 52 days.
@@ -115,8 +115,9 @@ impl Encoded {
     }
 }
 
-/// Encodes `limit` for the scripts.
-pub(crate) fn encode(limit: &Limit) -> Encoded {
+/// Encodes `limit` for the scripts; a calendar window carries the edges
+/// of the windows around `now` (this server's time).
+pub(crate) fn encode(limit: &Limit, now: Nanos) -> Encoded {
     match limit {
         // capacity, initial, interval, full time, initial time, debt time
         Limit::TokenBucket(a) => Encoded::new(code::TOKEN_BUCKET)
@@ -138,13 +139,31 @@ pub(crate) fn encode(limit: &Limit) -> Encoded {
             .int(a.queue_size())
             .nanos(a.meter().tolerance())
             .nanos(a.meter().debt_time()),
-        // limit, window, align (0 epoch, 1 first hit), max debt (last, so
-        // that parameters an alignment adds go before it)
-        Limit::FixedWindow(a) => Encoded::new(code::FIXED_WINDOW)
-            .int(a.limit())
-            .nanos(a.window())
-            .flag(a.align() == Align::FirstHit)
-            .int(a.max_debt()),
+        // limit, window, align (0 epoch, 1 first hit, 2 calendar); a
+        // calendar's four edges around `now` (three windows: the one
+        // before this server's, its own, the one after), each as seconds
+        // and nanoseconds since the epoch, which the script turns into its
+        // relative time (Redis's clock picks among the three windows);
+        // max debt (last, so that parameters an alignment adds go before
+        // it)
+        Limit::FixedWindow(a) => {
+            let e = Encoded::new(code::FIXED_WINDOW)
+                .int(a.limit())
+                .nanos(a.window());
+            let e = match a.align() {
+                Align::Epoch => e.int(0),
+                Align::FirstHit => e.int(1),
+                Align::Calendar(c) => {
+                    let mut e = e.int(2);
+                    for edge in c.windows_around(now) {
+                        let n = edge.as_u64();
+                        e = e.int(n / 1_000_000_000).int(n % 1_000_000_000);
+                    }
+                    e
+                }
+            };
+            e.int(a.max_debt())
+        }
         // limit, buckets, sub-window, max debt
         Limit::SlidingWindow(a) => Encoded::new(code::SLIDING_WINDOW)
             .int(a.limit())
@@ -235,6 +254,12 @@ pub enum Inexact {
         max = Nanos::new(MAX_EXACT - 1)
     )]
     RefillTooLong(f64),
+    /// A calendar window longer than the scripts keep exactly (a year).
+    #[error(
+        "a calendar window of {0} is too long for the Redis store (its windows last at most \
+         about 52 days: `window: 1d`, `1w` or `1mo` with `align: calendar`)"
+    )]
+    CalendarTooLong(CalendarUnit),
     /// A replicated limit (a gossip cluster's CRDT) is no limit for Redis.
     #[error("a replicated limit belongs to a gossip cluster, not to Redis")]
     Replicated,
@@ -276,7 +301,12 @@ pub fn check_limit(limit: &Limit) -> Result<(), Inexact> {
         }
         Limit::FixedWindow(a) => {
             count("limit + max_debt", a.limit().saturating_add(a.max_debt()))?;
-            span("window", a.window())
+            if let Align::Calendar(c) = a.align() {
+                if a.longest_window().as_u64() >= MAX_EXACT {
+                    return Err(Inexact::CalendarTooLong(c.unit()));
+                }
+            }
+            span("window", a.longest_window())
         }
         Limit::SlidingWindow(a) => {
             count("limit + max_debt", a.limit().saturating_add(a.max_debt()))?;
@@ -338,7 +368,7 @@ mod tests {
     fn gcra_encodes_interval_burst_tolerance() {
         let rate = Rate::per_second(10).unwrap_or_else(|e| panic!("{e}"));
         let g = Gcra::new(rate, 5).unwrap_or_else(|e| panic!("{e}"));
-        let e = encode(&Limit::Gcra(g));
+        let e = encode(&Limit::Gcra(g), Nanos::ZERO);
         assert_eq!(e.code, code::GCRA);
         let mut buf = String::new();
         let texts: Vec<String> = e

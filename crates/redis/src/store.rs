@@ -68,6 +68,11 @@ pub struct RedisOptions {
     /// Decisions that may wait to be sent to a single Redis; one more is
     /// shed at once with an answer that says so (see `docs/redis.md`).
     pub max_waiting: usize,
+    /// With Redis Sentinel: the sentinels' own password, for sentinels
+    /// that require one (`requirepass` in their config). The URL's
+    /// credentials, and [`ConnectOptions::password`], are the master's.
+    /// Ignored without Sentinel. Never shown.
+    pub sentinel_password: Option<String>,
 }
 
 impl fmt::Debug for RedisOptions {
@@ -83,6 +88,7 @@ impl fmt::Debug for RedisOptions {
             rejection_cache,
             rejection_cache_max_age,
             max_waiting,
+            sentinel_password,
         } = self;
         f.debug_struct("RedisOptions")
             .field("url", &redact(url))
@@ -93,6 +99,10 @@ impl fmt::Debug for RedisOptions {
             .field("rejection_cache", rejection_cache)
             .field("rejection_cache_max_age", rejection_cache_max_age)
             .field("max_waiting", max_waiting)
+            .field(
+                "sentinel_password",
+                &sentinel_password.as_ref().map(|_| "***"),
+            )
             .finish()
     }
 }
@@ -120,6 +130,7 @@ impl RedisOptions {
             rejection_cache: DEFAULT_REJECTION_CACHE,
             rejection_cache_max_age: DEFAULT_REJECTION_CACHE_MAX_AGE,
             max_waiting: DEFAULT_MAX_WAITING,
+            sentinel_password: None,
         }
     }
 
@@ -134,7 +145,10 @@ impl RedisOptions {
                 prefix: self.prefix.clone(),
             });
         }
-        let target = RedisTarget::parse(&self.url)?;
+        let mut target = RedisTarget::parse(&self.url)?;
+        if let RedisTarget::Sentinel(s) = &mut target {
+            s.set_sentinel_password(self.sentinel_password.clone());
+        }
         crate::conn::checked_tls(&target, &self.connect)?;
         Ok(target)
     }
@@ -185,6 +199,11 @@ const CACHE_EVICTIONS_COUNTER: &str = "tollgate_store_rejection_cache_evictions_
 /// Counter: failovers followed to a new master named by the sentinels.
 const MASTER_CHANGES_COUNTER: &str = "tollgate_store_master_changes_total";
 
+/// How often `tollgate serve` asks the sentinels for the master
+/// ([`RedisStore::monitor`]'s interval there): the grace after a failover
+/// assumes it until the monitor says otherwise.
+const FOLLOW_INTERVAL: Duration = Duration::from_millis(500);
+
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
@@ -209,6 +228,9 @@ impl RedisStore {
         connect.response_timeout = connect.response_timeout.max(options.heartbeat_ttl);
         let conn = Conn::open(&target, &connect).await?;
         let log = Arc::new(CopyLog::new(&options.prefix, options.heartbeat_ttl));
+        if let Some(follow) = conn.follow_bound(FOLLOW_INTERVAL) {
+            log.set_grace(follow);
+        }
         let released = log
             .join(&conn)
             .await
@@ -338,9 +360,13 @@ impl RedisStore {
     /// Asks the sentinels for the master every `interval` (Sentinel only)
     /// until the returned future is dropped.
     async fn follow(&self, interval: Duration) {
-        if self.conn.master_addr().is_none() {
+        let Some(follow) = self.conn.follow_bound(interval) else {
             return;
-        }
+        };
+        // Asked every `interval`, this server may take that much longer
+        // to follow a failover than the grace assumed.
+        self.log
+            .set_grace(follow.max(self.conn.follow_bound(FOLLOW_INTERVAL).unwrap_or_default()));
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Sentinels that cannot be asked are logged once, not every tick.
@@ -393,8 +419,38 @@ impl RedisStore {
                 self.forget_rejections();
                 tracing::warn!(url = %self.url, master = %master, server = %self.log.id, "the sentinels name a new master: connections moved there; the over-limit cache is cleared and this server's holds are counted again pool by pool");
                 let store = self.clone();
-                tokio::spawn(async move { store.recover().await });
+                tokio::spawn(async move {
+                    store.beat_after_switch().await;
+                    // Declared dead meanwhile: it holds nothing to count.
+                    if !store.log.is_resigned() {
+                        store.recover().await;
+                    }
+                });
                 Ok(true)
+            }
+        }
+    }
+
+    /// Beats on the new master at once after a failover, rather than at
+    /// the next tick of the heartbeat (which may still wait for a beat
+    /// sent to the old master): the first beat there starts the grace in
+    /// which nobody is declared dead, and each live server must beat
+    /// within it (`lua/servers.lua`). Tried again until the new master
+    /// answers, for at most the grace; a server that was declared dead
+    /// meanwhile resigns here.
+    async fn beat_after_switch(&self) {
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(10);
+        loop {
+            match self.log.beat(&self.conn).await {
+                Err(_) => return,
+                Ok(Beat::Rejoined) => return self.lost_live_set(),
+                Ok(Beat::Renewed) => return,
+                Ok(Beat::Failed) if started.elapsed() >= self.log.grace() => return,
+                Ok(Beat::Failed) => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
             }
         }
     }
@@ -533,13 +589,16 @@ impl RedisStore {
 
     /// Runs `decide` for `plan`: from the local over-limit cache when it
     /// knows Redis's answer, else in a batched call (a single Redis) or a
-    /// call of its own (a cluster).
+    /// call of its own (a cluster). An `inspect` (zero hits, `Mode::Try`)
+    /// always asks Redis, which writes nothing back, and teaches the cache
+    /// nothing.
     async fn decide_plan(
         &self,
         plan: &Plan,
         now: Nanos,
         request: Hits,
         mode: Mode,
+        inspect: bool,
     ) -> Result<PlanDecision, StoreError> {
         if plan.is_empty() {
             return Ok(plan::decide(&mut [], now, request, mode)?);
@@ -550,7 +609,8 @@ impl RedisStore {
                 request.hits.max(request.min_hits)
             )));
         }
-        if let (Some(cache), Mode::Try) = (&self.cache, mode) {
+        let cache = self.cache.as_ref().filter(|_| !inspect);
+        if let (Some(cache), Mode::Try) = (cache, mode) {
             if let Some(d) = cache.answer(plan, cache.now(now), request) {
                 return Ok(d);
             }
@@ -558,11 +618,13 @@ impl RedisStore {
         let ask = Ask {
             request,
             mode,
+            inspect,
             now: (self.clock == ScriptClock::Caller).then_some(now),
+            server_now: now,
         };
         // Before the call is sent: should the store find meanwhile that
         // Redis lost its data, the answer may describe what was lost.
-        let generation = self.cache.as_ref().map_or(0, |c| c.generation());
+        let generation = cache.map_or(0, |c| c.generation());
         let answer = match &self.batcher {
             Some(b) => b.decide(plan, ask).await,
             None => self.decide_alone(plan, ask).await,
@@ -570,7 +632,7 @@ impl RedisStore {
         match answer {
             Ok((d, sent)) => {
                 self.mark(true);
-                if let Some(cache) = &self.cache {
+                if let Some(cache) = cache {
                     // Counted from when the call was sent: Redis decided
                     // then or later, so an entry never outlives the state
                     // it describes (it lapses early by the call's wait in
@@ -609,6 +671,84 @@ impl RedisStore {
                 Err(StoreError::Overloaded(most))
             }
         }
+    }
+
+    /// [`Store::holds`]: one `HMGET` of the pool's counts (`lua/copies.lua`
+    /// keeps them summed: `g` everyone's, `d:<domain>` and `G:<group>`),
+    /// which reads only. Staged transfers count as held until seized or
+    /// released, as they do for a reserve.
+    async fn read_holds(
+        &self,
+        pool: &PoolKey,
+        limits: &CopyLimits,
+        domain: &str,
+    ) -> Result<CopyContext, StoreError> {
+        let a = copylog::affinity(&pool.0);
+        let [key, ..] = self.log.pool_keys(a, None);
+        let groups = limits.groups_of(domain);
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(&key).arg("g").arg(format!("d:{domain}"));
+        for g in &groups {
+            cmd.arg(format!("G:{g}"));
+        }
+        let counts =
+            match tokio::time::timeout(self.timeout, self.conn.query::<Vec<Option<u64>>>(&cmd))
+                .await
+            {
+                Ok(Ok(counts)) => counts,
+                Ok(Err(e)) => return Err(self.unavailable(e)),
+                Err(_) => return Err(self.unavailable(batch::timed_out(self.timeout))),
+            };
+        self.mark(true);
+        let count = |i: usize| counts.get(i).copied().flatten().unwrap_or(0);
+        // The limits are filled in by `against`, the core's own rule.
+        let holds = CopyContext {
+            domain_limit: 0,
+            global_limit: None,
+            global_holds: count(0),
+            domain_holds: count(1),
+            groups: groups
+                .into_iter()
+                .enumerate()
+                .map(|(i, name)| GroupContext {
+                    limit: 0,
+                    holds: count(i + 2),
+                    name,
+                })
+                .collect(),
+        };
+        Ok(holds.against(limits, domain))
+    }
+
+    /// [`Store::reset`]: one `DEL` of every key of `plan` (one slot: the
+    /// plan's affinity is their hash tag), then the over-limit cache
+    /// forgets them, so the next decision of each asks Redis and finds a
+    /// fresh state. The cache forgets after Redis answered: a rejection
+    /// learnt from a call sent before the `DEL` is dropped, and one
+    /// answered after it belongs to a call sent before, which the cache's
+    /// new generation keeps it from learning.
+    async fn reset_plan(&self, plan: &Plan) -> Result<(), StoreError> {
+        if plan.is_empty() {
+            return Ok(());
+        }
+        let mut cmd = redis::cmd("DEL");
+        let mut buf = Vec::new();
+        for item in plan.items() {
+            buf.clear();
+            batch::write_state_key(&mut buf, &self.prefix, plan.affinity(), &item.key);
+            cmd.arg(&buf[..]);
+        }
+        let deleted = match tokio::time::timeout(self.timeout, self.conn.query::<i64>(&cmd)).await {
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) => return Err(self.unavailable(e)),
+            Err(_) => return Err(self.unavailable(batch::timed_out(self.timeout))),
+        };
+        self.mark(true);
+        if let Some(cache) = &self.cache {
+            cache.forget(plan.items().iter().map(|item| &item.key));
+        }
+        tracing::debug!(keys = plan.len(), deleted, "counters reset");
+        Ok(())
     }
 
     /// One plan in a call of its own (Redis Cluster), waiting up to the
@@ -650,7 +790,26 @@ impl Store for RedisStore {
         request: Hits,
         mode: Mode,
     ) -> Result<PlanDecision, StoreError> {
-        self.decide_plan(plan, now, request, mode).await
+        self.decide_plan(plan, now, request, mode, false).await
+    }
+
+    async fn holds(
+        &self,
+        pool: &PoolKey,
+        limits: &CopyLimits,
+        domain: &str,
+        _now: Nanos,
+    ) -> Result<CopyContext, StoreError> {
+        self.read_holds(pool, limits, domain).await
+    }
+
+    async fn inspect(&self, plan: &Plan, now: Nanos) -> Result<PlanDecision, StoreError> {
+        self.decide_plan(plan, now, Hits::exactly(0), Mode::Try, true)
+            .await
+    }
+
+    async fn reset(&self, plan: &Plan, _now: Nanos) -> Result<(), StoreError> {
+        self.reset_plan(plan).await
     }
 
     async fn reserve(

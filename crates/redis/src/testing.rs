@@ -658,6 +658,8 @@ struct SentinelProcess {
     /// removed.
     _child: KillOnDrop,
     port: u16,
+    /// `:PASSWORD@` when the sentinel requires a password, else empty.
+    auth: String,
     _dir: tempfile::TempDir,
 }
 
@@ -681,6 +683,17 @@ impl RedisSentinels {
     /// [`RedisSentinels::failover`] can be forced and every sentinel
     /// learns its outcome.
     pub fn start() -> RedisSentinels {
+        Self::start_inner(None)
+    }
+
+    /// [`RedisSentinels::start`], with sentinels that require `password`
+    /// (`requirepass`; they use it with each other too). The data
+    /// servers require none.
+    pub fn start_with_sentinel_password(password: &str) -> RedisSentinels {
+        Self::start_inner(Some(password))
+    }
+
+    fn start_inner(password: Option<&str>) -> RedisSentinels {
         let master = RedisServer::start();
         let port = master.port.to_string();
         let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
@@ -692,14 +705,16 @@ impl RedisSentinels {
                 Err(info)
             }
         });
-        let sentinels = (0..3).map(|_| start_sentinel(master.port)).collect();
+        let sentinels = (0..3)
+            .map(|_| start_sentinel(master.port, password))
+            .collect();
         let s = RedisSentinels {
             servers: vec![master, replica],
             sentinels,
         };
         tollgate_testing::eventually("the sentinels settle", Duration::from_secs(60), || {
             for p in &s.sentinels {
-                let mut c = sentinel_connection(p.port);
+                let mut c = sentinel_connection(p);
                 let replicas: Vec<std::collections::HashMap<String, String>> =
                     redis::cmd("SENTINEL")
                         .arg("replicas")
@@ -740,7 +755,7 @@ impl RedisSentinels {
 
     /// The port of the master as the first sentinel names it.
     pub fn master_port(&self) -> u16 {
-        master_addr(self.sentinels[0].port).expect("the sentinel names a master")
+        master_addr(&self.sentinels[0]).expect("the sentinel names a master")
     }
 
     /// Stops the sentinel that comes `i`th in [`RedisSentinels::url`]
@@ -770,7 +785,7 @@ impl RedisSentinels {
             .map(|p| {
                 let info: String = redis::cmd("INFO")
                     .arg("stats")
-                    .query(&mut sentinel_connection(p.port))
+                    .query(&mut sentinel_connection(p))
                     .unwrap();
                 info.lines()
                     .find_map(|l| l.strip_prefix("total_commands_processed:"))
@@ -808,7 +823,7 @@ impl RedisSentinels {
             .find(|&p| p != old)
             .unwrap();
         tollgate_testing::eventually("the failover starts", Duration::from_secs(30), || {
-            let mut c = sentinel_connection(self.sentinels[0].port);
+            let mut c = sentinel_connection(&self.sentinels[0]);
             redis::cmd("SENTINEL")
                 .arg("FAILOVER")
                 .arg(Self::MASTER)
@@ -846,7 +861,7 @@ impl RedisSentinels {
             .unwrap();
         tollgate_testing::eventually("the failover completes", Duration::from_secs(90), || {
             for p in &self.sentinels {
-                let named = master_addr(p.port);
+                let named = master_addr(p);
                 if named != Some(new) {
                     return Err(format!("sentinel {} names {named:?}", p.port));
                 }
@@ -863,16 +878,18 @@ impl RedisSentinels {
 
 /// Starts a sentinel watching the master on `master_port`, with timeouts
 /// short enough for a test.
-fn start_sentinel(master_port: u16) -> SentinelProcess {
+fn start_sentinel(master_port: u16, password: Option<&str>) -> SentinelProcess {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let name = RedisSentinels::MASTER;
     let conf = dir.path().join("sentinel.conf");
+    let requirepass = password.map_or(String::new(), |pw| format!("requirepass {pw}\n"));
     // The sentinel rewrites its file as it learns: it must be writable.
     std::fs::write(
         &conf,
         format!(
             "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {dir}/sentinel.log\n\
+             {requirepass}\
              sentinel monitor {name} 127.0.0.1 {master_port} 2\n\
              sentinel down-after-milliseconds {name} 2000\n\
              sentinel failover-timeout {name} 10000\n\
@@ -889,7 +906,12 @@ fn start_sentinel(master_port: u16) -> SentinelProcess {
             .stderr(Stdio::null()),
     )
     .expect("start redis-server --sentinel");
-    let ready = tollgate_testing::wait_ready(&mut child, Duration::from_secs(10), || ping(port));
+    // One that requires a password answers a PING without one with
+    // `-NOAUTH ...`: it is up too.
+    let ready = tollgate_testing::wait_ready(&mut child, Duration::from_secs(10), || {
+        let answer = raw(port, "PING");
+        answer == "+PONG" || answer.starts_with("-NOAUTH")
+    });
     if let Err(why) = ready {
         let log = std::fs::read_to_string(dir.path().join("sentinel.log")).unwrap_or_default();
         panic!("sentinel on port {port} did not start ({why}); its log:\n{log}");
@@ -897,20 +919,21 @@ fn start_sentinel(master_port: u16) -> SentinelProcess {
     SentinelProcess {
         _child: child,
         port,
+        auth: password.map_or(String::new(), |pw| format!(":{pw}@")),
         _dir: dir,
     }
 }
 
-fn sentinel_connection(port: u16) -> redis::Connection {
-    redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+fn sentinel_connection(p: &SentinelProcess) -> redis::Connection {
+    redis::Client::open(format!("redis://{}127.0.0.1:{}/", p.auth, p.port))
         .unwrap()
         .get_connection_with_timeout(Duration::from_secs(2))
         .unwrap()
 }
 
-/// The master's port as the sentinel on `port` names it.
-fn master_addr(port: u16) -> Option<u16> {
-    let mut c = sentinel_connection(port);
+/// The master's port as the sentinel `p` names it.
+fn master_addr(p: &SentinelProcess) -> Option<u16> {
+    let mut c = sentinel_connection(p);
     let addr: Option<(String, String)> = redis::cmd("SENTINEL")
         .arg("get-master-addr-by-name")
         .arg(RedisSentinels::MASTER)

@@ -443,3 +443,271 @@ async fn a_hung_first_sentinel_does_not_stop_the_store_following_a_failover() {
     assert!(allowed(&s, &acme).await);
     monitor.abort();
 }
+
+/// The count field `field` of the pool hash `key` on `c` (0 when absent).
+fn pool_count(c: &mut tollgate_redis::testing::Client, key: &str, field: &str) -> u64 {
+    c.hgetall(key)
+        .into_iter()
+        .find(|(f, _)| f == field.as_bytes())
+        .map_or(0, |(_, v)| String::from_utf8(v).unwrap().parse().unwrap())
+}
+
+/// Regression (second review of issue 18, the open design problem): a
+/// master that dies silently (SIGSTOP: no FIN, no RST) is failed over
+/// only after the sentinels' `down-after-milliseconds` (2 s here), longer
+/// than the heartbeat TTL (1 s here): no server could beat meanwhile, so
+/// on the promoted replica every heartbeat was stale, and the first server
+/// to beat there declared every other server dead, releasing their holds
+/// and making them resign. Now the first call that finds the live set
+/// written on another master starts a grace (a TTL plus the longest a
+/// live server takes to follow the sentinels), in which nobody is
+/// declared dead, and every server beats as soon as it follows. Here
+/// three servers hold copies of one pool; the third dies with the master
+/// (it beats no more and never follows); the first follows at once, the
+/// second more than two TTLs later. Both keep their holds and neither
+/// resigns; the dead one is still declared dead, once the grace is over,
+/// and its copies released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_master_death_longer_than_the_heartbeat_ttl_costs_no_live_server_its_holds() {
+    let sentinels = RedisSentinels::start();
+    let old = sentinels.master_port();
+    let prefix = unique_prefix();
+    let ttl = Duration::from_secs(1);
+    let open = || {
+        let mut o = RedisOptions::new(sentinels.url());
+        o.prefix = prefix.clone();
+        o.heartbeat_ttl = ttl;
+        o.connect.response_timeout = Duration::from_secs(5);
+        RedisStore::connect(o)
+    };
+    let (a, b, dead) = (
+        open().await.unwrap(),
+        open().await.unwrap(),
+        open().await.unwrap(),
+    );
+    let pool = PoolKey::new("ns", "sandbox");
+    let limits = CopyLimits::new(20, None);
+    for (s, n) in [(&a, 2), (&b, 3), (&dead, 4)] {
+        let r = reserve_as(s, &pool, &limits, "acme", Hits::exactly(n))
+            .await
+            .unwrap();
+        assert_eq!(r.granted, n);
+    }
+    let beat = |s: &RedisStore| {
+        let s = s.clone();
+        tokio::spawn(async move { s.heartbeat().await })
+    };
+    let (a_beats, b_beats, dead_beats) = (beat(&a), beat(&b), beat(&dead));
+    sentinels.sync_replica();
+    let mut c_old = sentinels.server(old).client();
+    let pools: Vec<String> = c_old
+        .scan(&format!("{prefix}*"))
+        .into_iter()
+        .filter(|k| k.ends_with(":pool"))
+        .collect();
+    assert_eq!(pools.len(), 1, "{pools:?}");
+    assert_eq!(pool_count(&mut c_old, &pools[0], "g"), 9);
+
+    // The third server dies: it beats no more, and never follows.
+    dead_beats.abort();
+    sentinels.server(old).pause();
+    let new = sentinels.await_promotion(old);
+    let follow = |s: &RedisStore| {
+        let s = s.clone();
+        tokio::spawn(async move { s.monitor(Duration::from_millis(100)).await })
+    };
+    let a_follows = follow(&a);
+    common::eventually(Duration::from_secs(60), || {
+        let a = a.clone();
+        async move { a.master_changes() == 1 }
+    })
+    .await;
+    // The second server follows late (its sentinels answered it late):
+    // its heartbeat there is by then more than two TTLs older than the
+    // first server's beats.
+    tokio::time::sleep(ttl * 2).await;
+    let b_follows = follow(&b);
+    common::eventually(Duration::from_secs(60), || {
+        let b = b.clone();
+        async move { b.master_changes() == 1 }
+    })
+    .await;
+
+    // The dead server is declared dead, after the grace, and its cleanup
+    // finished (polled: the grace is about ten seconds here).
+    let mut c = sentinels.server(new).client();
+    let mark = |id: &str| format!("{prefix}{{srv}}:dead:{id}");
+    let cleaning = format!("{prefix}{{srv}}:cleaning");
+    common::eventually(Duration::from_secs(120), || {
+        let done =
+            c.exists(&mark(dead.server_id())) && c.strings(&["SMEMBERS", &cleaning]).is_empty();
+        async move { done }
+    })
+    .await;
+    // Neither live server was.
+    for (s, name) in [(&a, "the first"), (&b, "the second (late)")] {
+        assert!(
+            !c.exists(&mark(s.server_id())),
+            "{name} server was declared dead"
+        );
+    }
+    assert!(
+        !a_beats.is_finished() && !b_beats.is_finished(),
+        "a live server resigned"
+    );
+    // Their holds still count, the dead one's do not; both hold more.
+    assert_eq!(pool_count(&mut c, &pools[0], "g"), 5);
+    for s in [&a, &b] {
+        let r = reserve_as(s, &pool, &limits, "acme", Hits::exactly(1))
+            .await
+            .unwrap();
+        assert_eq!(r.granted, 1);
+    }
+    assert_eq!(pool_count(&mut c, &pools[0], "g"), 7);
+    a_follows.abort();
+    b_follows.abort();
+    a_beats.abort();
+    b_beats.abort();
+}
+
+/// The same silent death, seen by a server that starts after the
+/// promotion and before any other follows: its join, the first call on
+/// the new master, found every heartbeat stale and declared the others
+/// dead at once. Now it starts the grace, as a follower's first beat
+/// does; the others follow within it and keep their holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_starting_on_the_new_master_before_the_others_follow_declares_none_dead() {
+    let sentinels = RedisSentinels::start();
+    let old = sentinels.master_port();
+    let prefix = unique_prefix();
+    let open = || {
+        let mut o = RedisOptions::new(sentinels.url());
+        o.prefix = prefix.clone();
+        o.heartbeat_ttl = Duration::from_secs(1);
+        o.connect.response_timeout = Duration::from_secs(5);
+        RedisStore::connect(o)
+    };
+    let a = open().await.unwrap();
+    let pool = PoolKey::new("ns", "sandbox");
+    let limits = CopyLimits::new(20, None);
+    reserve_as(&a, &pool, &limits, "acme", Hits::exactly(2))
+        .await
+        .unwrap();
+    let a_beats = {
+        let a = a.clone();
+        tokio::spawn(async move { a.heartbeat().await })
+    };
+    sentinels.sync_replica();
+    sentinels.server(old).pause();
+    let new = sentinels.await_promotion(old);
+    // Joins on the new master, where the first server's heartbeat is
+    // older than the TTL: its join reaps nothing.
+    let late = open().await.unwrap();
+    let mut c = sentinels.server(new).client();
+    let mark = format!("{prefix}{{srv}}:dead:{}", a.server_id());
+    assert!(
+        !c.exists(&mark),
+        "the server that started declared the first dead"
+    );
+    assert!(a.follow_master().await);
+    // The first server beats there at once, and keeps its holds.
+    assert_eq!(holds(&late, &pool, "acme").await, (2, 2));
+    let r = reserve_as(&a, &pool, &limits, "acme", Hits::exactly(1))
+        .await
+        .unwrap();
+    assert_eq!(r.granted, 1);
+    assert!(!c.exists(&mark));
+    assert!(!a_beats.is_finished(), "the first server resigned");
+    a_beats.abort();
+}
+
+/// Sentinels that require a password (`requirepass`) are asked with
+/// `RedisOptions::sentinel_password` (the URL's credentials are the
+/// master's): the store finds the master through them and follows a
+/// failover; without it, the store cannot start, and says why. The
+/// password shows nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_that_require_a_password_are_asked_with_it() {
+    let sentinels = RedisSentinels::start_with_sentinel_password("s3nt1nel-pw");
+    let old = sentinels.master_port();
+    let mut o = RedisOptions::new(sentinels.url());
+    o.prefix = unique_prefix();
+    o.connect.connect_timeout = Duration::from_millis(500);
+    let err = RedisStore::connect(o.clone())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("cannot connect to Redis at redis-sentinel://"),
+        "{err}"
+    );
+    assert!(err.to_lowercase().contains("auth"), "{err}");
+
+    o.sentinel_password = Some("s3nt1nel-pw".into());
+    assert!(!format!("{o:?}").contains("s3nt1nel"), "{o:?}");
+    let s = RedisStore::connect(o).await.unwrap();
+    assert_eq!(s.master(), Some(format!("127.0.0.1:{old}")));
+    let acme = plan("acme", 3);
+    assert!(allowed(&s, &acme).await);
+    sentinels.sync_replica();
+    let new = sentinels.failover();
+    let monitor = tokio::spawn({
+        let s = s.clone();
+        async move { s.monitor(Duration::from_millis(100)).await }
+    });
+    common::eventually(Duration::from_secs(60), || {
+        let s = s.clone();
+        async move { s.master() == Some(format!("127.0.0.1:{new}")) && s.master_changes() == 1 }
+    })
+    .await;
+    assert!(allowed(&s, &acme).await);
+    assert!(allowed(&s, &acme).await);
+    assert!(!allowed(&s, &acme).await);
+    monitor.abort();
+}
+
+/// Regression (second review of issue 18, note on the switch): a copy
+/// operation in flight to a master that froze (SIGSTOP) was held until
+/// its bound (the larger of the response timeout and the heartbeat TTL;
+/// 600 s here) after the store followed the new master, and every other
+/// operation on its pool with it (they run one at a time). Now the switch
+/// cuts it short and it is sent again, with its id, on the new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_operation_in_flight_to_a_frozen_master_is_sent_again_on_the_new_one_at_the_switch()
+{
+    let sentinels = RedisSentinels::start();
+    let old = sentinels.master_port();
+    let mut o = RedisOptions::new(sentinels.url());
+    o.prefix = unique_prefix();
+    o.connect.response_timeout = Duration::from_secs(600);
+    let s = RedisStore::connect(o).await.unwrap();
+    let pool = PoolKey::new("ns", "sandbox");
+    let limits = CopyLimits::new(10, None);
+    let r = reserve_as(&s, &pool, &limits, "acme", Hits::exactly(3))
+        .await
+        .unwrap();
+    assert_eq!(r.granted, 3);
+    sentinels.sync_replica();
+
+    sentinels.server(old).pause();
+    let before = sentinels.server(old).unread_bytes_from_this_process();
+    let stuck = tokio::spawn({
+        let (s, pool, limits) = (s.clone(), pool.clone(), limits.clone());
+        async move { reserve_as(&s, &pool, &limits, "acme", Hits::exactly(2)).await }
+    });
+    sentinels
+        .server(old)
+        .await_unread_from_this_process_beyond(before)
+        .await;
+    sentinels.await_promotion(old);
+    assert!(s.follow_master().await);
+    // Before the fix this waited for the 600 s bound (the test's own
+    // bound fails first).
+    let more = tokio::time::timeout(Duration::from_secs(60), stuck)
+        .await
+        .expect("the reservation in flight to the frozen master is still held")
+        .unwrap()
+        .unwrap();
+    assert_eq!(more.granted, 2);
+    assert_eq!(holds(&s, &pool, "acme").await, (5, 5));
+}

@@ -379,6 +379,23 @@ impl Replica {
         Ok(decision)
     }
 
+    /// [`tollgate_store::Store::inspect`] on this node: each item of `plan`
+    /// decided for zero hits on a copy of this node's state of its key
+    /// (what this node would decide by, peers' news merged so far), or a
+    /// fresh one; nothing is stored, changed or gossiped.
+    pub fn inspect_now(&self, plan: &Plan, now: Nanos) -> Result<PlanDecision, StoreError> {
+        let mut states: SmallVec<[LimitState; 4]> = plan
+            .items()
+            .iter()
+            .map(|item| {
+                self.table
+                    .with_stored(&item.key, |_, entry| entry.state.clone())
+                    .unwrap_or_else(|| item.limit.fresh())
+            })
+            .collect();
+        tollgate_store::probe(plan, &mut states, now)
+    }
+
     /// A one-limit plan, the common case: decided in place under one lock.
     fn decide_one(
         &self,

@@ -674,3 +674,74 @@ fn at_max_keys_new_grants_are_not_kept_until_expired_keys_make_room() {
     assert!(fresh > 0, "no new grant was kept");
     assert!(r.keys() <= MAX as u64, "{} keys kept, cap {MAX}", r.keys());
 }
+
+/// Issue 18, item 5: inspecting a key on a node answers this node's view
+/// (its grants and its peers' merged so far) as a request of zero hits
+/// would be answered, and changes nothing: no key is created for a domain
+/// never seen, and nothing is queued for gossip.
+#[test]
+fn inspect_reads_the_local_view_and_creates_and_gossips_nothing() {
+    for how in [
+        plain_queue(),
+        Replication::new(StrategyKind::Counter),
+        Replication::new(StrategyKind::Epoch),
+    ] {
+        let r = replica(1, 100);
+        r.add_peer(peer(2));
+        let p = plan(&r, &how, 5, "acme");
+        for _ in 0..3 {
+            let d = r.decide_now(&p, T0, Hits::exactly(1), Mode::Try).unwrap();
+            assert!(d.allowed, "{how:?}");
+        }
+        drain(&r, class(&how), T0);
+        let keys = r.keys();
+        let seen = r.inspect_now(&p, T0).unwrap();
+        assert_eq!(seen.decisions[0].remaining, 2, "{how:?}");
+        assert!(seen.allowed);
+        assert!(
+            drain(&r, class(&how), T0)
+                .iter()
+                .all(|(_, items)| items.is_empty()),
+            "{how:?}: inspecting queued gossip"
+        );
+        let never = Plan::single(
+            Key::new(LIMIT, "never-seen"),
+            Arc::clone(&p.items()[0].limit),
+        );
+        let fresh = r.inspect_now(&never, T0).unwrap();
+        assert_eq!(fresh.decisions[0].remaining, 5, "{how:?}");
+        assert_eq!(r.keys(), keys, "{how:?}: inspecting created a key");
+    }
+}
+
+/// Issue 18, item 5: a gossip cluster refuses to reset a counter, saying
+/// why (its peers would merge the old counts back), and changes nothing.
+#[test]
+fn a_reset_is_refused_saying_peers_would_merge_the_counts_back() {
+    use tollgate_store::{Store, StoreError};
+    let r = Arc::new(replica(1, 100));
+    let how = plain_queue();
+    let p = plan(&r, &how, 5, "acme");
+    r.decide_now(&p, T0, Hits::exactly(4), Mode::Try).unwrap();
+    let store = tollgate_replica::ReplicaStore::new(Arc::clone(&r));
+    let refused = block_on(store.reset(&p, T0));
+    match refused {
+        Err(StoreError::Unsupported(why)) => {
+            assert!(why.contains("merge the old counts back"), "{why}");
+            assert_eq!(why, tollgate_replica::store::RESET_REFUSED);
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(r.inspect_now(&p, T0).unwrap().decisions[0].remaining, 1);
+}
+
+/// Polls a future that is ready at once (the replicated store's are).
+fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            return out;
+        }
+    }
+}

@@ -1,9 +1,12 @@
 //! Service outcomes as wire messages: one place, shared by the gRPC and
 //! HTTP surfaces (the HTTP API's JSON bodies are the same messages).
 
+use tollgate_config::model::{EnvoyLimit, EnvoyUnit};
 use tollgate_core::{Mode, Nanos};
 use tollgate_proto::{v1, RateRequestView};
-use tollgate_service::{LimitedBy, RateOutcome, RateRequest, ReserveOutcome, ServiceError};
+use tollgate_service::{
+    Counters, LimitDetail, LimitedBy, RateOutcome, RateRequest, ReserveOutcome, ServiceError,
+};
 use tollgate_store::Seized;
 
 /// The service's view of a wire rate request. A `mode` the proto does
@@ -24,6 +27,21 @@ pub fn rate_request(r: RateRequestView<'_>) -> Result<RateRequest<'_>, ServiceEr
             )))
         }
     };
+    let limit = match r.limit {
+        None => None,
+        Some((requests_per_unit, unit)) => {
+            let Some(unit) = EnvoyUnit::parse(unit) else {
+                return Err(ServiceError::Malformed(format!(
+                    "limit.unit {:?} is not a unit: expected second, minute, hour, day, week, month or year",
+                    unit.chars().take(32).collect::<String>()
+                )));
+            };
+            Some(EnvoyLimit {
+                requests_per_unit,
+                unit,
+            })
+        }
+    };
     Ok(RateRequest {
         namespace: r.namespace,
         resource: r.resource,
@@ -31,6 +49,7 @@ pub fn rate_request(r: RateRequestView<'_>) -> Result<RateRequest<'_>, ServiceEr
         hits: r.hits_or_default(),
         min_hits: r.min_hits_or_default(),
         mode,
+        limit,
     })
 }
 
@@ -57,12 +76,7 @@ pub fn rate_response(o: &RateOutcome) -> v1::RateResponse {
         reset_after_ns: d.reset_after.as_u64(),
         wait_ns: d.wait.as_u64(),
         limited_by: limited_by(o.limited_by) as i32,
-        tier: o.tier.map(|t| v1::TierContext {
-            index: t.index,
-            limit: t.limit,
-            hits: t.hits,
-            burst: t.burst,
-        }),
+        tier: o.tier.map(tier_context),
         hard_limit: o.hard_limit,
         global_limit: o.global_limit,
         domain_hits_last_second: o.domain_hits_last_second,
@@ -71,6 +85,35 @@ pub fn rate_response(o: &RateOutcome) -> v1::RateResponse {
         ignored: o.ignored,
         unconfigured: o.unconfigured,
         algorithm: o.algorithm.to_owned(),
+        limits: o.limits.iter().map(limit_status).collect(),
+        limited_by_name: match (&o.limit_name, o.limited_by) {
+            (Some(name), Some(LimitedBy::Limit | LimitedBy::Tier)) => name.to_string(),
+            _ => String::new(),
+        },
+    }
+}
+
+/// One limit's own state, after a decision or as inspected.
+pub fn limit_status(l: &LimitDetail) -> v1::LimitStatus {
+    let d = &l.decision;
+    v1::LimitStatus {
+        name: l.name.to_string(),
+        algorithm: l.algorithm.to_owned(),
+        limit: d.limit,
+        remaining: d.remaining,
+        reset_after_ns: d.reset_after.as_u64(),
+        retry_after_ns: d.retry_after.map(Nanos::as_u64),
+        tier: d.tier.map(tier_context),
+        shadow: l.shadow,
+    }
+}
+
+fn tier_context(t: tollgate_core::TierInfo) -> v1::TierContext {
+    v1::TierContext {
+        index: t.index,
+        limit: t.limit,
+        hits: t.hits,
+        burst: t.burst,
     }
 }
 
@@ -112,4 +155,43 @@ pub fn seize_response(s: &Seized) -> v1::SeizeResponse {
         groups: s.staged.groups.clone(),
         hold_id: String::new(),
     }
+}
+
+/// An inspection's answer (`GET /v1/counters`, gRPC `Inspect`).
+pub fn counters_response(
+    namespace: &str,
+    resource: &str,
+    domain: &str,
+    c: &Counters,
+) -> v1::CountersResponse {
+    let mut out = v1::CountersResponse {
+        namespace: namespace.to_owned(),
+        resource: resource.to_owned(),
+        domain: domain.to_owned(),
+        ..Default::default()
+    };
+    match c {
+        Counters::Rate { limits, deny } => {
+            out.limits = limits.iter().map(limit_status).collect();
+            out.deny = *deny;
+        }
+        Counters::Copies(h) => {
+            out.holds = Some(v1::Holds {
+                domain_limit: h.domain_limit,
+                global_limit: h.global_limit,
+                domain_holds: h.domain_holds,
+                global_holds: h.global_holds,
+                groups: h
+                    .groups
+                    .iter()
+                    .map(|g| v1::GroupContext {
+                        name: g.name.clone(),
+                        limit: g.limit,
+                        holds: g.holds,
+                    })
+                    .collect(),
+            });
+        }
+    }
+    out
 }

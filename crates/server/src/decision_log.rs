@@ -68,6 +68,10 @@ pub struct Answer {
     /// What limited it (`limit`, `tier`, `hard`, `global`, `deny`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limited_by: Option<&'static str>,
+    /// Of a resource with a `limits:` list: the name of the limit that
+    /// bound the request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limited_by_name: Option<std::sync::Arc<str>>,
 }
 
 /// One descriptor entry of an Envoy request.
@@ -244,6 +248,7 @@ mod tests {
                 granted,
                 remaining: Some(3),
                 limited_by: None,
+                limited_by_name: None,
             },
         }
     }

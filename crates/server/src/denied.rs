@@ -82,11 +82,27 @@ pub struct Counted {
 #[derive(Clone, Debug, Default)]
 struct Summary {
     counters: Vec<Counted>,
+    /// Each counter's domain hashed ([`Denied::hasher`]), at the same
+    /// index: domains are compared by hash first, so a client sending
+    /// long domains that differ only at the end costs neither a refusal
+    /// nor a scrape a string comparison per counter.
+    hashes: Vec<u64>,
 }
 
 impl Summary {
-    fn add(&mut self, domain: &str, n: u64) {
-        if let Some(c) = self.counters.iter_mut().find(|c| c.domain == domain) {
+    /// The counter of `domain` (hashed `hash`), if it has one.
+    fn find(&self, hash: u64, domain: &str) -> Option<usize> {
+        self.hashes
+            .iter()
+            .zip(&self.counters)
+            .position(|(&h, c)| h == hash && c.domain == domain)
+    }
+
+    fn add(&mut self, hash: u64, domain: &str, n: u64) {
+        if let Some(c) = self
+            .find(hash, domain)
+            .and_then(|i| self.counters.get_mut(i))
+        {
             c.rejected = c.rejected.saturating_add(n);
             return;
         }
@@ -96,9 +112,14 @@ impl Summary {
                 rejected: n,
                 error: 0,
             });
+            self.hashes.push(hash);
             return;
         }
-        if let Some(min) = self.counters.iter_mut().min_by_key(|c| c.rejected) {
+        let min = (0..self.counters.len()).min_by_key(|&i| self.counters[i].rejected);
+        if let (Some(min), Some(h)) = (
+            min.and_then(|i| self.counters.get_mut(i)),
+            min.and_then(|i| self.hashes.get_mut(i)),
+        ) {
             let floor = min.rejected;
             // The replaced domain's buffer is reused: no allocation once
             // the summary is full, whatever domains clients send.
@@ -106,7 +127,13 @@ impl Summary {
             min.domain.push_str(domain);
             min.rejected = floor.saturating_add(n);
             min.error = floor;
+            *h = hash;
         }
+    }
+
+    fn clear(&mut self) {
+        self.counters.clear();
+        self.hashes.clear();
     }
 }
 
@@ -133,7 +160,7 @@ impl Windows {
         self.previous = if elapsed < 2 * WINDOW {
             std::mem::take(&mut self.current)
         } else {
-            self.current.counters.clear();
+            self.current.clear();
             Summary::default()
         };
         self.start = now - elapsed % WINDOW;
@@ -155,7 +182,9 @@ impl Windows {
 /// into this table), at most [`MAX_RESOURCES`] of them, so a client cannot
 /// add keys at all; the domains it does choose go into each resource's
 /// fixed-size summary, which is not a hash table.
-type Shard = HashMap<Box<str>, HashMap<Box<str>, Arc<Mutex<Windows>>>>;
+/// Names are `Arc<str>` so that a scrape copies them out of the shard's
+/// lock by a reference count, not a string each.
+type Shard = HashMap<Arc<str>, HashMap<Arc<str>, Arc<Mutex<Windows>>>>;
 
 /// The recently refused domains of every resource.
 ///
@@ -312,63 +341,173 @@ impl Denied {
                 continue;
             }
             w.advance(now);
-            w.current.add(cut(domain), 1);
+            let domain = cut(domain);
+            w.current.add(self.hasher.hash_one(domain), domain, 1);
             return true;
         }
         uncounted()
     }
 
+    /// Every resource in the table, with its names (reference counts, no
+    /// copies), each shard's read lock held only to list them.
+    fn entries(&self) -> Vec<Entry> {
+        let mut all = Vec::with_capacity(self.resources.load(Ordering::Relaxed));
+        for shard in self.shards.iter() {
+            let r = shard.read().unwrap_or_else(PoisonError::into_inner);
+            for (ns, resources) in r.iter() {
+                for (res, e) in resources {
+                    all.push((Arc::clone(ns), Arc::clone(res), Arc::clone(e)));
+                }
+            }
+        }
+        all
+    }
+
     /// The domains refused most lately (this window and the last), per
     /// namespace and resource, most first, at most `n` per resource.
-    /// Each resource's summaries are copied out under its own lock (a
-    /// short one); the merging happens outside every lock.
+    /// Each resource's two summaries are merged under its own lock (a
+    /// short one, on the stack) and only the `n` shown are copied out.
     pub fn top(&self, now: u64, n: usize) -> Top {
         // Idle resources give their places up here, off the request path.
         self.sweep(now);
-        let mut copied: Vec<(String, String, Summary, Summary)> = Vec::new();
-        for shard in self.shards.iter() {
-            let entries: Vec<(String, String, Arc<Mutex<Windows>>)> = {
-                let r = shard.read().unwrap_or_else(PoisonError::into_inner);
-                r.iter()
-                    .flat_map(|(ns, resources)| {
-                        resources
-                            .iter()
-                            .map(move |(res, e)| (ns.to_string(), res.to_string(), Arc::clone(e)))
-                    })
-                    .collect()
-            };
-            for (ns, res, e) in entries {
-                let mut w = e.lock().unwrap_or_else(PoisonError::into_inner);
-                w.advance(now);
-                if !w.is_idle() {
-                    copied.push((ns, res, w.previous.clone(), w.current.clone()));
-                }
-            }
-        }
         let mut out = Top::new();
-        for (ns, res, previous, current) in copied {
-            let mut list: Vec<Counted> = Vec::new();
-            for c in previous.counters.into_iter().chain(current.counters) {
-                match list.iter_mut().find(|x| x.domain == c.domain) {
-                    Some(x) => {
-                        x.rejected = x.rejected.saturating_add(c.rejected);
-                        x.error = x.error.saturating_add(c.error);
-                    }
-                    None => list.push(c),
-                }
+        for (ns, res, e) in self.entries() {
+            let mut w = e.lock().unwrap_or_else(PoisonError::into_inner);
+            w.advance(now);
+            if w.is_idle() {
+                continue;
             }
-            list.sort_by(|a, b| b.rejected.cmp(&a.rejected).then(a.domain.cmp(&b.domain)));
-            list.truncate(n);
-            out.entry(ns).or_default().insert(res, list);
+            let mut both = Both::of(&w);
+            let list = both.as_mut_slice();
+            list.sort_by(|a, b| b.rejected.cmp(&a.rejected).then(a.domain.cmp(b.domain)));
+            let shown: Vec<Counted> = list
+                .iter()
+                .take(n)
+                .map(|c| Counted {
+                    domain: c.domain.to_owned(),
+                    rejected: c.rejected,
+                    error: c.error,
+                })
+                .collect();
+            drop(w);
+            out.entry(ns.to_string())
+                .or_default()
+                .insert(res.to_string(), shown);
         }
         out
     }
+
+    /// Writes the first `ranks` (at most [`MAX_METRIC_RANKS`]) of each
+    /// resource to `out` in the Prometheus text format: see
+    /// [`write_metrics`]. A scrape costs a lock and a merge of at most
+    /// 2 × [`TOP`] counters on the stack per resource counted, and copies
+    /// out only the ranks it writes: never every summary (at
+    /// [`MAX_RESOURCES`] resources with full summaries, that copy was
+    /// some 50 MB and 320,000 allocations per scrape).
+    pub fn write_metrics(&self, now: u64, ranks: usize, out: &mut String) {
+        self.sweep(now);
+        let ranks = ranks.min(MAX_METRIC_RANKS);
+        let mut listed: Vec<Ranked> = Vec::new();
+        if ranks > 0 {
+            for (ns, res, e) in self.entries() {
+                let mut w = e.lock().unwrap_or_else(PoisonError::into_inner);
+                w.advance(now);
+                let mut both = Both::of(&w);
+                let list = both.as_mut_slice();
+                // Ranked by the count known for certain, never by what a
+                // counter inherited (see MIN_METRIC_REFUSALS); those
+                // under the floor are left out before sorting (after a
+                // flood of new domains, that is nearly all of them).
+                let mut kept = 0;
+                for i in 0..list.len() {
+                    let mut c = list[i];
+                    c.rejected = c.rejected.saturating_sub(c.error);
+                    if c.rejected >= MIN_METRIC_REFUSALS {
+                        list[kept] = c;
+                        kept += 1;
+                    }
+                }
+                let list = &mut list[..kept];
+                list.sort_by(|a, b| b.rejected.cmp(&a.rejected).then(a.domain.cmp(b.domain)));
+                let shown: Vec<(u64, String)> = list
+                    .iter()
+                    .take(ranks)
+                    .map(|c| (c.rejected, c.domain.to_owned()))
+                    .collect();
+                drop(w);
+                if !shown.is_empty() {
+                    listed.push((ns, res, shown));
+                }
+            }
+        }
+        if listed.len() > MAX_METRIC_RESOURCES {
+            listed.sort_by(|a, b| {
+                let first = |l: &[(u64, String)]| l.first().map_or(0, |c| c.0);
+                first(&b.2)
+                    .cmp(&first(&a.2))
+                    .then((&a.0, &a.1).cmp(&(&b.0, &b.1)))
+            });
+            listed.truncate(MAX_METRIC_RESOURCES);
+        }
+        listed.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        write_metrics(&listed, out);
+    }
 }
 
-/// Writes the first `ranks` (at most [`MAX_METRIC_RANKS`]) of each
-/// resource of `top` (from [`Denied::top`], taken with every counter:
-/// this re-ranks them) to `out` in the Prometheus text format, as two
-/// gauge families:
+/// A resource in the table: namespace, resource, its windows.
+type Entry = (Arc<str>, Arc<str>, Arc<Mutex<Windows>>);
+
+/// One domain's counts over a resource's two windows, borrowed from them.
+#[derive(Clone, Copy, Default)]
+struct Merged<'w> {
+    hash: u64,
+    domain: &'w str,
+    rejected: u64,
+    error: u64,
+}
+
+/// A resource's two summaries merged by domain, on the stack: at most
+/// [`TOP`] counters each, so at most 2 × [`TOP`] domains.
+struct Both<'w> {
+    list: [Merged<'w>; 2 * TOP],
+    len: usize,
+}
+
+impl<'w> Both<'w> {
+    fn of(w: &'w Windows) -> Both<'w> {
+        let mut both = Both {
+            list: [Merged::default(); 2 * TOP],
+            len: 0,
+        };
+        let previous = w.previous.hashes.iter().zip(&w.previous.counters);
+        for (&hash, c) in previous.chain(w.current.hashes.iter().zip(&w.current.counters)) {
+            let (seen, free) = both.list.split_at_mut(both.len);
+            if let Some(x) = seen
+                .iter_mut()
+                .find(|x| x.hash == hash && x.domain == c.domain)
+            {
+                x.rejected = x.rejected.saturating_add(c.rejected);
+                x.error = x.error.saturating_add(c.error);
+            } else if let Some(slot) = free.first_mut() {
+                *slot = Merged {
+                    hash,
+                    domain: &c.domain,
+                    rejected: c.rejected,
+                    error: c.error,
+                };
+                both.len += 1;
+            }
+        }
+        both
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [Merged<'w>] {
+        &mut self.list[..self.len]
+    }
+}
+
+/// Writes `listed` (from [`Denied::write_metrics`]) to `out` in the
+/// Prometheus text format, as two gauge families:
 ///
 /// - `tollgate_denied_top_rejected{namespace, resource, rank}`: the
 ///   refusals counted for certain for the domain at that rank (this
@@ -388,38 +527,12 @@ impl Denied {
 /// top is gone from the next scrape rather than kept for the life of the
 /// process. A scrape shows at most [`MAX_METRIC_RESOURCES`] resources;
 /// label values are escaped (a domain is a client's text).
-pub fn write_metrics(top: &Top, ranks: usize, out: &mut String) {
+fn write_metrics(listed: &[Ranked], out: &mut String) {
     use crate::metrics::{DENIED_TOP_DOMAIN, DENIED_TOP_REJECTED};
-    let ranks = ranks.min(MAX_METRIC_RANKS);
-    let mut listed: Vec<Ranked<'_>> = top
-        .iter()
-        .flat_map(|(ns, resources)| {
-            resources.iter().filter_map(move |(res, list)| {
-                let mut certain: Vec<(u64, &str)> = list
-                    .iter()
-                    .map(|c| (c.rejected.saturating_sub(c.error), c.domain.as_str()))
-                    .filter(|&(n, _)| n >= MIN_METRIC_REFUSALS)
-                    .collect();
-                certain.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
-                certain.truncate(ranks);
-                (!certain.is_empty()).then_some((ns.as_str(), res.as_str(), certain))
-            })
-        })
-        .collect();
-    if listed.len() > MAX_METRIC_RESOURCES {
-        listed.sort_by(|a, b| {
-            let first = |l: &[(u64, &str)]| l.first().map_or(0, |c| c.0);
-            first(&b.2)
-                .cmp(&first(&a.2))
-                .then((a.0, a.1).cmp(&(b.0, b.1)))
-        });
-        listed.truncate(MAX_METRIC_RESOURCES);
-        listed.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
-    }
     out.push_str(&format!(
         "# HELP {DENIED_TOP_REJECTED} Refusals counted for certain of the domain at each rank of a resource's most refused, this minute and the last (at least {MIN_METRIC_REFUSALS}).\n# TYPE {DENIED_TOP_REJECTED} gauge\n"
     ));
-    for (ns, res, list) in &listed {
+    for (ns, res, list) in listed {
         for (i, (n, _)) in list.iter().enumerate() {
             series(out, DENIED_TOP_REJECTED, ns, res, i + 1, None);
             out.push_str(itoa::Buffer::new().format(*n));
@@ -429,7 +542,7 @@ pub fn write_metrics(top: &Top, ranks: usize, out: &mut String) {
     out.push_str(&format!(
         "# HELP {DENIED_TOP_DOMAIN} 1, naming the domain at each rank of a resource's most refused.\n# TYPE {DENIED_TOP_DOMAIN} gauge\n"
     ));
-    for (ns, res, list) in &listed {
+    for (ns, res, list) in listed {
         for (i, (_, domain)) in list.iter().enumerate() {
             series(out, DENIED_TOP_DOMAIN, ns, res, i + 1, Some(domain));
             out.push_str("1\n");
@@ -439,7 +552,7 @@ pub fn write_metrics(top: &Top, ranks: usize, out: &mut String) {
 
 /// A resource's ranks as `/metrics` shows them: (namespace, resource,
 /// [(certain count, domain)] most first).
-type Ranked<'t> = (&'t str, &'t str, Vec<(u64, &'t str)>);
+type Ranked = (Arc<str>, Arc<str>, Vec<(u64, String)>);
 
 /// `name{namespace="..",resource="..",rank="..",domain=".."} ` (the
 /// domain only when given).
@@ -579,7 +692,7 @@ mod tests {
     /// `/metrics` as a scrape writes it: every counter, `ranks` shown.
     fn scrape(d: &Denied, now: u64, ranks: usize) -> String {
         let mut text = String::new();
-        write_metrics(&d.top(now, usize::MAX), ranks, &mut text);
+        d.write_metrics(now, ranks, &mut text);
         text
     }
 
@@ -751,8 +864,32 @@ mod tests {
         assert!(rejected.iter().any(|l| l.contains(&busiest)), "{busiest}");
         // Nothing refused: the families' heads and no series.
         let mut empty = String::new();
-        write_metrics(&Top::new(), 10, &mut empty);
+        Denied::default().write_metrics(S, 10, &mut empty);
         assert_eq!(empty.lines().filter(|l| !l.starts_with('#')).count(), 0);
+    }
+
+    /// Domains are compared by hash first (second review of issue 18):
+    /// two domains with one hash stay two counters, in a summary and in
+    /// the merge of a resource's two windows.
+    #[test]
+    fn domains_sharing_a_hash_stay_apart() {
+        let mut w = Windows::default();
+        w.previous.add(7, "a", 2);
+        w.previous.add(7, "b", 3);
+        w.current.add(7, "b", 4);
+        w.current.add(9, "a", 1);
+        assert_eq!(w.previous.counters.len(), 2);
+        let mut both = Both::of(&w);
+        let mut merged: Vec<(&str, u64)> = both
+            .as_mut_slice()
+            .iter()
+            .map(|m| (m.domain, m.rejected))
+            .collect();
+        merged.sort();
+        // `a` under hash 9 is another counter than `a` under 7: one
+        // domain is always hashed alike, so this only shows the string
+        // decides, never the hash alone.
+        assert_eq!(merged, [("a", 1), ("a", 2), ("b", 7)]);
     }
 
     #[test]

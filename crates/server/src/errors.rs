@@ -49,7 +49,7 @@ const _: () = assert!(tollgate_service::NotHeld::MAX_BYTES <= MAX_MESSAGE_BYTES)
 /// The gRPC code of `e`.
 pub fn grpc_code(e: &ServiceError) -> Code {
     match e.reason() {
-        "malformed_request" | "bad_copies" => Code::InvalidArgument,
+        "malformed_request" | "bad_copies" | "invalid_limit_override" => Code::InvalidArgument,
         "unknown_namespace" | "unknown_resource" | "unknown_transfer" | "unknown_hold" => {
             Code::NotFound
         }
@@ -59,7 +59,8 @@ pub fn grpc_code(e: &ServiceError) -> Code {
         | "cannot_schedule"
         | "no_usage"
         | "session_closed"
-        | "too_many_holds" => Code::FailedPrecondition,
+        | "too_many_holds"
+        | "holds_not_resettable" => Code::FailedPrecondition,
         "exceeds_limit" | "unsupported_by_store" => Code::OutOfRange,
         // Up and answering, but refusing for want of room of its own.
         "too_many_sessions" | "store_at_capacity" | "too_many_transfers" | "store_overloaded" => {
@@ -140,29 +141,37 @@ fn log_unavailable(detail: &str) {
 }
 
 /// `text` with the credentials of every URL in it (`scheme://user:pass@host`)
-/// replaced by `***`, as the Redis store's own `redact` does for one URL.
+/// replaced by `***`, by the rule of the Redis store's own `redact` for
+/// one URL ([`tollgate_auth::redact`]): everything from a line's first
+/// `://` to the last `@` of the line is hidden, and so are the values of
+/// query parameters named like a password. A password may hold any character
+/// (`/`, `?`, `#`, `@`, `,`, `)`, a space), and in free text nothing says
+/// where a URL ends; but credentials always end at an `@`, so hiding up to
+/// the line's last one hides them whatever they hold. An `@` later on the
+/// line (a second URL's credentials, an address in the message) hides more
+/// than the credentials, never less (second review of issue 18: a
+/// password with a `/`, `,`, `;`, `)`, `"` or a space was shown, since the
+/// authority was taken to end there).
 pub fn redact_urls(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find("://") {
-        let (head, tail) = rest.split_at(at + 3);
-        out.push_str(head);
-        // The authority ends at the path, or where the URL does.
-        let end = tail
-            .find(|c: char| c == '/' || c.is_whitespace() || matches!(c, ')' | ',' | ';' | '"'))
-            .unwrap_or(tail.len());
-        let authority = &tail[..end];
-        match authority.rfind('@') {
-            Some(a) => {
-                out.push_str("***@");
-                out.push_str(&authority[a + 1..]);
-            }
-            None => out.push_str(authority),
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
         }
-        rest = &tail[end..];
+        out.push_str(&redact_line(line));
     }
-    out.push_str(rest);
     out
+}
+
+/// [`redact_urls`] for a text of one line: the line from its first URL
+/// on is shown as [`tollgate_auth::redact`] shows a URL (which also hides
+/// the values of query parameters named like a password).
+fn redact_line(line: &str) -> String {
+    if line.contains("://") {
+        tollgate_auth::redact(line)
+    } else {
+        line.to_owned()
+    }
 }
 
 #[cfg(test)]
@@ -176,11 +185,45 @@ mod tests {
             redact_urls("reserve (redis://u:secret@10.0.0.1:6379/0): broken pipe"),
             "reserve (redis://***@10.0.0.1:6379/0): broken pipe"
         );
+        // Two URLs with credentials on one line: everything between the
+        // first's scheme and the last `@` is hidden (more than the
+        // credentials, never less).
         assert_eq!(
             redact_urls("a rediss://:pw@h:1 and redis://h:2, redis://x@y"),
-            "a rediss://***@h:1 and redis://h:2, redis://***@y"
+            "a rediss://***@y"
+        );
+        assert_eq!(
+            redact_urls("a redis://h:2 failed\nthen redis://u:pw@h:3 did"),
+            "a redis://h:2 failed\nthen redis://***@h:3 did"
         );
         assert_eq!(redact_urls("no url here"), "no url here");
+    }
+
+    /// Regression (second review of issue 18): the authority was taken to
+    /// end at the first `/`, `,`, `;`, `)`, `"` or space, so a password
+    /// holding one was shown whole (the part after it, and often the part
+    /// before). Every character a password may hold, in every place.
+    #[test]
+    fn a_password_holding_any_character_is_never_shown() {
+        for mark in [
+            "/", "?", "#", "@", ",", ";", ")", "(", "\"", " ", "://", "%2F", ":",
+        ] {
+            let password = format!("hun{mark}ter2");
+            for text in [
+                format!("Redis failed (redis://:{password}@10.0.0.1:6379/0): broken pipe"),
+                format!("redis://user:{password}@h"),
+                format!("cannot reach rediss-sentinel://:{password}@a:1,b:2/m, retrying"),
+                format!("x redis://h:1 and redis://:{password}@h:2/0 failed"),
+                format!("cannot open the database postgres://u@h/db?password={password}"),
+            ] {
+                let shown = redact_urls(&text);
+                assert!(
+                    !shown.contains("hun") && !shown.contains("ter2"),
+                    "{text:?} shown as {shown:?}"
+                );
+                assert!(shown.contains("***"), "{shown}");
+            }
+        }
     }
 
     #[test]

@@ -19,13 +19,14 @@ use tollgate_core::copies::TransferId;
 use tollgate_core::Hits;
 use tollgate_proto::v1::{self, session_request::Op, session_response::Result as Answer};
 use tollgate_proto::RateRequestView;
-use tollgate_service::{ServiceError, Session, Target};
+use tollgate_service::{LimitedBy, ServiceError, Session, Target};
 use tollgate_store::Store;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::app::App;
 use crate::errors::{grpc_code, status};
 use crate::spans::{Caller, Decision, Outcome};
+use crate::tokens::Refused;
 use crate::{convert, decision_log, metrics as m};
 
 /// Implements `tollgate.v1.Tollgate`.
@@ -128,6 +129,10 @@ pub async fn rate<S: Store>(
                         granted: o.granted,
                         remaining: Some(o.decision.remaining),
                         limited_by: o.limited_by.map(|l| l.as_str()),
+                        limited_by_name: match o.limited_by {
+                            Some(LimitedBy::Limit | LimitedBy::Tier) => o.limit_name.clone(),
+                            _ => None,
+                        },
                     },
                 });
             }
@@ -138,6 +143,43 @@ pub async fn rate<S: Store>(
             Err(e)
         }
     }
+}
+
+/// The admin rule ([`crate::tokens::authorize`]) for an rpc: the bearer
+/// token in the `authorization` metadata. Off is `NOT_FOUND`, a missing or
+/// unknown token `UNAUTHENTICATED`, a `read` token that writes
+/// `PERMISSION_DENIED`, each with the reason in `tollgate-reason`.
+fn admin<S: Store, T>(
+    app: &App<S>,
+    request: &Request<T>,
+    rpc: &str,
+    write: bool,
+) -> Result<crate::tokens::Caller, Status> {
+    let authorization = request
+        .metadata()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok());
+    crate::tokens::authorize(app.admin_tokens(), authorization, write).map_err(|refused| {
+        let code = match refused {
+            Refused::Off => tonic::Code::NotFound,
+            Refused::Unauthenticated(_) => tonic::Code::Unauthenticated,
+            Refused::Forbidden => tonic::Code::PermissionDenied,
+        };
+        if refused != Refused::Off {
+            tracing::debug!(rpc, reason = refused.reason(), "admin rpc refused");
+        }
+        let mut s = Status::new(code, refused.message(rpc));
+        if let Ok(v) = refused.reason().parse() {
+            s.metadata_mut().insert(crate::errors::REASON_HEADER, v);
+        }
+        s
+    })
+}
+
+/// `e` counted as a gRPC error, as a status.
+fn failed(e: &ServiceError) -> Status {
+    m::error("grpc", e.reason());
+    status(e)
 }
 
 #[tonic::async_trait]
@@ -172,6 +214,52 @@ impl<S: Store> v1::tollgate_server::Tollgate for Native<S> {
             config_api_revision: config.api_revision,
             sessions_open: app.sessions().len() as u64,
             sessions_opened: app.sessions().opened(),
+        }))
+    }
+
+    async fn inspect(
+        &self,
+        request: Request<v1::CountersRequest>,
+    ) -> Result<Response<v1::CountersResponse>, Status> {
+        admin(&self.app, &request, "Inspect", false)?;
+        let r = request.get_ref();
+        let counters = self
+            .app
+            .service()
+            .inspect(&r.namespace, &r.resource, &r.domain)
+            .await
+            .map_err(|e| failed(&e))?;
+        Ok(Response::new(convert::counters_response(
+            &r.namespace,
+            &r.resource,
+            &r.domain,
+            &counters,
+        )))
+    }
+
+    async fn reset(
+        &self,
+        request: Request<v1::CountersRequest>,
+    ) -> Result<Response<v1::ResetResponse>, Status> {
+        let caller = admin(&self.app, &request, "Reset", true)?;
+        let r = request.get_ref();
+        let reset = self
+            .app
+            .service()
+            .reset(&r.namespace, &r.resource, &r.domain)
+            .await
+            .map_err(|e| failed(&e))?;
+        metrics::counter!(m::COUNTER_RESETS, "surface" => "grpc", "namespace" => r.namespace.clone(), "resource" => r.resource.clone())
+            .increment(1);
+        tracing::info!(
+            namespace = %r.namespace,
+            resource = %r.resource,
+            domain = %r.domain,
+            token = %caller.name,
+            "counters reset"
+        );
+        Ok(Response::new(v1::ResetResponse {
+            reset: u32::try_from(reset).unwrap_or(u32::MAX),
         }))
     }
 

@@ -25,7 +25,7 @@ use tollgate_proto::rls::rate_limit_response::{
     self, rate_limit::Unit, Code, DescriptorStatus as WireStatus, RateLimit,
 };
 use tollgate_proto::rls::{HeaderValue, RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
-use tollgate_service::view::{Main, NamespaceView, ResourceEntry, ResourceView};
+use tollgate_service::view::{Listed, Main, NamespaceView, ResourceEntry, ResourceView};
 use tollgate_service::{DescriptorRequest, DescriptorStatus, ServiceError};
 use tollgate_store::Store;
 use tonic::{Request, Response, Status};
@@ -171,6 +171,7 @@ async fn answer<S: Store>(
         descriptors,
         hits,
         mode,
+        limits,
     } = check(req)?;
     traced.hits = hits;
     let now = app.now();
@@ -181,6 +182,7 @@ async fn answer<S: Store>(
             descriptors: &descriptors,
             hits,
             mode,
+            limits: &limits,
         })
         .await;
     if app.spans_on() {
@@ -249,6 +251,7 @@ async fn answer<S: Store>(
                 granted: if outcome.allowed { hits } else { 0 },
                 remaining: None,
                 limited_by: None,
+                limited_by_name: None,
             },
         });
     }
@@ -279,6 +282,9 @@ struct Checked {
     hits: u64,
     /// `try`, or `refund` when the descriptors set `is_negative_hits`.
     mode: Mode,
+    /// Per descriptor: the limit it brought of its own (`limit`); empty
+    /// when none did.
+    limits: Vec<Option<EnvoyLimit>>,
 }
 
 /// The descriptors as the limiter takes them, and the hits to charge; or
@@ -305,8 +311,15 @@ fn check(req: &RateLimitRequest) -> Result<Checked, ServiceError> {
     let mut hits: Option<(u64, usize)> = None;
     let mut negative: Option<(bool, usize)> = None;
     let mut out = Vec::with_capacity(req.descriptors.len());
+    let mut limits = Vec::new();
     for (i, d) in req.descriptors.iter().enumerate() {
         out.push(entries(i, d)?);
+        if let Some(own) = &d.limit {
+            if limits.is_empty() {
+                limits.resize(req.descriptors.len(), None);
+            }
+            limits[i] = Some(brought_limit(i, own)?);
+        }
         match negative {
             None => negative = Some((d.is_negative_hits, i)),
             Some((first, at)) if first != d.is_negative_hits => {
@@ -338,6 +351,34 @@ fn check(req: &RateLimitRequest) -> Result<Checked, ServiceError> {
         } else {
             Mode::Try
         },
+        limits,
+    })
+}
+
+/// Descriptor `i`'s `limit` (Envoy's `RateLimitOverride`) as tollgate's:
+/// a unit Envoy does not name (`UNKNOWN`, or a number past `YEAR`) is a
+/// malformed request, not a guess.
+fn brought_limit(
+    i: usize,
+    own: &tollgate_proto::rls::rate_limit_descriptor::RateLimitOverride,
+) -> Result<EnvoyLimit, ServiceError> {
+    let unit = match Unit::try_from(own.unit) {
+        Ok(Unit::Second) => EnvoyUnit::Second,
+        Ok(Unit::Minute) => EnvoyUnit::Minute,
+        Ok(Unit::Hour) => EnvoyUnit::Hour,
+        Ok(Unit::Day) => EnvoyUnit::Day,
+        Ok(Unit::Month) => EnvoyUnit::Month,
+        Ok(Unit::Year) => EnvoyUnit::Year,
+        _ => {
+            return Err(malformed(format!(
+                "descriptor {i}: its limit override has no unit (unit {}): expected SECOND to YEAR",
+                own.unit
+            )))
+        }
+    };
+    Ok(EnvoyLimit {
+        requests_per_unit: u64::from(own.requests_per_unit),
+        unit,
     })
 }
 
@@ -408,9 +449,25 @@ fn wire_status(s: &DescriptorStatus, entry: Option<&ResourceEntry>, now: Nanos) 
     if s.resource.is_none() || s.unlimited {
         return out;
     }
+    // A limit the descriptor brought decided it, not the config's entry.
+    let entry = if s.limit_override.is_some() {
+        None
+    } else {
+        entry
+    };
     let meta = entry.and_then(|e| e.envoy.as_ref());
-    let limit = meta.and_then(|m| m.limit);
-    let name = meta.and_then(|m| m.name.clone()).unwrap_or_default();
+    // Of a `rate_limit` list: the binding limit, by its own name and terms.
+    let listed = s
+        .limit
+        .and_then(|at| listed_limit(entry, s.domain.as_deref(), at));
+    let (limit, name) = match (s.limit_override, listed) {
+        (Some(own), _) => (Some(own), String::new()),
+        (None, Some(l)) => (l.envoy, l.name.to_string()),
+        (None, None) => (
+            meta.and_then(|m| m.limit),
+            meta.and_then(|m| m.name.clone()).unwrap_or_default(),
+        ),
+    };
     out.current_limit = match (limit, s.decision) {
         (Some(l), _) => Some(RateLimit {
             name,
@@ -442,7 +499,7 @@ fn wire_status(s: &DescriptorStatus, entry: Option<&ResourceEntry>, now: Nanos) 
         // fixed window, the end of the unit's window; for an extension
         // with a unit, such as a first_hit day, not UTC midnight).
         (Some(_), l) => {
-            let fresh = fresh_again_once_spent(entry, s.domain.as_deref(), now);
+            let fresh = fresh_again_once_spent(entry, s.domain.as_deref(), s.limit, now);
             match l {
                 Some(l) if fresh == Nanos::ZERO => Some(until_window_end(l, now)),
                 _ => Some(fresh),
@@ -471,20 +528,41 @@ fn wire_status(s: &DescriptorStatus, entry: Option<&ResourceEntry>, now: Nanos) 
 fn fresh_again_once_spent(
     entry: Option<&ResourceEntry>,
     domain: Option<&str>,
+    listed: Option<usize>,
     now: Nanos,
 ) -> Nanos {
     let Some(ResourceView::Rate(rate)) = entry.map(|e| &e.view) else {
         return Nanos::ZERO;
     };
-    let Main::Limited(compiled) = &rate.for_domain(domain.unwrap_or_default()).main else {
-        return Nanos::ZERO;
+    let limit = match (&rate.for_domain(domain.unwrap_or_default()).main, listed) {
+        (Main::Limited(compiled), None) => &compiled.limit,
+        (Main::Listed(list), Some(at)) => match list.get(at) {
+            Some(l) => &l.compiled.limit,
+            None => return Nanos::ZERO,
+        },
+        _ => return Nanos::ZERO,
     };
-    let limit = &compiled.limit;
     let mut state = limit.fresh();
     // Every hit it has room for, from a fresh state: used up.
     limit
         .decide(&mut state, now, Hits::between(1, u64::MAX))
         .reset_after
+}
+
+/// The limit at position `at` of the `limits:` list that decides `domain`
+/// of `entry`'s resource.
+fn listed_limit<'e>(
+    entry: Option<&'e ResourceEntry>,
+    domain: Option<&str>,
+    at: usize,
+) -> Option<&'e Listed> {
+    let ResourceView::Rate(rate) = &entry?.view else {
+        return None;
+    };
+    match &rate.for_domain(domain.unwrap_or_default()).main {
+        Main::Listed(list) => list.get(at),
+        _ => None,
+    }
 }
 
 /// Time until the current epoch-aligned window of `limit`'s unit ends.

@@ -924,6 +924,11 @@ namespaces:
           - { limit: 5, window: 1s, active: 60s, cooldown: 0s }
       - { name: capped, algorithm: token_bucket, capacity: 10, rate: 1/s, hard_limit: 2 }
       - { name: sliding, algorithm: sliding_window, limit: 3, window: 10s }
+      - { name: leaky, algorithm: leaky_bucket, rate: 1/s, queue_size: 3 }
+      - { name: window, algorithm: fixed_window, limit: 3, window: 10s, align: first_hit }
+      - { name: log, algorithm: sliding_log, limit: 3, window: 10s }
+      - { name: smooth, algorithm: smooth_bursty, rate: 1/s, max_burst_seconds: 3 }
+      - { name: pool, kind: concurrency, domain_limit: 3 }
 "#;
 
 /// A server with `form` of RateLimit headers and a clock the test moves.
@@ -981,14 +986,15 @@ async fn ietf_ratelimit_headers_describe_grants_and_rejections_exactly() {
             ("ratelimit-policy", "\"default\";q=3"),
         ])
     );
-    // Rejected: the same fields, beside Retry-After.
+    // Rejected: the fields beside Retry-After, whose moment `t` is (the
+    // next hit in 1 s, not the bucket full in 3).
     let a = post(&s, "/v1/request", rate("bucket", "acme", 1)).await;
     assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS, "{}", a.text);
     assert_eq!(a.headers[RETRY_AFTER], "1");
     assert_eq!(
         ratelimit_headers(&a),
         pairs(&[
-            ("ratelimit", "\"default\";r=0;t=3"),
+            ("ratelimit", "\"default\";r=0;t=1"),
             ("ratelimit-policy", "\"default\";q=3"),
         ])
     );
@@ -1111,6 +1117,63 @@ async fn the_reset_written_is_the_named_limits_own_or_none() {
         ratelimit_headers(&a),
         pairs(&[("ratelimit-limit", "2"), ("ratelimit-remaining", "1")])
     );
+}
+
+/// Regression (second review of issue 18): a refusal's reset was when the
+/// limit is full again, so a token bucket of 3 refilling 1 a second
+/// answered `Retry-After: 1` with `t=3`. The draft wants Retry-After no
+/// earlier than `t` (draft 10 §6; draft 09: the same moment), and `t` is
+/// when more quota comes (draft 10 §4.1.2). On a 429 with Retry-After,
+/// the reset written is Retry-After's, for every algorithm and in both
+/// forms.
+#[tokio::test]
+async fn a_refusals_reset_is_its_retry_after() {
+    use tollgate_server::http::RateHeaders;
+    for form in [RateHeaders::Ietf, RateHeaders::Legacy] {
+        let s = headers_server(form).await;
+        for resource in [
+            "bucket", "gcra", "leaky", "window", "log", "smooth", "sliding",
+        ] {
+            // Take everything, then one more.
+            let mut a = post(&s, "/v1/request", rate(resource, "acme", 1)).await;
+            for _ in 0..10 {
+                if a.status == StatusCode::TOO_MANY_REQUESTS {
+                    break;
+                }
+                a = post(&s, "/v1/request", rate(resource, "acme", 1)).await;
+            }
+            assert_eq!(
+                a.status,
+                StatusCode::TOO_MANY_REQUESTS,
+                "{resource}: {}",
+                a.text
+            );
+            let retry = a.headers[RETRY_AFTER].to_str().unwrap().to_owned();
+            let headers = ratelimit_headers(&a);
+            let reset = match form {
+                RateHeaders::Ietf => headers
+                    .iter()
+                    .find(|(k, _)| k == "ratelimit")
+                    .and_then(|(_, v)| v.split(";t=").nth(1))
+                    .map(str::to_owned),
+                _ => headers
+                    .iter()
+                    .find(|(k, _)| k == "ratelimit-reset")
+                    .map(|(_, v)| v.clone()),
+            };
+            assert_eq!(
+                reset.as_deref(),
+                Some(retry.as_str()),
+                "{form} {resource}: {headers:?}, Retry-After {retry}, body {}",
+                a.text
+            );
+        }
+        // A concurrency resource is not asked here: refused as the wrong
+        // kind, with no RateLimit header.
+        let a = post(&s, "/v1/request", rate("pool", "acme", 1)).await;
+        assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.text);
+        assert!(ratelimit_headers(&a).is_empty(), "{:?}", a.headers);
+    }
 }
 
 #[tokio::test]

@@ -293,6 +293,7 @@ fn rate(hits: u64) -> v1::RateRequest {
         hits: Some(hits),
         min_hits: Some(hits),
         mode: v1::Mode::Try as i32,
+        limit: None,
     }
 }
 

@@ -53,6 +53,7 @@ fn rate(resource: &str, domain: &str, hits: u64) -> v1::RateRequest {
         hits: Some(hits),
         min_hits: Some(hits),
         mode: v1::Mode::Try as i32,
+        limit: None,
     }
 }
 

@@ -181,7 +181,10 @@ async fn a_method_resolves_to_its_file_with_comments_and_unknown_symbols_are_not
     let service = &file.service[0];
     assert_eq!(service.name(), "Tollgate");
     let methods: Vec<_> = service.method.iter().map(|m| m.name()).collect();
-    assert_eq!(methods, ["Request", "Session", "Status"]);
+    assert_eq!(
+        methods,
+        ["Request", "Session", "Status", "Inspect", "Reset"]
+    );
     // The native API's comments come along, for `grpcurl describe`.
     assert!(file.source_code_info.is_some());
 

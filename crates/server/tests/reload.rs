@@ -42,6 +42,7 @@ fn req(resource: &str) -> v1::RateRequest {
         hits: Some(1),
         min_hits: None,
         mode: 0,
+        limit: None,
     }
 }
 

@@ -109,6 +109,7 @@ fn request() -> v1::RateRequest {
         hits: Some(1),
         min_hits: None,
         mode: 0,
+        limit: None,
     }
 }
 

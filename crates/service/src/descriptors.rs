@@ -10,6 +10,7 @@
 //! test. The limiter only loads the view, counts, and asks the store to
 //! decide the plan built here.
 
+use smallvec::SmallVec;
 use tollgate_core::{Mode, PlanDecision};
 use tollgate_store::{Key, Plan};
 
@@ -27,10 +28,30 @@ impl DescriptorStatus {
             domain: None,
             allowed: true,
             decision: None,
+            limit: None,
+            limit_override: None,
             unlimited: false,
             shadowed: false,
         }
     }
+}
+
+/// The name a descriptor's status gives a limit it brought when the
+/// config has no rule for it: a fixed label, never the descriptor's
+/// values (which would be a stranger's metric label).
+pub const BROUGHT_RESOURCE: &str = "(request limit)";
+
+/// A limit a descriptor brought of its own (Envoy's descriptor `limit`),
+/// built by the limiter: its id and algorithm, or `None` for a limit of 0.
+#[derive(Clone, Debug)]
+pub(crate) struct Brought {
+    /// As the descriptor gave it.
+    pub(crate) limit: tollgate_config::model::EnvoyLimit,
+    /// Built and admitted by the store; `None`: 0 requests, refuses all.
+    pub(crate) built: Option<(
+        tollgate_store::LimitId,
+        std::sync::Arc<tollgate_core::Limit>,
+    )>,
 }
 
 /// What a descriptor request comes to before any limit is decided.
@@ -59,12 +80,17 @@ pub(crate) struct ToDecide {
     /// Per descriptor, in request order: what is known before deciding
     /// (resource, domain, unlimited, shadowed by a deny).
     statuses: Vec<DescriptorStatus>,
-    /// Per descriptor: the plan item deciding it, if any.
+    /// Per descriptor: the plan item deciding it, if any; for a resource
+    /// with a `limits:` list, the first of its limits' items, which follow
+    /// it in the plan ([`ToDecide::widths`]).
     item_of: Vec<Option<usize>>,
     /// Per plan item: its resource is `report: true`, so a request with
     /// hits charges it in report mode (and one with none checks that it is
     /// not exhausted).
     reported: Vec<bool>,
+    /// Per descriptor: how many plan items decide it (a `limits:` list's
+    /// length, else 1). Inline for the few descriptors a request has.
+    widths: SmallVec<[usize; 4]>,
 }
 
 /// Matches the request's descriptors against the namespace's descriptor
@@ -72,7 +98,11 @@ pub(crate) struct ToDecide {
 ///
 /// Errors: no descriptors ([`ServiceError::Malformed`]), and a namespace
 /// with no descriptor tree ([`ServiceError::NoDescriptors`]).
-pub(crate) fn plan(view: &View, req: &DescriptorRequest<'_>) -> Result<Planned, ServiceError> {
+pub(crate) fn plan(
+    view: &View,
+    req: &DescriptorRequest<'_>,
+    brought: &[Option<Brought>],
+) -> Result<Planned, ServiceError> {
     if req.descriptors.is_empty() {
         return Err(ServiceError::Malformed("no descriptors".into()));
     }
@@ -105,15 +135,52 @@ pub(crate) fn plan(view: &View, req: &DescriptorRequest<'_>) -> Result<Planned, 
     // The plan item deciding each descriptor, if any.
     let mut item_of: Vec<Option<usize>> = Vec::with_capacity(matches.len());
     let mut reported = Vec::new();
+    let mut widths: SmallVec<[usize; 4]> = SmallVec::new();
     let mut denied = false;
-    for m in matches {
+    for (i, m) in matches.into_iter().enumerate() {
         let mut status = DescriptorStatus::unlimited_by_default();
         let mut item = None;
+        let mut width = 1;
+        if let Some(Some(own)) = brought.get(i) {
+            // A limit the descriptor brought decides it in place of the
+            // config's, matched or not, keyed by the descriptor itself
+            // (envoyproxy/ratelimit's rule); never in shadow, and never
+            // dropped by `replaces`.
+            let entry = m
+                .as_ref()
+                .and_then(|m| ns.resources.get(m.resource).map(|e| (m.resource, e)));
+            status.resource =
+                Some(entry.map_or_else(|| BROUGHT_RESOURCE.to_owned(), |(_, e)| e.name.clone()));
+            status.entry = entry.map(|(at, _)| at);
+            status.limit_override = Some(own.limit);
+            let domain = tollgate_config::envoy::descriptor_domain(&req.descriptors[i]);
+            match &own.built {
+                Some((id, limit)) => {
+                    let at = plan.item_for(Key::new(*id, &domain), limit, false);
+                    // A limit brought to a `report: true` descriptor is
+                    // charged as the config's would be.
+                    if at == reported.len() {
+                        reported.push(entry.is_some_and(|(_, e)| e.report));
+                    }
+                    item = Some(at);
+                }
+                None => {
+                    status.allowed = false;
+                    denied = true;
+                }
+            }
+            status.domain = Some(domain);
+            statuses.push(status);
+            item_of.push(item);
+            widths.push(width);
+            continue;
+        }
         if let Some((m, entry)) = m.and_then(|m| ns.resources.get(m.resource).map(|e| (m, e))) {
             let name = entry.envoy.as_ref().and_then(|e| e.name.as_deref());
             if name.is_some_and(|n| replaced.contains(&n)) {
                 statuses.push(status);
                 item_of.push(None);
+                widths.push(1);
                 continue;
             }
             status.resource = Some(entry.name.clone());
@@ -137,12 +204,30 @@ pub(crate) fn plan(view: &View, req: &DescriptorRequest<'_>) -> Result<Planned, 
                         }
                         item = Some(i);
                     }
+                    Main::Listed(list) => {
+                        // Each limit's key is its own, and all of them are
+                        // new to the plan or all already in it (the same
+                        // descriptor twice): their items are consecutive.
+                        for l in list {
+                            let c = &l.compiled;
+                            let key = Key::new(c.id, &m.domain);
+                            let at = plan.item_for(key, &c.limit, shadow);
+                            // A reported resource's every limit is charged.
+                            if at == reported.len() {
+                                reported.push(entry.report);
+                            }
+                            item.get_or_insert(at);
+                        }
+                        width = list.len();
+                        status.limit = Some(0);
+                    }
                 }
             }
             status.domain = Some(m.domain);
         }
         statuses.push(status);
         item_of.push(item);
+        widths.push(width);
     }
     if denied {
         // Nothing is consumed when any descriptor is over its limit.
@@ -156,6 +241,7 @@ pub(crate) fn plan(view: &View, req: &DescriptorRequest<'_>) -> Result<Planned, 
         statuses,
         item_of,
         reported,
+        widths,
     }))
 }
 
@@ -254,10 +340,28 @@ impl ToDecide {
             mut statuses,
             item_of,
             reported,
+            widths,
         } = self;
-        for (status, item) in statuses.iter_mut().zip(&item_of) {
-            let Some(item) = *item else { continue };
+        for ((status, item), width) in statuses.iter_mut().zip(&item_of).zip(&widths) {
+            let Some(first) = *item else { continue };
+            // The binding item: the first without room for every hit,
+            // the least room first; else the one with the least remaining.
+            let span = first..first + *width;
+            let item = span
+                .clone()
+                .filter(|&i| pd.rooms.get(i).is_some_and(|&r| r < hits))
+                .min_by_key(|&i| pd.rooms.get(i).copied().unwrap_or(0))
+                .or_else(|| {
+                    span.clone()
+                        .min_by_key(|&i| pd.decisions.get(i).map_or(u64::MAX, |d| d.remaining))
+                })
+                .unwrap_or(first);
+            if status.limit.is_some() {
+                status.limit = Some(item - first);
+            }
             let decision = pd.decisions.get(item).copied();
+            // A check with no hits of a reported list asks this of its
+            // binding limit, the one with the least remaining.
             let fits = if mode.is_usage() {
                 true
             } else if hits == 0 && reported.get(item) == Some(&true) {
@@ -342,8 +446,9 @@ namespaces:
             descriptors,
             hits: 1,
             mode: Mode::Try,
+            limits: &[],
         };
-        plan(view, &req).unwrap()
+        plan(view, &req, &[]).unwrap()
     }
 
     fn to_decide(view: &View, descriptors: &[Vec<(String, String)>]) -> ToDecide {
@@ -382,8 +487,9 @@ namespaces:
                 descriptors: &[],
                 hits: 1,
                 mode: Mode::Try,
+                limits: &[],
             };
-            let err = plan(&view, &req).unwrap_err();
+            let err = plan(&view, &req, &[]).unwrap_err();
             assert_eq!(err.reason(), "malformed_request", "{namespace}");
         }
     }
@@ -410,8 +516,9 @@ namespaces:
             descriptors: &[d(&[("user", "u")])],
             hits: 1,
             mode: Mode::Try,
+            limits: &[],
         };
-        let err = plan(&view, &req).unwrap_err();
+        let err = plan(&view, &req, &[]).unwrap_err();
         assert_eq!(err.reason(), "no_descriptors");
     }
 

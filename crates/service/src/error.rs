@@ -63,6 +63,24 @@ pub enum ServiceError {
     /// not hold (Charon §3.1 client error 4, as the session sees it).
     #[error("{0}")]
     NotHeld(Box<NotHeld>),
+    /// A limit the request brought of its own that its resource does not
+    /// take: it allows none, or the limit is faster than its
+    /// `override_max`.
+    #[error("{0}")]
+    LimitOverride(String),
+    /// A reset of a copy-limited resource: its holds belong to the clients
+    /// holding them.
+    #[error(
+        "resource `{resource}` in namespace `{namespace}` is concurrency-limited: its holds \
+         belong to the clients holding them and cannot be reset; a holder releases its copies \
+         (a session's end or a hold's lapsed lease releases them too)"
+    )]
+    HoldsNotResettable {
+        /// The namespace.
+        namespace: String,
+        /// The resource.
+        resource: String,
+    },
     /// The store refused or failed (releasing what is not held is client
     /// error 4).
     #[error(transparent)]
@@ -88,6 +106,7 @@ impl ServiceError {
     pub fn reason(&self) -> &'static str {
         match self {
             ServiceError::Malformed(_) => "malformed_request",
+            ServiceError::LimitOverride(_) => "invalid_limit_override",
             ServiceError::UnknownNamespace(_) => "unknown_namespace",
             ServiceError::UnknownResource { .. } => "unknown_resource",
             ServiceError::WrongKind { .. } => "wrong_resource_kind",
@@ -97,6 +116,7 @@ impl ServiceError {
             ServiceError::TooManyHolds(_) => "too_many_holds",
             ServiceError::SessionClosed => "session_closed",
             ServiceError::NotHeld(_) => "not_held",
+            ServiceError::HoldsNotResettable { .. } => "holds_not_resettable",
             ServiceError::Store(StoreError::Copy(tollgate_core::copies::CopyError::NotHeld {
                 ..
             })) => "not_held",

@@ -27,8 +27,8 @@ pub mod view;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Holding, NotHeld, ServiceError};
 pub use limiter::{
-    DescriptorOutcome, DescriptorRequest, DescriptorStatus, LimitedBy, Limiter, RateOutcome,
-    RateRequest, ReserveOutcome,
+    Counters, DescriptorOutcome, DescriptorRequest, DescriptorStatus, LimitDetail, LimitedBy,
+    Limiter, RateOutcome, RateRequest, ReserveOutcome,
 };
 pub use service::{Closed, Released, Service, ServiceOptions, Target, MAX_NAMED_GROUPS};
 pub use sessions::{Session, SessionId, SessionLimits, Sessions};

@@ -9,8 +9,9 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use smallvec::SmallVec;
+use tollgate_config::model::EnvoyLimit;
 use tollgate_config::{Config, ResourceKind};
-use tollgate_core::copies::{CopyLimits, Reservation};
+use tollgate_core::copies::{CopyContext, CopyLimits, Reservation};
 use tollgate_core::{Decision, Hits, Limit, Mode, Nanos, PlanDecision, PlanError, TierInfo};
 use tollgate_store::{Admit, DuplicateKey, Key, OpId, Plan, PoolKey, Store, StoreError};
 
@@ -37,6 +38,10 @@ pub struct RateRequest<'a> {
     /// Answer now, schedule, or tell of usage after the fact (report,
     /// refund).
     pub mode: Mode,
+    /// A limit of the request's own, in place of the resource's algorithm
+    /// (or list): only for a resource with `allow_override`, and no faster
+    /// than its `override_max`.
+    pub limit: Option<EnvoyLimit>,
 }
 
 /// Which limit bounded a request.
@@ -95,8 +100,32 @@ pub struct RateOutcome {
     pub ignored: bool,
     /// The resource is not configured; the namespace allows that.
     pub unconfigured: bool,
-    /// The algorithm that decided.
+    /// The algorithm that decided (of a `limits:` list: the binding
+    /// limit's).
     pub algorithm: &'static str,
+    /// Of a resource with a `limits:` list: the name of the limit that
+    /// bound the request (or, when nothing limited it, the one with the
+    /// least room), whose limit, remaining and reset the decision reports.
+    /// `None` for a resource with one algorithm.
+    pub limit_name: Option<Arc<str>>,
+    /// Of a resource with a `limits:` list: every limit's own state after
+    /// the decision, the list's limits first, then the hard and global
+    /// limits. Empty for a resource with one algorithm (its one state is
+    /// the decision).
+    pub limits: Vec<LimitDetail>,
+}
+
+/// One limit's state after a decision ([`RateOutcome::limits`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LimitDetail {
+    /// Its name: a `limits:` entry's, or `hard` or `global`.
+    pub name: Arc<str>,
+    /// Its algorithm's config name.
+    pub algorithm: &'static str,
+    /// Its own decision: limit, remaining, reset, retry, tier.
+    pub decision: Decision,
+    /// Evaluated but never limits (shadow mode, or an ignoring namespace).
+    pub shadow: bool,
 }
 
 /// A request in envoyproxy/ratelimit's terms: descriptors of one domain.
@@ -113,6 +142,11 @@ pub struct DescriptorRequest<'a> {
     /// descriptors whose limit is `report: true` are charged in report
     /// mode when the request has hits.
     pub mode: Mode,
+    /// Per descriptor, in order: the limit it brings of its own (Envoy's
+    /// descriptor `limit`), which decides it in place of the config's, as
+    /// envoyproxy/ratelimit does. Shorter than `descriptors` (or empty):
+    /// the rest bring none.
+    pub limits: &'a [Option<EnvoyLimit>],
 }
 
 /// One descriptor's result.
@@ -131,8 +165,15 @@ pub struct DescriptorStatus {
     pub domain: Option<String>,
     /// Whether this descriptor is within its limit (or shadowed).
     pub allowed: bool,
-    /// Its decision, when a limit applied.
+    /// Its decision, when a limit applied (of a `limits:` list: the
+    /// binding limit's, see [`DescriptorStatus::limit`]).
     pub decision: Option<Decision>,
+    /// For a resource with a `limits:` list: the position in it of the
+    /// limit that bound the descriptor (or, within every limit, the one
+    /// with the least remaining), whose decision `decision` is.
+    pub limit: Option<usize>,
+    /// The limit the descriptor brought of its own, which decided it.
+    pub limit_override: Option<EnvoyLimit>,
     /// The limit is `unlimited`.
     pub unlimited: bool,
     /// Over its limit but in shadow mode.
@@ -161,18 +202,86 @@ pub struct ReserveOutcome {
     pub ignored: bool,
 }
 
+/// What [`Limiter::inspect`] finds for one domain of a resource.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Counters {
+    /// A rate-limited resource: each limit a request of the domain must
+    /// pass, in the order its plan decides them (none for an `unlimited`
+    /// or `deny` resource without hard or global limits).
+    Rate {
+        /// The limits' states, named as a decision's
+        /// [`RateOutcome::limits`] names them (`main` for a resource's
+        /// single algorithm).
+        limits: Vec<LimitDetail>,
+        /// The resource denies everything (`deny`).
+        deny: bool,
+    },
+    /// A copy-limited resource: the copies held (by the domain, by
+    /// everyone, by each of the domain's groups) against their limits.
+    Copies(CopyContext),
+}
+
 /// Answers limiting requests against a config view and a store.
 pub struct Limiter<S> {
     store: S,
     view: ArcSwap<View>,
+    /// Limits requests brought of their own, built and admitted by the
+    /// store once each: requests with an override ask for few distinct
+    /// ones (a SaaS's plans, an Envoy config's overrides). Bounded: past
+    /// [`MAX_CACHED_OVERRIDES`] an override is built for its request alone.
+    overrides: std::sync::Mutex<std::collections::HashMap<(String, EnvoyLimit), Override>>,
+}
+
+/// Most distinct request-brought limits a [`Limiter`] keeps built.
+pub const MAX_CACHED_OVERRIDES: usize = 1024;
+
+/// A limit a request brought, built, admitted by the store, with the id of
+/// its state.
+#[derive(Clone, Debug)]
+struct Override {
+    id: tollgate_store::LimitId,
+    limit: Arc<Limit>,
 }
 
 /// What one plan item is for, to name what limited a request.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum Role {
     Main,
+    /// The limit at this position of a `limits:` list.
+    Listed(usize),
     Hard,
     Global,
+}
+
+impl Role {
+    /// The item's name and algorithm in an answer: a `limits:` entry's
+    /// own, else `main` (the resource's algorithm, `algorithm`), `hard` or
+    /// `global`.
+    fn named(self, limits: &DomainLimits) -> (Arc<str>, &'static str) {
+        match (self, &limits.main) {
+            (Role::Listed(at), Main::Listed(list)) => match list.get(at) {
+                Some(l) => (Arc::clone(&l.name), l.algorithm),
+                None => ("main".into(), limits.algorithm),
+            },
+            (Role::Main | Role::Listed(_), _) => ("main".into(), limits.algorithm),
+            (Role::Hard, _) => ("hard".into(), "sliding_log"),
+            (Role::Global, _) => ("global".into(), "sliding_log"),
+        }
+    }
+}
+
+/// What [`Limiter::inspect`] and [`Limiter::reset`] work on.
+enum Target {
+    Rate {
+        plan: Plan,
+        /// Each item's name and algorithm ([`Role::named`]).
+        names: SmallVec<[(Arc<str>, &'static str); 3]>,
+        deny: bool,
+    },
+    Copies {
+        pool: PoolKey,
+        limits: Arc<CopyLimits>,
+    },
 }
 
 impl<S: Store> Limiter<S> {
@@ -181,6 +290,7 @@ impl<S: Store> Limiter<S> {
         Limiter {
             store,
             view: ArcSwap::from_pointee(view),
+            overrides: Default::default(),
         }
     }
 
@@ -214,6 +324,7 @@ impl<S: Store> Limiter<S> {
                             namespace: ns.name.clone(),
                             resource: r.name.clone(),
                             domain: None,
+                            limit: None,
                             reason,
                         });
                     }
@@ -278,7 +389,12 @@ impl<S: Store> Limiter<S> {
                 "request",
             ));
         };
-        let limits = rate.for_domain(req.domain);
+        let mut limits = rate.for_domain(req.domain);
+        let brought;
+        if let Some(own) = req.limit {
+            brought = self.brought_for_resource(req, rate, own)?;
+            limits = &brought;
+        }
         let shadow = entry.shadow || ns.ignore_configured;
         // A config gives each limit its own id, so the keys are distinct;
         // were they not, the request fails rather than counting twice.
@@ -320,6 +436,194 @@ impl<S: Store> Limiter<S> {
         Ok(outcome)
     }
 
+    /// The limits of a request that brings its own `limit`: the resource's
+    /// hard limit (and, in the plan, its global limit) with the brought
+    /// limit in place of its algorithm, or why the resource refuses it.
+    fn brought_for_resource(
+        &self,
+        req: &RateRequest<'_>,
+        rate: &RateView,
+        own: EnvoyLimit,
+    ) -> Result<DomainLimits, ServiceError> {
+        let Some(max) = rate.override_max else {
+            return Err(ServiceError::LimitOverride(format!(
+                "resource `{}` in namespace `{}` does not take a limit from requests \
+                 (its config sets no `allow_override: true` with `override_max`)",
+                req.resource, req.namespace
+            )));
+        };
+        if !own.within(&max) {
+            return Err(ServiceError::LimitOverride(format!(
+                "a limit of {} per {} is faster than resource `{}`'s override_max of {max}",
+                own.requests_per_unit,
+                own.unit.as_str(),
+                req.resource
+            )));
+        }
+        let scope = format!("{}/{}", req.namespace, req.resource);
+        let main = match self.brought(&scope, own)? {
+            Some(o) => Main::Limited(crate::view::Compiled {
+                id: o.id,
+                limit: o.limit,
+            }),
+            None => Main::Deny,
+        };
+        let limits = rate.for_domain(req.domain);
+        Ok(DomainLimits {
+            main,
+            hard: limits.hard.clone(),
+            hard_limit: limits.hard_limit,
+            algorithm: own.algorithm().name(),
+        })
+    }
+
+    /// The limit `own` that a request of `scope` (a resource, or an Envoy
+    /// domain) brought, built and admitted by the store, and the id of its
+    /// state (its own: a request's limit never shares the config's
+    /// counters, and two different limits never share one); `None` for a
+    /// limit of 0, which refuses everything. Built once per distinct limit
+    /// while the cache has room.
+    fn brought(&self, scope: &str, own: EnvoyLimit) -> Result<Option<Override>, ServiceError> {
+        let spec = own.algorithm();
+        if matches!(spec, tollgate_config::AlgorithmSpec::Deny) {
+            return Ok(None);
+        }
+        let key = (scope.to_owned(), own);
+        if let Some(o) = self
+            .overrides
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&key)
+        {
+            return Ok(Some(o.clone()));
+        }
+        let refused = |why: String| {
+            ServiceError::Store(StoreError::Unsupported(format!(
+                "a limit of {} per {} brought by the request cannot be served by this store: {why}",
+                own.requests_per_unit,
+                own.unit.as_str()
+            )))
+        };
+        let mut limit = match spec.build(Nanos::ZERO) {
+            Ok(Some(limit)) => limit,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(refused(e.to_string())),
+        };
+        self.store
+            .admit(Admit::Rate {
+                limit: &mut limit,
+                replication: None,
+            })
+            .map_err(|r| refused(r.to_string()))?;
+        let built = Override {
+            id: crate::fingerprint::limit_id(&["override", scope, &spec.to_string()]),
+            limit: Arc::new(limit),
+        };
+        let mut cache = self
+            .overrides
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if cache.len() < MAX_CACHED_OVERRIDES {
+            cache.insert(key, built.clone());
+        }
+        Ok(Some(built))
+    }
+
+    /// The live state of `domain`'s counters of `resource` at `now`,
+    /// charging nothing and creating nothing ([`Store::inspect`],
+    /// [`Store::holds`]). The plan is the one [`Limiter::request`] builds
+    /// for the same names, so what is inspected is what decides.
+    pub async fn inspect(
+        &self,
+        namespace: &str,
+        resource: &str,
+        domain: &str,
+        now: Nanos,
+    ) -> Result<Counters, ServiceError> {
+        match self.counters_of(namespace, resource, domain)? {
+            Target::Rate { plan, names, deny } => {
+                let pd = self.store.inspect(&plan, now).await?;
+                let limits = plan
+                    .items()
+                    .iter()
+                    .zip(names)
+                    .zip(&pd.decisions)
+                    .map(|((item, (name, algorithm)), d)| LimitDetail {
+                        name,
+                        algorithm,
+                        decision: *d,
+                        shadow: item.shadow,
+                    })
+                    .collect();
+                Ok(Counters::Rate { limits, deny })
+            }
+            Target::Copies { pool, limits } => Ok(Counters::Copies(
+                self.store.holds(&pool, &limits, domain, now).await?,
+            )),
+        }
+    }
+
+    /// Resets `domain`'s counters of `resource`: every limit of the plan
+    /// [`Limiter::request`] would build for it starts afresh
+    /// ([`Store::reset`]). A copy-limited resource is refused: its holds
+    /// belong to the clients holding them, who release them.
+    pub async fn reset(
+        &self,
+        namespace: &str,
+        resource: &str,
+        domain: &str,
+        now: Nanos,
+    ) -> Result<usize, ServiceError> {
+        match self.counters_of(namespace, resource, domain)? {
+            Target::Rate { plan, .. } => {
+                self.store.reset(&plan, now).await?;
+                Ok(plan.len())
+            }
+            Target::Copies { .. } => Err(ServiceError::HoldsNotResettable {
+                namespace: namespace.to_owned(),
+                resource: resource.to_owned(),
+            }),
+        }
+    }
+
+    /// The counters of `domain` of `resource`: a rate resource's plan (as
+    /// [`Limiter::request`] builds it), or a copy resource's pool.
+    fn counters_of(
+        &self,
+        namespace: &str,
+        resource: &str,
+        domain: &str,
+    ) -> Result<Target, ServiceError> {
+        let view = self.view.load();
+        let ns = self::namespace(&view, namespace)?;
+        check_names(namespace, resource)?;
+        let Some(entry) = ns.resource(resource) else {
+            // Nothing is counted for a resource the config does not name,
+            // even in a namespace that allows such requests.
+            return Err(ServiceError::UnknownResource {
+                namespace: namespace.to_owned(),
+                resource: resource.to_owned(),
+            });
+        };
+        match &entry.view {
+            ResourceView::Rate(rate) => {
+                let limits = rate.for_domain(domain);
+                let shadow = entry.shadow || ns.ignore_configured;
+                let (plan, roles) =
+                    rate_plan(rate, limits, domain, shadow).map_err(StoreError::from)?;
+                Ok(Target::Rate {
+                    plan: plan.with_affinity(ns.affinity),
+                    names: roles.iter().map(|r| r.named(limits)).collect(),
+                    deny: matches!(limits.main, Main::Deny),
+                })
+            }
+            ResourceView::Concurrency { pool, limits } => Ok(Target::Copies {
+                pool: pool.clone(),
+                limits: Arc::clone(limits),
+            }),
+        }
+    }
+
     /// Decides envoyproxy/ratelimit-style descriptors, all or nothing.
     ///
     /// The matching rules (descriptors to a plan, and the decided plan to
@@ -332,7 +636,19 @@ impl<S: Store> Limiter<S> {
         now: Nanos,
     ) -> Result<DescriptorOutcome, ServiceError> {
         let view = self.view.load();
-        let to_decide = match descriptors::plan(&view, req)? {
+        // The limits descriptors brought, built before planning (the plan
+        // is a pure function of the view and the request).
+        let mut brought: SmallVec<[Option<descriptors::Brought>; 4]> = SmallVec::new();
+        for own in req.limits {
+            brought.push(match own {
+                Some(own) => Some(descriptors::Brought {
+                    limit: *own,
+                    built: self.brought(req.namespace, *own)?.map(|o| (o.id, o.limit)),
+                }),
+                None => None,
+            });
+        }
+        let to_decide = match descriptors::plan(&view, req, &brought)? {
             Planned::UnknownDomain(outcome) => {
                 metrics::counter!("tollgate_unknown_descriptor_domain_total").increment(1);
                 return Ok(outcome);
@@ -560,9 +876,19 @@ fn rate_plan(
 ) -> Result<(Plan, SmallVec<[Role; 3]>), DuplicateKey> {
     let mut plan = Plan::default();
     let mut roles = SmallVec::new();
-    if let Main::Limited(c) = &limits.main {
-        plan.push(Key::new(c.id, domain), c.limit.clone(), shadow)?;
-        roles.push(Role::Main);
+    match &limits.main {
+        Main::Limited(c) => {
+            plan.push(Key::new(c.id, domain), c.limit.clone(), shadow)?;
+            roles.push(Role::Main);
+        }
+        Main::Listed(list) => {
+            for (i, l) in list.iter().enumerate() {
+                let c = &l.compiled;
+                plan.push(Key::new(c.id, domain), c.limit.clone(), shadow)?;
+                roles.push(Role::Listed(i));
+            }
+        }
+        Main::Unlimited | Main::Deny => {}
     }
     if let Some(h) = &limits.hard {
         plan.push(Key::new(h.id, domain), h.limit.clone(), shadow)?;
@@ -592,7 +918,7 @@ fn rate_outcome(
             .and_then(|i| pd.decisions.get(i))
             .map(|d| d.limit.saturating_sub(d.remaining))
     };
-    let tier = pd.decisions.first().and_then(|d| d.tier);
+    let mut tier = pd.decisions.first().and_then(|d| d.tier);
     // With everything in shadow, the plan never limits; name what would have.
     let bound = pd.limited_by.or_else(|| {
         pd.rooms
@@ -605,9 +931,62 @@ fn rate_outcome(
     let limited_by = bound.and_then(|i| roles.get(i)).map(|role| match role {
         Role::Main if tier.is_some() => LimitedBy::Tier,
         Role::Main => LimitedBy::Limit,
+        Role::Listed(i) if pd.decisions.get(*i).is_some_and(|d| d.tier.is_some()) => {
+            LimitedBy::Tier
+        }
+        Role::Listed(_) => LimitedBy::Limit,
         Role::Hard => LimitedBy::Hard,
         Role::Global => LimitedBy::Global,
     });
+    let mut algorithm = limits.algorithm;
+    let mut limit_name = None;
+    let mut details = Vec::new();
+    if let Main::Listed(list) = &limits.main {
+        // The binding limit: the one that bound the request, else the
+        // one with the least room left; the answer's limit, remaining
+        // and reset are its own (a day's quota is not reset when the
+        // second's bucket refills).
+        let binding = bound.or_else(|| {
+            pd.decisions
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, d)| d.remaining)
+                .map(|(i, _)| i)
+        });
+        if let Some((i, Role::Listed(at))) = binding.and_then(|i| roles.get(i).map(|r| (i, r))) {
+            if let (Some(d), Some(l)) = (pd.decisions.get(i), list.get(*at)) {
+                decision.limit = d.limit;
+                decision.remaining = d.remaining;
+                decision.reset_after = d.reset_after;
+                decision.tier = d.tier;
+                tier = d.tier;
+                algorithm = l.algorithm;
+                limit_name = Some(Arc::clone(&l.name));
+            }
+        }
+        let item_shadow = shadow || ignored;
+        details = roles
+            .iter()
+            .zip(&pd.decisions)
+            .filter_map(|(role, d)| {
+                let (name, algorithm): (Arc<str>, &'static str) = match role {
+                    Role::Listed(at) => {
+                        let l = list.get(*at)?;
+                        (Arc::clone(&l.name), l.algorithm)
+                    }
+                    Role::Hard => ("hard".into(), "sliding_log"),
+                    Role::Global => ("global".into(), "sliding_log"),
+                    Role::Main => return None,
+                };
+                Some(LimitDetail {
+                    name,
+                    algorithm,
+                    decision: *d,
+                    shadow: item_shadow,
+                })
+            })
+            .collect();
+    }
     let forced = shadow || ignored;
     if forced {
         decision.allowed = true;
@@ -630,7 +1009,9 @@ fn rate_outcome(
         shadowed: shadow && pd.shadow_limited,
         ignored: ignored && pd.shadow_limited,
         unconfigured: false,
-        algorithm: limits.algorithm,
+        algorithm,
+        limit_name,
+        limits: details,
     }
 }
 
@@ -654,6 +1035,8 @@ fn denied(limits: &DomainLimits, rate: &RateView) -> RateOutcome {
         ignored: false,
         unconfigured: false,
         algorithm: limits.algorithm,
+        limit_name: None,
+        limits: Vec::new(),
     }
 }
 
@@ -683,5 +1066,7 @@ fn unconfigured(hits: u64) -> RateOutcome {
         ignored: false,
         unconfigured: true,
         algorithm: "unlimited",
+        limit_name: None,
+        limits: Vec::new(),
     }
 }

@@ -52,7 +52,8 @@ use tollgate_store::{OpId, PoolKey, Seized, Store, StoreError};
 use crate::clock::Clock;
 use crate::error::ServiceError;
 use crate::limiter::{
-    DescriptorOutcome, DescriptorRequest, Limiter, RateOutcome, RateRequest, ReserveOutcome,
+    Counters, DescriptorOutcome, DescriptorRequest, Limiter, RateOutcome, RateRequest,
+    ReserveOutcome,
 };
 use crate::sessions::{saturating_sum, HoldKey, Session, SessionLimits, Sessions};
 
@@ -222,6 +223,32 @@ impl<S: Store> Service<S> {
         now: Nanos,
     ) -> Result<RateOutcome, ServiceError> {
         self.limiter.request(req, now).await
+    }
+
+    /// The live state of `domain`'s counters of `resource` now
+    /// ([`Limiter::inspect`]): nothing charged, nothing created.
+    pub async fn inspect(
+        &self,
+        namespace: &str,
+        resource: &str,
+        domain: &str,
+    ) -> Result<Counters, ServiceError> {
+        self.limiter
+            .inspect(namespace, resource, domain, self.now())
+            .await
+    }
+
+    /// Resets `domain`'s counters of `resource` now ([`Limiter::reset`]);
+    /// answers how many limits were reset.
+    pub async fn reset(
+        &self,
+        namespace: &str,
+        resource: &str,
+        domain: &str,
+    ) -> Result<usize, ServiceError> {
+        self.limiter
+            .reset(namespace, resource, domain, self.now())
+            .await
     }
 
     /// Decides envoyproxy/ratelimit-style descriptors now (bounded in

@@ -41,6 +41,9 @@ pub struct Unservable {
     /// The domain override the limit belongs to; `None` for the resource's
     /// own limits.
     pub domain: Option<String>,
+    /// The limit's name, for one limit of a `limits:` list; `None` for a
+    /// resource's single algorithm and its hard and global limits.
+    pub limit: Option<String>,
     /// Why, and what to change: the store's refusal.
     pub reason: Refusal,
 }
@@ -54,6 +57,9 @@ impl fmt::Display for Unservable {
         )?;
         if let Some(d) = &self.domain {
             write!(f, ", domain `{d}`")?;
+        }
+        if let Some(l) = &self.limit {
+            write!(f, ", limit `{l}`")?;
         }
         Ok(())
     }
@@ -135,6 +141,8 @@ enum Part {
     Hard,
     /// The global limit (the resource's alone).
     Global,
+    /// One limit of a `limits:` list, by position.
+    Listed(usize),
 }
 
 /// What a store refused of one resource's limits, as the problems to
@@ -151,6 +159,13 @@ fn list_refused(
     refused: Vec<(Option<&str>, Part, Refusal)>,
     out: &mut Vec<Unservable>,
 ) {
+    let spec_of = |domain: Option<&str>| match &resource.kind {
+        tollgate_config::ResourceKind::Rate(rate) => Some(match domain {
+            Some(d) => rate.for_domain(d),
+            None => &rate.default,
+        }),
+        tollgate_config::ResourceKind::Concurrency(_) => None,
+    };
     let own: Vec<Part> = refused
         .iter()
         .filter(|(domain, _, _)| domain.is_none())
@@ -160,10 +175,15 @@ fn list_refused(
         if domain.is_some_and(|d| resource.refining.contains(d)) && own.contains(&part) {
             continue;
         }
+        let limit = match part {
+            Part::Listed(i) => spec_of(domain).map(|spec| spec.limit_name(i)),
+            _ => None,
+        };
         out.push(Unservable {
             namespace: namespace.to_owned(),
             resource: resource.name.clone(),
             domain: domain.map(str::to_owned),
+            limit,
             reason,
         });
     }
@@ -178,11 +198,28 @@ pub struct Compiled {
     pub limit: Arc<Limit>,
 }
 
+/// One limit of a `limits:` list, compiled, with what answers say of it.
+#[derive(Clone, Debug)]
+pub struct Listed {
+    /// Its name (its `name:`, else its position from 1): what answers
+    /// call it.
+    pub name: std::sync::Arc<str>,
+    /// The algorithm and the id of its state.
+    pub compiled: Compiled,
+    /// The algorithm's config name.
+    pub algorithm: &'static str,
+    /// The limit in envoyproxy/ratelimit's terms, when it is a count per
+    /// unit (Envoy's `current_limit`).
+    pub envoy: Option<tollgate_config::model::EnvoyLimit>,
+}
+
 /// What limits a domain's requests besides hard and global limits.
 #[derive(Clone, Debug)]
 pub enum Main {
     /// An algorithm with state.
     Limited(Compiled),
+    /// Several limits (a `limits:` list), decided together; never empty.
+    Listed(Vec<Listed>),
     /// Everything is granted.
     Unlimited,
     /// Everything is rejected.
@@ -213,6 +250,9 @@ pub struct RateView {
     pub global: Option<Compiled>,
     /// Its value, for responses.
     pub global_limit: Option<u64>,
+    /// The fastest limit a request may bring of its own
+    /// (`allow_override`, `override_max`); `None`: requests may not.
+    pub override_max: Option<tollgate_core::Rate>,
 }
 
 impl RateView {
@@ -231,8 +271,14 @@ impl RateView {
         let all = std::iter::once((None, &self.default))
             .chain(domains.into_iter().map(|(k, v)| (Some(k.as_str()), v)));
         for (domain, d) in all {
-            if let Main::Limited(c) = &d.main {
-                out.push((domain, Part::Main, c));
+            match &d.main {
+                Main::Limited(c) => out.push((domain, Part::Main, c)),
+                Main::Listed(list) => out.extend(
+                    list.iter()
+                        .enumerate()
+                        .map(|(i, l)| (domain, Part::Listed(i), &l.compiled)),
+                ),
+                Main::Unlimited | Main::Deny => {}
             }
             out.extend(d.hard.as_ref().map(|c| (domain, Part::Hard, c)));
         }
@@ -254,8 +300,14 @@ impl RateView {
         let all = std::iter::once((None, default))
             .chain(domains.into_iter().map(|(k, v)| (Some(k.as_str()), v)));
         for (domain, d) in all {
-            if let Main::Limited(c) = &mut d.main {
-                out.push((domain, Part::Main, c));
+            match &mut d.main {
+                Main::Limited(c) => out.push((domain, Part::Main, c)),
+                Main::Listed(list) => out.extend(
+                    list.iter_mut()
+                        .enumerate()
+                        .map(|(i, l)| (domain, Part::Listed(i), &mut l.compiled)),
+                ),
+                Main::Unlimited | Main::Deny => {}
             }
             out.extend(d.hard.as_mut().map(|c| (domain, Part::Hard, c)));
         }
@@ -473,8 +525,10 @@ impl View {
                 let mut out: Vec<&Compiled> = Vec::new();
                 if let ResourceView::Rate(rate) = &r.view {
                     for d in std::iter::once(&rate.default).chain(rate.domains.values()) {
-                        if let Main::Limited(c) = &d.main {
-                            out.push(c);
+                        match &d.main {
+                            Main::Limited(c) => out.push(c),
+                            Main::Listed(list) => out.extend(list.iter().map(|l| &l.compiled)),
+                            Main::Unlimited | Main::Deny => {}
                         }
                         out.extend(d.hard.as_ref());
                     }
@@ -507,6 +561,7 @@ fn compile_resource(namespace: &str, r: &Resource, created_at: Nanos) -> Resourc
                     .collect(),
                 global,
                 global_limit: rate.global_limit,
+                override_max: rate.override_max,
             })
         }
         ResourceKind::Concurrency(limits) => ResourceView::Concurrency {
@@ -515,10 +570,11 @@ fn compile_resource(namespace: &str, r: &Resource, created_at: Nanos) -> Resourc
         },
     };
     if let (Some(debt), ResourceView::Rate(rate)) = (r.usage.max_debt, &mut view) {
-        // The resource's own algorithm owes up to `max_debt`; the hard and
-        // global limits (per-second logs) keep their default of one limit.
+        // The resource's own algorithm, or each limit of its `limits:`
+        // list, owes up to `max_debt`; the hard and global limits
+        // (per-second logs) keep their default of one limit.
         for (_, part, c) in rate.placed_mut() {
-            if part != Part::Main {
+            if !matches!(part, Part::Main | Part::Listed(_)) {
                 continue;
             }
             // The loader checked that the debt fits every algorithm.
@@ -542,19 +598,19 @@ fn compile_domain(
     spec: &RateSpec,
     created_at: Nanos,
 ) -> DomainLimits {
-    let canonical = spec.algorithm.to_string();
-    let main = match &spec.algorithm {
-        AlgorithmSpec::Unlimited => Main::Unlimited,
-        AlgorithmSpec::Deny => Main::Deny,
-        other => match other.build(created_at) {
+    let main = match spec.algorithm() {
+        Some(AlgorithmSpec::Unlimited) => Main::Unlimited,
+        Some(AlgorithmSpec::Deny) => Main::Deny,
+        Some(other) => match other.build(created_at) {
             Ok(Some(limit)) => Main::Limited(Compiled {
-                id: limit_id(&[namespace, resource, "main", &canonical]),
+                id: limit_id(&[namespace, resource, "main", &other.to_string()]),
                 limit: Arc::new(limit),
             }),
             // The loader validated every spec; a failure here would be a
             // loader bug, and refusing is the safe answer.
             _ => Main::Deny,
         },
+        None => compile_listed(namespace, resource, spec, created_at),
     };
     let hard = spec
         .hard_limit
@@ -563,8 +619,42 @@ fn compile_domain(
         main,
         hard,
         hard_limit: spec.hard_limit,
-        algorithm: spec.algorithm.name(),
+        algorithm: spec.limits.first().map_or("deny", |l| l.algorithm.name()),
     }
+}
+
+/// A `limits:` list, each limit keyed by its name (so reordering named
+/// limits keeps their counters) and its parameters (so changing them
+/// starts afresh, as for a single algorithm).
+fn compile_listed(namespace: &str, resource: &str, spec: &RateSpec, created_at: Nanos) -> Main {
+    let mut out = Vec::with_capacity(spec.limits.len());
+    for (i, l) in spec.limits.iter().enumerate() {
+        let name = spec.limit_name(i);
+        let Ok(Some(limit)) = l.algorithm.build(created_at) else {
+            // The loader validated every spec (and refuses `unlimited`
+            // and `deny` in a list); refusing is the safe answer.
+            return Main::Deny;
+        };
+        out.push(Listed {
+            compiled: Compiled {
+                id: limit_id(&[
+                    namespace,
+                    resource,
+                    "limit",
+                    &name,
+                    &l.algorithm.to_string(),
+                ]),
+                limit: Arc::new(limit),
+            },
+            algorithm: l.algorithm.name(),
+            envoy: tollgate_config::model::EnvoyLimit::of_algorithm(&l.algorithm),
+            name: name.into(),
+        });
+    }
+    if out.is_empty() {
+        return Main::Deny;
+    }
+    Main::Listed(out)
 }
 
 fn per_second(parts: &[&str], limit: u64) -> Option<Compiled> {

@@ -89,6 +89,7 @@ fn rate<'a>(resource: &'a str, domain: &'a str, hits: u64, min_hits: u64) -> Rat
         hits,
         min_hits,
         mode: Mode::Try,
+        limit: None,
     }
 }
 
@@ -538,6 +539,7 @@ async fn allow_unconfigured_grants_unknown_resources_of_either_kind() {
         hits: 1_000_000,
         min_hits: 1_000_000,
         mode: Mode::Try,
+        limit: None,
     };
     for _ in 0..3 {
         let o = l.request(&unknown, t).await.unwrap();
@@ -750,6 +752,7 @@ namespaces:
     );
     let acquire = |domain| RateRequest {
         mode: Mode::Acquire,
+        limit: None,
         ..rate("api", domain, 1, 1)
     };
     let t = Nanos::from_secs(10);
@@ -768,6 +771,7 @@ namespaces:
         .request(
             &RateRequest {
                 mode: Mode::Acquire,
+                limit: None,
                 ..rate("api", "initech", 3, 3)
             },
             t,
@@ -957,6 +961,7 @@ async fn try_descriptors(
             descriptors: list,
             hits,
             mode: Mode::Try,
+            limits: &[],
         },
         at,
     )
@@ -1246,6 +1251,7 @@ fn futures_are_send(l: &Limiter<MemoryStore>) {
         hits: 1,
         min_hits: 1,
         mode: Mode::Try,
+        limit: None,
     };
     send(l.request(&req, Nanos::ZERO));
     let descriptors: Vec<Vec<(String, String)>> = Vec::new();
@@ -1255,6 +1261,7 @@ fn futures_are_send(l: &Limiter<MemoryStore>) {
             descriptors: &descriptors,
             hits: 1,
             mode: Mode::Try,
+            limits: &[],
         },
         Nanos::ZERO,
     ));
@@ -1288,6 +1295,7 @@ fn problems_are_put_in_the_configs_order_without_repeats() {
             namespace: namespace.into(),
             resource: resource.into(),
             domain: domain.map(Into::into),
+            limit: None,
             reason: tollgate_store::Refusal::limit(std::io::Error::other(reason.to_owned())),
         };
     let mut problems = vec![

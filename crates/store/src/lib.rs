@@ -29,9 +29,36 @@ pub use memory::{AtCapacity, MemoryStore, MemoryStoreOptions, StoreStats};
 pub use plan::{lock_order, DuplicateKey, Plan, PlanItem};
 pub use table::{Table, TableOptions};
 
-use tollgate_core::copies::{CopyLimits, Groups, Reservation, Staged, TransferId};
+use tollgate_core::copies::{CopyContext, CopyLimits, Groups, Reservation, Staged, TransferId};
 use tollgate_core::replicated::strategy::Replication;
 use tollgate_core::{Hits, Limit, Mode, Nanos, PlanDecision};
+
+/// The answer [`Store::inspect`] gives: each item of `plan` decided for a
+/// request of zero hits on `states` (its stored states, or fresh ones),
+/// which are copies, so nothing the caller keeps changes. For stores that
+/// hold the core's states (memory, the replicated cluster).
+pub fn probe(
+    plan: &Plan,
+    states: &mut [tollgate_core::LimitState],
+    now: Nanos,
+) -> Result<PlanDecision, StoreError> {
+    let mut entries: smallvec::SmallVec<[tollgate_core::plan::PlanEntry<'_>; 4]> = plan
+        .items()
+        .iter()
+        .zip(states.iter_mut())
+        .map(|(item, state)| tollgate_core::plan::PlanEntry {
+            limit: &item.limit,
+            state,
+            shadow: item.shadow,
+        })
+        .collect();
+    Ok(tollgate_core::plan::decide(
+        &mut entries,
+        now,
+        Hits::exactly(0),
+        Mode::Try,
+    )?)
+}
 
 /// Copies claimed by [`Store::seize`], and the resource they belong to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,6 +134,61 @@ pub trait Store: Send + Sync + 'static {
         request: Hits,
         mode: Mode,
     ) -> impl Future<Output = Result<PlanDecision, StoreError>> + Send;
+
+    /// Each item of `plan` as it stands at `now`: the decision a request
+    /// of zero hits would get, with nothing charged and nothing created (a
+    /// key never decided is answered as a fresh state and stays absent;
+    /// caches of answers are neither read nor filled). What an operator
+    /// reads to see a live counter (`GET /v1/counters`).
+    ///
+    /// Each key is read at its own moment, not all of the plan at one
+    /// instant: an admin's view, never the basis of a decision.
+    ///
+    /// The default refuses: every store tollgate serves from implements it.
+    fn inspect(
+        &self,
+        plan: &Plan,
+        now: Nanos,
+    ) -> impl Future<Output = Result<PlanDecision, StoreError>> + Send {
+        let _ = (plan, now);
+        std::future::ready(Err(StoreError::Unsupported(
+            "this store cannot inspect counters".into(),
+        )))
+    }
+
+    /// Forgets the state of every item of `plan`, so the next decision of
+    /// each sees a fresh state (`DELETE /v1/counters`). A store that cannot
+    /// make a reset stick (a replicated cluster whose peers would merge the
+    /// old counts back) refuses it, saying why, rather than pretend.
+    ///
+    /// The default refuses, as [`Store::inspect`]'s does.
+    fn reset(
+        &self,
+        plan: &Plan,
+        now: Nanos,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (plan, now);
+        std::future::ready(Err(StoreError::Unsupported(
+            "this store cannot reset counters".into(),
+        )))
+    }
+
+    /// The copies of `pool` held now by `domain`, by everyone, and by each
+    /// of `domain`'s groups, against `limits` (what a reserve's context
+    /// says), with nothing reserved or created. Holds are owned by their
+    /// holders, so there is no reset of a pool: a holder releases.
+    ///
+    /// The default refuses, as the copy operations' do.
+    fn holds(
+        &self,
+        pool: &PoolKey,
+        limits: &CopyLimits,
+        domain: &str,
+        now: Nanos,
+    ) -> impl Future<Output = Result<CopyContext, StoreError>> + Send {
+        let _ = (pool, limits, domain, now);
+        std::future::ready(Err(StoreError::no_copies()))
+    }
 
     /// Reserves the largest `n` in `[min, max]` copies of `pool` for
     /// `domain` that `limits` allow, or nothing. Transfers of the pool whose

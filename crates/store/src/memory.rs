@@ -116,7 +116,9 @@ use hashbrown::HashMap;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 use tollgate_core::algorithms::gcra::GcraState;
-use tollgate_core::copies::{CopyError, CopyLimits, CopyPool, Groups, Reservation, TransferId};
+use tollgate_core::copies::{
+    CopyContext, CopyError, CopyLimits, CopyPool, Groups, Reservation, TransferId,
+};
 use tollgate_core::plan::{self, PlanEntry};
 use tollgate_core::{Algorithm, Decision, Hits, Limit, LimitState, Mode, Nanos, PlanDecision};
 
@@ -690,6 +692,49 @@ impl MemoryStore {
         swept
     }
 
+    /// [`Store::inspect`], synchronously: each item decided for zero hits
+    /// on a copy of its stored state (a fresh one if it has none), so no
+    /// key is stored and none changes.
+    pub fn inspect_now(&self, plan: &Plan, now: Nanos) -> Result<PlanDecision, StoreError> {
+        let mut states: SmallVec<[LimitState; 4]> = plan
+            .items()
+            .iter()
+            .map(|item| {
+                self.table
+                    .with_stored(&item.key, |_, stored| match stored {
+                        Stored::Tat(tat) => tat_state(tat.load(Ordering::Relaxed)),
+                        Stored::Any(state) => state.clone(),
+                    })
+                    .unwrap_or_else(|| item.limit.fresh())
+            })
+            .collect();
+        crate::probe(plan, &mut states, now)
+    }
+
+    /// [`Store::holds`], synchronously: an absent pool holds nothing (and
+    /// stays absent). Staged transfers count as held until seized or
+    /// released, as they do for a reserve.
+    pub fn holds_now(&self, pool: &PoolKey, limits: &CopyLimits, domain: &str) -> CopyContext {
+        let guard = self.pools.lock();
+        match guard.pools.get(pool) {
+            Some(p) => p.context(limits, domain),
+            None => CopyPool::default().context(limits, domain),
+        }
+    }
+
+    /// [`Store::reset`], synchronously: forgets every key of `plan`, so
+    /// the next decision of each starts from a fresh state. Returns how
+    /// many keys were stored.
+    pub fn reset_now(&self, plan: &Plan) -> usize {
+        let removed = plan
+            .items()
+            .iter()
+            .filter(|item| self.table.remove(&item.key).is_some())
+            .count();
+        metrics::gauge!(KEYS_GAUGE).set(self.table.len() as f64);
+        removed
+    }
+
     /// A one-item plan in [`Mode::Try`], the common case: decided by the
     /// core's [`plan::decide_one`] under the lock, which hands out a small
     /// `OneDecision`; the large [`PlanDecision`] (inline room for four
@@ -875,6 +920,25 @@ impl Store for MemoryStore {
 
     async fn sweep(&self, now: Nanos) {
         self.sweep_now(now);
+    }
+
+    async fn holds(
+        &self,
+        pool: &PoolKey,
+        limits: &CopyLimits,
+        domain: &str,
+        _now: Nanos,
+    ) -> Result<CopyContext, StoreError> {
+        Ok(self.holds_now(pool, limits, domain))
+    }
+
+    async fn inspect(&self, plan: &Plan, now: Nanos) -> Result<PlanDecision, StoreError> {
+        self.inspect_now(plan, now)
+    }
+
+    async fn reset(&self, plan: &Plan, _now: Nanos) -> Result<(), StoreError> {
+        self.reset_now(plan);
+        Ok(())
     }
 }
 

@@ -1505,3 +1505,138 @@ fn staged_transfers_are_bounded() {
         .transfer_now(&pool, "a", &r.groups, 1, Nanos::from_secs(60), later)
         .unwrap();
 }
+
+// --------------------------------------------- live counters (issue 18, 5)
+
+/// `Store::inspect` answers what a request of zero hits would be answered,
+/// for every algorithm alone and all of them in one plan, and leaves no
+/// trace: a store that is inspected before every decision decides exactly
+/// as one that never is, and stores exactly as many keys (an inspected key
+/// never decided is not created).
+#[test]
+fn inspect_answers_a_zero_hit_decision_and_changes_nothing() {
+    let limits = all_limits();
+    let mut plans: Vec<Plan> = limits
+        .iter()
+        .enumerate()
+        .map(|(i, l)| Plan::single(key(i as u64, "d"), Arc::clone(l)))
+        .collect();
+    let mut all = Plan::default();
+    for (i, l) in limits.iter().enumerate() {
+        all.push(key(100 + i as u64, "d"), Arc::clone(l), i % 3 == 2)
+            .unwrap();
+    }
+    plans.push(all);
+    let inspected = MemoryStore::new();
+    let untouched = MemoryStore::new();
+    let probed = MemoryStore::new();
+    let mut t = T0;
+    for step in 0..40u64 {
+        for (p, plan) in plans.iter().enumerate() {
+            let seen = block_on(inspected.inspect(plan, t)).unwrap();
+            let zero = probed
+                .decide_now(plan, t, Hits::exactly(0), Mode::Try)
+                .unwrap();
+            assert_eq!(seen, zero, "plan {p} at step {step}");
+            if step % 4 != 3 {
+                let hits = Hits::between(1, 1 + step % 3);
+                let a = inspected.decide_now(plan, t, hits, Mode::Try).unwrap();
+                let b = untouched.decide_now(plan, t, hits, Mode::Try).unwrap();
+                let c = probed.decide_now(plan, t, hits, Mode::Try).unwrap();
+                assert_eq!(
+                    a, b,
+                    "plan {p} at step {step}: inspecting changed a decision"
+                );
+                assert_eq!(a, c, "plan {p} at step {step}");
+            }
+            assert_eq!(inspected.stats().keys, untouched.stats().keys);
+        }
+        t = t.saturating_add(Nanos::from_millis(37 + step * 11));
+    }
+    // A domain never decided: answered as fresh, and not created.
+    let before = inspected.stats().keys;
+    for (i, l) in limits.iter().enumerate() {
+        let plan = Plan::single(key(i as u64, "never-seen"), Arc::clone(l));
+        let seen = block_on(inspected.inspect(&plan, t)).unwrap();
+        let fresh = MemoryStore::new()
+            .decide_now(&plan, t, Hits::exactly(0), Mode::Try)
+            .unwrap();
+        assert_eq!(seen, fresh, "{l:?}");
+    }
+    assert_eq!(inspected.stats().keys, before, "inspect created a key");
+}
+
+/// `Store::reset` forgets every key of the plan (and only those): the next
+/// decision of each sees a fresh state, whatever the algorithm.
+#[test]
+fn reset_makes_the_next_decision_see_a_fresh_state() {
+    for l in all_limits() {
+        let store = MemoryStore::new();
+        let mut plan = Plan::default();
+        plan.push(key(1, "alice"), Arc::clone(&l), false).unwrap();
+        plan.push(key(2, ""), gcra(100), false).unwrap();
+        let other = Plan::single(key(1, "bob"), Arc::clone(&l));
+        // Exhaust alice's limit, and take one of bob's.
+        while store
+            .decide_now(&plan, T0, Hits::exactly(1), Mode::Try)
+            .unwrap()
+            .allowed
+        {}
+        store
+            .decide_now(&other, T0, Hits::exactly(1), Mode::Try)
+            .unwrap();
+        let bob_before = store.inspect_now(&other, T0).unwrap();
+        assert_eq!(store.reset_now(&plan), 2, "{l:?}");
+        let fresh = MemoryStore::new();
+        assert_eq!(
+            store.decide_now(&plan, T0, Hits::exactly(1), Mode::Try),
+            fresh.decide_now(&plan, T0, Hits::exactly(1), Mode::Try),
+            "{l:?}: the first decision after a reset"
+        );
+        assert!(
+            store
+                .decide_now(&plan, T0, Hits::exactly(0), Mode::Try)
+                .unwrap()
+                .allowed
+        );
+        assert_eq!(store.inspect_now(&other, T0).unwrap(), bob_before, "{l:?}");
+        // Nothing stored: nothing to forget.
+        store.reset_now(&plan);
+        assert_eq!(store.reset_now(&plan), 0);
+    }
+}
+
+/// `Store::holds` reports a pool's holds (domain, global, groups) as a
+/// reserve's context does, reserving nothing, and an absent pool as empty
+/// without creating it.
+#[test]
+fn holds_report_a_pools_counts_without_reserving() {
+    let store = MemoryStore::new();
+    let pool = PoolKey::new("ns", "seats");
+    let limits = CopyLimits::new(5, Some(8))
+        .with_group("team", 6, ["a", "b"])
+        .unwrap();
+    store
+        .reserve_now(&pool, &limits, "a", Hits::exactly(3), T0)
+        .unwrap();
+    store
+        .reserve_now(&pool, &limits, "b", Hits::exactly(2), T0)
+        .unwrap();
+    let h = block_on(store.holds(&pool, &limits, "a", T0)).unwrap();
+    assert_eq!((h.domain_holds, h.global_holds), (3, 5));
+    assert_eq!((h.domain_limit, h.global_limit), (5, Some(8)));
+    assert_eq!(h.groups.len(), 1);
+    assert_eq!((h.groups[0].holds, h.groups[0].limit), (5, 6));
+    // Asking changed nothing: the same again.
+    assert_eq!(block_on(store.holds(&pool, &limits, "a", T0)).unwrap(), h);
+    // The group has room for one more: asking reserved none of it.
+    let r = store
+        .reserve_now(&pool, &limits, "a", Hits::between(0, 2), T0)
+        .unwrap();
+    assert_eq!(r.granted, 1);
+    assert_eq!(r.context.domain_holds, 4);
+    // An absent pool holds nothing, and is not created.
+    let empty = PoolKey::new("ns", "nobody");
+    let h = block_on(store.holds(&empty, &limits, "z", T0)).unwrap();
+    assert_eq!((h.domain_holds, h.global_holds), (0, 0));
+}

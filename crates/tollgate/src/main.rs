@@ -54,6 +54,9 @@ enum Command {
     Seize(cmd::client::SeizeArgs),
     /// Show a server's version, store, readiness, config and sessions.
     Status(cmd::client::StatusArgs),
+    /// Inspect or reset a server's live counters (an admin endpoint: needs
+    /// a token of its --admin-tokens-file).
+    Counters(cmd::counters::CountersArgs),
     /// Run the configuration API: limits over HTTP, stored in SQLite or
     /// PostgreSQL.
     ConfigApi(cmd::config_api::ConfigApiArgs),
@@ -82,6 +85,7 @@ fn main() -> ExitCode {
         Command::Seize(args) => cmd::client::seize(args),
         Command::Status(args) => cmd::client::status(args),
         Command::ConfigApi(args) => edge(cmd::config_api::run(args)),
+        Command::Counters(args) => cmd::counters::run(args),
         Command::Completions(args) => edge(cmd::shell::completions(&args, Cli::command())),
         Command::Man(args) => edge(cmd::shell::man(&args, Cli::command())),
         Command::Serve(args) => match cmd::serve::run(*args) {

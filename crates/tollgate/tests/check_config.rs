@@ -292,7 +292,7 @@ fn check_config_cluster_holds_a_file_to_a_clusters_rules() {
     let lines: Vec<&str> = run.stderr.lines().collect();
     assert_eq!(
         lines[0],
-        "error: the config cannot run on the replicated store (9 problems, each saying what to change):",
+        "error: the config cannot run on the replicated store (10 problems, each saying what to change):",
         "{run}"
     );
     let listed: Vec<&str> = lines[1..]
@@ -305,7 +305,10 @@ fn check_config_cluster_holds_a_file_to_a_clusters_rules() {
         .collect();
     assert_eq!(
         listed,
-        ["feed", "exact", "hourly", "queue", "guava", "warm", "login", "batch", "sandbox"],
+        [
+            "feed", "exact", "hourly", "queue", "guava", "warm", "plan", "login", "batch",
+            "sandbox"
+        ],
         "{run}"
     );
     assert!(

@@ -1260,6 +1260,13 @@ fn the_servers_token_is_not_sent_in_clear_beyond_loopback() {
     );
     assert!(stderr.contains("--servers-token-over-http"), "{stderr}");
     assert!(!stderr.contains("a-servers-read-token"), "{stderr}");
+    // Second review of issue 18: an entry with a password was refused
+    // with the password in the message.
+    let out = run("http://ops:hunter2-secret@10.0.0.12:8080", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("user or password is not taken"), "{stderr}");
+    assert!(!stderr.contains("hunter2"), "{stderr}");
     for (servers, extra) in [
         ("127.0.0.1:9,localhost:9,[::1]:9", &[][..]),
         ("https://10.0.0.12:8080", &[][..]),

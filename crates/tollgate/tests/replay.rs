@@ -646,3 +646,52 @@ fn a_large_generated_trace_matches_a_reference_fixed_window() {
         "the trace must exercise rejections"
     );
 }
+
+/// Issue 18: a resource with a `limits:` list replays with each limit's
+/// state on every line and the binding limit named when one bound it.
+#[test]
+fn a_limits_list_replays_with_each_limit_and_the_binding_one_named() {
+    let sb = Sandbox::new("replay-limits");
+    sb.write(
+        "c.yaml",
+        "namespaces:
+  - name: ns
+    resources:
+      - name: r
+        limits:
+          - { name: second, algorithm: fixed_window, limit: 2, window: 1s }
+          - { name: minute, algorithm: fixed_window, limit: 3, window: 1m }
+",
+    );
+    // Two in the first second, a third refused by `second`; then a new
+    // second where `minute` has 1 left, then none.
+    let times = [0, 10, 20, 1000, 1010];
+    let trace: String = times
+        .iter()
+        .map(|t| format!("{{\"time_ms\": {t}, \"namespace\": \"ns\", \"resource\": \"r\", \"domain\": \"a\"}}\n"))
+        .collect();
+    sb.write("t.jsonl", trace);
+    let run = replay_t(&sb, &["--summary", "none"]);
+    assert!(run.success(), "{run}");
+    let events = json_lines(&run.stdout);
+    let allowed: Vec<bool> = events.iter().map(|e| e["allowed"] == true).collect();
+    assert_eq!(allowed, [true, true, false, true, false]);
+    let named: Vec<&Value> = events.iter().map(|e| &e["limited_by_name"]).collect();
+    assert_eq!(
+        named,
+        [
+            &Value::Null,
+            &Value::Null,
+            &json!("second"),
+            &Value::Null,
+            &json!("minute")
+        ]
+    );
+    assert_eq!(
+        events[3]["limits"],
+        json!([
+            {"name": "second", "algorithm": "fixed_window", "limit": 2, "remaining": 1, "reset_after_ms": 1000.0},
+            {"name": "minute", "algorithm": "fixed_window", "limit": 3, "remaining": 0, "reset_after_ms": 59000.0}
+        ])
+    );
+}

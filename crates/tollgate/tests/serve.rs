@@ -669,15 +669,19 @@ fn http_ratelimit_headers_follow_the_flag() {
         ]
     );
     assert_eq!(status(&ask(&ietf)), "200");
+    // Refused: the reset is Retry-After's moment (the next token, a day
+    // away), not the bucket full again in two days (second review of
+    // issue 18: the draft wants Retry-After no earlier than `t`).
     let refused = ask(&ietf);
     assert_eq!(status(&refused), "429", "{refused}");
     assert_eq!(
         ratelimit_lines(&refused),
         [
             r#"ratelimit-policy: "default";q=2"#,
-            r#"ratelimit: "default";r=0;t=172800"#
+            r#"ratelimit: "default";r=0;t=86400"#
         ]
     );
+    assert!(refused.contains("\r\nretry-after: 86400\r\n"), "{refused}");
     assert_eq!(ietf.terminate().0, Some(0));
 
     // The environment variable, and the older form.
@@ -703,7 +707,7 @@ fn http_ratelimit_headers_follow_the_flag() {
         [
             "ratelimit-limit: 2",
             "ratelimit-remaining: 0",
-            "ratelimit-reset: 172800"
+            "ratelimit-reset: 86400"
         ]
     );
     assert_eq!(legacy.terminate().0, Some(0));
@@ -799,16 +803,30 @@ descriptors:
     // Refused: charged nothing, counted nothing.
     assert_eq!(http("ten", "a", 1).0, 429);
     assert_eq!(near("http", "default"), 2.0);
+    // A partial grant (min_hits 1 of 10, 4 left after 6) is near by what
+    // it left used (10), and counts once: grants, not hits.
+    assert_eq!(http("ten", "p", 6), (200, false));
+    let (status, answer) = server.json(
+        "POST",
+        "/v1/request",
+        Some(r#"{"namespace":"default","resource":"ten","domain":"p","hits":10,"min_hits":1}"#),
+    );
+    assert_eq!(
+        (status, &answer["granted"]),
+        (200, &serde_json::json!(4)),
+        "{answer}"
+    );
+    assert_eq!(near("http", "default"), 3.0);
     // Shadow mode: 9 used is near; the requests over the limit that shadow
     // mode lets through are not.
     assert_eq!(http("shadow", "a", 9), (200, false));
-    assert_eq!(near("http", "default"), 3.0);
+    assert_eq!(near("http", "default"), 4.0);
     assert_eq!(http("shadow", "a", 5), (200, true));
-    assert_eq!(near("http", "default"), 3.0, "over the limit, shadowed");
-    assert_eq!(http("shadow", "a", 1), (200, false));
-    assert_eq!(near("http", "default"), 4.0, "10 used: near");
-    assert_eq!(http("shadow", "a", 1), (200, true));
     assert_eq!(near("http", "default"), 4.0, "over the limit, shadowed");
+    assert_eq!(http("shadow", "a", 1), (200, false));
+    assert_eq!(near("http", "default"), 5.0, "10 used: near");
+    assert_eq!(http("shadow", "a", 1), (200, true));
+    assert_eq!(near("http", "default"), 5.0, "over the limit, shadowed");
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     let grpc = format!("http://{}", server.grpc);

@@ -4,25 +4,36 @@
 //! hits. Windows are aligned either to the Unix epoch (`align: epoch`, what
 //! envoyproxy/ratelimit and most Redis `INCR` + `EXPIRE` schemes do: every
 //! key's window starts at a multiple of `window`) or to the first hit after
-//! the previous window ended (`align: first_hit`). Cheap and exact about its
-//! own windows, but a burst straddling a boundary can pass up to twice the
-//! limit in one window-length (seed 002's "stampeding elephant").
+//! the previous window ended (`align: first_hit`), or to a time zone's
+//! calendar (`align: calendar`: a day, week, month or year starting at
+//! local midnight, [`Calendar`]). Cheap and exact about its own windows,
+//! but a burst straddling a boundary can pass up to twice the limit in one
+//! window-length (seed 002's "stampeding elephant").
+//!
+//! The state keeps the instant its window ends, not where it started: that
+//! is all a decision needs, and a calendar window's end (which no
+//! arithmetic on a period gives) is then computed once, when the window
+//! starts, rather than on every decision.
 
 use std::num::NonZeroU64;
 
 use crate::algorithm::{Algorithm, Usage, NEXT_HIT};
+use crate::calendar::Calendar;
 use crate::decision::{Decision, Grant, Hits};
 use crate::error::ParamError;
 use crate::time::{Nanos, Span};
 
 /// Where a window starts.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Align {
     /// At multiples of the window length since the Unix epoch.
     #[default]
     Epoch,
     /// At the first hit after the previous window ended.
     FirstHit,
+    /// At local midnight of a calendar's day, week, month or year; the
+    /// window's length is the calendar's unit.
+    Calendar(Calendar),
 }
 
 /// Fixed-window parameters.
@@ -39,17 +50,32 @@ pub struct FixedWindow {
 /// Fixed-window state: the current window and its count.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FixedWindowState {
-    /// Start of the window the count belongs to.
-    pub start: Nanos,
+    /// The first instant after the window the count belongs to.
+    pub end: Nanos,
     /// Hits granted in that window.
     pub count: u64,
 }
 
 impl FixedWindow {
-    /// `limit` hits per `window`, windows aligned as `align` says.
+    /// `limit` hits per `window`, windows aligned as `align` says. With
+    /// [`Align::Calendar`], `window` must be the calendar unit's nominal
+    /// length ([`crate::CalendarUnit::nominal`]), so the two cannot
+    /// disagree; [`FixedWindow::calendar`] needs no `window`.
     pub fn new(limit: u64, window: Nanos, align: Align) -> Result<FixedWindow, ParamError> {
         let limit = ParamError::positive("limit", limit)?;
         let window = ParamError::span("window", window)?;
+        if let Align::Calendar(c) = &align {
+            if window.get() != c.unit().nominal() {
+                return Err(ParamError::Invalid {
+                    param: "window",
+                    reason: format!(
+                        "a calendar window of {} is {} long, not {window}",
+                        c.unit(),
+                        c.unit().nominal()
+                    ),
+                });
+            }
+        }
         Ok(FixedWindow {
             limit,
             window,
@@ -71,14 +97,30 @@ impl FixedWindow {
         self.max_debt
     }
 
-    /// The window's length.
+    /// `limit` hits per window of `calendar`.
+    pub fn calendar(limit: u64, calendar: Calendar) -> Result<FixedWindow, ParamError> {
+        let window = calendar.unit().nominal();
+        FixedWindow::new(limit, window, Align::Calendar(calendar))
+    }
+
+    /// The window's length; for a calendar window its unit's nominal
+    /// length (a month is 30 days here), which the real windows are not.
     pub fn window(&self) -> Nanos {
         self.window.get()
     }
 
+    /// A bound on the length of every window: the length itself, or for
+    /// a calendar window its unit's longest ([`crate::CalendarUnit::longest`]).
+    pub fn longest_window(&self) -> Nanos {
+        match &self.align {
+            Align::Calendar(c) => c.unit().longest(),
+            _ => self.window.get(),
+        }
+    }
+
     /// Where windows start.
-    pub fn align(&self) -> Align {
-        self.align
+    pub fn align(&self) -> &Align {
+        &self.align
     }
 
     /// Hits per window.
@@ -90,7 +132,7 @@ impl FixedWindow {
     /// window (a clock or trace going backwards) keeps it: forgetting hits
     /// because time went backwards would be an exploit.
     fn current(&self, state: &FixedWindowState, now: Nanos) -> bool {
-        state.count > 0 && now < state.start.saturating_add(self.window.get())
+        state.count > 0 && now < state.end
     }
 
     fn count(&self, state: &FixedWindowState, now: Nanos) -> u64 {
@@ -101,10 +143,14 @@ impl FixedWindow {
         }
     }
 
-    fn window_start(&self, now: Nanos) -> Nanos {
-        match self.align {
-            Align::Epoch => Nanos::new(now.as_u64() - now.as_u64() % self.window.as_non_zero()),
-            Align::FirstHit => now,
+    /// The end of the window that starts (or holds) `now`: the one place
+    /// a calendar is consulted.
+    pub fn window_end(&self, now: Nanos) -> Nanos {
+        match &self.align {
+            Align::Epoch => Nanos::new(now.as_u64() - now.as_u64() % self.window.as_non_zero())
+                .saturating_add(self.window.get()),
+            Align::FirstHit => now.saturating_add(self.window.get()),
+            Align::Calendar(c) => c.window_at(now).1,
         }
     }
 }
@@ -135,7 +181,7 @@ impl Algorithm for FixedWindow {
         if grant.granted > 0 {
             if !self.current(state, now) {
                 *state = FixedWindowState {
-                    start: self.window_start(now),
+                    end: self.window_end(now),
                     count: 0,
                 };
             }
@@ -143,10 +189,7 @@ impl Algorithm for FixedWindow {
         }
         let count = self.count(state, now);
         let until_end = if count > 0 {
-            state
-                .start
-                .saturating_add(self.window.get())
-                .saturating_sub(now)
+            state.end.saturating_sub(now)
         } else {
             Nanos::ZERO
         };
@@ -240,7 +283,7 @@ mod tests {
             w.decide(&mut s, Nanos::from_secs(17), Hits::exactly(1))
                 .allowed
         );
-        assert_eq!(s.start, Nanos::from_secs(17));
+        assert_eq!(s.end, Nanos::from_secs(27));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use tonic::Code;
 use super::body::ApiError;
 use super::Http;
 use crate::app::ConfigStatus;
-use crate::metrics as m;
+use crate::tokens::Refused;
 
 /// `GET /v1/config`: the normalized config in force, as YAML that loads
 /// back into the same limits.
@@ -90,71 +90,57 @@ pub(super) async fn denied<S: Store>(State(http): State<Http<S>>) -> Response {
     .into_response()
 }
 
-/// Guards the admin endpoints (`/v1/denied`): a bearer token of the
-/// server's `--admin-tokens-file` with at least the read role. Without
-/// tokens configured they are off (404 naming the flag); a missing or
-/// unknown token is 401 and counted (`tollgate_admin_auth_failures_total`
-/// by `reason`). Tokens are never logged; a refusal logs the path only.
+/// Guards the admin endpoints (`/v1/denied`, `/v1/counters`): a bearer
+/// token of the server's `--admin-tokens-file`, of either role for a `GET`
+/// and of role `admin` for anything else (a reset). Without tokens
+/// configured they are off (404 naming the flag); a missing or unknown
+/// token is 401 with `WWW-Authenticate: Bearer`, a `read` token that
+/// writes 403, each counted (`tollgate_admin_auth_failures_total` by
+/// `reason`). Tokens are never logged; a refusal logs the path only.
 pub(super) async fn admin_auth<S: Store>(
     State(http): State<Http<S>>,
     req: Request,
     next: Next,
 ) -> Response {
-    let tokens = http.app.admin_tokens();
-    if tokens.is_empty() {
-        return ApiError::new(
-            StatusCode::NOT_FOUND,
-            Code::NotFound,
-            "admin_endpoints_off",
-            format!(
-                "{} is an admin endpoint, and admin endpoints are off: start the server with \
-                 --admin-tokens-file (or TOLLGATE_ADMIN_TOKENS_FILE), ROLE:NAME:TOKEN per line, \
-                 and send a token as `Authorization: Bearer TOKEN`",
-                req.uri().path()
-            ),
-        )
-        .into_response();
-    }
-    let token = req
+    let authorization = req
         .headers()
         .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(crate::tokens::bearer);
-    let (reason, message) = match token.map(|t| tokens.check(t)) {
-        // Both roles read; `/v1/denied` only reads. Writes (resetting
-        // counters) will need `admin`.
-        Some(Some(_caller)) => return next.run(req).await,
-        Some(None) => (
-            "unknown_token",
-            "the bearer token is not one of this server's admin tokens",
-        ),
-        None => (
-            "no_token",
-            "an admin endpoint needs `Authorization: Bearer TOKEN` with a token of the \
-             server's --admin-tokens-file",
-        ),
+        .and_then(|v| v.to_str().ok());
+    let write = req.method() != http::Method::GET && req.method() != http::Method::HEAD;
+    let refused = match crate::tokens::authorize(http.app.admin_tokens(), authorization, write) {
+        Ok(caller) => {
+            // Handlers name who did what (a reset's log line).
+            let mut req = req;
+            req.extensions_mut().insert(caller);
+            return next.run(req).await;
+        }
+        Err(refused) => refused,
     };
-    metrics::counter!(m::ADMIN_AUTH_FAILURES, "reason" => reason).increment(1);
-    // Debug, not info: strangers could grow the log at will; the metric
-    // above counts every refusal.
-    tracing::debug!(path = req.uri().path(), reason, "admin request refused");
-    let mut resp = ApiError::new(
-        StatusCode::UNAUTHORIZED,
-        Code::Unauthenticated,
-        reason,
-        message.to_owned(),
-    )
-    .into_response();
-    resp.headers_mut().insert(
-        http::header::WWW_AUTHENTICATE,
-        http::HeaderValue::from_static("Bearer"),
-    );
+    let path = req.uri().path();
+    let (status, code) = match refused {
+        Refused::Off => (StatusCode::NOT_FOUND, Code::NotFound),
+        Refused::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, Code::Unauthenticated),
+        Refused::Forbidden => (StatusCode::FORBIDDEN, Code::PermissionDenied),
+    };
+    if refused != Refused::Off {
+        // Debug, not info: strangers could grow the log at will; the
+        // metric counts every refusal.
+        tracing::debug!(path, reason = refused.reason(), "admin request refused");
+    }
+    let mut resp =
+        ApiError::new(status, code, refused.reason(), refused.message(path)).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        resp.headers_mut().insert(
+            http::header::WWW_AUTHENTICATE,
+            http::HeaderValue::from_static("Bearer"),
+        );
+    }
     resp
 }
 
 /// `GET /metrics`: Prometheus text format, when a recorder is installed;
 /// with `serve --denied-metrics-top K`, followed by the top K refused
-/// domains of each resource ([`crate::denied::write_metrics`]).
+/// domains of each resource ([`crate::denied::Denied::write_metrics`]).
 pub(super) async fn metrics<S: Store>(State(http): State<Http<S>>) -> Response {
     let app = &http.app;
     match app.metrics() {
@@ -165,10 +151,8 @@ pub(super) async fn metrics<S: Store>(State(http): State<Http<S>>) -> Response {
                 if !text.is_empty() && !text.ends_with('\n') {
                     text.push('\n');
                 }
-                // Every counter: `write_metrics` ranks them by their
-                // certain counts, not by what `top` sorts on.
-                let all = app.denied().top(app.now().as_u64(), usize::MAX);
-                crate::denied::write_metrics(&all, top, &mut text);
+                app.denied()
+                    .write_metrics(app.now().as_u64(), top, &mut text);
             }
             ([(CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
         }

@@ -5,7 +5,7 @@
 //! nothing (everything released or transferred) it is closed, so its id is
 //! unknown from then on, exactly as after its lease lapsed.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
@@ -83,20 +83,14 @@ async fn decide<S: Store>(
     Ok(response)
 }
 
-/// `Retry-After: seconds`. The first minute's values are made once and
-/// shared (a clone counts a reference), so a rejection's answer does not
-/// allocate for its header; glibc then found the freed header among its
-/// small chunks and consolidated them before the connection's next read
-/// buffer, once per rejection (docs/benchmarks.md, "Where a decision's
-/// time goes").
+/// `Retry-After: seconds`. Values below [`super::headers::SHARED`] are
+/// made once and shared (static bytes: a clone copies a pointer), so a
+/// rejection's answer does not allocate for its header; glibc then found
+/// the freed header among its small chunks and consolidated them before
+/// the connection's next read buffer, once per rejection
+/// (docs/benchmarks.md, "Where a decision's time goes").
 fn retry_after(seconds: u64) -> HeaderValue {
-    static FIRST_MINUTE: OnceLock<Vec<HeaderValue>> = OnceLock::new();
-    let shared = FIRST_MINUTE.get_or_init(|| (0..=60u64).map(HeaderValue::from).collect());
-    usize::try_from(seconds)
-        .ok()
-        .and_then(|i| shared.get(i))
-        .cloned()
-        .unwrap_or_else(|| HeaderValue::from(seconds))
+    super::headers::number(seconds)
 }
 
 /// A rate answer as JSON, written by [`answer_json`] (the bytes serde

@@ -14,19 +14,32 @@
 //!
 //! The numbers are the answer body's: `limit`, `remaining` (0 on a
 //! refusal, as envoyproxy/ratelimit says for a descriptor over its
-//! limit), and `reset_after_ns` in whole seconds rounded up, left out
-//! where it is not the named limit's own reset (`burst_tiers`, and a
-//! resource with a hard or global limit: see [`RateHeaders::write`]). An answer without a limit (an unconfigured
+//! limit), and a reset in whole seconds rounded up: on a refusal with a
+//! `Retry-After`, that moment (the draft wants Retry-After no earlier
+//! than the reset, and the refused hits are the quota that comes back
+//! then); otherwise `reset_after_ns`, when the limit is full again. The
+//! reset is left out where it is not the named limit's own
+//! (`burst_tiers`, and a resource with a hard or global limit: see
+//! [`RateHeaders::write`]). An answer without a limit (an unconfigured
 //! resource of a namespace that allows them, an `unlimited` resource)
 //! gets no header at all rather than a made-up one; a `deny` resource
 //! (limit 0) gets its limit and remaining but no reset, since nothing
 //! ever resets it.
 //!
+//! A resource with a `limits:` list gets, in the IETF form, one policy
+//! per limit under its own name (`"burst";q=20, "daily";q=1000`), each
+//! with its own remaining and reset; the legacy form describes the
+//! binding limit alone, as the body's `limit` and `remaining` do.
+//!
 //! This is on the request path of every rate request, so the names are
-//! statics (inserting one clones a static string: no allocation), the numbers are written with `itoa` into a stack buffer,
-//! and the only allocation is the header value itself.
+//! statics (inserting one clones a static string: no allocation), and
+//! so are the values of numbers below [`SHARED`] and of
+//! `RateLimit-Policy` for limits below it ([`Shared`]): the legacy form
+//! then allocates nothing, and the IETF form only its `RateLimit` value
+//! (written with `itoa` into a stack buffer, then copied once).
 
 use std::str::FromStr;
+use std::sync::OnceLock;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use tollgate_proto::v1;
@@ -51,6 +64,9 @@ pub const MAX_SF_INTEGER: u64 = 999_999_999_999_999;
 const POLICY: &[u8] = b"\"default\"";
 
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
+
+/// Numbers below this are written from values made once ([`Shared`]).
+pub const SHARED: u64 = 1024;
 
 /// Which RateLimit headers `POST /v1/request` answers carry.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -109,27 +125,42 @@ impl RateHeaders {
         let single = answer.algorithm != "burst_tiers"
             && answer.hard_limit.is_none()
             && answer.global_limit.is_none();
-        let reset = (answer.limit > 0 && single).then(|| {
-            answer
-                .reset_after_ns
-                .div_ceil(NANOS_PER_SECOND)
-                .min(MAX_SF_INTEGER)
-        });
+        //
+        // A refusal with a Retry-After resets at that moment: the draft
+        // wants Retry-After no earlier than the reset (draft 10 §6; draft
+        // 09: the same moment), and the reset is when more quota comes
+        // (§4.1.2), which for the refused hits is then. The body's reset
+        // (the limit full again) is later for every algorithm that refills
+        // bit by bit: a token bucket of 3 refilling 1 a second, emptied,
+        // said `t=3` beside `Retry-After: 1`.
+        let reset_ns = match answer.retry_after_ns {
+            Some(ns) if !answer.allowed && ns > 0 => ns,
+            _ => answer.reset_after_ns,
+        };
+        let reset = (answer.limit > 0 && single)
+            .then(|| reset_ns.div_ceil(NANOS_PER_SECOND).min(MAX_SF_INTEGER));
         match self {
             RateHeaders::Off => {}
             RateHeaders::Legacy => {
-                headers.insert(&RATELIMIT_LIMIT, HeaderValue::from(limit));
-                headers.insert(&RATELIMIT_REMAINING, HeaderValue::from(remaining));
+                headers.insert(&RATELIMIT_LIMIT, number(limit));
+                headers.insert(&RATELIMIT_REMAINING, number(remaining));
                 if let Some(reset) = reset {
-                    headers.insert(&RATELIMIT_RESET, HeaderValue::from(reset));
+                    headers.insert(&RATELIMIT_RESET, number(reset));
                 }
             }
+            RateHeaders::Ietf if !answer.limits.is_empty() => listed_policies(answer, headers),
             RateHeaders::Ietf => {
-                let mut buf = Field::default();
-                buf.push(POLICY);
-                buf.param(b";q=", limit);
-                if let Some(v) = buf.value() {
+                static POLICIES: OnceLock<Shared> = OnceLock::new();
+                let shared = POLICIES.get_or_init(|| Shared::new("\"default\";q="));
+                if let Some(v) = shared.get(limit) {
                     headers.insert(&RATELIMIT_POLICY, v);
+                } else {
+                    let mut buf = Field::default();
+                    buf.push(POLICY);
+                    buf.param(b";q=", limit);
+                    if let Some(v) = buf.value() {
+                        headers.insert(&RATELIMIT_POLICY, v);
+                    }
                 }
                 let mut buf = Field::default();
                 buf.push(POLICY);
@@ -142,6 +173,61 @@ impl RateHeaders {
                 }
             }
         }
+    }
+}
+
+/// The IETF fields of a resource with a `limits:` list: one policy per
+/// limit, each under its own name (names are letters, digits, `_`, `-`
+/// and `.`, so they need no escaping in a structured-field string), in
+/// the answer's order, with each limit's own quota, remaining and reset.
+/// A refused answer's binding limit says `r=0`, as the single form does;
+/// a `burst_tiers` limit gets no `t` (its reset is not one period's).
+/// Only resources with a list get here, so the one allocation per field
+/// costs nothing on the common path.
+fn listed_policies(answer: &v1::RateResponse, headers: &mut HeaderMap) {
+    let mut policy = Vec::with_capacity(24 * answer.limits.len());
+    let mut state = Vec::with_capacity(32 * answer.limits.len());
+    for (i, l) in answer.limits.iter().enumerate() {
+        if i > 0 {
+            policy.extend_from_slice(b", ");
+            state.extend_from_slice(b", ");
+        }
+        for out in [&mut policy, &mut state] {
+            out.push(b'"');
+            out.extend_from_slice(l.name.as_bytes());
+            out.push(b'"');
+        }
+        policy.extend_from_slice(b";q=");
+        policy.extend_from_slice(
+            itoa::Buffer::new()
+                .format(l.limit.min(MAX_SF_INTEGER))
+                .as_bytes(),
+        );
+        let bound = !answer.allowed && l.name == answer.limited_by_name;
+        let remaining = if bound {
+            0
+        } else {
+            l.remaining.min(MAX_SF_INTEGER)
+        };
+        state.extend_from_slice(b";r=");
+        state.extend_from_slice(itoa::Buffer::new().format(remaining).as_bytes());
+        if l.limit > 0 && l.algorithm != "burst_tiers" {
+            // The binding limit of a refusal resets at its Retry-After, as
+            // the single form's does (see `RateHeaders::write`).
+            let reset_ns = match l.retry_after_ns {
+                Some(ns) if bound && ns > 0 => ns,
+                _ => l.reset_after_ns,
+            };
+            let reset = reset_ns.div_ceil(NANOS_PER_SECOND).min(MAX_SF_INTEGER);
+            state.extend_from_slice(b";t=");
+            state.extend_from_slice(itoa::Buffer::new().format(reset).as_bytes());
+        }
+    }
+    if let Ok(v) = HeaderValue::from_bytes(&policy) {
+        headers.insert(&RATELIMIT_POLICY, v);
+    }
+    if let Ok(v) = HeaderValue::from_bytes(&state) {
+        headers.insert(&RATELIMIT, v);
     }
 }
 
@@ -160,6 +246,57 @@ impl FromStr for RateHeaders {
 impl std::fmt::Display for RateHeaders {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// `n` as a header value: shared below [`SHARED`], else made (also
+/// `Retry-After`'s, in `api`).
+pub(super) fn number(n: u64) -> HeaderValue {
+    static NUMBERS: OnceLock<Shared> = OnceLock::new();
+    NUMBERS
+        .get_or_init(|| Shared::new(""))
+        .get(n)
+        .unwrap_or_else(|| HeaderValue::from(n))
+}
+
+/// The values `PREFIX0` to `PREFIX1023` (below [`SHARED`]), made once
+/// per process in one buffer that is never freed (a few kilobytes): each
+/// is a static `Bytes`, so handing one to a response copies a pointer
+/// and a length, with no allocation and no reference count. An
+/// allocation per header is what `Retry-After` avoids too (see
+/// `api::retry_after`, which takes its values from here): glibc
+/// consolidated its small chunks once per answer.
+struct Shared(Vec<HeaderValue>);
+
+impl Shared {
+    fn new(prefix: &str) -> Shared {
+        let mut text = String::new();
+        let mut ends = Vec::new();
+        for n in 0..SHARED {
+            text.push_str(prefix);
+            text.push_str(itoa::Buffer::new().format(n));
+            ends.push(text.len());
+        }
+        let text: &'static str = Box::leak(text.into_boxed_str());
+        let mut start = 0;
+        let values: Option<Vec<HeaderValue>> = ends
+            .into_iter()
+            .map(|end| {
+                let value = text.get(start..end);
+                start = end;
+                // Checked before `from_static`, which would panic on a
+                // byte a header may not hold (the prefixes here have none).
+                value
+                    .filter(|v| HeaderValue::from_str(v).is_ok())
+                    .map(HeaderValue::from_static)
+            })
+            .collect();
+        // Never empty in practice; if it were, every value is made.
+        Shared(values.unwrap_or_default())
+    }
+
+    fn get(&self, n: u64) -> Option<HeaderValue> {
+        usize::try_from(n).ok().and_then(|i| self.0.get(i)).cloned()
     }
 }
 
@@ -215,6 +352,59 @@ mod tests {
             reset_after_ns,
             ..v1::RateResponse::default()
         }
+    }
+
+    #[test]
+    fn a_limits_list_gets_one_ietf_policy_per_limit_each_with_its_own_numbers() {
+        let status =
+            |name: &str, algorithm: &str, limit: u64, remaining: u64, reset: u64| v1::LimitStatus {
+                name: name.into(),
+                algorithm: algorithm.into(),
+                limit,
+                remaining,
+                reset_after_ns: reset,
+                ..v1::LimitStatus::default()
+            };
+        let mut a = answer(3, 0, 2_500_000_000);
+        a.allowed = false;
+        a.limited_by_name = "burst".into();
+        a.limits = vec![
+            v1::LimitStatus {
+                retry_after_ns: Some(400_000_000),
+                ..status("burst", "token_bucket", 3, 1, 2_500_000_000)
+            },
+            status(
+                "daily",
+                "fixed_window",
+                1000,
+                993,
+                86_000 * NANOS_PER_SECOND,
+            ),
+            status("tiers", "burst_tiers", 10, 4, 7 * NANOS_PER_SECOND),
+        ];
+        assert_eq!(
+            written(RateHeaders::Ietf, &a),
+            pairs(&[
+                (
+                    "ratelimit",
+                    r#""burst";r=0;t=3, "daily";r=993;t=86000, "tiers";r=4"#
+                ),
+                (
+                    "ratelimit-policy",
+                    r#""burst";q=3, "daily";q=1000, "tiers";q=10"#
+                ),
+            ])
+        );
+        // The legacy form names one limit: the binding one, as the body's
+        // `limit` and `remaining` do.
+        assert_eq!(
+            written(RateHeaders::Legacy, &a),
+            pairs(&[
+                ("ratelimit-limit", "3"),
+                ("ratelimit-remaining", "0"),
+                ("ratelimit-reset", "3"),
+            ])
+        );
     }
 
     fn written(form: RateHeaders, a: &v1::RateResponse) -> Vec<(String, String)> {
@@ -300,6 +490,57 @@ mod tests {
                 ("ratelimit", "\"default\";r=999999999999999;t=18446744074"),
                 ("ratelimit-policy", "\"default\";q=999999999999999"),
             ])
+        );
+    }
+
+    #[test]
+    fn shared_values_are_the_numbers_they_stand_for() {
+        for n in (0..=SHARED + 10).chain([u64::MAX]) {
+            assert_eq!(number(n).to_str().unwrap(), n.to_string());
+            let a = answer(n, 0, 0);
+            let policy = written(RateHeaders::Ietf, &a)
+                .into_iter()
+                .find(|(k, _)| k == "ratelimit-policy")
+                .map(|(_, v)| v);
+            let expected = format!("\"default\";q={}", n.min(MAX_SF_INTEGER));
+            // A limit of u64::MAX is "no limit": no header.
+            if n != u64::MAX {
+                assert_eq!(policy, Some(expected));
+            }
+        }
+    }
+
+    /// Regression (second review of issue 18): a refusal's reset was the
+    /// body's (the limit full again), later than its Retry-After.
+    #[test]
+    fn a_refusal_resets_at_its_retry_after() {
+        let mut a = answer(3, 0, 3_000_000_000);
+        a.allowed = false;
+        a.granted = 0;
+        a.retry_after_ns = Some(1_000_000_001);
+        assert_eq!(
+            written(RateHeaders::Ietf, &a),
+            pairs(&[
+                ("ratelimit", "\"default\";r=0;t=2"),
+                ("ratelimit-policy", "\"default\";q=3"),
+            ])
+        );
+        assert_eq!(
+            written(RateHeaders::Legacy, &a)[2],
+            ("ratelimit-reset".to_owned(), "2".to_owned())
+        );
+        // Never possible (no Retry-After): the body's reset.
+        a.retry_after_ns = None;
+        assert_eq!(
+            written(RateHeaders::Legacy, &a)[2],
+            ("ratelimit-reset".to_owned(), "3".to_owned())
+        );
+        // A grant keeps the body's reset whatever its retry says.
+        let mut g = answer(3, 2, 3_000_000_000);
+        g.retry_after_ns = Some(0);
+        assert_eq!(
+            written(RateHeaders::Legacy, &g)[2],
+            ("ratelimit-reset".to_owned(), "3".to_owned())
         );
     }
 

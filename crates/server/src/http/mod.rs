@@ -1,6 +1,6 @@
 //! The HTTP/JSON API, envoyproxy/ratelimit's `POST /json`, and the admin
 //! endpoints (`/status`, `/healthz`, `/readyz`, `/metrics`, `/v1/config`,
-//! and `/v1/denied`, which needs an admin token).
+//! and `/v1/denied` and `/v1/counters`, which need an admin token).
 //! `docs/http-api.md` is the reference, with examples.
 //!
 //! Bodies are the `tollgate.v1` messages as JSON. Every error, whatever
@@ -15,6 +15,7 @@
 mod admin;
 mod api;
 mod body;
+mod counters;
 pub mod headers;
 
 use std::sync::Arc;
@@ -139,6 +140,10 @@ pub fn router<S: Store>(app: Arc<App<S>>, max_body: usize) -> axum::Router {
         .merge(
             axum::Router::new()
                 .route("/v1/denied", get(admin::denied::<S>))
+                .route(
+                    "/v1/counters",
+                    get(counters::inspect::<S>).delete(counters::reset::<S>),
+                )
                 .route_layer(from_fn_with_state(state.clone(), admin::admin_auth::<S>)),
         )
         .fallback(body::not_found)

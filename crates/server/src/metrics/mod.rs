@@ -26,15 +26,21 @@ pub const DENIED_UNCOUNTED: &str = "tollgate_denied_uncounted_total";
 /// most refused (`serve --denied-metrics-top`), by `namespace`,
 /// `resource` and `rank`: written at each scrape from
 /// [`crate::denied`]'s summaries, never registered, so the series are
-/// bounded by ranks × resources ([`crate::denied::write_metrics`]).
+/// bounded by ranks × resources ([`crate::denied::Denied::write_metrics`]).
 pub const DENIED_TOP_REJECTED: &str = "tollgate_denied_top_rejected";
 /// 1 for the domain at each `rank` of a resource's most refused, with
 /// the domain as a label: the only series that name domains, as many as
 /// [`DENIED_TOP_REJECTED`]'s.
 pub const DENIED_TOP_DOMAIN: &str = "tollgate_denied_top_domain";
-/// Requests to admin endpoints (`/v1/denied`) refused for a missing or
-/// unknown bearer token, by `reason` (`no_token`, `unknown_token`).
+/// Requests to admin endpoints (`/v1/denied`, `/v1/counters`, gRPC
+/// `Inspect` and `Reset`) refused for a missing or unknown bearer token,
+/// or a `read` token that asked to write, by `reason` (`no_token`,
+/// `unknown_token`, `admin_role_required`).
 pub const ADMIN_AUTH_FAILURES: &str = "tollgate_admin_auth_failures_total";
+/// Counters reset through an admin endpoint (`DELETE /v1/counters`, gRPC
+/// `Reset`), by `surface`, `namespace` and `resource` (configured names
+/// only: an unknown one is refused before it is counted).
+pub const COUNTER_RESETS: &str = "tollgate_counter_resets_total";
 /// Seconds per decision, by `surface`.
 pub const LATENCY: &str = "tollgate_decision_seconds";
 /// Open sessions (gRPC streams and HTTP holds).
@@ -132,7 +138,11 @@ fn describe() {
     );
     describe_counter!(
         ADMIN_AUTH_FAILURES,
-        "Requests to admin endpoints refused for a missing or unknown bearer token, by reason."
+        "Requests to admin endpoints refused for a missing or unknown bearer token, or a read token that asked to write, by reason."
+    );
+    describe_counter!(
+        COUNTER_RESETS,
+        "Counters reset through an admin endpoint, by surface, namespace and resource."
     );
     describe_counter!(
         NEAR_LIMIT,

@@ -293,6 +293,7 @@ fn rate_request() -> impl Strategy<Value = v1::RateRequest> {
                 hits,
                 min_hits,
                 mode,
+                limit: None,
             },
         )
 }
@@ -437,6 +438,7 @@ async fn still_answers(channel: &Channel, after: &str) {
         hits: Some(1),
         min_hits: None,
         mode: 0,
+        limit: None,
     };
     let answer = unary(channel, REQUEST, ok.encode_to_vec()).await;
     let answer =

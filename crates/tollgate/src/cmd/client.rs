@@ -291,6 +291,7 @@ fn describe(response: &Value) -> String {
         "remaining",
         "retry_after_ns",
         "limited_by",
+        "limited_by_name",
         "domain_limit",
         "domain_holds",
         "global_limit",

@@ -164,19 +164,23 @@ fn metrics_urls(servers: &[String]) -> Result<Vec<(String, reqwest::Url)>> {
     servers
         .into_iter()
         .map(|s| {
+            // Every message names the entry with its credentials hidden:
+            // an entry with a password is refused, and the refusal must
+            // not print it.
+            let shown = tollgate_redis::conn::redact(s);
             let text = if s.contains("://") {
                 s.to_owned()
             } else {
                 format!("http://{s}")
             };
             let mut url = reqwest::Url::parse(&text).with_context(|| {
-                format!("--servers {s}: not an address (HOST:PORT or http://HOST:PORT)")
+                format!("--servers {shown}: not an address (HOST:PORT or http://HOST:PORT)")
             })?;
             if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
-                bail!("--servers {s}: not an address (HOST:PORT or http://HOST:PORT)");
+                bail!("--servers {shown}: not an address (HOST:PORT or http://HOST:PORT)");
             }
             if !url.username().is_empty() || url.password().is_some() {
-                bail!("--servers {s}: an address with a user or password is not taken");
+                bail!("--servers {shown}: an address with a user or password is not taken");
             }
             if url.path() == "/" || url.path().is_empty() {
                 url.set_path("/metrics");
@@ -254,15 +258,7 @@ fn token_stays_private(args: &ConfigApiArgs, servers: &[(String, reqwest::Url)])
     if args.servers_token_file.is_none() || args.servers_token_over_http {
         return Ok(());
     }
-    let loopback = |url: &reqwest::Url| {
-        let host = url.host_str().unwrap_or_default();
-        host.eq_ignore_ascii_case("localhost")
-            || host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback())
-    };
+    let loopback = super::counters::loopback;
     if let Some((shown, _)) = servers
         .iter()
         .find(|(_, url)| url.scheme() == "http" && !loopback(url))

@@ -156,4 +156,18 @@ impl Tollgate for Echo {
             ..Default::default()
         }))
     }
+
+    async fn inspect(
+        &self,
+        _request: Request<tollgate_proto::v1::CountersRequest>,
+    ) -> Result<Response<tollgate_proto::v1::CountersResponse>, Status> {
+        Err(Status::unimplemented("bench-echo keeps no counters"))
+    }
+
+    async fn reset(
+        &self,
+        _request: Request<tollgate_proto::v1::CountersRequest>,
+    ) -> Result<Response<tollgate_proto::v1::ResetResponse>, Status> {
+        Err(Status::unimplemented("bench-echo keeps no counters"))
+    }
 }

@@ -6,6 +6,7 @@ pub mod check_config;
 pub mod client;
 pub mod config_api;
 pub mod connections;
+pub mod counters;
 pub mod echo;
 pub mod otlp;
 pub mod replay;

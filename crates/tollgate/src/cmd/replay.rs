@@ -14,7 +14,7 @@ use serde::Serialize;
 use tollgate_config::Loaded;
 use tollgate_core::{Decision, Mode, Nanos};
 use tollgate_service::{
-    DescriptorOutcome, DescriptorRequest, Limiter, RateOutcome, RateRequest, View,
+    DescriptorOutcome, DescriptorRequest, LimitedBy, Limiter, RateOutcome, RateRequest, View,
 };
 use tollgate_store::MemoryStore;
 
@@ -268,6 +268,7 @@ impl Replay {
                 // A decision log's report and refund lines replay as such;
                 // descriptors are never scheduled.
                 mode: if e.mode.is_usage() { e.mode } else { Mode::Try },
+                limits: &[],
             };
             return match limiter.request_descriptors(&req, e.time).await {
                 Ok(outcome) => {
@@ -306,6 +307,7 @@ impl Replay {
             hits: e.hits,
             min_hits: e.min_hits,
             mode: e.mode,
+            limit: None,
         };
         match limiter.request(&req, e.time).await {
             Ok(o) => {
@@ -397,6 +399,22 @@ struct RateLine<'a> {
     ignored: bool,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     unconfigured: bool,
+    /// Of a resource with a `limits:` list: the limit that bound it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limited_by_name: Option<String>,
+    /// Of a resource with a `limits:` list: each limit's own state.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    limits: Vec<LimitLine>,
+}
+
+/// One limit of a `limits:` list after a replayed decision.
+#[derive(Serialize)]
+struct LimitLine {
+    name: String,
+    algorithm: &'static str,
+    limit: Option<u64>,
+    remaining: Option<u64>,
+    reset_after_ms: f64,
 }
 
 fn rate_line<'a>(
@@ -435,6 +453,21 @@ fn rate_line<'a>(
         shadowed: o.shadowed,
         ignored: o.ignored,
         unconfigured: o.unconfigured,
+        limited_by_name: match (o.limited_by, &o.limit_name) {
+            (Some(LimitedBy::Limit | LimitedBy::Tier), Some(name)) => Some(name.to_string()),
+            _ => None,
+        },
+        limits: o
+            .limits
+            .iter()
+            .map(|l| LimitLine {
+                name: l.name.to_string(),
+                algorithm: l.algorithm,
+                limit: bounded(l.decision.limit),
+                remaining: bounded(l.decision.remaining),
+                reset_after_ms: ms(l.decision.reset_after),
+            })
+            .collect(),
     }
 }
 

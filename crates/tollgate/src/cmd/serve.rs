@@ -196,6 +196,12 @@ pub struct ServeArgs {
     /// logged.
     #[arg(long, env = "TOLLGATE_REDIS_PASSWORD_FILE")]
     pub redis_password_file: Option<PathBuf>,
+    /// File holding the password of sentinels that require one
+    /// (`redis-sentinel://` only; the master's password is
+    /// --redis-password-file's). It can also come from
+    /// TOLLGATE_REDIS_SENTINEL_PASSWORD; it is never logged.
+    #[arg(long, env = "TOLLGATE_REDIS_SENTINEL_PASSWORD_FILE")]
+    pub redis_sentinel_password_file: Option<PathBuf>,
     /// PEM CA certificates that Redis's TLS certificate must chain to,
     /// instead of the system's roots (`rediss://` only).
     #[arg(long, env = "TOLLGATE_REDIS_CA_FILE")]
@@ -340,6 +346,16 @@ pub struct ServeArgs {
         allow_hyphen_values = true
     )]
     pub gossip_clock_offset_ms: Option<i64>,
+    /// Test hook: shift the server's clock (milliseconds, may be
+    /// negative), so a test can stand a server just before an edge it
+    /// cannot wait for (a calendar month's).
+    #[arg(
+        long,
+        env = "TOLLGATE_CLOCK_OFFSET_MS",
+        hide = true,
+        allow_hyphen_values = true
+    )]
+    pub clock_offset_ms: Option<i64>,
 }
 
 /// The bytes of the file `flag` names.
@@ -420,17 +436,27 @@ impl ServeArgs {
     /// The Redis store's options, with the password read from its file or
     /// the environment and the TLS material from its files.
     fn redis_options(&self) -> Result<RedisOptions> {
-        let password = match &self.redis_password_file {
-            Some(path) => Some(
-                std::fs::read_to_string(path)
-                    .with_context(|| {
-                        format!("cannot read the Redis password file {}", path.display())
-                    })?
-                    .trim_end_matches(['\n', '\r'])
-                    .to_owned(),
-            ),
-            None => std::env::var("TOLLGATE_REDIS_PASSWORD").ok(),
+        let secret = |file: &Option<PathBuf>, what: &str, var: &str| -> Result<Option<String>> {
+            Ok(match file {
+                Some(path) => Some(
+                    std::fs::read_to_string(path)
+                        .with_context(|| format!("cannot read the {what} file {}", path.display()))?
+                        .trim_end_matches(['\n', '\r'])
+                        .to_owned(),
+                ),
+                None => std::env::var(var).ok(),
+            })
         };
+        let password = secret(
+            &self.redis_password_file,
+            "Redis password",
+            "TOLLGATE_REDIS_PASSWORD",
+        )?;
+        let sentinel_password = secret(
+            &self.redis_sentinel_password_file,
+            "Redis sentinel password",
+            "TOLLGATE_REDIS_SENTINEL_PASSWORD",
+        )?;
         let (tls_ca, tls_client) = self.redis_tls()?;
         let mut o = RedisOptions::new(self.store.clone());
         o.prefix = self.store_prefix.clone();
@@ -447,6 +473,7 @@ impl ServeArgs {
         o.rejection_cache = self.redis_rejection_cache;
         o.rejection_cache_max_age = Duration::from_millis(self.redis_rejection_cache_ms);
         o.max_waiting = self.redis_max_waiting.max(1);
+        o.sentinel_password = sentinel_password;
         Ok(o)
     }
 }
@@ -856,7 +883,10 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let mut stop = stop_signal()?;
     // The one clock of the server: its app, its service and its gossip
     // read the time from it.
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let clock: Arc<dyn Clock> = match args.clock_offset_ms {
+        Some(ms) => Arc::new(tollgate_core::ShiftedClock::new(ms)),
+        None => Arc::new(SystemClock),
+    };
     let Prepared {
         config,
         warnings,

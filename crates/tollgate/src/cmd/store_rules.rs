@@ -169,6 +169,7 @@ mod tests {
             namespace: "ns".into(),
             resource: resource.into(),
             domain: None,
+            limit: None,
             reason,
         }
     }
