@@ -305,7 +305,10 @@ fn check_config_cluster_holds_a_file_to_a_clusters_rules() {
         .collect();
     assert_eq!(
         listed,
-        ["feed", "exact", "hourly", "queue", "guava", "warm", "plan", "login", "batch", "sandbox"],
+        [
+            "feed", "exact", "hourly", "queue", "guava", "warm", "plan", "login", "batch",
+            "sandbox"
+        ],
         "{run}"
     );
     assert!(
