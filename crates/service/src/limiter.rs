@@ -656,9 +656,12 @@ impl<S: Store> Limiter<S> {
         // without them (an unknown domain is OK, as upstream answers, even
         // where the store could not serve the limit), and a stranger's
         // domain names never reach the cache.
-        let has_tree = view
-            .namespace(req.namespace)
-            .is_some_and(|ns| ns.descriptors.is_some());
+        // (Looked up only when a descriptor brought a limit: a request
+        // without any pays nothing for them.)
+        let has_tree = !req.limits.is_empty()
+            && view
+                .namespace(req.namespace)
+                .is_some_and(|ns| ns.descriptors.is_some());
         let mut brought: SmallVec<[Option<descriptors::Brought>; 4]> = SmallVec::new();
         for own in req.limits.iter().filter(|_| has_tree) {
             brought.push(match own {
