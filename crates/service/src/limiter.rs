@@ -942,15 +942,20 @@ fn rate_outcome(
                 .min_by_key(|(_, d)| d.remaining)
                 .map(|(i, _)| i)
         });
-        if let Some((i, Role::Listed(at))) = binding.and_then(|i| roles.get(i).map(|r| (i, r))) {
-            if let (Some(d), Some(l)) = (pd.decisions.get(i), list.get(*at)) {
-                decision.limit = d.limit;
-                decision.remaining = d.remaining;
-                decision.reset_after = d.reset_after;
-                decision.tier = d.tier;
-                tier = d.tier;
-                algorithm = l.algorithm;
-                limit_name = Some(Arc::clone(&l.name));
+        // The hard or global limit may be the binding one too: then its
+        // own limit, remaining and reset are the answer's (not the
+        // tightest limit's count beside the longest reset of them all).
+        if let Some((i, d)) = binding.and_then(|i| pd.decisions.get(i).map(|d| (i, d))) {
+            decision.limit = d.limit;
+            decision.remaining = d.remaining;
+            decision.reset_after = d.reset_after;
+            if let Some(Role::Listed(at)) = roles.get(i) {
+                if let Some(l) = list.get(*at) {
+                    decision.tier = d.tier;
+                    tier = d.tier;
+                    algorithm = l.algorithm;
+                    limit_name = Some(Arc::clone(&l.name));
+                }
             }
         }
         let item_shadow = shadow || ignored;

@@ -534,3 +534,35 @@ namespaces:
             .unconfigured
     );
 }
+
+/// Regression: a list refused by its hard limit answered the tightest
+/// count beside the *longest* reset of all its limits: `limit: 3,
+/// remaining: 1` (the hard limit's) with `reset_after` a whole day (the
+/// daily window's), though the hard limit is clear within a second and
+/// the docs promise the binding limit's own numbers.
+#[tokio::test]
+async fn regression_a_list_bound_by_its_hard_limit_reports_the_hard_limits_reset() {
+    let yaml = "
+namespaces:
+  - name: ns
+    resources:
+      - name: api
+        hard_limit: 3
+        limits:
+          - { name: burst, algorithm: token_bucket, capacity: 5, rate: 1/s }
+          - { name: daily, algorithm: fixed_window, limit: 8, window: 1d }
+";
+    let l = Limiter::new(MemoryStore::new(), view(yaml));
+    let at = Nanos::from_secs(3 * DAY);
+    let o = ask(&l, "u", 2, 2, at).await;
+    assert!(o.allowed);
+    let o = ask(&l, "u", 2, 2, at).await;
+    assert!(!o.allowed);
+    assert_eq!(o.limited_by, Some(LimitedBy::Hard));
+    assert_eq!((o.decision.limit, o.decision.remaining), (3, 1));
+    assert!(
+        o.decision.reset_after <= Nanos::from_secs(2),
+        "the hard limit's own reset, not the day's: {:?}",
+        o.decision.reset_after
+    );
+}
