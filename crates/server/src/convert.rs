@@ -129,15 +129,7 @@ pub fn reserve_response(o: &ReserveOutcome) -> v1::ReserveResponse {
         global_limit: c.global_limit,
         domain_holds: c.domain_holds,
         global_holds: c.global_holds,
-        group_limits: c
-            .groups
-            .iter()
-            .map(|g| v1::GroupContext {
-                name: g.name.clone(),
-                limit: g.limit,
-                holds: g.holds,
-            })
-            .collect(),
+        group_limits: group_contexts(&c.groups),
         hold_id: String::new(),
         shadowed: o.shadowed,
         ignored: o.ignored,
@@ -181,17 +173,22 @@ pub fn counters_response(
                 global_limit: h.global_limit,
                 domain_holds: h.domain_holds,
                 global_holds: h.global_holds,
-                groups: h
-                    .groups
-                    .iter()
-                    .map(|g| v1::GroupContext {
-                        name: g.name.clone(),
-                        limit: g.limit,
-                        holds: g.holds,
-                    })
-                    .collect(),
+                groups: group_contexts(&h.groups),
             });
         }
     }
     out
+}
+
+/// Each group's limit and holds, as a reserve's answer and an
+/// inspection's show them.
+fn group_contexts(groups: &[tollgate_core::copies::GroupContext]) -> Vec<v1::GroupContext> {
+    groups
+        .iter()
+        .map(|g| v1::GroupContext {
+            name: g.name.clone(),
+            limit: g.limit,
+            holds: g.holds,
+        })
+        .collect()
 }

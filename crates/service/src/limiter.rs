@@ -227,8 +227,8 @@ pub struct Limiter<S> {
     view: ArcSwap<View>,
     /// Limits requests brought of their own, built and admitted by the
     /// store once each: requests with an override ask for few distinct
-    /// ones (a SaaS's plans, an Envoy config's overrides). Bounded: past
-    /// [`MAX_CACHED_OVERRIDES`] an override is built for its request alone.
+    /// ones (a SaaS's plans, an Envoy config's overrides). Bounded: at
+    /// [`MAX_CACHED_OVERRIDES`] it is emptied and starts over.
     overrides: std::sync::Mutex<std::collections::HashMap<(String, EnvoyLimit), Override>>,
 }
 
@@ -271,6 +271,9 @@ impl Role {
 }
 
 /// What [`Limiter::inspect`] and [`Limiter::reset`] work on.
+// Built once per admin call and taken apart at once: boxing the plan
+// would cost an allocation to save one move.
+#[allow(clippy::large_enum_variant)]
 enum Target {
     Rate {
         plan: Plan,
@@ -371,6 +374,16 @@ impl<S: Store> Limiter<S> {
         check_names(req.namespace, req.resource)?;
         let Some(entry) = ns.resource(req.resource) else {
             if ns.allow_unconfigured {
+                if req.limit.is_some() {
+                    // Granted without a limit, the brought one would be
+                    // silently ignored: the caller believes it is limited.
+                    return Err(ServiceError::LimitOverride(format!(
+                        "resource `{}` in namespace `{}` is not configured, so it takes \
+                         no limit from requests (only a resource with \
+                         `allow_override: true` does)",
+                        req.resource, req.namespace
+                    )));
+                }
                 metrics::counter!("tollgate_unconfigured_hits_total", "namespace" => ns.name.clone())
                     .increment(req.hits);
                 return Ok(unconfigured(req.hits));
@@ -460,8 +473,7 @@ impl<S: Store> Limiter<S> {
                 req.resource
             )));
         }
-        let scope = format!("{}/{}", req.namespace, req.resource);
-        let main = match self.brought(&scope, own)? {
+        let main = match self.brought(&["resource", req.namespace, req.resource], own)? {
             Some(o) => Main::Limited(crate::view::Compiled {
                 id: o.id,
                 limit: o.limit,
@@ -477,18 +489,23 @@ impl<S: Store> Limiter<S> {
         })
     }
 
-    /// The limit `own` that a request of `scope` (a resource, or an Envoy
-    /// domain) brought, built and admitted by the store, and the id of its
-    /// state (its own: a request's limit never shares the config's
-    /// counters, and two different limits never share one); `None` for a
-    /// limit of 0, which refuses everything. Built once per distinct limit
-    /// while the cache has room.
-    fn brought(&self, scope: &str, own: EnvoyLimit) -> Result<Option<Override>, ServiceError> {
+    /// The limit `own` that a request of `scope` (`["resource", namespace,
+    /// resource]`, or `["descriptor", namespace]` for an Envoy domain)
+    /// brought, built and admitted by the store, and the id of its state
+    /// (its own: a request's limit never shares the config's counters, and
+    /// two different limits or scopes never share one: the scope's parts
+    /// are hashed apart, so no `/` in a name makes two scopes one); `None`
+    /// for a limit of 0, which refuses everything. Built once per distinct
+    /// limit; a full cache starts over, so limits a stranger sent first
+    /// cannot keep everyone else's out of it for good.
+    fn brought(&self, scope: &[&str], own: EnvoyLimit) -> Result<Option<Override>, ServiceError> {
         let spec = own.algorithm();
         if matches!(spec, tollgate_config::AlgorithmSpec::Deny) {
             return Ok(None);
         }
-        let key = (scope.to_owned(), own);
+        // The parts as `limit_id` hashes them (joined by a 0 byte): equal
+        // keys are equal ids.
+        let key = (scope.join("\0"), own);
         if let Some(o) = self
             .overrides
             .lock()
@@ -515,18 +532,33 @@ impl<S: Store> Limiter<S> {
                 replication: None,
             })
             .map_err(|r| refused(r.to_string()))?;
+        let canonical = spec.to_string();
+        let mut parts: SmallVec<[&str; 5]> = SmallVec::new();
+        parts.push("override");
+        parts.extend_from_slice(scope);
+        parts.push(&canonical);
         let built = Override {
-            id: crate::fingerprint::limit_id(&["override", scope, &spec.to_string()]),
+            id: crate::fingerprint::limit_id(&parts),
             limit: Arc::new(limit),
         };
         let mut cache = self
             .overrides
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if cache.len() < MAX_CACHED_OVERRIDES {
-            cache.insert(key, built.clone());
+        if cache.len() >= MAX_CACHED_OVERRIDES {
+            cache.clear();
         }
+        cache.insert(key, built.clone());
         Ok(Some(built))
+    }
+
+    /// How many limits brought by requests are kept built (at most
+    /// [`MAX_CACHED_OVERRIDES`]).
+    pub fn cached_overrides(&self) -> usize {
+        self.overrides
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
     }
 
     /// The live state of `domain`'s counters of `resource` at `now`,
@@ -637,13 +669,25 @@ impl<S: Store> Limiter<S> {
     ) -> Result<DescriptorOutcome, ServiceError> {
         let view = self.view.load();
         // The limits descriptors brought, built before planning (the plan
-        // is a pure function of the view and the request).
+        // is a pure function of the view and the request). Only for a
+        // namespace with descriptors: for any other the plan answers
+        // without them (an unknown domain is OK, as upstream answers, even
+        // where the store could not serve the limit), and a stranger's
+        // domain names never reach the cache.
+        // (Looked up only when a descriptor brought a limit: a request
+        // without any pays nothing for them.)
+        let has_tree = !req.limits.is_empty()
+            && view
+                .namespace(req.namespace)
+                .is_some_and(|ns| ns.descriptors.is_some());
         let mut brought: SmallVec<[Option<descriptors::Brought>; 4]> = SmallVec::new();
-        for own in req.limits {
+        for own in req.limits.iter().filter(|_| has_tree) {
             brought.push(match own {
                 Some(own) => Some(descriptors::Brought {
                     limit: *own,
-                    built: self.brought(req.namespace, *own)?.map(|o| (o.id, o.limit)),
+                    built: self
+                        .brought(&["descriptor", req.namespace], *own)?
+                        .map(|o| (o.id, o.limit)),
                 }),
                 None => None,
             });
@@ -953,15 +997,20 @@ fn rate_outcome(
                 .min_by_key(|(_, d)| d.remaining)
                 .map(|(i, _)| i)
         });
-        if let Some((i, Role::Listed(at))) = binding.and_then(|i| roles.get(i).map(|r| (i, r))) {
-            if let (Some(d), Some(l)) = (pd.decisions.get(i), list.get(*at)) {
-                decision.limit = d.limit;
-                decision.remaining = d.remaining;
-                decision.reset_after = d.reset_after;
-                decision.tier = d.tier;
-                tier = d.tier;
-                algorithm = l.algorithm;
-                limit_name = Some(Arc::clone(&l.name));
+        // The hard or global limit may be the binding one too: then its
+        // own limit, remaining and reset are the answer's (not the
+        // tightest limit's count beside the longest reset of them all).
+        if let Some((i, d)) = binding.and_then(|i| pd.decisions.get(i).map(|d| (i, d))) {
+            decision.limit = d.limit;
+            decision.remaining = d.remaining;
+            decision.reset_after = d.reset_after;
+            if let Some(Role::Listed(at)) = roles.get(i) {
+                if let Some(l) = list.get(*at) {
+                    decision.tier = d.tier;
+                    tier = d.tier;
+                    algorithm = l.algorithm;
+                    limit_name = Some(Arc::clone(&l.name));
+                }
             }
         }
         let item_shadow = shadow || ignored;

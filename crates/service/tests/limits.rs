@@ -11,6 +11,7 @@
 use tollgate_config::load_str;
 use tollgate_config::model::{EnvoyLimit, EnvoyUnit};
 use tollgate_core::{Mode, Nanos};
+use tollgate_service::limiter::MAX_CACHED_OVERRIDES;
 use tollgate_service::{DescriptorRequest, LimitedBy, Limiter, RateOutcome, RateRequest, View};
 use tollgate_store::MemoryStore;
 
@@ -421,6 +422,155 @@ async fn an_inspection_names_each_limit_of_a_list_and_a_reset_starts_them_all_af
     assert_eq!(l.reset("ns", "api", "u", at).await.unwrap(), 2);
     let o = ask(&l, "u", 1, 1, at).await;
     assert_eq!(remaining(&o), [("burst".into(), 4), ("daily".into(), 7)]);
+}
+
+/// Two resources whose names join alike with a `/` (`a/b` + `c` and `a`
+/// + `b/c`), both taking limits from requests.
+const SLASHED: &str = "
+namespaces:
+  - name: a/b
+    resources:
+      - { name: c, algorithm: fixed_window, limit: 5, window: 1h, allow_override: true, override_max: 1000/h }
+  - name: a
+    resources:
+      - { name: b/c, algorithm: fixed_window, limit: 5, window: 1h, allow_override: true, override_max: 1000/h }
+";
+
+/// Regression: a brought limit's counter was keyed by
+/// `format!("{namespace}/{resource}")`, so namespace `a/b`'s resource `c`
+/// and namespace `a`'s resource `b/c` shared one counter for the same
+/// brought limit and domain: one tenant's traffic used up the other's.
+#[tokio::test]
+async fn regression_brought_limits_of_resources_whose_names_join_alike_keep_apart() {
+    let l = Limiter::new(MemoryStore::new(), view(SLASHED));
+    let at = Nanos::from_secs(DAY);
+    let ask = |namespace: &'static str, resource: &'static str| RateRequest {
+        namespace,
+        resource,
+        domain: "t",
+        hits: 2,
+        min_hits: 2,
+        mode: Mode::Try,
+        limit: brought(2, EnvoyUnit::Hour),
+    };
+    let o = l.request(&ask("a/b", "c"), at).await.unwrap();
+    assert!(o.allowed, "{o:?}");
+    let o = l.request(&ask("a", "b/c"), at).await.unwrap();
+    assert!(o.allowed, "the other resource's counter is its own: {o:?}");
+    assert_eq!(o.decision.remaining, 0);
+}
+
+/// Regression: the override cache took a limit for any Envoy domain,
+/// known or not, before the domain was looked up, and once full it kept
+/// what came first for good: a stranger sending 1024 requests with made-up
+/// domains (or 1024 distinct limits) left every later limit built and
+/// admitted afresh on each request.
+#[tokio::test]
+async fn regression_the_override_cache_takes_no_unknown_domain_and_starts_over_when_full() {
+    let l = Limiter::new(MemoryStore::new(), view(EDGE_OVERRIDES));
+    let at = Nanos::from_secs(DAY);
+    let descriptors = [vec![("user".to_owned(), "alice".to_owned())]];
+    let two = [brought(2, EnvoyUnit::Minute)];
+    for i in 0..8 {
+        let namespace = format!("made-up-{i}");
+        let o = l
+            .request_descriptors(
+                &DescriptorRequest {
+                    namespace: &namespace,
+                    descriptors: &descriptors,
+                    hits: 1,
+                    mode: Mode::Try,
+                    limits: &two,
+                },
+                at,
+            )
+            .await
+            .unwrap();
+        assert!(o.allowed, "an unknown domain is OK, as upstream answers");
+    }
+    assert_eq!(l.cached_overrides(), 0);
+    let req = DescriptorRequest {
+        namespace: "edge",
+        descriptors: &descriptors,
+        hits: 1,
+        mode: Mode::Try,
+        limits: &two,
+    };
+    l.request_descriptors(&req, at).await.unwrap();
+    assert_eq!(l.cached_overrides(), 1);
+    // Filled with distinct limits, it empties and takes the next.
+    let p = Limiter::new(MemoryStore::new(), view(PLANS));
+    for n in 1..=MAX_CACHED_OVERRIDES as u64 {
+        ask_with(&p, "api", "t", brought(n, EnvoyUnit::Day), at)
+            .await
+            .unwrap();
+    }
+    assert_eq!(p.cached_overrides(), MAX_CACHED_OVERRIDES);
+    ask_with(&p, "api", "t", brought(5, EnvoyUnit::Hour), at)
+        .await
+        .unwrap();
+    assert_eq!(p.cached_overrides(), 1);
+}
+
+/// Regression: a limit brought to a resource the config does not name,
+/// in a namespace that allows such resources, was silently dropped and
+/// the request granted without any limit; the caller believed it was
+/// limited.
+#[tokio::test]
+async fn regression_a_limit_brought_to_an_unconfigured_resource_is_refused() {
+    let yaml = "
+namespaces:
+  - name: ns
+    allow_unconfigured: true
+    resources:
+      - { name: api, algorithm: fixed_window, limit: 5, window: 1h }
+";
+    let l = Limiter::new(MemoryStore::new(), view(yaml));
+    let at = Nanos::from_secs(DAY);
+    let err = ask_with(&l, "nowhere", "t", brought(1, EnvoyUnit::Hour), at)
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "invalid_limit_override");
+    assert!(err.to_string().contains("is not configured"), "{err}");
+    // Without a limit of its own, it is granted as before.
+    assert!(
+        ask_with(&l, "nowhere", "t", None, at)
+            .await
+            .unwrap()
+            .unconfigured
+    );
+}
+
+/// Regression: a list refused by its hard limit answered the tightest
+/// count beside the *longest* reset of all its limits: `limit: 3,
+/// remaining: 1` (the hard limit's) with `reset_after` a whole day (the
+/// daily window's), though the hard limit is clear within a second and
+/// the docs promise the binding limit's own numbers.
+#[tokio::test]
+async fn regression_a_list_bound_by_its_hard_limit_reports_the_hard_limits_reset() {
+    let yaml = "
+namespaces:
+  - name: ns
+    resources:
+      - name: api
+        hard_limit: 3
+        limits:
+          - { name: burst, algorithm: token_bucket, capacity: 5, rate: 1/s }
+          - { name: daily, algorithm: fixed_window, limit: 8, window: 1d }
+";
+    let l = Limiter::new(MemoryStore::new(), view(yaml));
+    let at = Nanos::from_secs(3 * DAY);
+    let o = ask(&l, "u", 2, 2, at).await;
+    assert!(o.allowed);
+    let o = ask(&l, "u", 2, 2, at).await;
+    assert!(!o.allowed);
+    assert_eq!(o.limited_by, Some(LimitedBy::Hard));
+    assert_eq!((o.decision.limit, o.decision.remaining), (3, 1));
+    assert!(
+        o.decision.reset_after <= Nanos::from_secs(2),
+        "the hard limit's own reset, not the day's: {:?}",
+        o.decision.reset_after
+    );
 }
 
 /// A request in `mode` for `hits`, with no limit of its own.

@@ -185,6 +185,14 @@ impl RateHeaders {
 /// Only resources with a list get here, so the one allocation per field
 /// costs nothing on the common path.
 fn listed_policies(answer: &v1::RateResponse, headers: &mut HeaderMap) {
+    // The limit that refused: a listed one by name, or the hard or global
+    // limit (listed as `hard` and `global`; the body names those by
+    // `limited_by` alone).
+    let binding: &str = match v1::LimitedBy::try_from(answer.limited_by) {
+        Ok(v1::LimitedBy::Hard) => "hard",
+        Ok(v1::LimitedBy::Global) => "global",
+        _ => &answer.limited_by_name,
+    };
     let mut policy = Vec::with_capacity(24 * answer.limits.len());
     let mut state = Vec::with_capacity(32 * answer.limits.len());
     for (i, l) in answer.limits.iter().enumerate() {
@@ -203,7 +211,7 @@ fn listed_policies(answer: &v1::RateResponse, headers: &mut HeaderMap) {
                 .format(l.limit.min(MAX_SF_INTEGER))
                 .as_bytes(),
         );
-        let bound = !answer.allowed && l.name == answer.limited_by_name;
+        let bound = !answer.allowed && !binding.is_empty() && l.name == binding;
         let remaining = if bound {
             0
         } else {
@@ -387,7 +395,8 @@ mod tests {
             pairs(&[
                 (
                     "ratelimit",
-                    r#""burst";r=0;t=3, "daily";r=993;t=86000, "tiers";r=4"#
+                    // The refusing limit resets at its Retry-After (0.4 s).
+                    r#""burst";r=0;t=1, "daily";r=993;t=86000, "tiers";r=4"#
                 ),
                 (
                     "ratelimit-policy",
@@ -403,6 +412,44 @@ mod tests {
                 ("ratelimit-limit", "3"),
                 ("ratelimit-remaining", "0"),
                 ("ratelimit-reset", "3"),
+            ])
+        );
+    }
+
+    /// Regression: a list's refusal by the hard (or global) limit left
+    /// every policy, the refusing `hard` one included, with its room
+    /// (`"hard";r=2` on a 429 for 5 hits), where the single form says
+    /// `r=0`: only a listed limit's name was compared.
+    #[test]
+    fn regression_a_list_refused_by_its_hard_limit_says_r0_for_it() {
+        let mut a = answer(10, 2, NANOS_PER_SECOND);
+        a.allowed = false;
+        a.limited_by = v1::LimitedBy::Hard as i32;
+        a.hard_limit = Some(10);
+        a.limits = vec![
+            v1::LimitStatus {
+                name: "daily".into(),
+                algorithm: "fixed_window".into(),
+                limit: 1000,
+                remaining: 900,
+                reset_after_ns: 50 * NANOS_PER_SECOND,
+                ..v1::LimitStatus::default()
+            },
+            v1::LimitStatus {
+                name: "hard".into(),
+                algorithm: "sliding_log".into(),
+                limit: 10,
+                remaining: 2,
+                reset_after_ns: NANOS_PER_SECOND,
+                retry_after_ns: Some(300_000_000),
+                ..v1::LimitStatus::default()
+            },
+        ];
+        assert_eq!(
+            written(RateHeaders::Ietf, &a),
+            pairs(&[
+                ("ratelimit", r#""daily";r=900;t=50, "hard";r=0;t=1"#),
+                ("ratelimit-policy", r#""daily";q=1000, "hard";q=10"#),
             ])
         );
     }
