@@ -106,7 +106,10 @@ fn start_near_an_edge() -> impl Strategy<Value = (usize, u64)> {
         1 => Just(3_600_000_000_000i64),
         2 => -259_200_000_000_000i64..259_200_000_000_000,
     ];
-    (0..ZONES.len(), 1971i16..2100, 1i8..=12, offset).prop_map(|(zone, y, m, off)| {
+    // From 1972: an edge of January 1971 stepped back up to three days
+    // lies in 1970, whose year began before the epoch east of UTC (a
+    // window start no `Nanos` holds; the reference's conversion failed).
+    (0..ZONES.len(), 1972i16..2100, 1i8..=12, offset).prop_map(|(zone, y, m, off)| {
         let tz = TimeZone::get(ZONES[zone]).unwrap();
         let edge = date(y, m, 1)
             .to_zoned_datetime(tz)
