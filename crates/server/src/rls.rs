@@ -240,6 +240,7 @@ async fn answer<S: Store>(
                     })
                     .collect(),
             ),
+            limit: None,
             hits,
             min_hits: hits,
             mode: "try",

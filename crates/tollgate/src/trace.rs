@@ -17,6 +17,7 @@
 //! microsecond.
 
 use serde::Deserialize;
+use tollgate_config::model::{EnvoyLimit, EnvoyUnit};
 use tollgate_core::{Mode, Nanos};
 
 /// One parsed trace line.
@@ -38,6 +39,8 @@ pub struct Event {
     pub mode: Mode,
     /// envoyproxy/ratelimit descriptors, if given.
     pub descriptors: Option<Vec<Vec<(String, String)>>>,
+    /// The limit the request brought of its own (`limit`), if any.
+    pub limit: Option<EnvoyLimit>,
 }
 
 #[derive(Deserialize)]
@@ -53,11 +56,20 @@ struct Raw {
     min_hits: Option<u64>,
     mode: Option<String>,
     descriptors: Option<Descriptors>,
+    limit: Option<RawLimit>,
     // What a decision-log line also records; a replay decides afresh.
     #[allow(dead_code)]
     surface: Option<serde::de::IgnoredAny>,
     #[allow(dead_code)]
     decision: Option<serde::de::IgnoredAny>,
+}
+
+/// A limit a request brought (`{"requests_per_unit": 5, "unit": "hour"}`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimit {
+    requests_per_unit: u64,
+    unit: String,
 }
 
 /// A string or a number (thesis traces carry numeric user ids).
@@ -129,6 +141,21 @@ pub fn parse(line: &str) -> Result<Event, String> {
             ))
         }
     };
+    let limit = match raw.limit {
+        None => None,
+        Some(_) if descriptors.is_some() => {
+            return Err("`limit` is a resource request's; a descriptor event cannot bring one".into())
+        }
+        Some(l) => Some(EnvoyLimit {
+            requests_per_unit: l.requests_per_unit,
+            unit: EnvoyUnit::parse(&l.unit).ok_or_else(|| {
+                format!(
+                    "`limit.unit` {:?} is not a unit (expected second, minute, hour, day, week, month or year)",
+                    l.unit.chars().take(32).collect::<String>()
+                )
+            })?,
+        }),
+    };
     Ok(Event {
         time,
         namespace: raw.namespace,
@@ -138,6 +165,7 @@ pub fn parse(line: &str) -> Result<Event, String> {
         min_hits,
         mode,
         descriptors,
+        limit,
     })
 }
 

@@ -304,7 +304,7 @@ impl Replay {
             hits: e.hits,
             min_hits: e.min_hits,
             mode: e.mode,
-            limit: None,
+            limit: e.limit,
         };
         match limiter.request(&req, e.time).await {
             Ok(o) => {
