@@ -112,6 +112,11 @@ pub struct Line<'a> {
     /// replay decides it as the server did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<Brought<'a>>,
+    /// Of an Envoy request whose descriptors brought limits of their own
+    /// (a descriptor's `limit`): per descriptor, in order, its limit or
+    /// `null`. Absent when none did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub descriptor_limits: Option<Vec<Option<Brought<'a>>>>,
     /// Hits asked.
     pub hits: u64,
     /// Fewest useful.
@@ -259,6 +264,19 @@ mod tests {
             text.contains(r#""limit":{"requests_per_unit":5,"unit":"hour"}"#),
             "{text}"
         );
+        let mut l = line(1);
+        l.descriptor_limits = Some(vec![
+            None,
+            Some(Brought {
+                requests_per_unit: 1,
+                unit: "day",
+            }),
+        ]);
+        let text = serde_json::to_string(&l).unwrap();
+        assert!(
+            text.contains(r#""descriptor_limits":[null,{"requests_per_unit":1,"unit":"day"}]"#),
+            "{text}"
+        );
         assert!(!serde_json::to_string(&line(1))
             .unwrap()
             .contains("\"limit\""));
@@ -272,6 +290,7 @@ mod tests {
             domain: Some("acme"),
             descriptors: None,
             limit: None,
+            descriptor_limits: None,
             hits: 1,
             min_hits: 1,
             mode: "try",

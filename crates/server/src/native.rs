@@ -119,6 +119,7 @@ pub async fn rate<S: Store>(
                             requests_per_unit,
                             unit,
                         }),
+                    descriptor_limits: None,
                     hits: req.hits_or_default(),
                     min_hits: req.min_hits_or_default(),
                     mode: if req.mode == v1::Mode::Acquire as i32 {

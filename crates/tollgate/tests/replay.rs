@@ -746,3 +746,33 @@ namespaces:
         "{run}"
     );
 }
+
+/// Regression (with the test above): an Envoy descriptor's own `limit`
+/// was neither logged nor replayed; the trace's `descriptor_limits`
+/// carries it, one entry (or `null`) per descriptor.
+#[test]
+fn a_descriptor_limit_is_replayed_as_the_server_decided_it() {
+    let sb = Sandbox::new("replay-descriptor-limit");
+    sb.write("envoy.yaml", MESSAGING);
+    let line = |t: u64| {
+        format!(
+            "{{\"time_ms\": {t}, \"descriptors\": [[{{\"key\": \"to_number\", \"value\": \"1\"}}]], \"descriptor_limits\": [{{\"requests_per_unit\": 1, \"unit\": \"hour\"}}]}}\n"
+        )
+    };
+    sb.write("t.jsonl", format!("{}{}", line(0), line(1)));
+    let run = sb.run(&["replay", "-c", "envoy.yaml", "-t", "t.jsonl", "--strict"]);
+    assert!(run.success(), "{run}");
+    let (events, _) = split_events(&run.stdout);
+    let decided: Vec<(bool, u64)> = events
+        .iter()
+        .map(|e| {
+            let d = &e["descriptors"][0];
+            (
+                e["allowed"].as_bool().unwrap(),
+                d["limit"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // One an hour, the descriptor's own, not the config's 100 a day.
+    assert_eq!(decided, [(true, 1), (false, 1)], "{run}");
+}

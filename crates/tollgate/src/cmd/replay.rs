@@ -265,7 +265,7 @@ impl Replay {
                 namespace: &namespace,
                 descriptors,
                 hits: e.hits,
-                limits: &[],
+                limits: &e.descriptor_limits,
             };
             return match limiter.request_descriptors(&req, e.time).await {
                 Ok(outcome) => {
