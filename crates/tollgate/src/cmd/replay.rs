@@ -265,7 +265,7 @@ impl Replay {
                 namespace: &namespace,
                 descriptors,
                 hits: e.hits,
-                limits: &[],
+                limits: &e.descriptor_limits,
             };
             return match limiter.request_descriptors(&req, e.time).await {
                 Ok(outcome) => {
@@ -304,7 +304,7 @@ impl Replay {
             hits: e.hits,
             min_hits: e.min_hits,
             mode: e.mode,
-            limit: None,
+            limit: e.limit,
         };
         match limiter.request(&req, e.time).await {
             Ok(o) => {
