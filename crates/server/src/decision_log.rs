@@ -55,6 +55,15 @@ impl std::str::FromStr for LogTarget {
     }
 }
 
+/// A limit a request brought of its own, as it gave it.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Brought<'a> {
+    /// Hits per unit.
+    pub requests_per_unit: u64,
+    /// The unit's name (`second` to `year`).
+    pub unit: &'a str,
+}
+
 /// What a line records of the answer.
 #[derive(Clone, Debug, Serialize)]
 pub struct Answer {
@@ -99,6 +108,15 @@ pub struct Line<'a> {
     /// Envoy descriptors.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub descriptors: Option<Vec<Vec<Entry<'a>>>>,
+    /// The limit the request brought of its own (`limit`), so that a
+    /// replay decides it as the server did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<Brought<'a>>,
+    /// Of an Envoy request whose descriptors brought limits of their own
+    /// (a descriptor's `limit`): per descriptor, in order, its limit or
+    /// `null`. Absent when none did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub descriptor_limits: Option<Vec<Option<Brought<'a>>>>,
     /// Hits asked.
     pub hits: u64,
     /// Fewest useful.
@@ -232,6 +250,38 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// A brought limit is logged as the request gave it, where replay's
+    /// trace reader takes it.
+    #[test]
+    fn a_brought_limit_is_logged() {
+        let mut l = line(1);
+        l.limit = Some(Brought {
+            requests_per_unit: 5,
+            unit: "hour",
+        });
+        let text = serde_json::to_string(&l).unwrap();
+        assert!(
+            text.contains(r#""limit":{"requests_per_unit":5,"unit":"hour"}"#),
+            "{text}"
+        );
+        let mut l = line(1);
+        l.descriptor_limits = Some(vec![
+            None,
+            Some(Brought {
+                requests_per_unit: 1,
+                unit: "day",
+            }),
+        ]);
+        let text = serde_json::to_string(&l).unwrap();
+        assert!(
+            text.contains(r#""descriptor_limits":[null,{"requests_per_unit":1,"unit":"day"}]"#),
+            "{text}"
+        );
+        assert!(!serde_json::to_string(&line(1))
+            .unwrap()
+            .contains("\"limit\""));
+    }
+
     fn line(granted: u64) -> Line<'static> {
         Line {
             time_ms: 1500.25,
@@ -239,6 +289,8 @@ mod tests {
             resource: Some("api"),
             domain: Some("acme"),
             descriptors: None,
+            limit: None,
+            descriptor_limits: None,
             hits: 1,
             min_hits: 1,
             mode: "try",

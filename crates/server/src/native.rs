@@ -115,6 +115,13 @@ pub async fn rate<S: Store>(
                     resource: Some(req.resource),
                     domain: Some(req.domain),
                     descriptors: None,
+                    limit: req
+                        .limit
+                        .map(|(requests_per_unit, unit)| decision_log::Brought {
+                            requests_per_unit,
+                            unit,
+                        }),
+                    descriptor_limits: None,
                     hits: req.hits_or_default(),
                     min_hits: req.min_hits_or_default(),
                     mode: match v1::Mode::try_from(req.mode) {

@@ -242,6 +242,20 @@ async fn answer<S: Store>(
                     })
                     .collect(),
             ),
+            limit: None,
+            // Only when some descriptor brought one: `limits` is empty
+            // otherwise, and nothing is allocated.
+            descriptor_limits: (!limits.is_empty()).then(|| {
+                limits
+                    .iter()
+                    .map(|l| {
+                        l.map(|l| decision_log::Brought {
+                            requests_per_unit: l.requests_per_unit,
+                            unit: l.unit.as_str(),
+                        })
+                    })
+                    .collect()
+            }),
             hits,
             min_hits: hits,
             mode: mode.as_str(),

@@ -17,6 +17,7 @@
 //! microsecond.
 
 use serde::Deserialize;
+use tollgate_config::model::{EnvoyLimit, EnvoyUnit};
 use tollgate_core::{Mode, Nanos};
 
 /// One parsed trace line.
@@ -38,6 +39,11 @@ pub struct Event {
     pub mode: Mode,
     /// envoyproxy/ratelimit descriptors, if given.
     pub descriptors: Option<Vec<Vec<(String, String)>>>,
+    /// The limit the request brought of its own (`limit`), if any.
+    pub limit: Option<EnvoyLimit>,
+    /// Per descriptor, the limit it brought of its own (Envoy's
+    /// descriptor `limit`); empty when none did.
+    pub descriptor_limits: Vec<Option<EnvoyLimit>>,
 }
 
 #[derive(Deserialize)]
@@ -53,11 +59,37 @@ struct Raw {
     min_hits: Option<u64>,
     mode: Option<String>,
     descriptors: Option<Descriptors>,
+    limit: Option<RawLimit>,
+    descriptor_limits: Option<Vec<Option<RawLimit>>>,
     // What a decision-log line also records; a replay decides afresh.
     #[allow(dead_code)]
     surface: Option<serde::de::IgnoredAny>,
     #[allow(dead_code)]
     decision: Option<serde::de::IgnoredAny>,
+}
+
+/// A limit a request brought (`{"requests_per_unit": 5, "unit": "hour"}`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimit {
+    requests_per_unit: u64,
+    unit: String,
+}
+
+impl RawLimit {
+    /// As the limiter takes it; `field` names it in the error.
+    fn limit(self, field: &str) -> Result<EnvoyLimit, String> {
+        let unit = EnvoyUnit::parse(&self.unit).ok_or_else(|| {
+            format!(
+                "`{field}.unit` {:?} is not a unit (expected second, minute, hour, day, week, month or year)",
+                self.unit.chars().take(32).collect::<String>()
+            )
+        })?;
+        Ok(EnvoyLimit {
+            requests_per_unit: self.requests_per_unit,
+            unit,
+        })
+    }
 }
 
 /// A string or a number (thesis traces carry numeric user ids).
@@ -131,6 +163,32 @@ pub fn parse(line: &str) -> Result<Event, String> {
             ))
         }
     };
+    let limit = match raw.limit {
+        None => None,
+        Some(_) if descriptors.is_some() => {
+            return Err(
+                "`limit` is a resource request's; a descriptor event cannot bring one".into(),
+            )
+        }
+        Some(l) => Some(l.limit("limit")?),
+    };
+    let descriptor_limits = match (raw.descriptor_limits, &descriptors) {
+        (None, _) => Vec::new(),
+        (Some(_), None) => {
+            return Err("`descriptor_limits` needs `descriptors`".into());
+        }
+        (Some(limits), Some(d)) if limits.len() != d.len() => {
+            return Err(format!(
+                "`descriptor_limits` has {} entries for {} descriptors",
+                limits.len(),
+                d.len()
+            ));
+        }
+        (Some(limits), Some(_)) => limits
+            .into_iter()
+            .map(|l| l.map(|l| l.limit("descriptor_limits")).transpose())
+            .collect::<Result<_, _>>()?,
+    };
     Ok(Event {
         time,
         namespace: raw.namespace,
@@ -140,6 +198,8 @@ pub fn parse(line: &str) -> Result<Event, String> {
         min_hits,
         mode,
         descriptors,
+        limit,
+        descriptor_limits,
     })
 }
 

@@ -695,3 +695,84 @@ fn a_limits_list_replays_with_each_limit_and_the_binding_one_named() {
         ])
     );
 }
+
+/// Regression: a request that brought its own `limit` (a resource with
+/// `allow_override`) was neither logged with it nor replayable: the trace
+/// line's `limit` was an unknown field, and replay always decided with the
+/// config's algorithm. Now the decision log records it and replay decides
+/// with it, as the server did.
+#[test]
+fn a_limit_brought_by_a_request_is_replayed_as_the_server_decided_it() {
+    let sb = Sandbox::new("replay-brought");
+    sb.write(
+        "c.yaml",
+        "\
+namespaces:
+  - name: ns
+    resources:
+      - { name: r, algorithm: fixed_window, limit: 2, window: 1s, allow_override: true, override_max: 100/h }
+",
+    );
+    let t0 = 1_500_000_000_000u64;
+    let line = |t: u64| {
+        format!(
+            "{{\"time_ms\": {t}, \"namespace\": \"ns\", \"resource\": \"r\", \"domain\": \"a\", \"limit\": {{\"requests_per_unit\": 1, \"unit\": \"hour\"}}}}\n"
+        )
+    };
+    sb.write("t.jsonl", format!("{}{}", line(t0), line(t0 + 2_000)));
+    let run = replay_t(&sb, &["--strict"]);
+    assert!(run.success(), "{run}");
+    let (events, _) = split_events(&run.stdout);
+    let decided: Vec<(bool, u64)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["allowed"].as_bool().unwrap(),
+                e["limit"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // One an hour, not the config's two a second.
+    assert_eq!(decided, [(true, 1), (false, 1)], "{run}");
+    // A unit that is not one is named.
+    sb.write(
+        "t.jsonl",
+        "{\"time_ms\": 1, \"namespace\": \"ns\", \"resource\": \"r\", \"domain\": \"a\", \"limit\": {\"requests_per_unit\": 1, \"unit\": \"fortnight\"}}\n",
+    );
+    let run = replay_t(&sb, &[]);
+    assert!(
+        run.stderr
+            .contains("`limit.unit` \"fortnight\" is not a unit"),
+        "{run}"
+    );
+}
+
+/// Regression (with the test above): an Envoy descriptor's own `limit`
+/// was neither logged nor replayed; the trace's `descriptor_limits`
+/// carries it, one entry (or `null`) per descriptor.
+#[test]
+fn a_descriptor_limit_is_replayed_as_the_server_decided_it() {
+    let sb = Sandbox::new("replay-descriptor-limit");
+    sb.write("envoy.yaml", MESSAGING);
+    let line = |t: u64| {
+        format!(
+            "{{\"time_ms\": {t}, \"descriptors\": [[{{\"key\": \"to_number\", \"value\": \"1\"}}]], \"descriptor_limits\": [{{\"requests_per_unit\": 1, \"unit\": \"hour\"}}]}}\n"
+        )
+    };
+    sb.write("t.jsonl", format!("{}{}", line(0), line(1)));
+    let run = sb.run(&["replay", "-c", "envoy.yaml", "-t", "t.jsonl", "--strict"]);
+    assert!(run.success(), "{run}");
+    let (events, _) = split_events(&run.stdout);
+    let decided: Vec<(bool, u64)> = events
+        .iter()
+        .map(|e| {
+            let d = &e["descriptors"][0];
+            (
+                e["allowed"].as_bool().unwrap(),
+                d["limit"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // One an hour, the descriptor's own, not the config's 100 a day.
+    assert_eq!(decided, [(true, 1), (false, 1)], "{run}");
+}

@@ -268,7 +268,7 @@ impl Replay {
                 // A decision log's report and refund lines replay as such;
                 // descriptors are never scheduled.
                 mode: if e.mode.is_usage() { e.mode } else { Mode::Try },
-                limits: &[],
+                limits: &e.descriptor_limits,
             };
             return match limiter.request_descriptors(&req, e.time).await {
                 Ok(outcome) => {
@@ -307,7 +307,7 @@ impl Replay {
             hits: e.hits,
             min_hits: e.min_hits,
             mode: e.mode,
-            limit: None,
+            limit: e.limit,
         };
         match limiter.request(&req, e.time).await {
             Ok(o) => {
