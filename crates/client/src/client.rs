@@ -457,7 +457,29 @@ impl RequestBuilder {
         self
     }
 
-    /// Sends it, backing off after rejections until `max_wait` is spent.
+    /// Makes it a report: the hits were already used (an LLM answer's
+    /// tokens, counted once it is out), so the server charges them even
+    /// past the limit, into a debt bounded by the resource's `max_debt`,
+    /// and never rejects. The grant's `granted` is how many were charged
+    /// (fewer when the bound clamped the report). Check before with an
+    /// estimate ([`RequestBuilder::send`] as usual), report the rest after.
+    pub fn report(mut self) -> Self {
+        self.request.mode = v1::Mode::Report as i32;
+        self
+    }
+
+    /// Makes it a refund: gives back hits taken and not used (an estimate
+    /// checked before that turned out too high), never past a fresh
+    /// state. The grant's `granted` is how many were given back.
+    pub fn refund(mut self) -> Self {
+        self.request.mode = v1::Mode::Refund as i32;
+        self
+    }
+
+    /// Sends it, backing off after rejections until `max_wait` is spent
+    /// (a report or a refund is never rejected, so it is sent once). When
+    /// no server answers, a report or refund comes back degraded: nothing
+    /// was recorded.
     pub async fn send(self) -> Result<Grant, Error> {
         let RequestBuilder {
             client,

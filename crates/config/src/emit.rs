@@ -54,6 +54,12 @@ fn resource(out: &mut String, r: &Resource) {
     if r.shadow {
         out.push_str("        shadow_mode: true\n");
     }
+    if let Some(d) = r.usage.max_debt {
+        let _ = writeln!(out, "        max_debt: {d}");
+    }
+    if r.usage.report {
+        out.push_str("        report: true\n");
+    }
     match &r.kind {
         ResourceKind::Rate(rate) => {
             spec_lines(out, &rate.default, "        ");
@@ -198,6 +204,12 @@ fn descriptor(out: &mut String, ns: &Namespace, node: &DescriptorNode, depth: us
     if let Some(r) = node.resource.and_then(|i| ns.resources.get(i)) {
         if r.shadow {
             let _ = writeln!(out, "{pad}shadow_mode: true");
+        }
+        if let Some(d) = r.usage.max_debt {
+            let _ = writeln!(out, "{pad}max_debt: {d}");
+        }
+        if r.usage.report {
+            let _ = writeln!(out, "{pad}report: true");
         }
         let meta = r.envoy.clone().unwrap_or_default();
         if meta.detailed_metric {

@@ -30,7 +30,7 @@ use tollgate_core::Align;
 use crate::diag::{Diagnostics, Pos};
 use crate::model::{
     AlgorithmSpec, EnvoyLimit, EnvoyMeta, EnvoyUnit, LimitSpec, Namespace, RateResource, RateSpec,
-    Resource, ResourceKind, MAX_LIMITS_PER_RESOURCE,
+    Resource, ResourceKind, UsageSpec, MAX_LIMITS_PER_RESOURCE,
 };
 use crate::native::{flag, read_algorithm};
 use crate::yaml::{did_you_mean, Fields, Node};
@@ -64,6 +64,8 @@ const DESCRIPTOR_FIELDS: &[&str] = &[
     "detailed_metric",
     "value_to_metric",
     "share_threshold",
+    "report",
+    "max_debt",
 ];
 const RATE_LIMIT_FIELDS: &[&str] = &["unit", "requests_per_unit", "unlimited", "name", "replaces"];
 /// What an extended `rate_limit` block allows besides the algorithm's
@@ -333,14 +335,45 @@ impl Reader<'_> {
         let shadow = flag(f, "shadow_mode", self.diags);
         let detailed_metric = flag(f, "detailed_metric", self.diags);
         let _ = flag(f, "value_to_metric", self.diags);
+        // tollgate's extension: usage reported after the fact.
+        let usage = UsageSpec {
+            max_debt: f
+                .get("max_debt")
+                .and_then(|n| self.diags.take(n.as_u64("max_debt"))),
+            report: flag(f, "report", self.diags),
+        };
+        let usage_at = f.pos_of(if f.has("report") {
+            "report"
+        } else {
+            "max_debt"
+        });
         let resource = match f.get("rate_limit") {
-            Some(rl) if matches!(rl.kind, crate::yaml::Kind::Seq(_)) => {
-                self.rate_limits(rl, &path, shadow, detailed_metric, &item.pos)
+            Some(rl) if matches!(rl.kind, crate::yaml::Kind::Seq(_)) => self.rate_limits(
+                rl,
+                &path,
+                shadow,
+                detailed_metric,
+                (usage, usage_at),
+                &item.pos,
+            ),
+            Some(rl) if !matches!(rl.kind, crate::yaml::Kind::Null) => self.rate_limit(
+                rl,
+                &path,
+                shadow,
+                detailed_metric,
+                (usage, usage_at),
+                &item.pos,
+            ),
+            _ => {
+                if usage != UsageSpec::default() {
+                    let field = if usage.report { "report" } else { "max_debt" };
+                    self.diags.error(
+                        f.pos_of(field),
+                        format!("descriptor `{path}`: `{field}` needs a `rate_limit` in the same descriptor"),
+                    );
+                }
+                None
             }
-            Some(rl) if !matches!(rl.kind, crate::yaml::Kind::Null) => {
-                self.rate_limit(rl, &path, shadow, detailed_metric, &item.pos)
-            }
-            _ => None,
         };
         let children = match f.get("descriptors") {
             Some(list) => self.descriptors(list, &path).unwrap_or_default(),
@@ -361,6 +394,7 @@ impl Reader<'_> {
         path: &str,
         shadow: bool,
         detailed_metric: bool,
+        usage: (UsageSpec, &Pos),
         pos: &Pos,
     ) -> Option<usize> {
         let f = self.diags.take(node.as_map("rate_limit"))?;
@@ -385,6 +419,7 @@ impl Reader<'_> {
             path,
             RateSpec::single(algorithm, None),
             shadow,
+            usage,
             EnvoyMeta {
                 name,
                 replaces,
@@ -405,6 +440,7 @@ impl Reader<'_> {
         path: &str,
         shadow: bool,
         detailed_metric: bool,
+        usage: (UsageSpec, &Pos),
         pos: &Pos,
     ) -> Option<usize> {
         let context = format!("rate_limit of descriptor `{path}`");
@@ -488,6 +524,7 @@ impl Reader<'_> {
                 hard_limit: None,
             },
             shadow,
+            usage,
             EnvoyMeta {
                 name: None,
                 replaces: Vec::new(),
@@ -505,6 +542,7 @@ impl Reader<'_> {
         path: &str,
         spec: RateSpec,
         shadow: bool,
+        (usage, usage_at): (UsageSpec, &Pos),
         envoy: EnvoyMeta,
         pos: &Pos,
     ) -> Option<usize> {
@@ -520,15 +558,22 @@ impl Reader<'_> {
                 ),
             );
         }
+        let rate = RateResource {
+            default: spec,
+            domains: Default::default(),
+            global_limit: None,
+            override_max: None,
+        };
+        if let Err(problem) = usage.check(&rate) {
+            self.diags
+                .error(usage_at, format!("descriptor `{path}`: {problem}"));
+            return None;
+        }
         self.resources.push(Resource {
             name: path.to_owned(),
-            kind: ResourceKind::Rate(RateResource {
-                default: spec,
-                domains: Default::default(),
-                global_limit: None,
-                override_max: None,
-            }),
+            kind: ResourceKind::Rate(rate),
             shadow,
+            usage,
             replication: None,
             refining: Default::default(),
             envoy: Some(envoy),

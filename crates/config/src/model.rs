@@ -66,6 +66,9 @@ pub struct Resource {
     /// Decided and recorded, but never rejects (envoyproxy/ratelimit's
     /// `shadow_mode`).
     pub shadow: bool,
+    /// Usage reported after the fact (`report:`, `max_debt:`; rate
+    /// resources only).
+    pub usage: UsageSpec,
     /// How the resource is replicated in a gossip cluster (`replication:`);
     /// `None`: the cluster's default strategy. Ignored by the memory and
     /// Redis stores. Only rate-limited resources have one.
@@ -83,6 +86,57 @@ pub struct Resource {
     pub refining: BTreeSet<String>,
     /// Where it was defined.
     pub pos: Pos,
+}
+
+/// How a rate resource takes usage reported after the fact
+/// (`tollgate_core::Mode::Report` and `Refund`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct UsageSpec {
+    /// `max_debt:`, the most hits a report may leave owing beyond what a
+    /// fresh state admits, for the resource's algorithm in every domain;
+    /// `None`: one capacity or limit of that algorithm. Hard and global
+    /// limits always owe at most one limit.
+    pub max_debt: Option<u64>,
+    /// `report: true`: Envoy's rate-limit service charges this resource in
+    /// report mode (after the fact, never rejecting).
+    pub report: bool,
+}
+
+impl UsageSpec {
+    /// Checks the usage settings of rate resource `rate`: `max_debt` must
+    /// fit each of its algorithms, and only algorithms with a sound debt
+    /// may take it or be `report: true`. The error says what to change.
+    pub fn check(&self, rate: &RateResource) -> Result<(), String> {
+        if self.max_debt.is_none() && !self.report {
+            return Ok(());
+        }
+        // Every limit of a `limits:` list is charged by a report, so each
+        // must be able to owe hits.
+        let specs = std::iter::once(&rate.default).chain(rate.domains.values());
+        for spec in specs.flat_map(|s| s.limits.iter()) {
+            let name = spec.algorithm.name();
+            let limit = match &spec.algorithm {
+                AlgorithmSpec::Unlimited => continue,
+                AlgorithmSpec::Deny => None,
+                other => other.build(Nanos::ZERO).ok().flatten(),
+            };
+            let Some(limit) = limit.filter(|l| l.takes_usage()) else {
+                let what = if self.report {
+                    "`report: true`"
+                } else {
+                    "`max_debt`"
+                };
+                return Err(format!(
+                    "{what} needs an algorithm that can owe hits (token_bucket, gcra, \
+                     leaky_bucket, fixed_window, sliding_window or sliding_log); `{name}` cannot"
+                ));
+            };
+            if let Some(debt) = self.max_debt {
+                limit.with_max_debt(debt).map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What an envoyproxy/ratelimit `rate_limit` block adds.

@@ -11,7 +11,7 @@ use tollgate_core::{Align, Calendar, CalendarUnit, Nanos, Span, Tier};
 
 use crate::diag::{Diagnostic, Diagnostics, Pos};
 use crate::model::{
-    AlgorithmSpec, LimitSpec, Namespace, RateResource, RateSpec, Resource, ResourceKind,
+    AlgorithmSpec, LimitSpec, Namespace, RateResource, RateSpec, Resource, ResourceKind, UsageSpec,
     ALGORITHMS, MAX_LIMITS_PER_RESOURCE, RESERVED_LIMIT_NAMES,
 };
 use crate::units::{parse_duration, parse_rate};
@@ -34,6 +34,8 @@ const RATE_COMMON: &[&str] = &[
     "global_limit",
     "hard_limit",
     "replication",
+    "max_debt",
+    "report",
     "limits",
     "allow_override",
     "override_max",
@@ -55,6 +57,8 @@ const NOT_PER_DOMAIN: &[&str] = &[
     "domains",
     "global_limit",
     "replication",
+    "max_debt",
+    "report",
     "allow_override",
     "override_max",
 ];
@@ -193,6 +197,7 @@ fn read_resource(node: &Node, diags: &mut Diagnostics) -> Option<Resource> {
         Some(k) => diags.take(k.as_str("kind"))?.to_owned(),
     };
     let shadow = flag(&f, "shadow_mode", diags);
+    let mut usage = UsageSpec::default();
     let (kind, replication, refining) = match kind.as_str() {
         "rate" => {
             // Both are read before either can give up, so that one run
@@ -204,6 +209,7 @@ fn read_resource(node: &Node, diags: &mut Diagnostics) -> Option<Resource> {
                 return None;
             }
             let (rate, refining) = rate?;
+            usage = read_usage(&f, &rate, &context, diags)?;
             (ResourceKind::Rate(rate), replication, refining)
         }
         "concurrency" => (
@@ -228,11 +234,39 @@ fn read_resource(node: &Node, diags: &mut Diagnostics) -> Option<Resource> {
         name,
         kind,
         shadow,
+        usage,
         replication,
         envoy: None,
         refining,
         pos: node.pos.clone(),
     })
+}
+
+/// Reads a rate resource's `max_debt:` and `report:` and checks them
+/// against its algorithms (issue 18 item 3). `None` when invalid (with an
+/// error at the field).
+pub(crate) fn read_usage(
+    f: &Fields<'_>,
+    rate: &RateResource,
+    context: &str,
+    diags: &mut Diagnostics,
+) -> Option<UsageSpec> {
+    let usage = UsageSpec {
+        max_debt: f
+            .get("max_debt")
+            .and_then(|n| diags.take(n.as_u64("max_debt").map_err(|d| in_context(d, context)))),
+        report: flag(f, "report", diags),
+    };
+    if let Err(problem) = usage.check(rate) {
+        let at = if f.has("report") {
+            "report"
+        } else {
+            "max_debt"
+        };
+        diags.error(f.pos_of(at), format!("{context}: {problem}"));
+        return None;
+    }
+    Some(usage)
 }
 
 /// Reads a rate resource's `replication:`: a strategy name, which takes

@@ -261,3 +261,33 @@ fn ambiguous_paths_are_warned_about() {
         tree.find(&[("x", "1"), ("y", "2")]).unwrap().resource
     );
 }
+
+/// Issue 18 item 3: a descriptor marked `report: true` (tollgate's
+/// extension of the format) is charged in report mode; it loads with its
+/// `max_debt`, round-trips, and needs a `rate_limit` beside it.
+#[test]
+fn a_report_descriptor_loads_and_round_trips() {
+    let text = "domain: llm\ndescriptors:\n  - key: tokens\n    report: true\n    max_debt: 500\n    rate_limit: { unit: minute, requests_per_unit: 1000 }\n";
+    let ns = load(text);
+    let r = ns.resource("tokens").unwrap();
+    assert!(r.usage.report);
+    assert_eq!(r.usage.max_debt, Some(500));
+    let config = load_str("envoy.yaml", text).unwrap().config;
+    let yaml = tollgate_config::emit::to_yaml(&config);
+    assert!(yaml.contains("report: true"), "{yaml}");
+    assert_eq!(load_str("envoy.yaml", &yaml).unwrap().config, config);
+    let err = load_str(
+        "envoy.yaml",
+        "domain: llm\ndescriptors:\n  - key: tokens\n    report: true\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("`report` needs a `rate_limit`"), "{err}");
+    let err = load_str(
+        "envoy.yaml",
+        "domain: llm\ndescriptors:\n  - key: tokens\n    report: true\n    rate_limit: { unit: minute, requests_per_unit: 0 }\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("`deny` cannot"), "{err}");
+}

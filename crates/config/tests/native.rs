@@ -427,3 +427,51 @@ fn a_resource_knows_which_overrides_refine_it() {
     );
     assert!(resources[1].refining.is_empty());
 }
+
+/// Issue 18 item 3: `max_debt` and `report` load, round-trip through the
+/// normalized output, and are refused where no debt is sound.
+#[test]
+fn usage_fields_load_round_trip_and_are_refused_without_a_sound_debt() {
+    let text = "namespaces:\n  - name: n\n    resources:\n      - { name: llm, algorithm: token_bucket, capacity: 1000, rate: 100/s, max_debt: 5000, report: true }\n";
+    let loaded = load_str("t.yaml", text).unwrap();
+    let r = loaded
+        .config
+        .namespace("n")
+        .unwrap()
+        .resource("llm")
+        .unwrap();
+    assert_eq!(r.usage.max_debt, Some(5000));
+    assert!(r.usage.report);
+    let yaml = tollgate_config::emit::to_yaml(&loaded.config);
+    assert!(yaml.contains("max_debt: 5000"), "{yaml}");
+    let again = load_str("t.yaml", &yaml).unwrap();
+    let back = again
+        .config
+        .namespace("n")
+        .unwrap()
+        .resource("llm")
+        .unwrap();
+    assert_eq!((&back.kind, back.usage), (&r.kind, r.usage));
+
+    let e = one_error("namespaces:\n  - name: n\n    resources:\n      - { name: s, algorithm: smooth_bursty, rate: 5/s, report: true }\n");
+    assert!(e.starts_with("t.yaml:4:"), "{e}");
+    assert!(
+        e.contains("resource `s`: `report: true` needs an algorithm that can owe hits")
+            && e.contains("`smooth_bursty` cannot"),
+        "{e}"
+    );
+    let e = one_error("namespaces:\n  - name: n\n    resources:\n      - name: t\n        algorithm: fixed_window\n        limit: 5\n        window: 1s\n        max_debt: 3\n        domains:\n          acme: { algorithm: burst_tiers, tiers: [{ limit: 2, window: 1s, active: 1s, cooldown: 1s }] }\n");
+    assert!(
+        e.contains("`max_debt` needs") && e.contains("`burst_tiers` cannot"),
+        "{e}"
+    );
+    assert!(e.starts_with("t.yaml:8:"), "{e}");
+    let e = one_error("namespaces:\n  - name: n\n    resources:\n      - name: t\n        algorithm: fixed_window\n        limit: 5\n        window: 1s\n        domains:\n          acme: { max_debt: 3 }\n");
+    assert!(
+        e.contains("`max_debt` applies to the whole resource"),
+        "{e}"
+    );
+    // A debt whose refill would take longer than a span.
+    let e = one_error("namespaces:\n  - name: n\n    resources:\n      - { name: b, algorithm: gcra, rate: 1/1d, burst: 1, max_debt: 1000000000000 }\n");
+    assert!(e.contains("`max_debt` is too large"), "{e}");
+}

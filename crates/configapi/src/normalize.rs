@@ -450,6 +450,20 @@ mod tests {
         assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
     }
 
+    /// Issue 18 item 3: `max_debt` and `report` are kept, and refused where
+    /// the file loader refuses them.
+    #[test]
+    fn usage_fields_are_stored_and_checked_as_in_a_file() {
+        let body = json!({"algorithm": "gcra", "rate": "10/s", "burst": 5, "max_debt": 20, "report": true});
+        let r = resource("llm", NamespaceFlags::default(), "tokens", &body).unwrap();
+        assert_eq!(
+            (&r.stored["max_debt"], &r.stored["report"]),
+            (&json!(20), &json!(true))
+        );
+        let body = json!({"algorithm": "smooth_bursty", "rate": "5/s", "report": true});
+        assert!(resource("llm", NamespaceFlags::default(), "calls", &body).is_err());
+    }
+
     /// Issue 18: a resource with a `limits:` list goes through the API as
     /// through a file: normalized, named, and its overrides refining one
     /// limit by name stored as written, so they go on inheriting the rest.

@@ -79,3 +79,28 @@ pub trait Schedule: Algorithm {
     /// Grants `hits` at `now`, recording them, and returns the wait.
     fn acquire(&self, state: &mut Self::State, now: Nanos, hits: u64) -> Decision;
 }
+
+/// An algorithm with a sound debt: it can be charged for hits already used
+/// ([`crate::Mode::Report`]) and give unused hits back
+/// ([`crate::Mode::Refund`]).
+///
+/// A report charges as many of `hits` as keep the state within the limit's
+/// `max_debt` (hits beyond what a fresh state admits; by default one full
+/// limit) and leaves the rest uncharged: a report never fails, and its
+/// decision's `granted` says how many hits were charged. The debt is paid
+/// before anything is granted again: a bucket's tokens go negative and
+/// refill to zero first, a window's count goes above its limit until the
+/// window moves on. A refund gives back as many of `hits` as keep the
+/// state no fresher than a fresh one (a full bucket, an empty window); its
+/// `granted` says how many were given back. Both describe the state after,
+/// with `retry_after` for one more hit.
+pub trait Usage: Algorithm {
+    /// Charges `hits` already used at `now`, into debt up to the bound.
+    fn report(&self, state: &mut Self::State, now: Nanos, hits: u64) -> Decision;
+
+    /// Gives back up to `hits` at `now`, never past a fresh state.
+    fn refund(&self, state: &mut Self::State, now: Nanos, hits: u64) -> Decision;
+}
+
+/// What a report or refund describes its state for: one more hit.
+pub(crate) const NEXT_HIT: Hits = Hits::exactly(1);

@@ -42,7 +42,8 @@ impl Hits {
     }
 }
 
-/// Whether the caller wants an immediate answer or is willing to wait.
+/// Whether the caller wants an immediate answer, is willing to wait, or
+/// tells of usage after the fact.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Mode {
     /// Grant now or reject (the default).
@@ -51,6 +52,37 @@ pub enum Mode {
     /// Always grant, and tell the caller how long to sleep first. Only
     /// algorithms that can schedule (see [`crate::Schedule`]) accept it.
     Acquire,
+    /// The hits were already used (LLM tokens counted once the answer is
+    /// out, Limitador's `Report`): charge them even past the limit, into a
+    /// debt bounded by the limit's `max_debt`, and never reject. The debt is
+    /// paid before anything is granted again. Only algorithms with a sound
+    /// debt (see [`crate::Usage`]) accept it; `granted` says how many hits
+    /// were charged (fewer when the bound clamped the report).
+    Report,
+    /// Give back hits that were taken and not used, never past a fresh
+    /// state. Nothing records who took what, so a refund is not checked
+    /// against the caller's own charge (as upstream limiters do); `granted`
+    /// says how many hits were given back.
+    Refund,
+}
+
+impl Mode {
+    /// The mode's name on the wire and in errors: `try`, `acquire`,
+    /// `report`, `refund`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Try => "try",
+            Mode::Acquire => "acquire",
+            Mode::Report => "report",
+            Mode::Refund => "refund",
+        }
+    }
+
+    /// Whether the mode tells of usage rather than asking for it
+    /// ([`Mode::Report`], [`Mode::Refund`]).
+    pub fn is_usage(self) -> bool {
+        matches!(self, Mode::Report | Mode::Refund)
+    }
 }
 
 /// The burst-tier context of a decision (Charon §2.1, §3.1).

@@ -44,7 +44,7 @@ pub mod rate;
 pub mod replicated;
 pub mod time;
 
-pub use algorithm::{Algorithm, Alone, Schedule};
+pub use algorithm::{Algorithm, Alone, Schedule, Usage};
 pub use algorithms::burst_tiers::{BurstTiers, Tier};
 pub use algorithms::fixed_window::{Align, FixedWindow};
 pub use algorithms::gcra::Gcra;

@@ -6,7 +6,7 @@
 //! implements [`Algorithm`] itself, so code that decides never cares which
 //! algorithm it holds.
 
-use crate::algorithm::{Algorithm, Alone, Schedule};
+use crate::algorithm::{Algorithm, Alone, Schedule, Usage};
 use crate::algorithms::burst_tiers::{BurstTiers, BurstTiersState};
 use crate::algorithms::fixed_window::{FixedWindow, FixedWindowState};
 use crate::algorithms::gcra::{Gcra, GcraState};
@@ -15,7 +15,8 @@ use crate::algorithms::sliding_log::{SlidingLog, SlidingLogState};
 use crate::algorithms::sliding_window::{SlidingWindow, SlidingWindowState};
 use crate::algorithms::smooth::{Smooth, SmoothKind, SmoothState};
 use crate::algorithms::token_bucket::{TokenBucket, TokenBucketState};
-use crate::decision::{Decision, Grant, Hits};
+use crate::decision::{Decision, Grant, Hits, Mode};
+use crate::error::ParamError;
 use crate::replicated::strategy::{ReplicatedLimit, ReplicatedState};
 use crate::time::Nanos;
 
@@ -118,6 +119,94 @@ impl Limit {
                 | Limit::Smooth(_)
                 | Limit::SlidingLog(_)
         )
+    }
+
+    /// Whether the algorithm has a sound debt and so answers
+    /// [`Mode::Report`] and [`Mode::Refund`] ([`Usage`]). The smooth
+    /// limiters (whose requests already pay for the previous one), burst
+    /// tiers (whose hits belong to the tier current when granted) and the
+    /// replicated buckets (gossiped counters a node cannot take back from
+    /// its peers) do not.
+    pub fn takes_usage(&self) -> bool {
+        matches!(
+            self,
+            Limit::TokenBucket(_)
+                | Limit::Gcra(_)
+                | Limit::LeakyBucket(_)
+                | Limit::FixedWindow(_)
+                | Limit::SlidingWindow(_)
+                | Limit::SlidingLog(_)
+        )
+    }
+
+    /// The same limit with reports bounded at `max_debt` hits beyond what a
+    /// fresh state admits ([`Usage`]); an algorithm that takes no usage is
+    /// returned unchanged. Fails when `max_debt` hits take longer than a
+    /// span to refill.
+    pub fn with_max_debt(self, max_debt: u64) -> Result<Limit, ParamError> {
+        Ok(match self {
+            Limit::TokenBucket(a) => Limit::TokenBucket(a.with_max_debt(max_debt)?),
+            Limit::Gcra(a) => Limit::Gcra(a.with_max_debt(max_debt)?),
+            Limit::LeakyBucket(a) => Limit::LeakyBucket(a.with_max_debt(max_debt)?),
+            Limit::FixedWindow(a) => Limit::FixedWindow(a.with_max_debt(max_debt)),
+            Limit::SlidingWindow(a) => Limit::SlidingWindow(a.with_max_debt(max_debt)),
+            Limit::SlidingLog(a) => Limit::SlidingLog(a.with_max_debt(max_debt)),
+            other => other,
+        })
+    }
+
+    /// The most hits a report may leave owing; `None` for an algorithm
+    /// that takes no usage.
+    pub fn max_debt(&self) -> Option<u64> {
+        match self {
+            Limit::TokenBucket(a) => Some(a.max_debt()),
+            Limit::Gcra(a) => Some(a.max_debt()),
+            Limit::LeakyBucket(a) => Some(a.meter().max_debt()),
+            Limit::FixedWindow(a) => Some(a.max_debt()),
+            Limit::SlidingWindow(a) => Some(a.max_debt()),
+            Limit::SlidingLog(a) => Some(a.max_debt()),
+            _ => None,
+        }
+    }
+
+    /// [`Mode::Report`] or [`Mode::Refund`] of `hits` ([`Usage`]); `None`,
+    /// changing nothing, for an algorithm that takes no usage or another
+    /// mode.
+    pub fn usage(
+        &self,
+        state: &mut LimitState,
+        now: Nanos,
+        hits: u64,
+        mode: Mode,
+    ) -> Option<Decision> {
+        if !self.takes_usage() || !mode.is_usage() {
+            return None;
+        }
+        if !self.owns(state) {
+            *state = self.fresh();
+        }
+        fn apply<U: Usage>(a: &U, s: &mut U::State, now: Nanos, hits: u64, mode: Mode) -> Decision {
+            if mode == Mode::Refund {
+                a.refund(s, now, hits)
+            } else {
+                a.report(s, now, hits)
+            }
+        }
+        match (self, state) {
+            (Limit::TokenBucket(a), LimitState::TokenBucket(s)) => {
+                Some(apply(a, s, now, hits, mode))
+            }
+            (Limit::Gcra(a), LimitState::Gcra(s)) => Some(apply(a, s, now, hits, mode)),
+            (Limit::LeakyBucket(a), LimitState::Gcra(s)) => Some(apply(a, s, now, hits, mode)),
+            (Limit::FixedWindow(a), LimitState::FixedWindow(s)) => {
+                Some(apply(a, s, now, hits, mode))
+            }
+            (Limit::SlidingWindow(a), LimitState::SlidingWindow(s)) => {
+                Some(apply(a, s, now, hits, mode))
+            }
+            (Limit::SlidingLog(a), LimitState::SlidingLog(s)) => Some(apply(a, s, now, hits, mode)),
+            _ => None,
+        }
     }
 
     /// Whether `state` belongs to this algorithm.

@@ -11,6 +11,11 @@
 //! Shadow entries (envoyproxy/ratelimit's `shadow_mode`) are evaluated and
 //! recorded but never limit the request; the decision says whether one
 //! would have.
+//!
+//! Usage told after the fact ([`Mode::Report`], [`Mode::Refund`]) is not
+//! a question, so it is not all or nothing: every entry, shadow ones
+//! included, is charged (or refunded) on its own, each as far as its bound
+//! allows, and the plan's `granted` is the least any live entry took.
 
 use smallvec::SmallVec;
 use thiserror::Error;
@@ -51,6 +56,22 @@ pub enum PlanError {
         index: usize,
         /// Hits asked for.
         hits: u64,
+    },
+    /// [`Mode::Report`] or [`Mode::Refund`] on an algorithm without a sound
+    /// debt ([`Limit::takes_usage`]).
+    #[error(
+        "algorithm `{algorithm}` cannot take usage reported after the fact (mode `{}`): \
+         only token_bucket, gcra, leaky_bucket, fixed_window, sliding_window and sliding_log \
+         limits can be reported to or refunded",
+        mode.as_str()
+    )]
+    NoUsage {
+        /// The plan entry.
+        index: usize,
+        /// Its algorithm's name.
+        algorithm: &'static str,
+        /// The mode asked for.
+        mode: Mode,
     },
 }
 
@@ -196,7 +217,55 @@ pub fn decide(
     match mode {
         Mode::Try => Ok(decide_try(entries, now, request)),
         Mode::Acquire => acquire(entries, now, request.hits),
+        Mode::Report | Mode::Refund => usage(entries, now, request.hits, mode),
     }
+}
+
+/// Reports or refunds `hits` to every entry, each on its own: usage that
+/// happened is recorded wherever it can be, never refused for want of
+/// room. Refused, changing nothing, if an entry takes no usage.
+fn usage(
+    entries: &mut [PlanEntry<'_>],
+    now: Nanos,
+    hits: u64,
+    mode: Mode,
+) -> Result<PlanDecision, PlanError> {
+    if let Some((index, e)) = entries
+        .iter()
+        .enumerate()
+        .find(|(_, e)| !e.limit.takes_usage())
+    {
+        return Err(PlanError::NoUsage {
+            index,
+            algorithm: e.limit.algorithm_name(),
+            mode,
+        });
+    }
+    let mut granted = hits;
+    let mut limited_by = None;
+    let mut rooms = SmallVec::with_capacity(entries.len());
+    let mut decisions = SmallVec::with_capacity(entries.len());
+    for (i, e) in entries.iter_mut().enumerate() {
+        rooms.push(e.limit.room(e.state, now, hits));
+        let d = e
+            .limit
+            .usage(e.state, now, hits, mode)
+            .unwrap_or(Decision::unlimited(hits));
+        if !e.shadow && d.granted < granted {
+            granted = d.granted;
+            limited_by = Some(i);
+        }
+        decisions.push(d);
+    }
+    Ok(PlanDecision {
+        granted,
+        allowed: true,
+        wait: Nanos::ZERO,
+        limited_by,
+        shadow_limited: false,
+        decisions,
+        rooms,
+    })
 }
 
 fn decide_try(entries: &mut [PlanEntry<'_>], now: Nanos, request: Hits) -> PlanDecision {

@@ -54,7 +54,7 @@ impl RateRequestJson<'_> {
     }
 }
 
-/// `mode`: `"try"` or `"acquire"`.
+/// `mode`: `"try"`, `"acquire"`, `"report"` or `"refund"`.
 pub mod mode {
     use super::*;
 
@@ -62,6 +62,8 @@ pub mod mode {
     pub fn serialize<S: Serializer>(value: &i32, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(match Mode::try_from(*value) {
             Ok(Mode::Acquire) => "acquire",
+            Ok(Mode::Report) => "report",
+            Ok(Mode::Refund) => "refund",
             _ => "try",
         })
     }
@@ -72,8 +74,10 @@ pub mod mode {
         match name.as_str() {
             "try" => Ok(Mode::Try as i32),
             "acquire" => Ok(Mode::Acquire as i32),
+            "report" => Ok(Mode::Report as i32),
+            "refund" => Ok(Mode::Refund as i32),
             other => Err(serde::de::Error::custom(format!(
-                "unknown mode `{other}`: expected `try` or `acquire`"
+                "unknown mode `{other}`: expected `try`, `acquire`, `report` or `refund`"
             ))),
         }
     }
@@ -196,6 +200,8 @@ mod tests {
             Just("\"é—\"".to_owned()),
             Just(r#""try""#.to_owned()),
             Just(r#""acquire""#.to_owned()),
+            Just(r#""report""#.to_owned()),
+            Just(r#""refund""#.to_owned()),
             any::<u64>().prop_map(|n| n.to_string()),
             Just("-1".to_owned()),
             Just("1.5".to_owned()),

@@ -9,7 +9,7 @@
 --       few limits, and reading a limit's parameters cost more than
 --       anything else per plan); then per plan: seconds and nanoseconds of
 --       now ('' and '': Redis's TIME, read once per call), mode (0 try, 1
---       acquire, -1 inspect: a try of zero hits that writes nothing back,
+--       acquire, 2 report, 3 refund, -1 inspect: a try of zero hits that writes nothing back,
 --       so a missing key stays missing), hits, min_hits, item count, then per item: the limit's
 --       number in the list above (from 1), shadow (0/1).
 -- Reply: one MessagePack array of integers (cmsgpack.pack: one bulk
@@ -20,10 +20,11 @@
 --          remaining, reset_after, retry_after (-1: never), wait, tier
 --          index (-1: no tier), tier limit, tier hits, tier burst, room;
 --        - 1 cannot_schedule, 2 never_admits or 3 too_long (a wait of
---          2^52 ns or more), in acquire mode, then the item's index
---          (0-based): the plan changed nothing.
+--          2^52 ns or more), in acquire mode, or 4 no_usage (an algorithm
+--          without a sound debt) in report or refund mode, then the item's
+--          index (0-based): the plan changed nothing.
 
-local ERR_CANNOT_SCHEDULE, ERR_NEVER_ADMITS, ERR_TOO_LONG = 1, 2, 3
+local ERR_CANNOT_SCHEDULE, ERR_NEVER_ADMITS, ERR_TOO_LONG, ERR_NO_USAGE = 1, 2, 3, 4
 
 local function flag(b)
   if b then return 1 end
@@ -87,7 +88,32 @@ local function decide_plan(a, k)
   local rooms = {}
   local out_granted, out_allowed, out_wait, limited_by, shadow_limited
 
-  if mode == 1 then
+  if mode == 2 or mode == 3 then
+    -- Report or refund (crates/core/src/plan.rs `usage`): every item on
+    -- its own, as far as its bound allows; the plan's grant is the least
+    -- a live item took.
+    for i, it in ipairs(items) do
+      if not it.m.usage then
+        nr = nr + 1; reply[nr] = ERR_NO_USAGE
+        nr = nr + 1; reply[nr] = i - 1
+        return at, n
+      end
+    end
+    local refund = mode == 3
+    local granted = req.hits
+    limited_by = -1
+    for i, it in ipairs(items) do
+      rooms[i] = it.m.room(it.p, it.st, now, req.hits)
+      local d = it.m.usage(it.p, it.st, now, req.hits, refund)
+      if not it.shadow and d.granted < granted then
+        granted = d.granted
+        limited_by = i - 1
+      end
+      decisions[i] = d
+    end
+    out_granted, out_allowed, out_wait = granted, true, 0
+    shadow_limited = false
+  elseif mode == 1 then
     -- Acquire: every limit must be able to schedule; the wait is the
     -- longest of the non-shadow limits' own waits.
     local wait = 0

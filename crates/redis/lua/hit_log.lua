@@ -142,6 +142,23 @@ local function hit_log_load()
     end
   end
 
+  -- Forgets up to `n` of the newest hits (a refund); returns how many.
+  function HitLog.take_newest(log, n)
+    local left = n
+    while left > 0 and log.n >= log.h do
+      local in_entry = log.c[log.n] - HitLog.cum_before(log, log.n)
+      if in_entry <= left then
+        left = left - in_entry
+        log.n = log.n - 1
+      else
+        log.c[log.n] = log.c[log.n] - left
+        left = 0
+      end
+    end
+    if log.n < log.h then log.base = 0 end
+    return n - left
+  end
+
   -- The time of the entry that must leave a window before at most
   -- `allowed` hits remain in it (walking from the newest hit, the first
   -- entry that takes the count past `allowed`), or nil when at most

@@ -224,7 +224,12 @@ impl Encoder {
             let mode: i8 = if ask.inspect {
                 -1
             } else {
-                i8::from(ask.mode == Mode::Acquire)
+                match ask.mode {
+                    Mode::Try => 0,
+                    Mode::Acquire => 1,
+                    Mode::Report => 2,
+                    Mode::Refund => 3,
+                }
             };
             cmd.arg(mode)
                 .arg(ask.request.hits)
@@ -569,7 +574,12 @@ fn finish(
     match parts(value, jobs.iter().map(|j| j.plan.len()), ints) {
         Ok(parts) => {
             for (job, range) in jobs.into_iter().zip(parts) {
-                let answer = reply::plan_outcome(&ints[range], &job.plan, job.ask.request.hits);
+                let answer = reply::plan_outcome(
+                    &ints[range],
+                    &job.plan,
+                    job.ask.request.hits,
+                    job.ask.mode,
+                );
                 let _ = job
                     .answer
                     .send(answer.map(|d| (d, sent_at)).map_err(Failure::Store));

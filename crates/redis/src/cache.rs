@@ -53,6 +53,14 @@
 //! state admits at most what the rebuilt one admits, and a request the
 //! rebuilt state rejects Redis would reject too.
 //!
+//! Refunds (`Mode::Refund`) are the exception: they give hits back. This
+//! server's own refund goes to Redis, and its answer replaces the key's
+//! entry with the state after the refund (or drops it), so the refunding
+//! server sees it at once. Another server's refund is not seen here until
+//! the entry lapses (`max_age`, 1 s by default): until then this server
+//! may reject what Redis would grant, the strict side again, never an
+//! over-admission. Reports only take more, like any grant.
+//!
 //! The fields (`remaining`, `reset_after`, `retry_after`, `rooms`) are
 //! Redis's own when nothing else took from the key since the entry's
 //! decision: another server's grants make the real state emptier than the

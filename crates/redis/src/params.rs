@@ -119,33 +119,38 @@ impl Encoded {
 /// of the windows around `now` (this server's time).
 pub(crate) fn encode(limit: &Limit, now: Nanos) -> Encoded {
     match limit {
-        // capacity, initial, interval, full time, initial time
+        // capacity, initial, interval, full time, initial time, debt time
         Limit::TokenBucket(a) => Encoded::new(code::TOKEN_BUCKET)
             .int(a.capacity())
             .int(a.initial_tokens())
             .nanos(a.interval())
             .nanos(a.full_time())
-            .nanos(a.initial_time()),
-        // interval, burst, tolerance
+            .nanos(a.initial_time())
+            .nanos(a.debt_time()),
+        // interval, burst, tolerance, debt time
         Limit::Gcra(a) => Encoded::new(code::GCRA)
             .nanos(a.interval())
             .int(a.burst())
-            .nanos(a.tolerance()),
-        // interval, queue size, tolerance
+            .nanos(a.tolerance())
+            .nanos(a.debt_time()),
+        // interval, queue size, tolerance, debt time
         Limit::LeakyBucket(a) => Encoded::new(code::LEAKY_BUCKET)
             .nanos(a.meter().interval())
             .int(a.queue_size())
-            .nanos(a.meter().tolerance()),
+            .nanos(a.meter().tolerance())
+            .nanos(a.meter().debt_time()),
         // limit, window, align (0 epoch, 1 first hit, 2 calendar); a
         // calendar's four edges around `now` (three windows: the one
         // before this server's, its own, the one after), each as seconds
         // and nanoseconds since the epoch, which the script turns into its
-        // relative time (Redis's clock picks among the three windows).
+        // relative time (Redis's clock picks among the three windows);
+        // max debt (last, so that parameters an alignment adds go before
+        // it)
         Limit::FixedWindow(a) => {
             let e = Encoded::new(code::FIXED_WINDOW)
                 .int(a.limit())
                 .nanos(a.window());
-            match a.align() {
+            let e = match a.align() {
                 Align::Epoch => e.int(0),
                 Align::FirstHit => e.int(1),
                 Align::Calendar(c) => {
@@ -156,19 +161,22 @@ pub(crate) fn encode(limit: &Limit, now: Nanos) -> Encoded {
                     }
                     e
                 }
-            }
+            };
+            e.int(a.max_debt())
         }
-        // limit, buckets, sub-window
+        // limit, buckets, sub-window, max debt
         Limit::SlidingWindow(a) => Encoded::new(code::SLIDING_WINDOW)
             .int(a.limit())
             .int(u64::from(a.buckets()))
-            .nanos(a.sub_window()),
-        // limit, window, min gap, count rejected
+            .nanos(a.sub_window())
+            .int(a.max_debt()),
+        // limit, window, min gap, count rejected, max debt
         Limit::SlidingLog(a) => Encoded::new(code::SLIDING_LOG)
             .int(a.limit())
             .nanos(a.window())
             .nanos(a.min_gap())
-            .flag(a.counts_rejected()),
+            .flag(a.counts_rejected())
+            .int(a.max_debt()),
         // kind (0 bursty, 1 warming up), permits per second, stable
         // interval (µs), max permits, threshold permits, slope, created at
         // (µs since the epoch), warm-up (µs; 0 when bursty)
@@ -195,7 +203,8 @@ pub(crate) fn encode(limit: &Limit, now: Nanos) -> Encoded {
         Limit::Replicated(_) => Encoded::new(code::FIXED_WINDOW)
             .int(0)
             .nanos(Nanos::SECOND)
-            .flag(false),
+            .flag(false)
+            .int(0),
         Limit::BurstTiers(a) => {
             let mut e = Encoded::new(code::BURST_TIERS).int(a.tiers().len() as u64);
             for t in a.tiers() {
@@ -277,18 +286,21 @@ pub fn check_limit(limit: &Limit) -> Result<(), Inexact> {
             count("capacity", a.capacity())?;
             count("initial_tokens", a.initial_tokens())?;
             span("the time to refill the bucket", a.full_time())?;
-            span("the time to refill the initial tokens", a.initial_time())
+            span("the time to refill the initial tokens", a.initial_time())?;
+            span("the time to repay max_debt", a.debt_time())
         }
         Limit::Gcra(a) => {
             count("burst", a.burst())?;
-            span("burst × interval", a.tolerance())
+            span("burst × interval", a.tolerance())?;
+            span("the time to repay max_debt", a.debt_time())
         }
         Limit::LeakyBucket(a) => {
             count("queue_size", a.queue_size())?;
-            span("queue_size × interval", a.meter().tolerance())
+            span("queue_size × interval", a.meter().tolerance())?;
+            span("the time to repay max_debt", a.meter().debt_time())
         }
         Limit::FixedWindow(a) => {
-            count("limit", a.limit())?;
+            count("limit + max_debt", a.limit().saturating_add(a.max_debt()))?;
             if let Align::Calendar(c) = a.align() {
                 if a.longest_window().as_u64() >= MAX_EXACT {
                     return Err(Inexact::CalendarTooLong(c.unit()));
@@ -297,7 +309,7 @@ pub fn check_limit(limit: &Limit) -> Result<(), Inexact> {
             span("window", a.longest_window())
         }
         Limit::SlidingWindow(a) => {
-            count("limit", a.limit())?;
+            count("limit + max_debt", a.limit().saturating_add(a.max_debt()))?;
             span(
                 "window",
                 a.sub_window()
@@ -305,7 +317,7 @@ pub fn check_limit(limit: &Limit) -> Result<(), Inexact> {
             )
         }
         Limit::SlidingLog(a) => {
-            count("limit", a.limit())?;
+            count("limit + max_debt", a.limit().saturating_add(a.max_debt()))?;
             span("window", a.window())?;
             span("min_gap", a.min_gap())
         }
@@ -364,7 +376,7 @@ mod tests {
             .iter()
             .map(|p| p.text(&mut buf).to_owned())
             .collect();
-        assert_eq!(texts, ["100000000", "5", "500000000"]);
+        assert_eq!(texts, ["100000000", "5", "500000000", "500000000"]);
     }
 
     #[test]
@@ -390,8 +402,8 @@ mod tests {
         assert_eq!(
             err,
             Inexact::TooLarge {
-                parameter: "limit",
-                value: MAX_EXACT
+                parameter: "limit + max_debt",
+                value: 2 * MAX_EXACT
             }
         );
         assert!(err.to_string().contains("limit"), "{err}");

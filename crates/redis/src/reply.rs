@@ -1,7 +1,7 @@
 //! Reading the scripts' replies back into the core's types.
 
 use smallvec::SmallVec;
-use tollgate_core::{Decision, Nanos, PlanDecision, PlanError, TierInfo};
+use tollgate_core::{Decision, Mode, Nanos, PlanDecision, PlanError, TierInfo};
 use tollgate_store::{Plan, StoreError};
 
 /// The numbers of a `decide` reply, which the script packs with
@@ -146,6 +146,7 @@ pub(crate) fn plan_outcome(
     part: &[i64],
     plan: &Plan,
     hits: u64,
+    mode: Mode,
 ) -> Result<PlanDecision, StoreError> {
     let items = plan.len();
     match part {
@@ -165,6 +166,11 @@ pub(crate) fn plan_outcome(
                 3 => StoreError::Unsupported(format!(
                     "acquiring {hits} hits would wait 52 days or more, which the Redis store cannot count exactly"
                 )),
+                4 => StoreError::Plan(PlanError::NoUsage {
+                    index,
+                    algorithm: item.limit.algorithm_name(),
+                    mode,
+                }),
                 other => return Err(bad(&format!("status {other}"))),
             })
         }

@@ -765,7 +765,7 @@ impl RedisStore {
         let parts =
             batch::parts(value, std::iter::once(plan.len()), &mut ints).map_err(Failure::Store)?;
         let range = parts.first().cloned().unwrap_or(0..0);
-        reply::plan_outcome(&ints[range], plan, ask.request.hits)
+        reply::plan_outcome(&ints[range], plan, ask.request.hits, ask.mode)
             .map(|d| (d, sent))
             .map_err(Failure::Store)
     }

@@ -68,6 +68,7 @@ async fn many_concurrent_decisions_share_few_calls_and_stay_exact() {
                 "{r:?}"
             ),
             Mode::Try => assert!(r.is_ok(), "{r:?}"),
+            Mode::Report | Mode::Refund => unreachable!("only try and acquire are sent"),
         }
     }
     // The shared rate saw every granted decision and nothing else: the

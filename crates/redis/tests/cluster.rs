@@ -1,6 +1,7 @@
 //! The Redis store on a real Redis Cluster of three masters started by the
 //! test: plans of many namespaces spread over the masters, each plan's
-//! keys in one slot, deciding exactly what the memory store decides; and
+//! keys in one slot, deciding exactly what the memory store decides (reports
+//! and refunds included); and
 //! the copy log, whose pools live in other slots than the coordination
 //! keys, releasing a dead server's holds in every pool and seizing
 //! transfers by id alone.
@@ -59,9 +60,15 @@ async fn plans_of_many_namespaces_spread_over_the_masters_and_decide_like_memory
                 .unwrap();
             plan.push(Key::new(id(1), "*"), Arc::clone(&rate), false)
                 .unwrap();
-            let request = Hits::between(1, 1 + step % 2);
-            let want = memory.decide_now(&plan, now, request, Mode::Try);
-            let got = redis.decide(&plan, now, request, Mode::Try).await;
+            // Usage after the fact too (issue 18): a report past both
+            // limits, later a refund.
+            let (request, mode) = match step {
+                2 => (Hits::exactly(9), Mode::Report),
+                5 => (Hits::exactly(4), Mode::Refund),
+                _ => (Hits::between(1, 1 + step % 2), Mode::Try),
+            };
+            let want = memory.decide_now(&plan, now, request, mode);
+            let got = redis.decide(&plan, now, request, mode).await;
             assert_eq!(got, want, "affinity {affinity:x}, step {step}");
         }
     }

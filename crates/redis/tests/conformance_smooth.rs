@@ -532,6 +532,8 @@ fn idle_at(limit: &Limit, steps: &[Step]) -> (Nanos, Nanos) {
             Mode::Try => {
                 limit.decide(&mut state, now, s.request);
             }
+            // Refused (no sound debt), changing nothing.
+            Mode::Report | Mode::Refund => {}
         }
     }
     let (mut lo, mut hi) = (now, now.saturating_add(Nanos::from_secs(1 << 20)));

@@ -17,9 +17,12 @@ pub fn rate_request(r: RateRequestView<'_>) -> Result<RateRequest<'_>, ServiceEr
     let mode = match v1::Mode::try_from(r.mode) {
         Ok(v1::Mode::Try) => Mode::Try,
         Ok(v1::Mode::Acquire) => Mode::Acquire,
+        Ok(v1::Mode::Report) => Mode::Report,
+        Ok(v1::Mode::Refund) => Mode::Refund,
         Err(_) => {
             return Err(ServiceError::Malformed(format!(
-                "mode {} is not a mode: expected MODE_TRY (0) or MODE_ACQUIRE (1)",
+                "mode {} is not a mode: expected MODE_TRY (0), MODE_ACQUIRE (1), \
+                 MODE_REPORT (2) or MODE_REFUND (3)",
                 r.mode
             )))
         }

@@ -57,6 +57,7 @@ pub fn grpc_code(e: &ServiceError) -> Code {
         | "not_held"
         | "no_descriptors"
         | "cannot_schedule"
+        | "no_usage"
         | "session_closed"
         | "too_many_holds"
         | "holds_not_resettable" => Code::FailedPrecondition,

@@ -93,6 +93,8 @@ pub async fn rate<S: Store>(
                     app.denied()
                         .record(now.as_u64(), req.namespace, req.resource, req.domain);
                 } else if o.granted > 0
+                    // Giving back never brings a limit nearer.
+                    && req.mode != v1::Mode::Refund as i32
                     // Over the limit is over, not near: a refusal that
                     // shadow mode or `ignore_configured` let through
                     // counts in neither (as envoyproxy/ratelimit counts
@@ -122,10 +124,11 @@ pub async fn rate<S: Store>(
                     descriptor_limits: None,
                     hits: req.hits_or_default(),
                     min_hits: req.min_hits_or_default(),
-                    mode: if req.mode == v1::Mode::Acquire as i32 {
-                        "acquire"
-                    } else {
-                        "try"
+                    mode: match v1::Mode::try_from(req.mode) {
+                        Ok(v1::Mode::Acquire) => "acquire",
+                        Ok(v1::Mode::Report) => "report",
+                        Ok(v1::Mode::Refund) => "refund",
+                        _ => "try",
                     },
                     surface,
                     decision: decision_log::Answer {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tollgate_config::model::{EnvoyLimit, EnvoyUnit};
-use tollgate_core::{Algorithm, Hits, Nanos};
+use tollgate_core::{Algorithm, Hits, Mode, Nanos};
 use tollgate_proto::rls::rate_limit_response::{
     self, rate_limit::Unit, Code, DescriptorStatus as WireStatus, RateLimit,
 };
@@ -170,6 +170,7 @@ async fn answer<S: Store>(
     let Checked {
         descriptors,
         hits,
+        mode,
         limits,
     } = check(req)?;
     traced.hits = hits;
@@ -180,6 +181,7 @@ async fn answer<S: Store>(
             namespace: &req.domain,
             descriptors: &descriptors,
             hits,
+            mode,
             limits: &limits,
         })
         .await;
@@ -256,7 +258,7 @@ async fn answer<S: Store>(
             }),
             hits,
             min_hits: hits,
-            mode: "try",
+            mode: mode.as_str(),
             surface,
             decision: decision_log::Answer {
                 allowed: outcome.allowed,
@@ -292,6 +294,8 @@ struct Checked {
     descriptors: Vec<Vec<(String, String)>>,
     /// The hits to charge every one of them.
     hits: u64,
+    /// `try`, or `refund` when the descriptors set `is_negative_hits`.
+    mode: Mode,
     /// Per descriptor: the limit it brought of its own (`limit`); empty
     /// when none did.
     limits: Vec<Option<EnvoyLimit>>,
@@ -306,6 +310,10 @@ struct Checked {
 /// descriptors of a request are decided as one all-or-nothing plan for one
 /// number of hits, so descriptors asking for different numbers are refused
 /// rather than charged something they did not ask for.
+///
+/// Mode: descriptors with `is_negative_hits` (Envoy's newer field) give
+/// their hits back, a refund; since the descriptors of a request are
+/// decided together, they all set it or none does.
 fn check(req: &RateLimitRequest) -> Result<Checked, ServiceError> {
     if req.domain.is_empty() {
         return Err(malformed("rate limit domain must not be empty"));
@@ -315,6 +323,7 @@ fn check(req: &RateLimitRequest) -> Result<Checked, ServiceError> {
     }
     let default_hits = u64::from(req.hits_addend.max(1));
     let mut hits: Option<(u64, usize)> = None;
+    let mut negative: Option<(bool, usize)> = None;
     let mut out = Vec::with_capacity(req.descriptors.len());
     let mut limits = Vec::new();
     for (i, d) in req.descriptors.iter().enumerate() {
@@ -325,10 +334,16 @@ fn check(req: &RateLimitRequest) -> Result<Checked, ServiceError> {
             }
             limits[i] = Some(brought_limit(i, own)?);
         }
-        if d.is_negative_hits {
-            return Err(malformed(format!(
-                "descriptor {i}: is_negative_hits (giving hits back) is not supported"
-            )));
+        match negative {
+            None => negative = Some((d.is_negative_hits, i)),
+            Some((first, at)) if first != d.is_negative_hits => {
+                let (yes, no) = if first { (at, i) } else { (i, at) };
+                return Err(malformed(format!(
+                    "descriptor {yes} sets is_negative_hits but descriptor {no} does not: \
+                     the descriptors of one request are all refunded or none is"
+                )));
+            }
+            Some(_) => {}
         }
         let wanted = d.hits_addend.as_ref().map_or(default_hits, |h| h.value);
         match hits {
@@ -345,6 +360,11 @@ fn check(req: &RateLimitRequest) -> Result<Checked, ServiceError> {
     Ok(Checked {
         descriptors: out,
         hits: hits.map_or(default_hits, |(h, _)| h),
+        mode: if negative.is_some_and(|(n, _)| n) {
+            Mode::Refund
+        } else {
+            Mode::Try
+        },
         limits,
     })
 }
@@ -672,9 +692,20 @@ mod tests {
             .contains("descriptor 1 has no entries"));
         assert!(msg(request(vec![descriptor(&[("a", "b"), ("", "x")])], 0))
             .contains("descriptor 0, entry 1: empty key"));
-        let mut negative = ok;
+        let mut negative = ok.clone();
         negative.is_negative_hits = true;
-        assert!(msg(request(vec![negative], 0)).contains("is_negative_hits"));
+        assert!(msg(request(vec![ok, negative], 0))
+            .contains("descriptor 1 sets is_negative_hits but descriptor 0 does not"));
+    }
+
+    #[test]
+    fn negative_hits_make_a_refund() {
+        let mut negative = descriptor(&[("k", "v")]);
+        negative.is_negative_hits = true;
+        let checked = check(&request(vec![negative.clone(), negative], 7)).unwrap();
+        assert_eq!((checked.hits, checked.mode), (7, Mode::Refund));
+        let checked = check(&request(vec![descriptor(&[("k", "v")])], 7)).unwrap();
+        assert_eq!(checked.mode, Mode::Try);
     }
 
     #[test]

@@ -706,13 +706,17 @@ async fn bad_requests_are_invalid_argument_naming_the_problem() {
         (
             request(
                 "shop",
-                vec![RateLimitDescriptor {
-                    is_negative_hits: true,
-                    ..ok.clone()
-                }],
+                vec![
+                    ok.clone(),
+                    RateLimitDescriptor {
+                        is_negative_hits: true,
+                        ..ok.clone()
+                    },
+                ],
                 0,
             ),
-            "is_negative_hits",
+            // A refund since issue 18; mixed with a charge, refused.
+            "descriptor 1 sets is_negative_hits but descriptor 0 does not",
         ),
     ];
     for (r, says) in cases {

@@ -11,7 +11,7 @@
 //! decide the plan built here.
 
 use smallvec::SmallVec;
-use tollgate_core::PlanDecision;
+use tollgate_core::{Mode, PlanDecision};
 use tollgate_store::{Key, Plan};
 
 use crate::error::ServiceError;
@@ -55,10 +55,10 @@ pub(crate) struct Brought {
 }
 
 /// What a descriptor request comes to before any limit is decided.
-#[derive(Debug)]
-// Built once per request and taken apart at once by the caller: boxing
-// the plan would cost an allocation per request to save one move.
+// Returned once per request and matched at once: boxing the plan would
+// cost an allocation per request to save stack space for a moment.
 #[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
 pub(crate) enum Planned {
     /// The request's domain (the namespace) has no config: envoyproxy/ratelimit
     /// answers OK, with no limit, for every descriptor.
@@ -84,6 +84,10 @@ pub(crate) struct ToDecide {
     /// with a `limits:` list, the first of its limits' items, which follow
     /// it in the plan ([`ToDecide::widths`]).
     item_of: Vec<Option<usize>>,
+    /// Per plan item: its resource is `report: true`, so a request with
+    /// hits charges it in report mode (and one with none checks that it is
+    /// not exhausted).
+    reported: Vec<bool>,
     /// Per descriptor: how many plan items decide it (a `limits:` list's
     /// length, else 1). Inline for the few descriptors a request has.
     widths: SmallVec<[usize; 4]>,
@@ -130,6 +134,7 @@ pub(crate) fn plan(
     let mut plan = Plan::default().with_affinity(ns.affinity);
     // The plan item deciding each descriptor, if any.
     let mut item_of: Vec<Option<usize>> = Vec::with_capacity(matches.len());
+    let mut reported = Vec::new();
     let mut widths: SmallVec<[usize; 4]> = SmallVec::new();
     let mut denied = false;
     for (i, m) in matches.into_iter().enumerate() {
@@ -151,7 +156,13 @@ pub(crate) fn plan(
             let domain = tollgate_config::envoy::descriptor_domain(&req.descriptors[i]);
             match &own.built {
                 Some((id, limit)) => {
-                    item = Some(plan.item_for(Key::new(*id, &domain), limit, false));
+                    let at = plan.item_for(Key::new(*id, &domain), limit, false);
+                    // A limit brought to a `report: true` descriptor is
+                    // charged as the config's would be.
+                    if at == reported.len() {
+                        reported.push(entry.is_some_and(|(_, e)| e.report));
+                    }
+                    item = Some(at);
                 }
                 None => {
                     status.allowed = false;
@@ -187,7 +198,11 @@ pub(crate) fn plan(
                         // Two identical descriptors share one counter
                         // (as upstream); they are one plan item here.
                         let key = Key::new(c.id, &m.domain);
-                        item = Some(plan.item_for(key, &c.limit, shadow));
+                        let i = plan.item_for(key, &c.limit, shadow);
+                        if i == reported.len() {
+                            reported.push(entry.report);
+                        }
+                        item = Some(i);
                     }
                     Main::Listed(list) => {
                         // Each limit's key is its own, and all of them are
@@ -197,6 +212,10 @@ pub(crate) fn plan(
                             let c = &l.compiled;
                             let key = Key::new(c.id, &m.domain);
                             let at = plan.item_for(key, &c.limit, shadow);
+                            // A reported resource's every limit is charged.
+                            if at == reported.len() {
+                                reported.push(entry.report);
+                            }
                             item.get_or_insert(at);
                         }
                         width = list.len();
@@ -221,21 +240,106 @@ pub(crate) fn plan(
         plan,
         statuses,
         item_of,
+        reported,
         widths,
     }))
 }
 
+/// How a [`ToDecide`] is decided: one plan, or two (the checked items
+/// all or nothing, then the `report: true` items in report mode).
+// Matched at once, like `Planned`.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub(crate) enum Split {
+    /// The whole plan in one mode.
+    Whole(Mode),
+    /// Checked items (`try`) and reported ones (`report`), each a plan,
+    /// with the whole plan's item index of each of their items.
+    Parts {
+        /// The checked items.
+        check: (Plan, Vec<usize>),
+        /// The reported items.
+        report: (Plan, Vec<usize>),
+    },
+}
+
 impl ToDecide {
+    /// How to decide this plan for `hits` in `mode`: a refund (Envoy's
+    /// `is_negative_hits`) or an explicit report takes every item in that
+    /// mode; a request with hits charges `report: true` items in report
+    /// mode and checks the others all or nothing; one with no hits is a
+    /// check of everything.
+    pub(crate) fn split(&self, hits: u64, mode: Mode) -> Split {
+        if mode != Mode::Try || hits == 0 || !self.reported.contains(&true) {
+            return Split::Whole(mode);
+        }
+        if self.reported.iter().all(|r| *r) {
+            return Split::Whole(Mode::Report);
+        }
+        let mut check = (
+            Plan::default().with_affinity(self.plan.affinity()),
+            Vec::new(),
+        );
+        let mut report = check.clone();
+        for (i, item) in self.plan.items().iter().enumerate() {
+            let part = if self.reported[i] {
+                &mut report
+            } else {
+                &mut check
+            };
+            // Distinct in the whole plan, so distinct in each part.
+            part.0.item_for(item.key.clone(), &item.limit, item.shadow);
+            part.1.push(i);
+        }
+        Split::Parts { check, report }
+    }
+
+    /// The whole plan's decision from its two parts' ([`Split::Parts`]):
+    /// each item's decision in place; a reported item had room for
+    /// everything, since usage is never refused.
+    pub(crate) fn join(
+        &self,
+        (check, check_items): (&PlanDecision, &[usize]),
+        (report, report_items): (&PlanDecision, &[usize]),
+    ) -> PlanDecision {
+        let n = self.plan.len();
+        let mut out = check.clone();
+        out.decisions.clear();
+        out.rooms.clear();
+        let mut decisions = vec![None; n];
+        let mut rooms = vec![u64::MAX; n];
+        for (j, &i) in check_items.iter().enumerate() {
+            decisions[i] = check.decisions.get(j).copied();
+            rooms[i] = check.rooms.get(j).copied().unwrap_or(0);
+        }
+        for (j, &i) in report_items.iter().enumerate() {
+            decisions[i] = report.decisions.get(j).copied();
+        }
+        for (d, r) in decisions.into_iter().zip(rooms) {
+            out.decisions
+                .push(d.unwrap_or(tollgate_core::Decision::unlimited(0)));
+            out.rooms.push(r);
+        }
+        out
+    }
+
     /// Each descriptor's status once the store decided [`ToDecide::plan`]
     /// for `hits` (the plan's decision `pd`): a descriptor is within its
     /// limit when its item alone had room for every hit; a shadow item
     /// over its limit marks the descriptor shadowed and allows it. OK
     /// overall when every descriptor is allowed.
-    pub(crate) fn outcome(self, pd: &PlanDecision, hits: u64) -> DescriptorOutcome {
+    ///
+    /// Usage (`mode` report or refund) is never refused: every descriptor
+    /// is within its limit. A check with no hits of a `report: true` item
+    /// asks whether one more hit would be admitted: refused while the
+    /// item owes hits or is exhausted, which is how a gateway checks
+    /// before a request whose cost it reports afterwards.
+    pub(crate) fn outcome(self, pd: &PlanDecision, hits: u64, mode: Mode) -> DescriptorOutcome {
         let ToDecide {
             plan,
             mut statuses,
             item_of,
+            reported,
             widths,
         } = self;
         for ((status, item), width) in statuses.iter_mut().zip(&item_of).zip(&widths) {
@@ -255,8 +359,17 @@ impl ToDecide {
             if status.limit.is_some() {
                 status.limit = Some(item - first);
             }
-            let fits = pd.rooms.get(item).is_some_and(|&r| r >= hits);
-            status.decision = pd.decisions.get(item).copied();
+            let decision = pd.decisions.get(item).copied();
+            // A check with no hits of a reported list asks this of its
+            // binding limit, the one with the least remaining.
+            let fits = if mode.is_usage() {
+                true
+            } else if hits == 0 && reported.get(item) == Some(&true) {
+                decision.is_some_and(|d| d.remaining >= 1)
+            } else {
+                pd.rooms.get(item).is_some_and(|&r| r >= hits)
+            };
+            status.decision = decision;
             if plan.items()[item].shadow {
                 status.shadowed = !fits;
             } else {
@@ -332,6 +445,7 @@ namespaces:
             namespace,
             descriptors,
             hits: 1,
+            mode: Mode::Try,
             limits: &[],
         };
         plan(view, &req, &[]).unwrap()
@@ -372,6 +486,7 @@ namespaces:
                 namespace,
                 descriptors: &[],
                 hits: 1,
+                mode: Mode::Try,
                 limits: &[],
             };
             let err = plan(&view, &req, &[]).unwrap_err();
@@ -400,6 +515,7 @@ namespaces:
             namespace: "ns",
             descriptors: &[d(&[("user", "u")])],
             hits: 1,
+            mode: Mode::Try,
             limits: &[],
         };
         let err = plan(&view, &req, &[]).unwrap_err();
@@ -425,7 +541,7 @@ namespaces:
         assert_eq!(open.domain.as_deref(), Some("path=%2Fopen"));
         assert!(open.unlimited && open.allowed && !open.shadowed);
         // Nothing to decide: the outcome is OK as it stands.
-        let out = t.outcome(&decided(&[]), 1);
+        let out = t.outcome(&decided(&[]), 1, Mode::Try);
         assert!(out.allowed);
         assert!(out.statuses.iter().all(|s| s.decision.is_none()));
     }
@@ -485,7 +601,7 @@ namespaces:
         assert_eq!(t.plan.items().len(), 2);
         assert_eq!(t.item_of, vec![Some(0), Some(1), Some(0)]);
         // Both copies get the shared counter's answer.
-        let out = t.outcome(&decided(&[0, 3]), 1);
+        let out = t.outcome(&decided(&[0, 3]), 1, Mode::Try);
         assert!(!out.allowed);
         assert_eq!(
             out.statuses.iter().map(|s| s.allowed).collect::<Vec<_>>(),
@@ -517,7 +633,7 @@ namespaces:
         assert!(t.plan.items()[0].shadow);
         assert!(t.statuses[1].allowed && t.statuses[1].shadowed);
         // Over the limit, yet allowed: shadowed.
-        let out = t.outcome(&decided(&[0]), 1);
+        let out = t.outcome(&decided(&[0]), 1, Mode::Try);
         assert!(out.allowed);
         assert!(out.statuses[0].allowed && out.statuses[0].shadowed);
     }
@@ -527,16 +643,88 @@ namespaces:
         let view = view(EDGE, false);
         let list = [d(&[("user", "u1")]), d(&[("tenant", "t1")])];
         // Room for 3 hits of 4 is not enough: all or nothing.
-        let out = to_decide(&view, &list).outcome(&decided(&[3, 9]), 4);
+        let out = to_decide(&view, &list).outcome(&decided(&[3, 9]), 4, Mode::Try);
         assert!(!out.allowed);
         assert!(!out.statuses[0].allowed && !out.statuses[0].shadowed);
         assert_eq!(out.statuses[0].decision.unwrap().remaining, 3);
         // The shadow item has room: neither shadowed nor refused.
         assert!(out.statuses[1].allowed && !out.statuses[1].shadowed);
-        let out = to_decide(&view, &list).outcome(&decided(&[4, 3]), 4);
+        let out = to_decide(&view, &list).outcome(&decided(&[4, 3]), 4, Mode::Try);
         assert!(out.allowed);
         assert!(out.statuses[0].allowed);
         // The shadow item is over: allowed, and marked shadowed.
         assert!(out.statuses[1].allowed && out.statuses[1].shadowed);
+    }
+
+    /// A `report: true` limit beside a checked one.
+    const REPORTED: &str = "\
+domain: llm
+descriptors:
+  - key: user
+    report: true
+    rate_limit: { algorithm: token_bucket, capacity: 100, rate: 100/1d }
+  - key: path
+    rate_limit: { unit: minute, requests_per_unit: 10 }
+";
+
+    #[test]
+    fn report_items_are_charged_apart_from_the_checked_ones() {
+        let view = view(REPORTED, false);
+        let list = [d(&[("path", "/a")]), d(&[("user", "u")])];
+        let t = match planned(&view, "llm", &list) {
+            Planned::Decide(t) => t,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(t.reported, vec![false, true]);
+        // With hits, the path is checked and the user reported.
+        let Split::Parts { check, report } = t.split(5, Mode::Try) else {
+            panic!("expected two parts");
+        };
+        assert_eq!(
+            (check.1.as_slice(), report.1.as_slice()),
+            (&[0][..], &[1][..])
+        );
+        // Joined: the reported item had room for everything, so only the
+        // checked item's room decides.
+        let pd = t.join((&decided(&[4]), &check.1), (&decided(&[0]), &report.1));
+        assert_eq!(pd.rooms.as_slice(), &[4, u64::MAX]);
+        let out = t.outcome(&pd, 5, Mode::Try);
+        assert!(!out.allowed);
+        assert!(!out.statuses[0].allowed && out.statuses[1].allowed);
+        // No hits: one check of everything. A refund: one refund.
+        let t = to_decide_in(&view, "llm", &list);
+        assert!(matches!(t.split(0, Mode::Try), Split::Whole(Mode::Try)));
+        assert!(matches!(
+            t.split(5, Mode::Refund),
+            Split::Whole(Mode::Refund)
+        ));
+        // Only reported descriptors: one report.
+        let t = to_decide_in(&view, "llm", &[d(&[("user", "u")])]);
+        assert!(matches!(t.split(5, Mode::Try), Split::Whole(Mode::Report)));
+    }
+
+    #[test]
+    fn a_check_without_hits_of_a_reported_item_needs_one_hit_of_room() {
+        let view = view(REPORTED, false);
+        let list = [d(&[("user", "u")])];
+        // Nothing remaining (in debt, or exhausted): refused.
+        let out = to_decide_in(&view, "llm", &list).outcome(&decided(&[0]), 0, Mode::Try);
+        assert!(!out.allowed);
+        let out = to_decide_in(&view, "llm", &list).outcome(&decided(&[1]), 0, Mode::Try);
+        assert!(out.allowed);
+        // A refund is never refused.
+        let out = to_decide_in(&view, "llm", &list).outcome(&decided(&[0]), 3, Mode::Refund);
+        assert!(out.allowed);
+    }
+
+    fn to_decide_in(
+        view: &View,
+        namespace: &str,
+        descriptors: &[Vec<(String, String)>],
+    ) -> ToDecide {
+        match planned(view, namespace, descriptors) {
+            Planned::Decide(t) => t,
+            other => panic!("expected a plan to decide, got {other:?}"),
+        }
     }
 }

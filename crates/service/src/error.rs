@@ -127,6 +127,9 @@ impl ServiceError {
             ServiceError::Store(StoreError::Plan(tollgate_core::PlanError::NeverAdmits {
                 ..
             })) => "exceeds_limit",
+            ServiceError::Store(StoreError::Plan(tollgate_core::PlanError::NoUsage { .. })) => {
+                "no_usage"
+            }
             ServiceError::Store(StoreError::Plan(_)) => "cannot_schedule",
             ServiceError::Store(StoreError::DuplicateKey(_)) => "duplicate_key",
             ServiceError::Store(StoreError::AtCapacity(_)) => "store_at_capacity",

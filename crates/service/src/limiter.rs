@@ -12,10 +12,10 @@ use smallvec::SmallVec;
 use tollgate_config::model::EnvoyLimit;
 use tollgate_config::{Config, ResourceKind};
 use tollgate_core::copies::{CopyContext, CopyLimits, Reservation};
-use tollgate_core::{Decision, Hits, Limit, Mode, Nanos, PlanDecision, TierInfo};
+use tollgate_core::{Decision, Hits, Limit, Mode, Nanos, PlanDecision, PlanError, TierInfo};
 use tollgate_store::{Admit, DuplicateKey, Key, OpId, Plan, PoolKey, Store, StoreError};
 
-use crate::descriptors::{self, Planned};
+use crate::descriptors::{self, Planned, Split};
 use crate::error::ServiceError;
 use crate::view::{
     in_config_order, DomainLimits, Main, NamespaceView, RateView, ResourceEntry, ResourceView,
@@ -35,7 +35,8 @@ pub struct RateRequest<'a> {
     pub hits: u64,
     /// The fewest still useful.
     pub min_hits: u64,
-    /// Answer now, or schedule.
+    /// Answer now, schedule, or tell of usage after the fact (report,
+    /// refund).
     pub mode: Mode,
     /// A limit of the request's own, in place of the resource's algorithm
     /// (or list): only for a resource with `allow_override`, and no faster
@@ -136,6 +137,11 @@ pub struct DescriptorRequest<'a> {
     pub descriptors: &'a [Vec<(String, String)>],
     /// Hits to add (envoy `hits_addend`; all or nothing).
     pub hits: u64,
+    /// [`Mode::Try`], or [`Mode::Refund`] for Envoy's `is_negative_hits`
+    /// (or [`Mode::Report`]: every descriptor reported). In `try`, the
+    /// descriptors whose limit is `report: true` are charged in report
+    /// mode when the request has hits.
+    pub mode: Mode,
     /// Per descriptor, in order: the limit it brings of its own (Envoy's
     /// descriptor `limit`), which decides it in place of the config's, as
     /// envoyproxy/ratelimit does. Shorter than `descriptors` (or empty):
@@ -409,10 +415,22 @@ impl<S: Store> Limiter<S> {
             rate_plan(rate, limits, req.domain, shadow).map_err(StoreError::from)?;
         let plan = plan.with_affinity(ns.affinity);
         let request = Hits::between(req.min_hits, req.hits);
+        if matches!(limits.main, Main::Deny) && req.mode.is_usage() {
+            // Nothing is counted against a deny: there is no debt to owe.
+            return Err(StoreError::from(PlanError::NoUsage {
+                index: 0,
+                algorithm: "deny",
+                mode: req.mode,
+            })
+            .into());
+        }
         if matches!(limits.main, Main::Deny) && !shadow {
             return Ok(denied(limits, rate));
         }
         let pd = self.store.decide(&plan, now, request, req.mode).await?;
+        if req.mode == Mode::Report && pd.granted < req.hits {
+            count_clamped(ns, req.hits - pd.granted);
+        }
         let mut outcome = rate_outcome(
             &pd,
             &roles,
@@ -682,11 +700,38 @@ impl<S: Store> Limiter<S> {
             Planned::Denied(outcome) => return Ok(outcome),
             Planned::Decide(to_decide) => to_decide,
         };
-        let pd = self
-            .store
-            .decide(&to_decide.plan, now, Hits::exactly(req.hits), Mode::Try)
-            .await?;
-        Ok(to_decide.outcome(&pd, req.hits))
+        if req.mode == Mode::Acquire {
+            return Err(ServiceError::Malformed(
+                "descriptors are decided now or reported, never scheduled (mode `acquire`)".into(),
+            ));
+        }
+        let hits = Hits::exactly(req.hits);
+        match to_decide.split(req.hits, req.mode) {
+            Split::Whole(mode) => {
+                let pd = self.store.decide(&to_decide.plan, now, hits, mode).await?;
+                if mode == Mode::Report && pd.granted < req.hits {
+                    if let Some(ns) = view.namespace(req.namespace) {
+                        count_clamped(ns, req.hits - pd.granted);
+                    }
+                }
+                Ok(to_decide.outcome(&pd, req.hits, mode))
+            }
+            Split::Parts { check, report } => {
+                // Usage is charged whatever the check says: it happened.
+                let checked = self.store.decide(&check.0, now, hits, Mode::Try).await?;
+                let charged = self
+                    .store
+                    .decide(&report.0, now, hits, Mode::Report)
+                    .await?;
+                if charged.granted < req.hits {
+                    if let Some(ns) = view.namespace(req.namespace) {
+                        count_clamped(ns, req.hits - charged.granted);
+                    }
+                }
+                let pd = to_decide.join((&checked, &check.1), (&charged, &report.1));
+                Ok(to_decide.outcome(&pd, req.hits, Mode::Try))
+            }
+        }
     }
 
     /// Reserves copies of a copy-limited resource (Charon §3.1 `reserve`)
@@ -808,6 +853,16 @@ impl Ignore {
     fn any(self) -> bool {
         self.shadow || self.namespace
     }
+}
+
+/// Counts a report the debt bound clamped: `tollgate_reports_clamped_total`
+/// (reports) and `tollgate_report_clamped_hits_total` (hits not charged),
+/// per namespace (a config's names, so bounded).
+fn count_clamped(ns: &NamespaceView, dropped: u64) {
+    metrics::counter!("tollgate_reports_clamped_total", "namespace" => ns.name.clone())
+        .increment(1);
+    metrics::counter!("tollgate_report_clamped_hits_total", "namespace" => ns.name.clone())
+        .increment(dropped);
 }
 
 fn check_request(hits: u64, min_hits: u64) -> Result<(), ServiceError> {

@@ -337,6 +337,9 @@ pub struct ResourceEntry {
     pub name: String,
     /// Never rejects; records what it would have done.
     pub shadow: bool,
+    /// Envoy's rate-limit service charges it in report mode (`report:
+    /// true`).
+    pub report: bool,
     /// envoyproxy/ratelimit details.
     pub envoy: Option<EnvoyMeta>,
     /// The compiled limits.
@@ -539,7 +542,7 @@ impl View {
 }
 
 fn compile_resource(namespace: &str, r: &Resource, created_at: Nanos) -> ResourceEntry {
-    let view = match &r.kind {
+    let mut view = match &r.kind {
         ResourceKind::Rate(rate) => {
             let global = rate
                 .global_limit
@@ -566,9 +569,24 @@ fn compile_resource(namespace: &str, r: &Resource, created_at: Nanos) -> Resourc
             limits: Arc::new(limits.clone()),
         },
     };
+    if let (Some(debt), ResourceView::Rate(rate)) = (r.usage.max_debt, &mut view) {
+        // The resource's own algorithm, or each limit of its `limits:`
+        // list, owes up to `max_debt`; the hard and global limits
+        // (per-second logs) keep their default of one limit.
+        for (_, part, c) in rate.placed_mut() {
+            if !matches!(part, Part::Main | Part::Listed(_)) {
+                continue;
+            }
+            // The loader checked that the debt fits every algorithm.
+            if let Ok(limit) = Limit::clone(&c.limit).with_max_debt(debt) {
+                c.limit = Arc::new(limit);
+            }
+        }
+    }
     ResourceEntry {
         name: r.name.clone(),
         shadow: r.shadow,
+        report: r.usage.report,
         envoy: r.envoy.clone(),
         view,
     }

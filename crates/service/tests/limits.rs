@@ -214,6 +214,7 @@ async fn a_descriptor_with_a_rate_limit_list_is_within_it_only_when_within_every
         namespace: "edge",
         descriptors: &list,
         hits: 1,
+        mode: Mode::Try,
         limits: &[],
     };
     let mut at = Nanos::from_secs(DAY);
@@ -363,6 +364,7 @@ async fn an_envoy_descriptor_limit_decides_in_place_of_the_config_matched_or_not
             namespace: "edge",
             descriptors: &descriptors,
             hits: 1,
+            mode: Mode::Try,
             limits: &two,
         };
         for _ in 0..2 {
@@ -380,6 +382,7 @@ async fn an_envoy_descriptor_limit_decides_in_place_of_the_config_matched_or_not
         namespace: "edge",
         descriptors: &plain,
         hits: 1,
+        mode: Mode::Try,
         limits: &[],
     };
     let o = l.request_descriptors(&req, at).await.unwrap();
@@ -390,6 +393,7 @@ async fn an_envoy_descriptor_limit_decides_in_place_of_the_config_matched_or_not
         namespace: "edge",
         descriptors: &plain,
         hits: 1,
+        mode: Mode::Try,
         limits: &zero,
     };
     let o = l.request_descriptors(&req, at).await.unwrap();
@@ -475,6 +479,7 @@ async fn regression_the_override_cache_takes_no_unknown_domain_and_starts_over_w
                     namespace: &namespace,
                     descriptors: &descriptors,
                     hits: 1,
+                    mode: Mode::Try,
                     limits: &two,
                 },
                 at,
@@ -488,6 +493,7 @@ async fn regression_the_override_cache_takes_no_unknown_domain_and_starts_over_w
         namespace: "edge",
         descriptors: &descriptors,
         hits: 1,
+        mode: Mode::Try,
         limits: &two,
     };
     l.request_descriptors(&req, at).await.unwrap();
@@ -565,4 +571,149 @@ namespaces:
         "the hard limit's own reset, not the day's: {:?}",
         o.decision.reset_after
     );
+}
+
+/// A request in `mode` for `hits`, with no limit of its own.
+async fn usage(
+    l: &Limiter<MemoryStore>,
+    resource: &str,
+    hits: u64,
+    mode: Mode,
+    at: Nanos,
+) -> RateOutcome {
+    let req = RateRequest {
+        namespace: "ns",
+        resource,
+        domain: "u",
+        hits,
+        min_hits: hits,
+        mode,
+        limit: None,
+    };
+    l.request(&req, at).await.unwrap()
+}
+
+/// Items 1 and 3 together: a report charges every limit of a `limits:`
+/// list (each into its own debt), and a refund gives back to every one;
+/// `max_debt` bounds each limit of the list, not only a single algorithm.
+#[tokio::test]
+async fn a_report_charges_every_limit_of_a_limits_list() {
+    const LISTED: &str = "
+namespaces:
+  - name: ns
+    resources:
+      - name: api
+        limits:
+          - { name: burst, algorithm: token_bucket, capacity: 5, rate: 1/s }
+          - { name: daily, algorithm: fixed_window, limit: 8, window: 1d }
+      - name: capped
+        max_debt: 2
+        limits:
+          - { name: burst, algorithm: token_bucket, capacity: 5, rate: 1/s }
+          - { name: daily, algorithm: fixed_window, limit: 8, window: 1d }
+";
+    let l = Limiter::new(MemoryStore::new(), view(LISTED));
+    let t0 = Nanos::from_secs(10 * DAY);
+    let secs = |s: u64| t0.saturating_add(Nanos::from_secs(s));
+    // 7 reported: past the bucket's 5 (it owes 2), within the day's 8.
+    let o = usage(&l, "api", 7, Mode::Report, t0).await;
+    assert!(o.allowed, "{o:?}");
+    assert_eq!(o.granted, 7);
+    assert_eq!(remaining(&o), [("burst".into(), 0), ("daily".into(), 1)]);
+    // The bucket's debt is paid first: a second later it still owes one.
+    let o = usage(&l, "api", 1, Mode::Try, secs(1)).await;
+    assert!(!o.allowed);
+    assert_eq!(o.limit_name.as_deref(), Some("burst"));
+    // Once the bucket refilled, the day's count holds the report too:
+    // one more hit fits, the next does not.
+    assert!(usage(&l, "api", 1, Mode::Try, secs(10)).await.allowed);
+    let o = usage(&l, "api", 1, Mode::Try, secs(20)).await;
+    assert!(!o.allowed);
+    assert_eq!(o.limit_name.as_deref(), Some("daily"));
+    // A refund gives back to the day's window as well.
+    assert!(usage(&l, "api", 3, Mode::Refund, secs(20)).await.allowed);
+    assert!(usage(&l, "api", 1, Mode::Try, secs(21)).await.allowed);
+    // `max_debt: 2` bounds each limit: the bucket takes 5 + 2, the day
+    // 8 + 2; the report is charged as far as the tighter allows.
+    let o = usage(&l, "capped", 20, Mode::Report, t0).await;
+    assert!(o.allowed);
+    assert_eq!(o.granted, 7, "{o:?}");
+    assert_eq!(o.limit_name.as_deref(), Some("burst"));
+}
+
+/// Items 1 and 3 on Envoy's rate-limit service: a `report: true`
+/// descriptor whose `rate_limit` is a list is charged on every limit of
+/// it, and a check with no hits is refused while any of them is spent.
+#[tokio::test]
+async fn a_reported_descriptor_with_a_rate_limit_list_charges_every_limit() {
+    const GW: &str = "
+domain: gw
+descriptors:
+  - key: user
+    report: true
+    rate_limit:
+      - { name: second, unit: second, requests_per_unit: 5 }
+      - { name: hour, unit: hour, requests_per_unit: 8 }
+";
+    let l = Limiter::new(MemoryStore::new(), view(GW));
+    let list = [vec![("user".to_owned(), "alice".to_owned())]];
+    let at = |s: u64| Nanos::from_secs(DAY + s);
+    let req = |hits: u64| DescriptorRequest {
+        namespace: "gw",
+        descriptors: &list,
+        hits,
+        mode: Mode::Try,
+        limits: &[],
+    };
+    // 7 told after the fact: past the second's 5, never refused.
+    let o = l.request_descriptors(&req(7), at(0)).await.unwrap();
+    assert!(o.allowed, "{o:?}");
+    // The check before the next request: the second is spent.
+    let o = l.request_descriptors(&req(0), at(0)).await.unwrap();
+    assert!(!o.allowed);
+    assert_eq!(o.statuses[0].limit, Some(0));
+    // A second later the second's window is new; the hour has 1 left.
+    let o = l.request_descriptors(&req(0), at(1)).await.unwrap();
+    assert!(o.allowed, "{o:?}");
+    assert_eq!(o.statuses[0].limit, Some(1));
+    assert_eq!(o.statuses[0].decision.unwrap().remaining, 1);
+    // 2 more reported: the hour now owes, and the check says so.
+    assert!(l.request_descriptors(&req(2), at(1)).await.unwrap().allowed);
+    let o = l.request_descriptors(&req(0), at(2)).await.unwrap();
+    assert!(!o.allowed);
+    assert_eq!(o.statuses[0].limit, Some(1));
+}
+
+/// Items 3 and 4: a limit brought by the request (a fixed window) takes
+/// reports as the resource's own fixed window does: charged past its
+/// limit, then refusing until its window ends; the resource's own counter
+/// is not charged.
+#[tokio::test]
+async fn a_brought_limit_takes_a_report_like_the_resources_fixed_window() {
+    let l = Limiter::new(MemoryStore::new(), view(PLANS));
+    let at = Nanos::from_secs(DAY);
+    let plan = brought(3, EnvoyUnit::Minute);
+    let req = RateRequest {
+        namespace: "ns",
+        resource: "api",
+        domain: "t",
+        hits: 5,
+        min_hits: 5,
+        mode: Mode::Report,
+        limit: plan,
+    };
+    let o = l.request(&req, at).await.unwrap();
+    assert!(o.allowed, "{o:?}");
+    assert_eq!(
+        (o.granted, o.decision.limit, o.decision.remaining),
+        (5, 3, 0)
+    );
+    let o = ask_with(&l, "api", "t", plan, at).await.unwrap();
+    assert!(!o.allowed);
+    assert_eq!(o.limited_by, Some(LimitedBy::Limit));
+    // The next minute's window forgives the debt, as a fixed window does.
+    let next = Nanos::from_secs(DAY + 60);
+    assert!(ask_with(&l, "api", "t", plan, next).await.unwrap().allowed);
+    let o = ask_with(&l, "api", "t", None, at).await.unwrap();
+    assert_eq!((o.allowed, o.decision.remaining), (true, 4));
 }

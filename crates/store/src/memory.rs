@@ -484,7 +484,8 @@ impl MemoryStore {
             [] => Ok(plan::decide(&mut [], now, request, mode)?),
             [item] => match mode {
                 Mode::Try => self.decide_one_try(item, now, request),
-                Mode::Acquire => self.decide_one_acquire(item, now, request),
+                // Acquire, report and refund: rare, through the core's plan.
+                mode => self.decide_one_mode(item, now, request, mode),
             },
             _ => self.decide_many(plan, now, request, mode),
         }
@@ -767,21 +768,22 @@ impl MemoryStore {
         Ok(one.into_plan_decision(request, shadow))
     }
 
-    /// A one-item plan in [`Mode::Acquire`], through the core's
-    /// [`plan::decide`]. Kept out of line so that its large temporaries do
-    /// not weigh on the `Try` path's stack frame.
+    /// A one-item plan in [`Mode::Acquire`], [`Mode::Report`] or
+    /// [`Mode::Refund`], through the core's [`plan::decide`]. Kept out of
+    /// line so that its large temporaries do not weigh on the `Try` path's
+    /// stack frame.
     #[inline(never)]
-    fn decide_one_acquire(
+    fn decide_one_mode(
         &self,
         item: &PlanItem,
         now: Nanos,
         request: Hits,
+        mode: Mode,
     ) -> Result<PlanDecision, StoreError> {
         self.table
             .decide_one(&item.key, &item.limit, now, |limit, stored| {
                 let state = stored.unpacked();
-                let out = match decide_entry(limit, state, item.shadow, now, request, Mode::Acquire)
-                {
+                let out = match decide_entry(limit, state, item.shadow, now, request, mode) {
                     Ok(d) => (Ok(d), Effect::after(limit.is_idle(state, now))),
                     // Refused before the state was touched.
                     Err(e) => (Err(e), Effect::Untouched),

@@ -356,6 +356,66 @@ fn acquire_on_schedulable_limits_always_grants_and_records() {
     assert_eq!(drain(&store, &b, &lb, T0), 2);
 }
 
+#[test]
+fn report_and_refund_go_through_one_and_many_item_plans() {
+    // Issue 18 item 3. A one-item plan takes its own path (the Try fast
+    // paths do not apply), a two-item plan the table's; both charge past
+    // the limit, refuse further grants, and give back on a refund.
+    let store = MemoryStore::new();
+    let (a, la) = (key(1, "a"), gcra(4));
+    let (b, lb) = (key(2, "a"), window(10));
+    let single = Plan::single(a.clone(), Arc::clone(&la));
+    let d = store
+        .decide_now(&single, T0, Hits::exactly(6), Mode::Report)
+        .unwrap();
+    assert_eq!((d.granted, d.allowed), (6, true), "charged past the burst");
+    assert_eq!(take(&store, &a, &la, T0, 1), 0, "in debt");
+    // Past the bound (4 + 4): clamped, and the plan says so.
+    let d = store
+        .decide_now(&single, T0, Hits::exactly(5), Mode::Report)
+        .unwrap();
+    assert_eq!((d.granted, d.limited_by), (2, Some(0)));
+    let both = plan(&[(&a, &la), (&b, &lb)]);
+    let d = store
+        .decide_now(&both, T0, Hits::exactly(7), Mode::Refund)
+        .unwrap();
+    assert_eq!(d.decisions[0].granted, 7);
+    assert_eq!(d.decisions[1].granted, 0, "nothing to give back");
+    assert_eq!(d.granted, 0);
+    assert_eq!(take(&store, &a, &la, T0, 1), 1);
+    // A refund of a key nobody used creates no state.
+    let before = store.stats().keys;
+    let fresh = Plan::single(key(9, "z"), window(3));
+    let d = store
+        .decide_now(&fresh, T0, Hits::exactly(3), Mode::Refund)
+        .unwrap();
+    assert_eq!(d.granted, 0);
+    assert_eq!(store.stats().keys, before);
+}
+
+#[test]
+fn report_on_an_algorithm_without_debt_changes_nothing() {
+    let store = MemoryStore::new();
+    let (a, la) = (key(1, "a"), gcra(4));
+    let rate = Rate::per_second(5).unwrap();
+    let (b, lb) = (
+        key(2, "a"),
+        Arc::new(Limit::Smooth(Smooth::bursty(rate, 1.0).unwrap())),
+    );
+    let p = plan(&[(&a, &la), (&b, &lb)]);
+    for mode in [Mode::Report, Mode::Refund] {
+        let err = store
+            .decide_now(&p, T0, Hits::exactly(2), mode)
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::Plan(PlanError::NoUsage { index: 1, .. })),
+            "{err}"
+        );
+    }
+    assert_eq!(store.stats().keys, 0);
+    assert_eq!(drain(&store, &a, &la, T0), 4);
+}
+
 // ------------------------------------------------------------ concurrency
 
 /// N threads each try `attempts` one-hit decisions on one key at one

@@ -155,9 +155,11 @@ pub fn parse(line: &str) -> Result<Event, String> {
     let mode = match raw.mode.as_deref() {
         None | Some("try") => Mode::Try,
         Some("acquire") => Mode::Acquire,
+        Some("report") => Mode::Report,
+        Some("refund") => Mode::Refund,
         Some(other) => {
             return Err(format!(
-                "unknown mode `{other}` (expected `try` or `acquire`)"
+                "unknown mode `{other}` (expected `try`, `acquire`, `report` or `refund`)"
             ))
         }
     };

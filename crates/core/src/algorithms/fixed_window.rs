@@ -17,7 +17,7 @@
 
 use std::num::NonZeroU64;
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, Usage, NEXT_HIT};
 use crate::calendar::Calendar;
 use crate::decision::{Decision, Grant, Hits};
 use crate::error::ParamError;
@@ -42,6 +42,9 @@ pub struct FixedWindow {
     limit: NonZeroU64,
     window: Span,
     align: Align,
+    /// Hits a report may count beyond the limit ([`Usage`]); one limit by
+    /// default.
+    max_debt: u64,
 }
 
 /// Fixed-window state: the current window and its count.
@@ -77,7 +80,21 @@ impl FixedWindow {
             limit,
             window,
             align,
+            max_debt: limit.get(),
         })
+    }
+
+    /// Bounds the count a report may leave at `limit + max_debt`
+    /// ([`Usage`]); the default is one limit beyond it.
+    #[must_use]
+    pub fn with_max_debt(mut self, max_debt: u64) -> FixedWindow {
+        self.max_debt = max_debt;
+        self
+    }
+
+    /// Hits a report may count beyond the limit.
+    pub fn max_debt(&self) -> u64 {
+        self.max_debt
     }
 
     /// `limit` hits per window of `calendar`.
@@ -198,6 +215,38 @@ impl Algorithm for FixedWindow {
     #[inline]
     fn is_idle(&self, state: &FixedWindowState, now: Nanos) -> bool {
         !self.current(state, now)
+    }
+}
+
+/// Both go through `commit`, which knows where windows start: a report is
+/// a grant the limit did not check, a refund uncounts hits first.
+impl Usage for FixedWindow {
+    /// Counts the hits even past the limit, up to `limit + max_debt`; the
+    /// window's end forgives what is left, as it forgets every count.
+    fn report(&self, state: &mut FixedWindowState, now: Nanos, hits: u64) -> Decision {
+        let fits = self
+            .limit
+            .get()
+            .saturating_add(self.max_debt)
+            .saturating_sub(self.count(state, now));
+        let grant = Grant {
+            granted: hits.min(fits),
+            allowed: true,
+        };
+        self.commit(state, now, NEXT_HIT, grant)
+    }
+
+    /// Uncounts hits of the current window, never below zero.
+    fn refund(&self, state: &mut FixedWindowState, now: Nanos, hits: u64) -> Decision {
+        let back = hits.min(self.count(state, now));
+        state.count -= back;
+        let none = Grant {
+            granted: 0,
+            allowed: true,
+        };
+        let mut d = self.commit(state, now, NEXT_HIT, none);
+        d.granted = back;
+        d
     }
 }
 

@@ -12,7 +12,7 @@
 
 use std::num::NonZeroU64;
 
-use crate::algorithm::{Algorithm, Alone, Schedule};
+use crate::algorithm::{Algorithm, Alone, Schedule, Usage, NEXT_HIT};
 use crate::decision::{Decision, Grant, Hits};
 use crate::error::ParamError;
 use crate::rate::Rate;
@@ -26,6 +26,10 @@ pub struct Gcra {
     /// `burst × interval`: at most [`Span::MAX`], far from `u64` overflow
     /// when added to a Unix-epoch time.
     tolerance: Span,
+    /// `max_debt × interval`: how much further than the tolerance a report
+    /// may push the TAT ahead of now. Zero or a span; one tolerance by
+    /// default.
+    debt: Nanos,
 }
 
 /// GCRA state: the theoretical arrival time.
@@ -45,7 +49,63 @@ impl Gcra {
             interval,
             burst,
             tolerance,
+            debt: tolerance.get(),
         })
+    }
+
+    /// Bounds the debt a report may leave at `max_debt` hits beyond the
+    /// burst ([`Usage`]); the default is one burst.
+    pub fn with_max_debt(mut self, max_debt: u64) -> Result<Gcra, ParamError> {
+        self.debt = match NonZeroU64::new(max_debt) {
+            None => Nanos::ZERO,
+            Some(n) => ParamError::hits_span("max_debt", n, self.interval)?.get(),
+        };
+        Ok(self)
+    }
+
+    /// `interval × max_debt`: how much further than the tolerance a report
+    /// may push the TAT ahead of now.
+    pub fn debt_time(&self) -> Nanos {
+        self.debt
+    }
+
+    /// The most hits a report may leave owing beyond the burst.
+    pub fn max_debt(&self) -> u64 {
+        self.debt.as_u64() / self.interval.as_u64()
+    }
+
+    /// Charges up to `hits` into debt: the TAT may run `tolerance + debt`
+    /// ahead of now. Returns the hits charged.
+    #[inline]
+    pub(crate) fn charge(&self, state: &mut GcraState, now: Nanos, hits: u64) -> u64 {
+        let start = state.tat.max(now);
+        let horizon = now
+            .saturating_add(self.tolerance.get())
+            .saturating_add(self.debt);
+        let fits = horizon.saturating_sub(start).as_u64() / self.interval.as_u64();
+        let charged = hits.min(fits);
+        if charged > 0 {
+            self.advance(state, now, charged);
+        }
+        charged
+    }
+
+    /// Moves the TAT back by up to `hits`, never before now (a full key).
+    /// Returns the hits given back: whole intervals, so a fraction of one
+    /// left before now is not counted.
+    #[inline]
+    pub(crate) fn give_back(&self, state: &mut GcraState, now: Nanos, hits: u64) -> u64 {
+        let ahead = state.tat.saturating_sub(now);
+        let back = self.interval.saturating_mul(hits);
+        if back <= ahead {
+            state.tat = state.tat.saturating_sub(back);
+            hits
+        } else {
+            if state.tat > now {
+                state.tat = now;
+            }
+            ahead.as_u64() / self.interval.as_u64()
+        }
     }
 
     /// The emission interval `T`.
@@ -186,6 +246,26 @@ impl Algorithm for Gcra {
     #[inline]
     fn is_idle(&self, state: &GcraState, now: Nanos) -> bool {
         state.tat <= now
+    }
+}
+
+impl Usage for Gcra {
+    fn report(&self, state: &mut GcraState, now: Nanos, hits: u64) -> Decision {
+        let granted = self.charge(state, now, hits);
+        let grant = Grant {
+            granted,
+            allowed: true,
+        };
+        self.describe(state, now, NEXT_HIT, grant)
+    }
+
+    fn refund(&self, state: &mut GcraState, now: Nanos, hits: u64) -> Decision {
+        let granted = self.give_back(state, now, hits);
+        let grant = Grant {
+            granted,
+            allowed: true,
+        };
+        self.describe(state, now, NEXT_HIT, grant)
     }
 }
 

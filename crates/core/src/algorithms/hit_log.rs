@@ -91,6 +91,29 @@ impl HitLog {
         }
     }
 
+    /// Forgets up to `n` of the newest hits (a refund); returns how many.
+    pub fn take_newest(&mut self, n: u64) -> u64 {
+        let mut left = n;
+        while left > 0 {
+            let Some(&(_, c)) = self.entries.back() else {
+                break;
+            };
+            let before = self.cum_before(self.entries.len() - 1);
+            let in_entry = c - before;
+            if in_entry <= left {
+                left -= in_entry;
+                self.entries.pop_back();
+            } else if let Some(last) = self.entries.back_mut() {
+                last.1 -= left;
+                left = 0;
+            }
+        }
+        if self.entries.is_empty() {
+            self.base = 0;
+        }
+        n - left
+    }
+
     /// Drops the oldest hits until at most `keep` remain.
     fn trim(&mut self, keep: u64) {
         while self.total() > keep {

@@ -15,7 +15,7 @@
 //! difference is that GCRA lets conforming hits through at once while the
 //! leaky bucket spreads them out.
 
-use crate::algorithm::{Algorithm, Schedule};
+use crate::algorithm::{Algorithm, Schedule, Usage};
 use crate::algorithms::gcra::{Gcra, GcraState};
 use crate::decision::{Decision, Grant, Hits};
 use crate::error::ParamError;
@@ -48,6 +48,14 @@ impl LeakyBucket {
     /// The GCRA meter this bucket is decided by (interval and tolerance).
     pub fn meter(&self) -> &Gcra {
         &self.meter
+    }
+
+    /// Bounds the debt a report may leave at `max_debt` hits beyond the
+    /// queue ([`Usage`]); the default is one queue.
+    pub fn with_max_debt(self, max_debt: u64) -> Result<LeakyBucket, ParamError> {
+        Ok(LeakyBucket {
+            meter: self.meter.with_max_debt(max_debt)?,
+        })
     }
 
     /// The bucket size.
@@ -92,6 +100,18 @@ impl Algorithm for LeakyBucket {
     #[inline]
     fn is_idle(&self, state: &GcraState, now: Nanos) -> bool {
         state.tat <= now
+    }
+}
+
+/// The hits of a report or refund were used, or never will be: nothing
+/// waits, so the decisions are the meter's.
+impl Usage for LeakyBucket {
+    fn report(&self, state: &mut GcraState, now: Nanos, hits: u64) -> Decision {
+        self.meter.report(state, now, hits)
+    }
+
+    fn refund(&self, state: &mut GcraState, now: Nanos, hits: u64) -> Decision {
+        self.meter.refund(state, now, hits)
     }
 }
 

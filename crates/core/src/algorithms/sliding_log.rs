@@ -17,7 +17,7 @@
 
 use std::num::NonZeroU64;
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, Usage, NEXT_HIT};
 use crate::algorithms::hit_log::HitLog;
 use crate::decision::{Decision, Grant, Hits};
 use crate::error::ParamError;
@@ -30,6 +30,9 @@ pub struct SlidingLog {
     window: Span,
     min_gap: Nanos,
     count_rejected: bool,
+    /// Hits a report may log beyond the limit ([`Usage`]); one limit by
+    /// default. The log then holds at most `limit + max_debt` hits.
+    max_debt: u64,
 }
 
 /// Sliding-log state: the log.
@@ -45,7 +48,21 @@ impl SlidingLog {
             window,
             min_gap: Nanos::ZERO,
             count_rejected: false,
+            max_debt: limit.get(),
         })
+    }
+
+    /// Bounds the hits a report may log beyond the limit ([`Usage`]); the
+    /// default is one limit.
+    #[must_use]
+    pub fn with_max_debt(mut self, max_debt: u64) -> SlidingLog {
+        self.max_debt = max_debt;
+        self
+    }
+
+    /// Hits a report may log beyond the limit.
+    pub fn max_debt(&self) -> u64 {
+        self.max_debt
     }
 
     /// Also requires `min_gap` between a request and the newest logged hit.
@@ -213,13 +230,43 @@ impl Algorithm for SlidingLog {
         if grant.granted > 0 {
             log.push(now, grant.granted, self.limit.get());
         } else if !grant.allowed && self.count_rejected {
-            log.push(now, request.hits.max(1), self.limit.get());
+            // Past the limit only after a report: the attempt renews the
+            // block without forgiving the debt.
+            let keep = self.limit.get().max(log.total());
+            log.push(now, request.hits.max(1), keep);
         }
         self.describe(log, now, request, grant)
     }
 
     fn is_idle(&self, log: &SlidingLogState, now: Nanos) -> bool {
         self.count(log, now) == 0 && self.gap_open(log, now)
+    }
+}
+
+impl Usage for SlidingLog {
+    /// Logs the hits at `now` even past the limit, up to `limit +
+    /// max_debt` in the window: the debt is paid as they leave it.
+    fn report(&self, log: &mut SlidingLogState, now: Nanos, hits: u64) -> Decision {
+        log.prune(self.window_start(now));
+        let keep = self.limit.get().saturating_add(self.max_debt);
+        let charged = hits.min(keep.saturating_sub(log.total()));
+        log.push(now, charged, keep);
+        let grant = Grant {
+            granted: charged,
+            allowed: true,
+        };
+        self.describe(log, now, NEXT_HIT, grant)
+    }
+
+    /// Forgets the newest hits still in the window.
+    fn refund(&self, log: &mut SlidingLogState, now: Nanos, hits: u64) -> Decision {
+        log.prune(self.window_start(now));
+        let back = log.take_newest(hits);
+        let grant = Grant {
+            granted: back,
+            allowed: true,
+        };
+        self.describe(log, now, NEXT_HIT, grant)
     }
 }
 

@@ -21,7 +21,7 @@ use std::num::NonZeroU64;
 
 use smallvec::{smallvec, SmallVec};
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, Usage, NEXT_HIT};
 use crate::decision::{Decision, Grant, Hits};
 use crate::error::ParamError;
 use crate::time::{Nanos, Span};
@@ -36,6 +36,9 @@ pub struct SlidingWindow {
     buckets: u32,
     /// The sub-window's length: a span, so never zero.
     sub: Span,
+    /// How far past the limit a report may take the estimate
+    /// ([`Usage`]); one limit by default.
+    max_debt: u64,
 }
 
 /// Sliding-window state: the newest sub-window's start and the counters,
@@ -79,7 +82,21 @@ impl SlidingWindow {
             limit,
             buckets,
             sub,
+            max_debt: limit.get(),
         })
+    }
+
+    /// Bounds the estimate a report may leave at `limit + max_debt`
+    /// ([`Usage`]); the default is one limit beyond it.
+    #[must_use]
+    pub fn with_max_debt(mut self, max_debt: u64) -> SlidingWindow {
+        self.max_debt = max_debt;
+        self
+    }
+
+    /// Hits a report may count beyond the limit.
+    pub fn max_debt(&self) -> u64 {
+        self.max_debt
     }
 
     /// Number of counters kept (sub-windows plus one).
@@ -140,9 +157,15 @@ impl SlidingWindow {
 
     /// Room for hits given the whole count, the oldest and the elapsed time.
     fn room_with(&self, whole: u64, oldest: u64, elapsed: u64) -> u64 {
+        self.room_under(self.limit.get(), whole, oldest, elapsed)
+    }
+
+    /// [`SlidingWindow::room_with`] under any limit (`limit + max_debt` for
+    /// a report).
+    fn room_under(&self, limit: u64, whole: u64, oldest: u64, elapsed: u64) -> u64 {
         let s = self.sub.as_u64() as u128;
         let weighted = oldest as u128 * (s - elapsed as u128);
-        let budget = self.limit.get() as u128 * s;
+        let budget = limit as u128 * s;
         if weighted > budget {
             return 0;
         }
@@ -211,21 +234,48 @@ impl Algorithm for SlidingWindow {
         request: Hits,
         grant: Grant,
     ) -> Decision {
-        let view = self.view(state, now);
         if grant.granted > 0 {
-            if view.shift > 0 {
-                let n = self.n();
-                state.counts.resize(n, 0);
-                state.counts.rotate_right(view.shift.min(n));
-                for c in state.counts.iter_mut().take(view.shift) {
-                    *c = 0;
-                }
-                state.start = view.start;
-            }
-            if let Some(current) = state.counts.first_mut() {
-                *current = current.saturating_add(grant.granted);
-            }
+            self.add(state, now, grant.granted);
         }
+        self.describe(state, now, request, grant)
+    }
+
+    fn is_idle(&self, state: &SlidingWindowState, now: Nanos) -> bool {
+        let view = self.view(state, now);
+        (0..self.n()).all(|i| self.count_at(state, view.shift, i) == 0)
+    }
+}
+
+impl SlidingWindow {
+    /// Moves the counters to `now` and counts `hits` in the current one.
+    fn add(&self, state: &mut SlidingWindowState, now: Nanos, hits: u64) {
+        self.shift(state, now);
+        if let Some(current) = state.counts.first_mut() {
+            *current = current.saturating_add(hits);
+        }
+    }
+
+    /// Moves the counters so that `counts[0]` is the sub-window of `now`.
+    fn shift(&self, state: &mut SlidingWindowState, now: Nanos) {
+        let view = self.view(state, now);
+        if view.shift > 0 {
+            let n = self.n();
+            state.counts.resize(n, 0);
+            state.counts.rotate_right(view.shift.min(n));
+            for c in state.counts.iter_mut().take(view.shift) {
+                *c = 0;
+            }
+            state.start = view.start;
+        }
+    }
+
+    fn describe(
+        &self,
+        state: &SlidingWindowState,
+        now: Nanos,
+        request: Hits,
+        grant: Grant,
+    ) -> Decision {
         let view = self.view(state, now);
         let (whole, oldest) = self.split(state, view.shift);
         let newest = (0..self.n()).find(|&i| self.count_at(state, view.shift, i) > 0);
@@ -247,10 +297,45 @@ impl Algorithm for SlidingWindow {
             tier: None,
         }
     }
+}
 
-    fn is_idle(&self, state: &SlidingWindowState, now: Nanos) -> bool {
+impl Usage for SlidingWindow {
+    /// Counts the hits in the current sub-window even past the limit, as
+    /// long as the estimate stays within `limit + max_debt`.
+    fn report(&self, state: &mut SlidingWindowState, now: Nanos, hits: u64) -> Decision {
         let view = self.view(state, now);
-        (0..self.n()).all(|i| self.count_at(state, view.shift, i) == 0)
+        let (whole, oldest) = self.split(state, view.shift);
+        let limit = self.limit.get().saturating_add(self.max_debt);
+        let charged = self
+            .room_under(limit, whole, oldest, view.elapsed)
+            .min(hits);
+        if charged > 0 {
+            self.add(state, now, charged);
+        }
+        let grant = Grant {
+            granted: charged,
+            allowed: true,
+        };
+        self.describe(state, now, NEXT_HIT, grant)
+    }
+
+    /// Uncounts hits still inside the window, newest sub-window first,
+    /// never below zero.
+    fn refund(&self, state: &mut SlidingWindowState, now: Nanos, hits: u64) -> Decision {
+        let mut left = hits;
+        if !self.is_idle(state, now) {
+            self.shift(state, now);
+            for c in state.counts.iter_mut() {
+                let back = left.min(*c);
+                *c -= back;
+                left -= back;
+            }
+        }
+        let grant = Grant {
+            granted: hits - left,
+            allowed: true,
+        };
+        self.describe(state, now, NEXT_HIT, grant)
     }
 }
 

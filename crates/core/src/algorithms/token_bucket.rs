@@ -18,7 +18,7 @@
 
 use std::num::NonZeroU64;
 
-use crate::algorithm::{Algorithm, Schedule};
+use crate::algorithm::{Algorithm, Schedule, Usage, NEXT_HIT};
 use crate::decision::{Decision, Grant, Hits};
 use crate::error::ParamError;
 use crate::rate::Rate;
@@ -35,6 +35,9 @@ pub struct TokenBucket {
     full: i64,
     /// `initial × interval`, zero or a [`Span`].
     initial_time: i64,
+    /// `max_debt × interval`: how far below empty a report may take the
+    /// token-time; zero or a [`Span`]. Defaults to `full` (one capacity).
+    debt: i64,
 }
 
 /// Marks a bucket that has never been used.
@@ -76,7 +79,29 @@ impl TokenBucket {
             interval,
             full,
             initial_time,
+            debt: full,
         })
+    }
+
+    /// Bounds the debt a report may leave at `max_debt` tokens below
+    /// empty ([`Usage`]); the default is one capacity.
+    pub fn with_max_debt(mut self, max_debt: u64) -> Result<TokenBucket, ParamError> {
+        self.debt = match NonZeroU64::new(max_debt) {
+            None => 0,
+            Some(n) => ParamError::hits_span("max_debt", n, self.interval)?.as_u64() as i64,
+        };
+        Ok(self)
+    }
+
+    /// `interval × max_debt`: how far below empty a report may take the
+    /// token-time.
+    pub fn debt_time(&self) -> Nanos {
+        Nanos::new(self.debt as u64)
+    }
+
+    /// The most tokens a report may leave the bucket owing.
+    pub fn max_debt(&self) -> u64 {
+        self.debt as u64 / self.interval.as_u64()
     }
 
     /// Nanoseconds per token, rounded down (see [`Rate`]).
@@ -239,6 +264,52 @@ impl Algorithm for TokenBucket {
 
     fn is_idle(&self, state: &TokenBucketState, now: Nanos) -> bool {
         self.forgotten(state, now)
+    }
+}
+
+impl Usage for TokenBucket {
+    /// Takes the tokens into debt, down to `max_debt` below empty.
+    fn report(&self, state: &mut TokenBucketState, now: Nanos, hits: u64) -> Decision {
+        let level = self.level(state, now) as i128;
+        let floor = -(self.debt as i128);
+        let interval = self.interval.as_u64() as i128;
+        let fits = ((level - floor).max(0) / interval).min(u64::MAX as i128) as u64;
+        let charged = hits.min(fits);
+        if charged > 0 {
+            self.take(state, now, charged);
+        }
+        let grant = Grant {
+            granted: charged,
+            allowed: true,
+        };
+        self.describe(state, now, NEXT_HIT, grant)
+    }
+
+    /// Puts tokens back, never above a full bucket (nor lowering one that
+    /// holds more, from `initial_tokens`). A forgotten bucket gets nothing:
+    /// it is already as fresh as it can be.
+    fn refund(&self, state: &mut TokenBucketState, now: Nanos, hits: u64) -> Decision {
+        let mut given = 0;
+        if !self.forgotten(state, now) {
+            let level = self.level(state, now) as i128;
+            let top = level.max(self.full as i128);
+            let cost = hits as i128 * self.interval.as_u64() as i128;
+            let (to, back) = if level + cost <= top {
+                (level + cost, hits)
+            } else {
+                (top, ((top - level) / self.interval.as_u64() as i128) as u64)
+            };
+            // Between the debt floor and a full bucket (or the initial
+            // burst): within an `i64`.
+            state.token_time = to as i64;
+            state.last = state.last.max(now.as_u64());
+            given = back;
+        }
+        let grant = Grant {
+            granted: given,
+            allowed: true,
+        };
+        self.describe(state, now, NEXT_HIT, grant)
     }
 }
 

@@ -6,6 +6,8 @@
 -- 2 calendar); with a calendar, p[4] .. p[11] are four edges, each as
 -- seconds and nanoseconds since the epoch: e0 = (p[4], p[5]), e1, e2, e3,
 -- the windows [e0, e1), [e1, e2) and [e2, e3) around the server's time.
+-- Last (p[#p], after the edges) max_debt, the hits a report may count
+-- beyond the limit.
 -- Stored: v[3] start (T.put), v[4] count; a calendar window also v[5],
 -- its end (T.put), which no arithmetic on p[2] gives.
 --
@@ -110,4 +112,19 @@ LOADERS[4] = function()
       return sat_sub(fw_stop(p, st), now)
     end,
   }
+
+  -- Usage::report and refund, through commit as in the core: a report is
+  -- a grant the limit did not check, a refund uncounts hits first.
+  ALG[4].usage = function(p, st, now, hits, refund)
+    local one = { hits = 1, min_hits = 1 }
+    if refund then
+      local back = min(hits, fw_count(p, st, now))
+      st.count = st.count - back
+      local d = ALG[4].commit(p, st, now, one, { granted = 0, allowed = true })
+      d.granted = back
+      return d
+    end
+    local n = min(hits, sat_sub(p[1] + p[#p], fw_count(p, st, now)))
+    return ALG[4].commit(p, st, now, one, { granted = n, allowed = true })
+  end
 end

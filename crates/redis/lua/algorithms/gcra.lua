@@ -1,7 +1,9 @@
 -- GCRA and the leaky bucket (codes 2 and 3): a port of
 -- crates/core/src/algorithms/gcra.rs and leaky_bucket.rs. Both keep one
 -- theoretical arrival time (tat); a fresh state's tat is long ago.
--- Parameters: p[1] interval, p[2] burst (queue size), p[3] tolerance.
+-- Parameters: p[1] interval, p[2] burst (queue size), p[3] tolerance,
+-- p[4] debt (max_debt × interval: how much further than the tolerance a
+-- report may push the tat).
 -- Wrapped in a loader, run on first use (see LOADERS in prelude.lua); its
 -- locals do not count against the chunk's 200.
 LOADERS[2] = function()
@@ -36,6 +38,35 @@ LOADERS[2] = function()
     return start
   end
 
+  -- Gcra::charge: up to `hits` into debt; the hits charged.
+  local function gcra_charge(p, st, now, hits)
+    local start = max(st.tat, now)
+    local fits = idiv(sat_sub(now + p[3] + p[4], start), p[1])
+    local charged = min(hits, fits)
+    if charged > 0 then gcra_advance(p, st, now, charged) end
+    return charged
+  end
+
+  -- Gcra::give_back: the tat moves back by up to `hits`, never before now.
+  local function gcra_give_back(p, st, now, hits)
+    local ahead = sat_sub(st.tat, now)
+    if p[1] * hits <= ahead then
+      st.tat = st.tat - p[1] * hits
+      return hits
+    end
+    if st.tat > now then st.tat = now end
+    return idiv(ahead, p[1])
+  end
+
+  -- Usage::report and refund; the decision is described for one more hit.
+  local function gcra_usage(p, st, now, hits, refund)
+    local n
+    if refund then n = gcra_give_back(p, st, now, hits)
+    else n = gcra_charge(p, st, now, hits) end
+    return gcra_describe(p, st, now, { hits = 1, min_hits = 1 },
+      { granted = n, allowed = true })
+  end
+
   local GCRA = {
     name = 'gcra',
     fresh = function(p, now) return { tat = PAST } end,
@@ -52,6 +83,7 @@ LOADERS[2] = function()
     end,
     is_idle = function(p, st, now) return st.tat <= now end,
     ttl = function(p, st, now) return sat_sub(st.tat, now) end,
+    usage = gcra_usage,
     acquire_wait = function(p, st, now, hits)
       local probe = { tat = st.tat }
       gcra_advance(p, probe, now, hits)
@@ -88,6 +120,8 @@ LOADERS[2] = function()
     end,
     is_idle = GCRA.is_idle,
     ttl = GCRA.ttl,
+    -- Nothing waits for reported or refunded hits: the meter's decisions.
+    usage = gcra_usage,
     -- Unlike GCRA's, a leaky bucket's wait is until its own slot starts.
     acquire_wait = function(p, st, now, hits)
       local probe = { tat = st.tat }

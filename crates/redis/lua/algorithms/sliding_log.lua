@@ -1,7 +1,8 @@
 -- The sliding log (code 6): a port of
 -- crates/core/src/algorithms/sliding_log.rs, on the shared HitLog.
 -- Parameters: p[1] limit, p[2] window, p[3] min_gap (0: none),
--- p[4] count_rejected (0/1).
+-- p[4] count_rejected (0/1), p[5] max_debt (hits a report may log beyond
+-- the limit).
 -- Stored: the log, in HitLog's layout (pairs of time and hits from v[3]).
 -- The core subtracts the window from an absolute now with saturation;
 -- relative times need none (a real now is decades past any window).
@@ -91,12 +92,29 @@ LOADERS[6] = function()
       if grant.granted > 0 then
         HitLog.push(st.log, now, grant.granted, p[1])
       elseif not grant.allowed and p[4] == 1 then
-        HitLog.push(st.log, now, max(req.hits, 1), p[1])
+        -- Past the limit only after a report: the attempt renews the block
+        -- without forgiving the debt.
+        HitLog.push(st.log, now, max(req.hits, 1), max(p[1], HitLog.total(st.log)))
       end
       return sl_describe(p, st.log, now, req, grant)
     end,
     is_idle = function(p, st, now)
       return sl_count(p, st.log, now) == 0 and sl_gap_open(p, st.log, now)
+    end,
+    -- A report logs up to limit + max_debt hits; a refund forgets the
+    -- newest hits still in the window.
+    usage = function(p, st, now, hits, refund)
+      HitLog.prune(st.log, now - p[2])
+      local n
+      if refund then
+        n = HitLog.take_newest(st.log, hits)
+      else
+        local keep = p[1] + p[5]
+        n = min(hits, sat_sub(keep, HitLog.total(st.log)))
+        HitLog.push(st.log, now, n, keep)
+      end
+      return sl_describe(p, st.log, now, { hits = 1, min_hits = 1 },
+        { granted = n, allowed = true })
     end,
     -- Idle once the newest hit has left the window and min_gap has passed
     -- since it: what reset_after says.

@@ -3,7 +3,8 @@
 -- weighted previous window) or N (N - 1 sub-windows and the weighted
 -- oldest). It cannot schedule: no acquire_wait, so acquire mode answers
 -- cannot_schedule as the core does.
--- Parameters: p[1] limit, p[2] buckets (counters), p[3] sub-window (ns).
+-- Parameters: p[1] limit, p[2] buckets (counters), p[3] sub-window (ns),
+-- p[4] max_debt (how far past the limit a report may take the estimate).
 -- Stored: v[3] the start of the sub-window counted by the first counter
 -- (T.put), v[4..] the counters, newest first.
 -- A fresh state's start is PAST where the core has Nanos::ZERO: both put
@@ -50,15 +51,20 @@ LOADERS[5] = function()
     return whole, sw_count_at(st, shift, n - 1)
   end
 
+  -- `room_under`: room under any limit (limit + max_debt for a report).
+  local function sw_room_under(p, limit, whole, oldest, elapsed)
+    local s = p[3]
+    local weighted = muldiv_ceil(oldest, s - elapsed, s)
+    if weighted > limit then return 0 end
+    return sat_sub(limit - weighted, whole)
+  end
+
   -- Rust's `room_with` without its u128s: with w = oldest × (S − e),
   -- floor((limit·S − w) / S) = limit − ceil(w / S), and w > limit·S exactly
   -- when ceil(w / S) > limit (limit is an integer), so one muldiv_ceil
   -- (quotient <= oldest < 2^52) decides both.
   local function sw_room_with(p, whole, oldest, elapsed)
-    local s = p[3]
-    local weighted = muldiv_ceil(oldest, s - elapsed, s)
-    if weighted > p[1] then return 0 end
-    return sat_sub(p[1] - weighted, whole)
+    return sw_room_under(p, p[1], whole, oldest, elapsed)
   end
 
   local function sw_retry_after(p, st, now, min_hits)
@@ -102,6 +108,56 @@ LOADERS[5] = function()
     return true
   end
 
+  -- Moves the counters so that the first is now's sub-window: the core's
+  -- resize to n, rotate_right(shift) and zeroing of the first `shift`
+  -- counters, in one pass.
+  local function sw_shift(p, st, now)
+    local start, _, shift = sw_view(p, st, now)
+    if shift > 0 then
+      local n = p[2]
+      local old, counts = st.counts, {}
+      for i = 1, n do
+        if i <= shift then
+          counts[i] = 0
+        else
+          counts[i] = old[i - shift] or 0
+        end
+      end
+      st.counts = counts
+      st.start = start
+    end
+  end
+
+  -- Counts `hits` in now's sub-window.
+  local function sw_add(p, st, now, hits)
+    sw_shift(p, st, now)
+    if #st.counts > 0 then
+      st.counts[1] = st.counts[1] + hits
+    end
+  end
+
+  local function sw_describe(p, st, now, req, grant)
+    local n, s = p[2], p[3]
+    local start, elapsed, shift = sw_view(p, st, now)
+    local whole, oldest = sw_split(p, st, shift)
+    local reset_after = 0
+    for i = 0, n - 1 do
+      if sw_count_at(st, shift, i) > 0 then
+        reset_after = sat_sub(start + s * (n - i), now)
+        break
+      end
+    end
+    return {
+      granted = grant.granted,
+      allowed = grant.allowed,
+      limit = p[1],
+      remaining = sw_room_with(p, whole, oldest, elapsed),
+      reset_after = reset_after,
+      retry_after = sw_retry_after(p, st, now, req.min_hits),
+      wait = 0,
+    }
+  end
+
   ALG[5] = {
     name = 'sliding_window',
     fresh = function(p, now)
@@ -125,45 +181,30 @@ LOADERS[5] = function()
       return min(sw_room_with(p, whole, oldest, elapsed), hits)
     end,
     commit = function(p, st, now, req, grant)
-      local n, s = p[2], p[3]
-      local start, elapsed, shift = sw_view(p, st, now)
-      if grant.granted > 0 then
-        if shift > 0 then
-          -- The core's resize to n, rotate_right(shift) and zeroing of the
-          -- first `shift` counters, in one pass.
-          local old, counts = st.counts, {}
-          for i = 1, n do
-            if i <= shift then
-              counts[i] = 0
-            else
-              counts[i] = old[i - shift] or 0
-            end
+      if grant.granted > 0 then sw_add(p, st, now, grant.granted) end
+      return sw_describe(p, st, now, req, grant)
+    end,
+    usage = function(p, st, now, hits, refund)
+      local n = 0
+      if refund then
+        if not sw_is_idle(p, st, now) then
+          sw_shift(p, st, now)
+          local left = hits
+          for i = 1, #st.counts do
+            local back = min(left, st.counts[i])
+            st.counts[i] = st.counts[i] - back
+            left = left - back
           end
-          st.counts = counts
-          st.start = start
+          n = hits - left
         end
-        if #st.counts > 0 then
-          st.counts[1] = st.counts[1] + grant.granted
-        end
+      else
+        local _, elapsed, shift = sw_view(p, st, now)
+        local whole, oldest = sw_split(p, st, shift)
+        n = min(sw_room_under(p, p[1] + p[4], whole, oldest, elapsed), hits)
+        if n > 0 then sw_add(p, st, now, n) end
       end
-      start, elapsed, shift = sw_view(p, st, now)
-      local whole, oldest = sw_split(p, st, shift)
-      local reset_after = 0
-      for i = 0, n - 1 do
-        if sw_count_at(st, shift, i) > 0 then
-          reset_after = sat_sub(start + s * (n - i), now)
-          break
-        end
-      end
-      return {
-        granted = grant.granted,
-        allowed = grant.allowed,
-        limit = p[1],
-        remaining = sw_room_with(p, whole, oldest, elapsed),
-        reset_after = reset_after,
-        retry_after = sw_retry_after(p, st, now, req.min_hits),
-        wait = 0,
-      }
+      return sw_describe(p, st, now, { hits = 1, min_hits = 1 },
+        { granted = n, allowed = true })
     end,
     is_idle = sw_is_idle,
     -- Counter j (0 = newest) leaves the view once now's sub-window starts

@@ -4,7 +4,9 @@
 -- acquire; `last` is when tokens were last taken, false for never (the
 -- core's NEVER, u64::MAX).
 -- Parameters: p[1] capacity, p[2] initial tokens, p[3] interval, p[4] full
--- time (capacity × interval), p[5] initial time (initial × interval).
+-- time (capacity × interval), p[5] initial time (initial × interval),
+-- p[6] debt time (max_debt × interval: how far below empty a report may
+-- take the token-time).
 -- Stored: v[3] token-time, v[4] last (T.put; absent for never).
 -- Wrapped in a loader, run on first use (see LOADERS in prelude.lua); its
 -- locals do not count against the chunk's 200.
@@ -104,6 +106,33 @@ LOADERS[1] = function()
     return d
   end
 
+  -- Usage::report (charge into debt, down to -p[6]) and refund (back up
+  -- to a full bucket, never lowering one that holds more; a forgotten
+  -- bucket gets nothing). The decision is described for one more hit.
+  local function tb_usage(p, st, now, hits, refund)
+    local n = 0
+    if refund then
+      if not tb_forgotten(p, st, now) then
+        local level = tb_level(p, st, now)
+        local top = max(level, p[4])
+        if level + p[3] * hits <= top then
+          st.tt = level + p[3] * hits
+          n = hits
+        else
+          st.tt = top
+          n = idiv(top - level, p[3])
+        end
+        st.last = max(st.last, now)
+      end
+    else
+      local level = tb_level(p, st, now)
+      n = min(hits, idiv(max(level + p[6], 0), p[3]))
+      if n > 0 then tb_take(p, st, now, n) end
+    end
+    return tb_describe(p, st, now, { hits = 1, min_hits = 1 },
+      { granted = n, allowed = true })
+  end
+
   ALG[1] = {
     name = 'token_bucket',
     fresh = function(p, now) return { tt = p[5], last = false } end,
@@ -130,6 +159,7 @@ LOADERS[1] = function()
       return tb_describe(p, st, now, req, grant)
     end,
     is_idle = function(p, st, now) return tb_forgotten(p, st, now) end,
+    usage = tb_usage,
     -- Forgotten once idle for longer than a refill time plus the debt.
     ttl = function(p, st, now)
       if not st.last then return 0 end

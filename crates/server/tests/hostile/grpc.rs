@@ -895,7 +895,8 @@ fn an_unknown_mode_is_refused_not_read_as_try() {
     let h = Harness::default_limits();
     let channel = h.rt.block_on(channel(&h));
     h.rt.block_on(async {
-        for mode in [2, 7, -1, i32::MAX] {
+        // 2 and 3 are MODE_REPORT and MODE_REFUND since issue 18.
+        for mode in [4, 7, -1, i32::MAX] {
             let request = v1::RateRequest {
                 namespace: "app".into(),
                 resource: "api".into(),
@@ -919,7 +920,7 @@ fn an_unknown_mode_is_refused_not_read_as_try() {
             namespace: "app".into(),
             resource: "api".into(),
             domain: "acme".into(),
-            mode: 3,
+            mode: 4,
             ..v1::RateRequest::default()
         });
         let mut answers = client
@@ -933,7 +934,7 @@ fn an_unknown_mode_is_refused_not_read_as_try() {
         let answer = answers.message().await.unwrap().unwrap();
         match answer.result {
             Some(Answer::Error(e)) => assert_eq!(e.reason, "malformed_request", "{e:?}"),
-            other => panic!("mode 3 on a session: {other:?}"),
+            other => panic!("mode 4 on a session: {other:?}"),
         }
     });
     // What the HTTP API has always done with a mode it does not know.

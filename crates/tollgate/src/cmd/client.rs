@@ -109,6 +109,13 @@ pub struct RequestArgs {
     /// Keep retrying with backoff for this long (`500ms`, `5s`).
     #[arg(long, value_parser = duration, default_value = "0s")]
     pub max_wait: Duration,
+    /// The hits were already used: charge them even past the limit, into
+    /// the resource's `max_debt`, never rejected.
+    #[arg(long, conflicts_with = "refund")]
+    pub report: bool,
+    /// Give back hits taken and not used, never past a fresh state.
+    #[arg(long)]
+    pub refund: bool,
     #[command(flatten)]
     pub connect: Connect,
 }
@@ -308,6 +315,12 @@ pub fn request(args: RequestArgs) -> ExitCode {
             .max_wait(args.max_wait);
         if let Some(min) = args.min_hits {
             builder = builder.min_hits(min);
+        }
+        if args.report {
+            builder = builder.report();
+        }
+        if args.refund {
+            builder = builder.refund();
         }
         match builder.send().await {
             Ok(grant) => {

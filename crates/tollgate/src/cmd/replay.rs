@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use tollgate_config::Loaded;
-use tollgate_core::{Decision, Nanos};
+use tollgate_core::{Decision, Mode, Nanos};
 use tollgate_service::{
     DescriptorOutcome, DescriptorRequest, LimitedBy, Limiter, RateOutcome, RateRequest, View,
 };
@@ -265,6 +265,9 @@ impl Replay {
                 namespace: &namespace,
                 descriptors,
                 hits: e.hits,
+                // A decision log's report and refund lines replay as such;
+                // descriptors are never scheduled.
+                mode: if e.mode.is_usage() { e.mode } else { Mode::Try },
                 limits: &e.descriptor_limits,
             };
             return match limiter.request_descriptors(&req, e.time).await {

@@ -1,0 +1,384 @@
+//! Usage reported after the fact (issue 18 item 3), end to end through a
+//! real `tollgate serve`: on the HTTP API, the native gRPC API (unary and
+//! in a session), the Rust client and Envoy's rate-limit service, a
+//! gateway checks before a call with an estimate, reports the real usage
+//! (an LLM answer's tokens) after it, is refused while the debt lasts,
+//! sees a report past the bound clamped (and counted in a metric), and
+//! gives back what it did not use, never past a full bucket.
+//!
+//! The buckets refill 1000 tokens a day, so no whole token refills during
+//! a test: the debt is paid by refunds, and every answer is exact but for
+//! the fraction of a token real time refills.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::serving::Serving;
+use common::Sandbox;
+use serde_json::Value;
+
+/// 1000 tokens, refilled 1000 a day, owing at most 500.
+const NATIVE: &str = "namespaces:
+  - name: llm
+    resources:
+      - { name: tokens, algorithm: token_bucket, capacity: 1000, rate: 1000/1d, max_debt: 500 }
+      - { name: calls, algorithm: smooth_bursty, rate: 5/s }
+";
+
+/// The same bucket behind a descriptor charged in report mode, and a
+/// plain per-minute limit beside it.
+const ENVOY: &str = "domain: gateway
+descriptors:
+  - key: user
+    report: true
+    max_debt: 500
+    rate_limit: { algorithm: token_bucket, capacity: 1000, rate: 1000/1d }
+  - key: path
+    rate_limit: { unit: minute, requests_per_unit: 100 }
+";
+
+fn start() -> (Sandbox, Serving) {
+    let dir = Sandbox::new("usage");
+    dir.write("conf/tollgate.yaml", NATIVE);
+    dir.write("conf/envoy.yaml", ENVOY);
+    let conf = dir.path("conf");
+    let server = Serving::start_config(&dir, &conf, &[], &[]);
+    (dir, server)
+}
+
+/// The clamped-report counter of namespace `ns`.
+fn clamped(server: &Serving, ns: &str) -> f64 {
+    server
+        .metric(&format!(
+            r#"tollgate_reports_clamped_total{{namespace="{ns}"}}"#
+        ))
+        .unwrap_or(0.0)
+}
+
+/// One step of the flow, as every API answers it: allowed, granted.
+type Answer = (bool, u64);
+
+/// The flow every API goes through, `ask(mode, hits)` answering each step
+/// (`mode` one of `try`, `report`, `refund`).
+fn check_before_report_after(mut ask: impl FnMut(&str, u64) -> Answer) {
+    // Check with an estimate: 100 tokens.
+    assert_eq!(ask("try", 100), (true, 100));
+    // The answer used 1300: 1200 more, charged past the limit (300 owed).
+    assert_eq!(ask("report", 1200), (true, 1200));
+    // The debt blocks the next check, however small.
+    assert_eq!(ask("try", 1), (false, 0));
+    // A report past the bound is charged up to it (500 owed) and no more.
+    assert_eq!(ask("report", 1000), (true, 200));
+    assert_eq!(ask("try", 1), (false, 0));
+    // Giving back 600 leaves 100: the debt is paid, 100 can be granted.
+    assert_eq!(ask("refund", 600), (true, 600));
+    assert_eq!(ask("try", 101), (false, 0));
+    assert_eq!(ask("try", 100), (true, 100));
+    // A refund never fills the bucket past full. (What the bucket refilled
+    // since the test began, a fraction of a token, is not counted as given
+    // back: 999 of the 1000 then.)
+    let (allowed, back) = ask("refund", 5000);
+    assert!(allowed && (999..=1000).contains(&back), "{back}");
+    assert_eq!(ask("try", 1001), (false, 0));
+    assert_eq!(ask("try", 1000), (true, 1000));
+}
+
+#[test]
+fn check_before_report_after_on_http() {
+    let (_dir, server) = start();
+    let mut last: Value = Value::Null;
+    check_before_report_after(|mode, hits| {
+        let body = format!(
+            r#"{{"namespace":"llm","resource":"tokens","domain":"http","hits":{hits},"mode":"{mode}"}}"#
+        );
+        let (status, answer) = server.json("POST", "/v1/request", Some(&body));
+        assert_eq!(
+            status == 200,
+            answer["allowed"] == true,
+            "{status} {answer}"
+        );
+        last = answer.clone();
+        (
+            answer["allowed"] == true,
+            answer["granted"].as_u64().unwrap_or(0),
+        )
+    });
+    assert!(last["allowed"] == true);
+    assert_eq!(clamped(&server, "llm"), 1.0);
+    // The clamped report names the limit that clamped it.
+    let body =
+        r#"{"namespace":"llm","resource":"tokens","domain":"http2","hits":5000,"mode":"report"}"#;
+    let (status, answer) = server.json("POST", "/v1/request", Some(body));
+    assert_eq!(
+        (status, &answer["granted"]),
+        (200, &Value::from(1500)),
+        "{answer}"
+    );
+    assert_eq!(answer["limited_by"], "limit");
+    assert_eq!(answer["remaining"], 0);
+    assert_eq!(clamped(&server, "llm"), 2.0);
+    // An algorithm without a sound debt is refused, naming it.
+    let body = r#"{"namespace":"llm","resource":"calls","domain":"d","hits":3,"mode":"report"}"#;
+    let (status, answer) = server.json("POST", "/v1/request", Some(body));
+    assert_eq!(status, 409, "{answer}");
+    assert_eq!(answer["error"]["reason"], "no_usage");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("smooth_bursty"), "{answer}");
+    // An unknown mode names the known ones.
+    let body = r#"{"namespace":"llm","resource":"tokens","domain":"d","mode":"later"}"#;
+    let (status, text) = server.http("POST", "/v1/request", Some(body));
+    assert_eq!(status, 400);
+    assert!(text.contains("`report` or `refund`"), "{text}");
+}
+
+/// The same flow over HTTP with the Redis store: the decide script
+/// charges, clamps and refunds as the memory store does.
+#[test]
+fn check_before_report_after_on_http_with_redis() {
+    let redis = tollgate_redis::testing::RedisServer::start();
+    let dir = Sandbox::new("usage-redis");
+    dir.write("tollgate.yaml", NATIVE);
+    let server = Serving::start_redis(&dir, &redis.url(), &[], &[]);
+    check_before_report_after(|mode, hits| {
+        let body = format!(
+            r#"{{"namespace":"llm","resource":"tokens","domain":"redis","hits":{hits},"mode":"{mode}"}}"#
+        );
+        let (status, answer) = server.json("POST", "/v1/request", Some(&body));
+        assert_eq!(
+            status == 200,
+            answer["allowed"] == true,
+            "{status} {answer}"
+        );
+        (
+            answer["allowed"] == true,
+            answer["granted"].as_u64().unwrap_or(0),
+        )
+    });
+    assert_eq!(clamped(&server, "llm"), 1.0);
+    let body = r#"{"namespace":"llm","resource":"calls","domain":"d","hits":3,"mode":"refund"}"#;
+    let (status, answer) = server.json("POST", "/v1/request", Some(body));
+    assert_eq!(
+        (status, &answer["error"]["reason"]),
+        (409, &Value::from("no_usage"))
+    );
+}
+
+#[test]
+fn check_before_report_after_on_native_grpc_and_sessions() {
+    use tollgate_proto::v1::{
+        self, session_request, session_response, tollgate_client::TollgateClient,
+    };
+
+    let (_dir, server) = start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mode = |m: &str| match m {
+        "report" => v1::Mode::Report,
+        "refund" => v1::Mode::Refund,
+        _ => v1::Mode::Try,
+    } as i32;
+    let request = |domain: &str, m: &str, hits: u64| v1::RateRequest {
+        namespace: "llm".into(),
+        resource: "tokens".into(),
+        domain: domain.into(),
+        hits: Some(hits),
+        mode: mode(m),
+        ..Default::default()
+    };
+    rt.block_on(async {
+        let mut native = TollgateClient::connect(format!("http://{}", server.grpc))
+            .await
+            .unwrap();
+        let mut answers = Vec::new();
+        for (m, hits) in FLOW {
+            let a = native
+                .request(request("grpc", m, *hits))
+                .await
+                .unwrap()
+                .into_inner();
+            answers.push((a.allowed, a.granted));
+        }
+        replay_flow(&answers);
+        // The same in a session.
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let mut stream = native
+            .session(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        let mut answers = Vec::new();
+        for (id, (m, hits)) in FLOW.iter().enumerate() {
+            tx.send(v1::SessionRequest {
+                id: id as u64,
+                op: Some(session_request::Op::Request(request("session", m, *hits))),
+            })
+            .await
+            .unwrap();
+            let a = stream.message().await.unwrap().unwrap();
+            let Some(session_response::Result::Request(r)) = a.result else {
+                panic!("{a:?}");
+            };
+            answers.push((r.allowed, r.granted));
+        }
+        replay_flow(&answers);
+        // Refused for an algorithm without a debt: FAILED_PRECONDITION.
+        let mut calls = request("grpc", "refund", 1);
+        calls.resource = "calls".into();
+        let err = native.request(calls).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err}");
+        assert!(err.message().contains("smooth_bursty"), "{err}");
+    });
+}
+
+#[test]
+fn check_before_report_after_with_the_rust_client() {
+    use tollgate_client::{Client, ClientConfig};
+
+    let (_dir, server) = start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let client =
+            Client::new(ClientConfig::new(vec![format!("http://{}", server.grpc)])).unwrap();
+        let mut answers = Vec::new();
+        for (m, hits) in FLOW {
+            let b = client.request("llm", "tokens", "client").hits(*hits);
+            let b = match *m {
+                "report" => b.report(),
+                "refund" => b.refund(),
+                _ => b,
+            };
+            answers.push(match b.send().await {
+                Ok(g) => {
+                    assert!(!g.is_degraded());
+                    (true, g.granted)
+                }
+                Err(tollgate_client::Error::Rejected(_)) => (false, 0),
+                Err(e) => panic!("{e}"),
+            });
+        }
+        replay_flow(&answers);
+    });
+}
+
+#[test]
+fn check_before_report_after_on_envoy_rls() {
+    use tollgate_proto::rls::rate_limit_descriptor::Entry;
+    use tollgate_proto::rls::rate_limit_service_client::RateLimitServiceClient;
+    use tollgate_proto::rls::{RateLimitDescriptor, RateLimitRequest};
+
+    let (_dir, server) = start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let descriptor = |key: &str, value: &str, negative: bool| RateLimitDescriptor {
+        entries: vec![Entry {
+            key: key.into(),
+            value: value.into(),
+        }],
+        is_negative_hits: negative,
+        ..Default::default()
+    };
+    // A descriptor asking for no hits at all: its own `hits_addend` of 0
+    // (the request's 0 means 1, as upstream reads it).
+    let probe = |key: &str, value: &str| {
+        let mut d = descriptor(key, value, false);
+        d.hits_addend.get_or_insert_with(Default::default).value = 0;
+        vec![d]
+    };
+    rt.block_on(async {
+        let mut rls = RateLimitServiceClient::connect(format!("http://{}", server.grpc))
+            .await
+            .unwrap();
+        let ask = |descriptors: Vec<RateLimitDescriptor>, hits: u32| {
+            let req = RateLimitRequest {
+                domain: "gateway".into(),
+                descriptors,
+                hits_addend: hits,
+            };
+            let mut rls = rls.clone();
+            async move { rls.should_rate_limit(req).await.unwrap().into_inner() }
+        };
+        const OK: i32 = 1;
+        const OVER: i32 = 2;
+        let user = |negative| vec![descriptor("user", "alice", negative)];
+        // The check at the request's start: no hits, is the bucket
+        // exhausted? (A `report: true` descriptor with hits is charged.)
+        let a = ask(probe("user", "alice"), 1).await;
+        assert_eq!(a.overall_code, OK, "{a:?}");
+        assert_eq!(a.statuses[0].limit_remaining, 1000);
+        // At the stream's end: 1300 tokens, charged past the limit.
+        let a = ask(user(false), 1300).await;
+        assert_eq!(a.overall_code, OK, "usage is never refused: {a:?}");
+        assert_eq!(a.statuses[0].limit_remaining, 0);
+        // The next request's check is refused while the debt lasts.
+        let a = ask(probe("user", "alice"), 1).await;
+        assert_eq!(a.overall_code, OVER, "{a:?}");
+        // A report past the bound is clamped, and counted.
+        let a = ask(user(false), 1000).await;
+        assert_eq!(a.overall_code, OK, "{a:?}");
+        // `is_negative_hits` gives 600 back: 100 left, the check passes.
+        let a = ask(user(true), 600).await;
+        assert_eq!(a.overall_code, OK, "{a:?}");
+        let a = ask(probe("user", "alice"), 1).await;
+        assert_eq!(a.overall_code, OK, "{a:?}");
+        assert_eq!(a.statuses[0].limit_remaining, 100);
+        // A request mixing a checked descriptor and a reported one: the
+        // path is checked (and counted), the user charged whatever it says.
+        let mixed = vec![
+            descriptor("path", "/chat", false),
+            descriptor("user", "alice", false),
+        ];
+        let a = ask(mixed, 150).await;
+        assert_eq!(
+            a.overall_code, OVER,
+            "150 is over the path's 100 a minute: {a:?}"
+        );
+        assert_eq!(a.statuses[0].code, OVER);
+        assert_eq!(a.statuses[1].code, OK);
+        assert_eq!(a.statuses[1].limit_remaining, 0, "the user was charged 150");
+        // Refunds never pass a full bucket.
+        let a = ask(user(true), 5000).await;
+        assert_eq!(a.overall_code, OK, "{a:?}");
+        let a = ask(probe("user", "alice"), 1).await;
+        assert_eq!(a.statuses[0].limit_remaining, 1000);
+        // Descriptors of one request are all refunded or none is.
+        let err = rls
+            .should_rate_limit(RateLimitRequest {
+                domain: "gateway".into(),
+                descriptors: vec![
+                    descriptor("user", "a", true),
+                    descriptor("path", "/", false),
+                ],
+                hits_addend: 1,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+    });
+    assert_eq!(clamped(&server, "gateway"), 1.0);
+}
+
+/// The flow of [`check_before_report_after`] as a list, for APIs driven
+/// from async code.
+const FLOW: &[(&str, u64)] = &[
+    ("try", 100),
+    ("report", 1200),
+    ("try", 1),
+    ("report", 1000),
+    ("try", 1),
+    ("refund", 600),
+    ("try", 101),
+    ("try", 100),
+    ("refund", 5000),
+    ("try", 1001),
+    ("try", 1000),
+];
+
+/// Checks answers collected for [`FLOW`] against the flow's expectations.
+fn replay_flow(answers: &[Answer]) {
+    let mut i = 0;
+    check_before_report_after(|mode, hits| {
+        assert_eq!((mode, hits), FLOW[i], "the flow and FLOW agree");
+        i += 1;
+        answers[i - 1]
+    });
+    assert_eq!(i, answers.len());
+}
