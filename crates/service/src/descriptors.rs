@@ -282,7 +282,8 @@ impl ToDecide {
         );
         let mut report = check.clone();
         for (i, item) in self.plan.items().iter().enumerate() {
-            let part = if self.reported[i] {
+            // An item `plan` did not mark (none today) is checked.
+            let part = if self.reported.get(i) == Some(&true) {
                 &mut report
             } else {
                 &mut check

@@ -236,6 +236,17 @@ mod tests {
         assert_eq!(e.domain, "acme");
     }
 
+    /// Issue 18 item 3: a decision log's report and refund lines replay.
+    #[test]
+    fn report_and_refund_lines() {
+        for (name, mode) in [("report", Mode::Report), ("refund", Mode::Refund)] {
+            let line = format!(r#"{{"time_ms": 1, "domain": "a", "hits": 9, "mode": "{name}"}}"#);
+            assert_eq!(parse(&line).unwrap().mode, mode);
+        }
+        let err = parse(r#"{"time_ms": 1, "domain": "a", "mode": "later"}"#).unwrap_err();
+        assert!(err.contains("`report` or `refund`"), "{err}");
+    }
+
     #[test]
     fn thesis_export_format() {
         let e = parse(r#"{"user_id": 42, "time": 12.345}"#).unwrap();
