@@ -300,6 +300,9 @@ pub fn check_limit(limit: &Limit) -> Result<(), Inexact> {
             span("the time to repay max_debt", a.meter().debt_time())
         }
         Limit::FixedWindow(a) => {
+            // The limit alone first: a config that sets no `max_debt` is
+            // told of its limit, not of a sum it never wrote.
+            count("limit", a.limit())?;
             count("limit + max_debt", a.limit().saturating_add(a.max_debt()))?;
             if let Align::Calendar(c) = a.align() {
                 if a.longest_window().as_u64() >= MAX_EXACT {
@@ -309,6 +312,9 @@ pub fn check_limit(limit: &Limit) -> Result<(), Inexact> {
             span("window", a.longest_window())
         }
         Limit::SlidingWindow(a) => {
+            // The limit alone first: a config that sets no `max_debt` is
+            // told of its limit, not of a sum it never wrote.
+            count("limit", a.limit())?;
             count("limit + max_debt", a.limit().saturating_add(a.max_debt()))?;
             span(
                 "window",
@@ -317,6 +323,9 @@ pub fn check_limit(limit: &Limit) -> Result<(), Inexact> {
             )
         }
         Limit::SlidingLog(a) => {
+            // The limit alone first: a config that sets no `max_debt` is
+            // told of its limit, not of a sum it never wrote.
+            count("limit", a.limit())?;
             count("limit + max_debt", a.limit().saturating_add(a.max_debt()))?;
             span("window", a.window())?;
             span("min_gap", a.min_gap())
@@ -402,8 +411,18 @@ mod tests {
         assert_eq!(
             err,
             Inexact::TooLarge {
+                parameter: "limit",
+                value: MAX_EXACT
+            }
+        );
+        // A limit that fits, with a debt (by default one limit) that does not.
+        let near = SlidingLog::new(MAX_EXACT - 1, Nanos::SECOND).unwrap_or_else(|e| panic!("{e}"));
+        let err = check_limit(&Limit::SlidingLog(near)).expect_err("limit + debt too large");
+        assert_eq!(
+            err,
+            Inexact::TooLarge {
                 parameter: "limit + max_debt",
-                value: 2 * MAX_EXACT
+                value: 2 * (MAX_EXACT - 1)
             }
         );
         assert!(err.to_string().contains("limit"), "{err}");
