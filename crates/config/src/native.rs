@@ -454,18 +454,15 @@ fn read_rate_resource(
                 // The fields refused above are not reported again as
                 // unknown; the rest are checked against what an override
                 // accepts.
-                // A `limits:` the resource cannot take was refused below;
+                // A `limits:` the resource cannot take is refused below;
                 // it is not reported again as unknown.
-                let own = over.without(NOT_PER_DOMAIN).without(&["limits"]);
-                let own = if listed.is_some() {
-                    over.without(NOT_PER_DOMAIN)
+                let (own, extra) = if listed.is_some() {
+                    (over.without(NOT_PER_DOMAIN), PER_DOMAIN_LISTED)
                 } else {
-                    own
-                };
-                let extra = if listed.is_some() {
-                    PER_DOMAIN_LISTED
-                } else {
-                    PER_DOMAIN
+                    (
+                        over.without(NOT_PER_DOMAIN).without(&["limits"]),
+                        PER_DOMAIN,
+                    )
                 };
                 let entries = if replaces {
                     None

@@ -1014,25 +1014,19 @@ fn rate_outcome(
             }
         }
         let item_shadow = shadow || ignored;
+        // Named as an inspection names them (a listed resource's plan
+        // has no `Main` item).
         details = roles
             .iter()
             .zip(&pd.decisions)
-            .filter_map(|(role, d)| {
-                let (name, algorithm): (Arc<str>, &'static str) = match role {
-                    Role::Listed(at) => {
-                        let l = list.get(*at)?;
-                        (Arc::clone(&l.name), l.algorithm)
-                    }
-                    Role::Hard => ("hard".into(), "sliding_log"),
-                    Role::Global => ("global".into(), "sliding_log"),
-                    Role::Main => return None,
-                };
-                Some(LimitDetail {
+            .map(|(role, d)| {
+                let (name, algorithm) = role.named(limits);
+                LimitDetail {
                     name,
                     algorithm,
                     decision: *d,
                     shadow: item_shadow,
-                })
+                }
             })
             .collect();
     }
