@@ -714,7 +714,7 @@ impl RedisSentinels {
         };
         tollgate_testing::eventually("the sentinels settle", Duration::from_secs(60), || {
             for p in &s.sentinels {
-                let mut c = sentinel_connection(p);
+                let mut c = sentinel_connection(p)?;
                 let replicas: Vec<std::collections::HashMap<String, String>> =
                     redis::cmd("SENTINEL")
                         .arg("replicas")
@@ -785,7 +785,7 @@ impl RedisSentinels {
             .map(|p| {
                 let info: String = redis::cmd("INFO")
                     .arg("stats")
-                    .query(&mut sentinel_connection(p))
+                    .query(&mut sentinel_connection(p).unwrap())
                     .unwrap();
                 info.lines()
                     .find_map(|l| l.strip_prefix("total_commands_processed:"))
@@ -823,7 +823,7 @@ impl RedisSentinels {
             .find(|&p| p != old)
             .unwrap();
         tollgate_testing::eventually("the failover starts", Duration::from_secs(30), || {
-            let mut c = sentinel_connection(&self.sentinels[0]);
+            let mut c = sentinel_connection(&self.sentinels[0])?;
             redis::cmd("SENTINEL")
                 .arg("FAILOVER")
                 .arg(Self::MASTER)
@@ -836,7 +836,7 @@ impl RedisSentinels {
             "the old master is a replica",
             Duration::from_secs(60),
             || {
-                let role = role(&mut self.server(old).connection());
+                let role = role_of(self.server(old))?;
                 if role != "slave" {
                     return Err(format!("{old} is {role}, not a replica yet"));
                 }
@@ -866,7 +866,7 @@ impl RedisSentinels {
                     return Err(format!("sentinel {} names {named:?}", p.port));
                 }
             }
-            let role = role(&mut self.server(new).connection());
+            let role = role_of(self.server(new))?;
             if role != "master" {
                 return Err(format!("{new} is {role}, not master yet"));
             }
@@ -924,16 +924,15 @@ fn start_sentinel(master_port: u16, password: Option<&str>) -> SentinelProcess {
     }
 }
 
-fn sentinel_connection(p: &SentinelProcess) -> redis::Connection {
+fn sentinel_connection(p: &SentinelProcess) -> Result<redis::Connection, String> {
     redis::Client::open(format!("redis://{}127.0.0.1:{}/", p.auth, p.port))
-        .unwrap()
-        .get_connection_with_timeout(Duration::from_secs(2))
-        .unwrap()
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
+        .map_err(|e| format!("sentinel {} refused a connection: {e}", p.port))
 }
 
 /// The master's port as the sentinel `p` names it.
 fn master_addr(p: &SentinelProcess) -> Option<u16> {
-    let mut c = sentinel_connection(p);
+    let mut c = sentinel_connection(p).ok()?;
     let addr: Option<(String, String)> = redis::cmd("SENTINEL")
         .arg("get-master-addr-by-name")
         .arg(RedisSentinels::MASTER)
@@ -942,14 +941,23 @@ fn master_addr(p: &SentinelProcess) -> Option<u16> {
     addr.and_then(|(_, p)| p.parse().ok())
 }
 
-/// `master` or `slave`: the first word of `ROLE`.
-fn role(c: &mut redis::Connection) -> String {
-    let v: redis::Value = redis::cmd("ROLE").query(c).unwrap();
-    match v {
+/// `master` or `slave`: the first word of `ROLE` asked of `server` on a
+/// fresh connection. A server changing role closes its clients' connections
+/// (Redis does so on `REPLICAOF`), so a refused or reset connection is an
+/// answer to ask again, not a failure: the callers poll.
+fn role_of(server: &RedisServer) -> Result<String, String> {
+    let mut c = server
+        .redis_client()
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .map_err(|e| format!("{} refused a connection: {e}", server.port))?;
+    let v: redis::Value = redis::cmd("ROLE")
+        .query(&mut c)
+        .map_err(|e| format!("{} did not answer ROLE: {e}", server.port))?;
+    Ok(match v {
         redis::Value::Array(items) => match items.first() {
             Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
             other => format!("{other:?}"),
         },
         other => format!("{other:?}"),
-    }
+    })
 }
