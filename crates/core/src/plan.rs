@@ -15,7 +15,18 @@
 //! Usage told after the fact ([`Mode::Report`], [`Mode::Refund`]) is not
 //! a question, so it is not all or nothing: every entry, shadow ones
 //! included, is charged (or refunded) on its own, each as far as its bound
-//! allows, and the plan's `granted` is the least any live entry took.
+//! allows, and the plan's `granted` is the request's hits less the largest
+//! shortfall of any live entry.
+//!
+//! An entry may carry hits of its own ([`PlanEntry::hits`]: Envoy
+//! descriptors each with their own `hits_addend`). It is asked for exactly
+//! those, in place of the request's, and still all or nothing with the
+//! rest: the plan is granted only if every live entry with hits of its own
+//! has room for all of them and the other entries grant the request; then
+//! each entry records its own hits, else none records anything. The plan's
+//! `granted` is what the entries without hits of their own were granted
+//! (the request's hits when every entry has its own and the plan is
+//! granted).
 
 use smallvec::SmallVec;
 use thiserror::Error;
@@ -34,6 +45,18 @@ pub struct PlanEntry<'a> {
     pub state: &'a mut LimitState,
     /// Evaluated and recorded, but never limits the request.
     pub shadow: bool,
+    /// Hits of this entry's own, decided exactly in place of the
+    /// request's: Envoy descriptors of one request may each carry their
+    /// own `hits_addend`. `None`: the request's hits.
+    pub hits: Option<u64>,
+}
+
+impl PlanEntry<'_> {
+    /// What this entry is asked: its own hits exactly, else `request`.
+    #[inline]
+    fn asked(&self, request: Hits) -> Hits {
+        self.hits.map_or(request, Hits::exactly)
+    }
 }
 
 /// Why a plan cannot be decided at all.
@@ -241,24 +264,27 @@ fn usage(
             mode,
         });
     }
-    let mut granted = hits;
+    // The largest part of its hits a live entry could not take.
+    let mut shortfall = 0;
     let mut limited_by = None;
     let mut rooms = SmallVec::with_capacity(entries.len());
     let mut decisions = SmallVec::with_capacity(entries.len());
     for (i, e) in entries.iter_mut().enumerate() {
-        rooms.push(e.limit.room(e.state, now, hits));
+        let asked = e.hits.unwrap_or(hits);
+        rooms.push(e.limit.room(e.state, now, asked));
         let d = e
             .limit
-            .usage(e.state, now, hits, mode)
-            .unwrap_or(Decision::unlimited(hits));
-        if !e.shadow && d.granted < granted {
-            granted = d.granted;
+            .usage(e.state, now, asked, mode)
+            .unwrap_or(Decision::unlimited(asked));
+        let short = asked.saturating_sub(d.granted);
+        if !e.shadow && short > shortfall {
+            shortfall = short;
             limited_by = Some(i);
         }
         decisions.push(d);
     }
     Ok(PlanDecision {
-        granted,
+        granted: hits.saturating_sub(shortfall),
         allowed: true,
         wait: Nanos::ZERO,
         limited_by,
@@ -275,43 +301,86 @@ fn decide_try(entries: &mut [PlanEntry<'_>], now: Nanos, request: Hits) -> PlanD
         0
     };
     let mut limited_by = None;
+    // The first live entry with hits of its own that has no room for all
+    // of them: it alone refuses the plan.
+    let mut own_short = None;
     let mut rooms: SmallVec<[u64; 4]> = SmallVec::with_capacity(entries.len());
     for (i, e) in entries.iter().enumerate() {
-        let r = e.limit.room(e.state, now, request.hits);
+        let r = e.limit.room(e.state, now, e.asked(request).hits);
         rooms.push(r);
-        if !e.shadow && r < room {
-            room = r;
-            limited_by = Some(i);
+        if e.shadow {
+            continue;
+        }
+        match e.hits {
+            None if r < room => {
+                room = r;
+                limited_by = Some(i);
+            }
+            Some(h) if r < h && own_short.is_none() => own_short = Some(i),
+            _ => {}
         }
     }
-    let grant = Grant::from_room(request, room);
+    let mut grant = Grant::from_room(request, room);
+    if own_short.is_some() {
+        if grant.allowed {
+            limited_by = own_short;
+        }
+        grant = Grant {
+            granted: 0,
+            allowed: false,
+        };
+    }
     let mut shadow_limited = false;
     let mut wait = Nanos::ZERO;
     let decisions = entries
         .iter_mut()
         .zip(rooms.iter().copied())
         .map(|(e, r)| {
-            let own = if e.shadow {
-                // What this limit would grant, and record, if it were live:
-                // the request against it and the live limits together.
-                let live = Grant::from_room(request, r.min(room));
-                shadow_limited |= live.granted < grant.granted;
-                live
-            } else {
-                grant
+            let asked = e.asked(request);
+            let own = match e.hits {
+                // Its own hits, all or none: the plan's verdict, and for a
+                // shadow entry its own room too.
+                Some(h) => {
+                    let fits = grant.allowed && (!e.shadow || r >= h);
+                    shadow_limited |= e.shadow && grant.allowed && !fits;
+                    Grant {
+                        granted: if fits { h } else { 0 },
+                        allowed: fits,
+                    }
+                }
+                None if e.shadow => {
+                    // What this limit would grant, and record, if it were
+                    // live: the request against it and the live limits
+                    // together.
+                    let live = if own_short.is_some() {
+                        grant
+                    } else {
+                        Grant::from_room(request, r.min(room))
+                    };
+                    shadow_limited |= live.granted < grant.granted;
+                    live
+                }
+                None => grant,
             };
-            let d = e.limit.commit(e.state, now, request, own);
+            let d = e.limit.commit(e.state, now, asked, own);
             if !e.shadow {
                 wait = wait.max(d.wait);
             }
             d
         })
         .collect();
+    // With every entry asked its own hits, the request's hits stand for
+    // the plan's.
+    let granted = if entries.iter().all(|e| e.hits.is_some()) && grant.allowed {
+        request.hits
+    } else {
+        grant.granted
+    };
     PlanDecision {
-        granted: grant.granted,
+        granted,
         allowed: grant.allowed,
         wait,
-        limited_by: if grant.granted < request.hits {
+        limited_by: if granted < request.hits || own_short.is_some() {
             limited_by
         } else {
             None
@@ -338,20 +407,22 @@ fn acquire(
                 algorithm: e.limit.algorithm_name(),
             });
         }
-        let Some(w) = e.limit.acquire_wait(e.state, now, hits) else {
-            return Err(PlanError::NeverAdmits { index, hits });
+        let asked = e.hits.unwrap_or(hits);
+        let Some(w) = e.limit.acquire_wait(e.state, now, asked) else {
+            return Err(PlanError::NeverAdmits { index, hits: asked });
         };
         if !e.shadow {
             wait = wait.max(w);
         }
     }
-    let rooms = entries.iter().map(|_| hits).collect();
+    let rooms = entries.iter().map(|e| e.hits.unwrap_or(hits)).collect();
     let mut decisions = SmallVec::with_capacity(entries.len());
     for e in entries.iter_mut() {
+        let asked = e.hits.unwrap_or(hits);
         let d = e
             .limit
-            .acquire_at(e.state, now, hits, wait)
-            .unwrap_or(Decision::unlimited(hits));
+            .acquire_at(e.state, now, asked, wait)
+            .unwrap_or(Decision::unlimited(asked));
         decisions.push(d);
     }
     Ok(PlanDecision {
@@ -385,11 +456,13 @@ mod tests {
                     limit: &bucket,
                     state: &mut b,
                     shadow: false,
+                    hits: None,
                 },
                 PlanEntry {
                     limit: &hard,
                     state: &mut h,
                     shadow: false,
+                    hits: None,
                 },
             ];
             waits.push(
@@ -414,11 +487,13 @@ mod tests {
                 limit: &bucket,
                 state: &mut b,
                 shadow: false,
+                hits: None,
             },
             PlanEntry {
                 limit: &hard,
                 state: &mut h,
                 shadow: false,
+                hits: None,
             },
         ];
         let err = decide(&mut entries, now, Hits::exactly(3), Mode::Acquire).unwrap_err();
@@ -438,11 +513,13 @@ mod tests {
                 limit: &live,
                 state: &mut a,
                 shadow: false,
+                hits: None,
             },
             PlanEntry {
                 limit: &shadow,
                 state: &mut s,
                 shadow: true,
+                hits: None,
             },
         ];
         let d = decide(&mut entries, Nanos::ZERO, Hits::between(3, 4), Mode::Try).unwrap();

@@ -696,7 +696,7 @@ proptest! {
             let mut entries: Vec<PlanEntry<'_>> = limits
                 .iter()
                 .zip(states.iter_mut())
-                .map(|((limit, shadow), state)| PlanEntry { limit, state, shadow: *shadow })
+                .map(|((limit, shadow), state)| PlanEntry { limit, state, shadow: *shadow, hits: None })
                 .collect();
             let p = plan::decide(&mut entries, now, req, Mode::Try).unwrap();
             drop(entries);
@@ -729,6 +729,93 @@ proptest! {
                 .enumerate()
                 .any(|(i, (_, shadow))| *shadow && live(i) < want);
             prop_assert_eq!(p.shadow_limited, shadow_limited);
+        }
+    }
+}
+
+proptest! {
+    /// Entries asked hits of their own (Envoy descriptors with their own
+    /// `hits_addend`) keep the plan all or nothing: it is granted only if
+    /// every live entry with its own hits has room for all of them and the
+    /// rest grant the request; then each entry records exactly what it
+    /// would alone for its own hits (the rest the request's grant), else
+    /// none records anything.
+    #[test]
+    fn plans_with_hits_of_their_own_are_all_or_nothing(
+        limits in prop::collection::vec(
+            (quiet_limit(), prop::bool::weighted(0.2), prop::option::weighted(0.7, 0u64..6)),
+            2..=3,
+        ),
+        start in start(), steps in steps(30),
+    ) {
+        let mut states: Vec<LimitState> = limits.iter().map(|(l, _, _)| l.fresh()).collect();
+        for (now, req) in times(start, &steps) {
+            let before = states.clone();
+            let asked = |own: &Option<u64>| own.map_or(req, Hits::exactly);
+            let rooms: Vec<u64> = limits
+                .iter()
+                .zip(&states)
+                .map(|((l, _, own), s)| l.room(s, now, asked(own).hits))
+                .collect();
+            let live = |i: usize| !limits[i].1;
+            let shared_room = (0..limits.len())
+                .filter(|&i| live(i) && limits[i].2.is_none())
+                .map(|i| rooms[i])
+                .min()
+                .unwrap_or(u64::MAX);
+            let own_fit = (0..limits.len())
+                .filter(|&i| live(i))
+                .all(|i| limits[i].2.is_none_or(|h| rooms[i] >= h));
+            let (want, shared_allowed) = expected_grant(req, shared_room);
+            let allowed = shared_allowed && own_fit;
+            let want = if own_fit { want } else { 0 };
+            // What each entry alone would record for what it is asked.
+            let alone: Vec<LimitState> = limits
+                .iter()
+                .zip(&before)
+                .map(|((l, _, own), s)| {
+                    let mut s = s.clone();
+                    l.decide(&mut s, now, asked(own));
+                    s
+                })
+                .collect();
+            let mut entries: Vec<PlanEntry<'_>> = limits
+                .iter()
+                .zip(states.iter_mut())
+                .map(|((limit, shadow, own), state)| PlanEntry {
+                    limit,
+                    state,
+                    shadow: *shadow,
+                    hits: *own,
+                })
+                .collect();
+            let p = plan::decide(&mut entries, now, req, Mode::Try).unwrap();
+            drop(entries);
+            prop_assert_eq!(p.allowed, allowed);
+            let all_own = limits.iter().all(|(_, _, own)| own.is_some());
+            let granted = if all_own && allowed { req.hits } else { want };
+            prop_assert_eq!(p.granted, granted);
+            prop_assert_eq!(&p.rooms[..], &rooms[..]);
+            for (i, ((limit, shadow, own), d)) in limits.iter().zip(&p.decisions).enumerate() {
+                let expect = match own {
+                    Some(h) if allowed && (!*shadow || rooms[i] >= *h) => *h,
+                    Some(_) => 0,
+                    None if *shadow => {
+                        if own_fit {
+                            expected_grant(req, rooms[i].min(shared_room)).0
+                        } else {
+                            0
+                        }
+                    }
+                    None => want,
+                };
+                prop_assert_eq!(d.granted, expect, "entry {}", i);
+                if expect == 0 {
+                    assert_same_future(limit, &before[i], &states[i], now);
+                } else if own.is_some() {
+                    prop_assert_eq!(&states[i], &alone[i], "entry {} differs from alone", i);
+                }
+            }
         }
     }
 }
@@ -879,8 +966,8 @@ proptest! {
                 Op::Plan { now, req, acquire } => {
                     let mode = if acquire { Mode::Acquire } else { Mode::Try };
                     let mut entries = [
-                        PlanEntry { limit: &a, state: &mut st, shadow: false },
-                        PlanEntry { limit: &b, state: &mut other, shadow: true },
+                        PlanEntry { limit: &a, state: &mut st, shadow: false, hits: None },
+                        PlanEntry { limit: &b, state: &mut other, shadow: true, hits: None },
                     ];
                     if let Ok(p) = plan::decide(&mut entries, Nanos::new(now), req, mode) {
                         p.summary();

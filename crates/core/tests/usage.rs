@@ -96,6 +96,7 @@ fn usage(limit: &Limit, st: &mut LimitState, now: Nanos, hits: u64, mode: Mode) 
         limit,
         state: st,
         shadow: false,
+        hits: None,
     }];
     let d = plan::decide(&mut entries, now, Hits::exactly(hits), mode).unwrap();
     assert!(d.allowed, "usage is never refused");
@@ -352,7 +353,7 @@ proptest! {
     ) {
         let now = Nanos::new(start);
         let mut st = l.fresh();
-        let mut entries = [PlanEntry { limit: &l, state: &mut st, shadow: false }];
+        let mut entries = [PlanEntry { limit: &l, state: &mut st, shadow: false, hits: None }];
         let d = plan::decide(&mut entries, now, Hits::exactly(hits), Mode::Report).unwrap();
         let retry = d.decisions[0].retry_after.expect("one hit is always admitted eventually");
         if retry > Nanos::ZERO {
@@ -388,11 +389,13 @@ fn algorithms_without_a_sound_debt_are_refused_unchanged() {
                     limit: &bucket,
                     state: &mut a,
                     shadow: false,
+                    hits: None,
                 },
                 PlanEntry {
                     limit: other,
                     state: &mut b,
                     shadow: true,
+                    hits: None,
                 },
             ];
             let err =
@@ -432,16 +435,19 @@ fn a_plan_reports_to_every_entry_and_names_the_tightest() {
             limit: &big,
             state: &mut a,
             shadow: false,
+            hits: None,
         },
         PlanEntry {
             limit: &small,
             state: &mut b,
             shadow: false,
+            hits: None,
         },
         PlanEntry {
             limit: &shadow,
             state: &mut c,
             shadow: true,
+            hits: None,
         },
     ];
     let now = Nanos::from_secs(10);

@@ -11,7 +11,11 @@
 --       now ('' and '': Redis's TIME, read once per call), mode (0 try, 1
 --       acquire, 2 report, 3 refund, -1 inspect: a try of zero hits that writes nothing back,
 --       so a missing key stays missing), hits, min_hits, item count, then per item: the limit's
---       number in the list above (from 1), shadow (0/1).
+--       number in the list above (from 1), shadow (0/1). A negative item
+--       count -n: n items, each with a third number, hits of its own that
+--       it is asked exactly in place of the request's (-1: the request's;
+--       Envoy descriptors with their own hits_addend), as PlanEntry::hits
+--       in crates/core/src/plan.rs.
 -- Reply: one MessagePack array of integers (cmsgpack.pack: one bulk
 --        string, which the server reads far faster than hundreds of RESP
 --        integers), holding per plan a status, then
@@ -63,6 +67,8 @@ local function decide_plan(a, k)
   local inspect = mode == -1
   local req = { hits = tonumber(ARGV[a + 3]), min_hits = tonumber(ARGV[a + 4]) }
   local n = tonumber(ARGV[a + 5])
+  local own_hits = n < 0
+  if own_hits then n = -n end
   local now = 0
 
   local items = {}
@@ -71,7 +77,15 @@ local function decide_plan(a, k)
     local lim = LIMITS[tonumber(ARGV[at])]
     local code, m, p = lim.code, lim.m, lim.p
     local shadow = ARGV[at + 1] == '1'
-    at = at + 2
+    -- Hits of its own, and the request it is asked.
+    local hits, asked = nil, req
+    if own_hits then
+      local h = tonumber(ARGV[at + 2])
+      if h >= 0 then hits, asked = h, { hits = h, min_hits = h } end
+      at = at + 3
+    else
+      at = at + 2
+    end
     local raw = redis.call('GET', KEYS[k + i])
     local st
     if raw then
@@ -81,7 +95,7 @@ local function decide_plan(a, k)
       end
     end
     if not st then st = m.fresh(p, now) end
-    items[i] = { m = m, p = p, st = st, shadow = shadow, code = code }
+    items[i] = { m = m, p = p, st = st, shadow = shadow, code = code, hits = hits, req = asked }
   end
 
   local decisions = {}
@@ -100,18 +114,21 @@ local function decide_plan(a, k)
       end
     end
     local refund = mode == 3
-    local granted = req.hits
+    -- The largest part of its hits a live item could not take.
+    local shortfall = 0
     limited_by = -1
     for i, it in ipairs(items) do
-      rooms[i] = it.m.room(it.p, it.st, now, req.hits)
-      local d = it.m.usage(it.p, it.st, now, req.hits, refund)
-      if not it.shadow and d.granted < granted then
-        granted = d.granted
+      local asked = it.req.hits
+      rooms[i] = it.m.room(it.p, it.st, now, asked)
+      local d = it.m.usage(it.p, it.st, now, asked, refund)
+      local short = sat_sub(asked, d.granted)
+      if not it.shadow and short > shortfall then
+        shortfall = short
         limited_by = i - 1
       end
       decisions[i] = d
     end
-    out_granted, out_allowed, out_wait = granted, true, 0
+    out_granted, out_allowed, out_wait = sat_sub(req.hits, shortfall), true, 0
     shadow_limited = false
   elseif mode == 1 then
     -- Acquire: every limit must be able to schedule; the wait is the
@@ -123,7 +140,7 @@ local function decide_plan(a, k)
         nr = nr + 1; reply[nr] = i - 1
         return at, n
       end
-      local w = it.m.acquire_wait(it.p, it.st, now, req.hits)
+      local w = it.m.acquire_wait(it.p, it.st, now, it.req.hits)
       if not w then
         nr = nr + 1; reply[nr] = ERR_NEVER_ADMITS
         nr = nr + 1; reply[nr] = i - 1
@@ -139,8 +156,8 @@ local function decide_plan(a, k)
       if not it.shadow then wait = max(wait, w) end
     end
     for i, it in ipairs(items) do
-      rooms[i] = req.hits
-      decisions[i] = it.m.acquire_at(it.p, it.st, now, req.hits, wait)
+      rooms[i] = it.req.hits
+      decisions[i] = it.m.acquire_at(it.p, it.st, now, it.req.hits, wait)
     end
     out_granted, out_allowed, out_wait = req.hits, true, wait
     limited_by, shadow_limited = -1, false
@@ -148,29 +165,59 @@ local function decide_plan(a, k)
     local room = 0
     if req.min_hits <= req.hits then room = req.hits end
     limited_by = -1
+    -- The first live item asked hits of its own without room for them
+    -- all (0-based; -1: none): it alone refuses the plan.
+    local own_short = -1
     for i, it in ipairs(items) do
-      local r = it.m.room(it.p, it.st, now, req.hits)
+      local r = it.m.room(it.p, it.st, now, it.req.hits)
       rooms[i] = r
-      if not it.shadow and r < room then
-        room = r
-        limited_by = i - 1
+      if not it.shadow then
+        if not it.hits then
+          if r < room then
+            room = r
+            limited_by = i - 1
+          end
+        elseif r < it.hits and own_short < 0 then
+          own_short = i - 1
+        end
       end
     end
     local grant = grant_from_room(req, room)
+    if own_short >= 0 then
+      if grant.allowed then limited_by = own_short end
+      grant = { granted = 0, allowed = false }
+    end
     shadow_limited = false
     local wait = 0
+    local all_own = true
     for i, it in ipairs(items) do
-      local own = grant
-      if it.shadow then
-        own = grant_from_room(req, min(rooms[i], room))
-        if own.granted < grant.granted then shadow_limited = true end
+      local own
+      if it.hits then
+        -- Its own hits, all or none: the plan's verdict, and for a shadow
+        -- item its own room too.
+        local fits = grant.allowed and ((not it.shadow) or rooms[i] >= it.hits)
+        if it.shadow and grant.allowed and not fits then shadow_limited = true end
+        if fits then
+          own = { granted = it.hits, allowed = true }
+        else
+          own = { granted = 0, allowed = false }
+        end
+      else
+        all_own = false
+        own = grant
+        if it.shadow then
+          if own_short < 0 then own = grant_from_room(req, min(rooms[i], room)) end
+          if own.granted < grant.granted then shadow_limited = true end
+        end
       end
-      local d = it.m.commit(it.p, it.st, now, req, own)
+      local d = it.m.commit(it.p, it.st, now, it.req, own)
       if not it.shadow then wait = max(wait, d.wait) end
       decisions[i] = d
     end
-    out_granted, out_allowed, out_wait = grant.granted, grant.allowed, wait
-    if grant.granted >= req.hits then limited_by = -1 end
+    local granted = grant.granted
+    if all_own and grant.allowed then granted = req.hits end
+    out_granted, out_allowed, out_wait = granted, grant.allowed, wait
+    if granted >= req.hits and own_short < 0 then limited_by = -1 end
   end
 
   -- Write back: an idle state is deleted (a missing key is a fresh

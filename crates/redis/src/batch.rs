@@ -187,7 +187,7 @@ impl Encoder {
                 numbers.push(n + 1);
             }
         }
-        let args = 5 + keys * 3 + limits.len() * 10 + plans * 6;
+        let args = 5 + keys * 4 + limits.len() * 10 + plans * 6;
         let mut cmd = Cmd::with_capacity(args, keys * (self.prefix.len() + 64) + args * 8);
         cmd.arg("EVALSHA").arg(&self.sha).arg(keys);
         let mut buf = Vec::new();
@@ -231,13 +231,25 @@ impl Encoder {
                     Mode::Refund => 3,
                 }
             };
+            // A plan some item of which is asked hits of its own sends its
+            // length negated and a third number per item: those hits, or
+            // -1 for the request's (`lua/decide.lua`). Every other plan
+            // keeps two numbers per item.
+            let own = plan.items().iter().any(|it| it.hits.is_some());
+            let len = i64::try_from(plan.len()).unwrap_or(i64::MAX);
             cmd.arg(mode)
                 .arg(ask.request.hits)
                 .arg(ask.request.min_hits)
-                .arg(plan.len());
+                .arg(if own { -len } else { len });
             for item in plan.items() {
                 cmd.arg(numbers.next().unwrap_or(0))
                     .arg(u8::from(item.shadow));
+                if own {
+                    match item.hits {
+                        Some(h) => cmd.arg(h),
+                        None => cmd.arg(-1),
+                    };
+                }
             }
         }
         cmd

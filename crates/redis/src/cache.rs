@@ -256,7 +256,9 @@ impl RejectionCache {
             return None;
         }
         let items = plan.items();
-        let decision = if let [item] = items {
+        // One item asked the request's hits: the core's one-limit path;
+        // anything else (an item asked hits of its own) the whole plan.
+        let decision = if let [item @ PlanItem { hits: None, .. }] = items {
             let before = self.live(item, now)?;
             let mut state = before.clone();
             let one = decide_one(&*item.limit, &mut state, item.shadow, now, request);
@@ -281,6 +283,7 @@ impl RejectionCache {
                     limit: &it.limit,
                     state,
                     shadow: it.shadow,
+                    hits: it.hits,
                 })
                 .collect();
             let d = tollgate_core::plan::decide(&mut entries, now, request, Mode::Try).ok()?;
@@ -464,6 +467,16 @@ fn snapshot(limit: &Limit, d: &Decision, t0: Nanos) -> Option<(LimitState, Nanos
         Limit::Gcra(_) | Limit::LeakyBucket(_) => LimitState::Gcra(GcraState { tat: until }),
         Limit::TokenBucket(tb) if tb.initial_tokens() <= tb.capacity() => {
             let level = i128::from(tb.full_time().as_u64()) - i128::from(reset);
+            // A bucket that starts below capacity and holds its initial
+            // tokens may be a forgotten one (a report or refund of nothing
+            // leaves it so), which refills only from its next request,
+            // not from `t0`: the answer does not tell which, so it is not
+            // learnt.
+            if tb.initial_tokens() < tb.capacity()
+                && level == i128::from(tb.initial_time().as_u64())
+            {
+                return None;
+            }
             LimitState::TokenBucket(TokenBucketState {
                 token_time: i64::try_from(level).ok()?,
                 last: t0.as_u64(),

@@ -162,7 +162,11 @@ pub(crate) fn plan_outcome(
                     index,
                     algorithm: item.limit.algorithm_name(),
                 }),
-                2 => StoreError::Plan(PlanError::NeverAdmits { index, hits }),
+                // The hits the item was asked: its own, or the request's.
+                2 => StoreError::Plan(PlanError::NeverAdmits {
+                    index,
+                    hits: item.hits.unwrap_or(hits),
+                }),
                 3 => StoreError::Unsupported(format!(
                     "acquiring {hits} hits would wait 52 days or more, which the Redis store cannot count exactly"
                 )),

@@ -603,10 +603,15 @@ impl RedisStore {
         if plan.is_empty() {
             return Ok(plan::decide(&mut [], now, request, mode)?);
         }
-        if request.hits >= MAX_EXACT || request.min_hits >= MAX_EXACT {
+        // The request's hits and any an item is asked of its own.
+        let most = plan
+            .items()
+            .iter()
+            .filter_map(|it| it.hits)
+            .fold(request.hits.max(request.min_hits), u64::max);
+        if most >= MAX_EXACT {
             return Err(StoreError::Unsupported(format!(
-                "{} hits: the Redis store counts exactly below 2^52",
-                request.hits.max(request.min_hits)
+                "{most} hits: the Redis store counts exactly below 2^52"
             )));
         }
         let cache = self.cache.as_ref().filter(|_| !inspect);

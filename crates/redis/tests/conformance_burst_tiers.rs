@@ -62,6 +62,7 @@ fn timeline(points: &[(Nanos, Hits)], items: &[usize]) -> Vec<Step> {
                 request,
                 mode: Mode::Try,
                 items: items.to_vec(),
+                own: Vec::new(),
             }
         })
         .collect()
@@ -388,6 +389,7 @@ async fn acquire_cannot_schedule_and_changes_nothing() {
         request: Hits::exactly(2),
         mode: Mode::Acquire,
         items,
+        own: Vec::new(),
     };
     let steps = [
         Step::exactly(ZERO, 3, 2),
@@ -414,6 +416,7 @@ async fn reshaped_tiers_under_a_key_start_fresh() {
         request: Hits::between(1, hits),
         mode: Mode::Try,
         items: vec![item],
+        own: Vec::new(),
     };
     let steps = [
         step(ZERO, 12, 0),

@@ -152,12 +152,14 @@ async fn shadow_windows_and_mixed_plans() {
             request: Hits::exactly(1),
             mode: Mode::Acquire,
             items: vec![2, 0],
+            own: Vec::new(),
         },
         Step {
             advance: ZERO,
             request: Hits::exactly(1),
             mode: Mode::Acquire,
             items: vec![1],
+            own: Vec::new(),
         },
         ask(ZERO, 1, 9, &[0, 1, 2, 3]),
     ];

@@ -35,12 +35,14 @@ async fn gcra_fixed_vectors_match() {
             request: Hits::between(1, 9),
             mode: Mode::Try,
             items: vec![1, 0],
+            own: Vec::new(),
         },
         Step {
             advance: ms(10),
             request: Hits::exactly(2),
             mode: Mode::Acquire,
             items: vec![0, 1],
+            own: Vec::new(),
         },
         Step::exactly(Nanos::from_secs(30), 6, 1),
     ];

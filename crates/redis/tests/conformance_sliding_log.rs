@@ -35,6 +35,7 @@ fn step_at(advance: Nanos, request: Hits, mode: Mode, items: &[usize]) -> Step {
         request,
         mode,
         items: items.to_vec(),
+        own: Vec::new(),
     }
 }
 

@@ -39,6 +39,7 @@ fn at(advance: Nanos, request: Hits, items: &[usize]) -> Step {
         request,
         mode: Mode::Try,
         items: items.to_vec(),
+        own: Vec::new(),
     }
 }
 
@@ -272,6 +273,7 @@ async fn acquire_cannot_schedule_in_either_store() {
         request: Hits::exactly(1),
         mode: Mode::Acquire,
         items: items.to_vec(),
+        own: Vec::new(),
     };
     let steps = [
         at(Nanos::ZERO, Hits::exactly(2), &[0, 1]),

@@ -112,6 +112,7 @@ fn one_item(hits: u64, mode: Mode, advance: Nanos) -> Step {
         request: Hits::exactly(hits),
         mode,
         items: vec![0],
+        own: Vec::new(),
     }
 }
 
@@ -445,24 +446,28 @@ async fn created_at_in_the_past_or_the_future_matches() {
             request: Hits::between(0, 3),
             mode: Mode::Try,
             items: vec![1, 0, 2],
+            own: Vec::new(),
         },
         Step {
             advance: ms(10),
             request: Hits::exactly(2),
             mode: Mode::Acquire,
             items: vec![0, 1, 2],
+            own: Vec::new(),
         },
         Step {
             advance: s(3),
             request: Hits::between(1, 4),
             mode: Mode::Try,
             items: vec![2, 1],
+            own: Vec::new(),
         },
         Step {
             advance: ms(1),
             request: Hits::exactly(0),
             mode: Mode::Acquire,
             items: vec![1],
+            own: Vec::new(),
         },
         Step::exactly(s(20), 3, 1),
         Step::exactly(s(60), 2, 2),
@@ -504,6 +509,7 @@ async fn a_reload_with_a_later_created_at_keeps_the_state() {
         request: Hits::exactly(hits),
         mode: Mode::Try,
         items: vec![item],
+        own: Vec::new(),
     };
     let steps = [
         at(Nanos::ZERO, 3, 0),

@@ -306,3 +306,32 @@ async fn an_acquire_that_would_wait_52_days_or_more_is_refused_and_changes_nothi
         .unwrap();
     assert_eq!(d.granted, 10);
 }
+
+/// Regression (found by the property test above): a refund to a forgotten
+/// bucket that starts below capacity gives nothing and leaves it forgotten,
+/// so it refills only from its next request. The over-limit cache learnt
+/// the refund's answer (its initial tokens, a full refill to go) as a
+/// bucket refilling from the refund's time, and answered the next check
+/// with tokens the bucket never had.
+#[test]
+fn a_refund_to_a_forgotten_bucket_below_capacity_is_not_learnt_as_refilling() {
+    use common::Step;
+    let ms = Nanos::from_millis;
+    let items = [Item::new(bucket_with(8, 10, ms(717), 0), 1, "acme")];
+    let st = |advance: u64, hits, min, mode| Step {
+        advance: Nanos::new(advance),
+        request: Hits::between(min, hits),
+        mode,
+        items: vec![0],
+        own: Vec::new(),
+    };
+    // Refilled in 573.6 ms from its first (refused) request; forgotten
+    // 581.9 ms later, when the refund comes; checked a refill time after.
+    let steps = [
+        st(0, 16, 1, Mode::Try),
+        st(581_918_522, 15, 15, Mode::Refund),
+        st(1_000_000, 0, 0, Mode::Report),
+        st(572_801_706, 9, 9, Mode::Try),
+    ];
+    conform_on_a_new_server(&items, T0, &steps);
+}

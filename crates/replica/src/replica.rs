@@ -342,8 +342,12 @@ impl Replica {
             ));
         }
         let items = plan.items();
+        // An item asked hits of its own goes through the core's plan,
+        // which knows them; the one-item path decides the request's.
         if let [item] = items {
-            return self.decide_one(item, now, request, mode);
+            if !item.has_own_hits() {
+                return self.decide_one(item, now, request, mode);
+            }
         }
         let origin = self.origin();
         // Each state taken out of the table (or fresh), with what it was
@@ -363,6 +367,7 @@ impl Replica {
                         limit: &item.limit,
                         state: &mut e.state,
                         shadow: item.shadow,
+                        hits: item.hits,
                     })
                     .collect();
                 plan::decide(&mut entries, now, request, mode)?
@@ -413,6 +418,7 @@ impl Replica {
                     limit,
                     state: &mut e.state,
                     shadow: item.shadow,
+                    hits: None,
                 }];
                 match plan::decide(&mut entries, now, request, mode) {
                     Ok(d) => {

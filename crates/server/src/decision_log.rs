@@ -117,6 +117,15 @@ pub struct Line<'a> {
     /// `null`. Absent when none did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub descriptor_limits: Option<Vec<Option<Brought<'a>>>>,
+    /// Of an Envoy request whose descriptors asked different hits: per
+    /// descriptor, in order, its own `hits_addend` or `null` (`hits`).
+    /// Absent when they all asked the same.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub descriptor_hits: Option<&'a [Option<u64>]>,
+    /// Of an Envoy request some of whose descriptors (not all) set
+    /// `is_negative_hits`: per descriptor, in order, whether it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub descriptor_refunds: Option<&'a [bool]>,
     /// Hits asked.
     pub hits: u64,
     /// Fewest useful.
@@ -291,6 +300,8 @@ mod tests {
             descriptors: None,
             limit: None,
             descriptor_limits: None,
+            descriptor_hits: None,
+            descriptor_refunds: None,
             hits: 1,
             min_hits: 1,
             mode: "try",

@@ -122,6 +122,8 @@ pub async fn rate<S: Store>(
                             unit,
                         }),
                     descriptor_limits: None,
+                    descriptor_hits: None,
+                    descriptor_refunds: None,
                     hits: req.hits_or_default(),
                     min_hits: req.min_hits_or_default(),
                     mode: match v1::Mode::try_from(req.mode) {

@@ -170,7 +170,9 @@ async fn answer<S: Store>(
     let Checked {
         descriptors,
         hits,
+        descriptor_hits,
         mode,
+        refunds,
         limits,
     } = check(req)?;
     traced.hits = hits;
@@ -183,6 +185,8 @@ async fn answer<S: Store>(
             hits,
             mode,
             limits: &limits,
+            descriptor_hits: &descriptor_hits,
+            refunds: &refunds,
         })
         .await;
     if app.spans_on() {
@@ -203,9 +207,11 @@ async fn answer<S: Store>(
             wire_status(s, entry, now)
         })
         .collect();
-    for s in &outcome.statuses {
-        // Nothing is counted anywhere unless the whole request is OK.
-        let granted = if outcome.allowed { hits } else { 0 };
+    for (i, s) in outcome.statuses.iter().enumerate() {
+        // Nothing is counted anywhere unless the whole request is OK; each
+        // descriptor counts its own hits.
+        let own = descriptor_hits.get(i).copied().flatten().unwrap_or(hits);
+        let granted = if outcome.allowed { own } else { 0 };
         m::rate_decision(
             surface,
             &req.domain,
@@ -256,6 +262,8 @@ async fn answer<S: Store>(
                     })
                     .collect()
             }),
+            descriptor_hits: (!descriptor_hits.is_empty()).then_some(&descriptor_hits[..]),
+            descriptor_refunds: (!refunds.is_empty()).then_some(&refunds[..]),
             hits,
             min_hits: hits,
             mode: mode.as_str(),
@@ -292,10 +300,18 @@ async fn answer<S: Store>(
 struct Checked {
     /// The descriptors as the limiter takes them: `(key, value)` entries.
     descriptors: Vec<Vec<(String, String)>>,
-    /// The hits to charge every one of them.
+    /// The hits to charge every one of them: their own when they all give
+    /// the same, else the request's.
     hits: u64,
-    /// `try`, or `refund` when the descriptors set `is_negative_hits`.
+    /// Per descriptor: its own hits, when the descriptors' hits differ
+    /// (each is then charged its own); empty otherwise.
+    descriptor_hits: Vec<Option<u64>>,
+    /// `try`, or `refund` when every descriptor sets `is_negative_hits`.
     mode: Mode,
+    /// Per descriptor, when some but not all set `is_negative_hits`:
+    /// whether it does (it is refunded, the others checked); empty
+    /// otherwise.
+    refunds: Vec<bool>,
     /// Per descriptor: the limit it brought of its own (`limit`); empty
     /// when none did.
     limits: Vec<Option<EnvoyLimit>>,
@@ -306,14 +322,13 @@ struct Checked {
 ///
 /// Hits: a descriptor's own `hits_addend`, when set, overrides the
 /// request's (0 then means "check, charge nothing"); the request's
-/// `hits_addend` of 0 means 1, as envoyproxy/ratelimit reads it. All
-/// descriptors of a request are decided as one all-or-nothing plan for one
-/// number of hits, so descriptors asking for different numbers are refused
-/// rather than charged something they did not ask for.
+/// `hits_addend` of 0 means 1, as envoyproxy/ratelimit reads it. Each
+/// descriptor is charged its own hits, all descriptors still all or
+/// nothing.
 ///
 /// Mode: descriptors with `is_negative_hits` (Envoy's newer field) give
-/// their hits back, a refund; since the descriptors of a request are
-/// decided together, they all set it or none does.
+/// their hits back, a refund, whatever the others' check says; when every
+/// descriptor sets it the request is one refund.
 fn check(req: &RateLimitRequest) -> Result<Checked, ServiceError> {
     if req.domain.is_empty() {
         return Err(malformed("rate limit domain must not be empty"));
@@ -322,8 +337,6 @@ fn check(req: &RateLimitRequest) -> Result<Checked, ServiceError> {
         return Err(malformed("rate limit descriptor list must not be empty"));
     }
     let default_hits = u64::from(req.hits_addend.max(1));
-    let mut hits: Option<(u64, usize)> = None;
-    let mut negative: Option<(bool, usize)> = None;
     let mut out = Vec::with_capacity(req.descriptors.len());
     let mut limits = Vec::new();
     for (i, d) in req.descriptors.iter().enumerate() {
@@ -334,37 +347,38 @@ fn check(req: &RateLimitRequest) -> Result<Checked, ServiceError> {
             }
             limits[i] = Some(brought_limit(i, own)?);
         }
-        match negative {
-            None => negative = Some((d.is_negative_hits, i)),
-            Some((first, at)) if first != d.is_negative_hits => {
-                let (yes, no) = if first { (at, i) } else { (i, at) };
-                return Err(malformed(format!(
-                    "descriptor {yes} sets is_negative_hits but descriptor {no} does not: \
-                     the descriptors of one request are all refunded or none is"
-                )));
-            }
-            Some(_) => {}
-        }
-        let wanted = d.hits_addend.as_ref().map_or(default_hits, |h| h.value);
-        match hits {
-            None => hits = Some((wanted, i)),
-            Some((first, at)) if first != wanted => {
-                return Err(malformed(format!(
-                    "descriptor {i} asks for {wanted} hits but descriptor {at} for {first}: \
-                     the descriptors of one request are decided together, for one number of hits"
-                )));
-            }
-            Some(_) => {}
-        }
     }
+    let wanted = |d: &RateLimitDescriptor| d.hits_addend.as_ref().map_or(default_hits, |h| h.value);
+    let first = wanted(&req.descriptors[0]);
+    let (hits, descriptor_hits) = if req.descriptors.iter().all(|d| wanted(d) == first) {
+        (first, Vec::new())
+    } else {
+        let own = req
+            .descriptors
+            .iter()
+            .map(|d| d.hits_addend.as_ref().map(|h| h.value))
+            .collect();
+        (default_hits, own)
+    };
+    let negative = req
+        .descriptors
+        .iter()
+        .filter(|d| d.is_negative_hits)
+        .count();
+    let (mode, refunds) = if negative == 0 {
+        (Mode::Try, Vec::new())
+    } else if negative == req.descriptors.len() {
+        (Mode::Refund, Vec::new())
+    } else {
+        let each = req.descriptors.iter().map(|d| d.is_negative_hits).collect();
+        (Mode::Try, each)
+    };
     Ok(Checked {
         descriptors: out,
-        hits: hits.map_or(default_hits, |(h, _)| h),
-        mode: if negative.is_some_and(|(n, _)| n) {
-            Mode::Refund
-        } else {
-            Mode::Try
-        },
+        hits,
+        descriptor_hits,
+        mode,
+        refunds,
         limits,
     })
 }
@@ -673,11 +687,12 @@ mod tests {
         assert_eq!(check(&request(both, 9)).unwrap().hits, 3);
         let huge = with_hits(one.clone(), u64::MAX);
         assert_eq!(check(&request(vec![huge], 0)).unwrap().hits, u64::MAX);
+        // Hits that differ: each descriptor's own, the request's for the
+        // others.
         let differ = vec![with_hits(one.clone(), 3), one];
-        let err = check(&request(differ, 0)).unwrap_err();
-        assert!(err
-            .to_string()
-            .contains("descriptor 1 asks for 1 hits but descriptor 0 for 3"));
+        let checked = check(&request(differ, 4)).unwrap();
+        assert_eq!(checked.hits, 4);
+        assert_eq!(checked.descriptor_hits, [Some(3), None]);
     }
 
     #[test]
@@ -692,10 +707,6 @@ mod tests {
             .contains("descriptor 1 has no entries"));
         assert!(msg(request(vec![descriptor(&[("a", "b"), ("", "x")])], 0))
             .contains("descriptor 0, entry 1: empty key"));
-        let mut negative = ok.clone();
-        negative.is_negative_hits = true;
-        assert!(msg(request(vec![ok, negative], 0))
-            .contains("descriptor 1 sets is_negative_hits but descriptor 0 does not"));
     }
 
     #[test]
@@ -706,6 +717,14 @@ mod tests {
         assert_eq!((checked.hits, checked.mode), (7, Mode::Refund));
         let checked = check(&request(vec![descriptor(&[("k", "v")])], 7)).unwrap();
         assert_eq!(checked.mode, Mode::Try);
+        assert!(checked.refunds.is_empty());
+        // Some but not all: a check, with those refunds marked.
+        let mut negative = descriptor(&[("k", "v")]);
+        negative.is_negative_hits = true;
+        let mixed = vec![descriptor(&[("k", "w")]), negative];
+        let checked = check(&request(mixed, 7)).unwrap();
+        assert_eq!(checked.mode, Mode::Try);
+        assert_eq!(checked.refunds, [false, true]);
     }
 
     #[test]

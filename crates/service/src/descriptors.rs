@@ -11,7 +11,7 @@
 //! decide the plan built here.
 
 use smallvec::SmallVec;
-use tollgate_core::{Mode, PlanDecision};
+use tollgate_core::{Mode, Nanos, PlanDecision};
 use tollgate_store::{Key, Plan};
 
 use crate::error::ServiceError;
@@ -88,6 +88,14 @@ pub(crate) struct ToDecide {
     /// hits charges it in report mode (and one with none checks that it is
     /// not exhausted).
     reported: Vec<bool>,
+    /// Per plan item: a descriptor with `is_negative_hits` names it, so it
+    /// is refunded whatever the others' check says. Empty when no
+    /// descriptor of a `try` request refunds.
+    refunded: Vec<bool>,
+    /// Per descriptor: its hits, when the descriptors' hits differ (each
+    /// plan item is then asked its own, [`Plan::ask`]); empty when every
+    /// descriptor takes the request's.
+    hits: SmallVec<[u64; 4]>,
     /// Per descriptor: how many plan items decide it (a `limits:` list's
     /// length, else 1). Inline for the few descriptors a request has.
     widths: SmallVec<[usize; 4]>,
@@ -130,6 +138,27 @@ pub(crate) fn plan(
         .filter_map(|r| r.envoy.as_ref())
         .flat_map(|e| e.replaces.iter().map(String::as_str))
         .collect();
+    // Per descriptor, its hits when they differ from the request's (each
+    // item is then asked its own); empty otherwise.
+    let hits: SmallVec<[u64; 4]> = if req
+        .descriptor_hits
+        .iter()
+        .any(|h| h.is_some_and(|h| h != req.hits))
+    {
+        (0..matches.len())
+            .map(|i| {
+                req.descriptor_hits
+                    .get(i)
+                    .copied()
+                    .flatten()
+                    .unwrap_or(req.hits)
+            })
+            .collect()
+    } else {
+        SmallVec::new()
+    };
+    let refunds = req.mode == Mode::Try && req.refunds.contains(&true);
+    let mut refunded: Vec<bool> = Vec::new();
     let mut statuses = Vec::with_capacity(matches.len());
     let mut plan = Plan::default().with_affinity(ns.affinity);
     // The plan item deciding each descriptor, if any.
@@ -170,6 +199,15 @@ pub(crate) fn plan(
                 }
             }
             status.domain = Some(domain);
+            if let Some(at) = item {
+                own_terms(
+                    &mut plan,
+                    &mut refunded,
+                    (at, width),
+                    i,
+                    (&hits, refunds, req),
+                )?;
+            }
             statuses.push(status);
             item_of.push(item);
             widths.push(width);
@@ -225,6 +263,15 @@ pub(crate) fn plan(
             }
             status.domain = Some(m.domain);
         }
+        if let Some(at) = item {
+            own_terms(
+                &mut plan,
+                &mut refunded,
+                (at, width),
+                i,
+                (&hits, refunds, req),
+            )?;
+        }
         statuses.push(status);
         item_of.push(item);
         widths.push(width);
@@ -241,92 +288,178 @@ pub(crate) fn plan(
         statuses,
         item_of,
         reported,
+        refunded,
+        hits,
         widths,
     }))
 }
 
-/// How a [`ToDecide`] is decided: one plan, or two (the checked items
-/// all or nothing, then the `report: true` items in report mode).
+/// Descriptor `i`'s own terms on its plan items `at..at + width`: the
+/// hits it asks when the descriptors' hits differ (`hits`, per
+/// descriptor; an item two descriptors share is asked the larger), and,
+/// when some descriptors of a `try` request refund (`refunds`), whether
+/// these items are refunded (`refunded`, per item). Two descriptors that
+/// share a counter but not a refund are a malformed request: the counter
+/// cannot be both charged and given back.
+fn own_terms(
+    plan: &mut Plan,
+    refunded: &mut Vec<bool>,
+    (at, width): (usize, usize),
+    i: usize,
+    (hits, refunds, req): (&[u64], bool, &DescriptorRequest<'_>),
+) -> Result<(), ServiceError> {
+    if let Some(&h) = hits.get(i) {
+        for item in at..at + width {
+            plan.ask(item, h);
+        }
+    }
+    if refunds {
+        let refund = req.refunds.get(i).copied().unwrap_or(false);
+        for item in at..at + width {
+            if item < refunded.len() {
+                if refunded[item] != refund {
+                    return Err(ServiceError::Malformed(format!(
+                        "descriptor {i} names a counter an earlier descriptor names too, \
+                         and one of them sets is_negative_hits but the other does not: \
+                         a counter is charged or refunded, not both"
+                    )));
+                }
+            } else {
+                refunded.push(refund);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How a [`ToDecide`] is decided: one plan, or parts (the checked items
+/// all or nothing, the `report: true` items in report mode, the refunded
+/// items in refund mode).
 // Matched at once, like `Planned`.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum Split {
     /// The whole plan in one mode.
     Whole(Mode),
-    /// Checked items (`try`) and reported ones (`report`), each a plan,
-    /// with the whole plan's item index of each of their items.
-    Parts {
-        /// The checked items.
-        check: (Plan, Vec<usize>),
-        /// The reported items.
-        report: (Plan, Vec<usize>),
-    },
+    /// The plan in parts, each a plan of its own decided in its mode, with
+    /// the whole plan's item index of each of its items: the check
+    /// (`try`, all or nothing) first, then the usage, which is charged or
+    /// given back whatever the check says. Parts without items are left
+    /// out.
+    Parts(SmallVec<[Part; 3]>),
+}
+
+/// One part of a [`Split::Parts`].
+#[derive(Debug)]
+pub(crate) struct Part {
+    /// How the part is decided.
+    pub(crate) mode: Mode,
+    /// Its items.
+    pub(crate) plan: Plan,
+    /// Each item's index in the whole plan.
+    pub(crate) items: Vec<usize>,
 }
 
 impl ToDecide {
-    /// How to decide this plan for `hits` in `mode`: a refund (Envoy's
-    /// `is_negative_hits`) or an explicit report takes every item in that
-    /// mode; a request with hits charges `report: true` items in report
-    /// mode and checks the others all or nothing; one with no hits is a
-    /// check of everything.
-    pub(crate) fn split(&self, hits: u64, mode: Mode) -> Split {
-        if mode != Mode::Try || hits == 0 || !self.reported.contains(&true) {
-            return Split::Whole(mode);
+    /// How item `i` is decided in a `try` request of `hits`: refunded
+    /// (its descriptor sets `is_negative_hits`), reported (`report: true`
+    /// and hits to charge), or checked.
+    fn mode_of(&self, i: usize, hits: u64) -> Mode {
+        let asked = self
+            .plan
+            .items()
+            .get(i)
+            .and_then(|it| it.hits)
+            .unwrap_or(hits);
+        if self.refunded.get(i) == Some(&true) {
+            Mode::Refund
+        } else if self.reported.get(i) == Some(&true) && asked > 0 {
+            Mode::Report
+        } else {
+            Mode::Try
         }
-        if self.reported.iter().all(|r| *r) {
-            return Split::Whole(Mode::Report);
-        }
-        let mut check = (
-            Plan::default().with_affinity(self.plan.affinity()),
-            Vec::new(),
-        );
-        let mut report = check.clone();
-        for (i, item) in self.plan.items().iter().enumerate() {
-            // An item `plan` did not mark (none today) is checked.
-            let part = if self.reported.get(i) == Some(&true) {
-                &mut report
-            } else {
-                &mut check
-            };
-            // Distinct in the whole plan, so distinct in each part.
-            part.0.item_for(item.key.clone(), &item.limit, item.shadow);
-            part.1.push(i);
-        }
-        Split::Parts { check, report }
     }
 
-    /// The whole plan's decision from its two parts' ([`Split::Parts`]):
-    /// each item's decision in place; a reported item had room for
-    /// everything, since usage is never refused.
-    pub(crate) fn join(
-        &self,
-        (check, check_items): (&PlanDecision, &[usize]),
-        (report, report_items): (&PlanDecision, &[usize]),
-    ) -> PlanDecision {
+    /// How to decide this plan for `hits` in `mode`: a refund (Envoy's
+    /// `is_negative_hits` on every descriptor) or an explicit report takes
+    /// every item in that mode; in `try`, items whose descriptor refunds
+    /// are refunded, `report: true` items with hits to charge are charged
+    /// in report mode, and the others are checked all or nothing. A check
+    /// with no hits (of a reported item too) is a check.
+    pub(crate) fn split(&self, hits: u64, mode: Mode) -> Split {
+        if mode != Mode::Try || (!self.reported.contains(&true) && !self.refunded.contains(&true)) {
+            return Split::Whole(mode);
+        }
         let n = self.plan.len();
-        let mut out = check.clone();
-        out.decisions.clear();
-        out.rooms.clear();
+        let first = self.mode_of(0, hits);
+        if (1..n).all(|i| self.mode_of(i, hits) == first) {
+            return Split::Whole(first);
+        }
+        let mut parts: SmallVec<[Part; 3]> = [Mode::Try, Mode::Report, Mode::Refund]
+            .into_iter()
+            .map(|mode| Part {
+                mode,
+                plan: Plan::default().with_affinity(self.plan.affinity()),
+                items: Vec::new(),
+            })
+            .collect();
+        for (i, item) in self.plan.items().iter().enumerate() {
+            let at = match self.mode_of(i, hits) {
+                Mode::Report => 1,
+                Mode::Refund => 2,
+                _ => 0,
+            };
+            let part = &mut parts[at];
+            // Distinct in the whole plan, so distinct in each part.
+            let j = part
+                .plan
+                .item_for(item.key.clone(), &item.limit, item.shadow);
+            if let Some(h) = item.hits {
+                part.plan.ask(j, h);
+            }
+            part.items.push(i);
+        }
+        parts.retain(|p| !p.items.is_empty());
+        Split::Parts(parts)
+    }
+
+    /// The whole plan's decision from its parts' ([`Split::Parts`], each
+    /// with its decision): each item's decision in place; an item of a
+    /// usage part had room for everything, since usage is never refused.
+    /// The check's grant stands for the whole (or, with no check, all was
+    /// granted).
+    pub(crate) fn join(&self, parts: &[(&Part, &PlanDecision)]) -> PlanDecision {
+        let n = self.plan.len();
         let mut decisions = vec![None; n];
         let mut rooms = vec![u64::MAX; n];
-        for (j, &i) in check_items.iter().enumerate() {
-            decisions[i] = check.decisions.get(j).copied();
-            rooms[i] = check.rooms.get(j).copied().unwrap_or(0);
+        for (part, d) in parts {
+            for (j, &i) in part.items.iter().enumerate() {
+                decisions[i] = d.decisions.get(j).copied();
+                if part.mode == Mode::Try {
+                    rooms[i] = d.rooms.get(j).copied().unwrap_or(0);
+                }
+            }
         }
-        for (j, &i) in report_items.iter().enumerate() {
-            decisions[i] = report.decisions.get(j).copied();
+        let check = parts.iter().find(|(p, _)| p.mode == Mode::Try);
+        PlanDecision {
+            granted: check.map_or(0, |(_, d)| d.granted),
+            allowed: check.is_none_or(|(_, d)| d.allowed),
+            wait: check.map_or(Nanos::ZERO, |(_, d)| d.wait),
+            // The check's binding item, as the whole plan's index.
+            limited_by: check.and_then(|(p, d)| d.limited_by.and_then(|j| p.items.get(j).copied())),
+            shadow_limited: check.is_some_and(|(_, d)| d.shadow_limited),
+            decisions: decisions
+                .into_iter()
+                .map(|d| d.unwrap_or(tollgate_core::Decision::unlimited(0)))
+                .collect(),
+            rooms: rooms.into_iter().collect(),
         }
-        for (d, r) in decisions.into_iter().zip(rooms) {
-            out.decisions
-                .push(d.unwrap_or(tollgate_core::Decision::unlimited(0)));
-            out.rooms.push(r);
-        }
-        out
     }
 
     /// Each descriptor's status once the store decided [`ToDecide::plan`]
     /// for `hits` (the plan's decision `pd`): a descriptor is within its
-    /// limit when its item alone had room for every hit; a shadow item
+    /// limit when its item alone had room for every hit it asked (`hits`,
+    /// or its own when the descriptors' differ); a shadow item
     /// over its limit marks the descriptor shadowed and allows it. OK
     /// overall when every descriptor is allowed.
     ///
@@ -341,10 +474,16 @@ impl ToDecide {
             mut statuses,
             item_of,
             reported,
+            hits: own,
             widths,
+            ..
         } = self;
-        for ((status, item), width) in statuses.iter_mut().zip(&item_of).zip(&widths) {
+        for (d, ((status, item), width)) in
+            statuses.iter_mut().zip(&item_of).zip(&widths).enumerate()
+        {
             let Some(first) = *item else { continue };
+            // This descriptor's hits: its own when they differ.
+            let hits = own.get(d).copied().unwrap_or(hits);
             // The binding item: the first without room for every hit,
             // the least room first; else the one with the least remaining.
             let span = first..first + *width;
@@ -448,6 +587,8 @@ namespaces:
             hits: 1,
             mode: Mode::Try,
             limits: &[],
+            descriptor_hits: &[],
+            refunds: &[],
         };
         plan(view, &req, &[]).unwrap()
     }
@@ -489,6 +630,8 @@ namespaces:
                 hits: 1,
                 mode: Mode::Try,
                 limits: &[],
+                descriptor_hits: &[],
+                refunds: &[],
             };
             let err = plan(&view, &req, &[]).unwrap_err();
             assert_eq!(err.reason(), "malformed_request", "{namespace}");
@@ -518,6 +661,8 @@ namespaces:
             hits: 1,
             mode: Mode::Try,
             limits: &[],
+            descriptor_hits: &[],
+            refunds: &[],
         };
         let err = plan(&view, &req, &[]).unwrap_err();
         assert_eq!(err.reason(), "no_descriptors");
@@ -678,16 +823,16 @@ descriptors:
         };
         assert_eq!(t.reported, vec![false, true]);
         // With hits, the path is checked and the user reported.
-        let Split::Parts { check, report } = t.split(5, Mode::Try) else {
+        let Split::Parts(parts) = t.split(5, Mode::Try) else {
             panic!("expected two parts");
         };
-        assert_eq!(
-            (check.1.as_slice(), report.1.as_slice()),
-            (&[0][..], &[1][..])
-        );
+        let shape: Vec<(Mode, &[usize])> =
+            parts.iter().map(|p| (p.mode, p.items.as_slice())).collect();
+        assert_eq!(shape, [(Mode::Try, &[0][..]), (Mode::Report, &[1][..])]);
         // Joined: the reported item had room for everything, so only the
         // checked item's room decides.
-        let pd = t.join((&decided(&[4]), &check.1), (&decided(&[0]), &report.1));
+        let (checked, reported) = (decided(&[4]), decided(&[0]));
+        let pd = t.join(&[(&parts[0], &checked), (&parts[1], &reported)]);
         assert_eq!(pd.rooms.as_slice(), &[4, u64::MAX]);
         let out = t.outcome(&pd, 5, Mode::Try);
         assert!(!out.allowed);
@@ -716,6 +861,88 @@ descriptors:
         // A refund is never refused.
         let out = to_decide_in(&view, "llm", &list).outcome(&decided(&[0]), 3, Mode::Refund);
         assert!(out.allowed);
+    }
+
+    fn planned_with(
+        view: &View,
+        descriptors: &[Vec<(String, String)>],
+        own: &[Option<u64>],
+        refunds: &[bool],
+    ) -> Result<Planned, ServiceError> {
+        let req = DescriptorRequest {
+            namespace: "edge",
+            descriptors,
+            hits: 1,
+            mode: Mode::Try,
+            limits: &[],
+            descriptor_hits: own,
+            refunds,
+        };
+        plan(view, &req, &[])
+    }
+
+    #[test]
+    fn descriptors_with_hits_of_their_own_ask_their_items_for_them() {
+        let view = view(EDGE, false);
+        let list = [
+            d(&[("user", "u1")]),
+            d(&[("account", "a")]),
+            d(&[("user", "u1")]),
+        ];
+        let Planned::Decide(t) =
+            planned_with(&view, &list, &[Some(3), None, Some(5)], &[]).unwrap()
+        else {
+            panic!("expected a plan");
+        };
+        // The user's counter, named twice, is one item asked the larger
+        // hits; the account's takes the request's.
+        let asked: Vec<Option<u64>> = t.plan.items().iter().map(|i| i.hits).collect();
+        assert_eq!(asked, [Some(5), Some(1)]);
+        // Each descriptor is judged by its own hits: room for 4 on the
+        // shared counter fits the first's 3, not the third's 5.
+        let out = t.outcome(&decided(&[4, 9]), 1, Mode::Try);
+        let allowed: Vec<bool> = out.statuses.iter().map(|s| s.allowed).collect();
+        assert_eq!(allowed, [true, true, false]);
+        assert!(!out.allowed);
+        // The same hits as the request's: no item is asked its own.
+        let Planned::Decide(t) = planned_with(&view, &list[..2], &[Some(1), None], &[]).unwrap()
+        else {
+            panic!("expected a plan");
+        };
+        assert!(t.plan.items().iter().all(|i| i.hits.is_none()));
+    }
+
+    #[test]
+    fn refunding_descriptors_are_a_part_of_their_own() {
+        let view = view(EDGE, false);
+        let list = [d(&[("user", "u1")]), d(&[("account", "a")])];
+        let Planned::Decide(t) = planned_with(&view, &list, &[], &[true, false]).unwrap() else {
+            panic!("expected a plan");
+        };
+        let Split::Parts(parts) = t.split(1, Mode::Try) else {
+            panic!("expected two parts");
+        };
+        let shape: Vec<(Mode, &[usize])> =
+            parts.iter().map(|p| (p.mode, p.items.as_slice())).collect();
+        assert_eq!(shape, [(Mode::Try, &[1][..]), (Mode::Refund, &[0][..])]);
+        // The refunded item is never refused; the check's binding item is
+        // named by its index in the whole plan.
+        let mut checked = decided(&[0]);
+        checked.limited_by = Some(0);
+        let refunded = decided(&[0]);
+        let pd = t.join(&[(&parts[0], &checked), (&parts[1], &refunded)]);
+        assert_eq!(pd.rooms.as_slice(), &[u64::MAX, 0]);
+        assert_eq!(pd.limited_by, Some(1));
+        let out = t.outcome(&pd, 1, Mode::Try);
+        assert!(out.statuses[0].allowed && !out.statuses[1].allowed);
+        // One counter both refunded and charged: malformed.
+        let twice = [d(&[("user", "u1")]), d(&[("user", "u1")])];
+        let err = planned_with(&view, &twice, &[], &[false, true]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("a counter is charged or refunded, not both"),
+            "{err}"
+        );
     }
 
     fn to_decide_in(

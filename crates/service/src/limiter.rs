@@ -135,8 +135,21 @@ pub struct DescriptorRequest<'a> {
     pub namespace: &'a str,
     /// The descriptors, each a list of `(key, value)` entries.
     pub descriptors: &'a [Vec<(String, String)>],
-    /// Hits to add (envoy `hits_addend`; all or nothing).
+    /// Hits to add (envoy `hits_addend`; all or nothing): every
+    /// descriptor's, but those [`DescriptorRequest::descriptor_hits`] gives
+    /// hits of their own.
     pub hits: u64,
+    /// Per descriptor, in order: hits of its own in place of `hits`
+    /// (Envoy's descriptor-level `hits_addend`), still decided all or
+    /// nothing with the others. Shorter than `descriptors` (or empty): the
+    /// rest take `hits`.
+    pub descriptor_hits: &'a [Option<u64>],
+    /// Per descriptor, in order, in mode [`Mode::Try`]: whether it gives
+    /// its hits back (Envoy's `is_negative_hits` on some descriptors of a
+    /// request but not all; when all set it the mode is [`Mode::Refund`]).
+    /// A refund is usage, never refused, and is given back whatever the
+    /// other descriptors' check says. Shorter (or empty): the rest do not.
+    pub refunds: &'a [bool],
     /// [`Mode::Try`], or [`Mode::Refund`] for Envoy's `is_negative_hits`
     /// (or [`Mode::Report`]: every descriptor reported). In `try`, the
     /// descriptors whose limit is `report: true` are charged in report
@@ -716,19 +729,22 @@ impl<S: Store> Limiter<S> {
                 }
                 Ok(to_decide.outcome(&pd, req.hits, mode))
             }
-            Split::Parts { check, report } => {
-                // Usage is charged whatever the check says: it happened.
-                let checked = self.store.decide(&check.0, now, hits, Mode::Try).await?;
-                let charged = self
-                    .store
-                    .decide(&report.0, now, hits, Mode::Report)
-                    .await?;
-                if charged.granted < req.hits {
-                    if let Some(ns) = view.namespace(req.namespace) {
-                        count_clamped(ns, req.hits - charged.granted);
+            Split::Parts(parts) => {
+                // Usage is charged (or given back) whatever the check
+                // says: it happened. The check goes first, as in one plan.
+                let mut decided = SmallVec::<[PlanDecision; 3]>::new();
+                for part in &parts {
+                    let pd = self.store.decide(&part.plan, now, hits, part.mode).await?;
+                    if part.mode == Mode::Report && pd.granted < req.hits {
+                        if let Some(ns) = view.namespace(req.namespace) {
+                            count_clamped(ns, req.hits - pd.granted);
+                        }
                     }
+                    decided.push(pd);
                 }
-                let pd = to_decide.join((&checked, &check.1), (&charged, &report.1));
+                let joined: SmallVec<[(&descriptors::Part, &PlanDecision); 3]> =
+                    parts.iter().zip(&decided).collect();
+                let pd = to_decide.join(&joined);
                 Ok(to_decide.outcome(&pd, req.hits, Mode::Try))
             }
         }

@@ -962,6 +962,8 @@ async fn try_descriptors(
             hits,
             mode: Mode::Try,
             limits: &[],
+            descriptor_hits: &[],
+            refunds: &[],
         },
         at,
     )
@@ -1262,6 +1264,8 @@ fn futures_are_send(l: &Limiter<MemoryStore>) {
             hits: 1,
             mode: Mode::Try,
             limits: &[],
+            descriptor_hits: &[],
+            refunds: &[],
         },
         Nanos::ZERO,
     ));

@@ -216,6 +216,8 @@ async fn a_descriptor_with_a_rate_limit_list_is_within_it_only_when_within_every
         hits: 1,
         mode: Mode::Try,
         limits: &[],
+        descriptor_hits: &[],
+        refunds: &[],
     };
     let mut at = Nanos::from_secs(DAY);
     for _ in 0..3 {
@@ -366,6 +368,8 @@ async fn an_envoy_descriptor_limit_decides_in_place_of_the_config_matched_or_not
             hits: 1,
             mode: Mode::Try,
             limits: &two,
+            descriptor_hits: &[],
+            refunds: &[],
         };
         for _ in 0..2 {
             let o = l.request_descriptors(&req, at).await.unwrap();
@@ -384,6 +388,8 @@ async fn an_envoy_descriptor_limit_decides_in_place_of_the_config_matched_or_not
         hits: 1,
         mode: Mode::Try,
         limits: &[],
+        descriptor_hits: &[],
+        refunds: &[],
     };
     let o = l.request_descriptors(&req, at).await.unwrap();
     assert_eq!(o.statuses[0].decision.unwrap().remaining, 99);
@@ -395,6 +401,8 @@ async fn an_envoy_descriptor_limit_decides_in_place_of_the_config_matched_or_not
         hits: 1,
         mode: Mode::Try,
         limits: &zero,
+        descriptor_hits: &[],
+        refunds: &[],
     };
     let o = l.request_descriptors(&req, at).await.unwrap();
     assert!(!o.allowed && !o.statuses[0].allowed);
@@ -481,6 +489,8 @@ async fn regression_the_override_cache_takes_no_unknown_domain_and_starts_over_w
                     hits: 1,
                     mode: Mode::Try,
                     limits: &two,
+                    descriptor_hits: &[],
+                    refunds: &[],
                 },
                 at,
             )
@@ -495,6 +505,8 @@ async fn regression_the_override_cache_takes_no_unknown_domain_and_starts_over_w
         hits: 1,
         mode: Mode::Try,
         limits: &two,
+        descriptor_hits: &[],
+        refunds: &[],
     };
     l.request_descriptors(&req, at).await.unwrap();
     assert_eq!(l.cached_overrides(), 1);
@@ -664,6 +676,8 @@ descriptors:
         hits,
         mode: Mode::Try,
         limits: &[],
+        descriptor_hits: &[],
+        refunds: &[],
     };
     // 7 told after the fact: past the second's 5, never refused.
     let o = l.request_descriptors(&req(7), at(0)).await.unwrap();

@@ -50,6 +50,7 @@ pub fn probe(
             limit: &item.limit,
             state,
             shadow: item.shadow,
+            hits: None,
         })
         .collect();
     Ok(tollgate_core::plan::decide(

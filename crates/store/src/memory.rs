@@ -483,8 +483,9 @@ impl MemoryStore {
         match plan.items() {
             [] => Ok(plan::decide(&mut [], now, request, mode)?),
             [item] => match mode {
-                Mode::Try => self.decide_one_try(item, now, request),
-                // Acquire, report and refund: rare, through the core's plan.
+                Mode::Try if !item.has_own_hits() => self.decide_one_try(item, now, request),
+                // Acquire, report and refund, and an item asked hits of
+                // its own: rare, through the core's plan.
                 mode => self.decide_one_mode(item, now, request, mode),
             },
             _ => self.decide_many(plan, now, request, mode),
@@ -783,7 +784,7 @@ impl MemoryStore {
         self.table
             .decide_one(&item.key, &item.limit, now, |limit, stored| {
                 let state = stored.unpacked();
-                let out = match decide_entry(limit, state, item.shadow, now, request, mode) {
+                let out = match decide_entry(limit, state, item, now, request, mode) {
                     Ok(d) => (Ok(d), Effect::after(limit.is_idle(state, now))),
                     // Refused before the state was touched.
                     Err(e) => (Err(e), Effect::Untouched),
@@ -812,6 +813,7 @@ impl MemoryStore {
                     limit: &item.limit,
                     state: kept.unpacked(),
                     shadow: item.shadow,
+                    hits: item.hits,
                 })
                 .collect();
             let decision = plan::decide(&mut entries, now, request, mode);
@@ -850,12 +852,12 @@ fn with_pool<R>(
     }
 }
 
-/// Decides one limit as a one-entry plan: the same rules (shadow, acquire)
-/// as every other plan.
+/// Decides `item`'s limit as a one-entry plan: the same rules (shadow,
+/// acquire, hits of its own) as every other plan.
 fn decide_entry(
     limit: &Limit,
     state: &mut LimitState,
-    shadow: bool,
+    item: &PlanItem,
     now: Nanos,
     request: Hits,
     mode: Mode,
@@ -863,7 +865,8 @@ fn decide_entry(
     let mut entries = [PlanEntry {
         limit,
         state,
-        shadow,
+        shadow: item.shadow,
+        hits: item.hits,
     }];
     Ok(plan::decide(&mut entries, now, request, mode)?)
 }

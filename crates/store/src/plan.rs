@@ -23,6 +23,18 @@ pub struct PlanItem {
     pub limit: Arc<Limit>,
     /// Evaluated and recorded but never limits (shadow mode).
     pub shadow: bool,
+    /// Hits of this item's own, decided exactly in place of the request's
+    /// (Envoy descriptors each with their own `hits_addend`; see
+    /// [`tollgate_core::plan::PlanEntry::hits`]). `None`: the request's.
+    pub hits: Option<u64>,
+}
+
+impl PlanItem {
+    /// Whether the item is asked its own hits: a store's one-item fast
+    /// path, which decides for the request's hits, does not take it.
+    pub fn has_own_hits(&self) -> bool {
+        self.hits.is_some()
+    }
 }
 
 /// A key pushed onto a [`Plan`] that already holds it.
@@ -51,6 +63,7 @@ impl Plan {
             key,
             limit,
             shadow: false,
+            hits: None,
         });
         Plan { items, affinity: 0 }
     }
@@ -62,7 +75,12 @@ impl Plan {
         if self.position(&key).is_some() {
             return Err(DuplicateKey { key });
         }
-        self.items.push(PlanItem { key, limit, shadow });
+        self.items.push(PlanItem {
+            key,
+            limit,
+            shadow,
+            hits: None,
+        });
         Ok(())
     }
 
@@ -79,8 +97,19 @@ impl Plan {
             key,
             limit: Arc::clone(limit),
             shadow,
+            hits: None,
         });
         self.items.len() - 1
+    }
+
+    /// Asks item `index` for `hits` of its own in place of the request's
+    /// ([`PlanItem::hits`]); an item asked twice (two Envoy descriptors
+    /// sharing a counter) is asked the larger, since the counter is
+    /// charged once. An index past the items changes nothing.
+    pub fn ask(&mut self, index: usize, hits: u64) {
+        if let Some(item) = self.items.get_mut(index) {
+            item.hits = Some(item.hits.map_or(hits, |h| h.max(hits)));
+        }
     }
 
     /// The plan with `affinity` (see [`Plan::affinity`]).

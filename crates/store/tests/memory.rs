@@ -1387,6 +1387,7 @@ fn agrees_with_core(ops: &[Op], shards: usize) -> Result<(), TestCaseError> {
                             limit: limit_of(slot),
                             state,
                             shadow,
+                            hits: None,
                         })
                         .collect();
                     plan::decide(&mut entries, now, request, mode)

@@ -44,6 +44,13 @@ pub struct Event {
     /// Per descriptor, the limit it brought of its own (Envoy's
     /// descriptor `limit`); empty when none did.
     pub descriptor_limits: Vec<Option<EnvoyLimit>>,
+    /// Per descriptor, hits of its own (Envoy's descriptor-level
+    /// `hits_addend`) in place of `hits`; empty when none has.
+    pub descriptor_hits: Vec<Option<u64>>,
+    /// Per descriptor, whether it gives its hits back (Envoy's
+    /// `is_negative_hits` on some descriptors of a request); empty when
+    /// none does.
+    pub descriptor_refunds: Vec<bool>,
 }
 
 #[derive(Deserialize)]
@@ -61,6 +68,8 @@ struct Raw {
     descriptors: Option<Descriptors>,
     limit: Option<RawLimit>,
     descriptor_limits: Option<Vec<Option<RawLimit>>>,
+    descriptor_hits: Option<Vec<Option<u64>>>,
+    descriptor_refunds: Option<Vec<bool>>,
     // What a decision-log line also records; a replay decides afresh.
     #[allow(dead_code)]
     surface: Option<serde::de::IgnoredAny>,
@@ -189,6 +198,15 @@ pub fn parse(line: &str) -> Result<Event, String> {
             .map(|l| l.map(|l| l.limit("descriptor_limits")).transpose())
             .collect::<Result<_, _>>()?,
     };
+    let descriptor_hits = per_descriptor("descriptor_hits", raw.descriptor_hits, &descriptors)?;
+    let descriptor_refunds =
+        per_descriptor("descriptor_refunds", raw.descriptor_refunds, &descriptors)?;
+    if !descriptor_refunds.is_empty() && mode != Mode::Try {
+        return Err(format!(
+            "`descriptor_refunds` marks refunds among the checks of a `try` event, not a `{}` one",
+            mode.as_str()
+        ));
+    }
     Ok(Event {
         time,
         namespace: raw.namespace,
@@ -200,7 +218,28 @@ pub fn parse(line: &str) -> Result<Event, String> {
         descriptors,
         limit,
         descriptor_limits,
+        descriptor_hits,
+        descriptor_refunds,
     })
+}
+
+/// A per-descriptor list `field` of an event: one entry per descriptor,
+/// only with `descriptors`; empty when absent.
+fn per_descriptor<T>(
+    field: &str,
+    list: Option<Vec<T>>,
+    descriptors: &Option<Vec<Vec<(String, String)>>>,
+) -> Result<Vec<T>, String> {
+    match (list, descriptors) {
+        (None, _) => Ok(Vec::new()),
+        (Some(_), None) => Err(format!("`{field}` needs `descriptors`")),
+        (Some(list), Some(d)) if list.len() != d.len() => Err(format!(
+            "`{field}` has {} entries for {} descriptors",
+            list.len(),
+            d.len()
+        )),
+        (Some(list), Some(_)) => Ok(list),
+    }
 }
 
 fn millis_to_nanos(n: &serde_json::Number) -> Result<Nanos, String> {

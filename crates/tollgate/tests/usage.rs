@@ -284,7 +284,7 @@ fn check_before_report_after_on_envoy_rls() {
         vec![d]
     };
     rt.block_on(async {
-        let mut rls = RateLimitServiceClient::connect(format!("http://{}", server.grpc))
+        let rls = RateLimitServiceClient::connect(format!("http://{}", server.grpc))
             .await
             .unwrap();
         let ask = |descriptors: Vec<RateLimitDescriptor>, hits: u32| {
@@ -339,19 +339,39 @@ fn check_before_report_after_on_envoy_rls() {
         assert_eq!(a.overall_code, OK, "{a:?}");
         let a = ask(probe("user", "alice"), 1).await;
         assert_eq!(a.statuses[0].limit_remaining, 1000);
-        // Descriptors of one request are all refunded or none is.
-        let err = rls
-            .should_rate_limit(RateLimitRequest {
-                domain: "gateway".into(),
-                descriptors: vec![
-                    descriptor("user", "a", true),
-                    descriptor("path", "/", false),
-                ],
-                hits_addend: 1,
-            })
-            .await
-            .unwrap_err();
-        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+        // One request both checking and giving back, each descriptor with
+        // its own hits (Envoy's descriptor-level `hits_addend`): alice
+        // reports 300, then the next request checks 1 on the path and
+        // refunds 200 of them.
+        let a = ask(user(false), 300).await;
+        assert_eq!(a.statuses[0].limit_remaining, 700, "{a:?}");
+        let own = |mut d: RateLimitDescriptor, hits: u64| {
+            d.hits_addend.get_or_insert_with(Default::default).value = hits;
+            d
+        };
+        let a = ask(
+            vec![
+                own(descriptor("path", "/chat", false), 1),
+                own(descriptor("user", "alice", true), 200),
+            ],
+            1,
+        )
+        .await;
+        assert_eq!(a.overall_code, OK, "{a:?}");
+        assert_eq!(a.statuses[0].limit_remaining, 99, "the path was checked");
+        assert_eq!(a.statuses[1].limit_remaining, 900, "alice got 200 back");
+        // A refund goes through even when the check beside it fails.
+        let a = ask(
+            vec![
+                own(descriptor("path", "/chat", false), 500),
+                own(descriptor("user", "alice", true), 100),
+            ],
+            1,
+        )
+        .await;
+        assert_eq!(a.overall_code, OVER, "{a:?}");
+        let a = ask(probe("user", "alice"), 1).await;
+        assert_eq!(a.statuses[0].limit_remaining, 1000);
     });
     assert_eq!(clamped(&server, "gateway"), 1.0);
 }

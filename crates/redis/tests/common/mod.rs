@@ -106,6 +106,10 @@ pub struct Step {
     pub request: Hits,
     pub mode: Mode,
     pub items: Vec<usize>,
+    /// Per plan item (in `items` order), hits of its own in place of the
+    /// request's (Envoy descriptors with their own `hits_addend`); empty or
+    /// shorter: the rest take the request's.
+    pub own: Vec<Option<u64>>,
 }
 
 impl Step {
@@ -117,6 +121,7 @@ impl Step {
             request: Hits::exactly(hits),
             mode: Mode::Try,
             items: (0..items).collect(),
+            own: Vec::new(),
         }
     }
 }
@@ -127,12 +132,15 @@ impl Step {
 /// nothing, which skipping the step keeps).
 pub fn plan_of(items: &[Item], step: &Step) -> Option<Plan> {
     let mut plan = Plan::default().with_affinity(7);
-    for &i in &step.items {
+    for (at, &i) in step.items.iter().enumerate() {
         let it = &items[i];
         if let Err(e) = plan.push(it.key.clone(), Arc::clone(&it.limit), it.shadow) {
             let listed = step.items.iter().filter(|&&j| items[j].key == it.key);
             assert!(e.key == it.key && listed.count() > 1, "{e} ({step:?})");
             return None;
+        }
+        if let Some(&Some(h)) = step.own.get(at) {
+            plan.ask(at, h);
         }
     }
     Some(plan)
@@ -176,6 +184,7 @@ pub fn ask(advance: Nanos, min: u64, hits: u64, items: &[usize]) -> Step {
         request: Hits::between(min, hits),
         mode: Mode::Try,
         items: items.to_vec(),
+        own: Vec::new(),
     }
 }
 
@@ -186,6 +195,7 @@ pub fn acquire(advance: Nanos, hits: u64, items: &[usize]) -> Step {
         request: Hits::exactly(hits),
         mode: Mode::Acquire,
         items: items.to_vec(),
+        own: Vec::new(),
     }
 }
 
@@ -196,6 +206,7 @@ pub fn report(advance: Nanos, hits: u64, items: &[usize]) -> Step {
         request: Hits::exactly(hits),
         mode: Mode::Report,
         items: items.to_vec(),
+        own: Vec::new(),
     }
 }
 
@@ -206,6 +217,7 @@ pub fn refund(advance: Nanos, hits: u64, items: &[usize]) -> Step {
         request: Hits::exactly(hits),
         mode: Mode::Refund,
         items: items.to_vec(),
+        own: Vec::new(),
     }
 }
 
@@ -300,8 +312,10 @@ pub mod strategies {
             0..acquire_one_in.max(1),
             proptest::collection::vec(any::<bool>(), items),
             0u8..8,
+            // Now and then, items asked hits of their own.
+            proptest::collection::vec(proptest::option::weighted(0.15, 0..=max_hits), items),
         )
-            .prop_map(move |(advance, hits, min, acq, mask, usage)| {
+            .prop_map(move |(advance, hits, min, acq, mask, usage, own)| {
                 let mut chosen: Vec<usize> = (0..items).filter(|&i| mask[i]).collect();
                 if chosen.is_empty() {
                     chosen.push(0);
@@ -324,6 +338,7 @@ pub mod strategies {
                 Step {
                     advance: Nanos::new(advance),
                     request: Hits::between(min_hits, hits),
+                    own: chosen.iter().map(|&i| own[i]).collect(),
                     mode,
                     items: chosen,
                 }

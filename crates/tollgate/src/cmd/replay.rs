@@ -269,6 +269,8 @@ impl Replay {
                 // descriptors are never scheduled.
                 mode: if e.mode.is_usage() { e.mode } else { Mode::Try },
                 limits: &e.descriptor_limits,
+                descriptor_hits: &e.descriptor_hits,
+                refunds: &e.descriptor_refunds,
             };
             return match limiter.request_descriptors(&req, e.time).await {
                 Ok(outcome) => {
