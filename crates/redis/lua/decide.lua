@@ -22,7 +22,9 @@
 --        - 0 (decided): granted, allowed, wait, limited_by (-1: none),
 --          shadow_limited, then per item: granted, allowed, limit,
 --          remaining, reset_after, retry_after (-1: never), wait, tier
---          index (-1: no tier), tier limit, tier hits, tier burst, room;
+--          index (-1: no tier), tier limit, tier hits, tier burst, room
+--          (a calendar window's reset_after or retry_after of 2^53 ns or
+--          more is the array {seconds, nanoseconds}: fixed_window.lua);
 --        - 1 cannot_schedule, 2 never_admits or 3 too_long (a wait of
 --          2^52 ns or more), in acquire mode, or 4 no_usage (an algorithm
 --          without a sound debt) in report or refund mode, then the item's

@@ -119,7 +119,8 @@ const SHARDS: usize = 16;
 
 /// The local clock's origin, with Redis's clock: far from zero, so that
 /// rebuilt states never reach the core's saturation at zero (a fixed
-/// window's start is its end minus the window, up to 2^52 ns before), and
+/// window's start is its end minus the window: up to 2^52 ns before, or a
+/// calendar year's 366 days, both far short of the 31 years `BASE` is), and
 /// a whole number of microseconds.
 const BASE: u64 = 1_000_000_000_000_000_000;
 

@@ -23,7 +23,9 @@
 //!   clocks agree ([`ScriptClock::Redis`]). Tests pass their own ([`ScriptClock::Caller`]).
 //! - **Exactness**: Lua numbers are doubles; the scripts keep times relative
 //!   to their own now and refuse limits whose spans or counts reach 2^52
-//!   ([`params::check_limit`]), so they compute what the core computes. A
+//!   ([`params::check_limit`]; calendar windows, a year's included, keep
+//!   their times as seconds and nanoseconds instead), so they compute what
+//!   the core computes. A
 //!   conformance suite (`tests/conformance*.rs`) runs the same timed
 //!   scenarios through both stores and requires identical decisions.
 //! - **Memory**: a state that becomes idle is deleted; any other is written

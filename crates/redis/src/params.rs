@@ -7,6 +7,10 @@
 //! count a limit keeps must stay below [`MAX_EXACT`] (2^52, which leaves a
 //! bit of headroom for sums): about 52 days for a span. [`check_limit`]
 //! refuses the others when the config is loaded, with the parameter named.
+//! Calendar windows are the exception: their edges travel, and are kept,
+//! as whole seconds plus nanoseconds, so a calendar year (366 days and
+//! more, with arbitrary nanoseconds under the caller's clock) is exact
+//! too (below, and `lua/algorithms/fixed_window.lua`).
 //! Floating-point parameters (Guava's smooth limiters) are sent in Rust's
 //! shortest round-trip notation, which Lua's `tonumber` reads back to the
 //! same double, so the scripts compute the same Guava numbers.
@@ -17,7 +21,7 @@
 use std::fmt::Write as _;
 
 use smallvec::SmallVec;
-use tollgate_core::{Align, CalendarUnit, Limit, Nanos, SmoothKind};
+use tollgate_core::{Align, Limit, Nanos, SmoothKind};
 
 /// The largest span (in nanoseconds) or count a limit may keep in the
 /// Redis store: 2^52, about 52 days.
@@ -142,10 +146,14 @@ pub(crate) fn encode(limit: &Limit, now: Nanos) -> Encoded {
         // limit, window, align (0 epoch, 1 first hit, 2 calendar); a
         // calendar's four edges around `now` (three windows: the one
         // before this server's, its own, the one after), each as seconds
-        // and nanoseconds since the epoch, which the script turns into its
-        // relative time (Redis's clock picks among the three windows);
-        // max debt (last, so that parameters an alignment adds go before
-        // it)
+        // and nanoseconds since the epoch, which the script keeps as
+        // seconds and nanoseconds relative to its now, never as one count
+        // of nanoseconds: a year's three windows span three years, past
+        // what a double holds to the nanosecond (2^53 ns, 104 days), and
+        // its reset_after leaves the script as {seconds, nanoseconds}
+        // when it is 2^53 ns or more (`reply::msgpack_ints` reassembles
+        // it). Redis's clock picks among the three windows. Then max debt
+        // (last, so that parameters an alignment adds go before it)
         Limit::FixedWindow(a) => {
             let e = Encoded::new(code::FIXED_WINDOW)
                 .int(a.limit())
@@ -254,12 +262,6 @@ pub enum Inexact {
         max = Nanos::new(MAX_EXACT - 1)
     )]
     RefillTooLong(f64),
-    /// A calendar window longer than the scripts keep exactly (a year).
-    #[error(
-        "a calendar window of {0} is too long for the Redis store (its windows last at most \
-         about 52 days: `window: 1d`, `1w` or `1mo` with `align: calendar`)"
-    )]
-    CalendarTooLong(CalendarUnit),
     /// A replicated limit (a gossip cluster's CRDT) is no limit for Redis.
     #[error("a replicated limit belongs to a gossip cluster, not to Redis")]
     Replicated,
@@ -304,10 +306,10 @@ pub fn check_limit(limit: &Limit) -> Result<(), Inexact> {
             // told of its limit, not of a sum it never wrote.
             count("limit", a.limit())?;
             count("limit + max_debt", a.limit().saturating_add(a.max_debt()))?;
-            if let Align::Calendar(c) = a.align() {
-                if a.longest_window().as_u64() >= MAX_EXACT {
-                    return Err(Inexact::CalendarTooLong(c.unit()));
-                }
+            // A calendar window of any unit, a year included, is kept as
+            // seconds and nanoseconds (see `encode`): no span bound.
+            if let Align::Calendar(_) = a.align() {
+                return Ok(());
             }
             span("window", a.longest_window())
         }
@@ -426,5 +428,48 @@ mod tests {
             }
         );
         assert!(err.to_string().contains("limit"), "{err}");
+    }
+
+    /// Calendar windows of every unit run, a year included (once refused
+    /// as `CalendarTooLong`: past the 2^52 ns bound), and the limit is
+    /// still bounded; a year's edges travel as whole seconds and
+    /// nanoseconds, the seconds of each a Paris midnight.
+    #[test]
+    fn calendar_windows_of_every_unit_run_a_year_included() {
+        use tollgate_core::{Calendar, CalendarUnit, FixedWindow};
+        let year = |limit| {
+            let c =
+                Calendar::new(CalendarUnit::Year, "Europe/Paris").unwrap_or_else(|e| panic!("{e}"));
+            FixedWindow::calendar(limit, c).unwrap_or_else(|e| panic!("{e}"))
+        };
+        for unit in CalendarUnit::ALL {
+            let c = Calendar::new(unit, "Europe/Paris").unwrap_or_else(|e| panic!("{e}"));
+            let fw = FixedWindow::calendar(1, c).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(check_limit(&Limit::FixedWindow(fw)), Ok(()), "{unit}");
+        }
+        let err = check_limit(&Limit::FixedWindow(year(MAX_EXACT)))
+            .expect_err("a limit of 2^52 is too large");
+        assert!(
+            matches!(
+                err,
+                Inexact::TooLarge {
+                    parameter: "limit",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        // 2026-07-01T12:00:00.123456789Z: the edges are the Paris new
+        // years 2025 to 2028 (23:00 UTC the day before): the windows of
+        // 2025, 2026 and 2027.
+        let now = Nanos::new(1_782_907_200_123_456_789);
+        let e = encode(&Limit::FixedWindow(year(5)), now);
+        assert_eq!(e.code, code::FIXED_WINDOW);
+        let edges: Vec<Param> = [1_735_686_000, 1_767_222_000, 1_798_758_000, 1_830_294_000]
+            .into_iter()
+            .flat_map(|s| [Param::Int(s), Param::Int(0)])
+            .collect();
+        assert_eq!(e.params[3..11], edges[..]);
+        assert_eq!(e.params.len(), 12);
     }
 }

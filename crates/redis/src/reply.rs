@@ -5,7 +5,9 @@ use tollgate_core::{Decision, Mode, Nanos, PlanDecision, PlanError, TierInfo};
 use tollgate_store::{Plan, StoreError};
 
 /// The numbers of a `decide` reply, which the script packs with
-/// `cmsgpack.pack` into one MessagePack array of integers: one bulk string
+/// `cmsgpack.pack` into one MessagePack array of integers (and of
+/// {seconds, nanoseconds} pairs for times a double cannot hold, read as
+/// one number of nanoseconds): one bulk string
 /// to read rather than hundreds of RESP integers (parsing those cost the
 /// server more than the rest of a decision; `docs/benchmarks.md`). Written
 /// into `out`, which is cleared first and reused across calls.
@@ -28,22 +30,17 @@ pub(crate) fn msgpack_ints(bytes: &[u8], out: &mut Vec<i64>) -> Result<(), Store
     out.reserve(n);
     for _ in 0..n {
         let v = match r.byte()? {
-            b @ 0x00..=0x7f => i64::from(b),
-            b @ 0xe0..=0xff => i64::from(b as i8),
-            0xcc => i64::from(r.byte()?),
-            0xcd => i64::from(u16::from_be_bytes(r.array()?)),
-            0xce => i64::from(u32::from_be_bytes(r.array()?)),
-            0xcf => i64::try_from(u64::from_be_bytes(r.array()?)).unwrap_or(i64::MAX),
-            0xd0 => i64::from(r.byte()? as i8),
-            0xd1 => i64::from(i16::from_be_bytes(r.array()?)),
-            0xd2 => i64::from(i32::from_be_bytes(r.array()?)),
-            0xd3 => i64::from_be_bytes(r.array()?),
-            // cmsgpack packs a number that is not an exact 64-bit integer
-            // as a double; the script's are whole, so this is only ever a
-            // saturated debt near ±2^63 (see token_bucket.lua).
-            0xcb => whole(f64::from_be_bytes(r.array()?))?,
-            0xca => whole(f64::from(f32::from_be_bytes(r.array()?)))?,
-            b => return Err(bad(&format!("a reply number of type 0x{b:02x}"))),
+            // A time of 2^53 ns or more (a calendar year's reset), which a
+            // double cannot hold to the nanosecond: {seconds, nanoseconds}
+            // (`lua/algorithms/fixed_window.lua`).
+            0x92 => {
+                let b = r.byte()?;
+                let s = r.int(b)?;
+                let b = r.byte()?;
+                let ns = r.int(b)?;
+                seconds_and_nanos(s, ns)?
+            }
+            b => r.int(b)?,
         };
         out.push(v);
     }
@@ -51,6 +48,16 @@ pub(crate) fn msgpack_ints(bytes: &[u8], out: &mut Vec<i64>) -> Result<(), Store
         return Err(bad("bytes after the reply's array"));
     }
     Ok(())
+}
+
+/// A time the script sent as whole seconds and nanoseconds, in
+/// nanoseconds (saturated, as `whole` saturates; no decision's time comes
+/// near 292 years).
+fn seconds_and_nanos(s: i64, ns: i64) -> Result<i64, StoreError> {
+    if s < 0 || !(0..1_000_000_000).contains(&ns) {
+        return Err(bad(&format!("a time of {s} s and {ns} ns")));
+    }
+    Ok(s.saturating_mul(1_000_000_000).saturating_add(ns))
 }
 
 /// A double of the reply as an integer, saturated (`as` does that); NaN
@@ -68,6 +75,28 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
+    /// The integer whose first byte is `b`.
+    fn int(&mut self, b: u8) -> Result<i64, StoreError> {
+        Ok(match b {
+            0x00..=0x7f => i64::from(b),
+            0xe0..=0xff => i64::from(b as i8),
+            0xcc => i64::from(self.byte()?),
+            0xcd => i64::from(u16::from_be_bytes(self.array()?)),
+            0xce => i64::from(u32::from_be_bytes(self.array()?)),
+            0xcf => i64::try_from(u64::from_be_bytes(self.array()?)).unwrap_or(i64::MAX),
+            0xd0 => i64::from(self.byte()? as i8),
+            0xd1 => i64::from(i16::from_be_bytes(self.array()?)),
+            0xd2 => i64::from(i32::from_be_bytes(self.array()?)),
+            0xd3 => i64::from_be_bytes(self.array()?),
+            // cmsgpack packs a number that is not an exact 64-bit integer
+            // as a double; the script's are whole, so this is only ever a
+            // saturated debt near ±2^63 (see token_bucket.lua).
+            0xcb => whole(f64::from_be_bytes(self.array()?))?,
+            0xca => whole(f64::from(f32::from_be_bytes(self.array()?)))?,
+            b => return Err(bad(&format!("a reply number of type 0x{b:02x}"))),
+        })
+    }
+
     fn byte(&mut self) -> Result<u8, StoreError> {
         let b = *self
             .bytes
@@ -228,6 +257,36 @@ mod tests {
             &[0x91, 0xcb, 0x7f, 0xf8, 0, 0, 0, 0, 0, 0][..],
             &[0xdd, 0xff, 0xff, 0xff, 0xff][..],
             &[][..],
+        ] {
+            assert!(msgpack_ints(bad, &mut out).is_err(), "{bad:?}");
+        }
+    }
+
+    /// A calendar year's reset past 2^53 ns comes as {seconds,
+    /// nanoseconds} and reads as the exact nanoseconds; anything else in
+    /// an array is malformed.
+    #[test]
+    fn seconds_and_nanoseconds_pairs_read_as_one_exact_number() {
+        // [7, [31622399, 876543211], -1]: 366 days less a second, and
+        // 876543211 ns (3.2e16, past 2^53, odd).
+        let mut bytes = vec![0x93, 0x07, 0x92, 0xce];
+        bytes.extend(31_622_399u32.to_be_bytes());
+        bytes.push(0xce);
+        bytes.extend(876_543_211u32.to_be_bytes());
+        bytes.push(0xff);
+        let mut out = Vec::new();
+        msgpack_ints(&bytes, &mut out).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(out, [7, 31_622_399_876_543_211, -1]);
+        for bad in [
+            // Cut short inside the pair.
+            &[0x91, 0x92, 0x01][..],
+            // Negative seconds, nanoseconds of a second or more.
+            &[0x91, 0x92, 0xff, 0x00][..],
+            &[0x91, 0x92, 0x01, 0xce, 0x3b, 0x9a, 0xca, 0x00][..],
+            // Arrays of other lengths, and nested pairs.
+            &[0x91, 0x93, 0x01, 0x02, 0x03][..],
+            &[0x91, 0x91, 0x01][..],
+            &[0x91, 0x92, 0x92, 0x01, 0x02, 0x03][..],
         ] {
             assert!(msgpack_ints(bad, &mut out).is_err(), "{bad:?}");
         }

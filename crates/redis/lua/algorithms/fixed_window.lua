@@ -1,15 +1,23 @@
 -- The fixed window counter (code 4): a port of
--- crates/core/src/algorithms/fixed_window.rs. The state is the start of the
--- window its count belongs to, and that count; a fresh state counts
--- nothing (its start, the epoch, is long ago).
+-- crates/core/src/algorithms/fixed_window.rs. The state is the window its
+-- count belongs to, and that count; a fresh state counts nothing (its
+-- window, long ago, is over).
 -- Parameters: p[1] limit, p[2] window, p[3] align (0 epoch, 1 first hit,
 -- 2 calendar); with a calendar, p[4] .. p[11] are four edges, each as
 -- seconds and nanoseconds since the epoch: e0 = (p[4], p[5]), e1, e2, e3,
 -- the windows [e0, e1), [e1, e2) and [e2, e3) around the server's time.
 -- Last (p[#p], after the edges) max_debt, the hits a report may count
 -- beyond the limit.
--- Stored: v[3] start (T.put), v[4] count; a calendar window also v[5],
--- its end (T.put), which no arithmetic on p[2] gives.
+-- Stored, epoch and first-hit windows: v[3] start (T.put), v[4] count.
+-- Stored, calendar windows: v[3] 0 (unused: a calendar window's state is
+-- its end, as in the core; older scripts stored the start there and never
+-- read it back), v[4] count, v[5] and v[6] the window's end: v[6] seconds
+-- plus v[5] nanoseconds after the base second v[2]. v[6] is written only
+-- when the end is 2^53 ns or more from the base second (a year's window);
+-- otherwise v[5] alone holds the whole offset in nanoseconds, the layout
+-- scripts before calendar years wrote, so that days, weeks and months are
+-- stored as they were and states of either layout read back alike (an
+-- absent v[6] is 0 seconds).
 --
 -- Calendar windows. Lua has no time zone database, so the server computes
 -- the edges (crates/core/src/calendar.rs) around its own time and sends
@@ -17,29 +25,68 @@
 -- TIME, so the edge is Redis's clock, as every other decision's time is,
 -- while the server's clock is within a window of it). A `now` outside all
 -- three (a server clock off by more than a window) takes the server's
--- window. Relative edges are exact: a month's three windows span under
--- 100 days, below 2^53 ns, and the store refuses calendar windows longer
--- than a month (params.rs).
+-- window.
+--
+-- A year's three windows span up to three years, and its reset_after up
+-- to a year: past 2^53 ns (104 days), where a relative time in
+-- nanoseconds with an arbitrary nanosecond part (the caller's clock, in
+-- tests and replays) is no longer exact. So calendar windows never form
+-- such a count: their edges and end are pairs (`cal`): whole seconds and
+-- nanoseconds (0 to 1e9 - 1) after now. Seconds times 1e9 is exact (a
+-- multiple of 2^9 well below 2^62), a pair is compared with now by its
+-- parts, and the time to the end leaves the script as a number when it is
+-- below 2^53 ns (exact), else as the array {seconds, nanoseconds}, which
+-- crates/redis/src/reply.rs reassembles into the exact u64. Every day,
+-- week and month (and a year's last 104 days) answers as a plain number,
+-- as before.
 -- Wrapped in a loader, run on first use (see LOADERS in prelude.lua); its
 -- locals do not count against the chunk's 200.
 LOADERS[4] = function()
 
-  -- Edge `i` (0 to 3) of a calendar's parameters, relative to now.
+  local BILLION = 1000000000
+
+  -- The calendar time `s` seconds plus `ns` nanoseconds after now (both
+  -- whole, |ns| < 2^53), as a pair {s =, ns =} with 0 <= ns < 1e9.
+  -- floor(ns / 1e9) is exact for |ns| < 2^53 (see idiv in prelude.lua;
+  -- for a negative ns the quotient is as far from the next integer).
+  local function cal(s, ns)
+    local c = floor(ns / BILLION)
+    return { s = s + c, ns = ns - c * BILLION }
+  end
+
+  -- Whether the calendar time `t` is after now.
+  local function cal_after(t)
+    return t.s > 0 or (t.s == 0 and t.ns > 0)
+  end
+
+  -- Long ago, for a fresh calendar state: never after now.
+  local function cal_past()
+    return { s = -4611686018, ns = 0 }
+  end
+
+  -- Edge `i` (0 to 3) of a calendar's parameters.
   local function fw_edge(p, i)
-    return (p[4 + 2 * i] - T.S) * 1000000000 + (p[5 + 2 * i] - T.NS)
+    return cal(p[4 + 2 * i] - T.S, p[5 + 2 * i] - T.NS)
   end
 
-  -- The end of the window the state's count belongs to.
-  local function fw_stop(p, st)
-    if p[3] == 2 then return st.stop end
-    return st.start + p[2]
+  -- The time from now to `t` (after now) as the reply carries it: exact
+  -- nanoseconds below 2^53, else {seconds, nanoseconds}. The sum is exact
+  -- when the true value is below 2^53, and rounding never takes a larger
+  -- one below it.
+  local function cal_until(t)
+    local n = t.s * BILLION + t.ns
+    if n < TWO53 then return n end
+    return { t.s, t.ns }
   end
 
-  -- Whether the stored window still covers `now`. A time before the window
-  -- (a clock going backwards) keeps it: forgetting hits because time went
+  -- Whether the stored window still covers `now` (0: the script's now,
+  -- which calendar pairs are relative to). A time before the window (a
+  -- clock going backwards) keeps it: forgetting hits because time went
   -- backwards would be an exploit.
   local function fw_current(p, st, now)
-    return st.count > 0 and now < fw_stop(p, st)
+    if st.count <= 0 then return false end
+    if p[3] == 2 then return cal_after(st.stop) end
+    return now < st.start + p[2]
   end
 
   local function fw_count(p, st, now)
@@ -47,31 +94,57 @@ LOADERS[4] = function()
     return 0
   end
 
-  -- The window a grant at `now` starts: its start and end.
-  local function fw_window(p, now)
+  -- The time from now to the end of the current window (see cal_until).
+  local function fw_until_end(p, st, now)
+    if p[3] == 2 then return cal_until(st.stop) end
+    return sat_sub(st.start + p[2], now)
+  end
+
+  -- Starts the window a grant at `now` starts: its start, or a calendar
+  -- window's end.
+  local function fw_start(p, st, now)
     -- Epoch windows start at multiples of the window since the Unix epoch,
     -- which only the absolute time knows.
     if p[3] == 0 then
-      local start = now - T.mod(now, p[2])
-      return start, start + p[2]
+      st.start = now - T.mod(now, p[2])
+    elseif p[3] == 1 then
+      st.start = now
+    else
+      local e0, e1, e2, e3 = fw_edge(p, 0), fw_edge(p, 1), fw_edge(p, 2), fw_edge(p, 3)
+      if not cal_after(e0) and cal_after(e1) then
+        st.stop = e1
+      elseif not cal_after(e2) and cal_after(e3) then
+        st.stop = e3
+      else
+        st.stop = e2
+      end
     end
-    if p[3] == 1 then return now, now + p[2] end
-    local e0, e1, e2, e3 = fw_edge(p, 0), fw_edge(p, 1), fw_edge(p, 2), fw_edge(p, 3)
-    if now >= e0 and now < e1 then return e0, e1 end
-    if now >= e2 and now < e3 then return e2, e3 end
-    return e1, e2
   end
 
   ALG[4] = {
     name = 'fixed_window',
-    fresh = function(p, now) return { start = PAST, count = 0, stop = PAST } end,
+    fresh = function(p, now)
+      if p[3] == 2 then return { count = 0, stop = cal_past() } end
+      return { start = PAST, count = 0 }
+    end,
     decode = function(p, v, base)
-      local st = { start = T.get(v[3], base), count = v[4], stop = PAST }
-      if p[3] == 2 and v[5] then st.stop = T.get(v[5], base) end
-      return st
+      if p[3] == 2 then
+        local stop = cal_past()
+        if v[5] then stop = cal(base - T.S + (v[6] or 0), v[5] - T.NS) end
+        return { count = v[4], stop = stop }
+      end
+      return { start = T.get(v[3], base), count = v[4] }
     end,
     encode = function(p, st)
-      if p[3] == 2 then return { T.put(st.start), st.count, T.put(st.stop) } end
+      if p[3] == 2 then
+        -- The end relative to the base second T.S: s seconds and ns
+        -- nanoseconds (ns < 2e9).
+        local s, ns = st.stop.s, st.stop.ns + T.NS
+        local n = s * BILLION + ns
+        if n > -TWO53 and n < TWO53 then return { 0, st.count, n } end
+        if ns >= BILLION then s, ns = s + 1, ns - BILLION end
+        return { 0, st.count, ns, s }
+      end
       return { T.put(st.start), st.count }
     end,
     room = function(p, st, now, hits)
@@ -80,14 +153,14 @@ LOADERS[4] = function()
     commit = function(p, st, now, req, grant)
       if grant.granted > 0 then
         if not fw_current(p, st, now) then
-          st.start, st.stop = fw_window(p, now)
+          fw_start(p, st, now)
           st.count = 0
         end
         st.count = st.count + grant.granted
       end
       local count = fw_count(p, st, now)
       local until_end = 0
-      if count > 0 then until_end = sat_sub(fw_stop(p, st), now) end
+      if count > 0 then until_end = fw_until_end(p, st, now) end
       local retry_after
       if req.min_hits > p[1] then
         retry_after = false
@@ -107,9 +180,13 @@ LOADERS[4] = function()
       }
     end,
     is_idle = function(p, st, now) return not fw_current(p, st, now) end,
+    -- A year's end 2^53 ns or more away: the whole second after it, an
+    -- exact bound never short of it.
     ttl = function(p, st, now)
       if not fw_current(p, st, now) then return 0 end
-      return sat_sub(fw_stop(p, st), now)
+      local t = fw_until_end(p, st, now)
+      if type(t) == 'table' then return (t[1] + 1) * BILLION end
+      return t
     end,
   }
 
