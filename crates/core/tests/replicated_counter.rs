@@ -18,7 +18,7 @@ mod common;
 use common::{cases, delta, start, UNIT};
 use proptest::prelude::*;
 use tollgate_core::replicated::counter::{CounterBucket, CounterBucketState};
-use tollgate_core::replicated::NodeId;
+use tollgate_core::replicated::{Generation, NodeId};
 use tollgate_core::{Algorithm, Decision, Hits, Nanos, Rate, TokenBucket};
 
 // ---------------------------------------------------------------------------
@@ -73,14 +73,29 @@ fn any_state() -> impl Strategy<Value = CounterBucketState> {
         prop::collection::vec((0u64..4, count), 0..6),
         limit,
         prop::option::of(at),
+        generation(),
     )
-        .prop_map(|(entries, limit, at)| {
+        .prop_map(|(entries, limit, at, generation)| {
             CounterBucketState::from_parts(
                 entries.into_iter().map(|(n, c)| (NodeId(n), c)),
                 limit,
                 at,
             )
+            .with_generation(generation)
         })
+}
+
+/// Mostly a key never reset; sometimes one of a few reset generations
+/// (two nodes resetting at one instant among them), so states of equal and
+/// of different generations meet.
+fn generation() -> impl Strategy<Value = Generation> {
+    prop_oneof![
+        3 => Just(Generation::ZERO),
+        1 => (1u64..3, 1u64..3).prop_map(|(at, node)| Generation {
+            at: Nanos::new(at),
+            node: NodeId(node),
+        }),
+    ]
 }
 
 /// One step of a cluster run: a request at a node, or one node's state

@@ -713,35 +713,3 @@ fn inspect_reads_the_local_view_and_creates_and_gossips_nothing() {
         assert_eq!(r.keys(), keys, "{how:?}: inspecting created a key");
     }
 }
-
-/// Issue 18, item 5: a gossip cluster refuses to reset a counter, saying
-/// why (its peers would merge the old counts back), and changes nothing.
-#[test]
-fn a_reset_is_refused_saying_peers_would_merge_the_counts_back() {
-    use tollgate_store::{Store, StoreError};
-    let r = Arc::new(replica(1, 100));
-    let how = plain_queue();
-    let p = plan(&r, &how, 5, "acme");
-    r.decide_now(&p, T0, Hits::exactly(4), Mode::Try).unwrap();
-    let store = tollgate_replica::ReplicaStore::new(Arc::clone(&r));
-    let refused = block_on(store.reset(&p, T0));
-    match refused {
-        Err(StoreError::Unsupported(why)) => {
-            assert!(why.contains("merge the old counts back"), "{why}");
-            assert_eq!(why, tollgate_replica::store::RESET_REFUSED);
-        }
-        other => panic!("expected a refusal, got {other:?}"),
-    }
-    assert_eq!(r.inspect_now(&p, T0).unwrap().decisions[0].remaining, 1);
-}
-
-/// Polls a future that is ready at once (the replicated store's are).
-fn block_on<F: std::future::Future>(fut: F) -> F::Output {
-    let mut fut = std::pin::pin!(fut);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    loop {
-        if let std::task::Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
-            return out;
-        }
-    }
-}

@@ -111,7 +111,7 @@ use smallvec::SmallVec;
 use crate::decision::{Decision, Grant, Hits};
 use crate::error::ParamError;
 use crate::rate::Rate;
-use crate::replicated::{raise_entry, NodeId, OnNode, Replicated};
+use crate::replicated::{raise_entry, Generation, NodeId, OnNode, Replicated};
 use crate::time::Nanos;
 
 /// Parameters of a counter-based token bucket: a capacity and a refill rate
@@ -285,7 +285,10 @@ impl CounterBucket {
     /// Whether the bucket is full at `now`, which makes the state
     /// equivalent to the empty one for every later decision of this
     /// replica: both hold `capacity` tokens from `now` on, with no fraction
-    /// of the next. See the module docs before dropping it in a cluster.
+    /// of the next. See the module docs before dropping it in a cluster. A
+    /// reset state is equivalent to a fresh one *of its generation*: it
+    /// also ignores every state from before its reset, which a fresh one
+    /// would take (the replicated store holds reset keys a while longer).
     pub fn is_idle(&self, state: &CounterBucketState, now: Nanos) -> bool {
         now >= self.full_at(state)
     }
@@ -374,6 +377,9 @@ impl Replicated for CounterBucket {
 /// zero entries, so two states that merge to the same thing compare equal.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct CounterBucketState {
+    /// The key's reset generation: a state of a higher one replaces this
+    /// one whole in a merge, one of a lower one is ignored.
+    generation: Generation,
     /// Sorted by node, no duplicates, no zeros.
     token_counter: SmallVec<[(NodeId, u64); 2]>,
     /// Total tokens ever made available; 0 before the first refill.
@@ -394,6 +400,7 @@ impl CounterBucketState {
         refill_timestamp: Option<Nanos>,
     ) -> CounterBucketState {
         let mut state = CounterBucketState {
+            generation: Generation::ZERO,
             token_counter: SmallVec::new(),
             limit,
             refill_timestamp,
@@ -402,6 +409,27 @@ impl CounterBucketState {
             state.raise(node, count);
         }
         state
+    }
+
+    /// The state of a key just reset to `generation`: a fresh bucket that
+    /// every state of an older generation merges into as nothing.
+    pub fn reset(generation: Generation) -> CounterBucketState {
+        CounterBucketState {
+            generation,
+            ..CounterBucketState::default()
+        }
+    }
+
+    /// The same state in `generation` (for decoding one received from a
+    /// peer).
+    pub fn with_generation(mut self, generation: Generation) -> CounterBucketState {
+        self.generation = generation;
+        self
+    }
+
+    /// The key's reset generation ([`Generation::ZERO`] if never reset).
+    pub fn generation(&self) -> Generation {
+        self.generation
     }
 
     /// The token counter: `(node, tokens it consumed)`, sorted by node,
@@ -444,7 +472,19 @@ impl CounterBucketState {
     /// timestamp)` pair is kept whole (equal limits: the later timestamp).
     /// Returns whether this state changed, Listing 3.3's test for passing
     /// the key on to the other neighbours.
+    ///
+    /// Generations come first: a state of a later reset generation
+    /// replaces this one whole, and one of an earlier generation changes
+    /// nothing (a lexicographic product, still a join).
     pub fn merge(&mut self, other: &CounterBucketState) -> bool {
+        match other.generation.cmp(&self.generation) {
+            std::cmp::Ordering::Less => return false,
+            std::cmp::Ordering::Greater => {
+                self.clone_from(other);
+                return true;
+            }
+            std::cmp::Ordering::Equal => {}
+        }
         let mut changed = false;
         for &(node, count) in &other.token_counter {
             changed |= self.raise(node, count);
@@ -460,6 +500,9 @@ impl CounterBucketState {
     /// Whether `other` is already part of this state (`other ⊑ self`):
     /// merging it would change nothing.
     pub fn includes(&self, other: &CounterBucketState) -> bool {
+        if other.generation != self.generation {
+            return other.generation < self.generation;
+        }
         (other.limit, other.refill_timestamp) <= (self.limit, self.refill_timestamp)
             && other
                 .token_counter
@@ -467,7 +510,9 @@ impl CounterBucketState {
                 .all(|&(node, count)| self.consumed_by(node) >= count)
     }
 
-    /// Whether this is the empty state (nothing consumed, never refilled).
+    /// Whether this is the empty state (nothing consumed, never refilled,
+    /// never reset): a reset state is not empty, it carries its
+    /// generation to the peers.
     pub fn is_empty(&self) -> bool {
         *self == CounterBucketState::default()
     }

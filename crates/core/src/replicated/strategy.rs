@@ -14,7 +14,7 @@ use crate::rate::Rate;
 use crate::replicated::counter::{CounterBucket, CounterBucketState};
 use crate::replicated::epoch::{EpochBucket, EpochBucketState, EpochReport};
 use crate::replicated::queue::{ElementId, QueueState, TokenQueue};
-use crate::replicated::{NodeId, Replicated};
+use crate::replicated::{Generation, NodeId, Replicated};
 use crate::time::Nanos;
 use crate::ParamError;
 
@@ -278,12 +278,22 @@ impl Payload {
         }
     }
 
-    /// Whether it carries nothing a neighbour could learn from.
+    /// Whether it carries nothing a neighbour could learn from: no
+    /// grants, and no reset generation either.
     pub fn is_empty(&self) -> bool {
         match self {
             Payload::Counter(s) => s.is_empty(),
-            Payload::Queue(q) => q.is_empty(),
-            Payload::Epoch(r) => r.traffic().is_empty(),
+            Payload::Queue(q) => q.is_empty() && q.generation().is_zero(),
+            Payload::Epoch(r) => r.traffic().is_empty() && r.generation().is_zero(),
+        }
+    }
+
+    /// The reset generation it belongs to.
+    pub fn generation(&self) -> Generation {
+        match self {
+            Payload::Counter(s) => s.generation(),
+            Payload::Queue(q) => q.generation(),
+            Payload::Epoch(r) => r.generation(),
         }
     }
 
@@ -377,14 +387,55 @@ impl ReplicatedLimit {
     }
 
     /// The whole state as a payload: what a joining node receives.
-    /// `None` when there is nothing to send.
+    /// `None` when there is nothing to send. A key reset and not granted
+    /// since sends its generation (an epoch bucket, its empty report).
     pub fn full(&self, state: &mut ReplicatedState, now: Nanos) -> Option<Payload> {
         let payload = match state {
             ReplicatedState::Counter(s) => Payload::Counter(s.clone()),
             ReplicatedState::Queue(q) => Payload::Queue(q.clone()),
-            ReplicatedState::Epoch(_) => return self.report(state, now),
+            ReplicatedState::Epoch(_) => {
+                return self.report(state, now).or_else(|| match state {
+                    ReplicatedState::Epoch(s) if !s.generation().is_zero() => {
+                        Some(Payload::Epoch(s.report().clone()))
+                    }
+                    _ => None,
+                })
+            }
         };
         (!payload.is_empty()).then_some(payload)
+    }
+
+    /// Resets the key on this node at `now` (`DELETE /v1/counters`): its
+    /// state becomes a fresh one of a new reset generation, later than the
+    /// one it had (and unlike any other node's), and the answer is the
+    /// payload that carries the reset to every peer. Every state of an
+    /// older generation, wherever and whenever it arrives, merges into it
+    /// as nothing; grants made after it count.
+    pub fn reset(&self, state: &mut ReplicatedState, now: Nanos) -> Payload {
+        let old = if self.owns(state) {
+            state.generation()
+        } else {
+            Generation::ZERO
+        };
+        let generation = old.next(self.node, now);
+        match &self.strategy {
+            Strategy::Counter(_) => {
+                let fresh = CounterBucketState::reset(generation);
+                *state = ReplicatedState::Counter(fresh.clone());
+                Payload::Counter(fresh)
+            }
+            Strategy::Queue(_) => {
+                let fresh = QueueState::reset(generation);
+                *state = ReplicatedState::Queue(fresh.clone());
+                Payload::Queue(fresh)
+            }
+            Strategy::Epoch(e) => {
+                let mut fresh = EpochBucketState::reset(generation);
+                let report = e.report(&mut fresh, self.node, now);
+                *state = ReplicatedState::Epoch(fresh);
+                Payload::Epoch(report)
+            }
+        }
     }
 
     /// An epoch bucket's report of its last committed epoch, once it holds
@@ -444,7 +495,8 @@ impl ReplicatedLimit {
     pub fn should_answer(&self, state: &ReplicatedState, payload: &Payload) -> bool {
         match (state, payload) {
             (ReplicatedState::Epoch(s), Payload::Epoch(p)) => {
-                s.report().epoch() >= p.epoch() && !p.includes(s.report())
+                (s.generation(), s.report().epoch()) >= (p.generation(), p.epoch())
+                    && !p.includes(s.report())
             }
             _ => false,
         }
@@ -462,6 +514,15 @@ impl ReplicatedLimit {
 }
 
 impl ReplicatedState {
+    /// The key's reset generation ([`Generation::ZERO`] if never reset).
+    pub fn generation(&self) -> Generation {
+        match self {
+            ReplicatedState::Counter(s) => s.generation(),
+            ReplicatedState::Queue(q) => q.generation(),
+            ReplicatedState::Epoch(s) => s.generation(),
+        }
+    }
+
     /// Bytes this state occupies, for memory measurements.
     pub fn footprint(&self) -> usize {
         match self {
