@@ -299,7 +299,12 @@ impl Replica {
                 })
             }
         };
-        let replicated = how.build(capacity, rate?, self.options.node)?;
+        let mut replicated = how.build(capacity, rate?, self.options.node)?;
+        if let Some(debt) = limit.max_debt() {
+            // The debt a report may leave, as configured (`max_debt`) or
+            // the algorithm's default, for the strategies that take usage.
+            replicated = replicated.with_max_debt(debt)?;
+        }
         Ok(Limit::Replicated(replicated))
     }
 

@@ -713,3 +713,63 @@ fn inspect_reads_the_local_view_and_creates_and_gossips_nothing() {
         assert_eq!(r.keys(), keys, "{how:?}: inspecting created a key");
     }
 }
+
+/// Usage after the fact in a gossip cluster (issue 18, item 3): on a
+/// counter-replicated limit a report (past the limit, into debt) and a
+/// refund (a raised limit, no grant) are both news for every neighbour,
+/// as a grant is, and the peer that merges them decides by them. A
+/// queue-replicated limit refuses both, changing nothing.
+#[test]
+fn reports_and_refunds_are_gossiped_like_grants_on_a_counter() {
+    use tollgate_core::PlanError;
+    use tollgate_store::StoreError;
+    let how = Replication::new(StrategyKind::Counter);
+    let a = replica(1, 1000);
+    let b = replica(2, 1000);
+    a.add_peer(peer(2));
+    b.add_peer(peer(1));
+    let pa = plan(&a, &how, 5, "u");
+    let pb = plan(&b, &how, 5, "u");
+    let gossip = |from: &Replica, node: u64, to: &Replica| {
+        for (_, items) in drain(from, class(&how), T0) {
+            to.absorb(peer(node as u16), NodeId(node), items, T0);
+        }
+    };
+    let d = a
+        .decide_now(&pa, T0, Hits::exactly(8), Mode::Report)
+        .unwrap();
+    assert_eq!((d.granted, d.allowed), (8, true));
+    gossip(&a, 1, &b);
+    // Three owed: node 2 grants nothing, and may report two more (the
+    // debt bound is one capacity).
+    assert!(
+        !b.decide_now(&pb, T0, Hits::exactly(1), Mode::Try)
+            .unwrap()
+            .allowed
+    );
+    let d = b
+        .decide_now(&pb, T0, Hits::exactly(9), Mode::Report)
+        .unwrap();
+    assert_eq!(d.granted, 2);
+    gossip(&b, 2, &a);
+    // A refund on node 2 gives back the ten below full; node 1 hears it.
+    let d = b
+        .decide_now(&pb, T0, Hits::exactly(20), Mode::Refund)
+        .unwrap();
+    assert_eq!(d.granted, 10);
+    gossip(&b, 2, &a);
+    let seen = a.inspect_now(&pa, T0).unwrap();
+    assert_eq!(seen.decisions[0].remaining, 5);
+
+    let q = plain_queue();
+    let pq = plan(&a, &q, 5, "q");
+    for mode in [Mode::Report, Mode::Refund] {
+        match a.decide_now(&pq, T0, Hits::exactly(1), mode) {
+            Err(StoreError::Plan(PlanError::NoUsage { algorithm, .. })) => {
+                assert_eq!(algorithm, "replicated_queue");
+            }
+            other => panic!("{mode:?} on a queue: {other:?}"),
+        }
+    }
+    assert_eq!(a.inspect_now(&pq, T0).unwrap().decisions[0].remaining, 5);
+}

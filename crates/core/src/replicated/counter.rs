@@ -123,6 +123,9 @@ pub struct CounterBucket {
     rate: Rate,
     /// `rate.interval()`: nanoseconds per token, at least 1.
     interval: Nanos,
+    /// The most tokens a report may leave the bucket owing (module docs,
+    /// "Usage reported after the fact"); one capacity by default.
+    debt: u64,
 }
 
 impl CounterBucket {
@@ -138,7 +141,24 @@ impl CounterBucket {
             capacity,
             rate,
             interval,
+            debt: capacity.get(),
         })
+    }
+
+    /// Bounds the debt a report may leave at `max_debt` tokens below
+    /// empty, as [`crate::TokenBucket::with_max_debt`] does (and with the
+    /// same check: repaying it must take at most a [`crate::Span`]).
+    pub fn with_max_debt(mut self, max_debt: u64) -> Result<CounterBucket, ParamError> {
+        if let Some(n) = NonZeroU64::new(max_debt) {
+            ParamError::hits_span("max_debt", n, self.interval)?;
+        }
+        self.debt = max_debt;
+        Ok(self)
+    }
+
+    /// The most tokens a report may leave the bucket owing.
+    pub fn max_debt(&self) -> u64 {
+        self.debt
     }
 
     /// Tokens a full bucket holds.
@@ -264,6 +284,67 @@ impl CounterBucket {
         let room = self.room(state, now, request.hits);
         let grant = Grant::from_room(request, room);
         self.commit(state, node, now, request, grant)
+    }
+
+    /// Charges `hits` already used at `now` to `node` (a report): as many
+    /// as keep the bucket at most `max_debt` tokens below empty, even past
+    /// the limit, never refused. The debt is in `node`'s counter entry like
+    /// any grant, and is repaid by refill (§5.2.5). Described for one more
+    /// hit, as every report is.
+    pub fn report(
+        &self,
+        state: &mut CounterBucketState,
+        node: NodeId,
+        now: Nanos,
+        hits: u64,
+    ) -> Decision {
+        let refill = self.refilled(state, now);
+        let floor = state.consumed();
+        let fits = refill.limit.saturating_add(self.debt).saturating_sub(floor);
+        let charged = hits.min(fits);
+        if charged > 0 {
+            state.limit = refill.limit;
+            state.refill_timestamp = Some(refill.at);
+            state.consume(node, charged);
+        }
+        let grant = Grant {
+            granted: charged,
+            allowed: true,
+        };
+        self.describe(state, now, Hits::exactly(1), grant)
+    }
+
+    /// Gives back up to `hits` at `now` (a refund) by raising the limit,
+    /// the tokens made available, which only grows: the state stays a
+    /// CRDT. Never past a full bucket (`Σ token counter + capacity`), and
+    /// whole tokens only: the fraction of a token refilled since the last
+    /// refill is not counted as given back (as the core's token bucket
+    /// counts it). Two nodes refunding at once keep the larger limit when
+    /// they merge, so the smaller refund is lost: an under-refund, the
+    /// safe direction (`docs/algorithms/usage.md`).
+    pub fn refund(&self, state: &mut CounterBucketState, now: Nanos, hits: u64) -> Decision {
+        let refill = self.refilled(state, now);
+        let full = state.consumed().saturating_add(self.capacity.get());
+        // A fraction of the next token already accrued: giving back the
+        // tokens up to full completes it, and it is not counted.
+        let fraction = refill.limit < full && now > refill.at;
+        let room = full
+            .saturating_sub(refill.limit)
+            .saturating_sub(u64::from(fraction));
+        let given = hits.min(room);
+        if hits > 0 && hits <= room {
+            state.limit = refill.limit + hits;
+            state.refill_timestamp = Some(refill.at);
+        } else if hits > 0 && refill.limit < full {
+            // Filled (the fraction with it): a full bucket banks no time.
+            state.limit = full;
+            state.refill_timestamp = Some(now);
+        }
+        let grant = Grant {
+            granted: given,
+            allowed: true,
+        };
+        self.describe(state, now, Hits::exactly(1), grant)
     }
 
     /// When the bucket is full, if nothing more is consumed: the refill

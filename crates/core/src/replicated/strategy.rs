@@ -233,6 +233,8 @@ pub struct Mark {
     tail: Option<ElementId>,
     /// A counter's tokens consumed by the deciding node.
     consumed: u64,
+    /// A counter's limit, which a refund raises.
+    limit: u64,
 }
 
 impl Payload {
@@ -337,6 +339,57 @@ impl ReplicatedLimit {
         }
     }
 
+    /// Whether the strategy takes usage reported after the fact (reports
+    /// and refunds, `docs/algorithms/usage.md`): only the counter bucket,
+    /// whose debt is a node's counter entry repaid by refill and whose
+    /// refund raises a limit that only grows. A queue's elements and an
+    /// epoch bucket's reports have no sound debt or refund yet.
+    pub fn takes_usage(&self) -> bool {
+        matches!(self.strategy, Strategy::Counter(_))
+    }
+
+    /// The most tokens a report may leave owing (`None`: no usage taken).
+    pub fn max_debt(&self) -> Option<u64> {
+        match &self.strategy {
+            Strategy::Counter(c) => Some(c.max_debt()),
+            _ => None,
+        }
+    }
+
+    /// The same limit with reports bounded at `max_debt` tokens below
+    /// empty; a strategy that takes no usage is returned unchanged.
+    pub fn with_max_debt(mut self, max_debt: u64) -> Result<ReplicatedLimit, ParamError> {
+        if let Strategy::Counter(c) = self.strategy {
+            self.strategy = Strategy::Counter(c.with_max_debt(max_debt)?);
+        }
+        Ok(self)
+    }
+
+    /// A report (`refund: false`) or refund of `hits` at `now` on this
+    /// node; `None` for a strategy that takes no usage.
+    pub fn usage(
+        &self,
+        state: &mut ReplicatedState,
+        now: Nanos,
+        hits: u64,
+        refund: bool,
+    ) -> Option<Decision> {
+        if !self.takes_usage() {
+            return None;
+        }
+        if !self.owns(state) {
+            *state = self.fresh();
+        }
+        match (&self.strategy, state) {
+            (Strategy::Counter(c), ReplicatedState::Counter(s)) => Some(if refund {
+                c.refund(s, now, hits)
+            } else {
+                c.report(s, self.node, now, hits)
+            }),
+            _ => None,
+        }
+    }
+
     /// Tokens the bucket holds for a grant at `now`.
     pub fn available(&self, state: &ReplicatedState, now: Nanos) -> u64 {
         self.room(state, now, self.capacity())
@@ -357,11 +410,12 @@ impl ReplicatedLimit {
         match state {
             ReplicatedState::Queue(q) => Mark {
                 tail: q.tail_id(),
-                consumed: 0,
+                ..Mark::default()
             },
             ReplicatedState::Counter(s) => Mark {
                 tail: None,
                 consumed: s.consumed_by(self.node),
+                limit: s.limit(),
             },
             ReplicatedState::Epoch(_) => Mark::default(),
         }
@@ -369,13 +423,16 @@ impl ReplicatedLimit {
 
     /// What a local decision since `mark` changed, to add to every
     /// neighbour's delta: a counter's whole (small) state once this node
-    /// consumed more, a queue's new elements. `None` when nothing was
+    /// consumed more (a grant or a report) or its limit rose without a
+    /// grant (a refund), a queue's new elements. `None` when nothing was
     /// granted (a rejection or a peek gossips nothing), and for an epoch
     /// bucket, whose grants are gossiped as reports when the epoch closes
     /// ([`ReplicatedLimit::report`]).
     pub fn local_changes(&self, state: &ReplicatedState, mark: Mark) -> Option<Payload> {
         match state {
-            ReplicatedState::Counter(s) if s.consumed_by(self.node) > mark.consumed => {
+            ReplicatedState::Counter(s)
+                if s.consumed_by(self.node) > mark.consumed || s.limit() > mark.limit =>
+            {
                 Some(Payload::Counter(s.clone()))
             }
             ReplicatedState::Queue(q) => {
