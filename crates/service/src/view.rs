@@ -686,8 +686,8 @@ fn per_second(parts: &[&str], limit: u64) -> Option<Compiled> {
 
 /// Why a store's replicated form of a limit cannot serve a resource that
 /// takes usage reported after the fact (`report: true` or `max_debt`): a
-/// gossip cluster's `queue` and `epoch` strategies have no sound debt or
-/// refund (`docs/algorithms/usage.md`).
+/// gossip cluster's `queue` and `epoch` strategies have no sound refund,
+/// so they take no usage at all (`docs/algorithms/usage.md`).
 #[derive(Debug, thiserror::Error)]
 #[error(
     "{field} needs every limit to owe hits, and a gossip cluster replicates this one as \

@@ -91,6 +91,25 @@
 //!   not more lenient; a node whose own clock runs ahead refills early, as
 //!   any token bucket on a fast clock would.
 //!
+//! # Resets and usage reported after the fact
+//!
+//! Two additions of tollgate's, neither in the thesis:
+//!
+//! - **A reset generation** ([`crate::replicated::Generation`]) orders
+//!   states before anything else: a merge takes a state of a later
+//!   generation whole and ignores one of an earlier generation, so a
+//!   reset (a fresh state of a new generation) wins over every state from
+//!   before it, wherever and whenever that arrives. The product of the
+//!   generation order and the bucket's semilattice is still a join.
+//! - **A report** ([`CounterBucket::report`]) is a grant that is never
+//!   refused, up to `max_debt` tokens below empty: it adds to the
+//!   reporting node's counter entry, and the debt is repaid by refill as
+//!   the debt of §3.1.1's concurrent grants is. **A refund**
+//!   ([`CounterBucket::refund`]) raises the limit, which only grows, up
+//!   to a full bucket; refunds made on two nodes before they merge keep
+//!   only the larger (the limit is a maximum): an under-refund. On one
+//!   node both decide exactly as the core's [`crate::TokenBucket`] does.
+//!
 //! # Memory
 //!
 //! The thesis's counter never forgets a user (§5.2.5: its memory only

@@ -342,8 +342,10 @@ impl ReplicatedLimit {
     /// Whether the strategy takes usage reported after the fact (reports
     /// and refunds, `docs/algorithms/usage.md`): only the counter bucket,
     /// whose debt is a node's counter entry repaid by refill and whose
-    /// refund raises a limit that only grows. A queue's elements and an
-    /// epoch bucket's reports have no sound debt or refund yet.
+    /// refund raises a limit that only grows. A queue (whose merge never
+    /// removes an element nor brings a death forward) and an epoch bucket
+    /// (whose peers' traffic is a maximum already subtracted) could take a
+    /// report but have no sound refund, so they take neither.
     pub fn takes_usage(&self) -> bool {
         matches!(self.strategy, Strategy::Counter(_))
     }
