@@ -128,15 +128,16 @@ impl Limit {
     /// replicated buckets (gossiped counters a node cannot take back from
     /// its peers) do not.
     pub fn takes_usage(&self) -> bool {
-        matches!(
-            self,
+        match self {
             Limit::TokenBucket(_)
-                | Limit::Gcra(_)
-                | Limit::LeakyBucket(_)
-                | Limit::FixedWindow(_)
-                | Limit::SlidingWindow(_)
-                | Limit::SlidingLog(_)
-        )
+            | Limit::Gcra(_)
+            | Limit::LeakyBucket(_)
+            | Limit::FixedWindow(_)
+            | Limit::SlidingWindow(_)
+            | Limit::SlidingLog(_) => true,
+            Limit::Replicated(r) => r.takes_usage(),
+            _ => false,
+        }
     }
 
     /// The same limit with reports bounded at `max_debt` hits beyond what a
@@ -151,6 +152,7 @@ impl Limit {
             Limit::FixedWindow(a) => Limit::FixedWindow(a.with_max_debt(max_debt)),
             Limit::SlidingWindow(a) => Limit::SlidingWindow(a.with_max_debt(max_debt)),
             Limit::SlidingLog(a) => Limit::SlidingLog(a.with_max_debt(max_debt)),
+            Limit::Replicated(a) => Limit::Replicated(a.with_max_debt(max_debt)?),
             other => other,
         })
     }
@@ -165,6 +167,7 @@ impl Limit {
             Limit::FixedWindow(a) => Some(a.max_debt()),
             Limit::SlidingWindow(a) => Some(a.max_debt()),
             Limit::SlidingLog(a) => Some(a.max_debt()),
+            Limit::Replicated(a) => a.max_debt(),
             _ => None,
         }
     }
@@ -200,6 +203,9 @@ impl Limit {
             (Limit::LeakyBucket(a), LimitState::Gcra(s)) => Some(apply(a, s, now, hits, mode)),
             (Limit::FixedWindow(a), LimitState::FixedWindow(s)) => {
                 Some(apply(a, s, now, hits, mode))
+            }
+            (Limit::Replicated(a), LimitState::Replicated(s)) => {
+                a.usage(s, now, hits, mode == Mode::Refund)
             }
             (Limit::SlidingWindow(a), LimitState::SlidingWindow(s)) => {
                 Some(apply(a, s, now, hits, mode))

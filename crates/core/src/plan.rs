@@ -85,7 +85,8 @@ pub enum PlanError {
     #[error(
         "algorithm `{algorithm}` cannot take usage reported after the fact (mode `{}`): \
          only token_bucket, gcra, leaky_bucket, fixed_window, sliding_window and sliding_log \
-         limits can be reported to or refunded",
+         limits can be reported to or refunded (in a gossip cluster, those replicated with \
+         `replication: counter`)",
         mode.as_str()
     )]
     NoUsage {

@@ -18,8 +18,8 @@ mod common;
 use common::{cases, delta, start, UNIT};
 use proptest::prelude::*;
 use tollgate_core::replicated::counter::{CounterBucket, CounterBucketState};
-use tollgate_core::replicated::NodeId;
-use tollgate_core::{Algorithm, Decision, Hits, Nanos, Rate, TokenBucket};
+use tollgate_core::replicated::{Generation, NodeId};
+use tollgate_core::{Algorithm, Decision, Hits, Nanos, Rate, TokenBucket, Usage};
 
 // ---------------------------------------------------------------------------
 // Generators
@@ -73,14 +73,29 @@ fn any_state() -> impl Strategy<Value = CounterBucketState> {
         prop::collection::vec((0u64..4, count), 0..6),
         limit,
         prop::option::of(at),
+        generation(),
     )
-        .prop_map(|(entries, limit, at)| {
+        .prop_map(|(entries, limit, at, generation)| {
             CounterBucketState::from_parts(
                 entries.into_iter().map(|(n, c)| (NodeId(n), c)),
                 limit,
                 at,
             )
+            .with_generation(generation)
         })
+}
+
+/// Mostly a key never reset; sometimes one of a few reset generations
+/// (two nodes resetting at one instant among them), so states of equal and
+/// of different generations meet.
+fn generation() -> impl Strategy<Value = Generation> {
+    prop_oneof![
+        3 => Just(Generation::ZERO),
+        1 => (1u64..3, 1u64..3).prop_map(|(at, node)| Generation {
+            at: Nanos::new(at),
+            node: NodeId(node),
+        }),
+    ]
 }
 
 /// One step of a cluster run: a request at a node, or one node's state
@@ -362,4 +377,131 @@ proptest! {
         prop_assert!(ours <= theirs);
         prop_assert_eq!(ours, theirs);
     }
+}
+
+// ---------------------------------------------------------------------------
+// Usage reported after the fact (issue 18, item 3, in a gossip cluster)
+// ---------------------------------------------------------------------------
+
+/// A check, a report or a refund.
+#[derive(Clone, Debug)]
+enum Use {
+    Check(Hits),
+    Report(u64),
+    Refund(u64),
+}
+
+fn uses() -> impl Strategy<Value = Use> {
+    prop_oneof![
+        3 => request().prop_map(Use::Check),
+        2 => (0u64..12).prop_map(Use::Report),
+        2 => (0u64..12).prop_map(Use::Refund),
+    ]
+}
+
+proptest! {
+    #![proptest_config(cases(1000))]
+
+    /// On one node, checks, reports and refunds decide exactly as the
+    /// core's token bucket with the same `max_debt` decides them, decision
+    /// for decision: the same debt bound, the same repayment by refill,
+    /// the same refunds clamped at full (whole tokens).
+    #[test]
+    fn one_node_reports_and_refunds_like_the_core_token_bucket(
+        p in params(),
+        debt in prop_oneof![Just(None), (0u64..10).prop_map(Some)],
+        t0 in start(),
+        script in prop::collection::vec((delta(), uses()), 1..80),
+    ) {
+        let mut b = bucket(p);
+        let mut core = TokenBucket::new(p.0, p.1).unwrap();
+        if let Some(d) = debt {
+            b = b.with_max_debt(d).unwrap();
+            core = core.with_max_debt(d).unwrap();
+        }
+        prop_assert_eq!(b.max_debt(), core.max_debt());
+        let mut s = CounterBucketState::default();
+        let mut c = core.fresh();
+        let mut t = t0;
+        for (i, (dt, u)) in script.into_iter().enumerate() {
+            t = t.saturating_add(dt);
+            let now = Nanos::new(t);
+            let before = s.clone();
+            let (ours, theirs): (Decision, Decision) = match u {
+                Use::Check(r) => (b.decide(&mut s, NodeId(7), now, r), core.decide(&mut c, now, r)),
+                Use::Report(h) => (b.report(&mut s, NodeId(7), now, h), core.report(&mut c, now, h)),
+                Use::Refund(h) => (b.refund(&mut s, now, h), core.refund(&mut c, now, h)),
+            };
+            prop_assert_eq!(ours, theirs, "step {} at {:?}", i, now);
+            // Every operation only moves the state up: it stays a CRDT.
+            prop_assert!(s.includes(&before), "step {}: {:?} -> {:?}", i, before, s);
+            prop_assert!(s.limit() <= s.consumed().saturating_add(p.0));
+            prop_assert!(
+                s.consumed() <= s.limit().saturating_add(b.max_debt()) || ours.granted == 0,
+                "step {}: past the debt bound", i
+            );
+        }
+    }
+
+    /// Reports made on two nodes both count once the nodes gossip, and the
+    /// merged debt is repaid by refill before anything is granted; refunds
+    /// made on two nodes at once never give back more than either alone
+    /// (the merge keeps the larger limit: an under-refund), and never
+    /// fill past the capacity.
+    #[test]
+    fn reports_on_two_nodes_both_count_and_refunds_never_over_refund(
+        p in params(),
+        t0 in start(),
+        spent in 0u64..8,
+        reports in (0u64..8, 0u64..8),
+        refunds in (0u64..8, 0u64..8),
+    ) {
+        let b = bucket(p);
+        let now = Nanos::new(t0);
+        let mut a = CounterBucketState::default();
+        b.report(&mut a, NodeId(1), now, spent);
+        let mut x = a.clone();
+        let mut y = a.clone();
+        let rx = b.report(&mut x, NodeId(1), now, reports.0).granted;
+        let ry = b.report(&mut y, NodeId(2), now, reports.1).granted;
+        let m = merged(&x, &y);
+        prop_assert_eq!(m.consumed(), a.consumed() + rx + ry);
+        prop_assert_eq!(&m, &merged(&y, &x));
+
+        // Refunds on both, at once, from the merged state.
+        let mut x2 = m.clone();
+        let mut y2 = m.clone();
+        let gx = b.refund(&mut x2, now, refunds.0).granted;
+        let gy = b.refund(&mut y2, now, refunds.1).granted;
+        let r = merged(&x2, &y2);
+        // What the merged state gives back is what the larger refund gave.
+        prop_assert_eq!(r.limit(), m.limit() + gx.max(gy));
+        prop_assert_eq!(r.consumed(), m.consumed());
+        prop_assert!(b.room(&r, now, u64::MAX) <= p.0);
+        prop_assert!(r.limit() <= r.consumed() + p.0);
+    }
+}
+
+/// Hand-computed: capacity 5 at one token a second. A report past the
+/// limit takes the bucket into debt (bounded at `max_debt` = one
+/// capacity), the debt blocks grants until refilled, and a refund gives
+/// back at most what fits below full.
+#[test]
+fn a_report_owes_and_a_refund_gives_back_by_the_limit() {
+    let b = bucket((5, Rate::per_second(1).unwrap()));
+    let mut s = CounterBucketState::default();
+    let t = Nanos::from_secs(100);
+    let d = b.report(&mut s, NodeId(1), t, 8);
+    assert_eq!((d.granted, d.allowed, d.remaining), (8, true, 0));
+    // Three in debt: the next hit is four seconds away.
+    assert_eq!(d.retry_after, Some(Nanos::from_secs(4)));
+    // Seven more would pass the debt bound of five: two fit.
+    assert_eq!(b.report(&mut s, NodeId(1), t, 7).granted, 2);
+    assert_eq!(s.consumed(), 10);
+    assert!(!b.decide(&mut s, NodeId(1), t, Hits::exactly(1)).allowed);
+    // A refund of 20 at once gives back the ten below full, no more.
+    let d = b.refund(&mut s, t, 20);
+    assert_eq!((d.granted, d.remaining), (10, 5));
+    assert_eq!(s.limit(), s.consumed() + 5);
+    assert_eq!(b.refund(&mut s, t, 1).granted, 0);
 }

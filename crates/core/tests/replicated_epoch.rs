@@ -13,7 +13,7 @@ mod common;
 use common::{cases, delta, start, UNIT};
 use proptest::prelude::*;
 use tollgate_core::replicated::epoch::{EpochBucket, EpochBucketState, EpochReport};
-use tollgate_core::replicated::NodeId;
+use tollgate_core::replicated::{Generation, NodeId};
 use tollgate_core::{Algorithm, Hits, Nanos, Rate, TokenBucket};
 
 // ---------------------------------------------------------------------------
@@ -54,8 +54,21 @@ fn params() -> impl Strategy<Value = EpochBucket> {
 }
 
 fn report() -> impl Strategy<Value = EpochReport> {
-    (0u64..3, prop::collection::vec((0u64..4, 0u64..10), 0..5))
-        .prop_map(|(e, t)| EpochReport::from_parts(e, t.into_iter().map(|(n, c)| (NodeId(n), c))))
+    (
+        0u64..3,
+        prop::collection::vec((0u64..4, 0u64..10), 0..5),
+        prop_oneof![
+            3 => Just(Generation::ZERO),
+            1 => (1u64..3, 0u64..3).prop_map(|(at, node)| Generation {
+                at: Nanos::new(at),
+                node: NodeId(node),
+            }),
+        ],
+    )
+        .prop_map(|(e, t, g)| {
+            EpochReport::from_parts(e, t.into_iter().map(|(n, c)| (NodeId(n), c)))
+                .with_generation(g)
+        })
 }
 
 /// Something that happens to one key on node 0.
@@ -329,7 +342,9 @@ proptest! {
         if !b.is_idle(&s, Nanos::new(t)) {
             return Ok(());
         }
-        let mut f = EpochBucketState::default();
+        // Fresh in the same reset generation: a reset key ignores reports
+        // from before its reset, which a never-reset one takes.
+        let mut f = EpochBucketState::reset(s.generation());
         for (dt, op) in &after {
             t = t.saturating_add(*dt);
             let now = Nanos::new(t);

@@ -18,7 +18,7 @@ mod common;
 use common::{cases, delta, start, UNIT};
 use proptest::prelude::*;
 use tollgate_core::replicated::queue::{Element, ElementId, QueueState, TokenQueue, MAX_ELEMENTS};
-use tollgate_core::replicated::NodeId;
+use tollgate_core::replicated::{Generation, NodeId};
 use tollgate_core::{Algorithm, Decision, Grant, Hits, Nanos, Rate, TokenBucket};
 
 // ---------------------------------------------------------------------------
@@ -127,8 +127,17 @@ fn raw_state() -> impl Strategy<Value = QueueState> {
             }),
             0..10,
         ),
+        prop_oneof![
+            3 => Just(Generation::ZERO),
+            1 => (1u64..3, 0u64..3).prop_map(|(at, node)| Generation {
+                at: Nanos::new(at),
+                node: NodeId(node),
+            }),
+        ],
     )
-        .prop_map(|(interval, elements)| QueueState::from_elements(Nanos::new(interval), elements))
+        .prop_map(|(interval, elements, generation)| {
+            QueueState::from_elements(Nanos::new(interval), elements).with_generation(generation)
+        })
 }
 
 /// A state built by a small cluster's history (closed by construction,
@@ -242,8 +251,12 @@ proptest! {
         prop_assert!(deaths
             .windows(2)
             .all(|w| w[1] >= w[0].saturating_add(m.interval())));
-        // Merging never forgets an element, nor lowers a death.
-        for e in a.elements().chain(b.elements()) {
+        // Merging never forgets an element of its generation (the later
+        // of the two: a reset drops what came before it), nor lowers a
+        // death.
+        prop_assert_eq!(m.generation(), a.generation().max(b.generation()));
+        let current = [&a, &b].into_iter().filter(|s| s.generation() == m.generation());
+        for e in current.flat_map(|s| s.elements()) {
             let kept = m.elements().find(|k| k.id == e.id);
             prop_assert!(kept.is_some_and(|k| k.death >= e.death));
         }

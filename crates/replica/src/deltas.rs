@@ -395,6 +395,10 @@ fn not_from(payload: &Payload, except: &BTreeSet<NodeId>) -> Option<Payload> {
     if except.is_empty() {
         return Some(payload.clone());
     }
+    // A reset made by a node the peer does not hear goes on, even with no
+    // grant since.
+    let generation = payload.generation();
+    let reset = !generation.is_zero() && !except.contains(&generation.node);
     match payload {
         Payload::Queue(q) => {
             let part = QueueState::from_elements(
@@ -403,18 +407,14 @@ fn not_from(payload: &Payload, except: &BTreeSet<NodeId>) -> Option<Payload> {
                     .filter(|e| !except.contains(&e.id.node))
                     .copied(),
             );
-            (!part.is_empty()).then_some(Payload::Queue(part))
+            (!part.is_empty() || reset).then(|| Payload::Queue(part.with_generation(generation)))
         }
-        Payload::Counter(c) => c
-            .token_counter()
-            .iter()
-            .any(|(n, _)| !except.contains(n))
-            .then(|| payload.clone()),
-        Payload::Epoch(r) => r
-            .traffic()
-            .iter()
-            .any(|(n, _)| !except.contains(n))
-            .then(|| payload.clone()),
+        Payload::Counter(c) => (reset
+            || c.token_counter().iter().any(|(n, _)| !except.contains(n)))
+        .then(|| payload.clone()),
+        Payload::Epoch(r) => {
+            (reset || r.traffic().iter().any(|(n, _)| !except.contains(n))).then(|| payload.clone())
+        }
     }
 }
 

@@ -299,7 +299,12 @@ impl Replica {
                 })
             }
         };
-        let replicated = how.build(capacity, rate?, self.options.node)?;
+        let mut replicated = how.build(capacity, rate?, self.options.node)?;
+        if let Some(debt) = limit.max_debt() {
+            // The debt a report may leave, as configured (`max_debt`) or
+            // the algorithm's default, for the strategies that take usage.
+            replicated = replicated.with_max_debt(debt)?;
+        }
         Ok(Limit::Replicated(replicated))
     }
 
@@ -399,6 +404,60 @@ impl Replica {
             })
             .collect();
         tollgate_store::probe(plan, &mut states, now)
+    }
+
+    /// [`tollgate_store::Store::reset`] on this node: each key of `plan`
+    /// becomes a fresh state of a new reset generation
+    /// ([`ReplicatedLimit::reset`]), kept here (held for a while even
+    /// idle: see [`RESET_HOLD`]) and pushed at once to every peer, which
+    /// replace their own states of the key with it. A key this node never
+    /// saw is reset the same way, so the peers that hold it hear of it.
+    /// At `max_keys` the reset is not kept here but still goes to the
+    /// peers.
+    pub fn reset_now(&self, plan: &Plan, now: Nanos) -> Result<(), StoreError> {
+        if !self.is_synced() {
+            return Err(StoreError::Unavailable(
+                "joining the cluster: waiting for a full state from a peer".into(),
+            ));
+        }
+        let mut resets: Vec<(Key, Payload, Class)> = Vec::new();
+        for item in plan.items() {
+            let Limit::Replicated(r) = &*item.limit else {
+                continue;
+            };
+            let kept = self.table.update(&item.key, &item.limit, now, |entry, _| {
+                let payload = match &mut entry.state {
+                    LimitState::Replicated(state) => r.reset(state, now),
+                    other => {
+                        let mut state = r.fresh();
+                        let payload = r.reset(&mut state, now);
+                        *other = LimitState::Replicated(Box::new(state));
+                        payload
+                    }
+                };
+                entry.reported = None;
+                (payload, Effect::Keep)
+            });
+            let payload = kept.unwrap_or_else(|| r.reset(&mut r.fresh(), now));
+            resets.push((item.key.clone(), payload, Class::of(&r.replication)));
+        }
+        if resets.is_empty() {
+            return Ok(());
+        }
+        let mut gossip = self.gossip.lock();
+        for (key, payload, class) in &resets {
+            let update = Update {
+                key,
+                payload,
+                class: *class,
+                now,
+                max_keys: self.options.max_delta_keys,
+            };
+            gossip.add_local(&update, &self.stats, |_| true);
+        }
+        drop(gossip);
+        self.wake.notify_one();
+        Ok(())
     }
 
     /// A one-limit plan, the common case: decided in place under one lock.
@@ -541,11 +600,12 @@ impl Replica {
                     return (None, Effect::Keep);
                 };
                 let answer = if r.should_answer(state, &payload) {
-                    r.report(state, now)
+                    r.full(state, now)
                 } else {
                     None
                 };
-                let keep = !matches!(&**state, ReplicatedState::Queue(q) if q.is_empty());
+                let keep = !matches!(&**state, ReplicatedState::Queue(q)
+                    if q.is_empty() && q.generation().is_zero());
                 (Some((news, changed, answer)), Effect::after(!keep))
             });
             let Some(Some((news, changed, answer))) = merged else {
@@ -951,13 +1011,18 @@ fn settled_hash(limit: &ReplicatedLimit, state: &ReplicatedState, at: Nanos) -> 
     let settle = settle_time(Class::of(&limit.replication));
     match (&limit.strategy, state) {
         (Strategy::Queue(tq), ReplicatedState::Queue(q)) => {
-            if at < settle {
+            // A reset is settled at once: a peer that missed it differs.
+            let reset = !q.generation().is_zero();
+            if at < settle && !reset {
                 return None;
             }
             let born_by = at.saturating_sub(settle);
             let lives_past = at.saturating_add(settle);
             let mut h = Fnv1a::new().bytes(&q.interval().as_u64().to_le_bytes());
-            let mut any = false;
+            if reset {
+                h = h.bytes(&crate::digest::stable_hash(&q.generation()).to_le_bytes());
+            }
+            let mut any = reset;
             for e in q.elements() {
                 if e.id.birth > born_by || e.death.saturating_add(tq.margin()) <= lives_past {
                     continue;
@@ -970,6 +1035,11 @@ fn settled_hash(limit: &ReplicatedLimit, state: &ReplicatedState, at: Nanos) -> 
         (Strategy::Counter(_), ReplicatedState::Counter(c)) if !c.is_empty() => {
             Some(crate::digest::stable_hash(c))
         }
+        // An epoch bucket's reports are left out (each epoch's supersedes
+        // the last), but not its reset: a peer that missed it differs.
+        (Strategy::Epoch(_), ReplicatedState::Epoch(e)) if !e.generation().is_zero() => {
+            Some(crate::digest::stable_hash(&e.generation()))
+        }
         _ => None,
     }
 }
@@ -979,13 +1049,48 @@ fn settled_hash(limit: &ReplicatedLimit, state: &ReplicatedState, at: Nanos) -> 
 /// admits none, but `decide_now` is public) has no margin: it is forgotten
 /// once idle, as the memory store forgets it, never while it still limits.
 fn is_expired(limit: &Limit, state: &LimitState, now: Nanos) -> bool {
-    match limit {
-        Limit::Replicated(r) => {
+    match (limit, state) {
+        (Limit::Replicated(r), LimitState::Replicated(s))
+            if now < reset_held_until(r, s.generation()) =>
+        {
+            false
+        }
+        (Limit::Replicated(r), _) => {
             let grace = r.replication.retention_margin();
             limit.is_idle(state, now.saturating_sub(grace)) && limit.is_idle(state, now)
         }
         _ => limit.is_idle(state, now),
     }
+}
+
+/// The least time a node keeps a key it saw reset, idle or not.
+pub const RESET_HOLD: Nanos = Nanos::from_secs(600);
+
+/// Until when a key reset to `generation` is kept, idle or not: its
+/// generation is what makes every state from before the reset merge as
+/// nothing, so forgetting it would let a peer that missed the reset bring
+/// the old counts back. [`RESET_HOLD`] after the reset (time enough for
+/// anti-entropy and full states to reach a node that missed it, unless it
+/// is cut off for longer), and at least a full refill of the bucket and a
+/// retention margin: by then a state from before the reset that was not
+/// in debt beyond its capacity is full again, so were it to come back it
+/// would limit nothing. A key never reset is not held.
+fn reset_held_until(
+    limit: &ReplicatedLimit,
+    generation: tollgate_core::replicated::Generation,
+) -> Nanos {
+    if generation.is_zero() {
+        return Nanos::ZERO;
+    }
+    let refill = match &limit.strategy {
+        Strategy::Counter(c) => c.interval().saturating_mul(c.capacity()),
+        Strategy::Queue(q) => q.lifetime(),
+        Strategy::Epoch(e) => e.interval().saturating_mul(e.capacity()),
+    };
+    let hold = refill
+        .saturating_add(limit.replication.retention_margin())
+        .max(RESET_HOLD);
+    generation.at.saturating_add(hold)
 }
 
 /// What a decision changed for the neighbours.

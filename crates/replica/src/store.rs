@@ -44,15 +44,6 @@ pub enum NotReplicable {
     Parameter(#[from] ParamError),
 }
 
-/// Why a gossip cluster refuses to reset a counter. Its states are
-/// join-semilattices that only grow (a G-counter of grants per node, a
-/// queue whose elements only die of age, an epoch report ordered by epoch):
-/// a node that forgot its state would take every peer's copy of it back at
-/// the next merge, and no strategy carries a reset generation that a merge
-/// would respect. A reset that the cluster silently undoes would be a lie,
-/// so it is refused.
-pub const RESET_REFUSED: &str = "a gossip cluster cannot reset a counter: its replicated      states only grow, so peers would merge the old counts back at the next gossip round;      wait for the limit to refill, or serve the resource from the memory or Redis store";
-
 /// The replicated store: a [`Store`] over a shared [`Replica`].
 #[derive(Clone, Debug)]
 pub struct ReplicaStore {
@@ -100,9 +91,10 @@ impl Store for ReplicaStore {
         self.replica.inspect_now(plan, now)
     }
 
-    /// Refused: see [`RESET_REFUSED`].
-    async fn reset(&self, _plan: &Plan, _now: Nanos) -> Result<(), StoreError> {
-        Err(StoreError::Unsupported(RESET_REFUSED.into()))
+    /// Resets each key on every node ([`Replica::reset_now`]): a new
+    /// reset generation, which wins over every state from before it.
+    async fn reset(&self, plan: &Plan, now: Nanos) -> Result<(), StoreError> {
+        self.replica.reset_now(plan, now)
     }
 
     /// Makes a rate limit its resource's CRDT on this node

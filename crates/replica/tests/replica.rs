@@ -714,34 +714,62 @@ fn inspect_reads_the_local_view_and_creates_and_gossips_nothing() {
     }
 }
 
-/// Issue 18, item 5: a gossip cluster refuses to reset a counter, saying
-/// why (its peers would merge the old counts back), and changes nothing.
+/// Usage after the fact in a gossip cluster (issue 18, item 3): on a
+/// counter-replicated limit a report (past the limit, into debt) and a
+/// refund (a raised limit, no grant) are both news for every neighbour,
+/// as a grant is, and the peer that merges them decides by them. A
+/// queue-replicated limit refuses both, changing nothing.
 #[test]
-fn a_reset_is_refused_saying_peers_would_merge_the_counts_back() {
-    use tollgate_store::{Store, StoreError};
-    let r = Arc::new(replica(1, 100));
-    let how = plain_queue();
-    let p = plan(&r, &how, 5, "acme");
-    r.decide_now(&p, T0, Hits::exactly(4), Mode::Try).unwrap();
-    let store = tollgate_replica::ReplicaStore::new(Arc::clone(&r));
-    let refused = block_on(store.reset(&p, T0));
-    match refused {
-        Err(StoreError::Unsupported(why)) => {
-            assert!(why.contains("merge the old counts back"), "{why}");
-            assert_eq!(why, tollgate_replica::store::RESET_REFUSED);
+fn reports_and_refunds_are_gossiped_like_grants_on_a_counter() {
+    use tollgate_core::PlanError;
+    use tollgate_store::StoreError;
+    let how = Replication::new(StrategyKind::Counter);
+    let a = replica(1, 1000);
+    let b = replica(2, 1000);
+    a.add_peer(peer(2));
+    b.add_peer(peer(1));
+    let pa = plan(&a, &how, 5, "u");
+    let pb = plan(&b, &how, 5, "u");
+    let gossip = |from: &Replica, node: u64, to: &Replica| {
+        for (_, items) in drain(from, class(&how), T0) {
+            to.absorb(peer(node as u16), NodeId(node), items, T0);
         }
-        other => panic!("expected a refusal, got {other:?}"),
-    }
-    assert_eq!(r.inspect_now(&p, T0).unwrap().decisions[0].remaining, 1);
-}
+    };
+    let d = a
+        .decide_now(&pa, T0, Hits::exactly(8), Mode::Report)
+        .unwrap();
+    assert_eq!((d.granted, d.allowed), (8, true));
+    gossip(&a, 1, &b);
+    // Three owed: node 2 grants nothing, and may report two more (the
+    // debt bound is one capacity).
+    assert!(
+        !b.decide_now(&pb, T0, Hits::exactly(1), Mode::Try)
+            .unwrap()
+            .allowed
+    );
+    let d = b
+        .decide_now(&pb, T0, Hits::exactly(9), Mode::Report)
+        .unwrap();
+    assert_eq!(d.granted, 2);
+    gossip(&b, 2, &a);
+    // A refund on node 2 gives back the ten below full; node 1 hears it.
+    let d = b
+        .decide_now(&pb, T0, Hits::exactly(20), Mode::Refund)
+        .unwrap();
+    assert_eq!(d.granted, 10);
+    gossip(&b, 2, &a);
+    let seen = a.inspect_now(&pa, T0).unwrap();
+    assert_eq!(seen.decisions[0].remaining, 5);
 
-/// Polls a future that is ready at once (the replicated store's are).
-fn block_on<F: std::future::Future>(fut: F) -> F::Output {
-    let mut fut = std::pin::pin!(fut);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    loop {
-        if let std::task::Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
-            return out;
+    let q = plain_queue();
+    let pq = plan(&a, &q, 5, "q");
+    for mode in [Mode::Report, Mode::Refund] {
+        match a.decide_now(&pq, T0, Hits::exactly(1), mode) {
+            Err(StoreError::Plan(PlanError::NoUsage { algorithm, .. })) => {
+                assert_eq!(algorithm, "replicated_queue");
+            }
+            other => panic!("{mode:?} on a queue: {other:?}"),
         }
     }
+    assert_eq!(a.inspect_now(&pq, T0).unwrap().decisions[0].remaining, 5);
 }

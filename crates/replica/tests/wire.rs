@@ -19,7 +19,7 @@ use tollgate_core::replicated::counter::CounterBucketState;
 use tollgate_core::replicated::epoch::EpochReport;
 use tollgate_core::replicated::queue::{Element, ElementId, QueueState};
 use tollgate_core::replicated::strategy::Payload;
-use tollgate_core::replicated::NodeId;
+use tollgate_core::replicated::{Generation, NodeId};
 use tollgate_core::Nanos;
 use tollgate_replica::wire::{
     cluster_tag, decode, encode, encode_items, unauthenticated_header, Admission, Batch, Body,
@@ -311,12 +311,29 @@ fn epoch() -> impl Strategy<Value = EpochReport> {
         .prop_map(|(epoch, traffic)| EpochReport::from_parts(epoch, traffic))
 }
 
-fn payload(max_queue: usize) -> impl Strategy<Value = Payload> {
+/// Mostly a key never reset; sometimes one reset (by any node, at any
+/// time).
+fn generation() -> impl Strategy<Value = Generation> {
     prop_oneof![
-        counter().prop_map(Payload::Counter),
-        queue(max_queue).prop_map(Payload::Queue),
-        epoch().prop_map(Payload::Epoch),
+        2 => Just(Generation::ZERO),
+        1 => (time(), node()).prop_map(|(at, node)| Generation { at, node }),
     ]
+}
+
+fn payload(max_queue: usize) -> impl Strategy<Value = Payload> {
+    (
+        prop_oneof![
+            counter().prop_map(Payload::Counter),
+            queue(max_queue).prop_map(Payload::Queue),
+            epoch().prop_map(Payload::Epoch),
+        ],
+        generation(),
+    )
+        .prop_map(|(p, g)| match p {
+            Payload::Counter(c) => Payload::Counter(c.with_generation(g)),
+            Payload::Queue(q) => Payload::Queue(q.with_generation(g)),
+            Payload::Epoch(r) => Payload::Epoch(r.with_generation(g)),
+        })
 }
 
 /// Few limits and domains, so interning is exercised; sometimes long or
@@ -1427,4 +1444,119 @@ fn a_digest_out_of_order_or_range_is_refused() {
             decode(&key(), h.cluster, &bytes)
         );
     }
+}
+
+// ---------------------------------------------------------------------------
+// Reset generations (issue 18: resetting counters in a gossip cluster)
+// ---------------------------------------------------------------------------
+
+/// The zig-zag varint of `to − from` modulo 2^64, as the format writes
+/// times.
+fn zz(to: u64, from: u64) -> Vec<u8> {
+    let d = to.wrapping_sub(from) as i64;
+    let mut v = ((d << 1) ^ (d >> 63)) as u64;
+    let mut out = Vec::new();
+    loop {
+        let byte = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(byte);
+            return out;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// A key never reset is written exactly as before resets existed (payload
+/// kind 1, no generation), so nodes of either version read it; a reset one
+/// sets the kind's high bit and writes its generation after it.
+#[test]
+fn a_generation_is_written_only_for_a_key_that_was_reset() {
+    let state = CounterBucketState::from_parts([(NodeId(1), 3)], 5, None);
+    let k = Key::new(LimitId(1), "a");
+    let plain = encode_items(
+        &key(),
+        &header(1),
+        &mut 1,
+        Batch::Delta,
+        &[(k.clone(), Payload::Counter(state.clone()))],
+    );
+    let body = open_body(&plain.datagrams[0]);
+    // kind, limit (new, 1), domain (new, "a"), payload kind 1.
+    assert_eq!(&body[..6], &[2, 0, 1, 0, 1, b'a']);
+    assert_eq!(body[6], 1);
+    let g = Generation {
+        at: Nanos::new(BASE + 7),
+        node: NodeId(9),
+    };
+    let reset = Payload::Counter(state.with_generation(g));
+    let packed = encode_items(
+        &key(),
+        &header(2),
+        &mut 2,
+        Batch::Delta,
+        &[(k.clone(), reset.clone())],
+    );
+    let body = open_body(&packed.datagrams[0]);
+    assert_eq!(body[6], 0x81);
+    // zz(+7) = 14, then node 9 written in full (0, 9).
+    assert_eq!(&body[7..10], &[14, 0, 9]);
+    let m = decode(&key(), CLUSTER, &packed.datagrams[0]).unwrap();
+    let Body::Delta { items } = m.body else {
+        panic!("not a delta")
+    };
+    assert_eq!(items, vec![(k, reset)]);
+}
+
+/// A generation flag followed by the zero generation (a second encoding
+/// of "never reset"), or by nothing, is refused; no payload kind past the
+/// flag is accepted either.
+#[test]
+fn a_malformed_generation_is_refused() {
+    let h = header(5);
+    let item = |kind: u8, generation: &[u8], rest: &[u8]| {
+        let mut body = vec![0, 1, 0, 1, b'a', kind];
+        body.extend_from_slice(generation);
+        body.extend_from_slice(rest);
+        body
+    };
+    // A counter payload of no entries, limit 0, no refill.
+    let counter = [0u8, 0];
+    let mut zero = zz(0, BASE);
+    zero.extend_from_slice(&[0, 0]);
+    assert_eq!(
+        decode(
+            &key(),
+            CLUSTER,
+            &sealed(&h, 2, &item(0x81, &zero, &counter))
+        ),
+        Err(WireError::Malformed("zero reset generation"))
+    );
+    assert_eq!(
+        decode(&key(), CLUSTER, &sealed(&h, 2, &item(0x81, &[], &[]))),
+        Err(WireError::Malformed("truncated"))
+    );
+    let mut fine = zz(BASE + 1, BASE);
+    fine.extend_from_slice(&[1]);
+    assert!(decode(
+        &key(),
+        CLUSTER,
+        &sealed(&h, 2, &item(0x81, &fine, &counter))
+    )
+    .is_ok());
+    assert_eq!(
+        decode(
+            &key(),
+            CLUSTER,
+            &sealed(&h, 2, &item(0x84, &fine, &counter))
+        ),
+        Err(WireError::Malformed("unknown payload kind"))
+    );
+}
+
+/// The plaintext (kind and body) of a datagram sealed under the test key
+/// with [`header`]'s values.
+fn open_body(datagram: &[u8]) -> Vec<u8> {
+    let m = decode(&key(), CLUSTER, datagram).unwrap();
+    spec_open(SECRET, NAME, &m.header, datagram).unwrap()
 }

@@ -452,6 +452,11 @@ impl View {
                     continue;
                 };
                 let replication = configured.replication.as_ref();
+                let usage = if configured.usage.report {
+                    Some("`report: true`")
+                } else {
+                    configured.usage.max_debt.map(|_| "`max_debt`")
+                };
                 let mut refused = Vec::new();
                 for (domain, part, c) in rate.placed_mut() {
                     let limit = match prepare(c, replication) {
@@ -461,6 +466,19 @@ impl View {
                             continue;
                         }
                     };
+                    if let (Some(field), Limit::Replicated(_)) = (usage, &limit) {
+                        // The loader checked that the configured algorithm
+                        // owes hits; the store's replicated form may not
+                        // (a gossip cluster's queue and epoch strategies).
+                        if !limit.takes_usage() {
+                            let why = NoReplicatedUsage {
+                                field,
+                                algorithm: limit.algorithm_name(),
+                            };
+                            refused.push((domain, part, Refusal::limit(why)));
+                            continue;
+                        }
+                    }
                     if let Limit::Replicated(how) = &limit {
                         // Whatever chose the replication (the resource or
                         // the cluster's default), nodes that replicate a
@@ -664,4 +682,21 @@ fn per_second(parts: &[&str], limit: u64) -> Option<Compiled> {
             id: limit_id(parts),
             limit: Arc::new(Limit::SlidingLog(l)),
         })
+}
+
+/// Why a store's replicated form of a limit cannot serve a resource that
+/// takes usage reported after the fact (`report: true` or `max_debt`): a
+/// gossip cluster's `queue` and `epoch` strategies have no sound refund,
+/// so they take no usage at all (`docs/algorithms/usage.md`).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{field} needs every limit to owe hits, and a gossip cluster replicates this one as \
+     `{algorithm}`, which takes no reports or refunds; use `replication: counter`, remove \
+     {field}, or serve the resource from the Redis store"
+)]
+pub struct NoReplicatedUsage {
+    /// The resource's field that asks for usage.
+    pub field: &'static str,
+    /// The limit as the store replicates it.
+    pub algorithm: &'static str,
 }

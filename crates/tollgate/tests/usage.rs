@@ -402,3 +402,112 @@ fn replay_flow(answers: &[Answer]) {
     });
     assert_eq!(i, answers.len());
 }
+
+/// A gossip cluster of two nodes: `tokens` replicated with the `counter`
+/// strategy (which takes usage), `plain` with `queue` (which does not).
+const CLUSTER: &str = "namespaces:
+  - name: llm
+    resources:
+      - { name: tokens, algorithm: token_bucket, capacity: 1000, rate: 1000/1d, max_debt: 500, replication: counter }
+      - { name: plain, algorithm: token_bucket, capacity: 1000, rate: 1000/1d, replication: queue }
+";
+
+/// The check-before / report-after flow in a gossip cluster (issue 18's
+/// gap: usage in a gossip cluster; it used to be refused with
+/// `no_usage`), its steps spread over two nodes: each node decides on
+/// what the other charged, reported or refunded, once gossip brought it,
+/// so the cluster answers the flow as one bucket does. A queue-replicated
+/// resource refuses a report (`no_usage`, naming the strategy).
+#[test]
+fn check_before_report_after_in_a_gossip_cluster() {
+    let dir = Sandbox::new("usage-cluster");
+    dir.write("tollgate.yaml", CLUSTER);
+    dir.write("secret", "an end-to-end test secret, long enough\n");
+    let n1 = Serving::start_node(&dir, "u", "n1", "127.0.0.1:0", &[], &[]);
+    let n2 = Serving::start_node(&dir, "u", "n2", "127.0.0.1:0", &[n1.gossip()], &[]);
+    let nodes = [&n1, &n2];
+    for node in nodes {
+        node.poll("the cluster forms", |s| {
+            s.http("GET", "/readyz", None).0 == 200
+                && s.metric("tollgate_cluster_peers_alive") == Some(1.0)
+        });
+    }
+    let merges = |s: &Serving| s.metric("tollgate_gossip_merges_total").unwrap_or(0.0);
+    // Step `i` goes to node `i % 2`; a step that changed the bucket is
+    // waited for until the other node merged it.
+    let mut step = 0;
+    check_before_report_after(|mode, hits| {
+        let (at, other) = (nodes[step % 2], nodes[(step + 1) % 2]);
+        step += 1;
+        let before = merges(other);
+        let body = format!(
+            r#"{{"namespace":"llm","resource":"tokens","domain":"c","hits":{hits},"mode":"{mode}"}}"#
+        );
+        let (status, answer) = at.json("POST", "/v1/request", Some(&body));
+        assert_eq!(
+            status == 200,
+            answer["allowed"] == true,
+            "{status} {answer}"
+        );
+        let granted = answer["granted"].as_u64().unwrap_or(0);
+        if granted > 0 {
+            other.poll("the other node merges the change", |s| merges(s) > before);
+        }
+        (answer["allowed"] == true, granted)
+    });
+    // The queue strategy takes no usage: refused, naming it.
+    let body = r#"{"namespace":"llm","resource":"plain","domain":"d","hits":3,"mode":"report"}"#;
+    let (status, answer) = n2.json("POST", "/v1/request", Some(body));
+    assert_eq!(status, 409, "{answer}");
+    assert_eq!(answer["error"]["reason"], "no_usage");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("replicated_queue"), "{answer}");
+    assert!(message.contains("replication: counter"), "{answer}");
+    n2.terminate();
+    n1.terminate();
+}
+
+/// A resource that takes usage (`report: true` or `max_debt`) but is
+/// replicated with a strategy that has no debt is a config error when a
+/// cluster loads it, naming the resource and the field.
+#[test]
+fn a_cluster_refuses_usage_fields_on_a_strategy_without_a_debt() {
+    let dir = Sandbox::new("usage-cluster-config");
+    dir.write(
+        "queue.yaml",
+        "namespaces:\n  - name: llm\n    resources:\n      \
+         - { name: q, algorithm: token_bucket, capacity: 10, rate: 1/s, max_debt: 5, replication: queue }\n      \
+         - { name: e, algorithm: token_bucket, capacity: 10, rate: 1/s, report: true, replication: epoch }\n      \
+         - { name: c, algorithm: token_bucket, capacity: 10, rate: 1/s, report: true, replication: counter }\n",
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .current_dir(dir.path("."))
+        .args(["check-config", "--cluster", "--quiet", "queue.yaml"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("(2 problems"), "{stderr}");
+    assert!(
+        stderr.contains("resource `q`")
+            && stderr.contains("`max_debt` needs every limit to owe hits"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("`replicated_queue`"), "{stderr}");
+    assert!(
+        stderr.contains("resource `e`") && stderr.contains("`report: true` needs"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("resource `c`"), "{stderr}");
+    // Without `--cluster` (one server, any store) the same file is fine.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .current_dir(dir.path("."))
+        .args(["check-config", "--quiet", "queue.yaml"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -91,6 +91,25 @@
 //!   not more lenient; a node whose own clock runs ahead refills early, as
 //!   any token bucket on a fast clock would.
 //!
+//! # Resets and usage reported after the fact
+//!
+//! Two additions of tollgate's, neither in the thesis:
+//!
+//! - **A reset generation** ([`crate::replicated::Generation`]) orders
+//!   states before anything else: a merge takes a state of a later
+//!   generation whole and ignores one of an earlier generation, so a
+//!   reset (a fresh state of a new generation) wins over every state from
+//!   before it, wherever and whenever that arrives. The product of the
+//!   generation order and the bucket's semilattice is still a join.
+//! - **A report** ([`CounterBucket::report`]) is a grant that is never
+//!   refused, up to `max_debt` tokens below empty: it adds to the
+//!   reporting node's counter entry, and the debt is repaid by refill as
+//!   the debt of §3.1.1's concurrent grants is. **A refund**
+//!   ([`CounterBucket::refund`]) raises the limit, which only grows, up
+//!   to a full bucket; refunds made on two nodes before they merge keep
+//!   only the larger (the limit is a maximum): an under-refund. On one
+//!   node both decide exactly as the core's [`crate::TokenBucket`] does.
+//!
 //! # Memory
 //!
 //! The thesis's counter never forgets a user (§5.2.5: its memory only
@@ -111,7 +130,7 @@ use smallvec::SmallVec;
 use crate::decision::{Decision, Grant, Hits};
 use crate::error::ParamError;
 use crate::rate::Rate;
-use crate::replicated::{raise_entry, NodeId, OnNode, Replicated};
+use crate::replicated::{raise_entry, Generation, NodeId, OnNode, Replicated};
 use crate::time::Nanos;
 
 /// Parameters of a counter-based token bucket: a capacity and a refill rate
@@ -123,6 +142,9 @@ pub struct CounterBucket {
     rate: Rate,
     /// `rate.interval()`: nanoseconds per token, at least 1.
     interval: Nanos,
+    /// The most tokens a report may leave the bucket owing (module docs,
+    /// "Usage reported after the fact"); one capacity by default.
+    debt: u64,
 }
 
 impl CounterBucket {
@@ -138,7 +160,24 @@ impl CounterBucket {
             capacity,
             rate,
             interval,
+            debt: capacity.get(),
         })
+    }
+
+    /// Bounds the debt a report may leave at `max_debt` tokens below
+    /// empty, as [`crate::TokenBucket::with_max_debt`] does (and with the
+    /// same check: repaying it must take at most a [`crate::Span`]).
+    pub fn with_max_debt(mut self, max_debt: u64) -> Result<CounterBucket, ParamError> {
+        if let Some(n) = NonZeroU64::new(max_debt) {
+            ParamError::hits_span("max_debt", n, self.interval)?;
+        }
+        self.debt = max_debt;
+        Ok(self)
+    }
+
+    /// The most tokens a report may leave the bucket owing.
+    pub fn max_debt(&self) -> u64 {
+        self.debt
     }
 
     /// Tokens a full bucket holds.
@@ -266,6 +305,67 @@ impl CounterBucket {
         self.commit(state, node, now, request, grant)
     }
 
+    /// Charges `hits` already used at `now` to `node` (a report): as many
+    /// as keep the bucket at most `max_debt` tokens below empty, even past
+    /// the limit, never refused. The debt is in `node`'s counter entry like
+    /// any grant, and is repaid by refill (§5.2.5). Described for one more
+    /// hit, as every report is.
+    pub fn report(
+        &self,
+        state: &mut CounterBucketState,
+        node: NodeId,
+        now: Nanos,
+        hits: u64,
+    ) -> Decision {
+        let refill = self.refilled(state, now);
+        let floor = state.consumed();
+        let fits = refill.limit.saturating_add(self.debt).saturating_sub(floor);
+        let charged = hits.min(fits);
+        if charged > 0 {
+            state.limit = refill.limit;
+            state.refill_timestamp = Some(refill.at);
+            state.consume(node, charged);
+        }
+        let grant = Grant {
+            granted: charged,
+            allowed: true,
+        };
+        self.describe(state, now, Hits::exactly(1), grant)
+    }
+
+    /// Gives back up to `hits` at `now` (a refund) by raising the limit,
+    /// the tokens made available, which only grows: the state stays a
+    /// CRDT. Never past a full bucket (`Σ token counter + capacity`), and
+    /// whole tokens only: the fraction of a token refilled since the last
+    /// refill is not counted as given back (as the core's token bucket
+    /// counts it). Two nodes refunding at once keep the larger limit when
+    /// they merge, so the smaller refund is lost: an under-refund, the
+    /// safe direction (`docs/algorithms/usage.md`).
+    pub fn refund(&self, state: &mut CounterBucketState, now: Nanos, hits: u64) -> Decision {
+        let refill = self.refilled(state, now);
+        let full = state.consumed().saturating_add(self.capacity.get());
+        // A fraction of the next token already accrued: giving back the
+        // tokens up to full completes it, and it is not counted.
+        let fraction = refill.limit < full && now > refill.at;
+        let room = full
+            .saturating_sub(refill.limit)
+            .saturating_sub(u64::from(fraction));
+        let given = hits.min(room);
+        if hits > 0 && hits <= room {
+            state.limit = refill.limit + hits;
+            state.refill_timestamp = Some(refill.at);
+        } else if hits > 0 && refill.limit < full {
+            // Filled (the fraction with it): a full bucket banks no time.
+            state.limit = full;
+            state.refill_timestamp = Some(now);
+        }
+        let grant = Grant {
+            granted: given,
+            allowed: true,
+        };
+        self.describe(state, now, Hits::exactly(1), grant)
+    }
+
     /// When the bucket is full, if nothing more is consumed: the refill
     /// timestamp plus the time of the missing tokens ([`Nanos::ZERO`] for a
     /// state never refilled, which any first refill fills). A pure function
@@ -285,7 +385,10 @@ impl CounterBucket {
     /// Whether the bucket is full at `now`, which makes the state
     /// equivalent to the empty one for every later decision of this
     /// replica: both hold `capacity` tokens from `now` on, with no fraction
-    /// of the next. See the module docs before dropping it in a cluster.
+    /// of the next. See the module docs before dropping it in a cluster. A
+    /// reset state is equivalent to a fresh one *of its generation*: it
+    /// also ignores every state from before its reset, which a fresh one
+    /// would take (the replicated store holds reset keys a while longer).
     pub fn is_idle(&self, state: &CounterBucketState, now: Nanos) -> bool {
         now >= self.full_at(state)
     }
@@ -374,6 +477,9 @@ impl Replicated for CounterBucket {
 /// zero entries, so two states that merge to the same thing compare equal.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct CounterBucketState {
+    /// The key's reset generation: a state of a higher one replaces this
+    /// one whole in a merge, one of a lower one is ignored.
+    generation: Generation,
     /// Sorted by node, no duplicates, no zeros.
     token_counter: SmallVec<[(NodeId, u64); 2]>,
     /// Total tokens ever made available; 0 before the first refill.
@@ -394,6 +500,7 @@ impl CounterBucketState {
         refill_timestamp: Option<Nanos>,
     ) -> CounterBucketState {
         let mut state = CounterBucketState {
+            generation: Generation::ZERO,
             token_counter: SmallVec::new(),
             limit,
             refill_timestamp,
@@ -402,6 +509,27 @@ impl CounterBucketState {
             state.raise(node, count);
         }
         state
+    }
+
+    /// The state of a key just reset to `generation`: a fresh bucket that
+    /// every state of an older generation merges into as nothing.
+    pub fn reset(generation: Generation) -> CounterBucketState {
+        CounterBucketState {
+            generation,
+            ..CounterBucketState::default()
+        }
+    }
+
+    /// The same state in `generation` (for decoding one received from a
+    /// peer).
+    pub fn with_generation(mut self, generation: Generation) -> CounterBucketState {
+        self.generation = generation;
+        self
+    }
+
+    /// The key's reset generation ([`Generation::ZERO`] if never reset).
+    pub fn generation(&self) -> Generation {
+        self.generation
     }
 
     /// The token counter: `(node, tokens it consumed)`, sorted by node,
@@ -444,7 +572,19 @@ impl CounterBucketState {
     /// timestamp)` pair is kept whole (equal limits: the later timestamp).
     /// Returns whether this state changed, Listing 3.3's test for passing
     /// the key on to the other neighbours.
+    ///
+    /// Generations come first: a state of a later reset generation
+    /// replaces this one whole, and one of an earlier generation changes
+    /// nothing (a lexicographic product, still a join).
     pub fn merge(&mut self, other: &CounterBucketState) -> bool {
+        match other.generation.cmp(&self.generation) {
+            std::cmp::Ordering::Less => return false,
+            std::cmp::Ordering::Greater => {
+                self.clone_from(other);
+                return true;
+            }
+            std::cmp::Ordering::Equal => {}
+        }
         let mut changed = false;
         for &(node, count) in &other.token_counter {
             changed |= self.raise(node, count);
@@ -460,6 +600,9 @@ impl CounterBucketState {
     /// Whether `other` is already part of this state (`other ⊑ self`):
     /// merging it would change nothing.
     pub fn includes(&self, other: &CounterBucketState) -> bool {
+        if other.generation != self.generation {
+            return other.generation < self.generation;
+        }
         (other.limit, other.refill_timestamp) <= (self.limit, self.refill_timestamp)
             && other
                 .token_counter
@@ -467,7 +610,9 @@ impl CounterBucketState {
                 .all(|&(node, count)| self.consumed_by(node) >= count)
     }
 
-    /// Whether this is the empty state (nothing consumed, never refilled).
+    /// Whether this is the empty state (nothing consumed, never refilled,
+    /// never reset): a reset state is not empty, it carries its
+    /// generation to the peers.
     pub fn is_empty(&self) -> bool {
         *self == CounterBucketState::default()
     }

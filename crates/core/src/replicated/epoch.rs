@@ -113,7 +113,7 @@ use smallvec::SmallVec;
 use crate::decision::{Decision, Grant, Hits};
 use crate::error::ParamError;
 use crate::rate::Rate;
-use crate::replicated::{raise_entry, NodeId, OnNode, Replicated};
+use crate::replicated::{raise_entry, Generation, NodeId, OnNode, Replicated};
 use crate::time::{Nanos, Span};
 
 /// Parameters of an epoch bucket: capacity, refill rate and epoch length.
@@ -257,7 +257,7 @@ impl EpochBucket {
             if closed > state.report.epoch {
                 // The report of an epoch before the one just closed is no
                 // longer gossiped: peers have moved on too.
-                state.report = EpochReport::new(closed);
+                state.report = EpochReport::new(closed).with_generation(state.report.generation);
             }
             if state.open_traffic > 0 {
                 let own = state.report.traffic_of(node);
@@ -298,12 +298,24 @@ impl EpochBucket {
         report: &EpochReport,
     ) -> bool {
         self.advance(state, node, now);
-        if report.epoch < state.report.epoch {
-            return false;
-        }
         let mut changed = false;
+        match report.generation.cmp(&state.report.generation) {
+            // From before a reset this node knows of: ignored.
+            std::cmp::Ordering::Less => return false,
+            // A later reset: the bucket starts over full, and only the
+            // report's own traffic (granted after the reset) is taken.
+            std::cmp::Ordering::Greater => {
+                *state = EpochBucketState::reset(report.generation);
+                self.advance(state, node, now);
+                changed = true;
+            }
+            std::cmp::Ordering::Equal => {}
+        }
+        if report.epoch < state.report.epoch {
+            return changed;
+        }
         if report.epoch > state.report.epoch {
-            state.report = EpochReport::new(report.epoch);
+            state.report = EpochReport::new(report.epoch).with_generation(report.generation);
             changed = true;
         }
         for &(peer, traffic) in &report.traffic {
@@ -377,7 +389,10 @@ impl EpochBucket {
     /// so a store may drop it: the bucket is full, no traffic is open, and
     /// the report is one the next tick replaces by an empty one (anything
     /// still to gossip, or any peer entry already subtracted, keeps the
-    /// state: a fresh one would subtract it again).
+    /// state: a fresh one would subtract it again). A fresh one *of its
+    /// reset generation*: a reset key also ignores every report from
+    /// before its reset, which a fresh state would take, so a store keeps
+    /// it a while longer (the replicated store's reset hold).
     pub fn is_idle(&self, state: &EpochBucketState, now: Nanos) -> bool {
         let closed = self.epoch_of(now).saturating_sub(1);
         let stale = state.report.epoch < closed
@@ -501,6 +516,20 @@ impl EpochBucketState {
     pub fn report(&self) -> &EpochReport {
         &self.report
     }
+
+    /// The state of a key just reset to `generation`: a fresh bucket whose
+    /// report ignores every report of an older generation.
+    pub fn reset(generation: Generation) -> EpochBucketState {
+        EpochBucketState {
+            report: EpochReport::default().with_generation(generation),
+            ..EpochBucketState::default()
+        }
+    }
+
+    /// The key's reset generation ([`Generation::ZERO`] if never reset).
+    pub fn generation(&self) -> Generation {
+        self.report.generation
+    }
 }
 
 /// What nodes gossip (seed 001): an epoch and the traffic per node in it,
@@ -514,6 +543,8 @@ impl EpochBucketState {
 /// so equal values compare equal.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct EpochReport {
+    /// The key's reset generation: it orders reports before the epoch.
+    generation: Generation,
     epoch: u64,
     /// Sorted by node, no duplicates, no zeros.
     traffic: SmallVec<[(NodeId, u64); 4]>,
@@ -523,6 +554,7 @@ impl EpochReport {
     /// An epoch with no traffic reported yet.
     pub fn new(epoch: u64) -> EpochReport {
         EpochReport {
+            generation: Generation::ZERO,
             epoch,
             traffic: SmallVec::new(),
         }
@@ -537,6 +569,18 @@ impl EpochReport {
             report.raise(node, count);
         }
         report
+    }
+
+    /// The same report in `generation` (for decoding one received from a
+    /// peer).
+    pub fn with_generation(mut self, generation: Generation) -> EpochReport {
+        self.generation = generation;
+        self
+    }
+
+    /// The key's reset generation ([`Generation::ZERO`] if never reset).
+    pub fn generation(&self) -> Generation {
+        self.generation
     }
 
     /// The committed epoch this traffic belongs to.
@@ -566,12 +610,14 @@ impl EpochReport {
 
     /// Merges `other` into this report: a later epoch replaces this one, an
     /// earlier one changes nothing, the same epoch keeps each node's
-    /// larger entry. Returns whether this report changed.
+    /// larger entry. The reset generation orders before the epoch: a
+    /// report of a later reset replaces this one whatever its epoch.
+    /// Returns whether this report changed.
     pub fn merge(&mut self, other: &EpochReport) -> bool {
-        if other.epoch < self.epoch {
+        if (other.generation, other.epoch) < (self.generation, self.epoch) {
             return false;
         }
-        if other.epoch > self.epoch {
+        if (other.generation, other.epoch) > (self.generation, self.epoch) {
             self.clone_from(other);
             return true;
         }
@@ -584,8 +630,8 @@ impl EpochReport {
 
     /// Whether merging `other` would change nothing (`other ⊑ self`).
     pub fn includes(&self, other: &EpochReport) -> bool {
-        other.epoch < self.epoch
-            || (other.epoch == self.epoch
+        (other.generation, other.epoch) < (self.generation, self.epoch)
+            || ((other.generation, other.epoch) == (self.generation, self.epoch)
                 && other
                     .traffic
                     .iter()

@@ -35,6 +35,49 @@ use crate::{Algorithm, Decision, Grant, Hits, Nanos};
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct NodeId(pub u64);
 
+/// A key's reset generation: which reset of the key a replicated state
+/// belongs to. States of a higher generation replace lower ones wholesale
+/// in every merge, and states of a lower one are ignored, so a reset on
+/// any node wins over every state from before it, whatever the order,
+/// loss, duplication or delay of gossip (`docs/replicated.md`, "Resetting
+/// counters").
+///
+/// Ordered by time, then node: two nodes resetting one key at the same
+/// instant make two different generations, and every node agrees which is
+/// larger. The default, [`Generation::ZERO`], is a key never reset.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Generation {
+    /// When the reset was made, on the clock of the node that made it
+    /// (and always after the generation it replaced).
+    pub at: Nanos,
+    /// The node that made it.
+    pub node: NodeId,
+}
+
+impl Generation {
+    /// A key never reset.
+    pub const ZERO: Generation = Generation {
+        at: Nanos::ZERO,
+        node: NodeId(0),
+    };
+
+    /// The generation of a reset that `node` makes at `now` of a key in
+    /// generation `self`: later than `self` even when `node`'s clock is
+    /// behind the node that made `self` (or `self` is its own, made in
+    /// the same instant).
+    pub fn next(self, node: NodeId, now: Nanos) -> Generation {
+        Generation {
+            at: now.max(self.at.saturating_add(Nanos::NANOSECOND)),
+            node,
+        }
+    }
+
+    /// Whether this is [`Generation::ZERO`]: the key was never reset.
+    pub fn is_zero(self) -> bool {
+        self == Generation::ZERO
+    }
+}
+
 /// Raises `node`'s entry of `entries` (sorted by node, no zeros) to at
 /// least `count`: the per-node maximum every G-counter-like merge takes.
 /// Answers whether it changed.

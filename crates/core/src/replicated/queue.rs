@@ -113,7 +113,7 @@ use std::cmp::Ordering;
 use std::collections::VecDeque;
 use std::num::NonZeroU64;
 
-use super::{NodeId, OnNode, Replicated};
+use super::{Generation, NodeId, OnNode, Replicated};
 use crate::algorithm::Algorithm;
 use crate::decision::{Decision, Grant, Hits};
 use crate::error::ParamError;
@@ -166,6 +166,10 @@ pub struct Element {
 /// becomes, so a store can drop it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct QueueState {
+    /// The key's reset generation: a state of a higher one replaces this
+    /// one whole in a merge, one of a lower one is ignored. Kept when the
+    /// queue empties.
+    generation: Generation,
     /// The refill interval the queue is closed under; zero when empty.
     interval: Nanos,
     /// Sorted by id, unique ids, deaths at least `interval` apart.
@@ -431,6 +435,7 @@ impl QueueState {
         sorted.sort_unstable_by(|a, b| a.id.cmp(&b.id).then(b.death.cmp(&a.death)));
         sorted.dedup_by_key(|e| e.id);
         let mut state = QueueState {
+            generation: Generation::ZERO,
             interval: if sorted.is_empty() {
                 Nanos::ZERO
             } else {
@@ -440,6 +445,27 @@ impl QueueState {
         };
         state.close();
         state
+    }
+
+    /// The state of a key just reset to `generation`: an empty queue that
+    /// every state of an older generation merges into as nothing.
+    pub fn reset(generation: Generation) -> QueueState {
+        QueueState {
+            generation,
+            ..QueueState::default()
+        }
+    }
+
+    /// The same state in `generation` (for decoding one received from a
+    /// peer).
+    pub fn with_generation(mut self, generation: Generation) -> QueueState {
+        self.generation = generation;
+        self
+    }
+
+    /// The key's reset generation ([`Generation::ZERO`] if never reset).
+    pub fn generation(&self) -> Generation {
+        self.generation
     }
 
     /// The refill interval the queue is closed under (zero when empty).
@@ -486,7 +512,11 @@ impl QueueState {
             None => 0,
             Some(v) => self.elements.partition_point(|e| e.id <= v),
         };
-        QueueState::subset(self.interval, self.elements.range(from..).copied())
+        QueueState::subset(
+            self.generation,
+            self.interval,
+            self.elements.range(from..).copied(),
+        )
     }
 
     /// Merges `other` into `self`: the join of the two states (§4.2.1,
@@ -509,6 +539,9 @@ impl QueueState {
     /// the interval is at least as long, so merging it would change
     /// nothing.
     pub fn includes(&self, other: &QueueState) -> bool {
+        if other.generation != self.generation {
+            return other.generation < self.generation;
+        }
         other.elements.is_empty()
             || (other.interval <= self.interval && other.changes_since(self).is_empty())
     }
@@ -526,15 +559,17 @@ impl QueueState {
     /// delta (all of them when the interval grew). Merging it into the old
     /// `self` gives the new `self`.
     pub fn merge_changes(&mut self, other: &QueueState) -> QueueState {
-        let interval = self.interval;
+        let (generation, interval) = (self.generation, self.interval);
         let mut changes = VecDeque::new();
         self.join(other, Some(&mut changes));
-        if self.interval > interval {
+        if self.generation > generation || self.interval > interval {
+            // A later reset generation replaced the state: a peer must
+            // learn all of it, the generation included.
             // A peer must learn the longer interval too, even where no
             // death rose: rare (a rate changed), so the whole queue goes.
             return self.clone();
         }
-        QueueState::subset(self.interval, changes)
+        QueueState::subset(self.generation, self.interval, changes)
     }
 
     /// The elements of `self` that `before` lacks or holds with an earlier
@@ -542,7 +577,11 @@ impl QueueState {
     /// (`before.merge(&self.changes_since(&before))` equals
     /// `before.merge(&self)`).
     pub fn changes_since(&self, before: &QueueState) -> QueueState {
-        if self.interval > before.interval {
+        if self.generation < before.generation {
+            // Nothing here is news to a state of a later generation.
+            return QueueState::reset(self.generation);
+        }
+        if self.generation > before.generation || self.interval > before.interval {
             // As in `merge_changes`: a longer interval sends everything.
             return self.clone();
         }
@@ -557,12 +596,13 @@ impl QueueState {
                 changes.push_back(*e);
             }
         }
-        QueueState::subset(self.interval, changes)
+        QueueState::subset(self.generation, self.interval, changes)
     }
 
     /// Drops every element dead for at least `margin` at `now`. Deaths
     /// rise along the queue, so they are a prefix. An emptied queue forgets
-    /// its interval and equals [`QueueState::default`].
+    /// its interval and equals [`QueueState::default`], or
+    /// [`QueueState::reset`] of its generation.
     pub fn prune(&mut self, now: Nanos, margin: Nanos) {
         while self
             .elements
@@ -578,9 +618,14 @@ impl QueueState {
 
     /// A sub-queue of a closed queue is closed (deaths of non-adjacent
     /// elements are further apart still), so it needs no closing.
-    fn subset(interval: Nanos, elements: impl IntoIterator<Item = Element>) -> QueueState {
+    fn subset(
+        generation: Generation,
+        interval: Nanos,
+        elements: impl IntoIterator<Item = Element>,
+    ) -> QueueState {
         let elements: VecDeque<Element> = elements.into_iter().collect();
         QueueState {
+            generation,
             interval: if elements.is_empty() {
                 Nanos::ZERO
             } else {
@@ -629,12 +674,22 @@ impl QueueState {
     /// `self` changed; when `changes` is given, collects the elements that
     /// are new or rose.
     fn join(&mut self, other: &QueueState, mut changes: Option<&mut VecDeque<Element>>) -> bool {
+        // Generations first: a later reset replaces this state whole, an
+        // earlier one is ignored (a lexicographic product, still a join).
+        let reset = match other.generation.cmp(&self.generation) {
+            Ordering::Less => return false,
+            Ordering::Greater => {
+                *self = QueueState::reset(other.generation);
+                true
+            }
+            Ordering::Equal => false,
+        };
         if other.elements.is_empty() {
             // Empty states carry no interval: nothing to learn.
-            return false;
+            return reset;
         }
         let interval = self.interval.max(other.interval);
-        let mut changed = interval != self.interval;
+        let mut changed = reset || interval != self.interval;
         let mut mine = std::mem::take(&mut self.elements).into_iter().peekable();
         let mut theirs = other.elements.iter().copied().peekable();
         let mut merged = VecDeque::with_capacity(mine.len() + theirs.len());

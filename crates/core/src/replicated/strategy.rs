@@ -14,7 +14,7 @@ use crate::rate::Rate;
 use crate::replicated::counter::{CounterBucket, CounterBucketState};
 use crate::replicated::epoch::{EpochBucket, EpochBucketState, EpochReport};
 use crate::replicated::queue::{ElementId, QueueState, TokenQueue};
-use crate::replicated::{NodeId, Replicated};
+use crate::replicated::{Generation, NodeId, Replicated};
 use crate::time::Nanos;
 use crate::ParamError;
 
@@ -233,6 +233,8 @@ pub struct Mark {
     tail: Option<ElementId>,
     /// A counter's tokens consumed by the deciding node.
     consumed: u64,
+    /// A counter's limit, which a refund raises.
+    limit: u64,
 }
 
 impl Payload {
@@ -278,12 +280,22 @@ impl Payload {
         }
     }
 
-    /// Whether it carries nothing a neighbour could learn from.
+    /// Whether it carries nothing a neighbour could learn from: no
+    /// grants, and no reset generation either.
     pub fn is_empty(&self) -> bool {
         match self {
             Payload::Counter(s) => s.is_empty(),
-            Payload::Queue(q) => q.is_empty(),
-            Payload::Epoch(r) => r.traffic().is_empty(),
+            Payload::Queue(q) => q.is_empty() && q.generation().is_zero(),
+            Payload::Epoch(r) => r.traffic().is_empty() && r.generation().is_zero(),
+        }
+    }
+
+    /// The reset generation it belongs to.
+    pub fn generation(&self) -> Generation {
+        match self {
+            Payload::Counter(s) => s.generation(),
+            Payload::Queue(q) => q.generation(),
+            Payload::Epoch(r) => r.generation(),
         }
     }
 
@@ -327,6 +339,59 @@ impl ReplicatedLimit {
         }
     }
 
+    /// Whether the strategy takes usage reported after the fact (reports
+    /// and refunds, `docs/algorithms/usage.md`): only the counter bucket,
+    /// whose debt is a node's counter entry repaid by refill and whose
+    /// refund raises a limit that only grows. A queue (whose merge never
+    /// removes an element nor brings a death forward) and an epoch bucket
+    /// (whose peers' traffic is a maximum already subtracted) could take a
+    /// report but have no sound refund, so they take neither.
+    pub fn takes_usage(&self) -> bool {
+        matches!(self.strategy, Strategy::Counter(_))
+    }
+
+    /// The most tokens a report may leave owing (`None`: no usage taken).
+    pub fn max_debt(&self) -> Option<u64> {
+        match &self.strategy {
+            Strategy::Counter(c) => Some(c.max_debt()),
+            _ => None,
+        }
+    }
+
+    /// The same limit with reports bounded at `max_debt` tokens below
+    /// empty; a strategy that takes no usage is returned unchanged.
+    pub fn with_max_debt(mut self, max_debt: u64) -> Result<ReplicatedLimit, ParamError> {
+        if let Strategy::Counter(c) = self.strategy {
+            self.strategy = Strategy::Counter(c.with_max_debt(max_debt)?);
+        }
+        Ok(self)
+    }
+
+    /// A report (`refund: false`) or refund of `hits` at `now` on this
+    /// node; `None` for a strategy that takes no usage.
+    pub fn usage(
+        &self,
+        state: &mut ReplicatedState,
+        now: Nanos,
+        hits: u64,
+        refund: bool,
+    ) -> Option<Decision> {
+        if !self.takes_usage() {
+            return None;
+        }
+        if !self.owns(state) {
+            *state = self.fresh();
+        }
+        match (&self.strategy, state) {
+            (Strategy::Counter(c), ReplicatedState::Counter(s)) => Some(if refund {
+                c.refund(s, now, hits)
+            } else {
+                c.report(s, self.node, now, hits)
+            }),
+            _ => None,
+        }
+    }
+
     /// Tokens the bucket holds for a grant at `now`.
     pub fn available(&self, state: &ReplicatedState, now: Nanos) -> u64 {
         self.room(state, now, self.capacity())
@@ -347,11 +412,12 @@ impl ReplicatedLimit {
         match state {
             ReplicatedState::Queue(q) => Mark {
                 tail: q.tail_id(),
-                consumed: 0,
+                ..Mark::default()
             },
             ReplicatedState::Counter(s) => Mark {
                 tail: None,
                 consumed: s.consumed_by(self.node),
+                limit: s.limit(),
             },
             ReplicatedState::Epoch(_) => Mark::default(),
         }
@@ -359,13 +425,16 @@ impl ReplicatedLimit {
 
     /// What a local decision since `mark` changed, to add to every
     /// neighbour's delta: a counter's whole (small) state once this node
-    /// consumed more, a queue's new elements. `None` when nothing was
+    /// consumed more (a grant or a report) or its limit rose without a
+    /// grant (a refund), a queue's new elements. `None` when nothing was
     /// granted (a rejection or a peek gossips nothing), and for an epoch
     /// bucket, whose grants are gossiped as reports when the epoch closes
     /// ([`ReplicatedLimit::report`]).
     pub fn local_changes(&self, state: &ReplicatedState, mark: Mark) -> Option<Payload> {
         match state {
-            ReplicatedState::Counter(s) if s.consumed_by(self.node) > mark.consumed => {
+            ReplicatedState::Counter(s)
+                if s.consumed_by(self.node) > mark.consumed || s.limit() > mark.limit =>
+            {
                 Some(Payload::Counter(s.clone()))
             }
             ReplicatedState::Queue(q) => {
@@ -377,14 +446,55 @@ impl ReplicatedLimit {
     }
 
     /// The whole state as a payload: what a joining node receives.
-    /// `None` when there is nothing to send.
+    /// `None` when there is nothing to send. A key reset and not granted
+    /// since sends its generation (an epoch bucket, its empty report).
     pub fn full(&self, state: &mut ReplicatedState, now: Nanos) -> Option<Payload> {
         let payload = match state {
             ReplicatedState::Counter(s) => Payload::Counter(s.clone()),
             ReplicatedState::Queue(q) => Payload::Queue(q.clone()),
-            ReplicatedState::Epoch(_) => return self.report(state, now),
+            ReplicatedState::Epoch(_) => {
+                return self.report(state, now).or_else(|| match state {
+                    ReplicatedState::Epoch(s) if !s.generation().is_zero() => {
+                        Some(Payload::Epoch(s.report().clone()))
+                    }
+                    _ => None,
+                })
+            }
         };
         (!payload.is_empty()).then_some(payload)
+    }
+
+    /// Resets the key on this node at `now` (`DELETE /v1/counters`): its
+    /// state becomes a fresh one of a new reset generation, later than the
+    /// one it had (and unlike any other node's), and the answer is the
+    /// payload that carries the reset to every peer. Every state of an
+    /// older generation, wherever and whenever it arrives, merges into it
+    /// as nothing; grants made after it count.
+    pub fn reset(&self, state: &mut ReplicatedState, now: Nanos) -> Payload {
+        let old = if self.owns(state) {
+            state.generation()
+        } else {
+            Generation::ZERO
+        };
+        let generation = old.next(self.node, now);
+        match &self.strategy {
+            Strategy::Counter(_) => {
+                let fresh = CounterBucketState::reset(generation);
+                *state = ReplicatedState::Counter(fresh.clone());
+                Payload::Counter(fresh)
+            }
+            Strategy::Queue(_) => {
+                let fresh = QueueState::reset(generation);
+                *state = ReplicatedState::Queue(fresh.clone());
+                Payload::Queue(fresh)
+            }
+            Strategy::Epoch(e) => {
+                let mut fresh = EpochBucketState::reset(generation);
+                let report = e.report(&mut fresh, self.node, now);
+                *state = ReplicatedState::Epoch(fresh);
+                Payload::Epoch(report)
+            }
+        }
     }
 
     /// An epoch bucket's report of its last committed epoch, once it holds
@@ -444,7 +554,8 @@ impl ReplicatedLimit {
     pub fn should_answer(&self, state: &ReplicatedState, payload: &Payload) -> bool {
         match (state, payload) {
             (ReplicatedState::Epoch(s), Payload::Epoch(p)) => {
-                s.report().epoch() >= p.epoch() && !p.includes(s.report())
+                (s.generation(), s.report().epoch()) >= (p.generation(), p.epoch())
+                    && !p.includes(s.report())
             }
             _ => false,
         }
@@ -462,6 +573,15 @@ impl ReplicatedLimit {
 }
 
 impl ReplicatedState {
+    /// The key's reset generation ([`Generation::ZERO`] if never reset).
+    pub fn generation(&self) -> Generation {
+        match self {
+            ReplicatedState::Counter(s) => s.generation(),
+            ReplicatedState::Queue(q) => q.generation(),
+            ReplicatedState::Epoch(s) => s.generation(),
+        }
+    }
+
     /// Bytes this state occupies, for memory measurements.
     pub fn footprint(&self) -> usize {
         match self {

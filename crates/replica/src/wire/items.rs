@@ -12,7 +12,7 @@ use tollgate_core::replicated::counter::CounterBucketState;
 use tollgate_core::replicated::epoch::EpochReport;
 use tollgate_core::replicated::queue::{Element, ElementId, QueueState};
 use tollgate_core::replicated::strategy::Payload;
-use tollgate_core::replicated::NodeId;
+use tollgate_core::replicated::{Generation, NodeId};
 use tollgate_core::Nanos;
 use tollgate_store::{Key, LimitId};
 
@@ -25,6 +25,9 @@ use super::{WireError, MAX_DOMAIN};
 const PAYLOAD_COUNTER: u8 = 1;
 const PAYLOAD_QUEUE: u8 = 2;
 const PAYLOAD_EPOCH: u8 = 3;
+/// Set in a payload kind when the key's reset generation follows it (a
+/// key never reset is written as before resets existed).
+const WITH_GENERATION: u8 = 0x80;
 
 /// The fewest bytes a queue element takes (four one-byte varints).
 const MIN_ELEMENT: usize = 4;
@@ -176,12 +179,12 @@ impl<'a> ItemWriter<'a> {
             Payload::Queue(q) => {
                 let elements: Vec<Element> = q.elements().copied().collect();
                 return self
-                    .put_queue(key, q.interval(), &elements, false)
+                    .put_queue(key, q.generation(), q.interval(), &elements, false)
                     .is_some();
             }
             Payload::Counter(s) => {
                 self.put_key(key);
-                self.buf.push(PAYLOAD_COUNTER);
+                self.put_kind(PAYLOAD_COUNTER, s.generation());
                 let entries = s.token_counter();
                 let refill = s.refill_timestamp();
                 put_varint(
@@ -199,7 +202,7 @@ impl<'a> ItemWriter<'a> {
             }
             Payload::Epoch(r) => {
                 self.put_key(key);
-                self.buf.push(PAYLOAD_EPOCH);
+                self.put_kind(PAYLOAD_EPOCH, r.generation());
                 put_varint(&mut self.buf, r.epoch());
                 put_varint(&mut self.buf, r.traffic().len() as u64);
                 self.put_entries(r.traffic());
@@ -210,6 +213,21 @@ impl<'a> ItemWriter<'a> {
             return false;
         }
         true
+    }
+
+    /// Writes a payload kind, and the reset generation after it unless it
+    /// is zero.
+    fn put_kind(&mut self, kind: u8, generation: Generation) {
+        if generation.is_zero() {
+            self.buf.push(kind);
+            return;
+        }
+        self.buf.push(kind | WITH_GENERATION);
+        put_varint(
+            &mut self.buf,
+            zigzag_delta(generation.at.as_u64(), self.sent_at.as_u64()),
+        );
+        put_node(&mut self.buf, &mut self.nodes, generation.node);
     }
 
     fn put_entries(&mut self, entries: &[(NodeId, u64)]) {
@@ -226,13 +244,14 @@ impl<'a> ItemWriter<'a> {
     pub(super) fn put_queue(
         &mut self,
         key: &'a Key,
+        generation: Generation,
         interval: Nanos,
         elements: &[Element],
         partial: bool,
     ) -> Option<usize> {
         let m = self.mark();
         self.put_key(key);
-        self.buf.push(PAYLOAD_QUEUE);
+        self.put_kind(PAYLOAD_QUEUE, generation);
         put_varint(&mut self.buf, interval.as_u64());
         let head = self.buf.len();
         let mut scratch = std::mem::take(&mut self.scratch);
@@ -262,7 +281,10 @@ impl<'a> ItemWriter<'a> {
             prev = Some(e);
         }
         let fits = head + varint_len(n as u64) + scratch.len() <= self.budget;
-        let written = if !fits || (n < elements.len() && (!partial || n == 0)) {
+        // A run of no elements is written only for a reset queue that has
+        // none (its generation is the news).
+        let nothing = n == 0 && !elements.is_empty();
+        let written = if !fits || (n < elements.len() && (!partial || nothing)) {
             self.rollback(m);
             None
         } else {
@@ -359,7 +381,22 @@ pub(super) fn read_items<'a>(
     let mut items = Vec::new();
     while r.remaining() > 0 {
         let key = t.key(r)?;
-        let payload = match r.u8()? {
+        let kind = r.u8()?;
+        let generation = if kind & WITH_GENERATION != 0 {
+            let at = Nanos::new(apply_delta(sent_at, r.varint()?));
+            let generation = Generation {
+                at,
+                node: t.node(r)?,
+            };
+            if generation.is_zero() {
+                // Written without the flag: one encoding per value.
+                return Err(WireError::Malformed("zero reset generation"));
+            }
+            generation
+        } else {
+            Generation::ZERO
+        };
+        let payload = match kind & !WITH_GENERATION {
             PAYLOAD_COUNTER => {
                 let head = r.varint()?;
                 let n = bounded_count(head >> 1, r.remaining(), MIN_ENTRY)
@@ -371,7 +408,10 @@ pub(super) fn read_items<'a>(
                 } else {
                     None
                 };
-                Payload::Counter(CounterBucketState::from_parts(entries, limit, refill))
+                Payload::Counter(
+                    CounterBucketState::from_parts(entries, limit, refill)
+                        .with_generation(generation),
+                )
             }
             PAYLOAD_QUEUE => {
                 let interval = Nanos::new(r.varint()?);
@@ -395,13 +435,15 @@ pub(super) fn read_items<'a>(
                     let death = Nanos::new(apply_delta(predicted.as_u64(), r.varint()?));
                     elements.push(Element { id, death });
                 }
-                Payload::Queue(QueueState::from_elements(interval, elements))
+                Payload::Queue(
+                    QueueState::from_elements(interval, elements).with_generation(generation),
+                )
             }
             PAYLOAD_EPOCH => {
                 let epoch = r.varint()?;
                 let n = r.count(MIN_ENTRY, "too many epoch entries")?;
                 let traffic = t.entries(r, n)?;
-                Payload::Epoch(EpochReport::from_parts(epoch, traffic))
+                Payload::Epoch(EpochReport::from_parts(epoch, traffic).with_generation(generation))
             }
             _ => return Err(WireError::Malformed("unknown payload kind")),
         };

@@ -121,7 +121,11 @@
 //!                                     every node's updates but these
 //!                                     nodes', which I hear myself)
 //!
-//! item      = limit domain payload_kind:u8 payload
+//! item      = limit domain payload_kind:u8 [generation] payload
+//!   payload_kind's high bit (0x80) set: the key was reset, and its
+//!             reset generation follows; clear: never reset (generation
+//!             zero), written as before resets existed
+//! generation = zz(at − sent_at) node       (never the zero generation)
 //! limit     = 0 id  |  k (≥ 1: the k-th limit id written in this datagram)
 //! domain    = 0 len utf8[len ≤ 512]  |  k (the k-th domain)
 //! node      = 0 id  |  k (the k-th node; the header's `from` is the 1st)
@@ -139,7 +143,9 @@
 //!
 //! A datagram thus spends at most 104 bytes on framing (a 71-byte header,
 //! the salt, the kind and the tag), 32 of them for the AEAD (salt and tag).
-//! Counter and epoch entries are sorted by node with no zero counts, and
+//! A reset generation written with the flag is never zero (zero is
+//! written without it), so each value has one encoding. Counter and epoch
+//! entries are sorted by node with no zero counts, and
 //! queue elements sorted by identity, as the states keep them; the decoder
 //! refuses anything else.
 //!

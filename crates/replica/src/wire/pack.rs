@@ -94,12 +94,16 @@ pub fn encode_items(
             continue;
         };
         let elements: Vec<Element> = q.elements().copied().collect();
-        if w.put_queue(k, q.interval(), &elements, false).is_some() {
+        if w.put_queue(k, q.generation(), q.interval(), &elements, false)
+            .is_some()
+        {
             continue;
         }
         if !w.is_empty() {
             next_chunk(&mut w, &mut chunks);
-            if w.put_queue(k, q.interval(), &elements, false).is_some() {
+            if w.put_queue(k, q.generation(), q.interval(), &elements, false)
+                .is_some()
+            {
                 continue;
             }
         }
@@ -107,7 +111,7 @@ pub fn encode_items(
         // filling a datagram.
         let mut rest = &elements[..];
         loop {
-            match w.put_queue(k, q.interval(), rest, true) {
+            match w.put_queue(k, q.generation(), q.interval(), rest, true) {
                 Some(n) if n > 0 => {
                     rest = rest.get(n..).unwrap_or_default();
                     if rest.is_empty() {
