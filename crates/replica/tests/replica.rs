@@ -773,3 +773,50 @@ fn reports_and_refunds_are_gossiped_like_grants_on_a_counter() {
     }
     assert_eq!(a.inspect_now(&pq, T0).unwrap().decisions[0].remaining, 5);
 }
+
+/// Items asked hits of their own (Envoy descriptors with their own
+/// `hits_addend`) are decided all or nothing on a replica too, each
+/// charged its own; a one-item plan asked its own takes them, not the
+/// request's.
+#[test]
+fn items_asked_hits_of_their_own_are_each_charged_them_all_or_nothing() {
+    let how = Replication::new(StrategyKind::Counter);
+    let r = replica(1, 1000);
+    let five = plan(&r, &how, 5, "a");
+    let ten = plan(&r, &how, 10, "b");
+    let both = |a: u64, b: u64| {
+        let mut p = Plan::default();
+        for q in [&five, &ten] {
+            let item = &q.items()[0];
+            p.push(item.key.clone(), Arc::clone(&item.limit), false)
+                .unwrap();
+        }
+        p.ask(0, a);
+        p.ask(1, b);
+        p
+    };
+    let left = |p: &Plan| {
+        r.decide_now(p, T0, Hits::exactly(0), Mode::Try)
+            .unwrap()
+            .decisions[0]
+            .remaining
+    };
+    let d = r
+        .decide_now(&both(2, 7), T0, Hits::exactly(1), Mode::Try)
+        .unwrap();
+    assert!(d.allowed);
+    let granted: Vec<u64> = d.decisions.iter().map(|d| d.granted).collect();
+    assert_eq!(granted, [2, 7]);
+    // 4 do not fit in a's 3: b is not charged its 1 either.
+    let d = r
+        .decide_now(&both(4, 1), T0, Hits::exactly(1), Mode::Try)
+        .unwrap();
+    assert!(!d.allowed);
+    assert_eq!((left(&five), left(&ten)), (3, 3));
+    // One item asked its own 3, not the request's 1.
+    let mut own = five.clone();
+    own.ask(0, 3);
+    let d = r.decide_now(&own, T0, Hits::exactly(1), Mode::Try).unwrap();
+    assert_eq!((d.allowed, d.decisions[0].granted), (true, 3));
+    assert_eq!(left(&five), 0);
+}

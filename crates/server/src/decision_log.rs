@@ -259,6 +259,24 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// Descriptors' own hits and refunds are logged where replay's trace
+    /// reader takes them, and only when a request has them.
+    #[test]
+    fn descriptor_hits_and_refunds_are_logged() {
+        let text = serde_json::to_string(&line(1)).unwrap();
+        assert!(!text.contains("descriptor_hits") && !text.contains("descriptor_refunds"));
+        let mut l = line(1);
+        let (hits, refunds) = ([Some(3), None], [true, false]);
+        l.descriptor_hits = Some(&hits);
+        l.descriptor_refunds = Some(&refunds);
+        let text = serde_json::to_string(&l).unwrap();
+        assert!(text.contains(r#""descriptor_hits":[3,null]"#), "{text}");
+        assert!(
+            text.contains(r#""descriptor_refunds":[true,false]"#),
+            "{text}"
+        );
+    }
+
     /// A brought limit is logged as the request gave it, where replay's
     /// trace reader takes it.
     #[test]

@@ -776,3 +776,57 @@ fn a_descriptor_limit_is_replayed_as_the_server_decided_it() {
     // One an hour, the descriptor's own, not the config's 100 a day.
     assert_eq!(decided, [(true, 1), (false, 1)], "{run}");
 }
+
+/// Envoy descriptors with hits of their own (`descriptor_hits`) and some
+/// refunding beside checked ones (`descriptor_refunds`), as a server's
+/// decision log records them, replay as the server decided them: each
+/// descriptor charged its own hits, all or nothing, refunds given back
+/// whatever the check says.
+#[test]
+fn descriptor_hits_and_refunds_are_replayed_as_the_server_decided_them() {
+    let sb = Sandbox::new("replay-descriptor-hits");
+    sb.write("envoy.yaml", MESSAGING);
+    let both = r#"[[{"key": "message_type", "value": "marketing"}, {"key": "to_number", "value": "1"}], [{"key": "to_number", "value": "1"}]]"#;
+    let trace = [
+        format!(r#"{{"time_ms": 0, "descriptors": {both}, "descriptor_hits": [3, 40]}}"#),
+        format!(r#"{{"time_ms": 1, "descriptors": {both}, "descriptor_hits": [4, 1]}}"#),
+        format!(
+            r#"{{"time_ms": 2, "descriptors": {both}, "descriptor_hits": [3, null], "descriptor_refunds": [true, false]}}"#
+        ),
+    ]
+    .join("\n");
+    sb.write("t.jsonl", format!("{trace}\n"));
+    let run = sb.run(&["replay", "-c", "envoy.yaml", "-t", "t.jsonl", "--strict"]);
+    assert!(run.success(), "{run}");
+    let (events, _) = split_events(&run.stdout);
+    let decided: Vec<(bool, u64, u64)> = events
+        .iter()
+        .map(|e| {
+            let d = &e["descriptors"];
+            (
+                e["allowed"].as_bool().unwrap(),
+                d[0]["remaining"].as_u64().unwrap(),
+                d[1]["remaining"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // 3 of marketing's 5 and 40 of the number's 100; then 4 do not fit in
+    // marketing's 2, so the number is not charged its 1 either; then the
+    // 3 come back while the number is charged the line's 1 hit.
+    assert_eq!(
+        decided,
+        [(true, 2, 60), (false, 2, 60), (true, 5, 59)],
+        "{run}"
+    );
+    // A list of the wrong length is named.
+    sb.write(
+        "t.jsonl",
+        format!("{{\"time_ms\": 0, \"descriptors\": {both}, \"descriptor_hits\": [1]}}\n"),
+    );
+    let run = sb.run(&["replay", "-c", "envoy.yaml", "-t", "t.jsonl", "--strict"]);
+    assert!(
+        run.stderr
+            .contains("`descriptor_hits` has 1 entries for 2 descriptors"),
+        "{run}"
+    );
+}

@@ -262,11 +262,33 @@ fn check_before_report_after_with_the_rust_client() {
 
 #[test]
 fn check_before_report_after_on_envoy_rls() {
+    let (_dir, server) = start();
+    envoy_flow(&server);
+}
+
+/// The Envoy flow with the Redis store: the decide script takes each
+/// descriptor's own hits, and refunds beside checks, as the memory store.
+#[test]
+fn check_before_report_after_on_envoy_rls_with_redis() {
+    let redis = tollgate_redis::testing::RedisServer::start();
+    let dir = Sandbox::new("usage-envoy-redis");
+    dir.write("conf/tollgate.yaml", NATIVE);
+    dir.write("conf/envoy.yaml", ENVOY);
+    let conf = dir.path("conf");
+    let url = redis.url();
+    let args = ["--store", url.as_str(), "--redis-timeout-ms", "2000"];
+    let server = Serving::start_config(&dir, &conf, &args, &[]);
+    envoy_flow(&server);
+}
+
+/// Check before, report after, over Envoy's rate-limit service: the
+/// `report: true` user and the checked path of [`ENVOY`], with
+/// descriptors' own hits and refunds beside checks.
+fn envoy_flow(server: &Serving) {
     use tollgate_proto::rls::rate_limit_descriptor::Entry;
     use tollgate_proto::rls::rate_limit_service_client::RateLimitServiceClient;
     use tollgate_proto::rls::{RateLimitDescriptor, RateLimitRequest};
 
-    let (_dir, server) = start();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let descriptor = |key: &str, value: &str, negative: bool| RateLimitDescriptor {
         entries: vec![Entry {
@@ -373,7 +395,7 @@ fn check_before_report_after_on_envoy_rls() {
         let a = ask(probe("user", "alice"), 1).await;
         assert_eq!(a.statuses[0].limit_remaining, 1000);
     });
-    assert_eq!(clamped(&server, "gateway"), 1.0);
+    assert_eq!(clamped(server, "gateway"), 1.0);
 }
 
 /// The flow of [`check_before_report_after`] as a list, for APIs driven
