@@ -99,6 +99,17 @@ pub enum PlanError {
     },
 }
 
+impl PlanError {
+    /// The plan entry that refused the plan.
+    pub fn index(&self) -> usize {
+        match self {
+            PlanError::CannotSchedule { index, .. }
+            | PlanError::NeverAdmits { index, .. }
+            | PlanError::NoUsage { index, .. } => *index,
+        }
+    }
+}
+
 /// The answer for a whole plan.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlanDecision {

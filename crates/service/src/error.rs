@@ -81,6 +81,11 @@ pub enum ServiceError {
         /// The resource.
         resource: String,
     },
+    /// One limit of a resource's `limits:` list refused the plan (it cannot
+    /// schedule, never admits the hits, or takes no usage): the store's
+    /// refusal, naming the limit, whose reason it keeps.
+    #[error("resource `{}`, limit `{}`: {}", .0.resource, .0.limit, .0.source)]
+    InLimit(Box<InLimit>),
     /// The store refused or failed (releasing what is not held is client
     /// error 4).
     #[error(transparent)]
@@ -117,27 +122,39 @@ impl ServiceError {
             ServiceError::SessionClosed => "session_closed",
             ServiceError::NotHeld(_) => "not_held",
             ServiceError::HoldsNotResettable { .. } => "holds_not_resettable",
-            ServiceError::Store(StoreError::Copy(tollgate_core::copies::CopyError::NotHeld {
-                ..
-            })) => "not_held",
-            ServiceError::Store(StoreError::Copy(
-                tollgate_core::copies::CopyError::UnknownTransfer,
-            )) => "unknown_transfer",
-            ServiceError::Store(StoreError::Copy(_)) => "bad_copies",
-            ServiceError::Store(StoreError::Plan(tollgate_core::PlanError::NeverAdmits {
-                ..
-            })) => "exceeds_limit",
-            ServiceError::Store(StoreError::Plan(tollgate_core::PlanError::NoUsage { .. })) => {
-                "no_usage"
-            }
-            ServiceError::Store(StoreError::Plan(_)) => "cannot_schedule",
-            ServiceError::Store(StoreError::DuplicateKey(_)) => "duplicate_key",
-            ServiceError::Store(StoreError::AtCapacity(_)) => "store_at_capacity",
-            ServiceError::Store(StoreError::Overloaded(_)) => "store_overloaded",
-            ServiceError::Store(StoreError::TooManyTransfers(_)) => "too_many_transfers",
-            ServiceError::Store(StoreError::Unsupported(_)) => "unsupported_by_store",
-            ServiceError::Store(_) => "store_unavailable",
+            ServiceError::Store(e) => store_reason(e),
+            ServiceError::InLimit(r) => store_reason(&r.source),
         }
+    }
+}
+
+/// What [`ServiceError::InLimit`] carries (boxed: it is rare, and every
+/// `Result` of the service would otherwise carry its size).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InLimit {
+    /// The resource.
+    pub resource: String,
+    /// The limit's name (its `name:`, else its position from 1).
+    pub limit: String,
+    /// The store's refusal.
+    pub source: StoreError,
+}
+
+/// The reason of a store's refusal or failure.
+fn store_reason(e: &StoreError) -> &'static str {
+    match e {
+        StoreError::Copy(tollgate_core::copies::CopyError::NotHeld { .. }) => "not_held",
+        StoreError::Copy(tollgate_core::copies::CopyError::UnknownTransfer) => "unknown_transfer",
+        StoreError::Copy(_) => "bad_copies",
+        StoreError::Plan(tollgate_core::PlanError::NeverAdmits { .. }) => "exceeds_limit",
+        StoreError::Plan(tollgate_core::PlanError::NoUsage { .. }) => "no_usage",
+        StoreError::Plan(_) => "cannot_schedule",
+        StoreError::DuplicateKey(_) => "duplicate_key",
+        StoreError::AtCapacity(_) => "store_at_capacity",
+        StoreError::Overloaded(_) => "store_overloaded",
+        StoreError::TooManyTransfers(_) => "too_many_transfers",
+        StoreError::Unsupported(_) => "unsupported_by_store",
+        _ => "store_unavailable",
     }
 }
 

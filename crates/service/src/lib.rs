@@ -25,7 +25,7 @@ pub mod sessions;
 pub mod view;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use error::{Holding, NotHeld, ServiceError};
+pub use error::{Holding, InLimit, NotHeld, ServiceError};
 pub use limiter::{
     Counters, DescriptorOutcome, DescriptorRequest, DescriptorStatus, LimitDetail, LimitedBy,
     Limiter, RateOutcome, RateRequest, ReserveOutcome,

@@ -440,7 +440,19 @@ impl<S: Store> Limiter<S> {
         if matches!(limits.main, Main::Deny) && !shadow {
             return Ok(denied(limits, rate));
         }
-        let pd = self.store.decide(&plan, now, request, req.mode).await?;
+        let pd = match self.store.decide(&plan, now, request, req.mode).await {
+            Ok(pd) => pd,
+            // A `limits:` entry refused: the answer names it.
+            Err(StoreError::Plan(e)) if matches!(limits.main, Main::Listed(_)) => {
+                let role = roles.get(e.index()).copied().unwrap_or(Role::Main);
+                return Err(ServiceError::InLimit(Box::new(crate::error::InLimit {
+                    resource: req.resource.to_owned(),
+                    limit: role.named(limits).0.to_string(),
+                    source: StoreError::Plan(e),
+                })));
+            }
+            Err(e) => return Err(e.into()),
+        };
         if req.mode == Mode::Report && pd.granted < req.hits {
             count_clamped(ns, req.hits - pd.granted);
         }

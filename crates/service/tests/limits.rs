@@ -731,3 +731,40 @@ async fn a_brought_limit_takes_a_report_like_the_resources_fixed_window() {
     let o = ask_with(&l, "api", "t", None, at).await.unwrap();
     assert_eq!((o.allowed, o.decision.remaining), (true, 4));
 }
+
+/// A plan one limit of a `limits:` list refuses (it cannot schedule, or
+/// never admits the hits) is refused naming that limit, with the reason
+/// the store gave.
+#[tokio::test]
+async fn a_list_refusing_a_mode_names_the_limit_that_refuses() {
+    let l = Limiter::new(MemoryStore::new(), view(API));
+    let t0 = Nanos::from_secs(10 * DAY);
+    let req = |hits, mode| RateRequest {
+        namespace: "ns",
+        resource: "api",
+        domain: "u",
+        hits,
+        min_hits: hits,
+        mode,
+        limit: None,
+    };
+    // A fixed window cannot schedule requests.
+    let err = l.request(&req(1, Mode::Acquire), t0).await.unwrap_err();
+    assert_eq!(err.reason(), "cannot_schedule");
+    let text = err.to_string();
+    assert!(
+        text.contains("resource `api`, limit `daily`") && text.contains("fixed_window"),
+        "{text}"
+    );
+    // A single algorithm's refusal is as before, with no limit named.
+    const ONE: &str = "
+namespaces:
+  - name: ns
+    resources:
+      - { name: api, algorithm: fixed_window, limit: 8, window: 1d }
+";
+    let l = Limiter::new(MemoryStore::new(), view(ONE));
+    let err = l.request(&req(1, Mode::Acquire), t0).await.unwrap_err();
+    assert_eq!(err.reason(), "cannot_schedule");
+    assert!(!err.to_string().contains("limit `"), "{err}");
+}
