@@ -249,8 +249,10 @@ async fn a_month_stored_before_years_ran_still_reads() {
     old.push(0xd3);
     old.extend(rel(march).to_be_bytes());
     old.push(0x02);
-    old.push(0xd3);
-    old.extend(rel(april).to_be_bytes());
+    // cmsgpack packs a positive integer past 2^32 as a uint 64 (0xcf), a
+    // negative one as an int 64 (0xd3).
+    old.push(0xcf);
+    old.extend(u64::try_from(rel(april)).unwrap().to_be_bytes());
     let _: () = redis::cmd("SET")
         .arg(key_name(&items[0]))
         .arg(&old)
