@@ -249,8 +249,10 @@ async fn a_month_stored_before_years_ran_still_reads() {
     old.push(0xd3);
     old.extend(rel(march).to_be_bytes());
     old.push(0x02);
-    old.push(0xd3);
-    old.extend(rel(april).to_be_bytes());
+    // cmsgpack packs a positive integer past 2^32 as a uint 64 (0xcf), a
+    // negative one as an int 64 (0xd3).
+    old.push(0xcf);
+    old.extend(u64::try_from(rel(april)).unwrap().to_be_bytes());
     let _: () = redis::cmd("SET")
         .arg(key_name(&items[0]))
         .arg(&old)
@@ -434,6 +436,48 @@ async fn redis_time_picks_the_window_among_the_servers() {
             after.as_u64()
         );
         break;
+    }
+}
+
+/// Regression (review of issue 18, calendar years, finding 1): a server
+/// whose clock runs more than a window behind Redis's sends three windows
+/// that are all over by Redis's clock. The script took the server's
+/// window anyway, which had already ended: every hit was granted and
+/// forgotten at once (a limit of 2 a day, or a year, granted all 4 asks,
+/// each answering `remaining: 2`, and no key was kept). The hits now
+/// count for the server's window's length from Redis's time: the limit
+/// holds, and the window ends within that length.
+#[tokio::test]
+async fn a_server_more_than_a_window_behind_redis_still_counts_its_hits() {
+    let server = RedisServer::start();
+    let mut o = RedisOptions::new(server.url());
+    o.prefix = unique_prefix();
+    o.connect.response_timeout = std::time::Duration::from_secs(5);
+    let redis = RedisStore::connect(o).await.unwrap();
+    let year = 366 * DAY;
+    for (id, unit, zone, behind, longest) in [
+        (11, CalendarUnit::Day, "UTC", 3 * DAY, DAY),
+        (12, CalendarUnit::Year, "Europe/Paris", 3 * year, year),
+    ] {
+        let limit = std::sync::Arc::new(calendar(2, unit, zone));
+        let plan = Plan::single(Key::new(LimitId(id), "acme"), limit);
+        let mut granted = 0;
+        let mut last = None;
+        for _ in 0..4 {
+            let now = SystemClock.now().saturating_sub(Nanos::new(behind));
+            let d = redis
+                .decide(&plan, now, Hits::exactly(1), Mode::Try)
+                .await
+                .unwrap();
+            granted += d.granted;
+            last = Some(d);
+        }
+        let d = last.unwrap();
+        assert_eq!(granted, 2, "{unit}: {d:?}");
+        assert!(!d.allowed, "{unit}: {d:?}");
+        let reset = d.decisions[0].reset_after.as_u64();
+        assert!(reset > 0 && reset <= longest, "{unit}: reset {reset}");
+        assert_eq!(d.decisions[0].retry_after, Some(Nanos::new(reset)));
     }
 }
 

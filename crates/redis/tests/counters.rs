@@ -14,8 +14,8 @@ use std::time::Duration;
 use common::{unique_prefix, RedisServer, T0};
 use tollgate_core::copies::CopyLimits;
 use tollgate_core::{
-    Align, BurstTiers, FixedWindow, Gcra, Hits, LeakyBucket, Limit, Mode, Nanos, Rate, SlidingLog,
-    SlidingWindow, Smooth, Tier, TokenBucket,
+    Align, BurstTiers, Calendar, CalendarUnit, FixedWindow, Gcra, Hits, LeakyBucket, Limit, Mode,
+    Nanos, Rate, SlidingLog, SlidingWindow, Smooth, Tier, TokenBucket,
 };
 use tollgate_redis::testing::RedisCluster;
 use tollgate_redis::{RedisOptions, RedisStore, ScriptClock};
@@ -39,6 +39,7 @@ async fn store(url: String) -> (RedisStore, String) {
 /// their windows and refills.
 fn all_limits() -> Vec<Arc<Limit>> {
     let ms = Nanos::from_millis;
+    let paris = |unit| Calendar::new(unit, "Europe/Paris").unwrap();
     let rate = |n, p| Rate::new(n, p).unwrap();
     let tier = |limit, window, active, cooldown| Tier {
         limit,
@@ -53,6 +54,10 @@ fn all_limits() -> Vec<Arc<Limit>> {
         Limit::LeakyBucket(LeakyBucket::new(rate(4, Nanos::SECOND), 2).unwrap()),
         Limit::FixedWindow(FixedWindow::new(4, ms(700), Align::Epoch).unwrap()),
         Limit::FixedWindow(FixedWindow::new(4, ms(700), Align::FirstHit).unwrap()),
+        // Calendar windows: the script keeps a year's times as seconds
+        // and nanoseconds, and inspects them as it decides them.
+        Limit::FixedWindow(FixedWindow::calendar(4, paris(CalendarUnit::Month)).unwrap()),
+        Limit::FixedWindow(FixedWindow::calendar(4, paris(CalendarUnit::Year)).unwrap()),
         Limit::SlidingWindow(SlidingWindow::new(6, Nanos::SECOND, 4).unwrap()),
         Limit::SlidingLog(SlidingLog::new(5, Nanos::SECOND).unwrap()),
         Limit::Smooth(Smooth::bursty(rate(5, Nanos::SECOND), 1.0).unwrap()),

@@ -23,9 +23,12 @@
 -- the edges (crates/core/src/calendar.rs) around its own time and sends
 -- three windows; the script takes the one holding its `now` (Redis's
 -- TIME, so the edge is Redis's clock, as every other decision's time is,
--- while the server's clock is within a window of it). A `now` outside all
--- three (a server clock off by more than a window) takes the server's
--- window.
+-- while the server's clock is within a window of it). A `now` before all
+-- three (a server clock more than a window ahead) takes the server's
+-- window; a `now` after all three (more than a window behind), whose
+-- windows are all over, counts its hits for the length of the server's
+-- window from now, never into a window already over (which would grant
+-- every hit and count none).
 --
 -- A year's three windows span up to three years, and its reset_after up
 -- to a year: past 2^53 ns (104 days), where a relative time in
@@ -115,8 +118,16 @@ LOADERS[4] = function()
         st.stop = e1
       elseif not cal_after(e2) and cal_after(e3) then
         st.stop = e3
-      else
+      elseif cal_after(e2) then
+        -- Before every window (a server clock more than a window ahead):
+        -- the server's window.
         st.stop = e2
+      else
+        -- After every window (a server clock more than a window behind):
+        -- the server's window is over by Redis's clock, and hits counted
+        -- into it would be forgotten at once (every hit granted). They
+        -- count for that window's length from now instead.
+        st.stop = cal(e2.s - e1.s, e2.ns - e1.ns)
       end
     end
   end
