@@ -532,6 +532,7 @@ impl ReplicatedLimit {
                 s.merge(p).then(|| Payload::Counter(s.clone()))
             }
             (Strategy::Queue(q), ReplicatedState::Queue(s), Payload::Queue(p)) => {
+                let before = s.generation();
                 let mut changes = s.merge_changes(p);
                 q.prune(s, now);
                 // An element past its retention margin is pruned here at
@@ -539,7 +540,10 @@ impl ReplicatedLimit {
                 // pruned it take it back, forward it and prune it again,
                 // for as long as late deltas keep it going round.
                 q.prune(&mut changes, now);
-                (!changes.is_empty()).then_some(Payload::Queue(changes))
+                // A later reset is news even with no element (a reset
+                // queue has none): its generation is what peers learn.
+                let reset = s.generation() > before;
+                (!changes.is_empty() || reset).then_some(Payload::Queue(changes))
             }
             (Strategy::Epoch(e), ReplicatedState::Epoch(s), Payload::Epoch(p)) => e
                 .receive(s, self.node, now, p)
