@@ -467,3 +467,47 @@ proptest! {
         run(kind, &before, resetter, &after);
     }
 }
+
+/// Regression (review of issue 18's gossip reset): a node that lost the
+/// reset's push kept deciding on the old counts, and its peers silently
+/// ignored its old-generation gossip, until anti-entropy (every 30 s by
+/// default; never with `--anti-entropy-ms 0`, unless another node
+/// granted): only epoch buckets answered a peer behind them. A peer that
+/// sends a state from before a reset this node knows of now gets the
+/// reset back at once, on every strategy.
+#[test]
+fn a_peer_gossiping_from_before_a_reset_gets_the_reset_back() {
+    for kind in [StrategyKind::Counter, StrategyKind::Queue] {
+        let (rs, plans) = cluster(3, kind, 10, "acme");
+        let now = T0;
+        assert!(grant(&rs[0], &plans[0], now, 8), "{kind:?}");
+        for i in 0..3 {
+            for m in outbox(&rs, i, kind, now) {
+                deliver(&rs, &m, now);
+            }
+        }
+        assert_eq!(remaining(&rs[2], &plans[2], now), 2, "{kind:?}");
+        rs[1].reset_now(&plans[1], now).unwrap();
+        // The push reaches node 0; the one to node 2 is lost.
+        for m in outbox(&rs, 1, kind, now).iter().filter(|m| m.to == 0) {
+            deliver(&rs, m, now);
+        }
+        assert_eq!(remaining(&rs[0], &plans[0], now), 10, "{kind:?}");
+        // Node 2, still before the reset, grants and gossips.
+        assert!(grant(&rs[2], &plans[2], now, 1), "{kind:?}");
+        for m in outbox(&rs, 2, kind, now) {
+            deliver(&rs, &m, now);
+        }
+        // Its peers answer with the reset; no anti-entropy here.
+        for i in [0, 1] {
+            for m in outbox(&rs, i, kind, now).iter().filter(|m| m.to == 2) {
+                deliver(&rs, m, now);
+            }
+        }
+        assert_eq!(
+            remaining(&rs[2], &plans[2], now),
+            10,
+            "{kind:?}: the node that missed the reset still decides on the old counts"
+        );
+    }
+}

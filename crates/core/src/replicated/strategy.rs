@@ -554,8 +554,17 @@ impl ReplicatedLimit {
 
     /// Whether a neighbour that sent `payload` lacks something of `state`
     /// that it should pull back (seed 001's push-pull: an epoch report
-    /// that misses entries this node holds). Only epoch buckets answer.
+    /// that misses entries this node holds). Epoch buckets answer so; and
+    /// on every strategy, a neighbour still gossiping from before a reset
+    /// this node knows of gets the reset back (it lost the reset's push,
+    /// and its payloads of the older generation merge here as nothing).
     pub fn should_answer(&self, state: &ReplicatedState, payload: &Payload) -> bool {
+        if payload.kind() == self.kind()
+            && self.owns(state)
+            && state.generation() > payload.generation()
+        {
+            return true;
+        }
         match (state, payload) {
             (ReplicatedState::Epoch(s), Payload::Epoch(p)) => {
                 (s.generation(), s.report().epoch()) >= (p.generation(), p.epoch())
