@@ -977,12 +977,19 @@ fn relayed_news(
     me: NodeId,
 ) -> Option<(Nanos, SmallVec<[NodeId; 4]>)> {
     let third = |n: NodeId| n != sender && n != me;
+    // A payload from before a reset this node knows of merges as nothing:
+    // no news. One of a later reset is news whatever this state held.
+    let newer = match payload.generation().cmp(&state.generation()) {
+        std::cmp::Ordering::Less => return None,
+        std::cmp::Ordering::Equal => false,
+        std::cmp::Ordering::Greater => true,
+    };
     let mut origins: SmallVec<[NodeId; 4]> = SmallVec::new();
     let mut oldest: Option<Nanos> = None;
     match (state, payload) {
         (ReplicatedState::Queue(q), Payload::Queue(p)) => {
             for e in p.elements() {
-                if third(e.id.node) && !q.contains(e.id) {
+                if third(e.id.node) && (newer || !q.contains(e.id)) {
                     oldest = Some(oldest.map_or(e.id.birth, |o| o.min(e.id.birth)));
                     if !origins.contains(&e.id.node) {
                         origins.push(e.id.node);
@@ -992,7 +999,7 @@ fn relayed_news(
         }
         (ReplicatedState::Counter(c), Payload::Counter(p)) => {
             for (n, count) in p.token_counter() {
-                if third(*n) && *count > c.consumed_by(*n) {
+                if third(*n) && (newer || *count > c.consumed_by(*n)) {
                     oldest = Some(Nanos::ZERO);
                     origins.push(*n);
                 }

@@ -812,3 +812,22 @@ fn a_relay_passes_on_a_refund_of_a_node_the_asker_does_not_hear() {
     };
     assert_eq!(c.limit(), 103, "{c:?}");
 }
+
+/// Regression (review of issue 18's gossip reset): a state from before a
+/// reset merges as nothing, yet its third nodes' elements were counted
+/// as relayed (and late) news, so a peer that missed the reset made this
+/// node graft it, and keep the relay going, on news it ignored.
+#[test]
+fn a_state_from_before_a_reset_is_no_relayed_news() {
+    let how = plain_queue();
+    let r = origin(1);
+    let p = plan(&r, &how, 100, "u");
+    r.add_peer(peer(2));
+    let old = granted_by(3, &how, 4, T0);
+    r.reset_now(&p, T0).unwrap();
+    let later = T0.saturating_add(Nanos::from_secs(30));
+    let absorbed = r.absorb(peer(2), NodeId(2), old, later);
+    assert_eq!(absorbed.merged, 0);
+    assert!(absorbed.relayed.is_empty(), "{absorbed:?}");
+    assert!(absorbed.late.is_empty(), "{absorbed:?}");
+}
