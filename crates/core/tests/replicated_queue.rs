@@ -656,7 +656,7 @@ fn a_reset_taken_in_from_a_peer_is_news_to_pass_on() {
         let mut state = here.fresh();
         assert!(here.decide(&mut state, t, Hits::exactly(3)).allowed);
         let mut theirs = state.clone();
-        let reset = there.reset(&mut theirs, t);
+        let reset = there.reset(&mut theirs, t).unwrap();
         let passed = here.absorb(&mut state, t, &reset);
         let Some(passed) = passed else {
             panic!("{kind:?}: a reset taken in is not passed on");

@@ -511,3 +511,36 @@ fn a_peer_gossiping_from_before_a_reset_gets_the_reset_back() {
         );
     }
 }
+
+/// Regression (review of issue 18's gossip reset): a generation at the
+/// end of time (only a peer's absurd one gets there) admits no later
+/// one; a reset made under it used to be a generation *lower* than the
+/// one the key held (a state moved down its lattice), which every peer
+/// ignored and this node gave up at the peer's next gossip, while the
+/// reset answered as done. It is refused now, naming the key, and the
+/// state is left as it was.
+#[test]
+fn a_reset_under_a_generation_at_the_end_of_time_is_refused_not_lost() {
+    use tollgate_core::replicated::counter::CounterBucketState;
+    use tollgate_core::replicated::Generation;
+    let (rs, plans) = cluster(2, StrategyKind::Counter, 10, "acme");
+    let key = plans[0].items()[0].key.clone();
+    let absurd = Generation {
+        at: Nanos::MAX,
+        node: NodeId(9),
+    };
+    let payload = Payload::Counter(
+        CounterBucketState::from_parts([(NodeId(9), 10)], 10, Some(T0)).with_generation(absurd),
+    );
+    let items = through_the_wire(1, &[(key.clone(), payload)], T0);
+    assert_eq!(rs[0].absorb(addr(1), NodeId(2), items, T0).merged, 1);
+    assert_eq!(remaining(&rs[0], &plans[0], T0), 0);
+    let refused = rs[0].reset_now(&plans[0], T0);
+    assert!(
+        matches!(&refused, Err(tollgate_store::StoreError::Unsupported(m)) if m.contains("end of time")),
+        "{refused:?}"
+    );
+    let view = rs[0].view_of(&key, T0).unwrap();
+    assert_eq!(view.generation(), absurd);
+    assert_eq!(remaining(&rs[0], &plans[0], T0), 0);
+}

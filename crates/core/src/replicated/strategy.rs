@@ -470,14 +470,18 @@ impl ReplicatedLimit {
     /// payload that carries the reset to every peer. Every state of an
     /// older generation, wherever and whenever it arrives, merges into it
     /// as nothing; grants made after it count.
-    pub fn reset(&self, state: &mut ReplicatedState, now: Nanos) -> Payload {
+    ///
+    /// `None`, with the state unchanged, when no later generation exists
+    /// ([`Generation::next`]): a reset that every peer would ignore is
+    /// not made.
+    pub fn reset(&self, state: &mut ReplicatedState, now: Nanos) -> Option<Payload> {
         let old = if self.owns(state) {
             state.generation()
         } else {
             Generation::ZERO
         };
-        let generation = old.next(self.node, now);
-        match &self.strategy {
+        let generation = old.next(self.node, now)?;
+        Some(match &self.strategy {
             Strategy::Counter(_) => {
                 let fresh = CounterBucketState::reset(generation);
                 *state = ReplicatedState::Counter(fresh.clone());
@@ -494,7 +498,7 @@ impl ReplicatedLimit {
                 *state = ReplicatedState::Epoch(fresh);
                 Payload::Epoch(report)
             }
-        }
+        })
     }
 
     /// An epoch bucket's report of its last committed epoch, once it holds
