@@ -505,3 +505,30 @@ fn a_report_owes_and_a_refund_gives_back_by_the_limit() {
     assert_eq!(s.limit(), s.consumed() + 5);
     assert_eq!(b.refund(&mut s, t, 1).granted, 0);
 }
+
+/// The bound `docs/algorithms/usage.md` states for reports in a cluster:
+/// N nodes reporting on the same full bucket before they gossip owe at
+/// most N × (capacity + max_debt) − capacity once merged, and then no
+/// node charges anything more until refill repays it.
+#[test]
+fn reports_on_every_node_owe_at_most_their_sum() {
+    let b = bucket((5, Rate::per_second(1).unwrap()));
+    assert_eq!(b.max_debt(), 5);
+    let t = Nanos::from_secs(100);
+    let mut states: Vec<CounterBucketState> = (1..=3)
+        .map(|n| {
+            let mut s = CounterBucketState::default();
+            assert_eq!(b.report(&mut s, NodeId(n), t, 100).granted, 10);
+            s
+        })
+        .collect();
+    let mut m = CounterBucketState::default();
+    for s in &states {
+        m.merge(s);
+    }
+    assert_eq!(m.consumed() - m.limit(), 3 * (5 + 5) - 5);
+    for (i, s) in states.iter_mut().enumerate() {
+        s.merge(&m);
+        assert_eq!(b.report(s, NodeId(i as u64 + 1), t, 100).granted, 0);
+    }
+}

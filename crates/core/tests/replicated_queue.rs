@@ -634,3 +634,34 @@ fn thesis_scenario_two_nodes_in_one_millisecond_pay_twice() {
     assert_eq!(d.retry_after, Some(Nanos::from_secs(2)));
     assert_eq!(d.reset_after, Nanos::from_secs(2));
 }
+
+/// Regression (review of issue 18's gossip reset): a node taking in a
+/// peer's reset of a queue key that had elements answered no change to
+/// pass on (the reset carries no element, and only elements counted as
+/// news), so the reset reached the resetting node's own peers and went no
+/// further: relays (a partial mesh) and epidemic gossip never carried it.
+/// Every strategy's reset is news to pass on.
+#[test]
+fn a_reset_taken_in_from_a_peer_is_news_to_pass_on() {
+    use tollgate_core::replicated::strategy::{Replication, StrategyKind};
+    let rate = Rate::per_second(1).unwrap();
+    let t = Nanos::from_secs(1_000);
+    for kind in [
+        StrategyKind::Queue,
+        StrategyKind::Counter,
+        StrategyKind::Epoch,
+    ] {
+        let here = Replication::new(kind).build(5, rate, NodeId(1)).unwrap();
+        let there = Replication::new(kind).build(5, rate, NodeId(2)).unwrap();
+        let mut state = here.fresh();
+        assert!(here.decide(&mut state, t, Hits::exactly(3)).allowed);
+        let mut theirs = state.clone();
+        let reset = there.reset(&mut theirs, t).unwrap();
+        let passed = here.absorb(&mut state, t, &reset);
+        let Some(passed) = passed else {
+            panic!("{kind:?}: a reset taken in is not passed on");
+        };
+        assert_eq!(passed.generation(), reset.generation(), "{kind:?}");
+        assert_eq!(here.available(&state, t), 5, "{kind:?}");
+    }
+}

@@ -389,8 +389,8 @@ impl Deltas {
 
 /// The part of `payload` that did not originate at `except`; `None` when
 /// nothing is left. A queue keeps the other nodes' elements (a subset of
-/// a closed queue is closed); a counter or an epoch report, small and
-/// merged whole, goes whole when it names another node.
+/// a closed queue is closed); an epoch report, small and merged whole,
+/// goes whole when it names another node; a counter goes whole always.
 fn not_from(payload: &Payload, except: &BTreeSet<NodeId>) -> Option<Payload> {
     if except.is_empty() {
         return Some(payload.clone());
@@ -409,9 +409,10 @@ fn not_from(payload: &Payload, except: &BTreeSet<NodeId>) -> Option<Payload> {
             );
             (!part.is_empty() || reset).then(|| Payload::Queue(part.with_generation(generation)))
         }
-        Payload::Counter(c) => (reset
-            || c.token_counter().iter().any(|(n, _)| !except.contains(n)))
-        .then(|| payload.clone()),
+        // A refund raises a counter's limit and names no node (it adds to
+        // no entry), so nothing tells whether a changed counter holds news
+        // of a node the peer does not hear: it goes whole, always.
+        Payload::Counter(_) => Some(payload.clone()),
         Payload::Epoch(r) => {
             (reset || r.traffic().iter().any(|(n, _)| !except.contains(n))).then(|| payload.clone())
         }

@@ -413,7 +413,12 @@ impl Replica {
     /// replace their own states of the key with it. A key this node never
     /// saw is reset the same way, so the peers that hold it hear of it.
     /// At `max_keys` the reset is not kept here but still goes to the
-    /// peers.
+    /// peers. A key whose generation admits no later one (a peer's absurd
+    /// generation at the end of time, [`Generation::next`]) is not reset,
+    /// and the answer is an error naming it: a reset every peer would
+    /// ignore is not reported as done.
+    ///
+    /// [`Generation::next`]: tollgate_core::replicated::Generation::next
     pub fn reset_now(&self, plan: &Plan, now: Nanos) -> Result<(), StoreError> {
         if !self.is_synced() {
             return Err(StoreError::Unavailable(
@@ -421,6 +426,7 @@ impl Replica {
             ));
         }
         let mut resets: Vec<(Key, Payload, Class)> = Vec::new();
+        let mut stuck: Vec<&Key> = Vec::new();
         for item in plan.items() {
             let Limit::Replicated(r) = &*item.limit else {
                 continue;
@@ -435,14 +441,33 @@ impl Replica {
                         payload
                     }
                 };
+                if payload.is_none() {
+                    return (None, Effect::Untouched);
+                }
                 entry.reported = None;
                 (payload, Effect::Keep)
             });
-            let payload = kept.unwrap_or_else(|| r.reset(&mut r.fresh(), now));
-            resets.push((item.key.clone(), payload, Class::of(&r.replication)));
+            let payload = match kept {
+                Some(payload) => payload,
+                None => r.reset(&mut r.fresh(), now),
+            };
+            match payload {
+                Some(payload) => {
+                    resets.push((item.key.clone(), payload, Class::of(&r.replication)))
+                }
+                None => stuck.push(&item.key),
+            }
         }
+        let refused = (!stuck.is_empty()).then(|| {
+            let names: Vec<String> = stuck.iter().map(|k| format!("`{k}`")).collect();
+            StoreError::Unsupported(format!(
+                "cannot reset {}: its reset generation is at the end of time (a peer sent an \
+                 absurd one), so no later reset would win over it",
+                names.join(", ")
+            ))
+        });
         if resets.is_empty() {
-            return Ok(());
+            return refused.map_or(Ok(()), Err);
         }
         let mut gossip = self.gossip.lock();
         for (key, payload, class) in &resets {
@@ -457,7 +482,7 @@ impl Replica {
         }
         drop(gossip);
         self.wake.notify_one();
-        Ok(())
+        refused.map_or(Ok(()), Err)
     }
 
     /// A one-limit plan, the common case: decided in place under one lock.
@@ -977,12 +1002,19 @@ fn relayed_news(
     me: NodeId,
 ) -> Option<(Nanos, SmallVec<[NodeId; 4]>)> {
     let third = |n: NodeId| n != sender && n != me;
+    // A payload from before a reset this node knows of merges as nothing:
+    // no news. One of a later reset is news whatever this state held.
+    let newer = match payload.generation().cmp(&state.generation()) {
+        std::cmp::Ordering::Less => return None,
+        std::cmp::Ordering::Equal => false,
+        std::cmp::Ordering::Greater => true,
+    };
     let mut origins: SmallVec<[NodeId; 4]> = SmallVec::new();
     let mut oldest: Option<Nanos> = None;
     match (state, payload) {
         (ReplicatedState::Queue(q), Payload::Queue(p)) => {
             for e in p.elements() {
-                if third(e.id.node) && !q.contains(e.id) {
+                if third(e.id.node) && (newer || !q.contains(e.id)) {
                     oldest = Some(oldest.map_or(e.id.birth, |o| o.min(e.id.birth)));
                     if !origins.contains(&e.id.node) {
                         origins.push(e.id.node);
@@ -992,7 +1024,7 @@ fn relayed_news(
         }
         (ReplicatedState::Counter(c), Payload::Counter(p)) => {
             for (n, count) in p.token_counter() {
-                if third(*n) && *count > c.consumed_by(*n) {
+                if third(*n) && (newer || *count > c.consumed_by(*n)) {
                     oldest = Some(Nanos::ZERO);
                     origins.push(*n);
                 }

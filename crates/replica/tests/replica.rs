@@ -625,6 +625,64 @@ fn a_relay_passes_on_only_the_updates_of_nodes_the_asker_does_not_hear() {
     assert_eq!(drain(&r, class(&how), latest).len(), 1);
 }
 
+/// Regression (review of issue 18's gossip usage): a refund raises a
+/// counter's limit without naming the refunding node in the token
+/// counter, so a relay that passed on only counters naming a node the
+/// grafted peer does not hear dropped it whenever the bucket's entries
+/// were all of nodes the peer hears: the peer kept the lower limit (and
+/// refused what the refund gave back) until anti-entropy.
+#[test]
+fn a_relay_passes_on_a_refund_of_a_node_the_asker_does_not_hear() {
+    let how = Replication::new(StrategyKind::Counter);
+    let r = origin(1);
+    plan(&r, &how, 100, "u");
+    for n in [2, 3] {
+        r.add_peer(peer(n));
+    }
+    let until = T0.saturating_add(Nanos::from_secs(60));
+    // Peer 3 (node 3) hears nodes 1, 3 and 4 itself, not node 5.
+    r.graft(peer(3), &[NodeId(1), NodeId(3), NodeId(4)], T0, until);
+    // Node 4 granted (peer 3 hears that itself); the relay learns it.
+    let by_4 = granted_by(4, &how, 5, T0);
+    r.absorb(peer(2), NodeId(4), by_4.clone(), T0);
+    drain(&r, class(&how), T0);
+    // Node 5 (which peer 3 does not hear) refunds three on that state.
+    let five = origin(5);
+    let p5 = plan(&five, &how, 100, "u");
+    five.absorb(peer(4), NodeId(4), by_4, T0);
+    let d = five
+        .decide_now(&p5, T0, Hits::exactly(3), Mode::Refund)
+        .unwrap();
+    assert_eq!(d.granted, 3);
+    r.absorb(peer(2), NodeId(5), five.full_state(T0), T0);
+    let sent = drain(&r, class(&how), T0);
+    let to_3: Vec<_> = sent.iter().filter(|(to, _)| *to == peer(3)).collect();
+    assert_eq!(to_3.len(), 1, "the refund is relayed to peer 3: {sent:?}");
+    let Payload::Counter(c) = &to_3[0].1[0].1 else {
+        panic!("a counter");
+    };
+    assert_eq!(c.limit(), 103, "{c:?}");
+}
+
+/// Regression (review of issue 18's gossip reset): a state from before a
+/// reset merges as nothing, yet its third nodes' elements were counted
+/// as relayed (and late) news, so a peer that missed the reset made this
+/// node graft it, and keep the relay going, on news it ignored.
+#[test]
+fn a_state_from_before_a_reset_is_no_relayed_news() {
+    let how = plain_queue();
+    let r = origin(1);
+    let p = plan(&r, &how, 100, "u");
+    r.add_peer(peer(2));
+    let old = granted_by(3, &how, 4, T0);
+    r.reset_now(&p, T0).unwrap();
+    let later = T0.saturating_add(Nanos::from_secs(30));
+    let absorbed = r.absorb(peer(2), NodeId(2), old, later);
+    assert_eq!(absorbed.merged, 0);
+    assert!(absorbed.relayed.is_empty(), "{absorbed:?}");
+    assert!(absorbed.late.is_empty(), "{absorbed:?}");
+}
+
 /// The replica keeps its keys in the store's keyed-state table, under the
 /// memory store's capacity rule: `max_keys` holds per shard under the
 /// shard's lock, grants beyond it are decided on a state not kept (and

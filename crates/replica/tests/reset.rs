@@ -467,3 +467,80 @@ proptest! {
         run(kind, &before, resetter, &after);
     }
 }
+
+/// Regression (review of issue 18's gossip reset): a node that lost the
+/// reset's push kept deciding on the old counts, and its peers silently
+/// ignored its old-generation gossip, until anti-entropy (every 30 s by
+/// default; never with `--anti-entropy-ms 0`, unless another node
+/// granted): only epoch buckets answered a peer behind them. A peer that
+/// sends a state from before a reset this node knows of now gets the
+/// reset back at once, on every strategy.
+#[test]
+fn a_peer_gossiping_from_before_a_reset_gets_the_reset_back() {
+    for kind in [StrategyKind::Counter, StrategyKind::Queue] {
+        let (rs, plans) = cluster(3, kind, 10, "acme");
+        let now = T0;
+        assert!(grant(&rs[0], &plans[0], now, 8), "{kind:?}");
+        for i in 0..3 {
+            for m in outbox(&rs, i, kind, now) {
+                deliver(&rs, &m, now);
+            }
+        }
+        assert_eq!(remaining(&rs[2], &plans[2], now), 2, "{kind:?}");
+        rs[1].reset_now(&plans[1], now).unwrap();
+        // The push reaches node 0; the one to node 2 is lost.
+        for m in outbox(&rs, 1, kind, now).iter().filter(|m| m.to == 0) {
+            deliver(&rs, m, now);
+        }
+        assert_eq!(remaining(&rs[0], &plans[0], now), 10, "{kind:?}");
+        // Node 2, still before the reset, grants and gossips.
+        assert!(grant(&rs[2], &plans[2], now, 1), "{kind:?}");
+        for m in outbox(&rs, 2, kind, now) {
+            deliver(&rs, &m, now);
+        }
+        // Its peers answer with the reset; no anti-entropy here.
+        for i in [0, 1] {
+            for m in outbox(&rs, i, kind, now).iter().filter(|m| m.to == 2) {
+                deliver(&rs, m, now);
+            }
+        }
+        assert_eq!(
+            remaining(&rs[2], &plans[2], now),
+            10,
+            "{kind:?}: the node that missed the reset still decides on the old counts"
+        );
+    }
+}
+
+/// Regression (review of issue 18's gossip reset): a generation at the
+/// end of time (only a peer's absurd one gets there) admits no later
+/// one; a reset made under it used to be a generation *lower* than the
+/// one the key held (a state moved down its lattice), which every peer
+/// ignored and this node gave up at the peer's next gossip, while the
+/// reset answered as done. It is refused now, naming the key, and the
+/// state is left as it was.
+#[test]
+fn a_reset_under_a_generation_at_the_end_of_time_is_refused_not_lost() {
+    use tollgate_core::replicated::counter::CounterBucketState;
+    use tollgate_core::replicated::Generation;
+    let (rs, plans) = cluster(2, StrategyKind::Counter, 10, "acme");
+    let key = plans[0].items()[0].key.clone();
+    let absurd = Generation {
+        at: Nanos::MAX,
+        node: NodeId(9),
+    };
+    let payload = Payload::Counter(
+        CounterBucketState::from_parts([(NodeId(9), 10)], 10, Some(T0)).with_generation(absurd),
+    );
+    let items = through_the_wire(1, &[(key.clone(), payload)], T0);
+    assert_eq!(rs[0].absorb(addr(1), NodeId(2), items, T0).merged, 1);
+    assert_eq!(remaining(&rs[0], &plans[0], T0), 0);
+    let refused = rs[0].reset_now(&plans[0], T0);
+    assert!(
+        matches!(&refused, Err(tollgate_store::StoreError::Unsupported(m)) if m.contains("end of time")),
+        "{refused:?}"
+    );
+    let view = rs[0].view_of(&key, T0).unwrap();
+    assert_eq!(view.generation(), absurd);
+    assert_eq!(remaining(&rs[0], &plans[0], T0), 0);
+}

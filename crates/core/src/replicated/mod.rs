@@ -64,12 +64,16 @@ impl Generation {
     /// The generation of a reset that `node` makes at `now` of a key in
     /// generation `self`: later than `self` even when `node`'s clock is
     /// behind the node that made `self` (or `self` is its own, made in
-    /// the same instant).
-    pub fn next(self, node: NodeId, now: Nanos) -> Generation {
-        Generation {
+    /// the same instant). `None` when there is none: `self` is at the end
+    /// of time ([`Nanos::MAX`], which only a peer's absurd generation
+    /// reaches) and `node` orders no later than its maker, so any
+    /// generation made here would merge as nothing.
+    pub fn next(self, node: NodeId, now: Nanos) -> Option<Generation> {
+        let next = Generation {
             at: now.max(self.at.saturating_add(Nanos::NANOSECOND)),
             node,
-        }
+        };
+        (next > self).then_some(next)
     }
 
     /// Whether this is [`Generation::ZERO`]: the key was never reset.

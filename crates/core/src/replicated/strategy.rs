@@ -470,14 +470,18 @@ impl ReplicatedLimit {
     /// payload that carries the reset to every peer. Every state of an
     /// older generation, wherever and whenever it arrives, merges into it
     /// as nothing; grants made after it count.
-    pub fn reset(&self, state: &mut ReplicatedState, now: Nanos) -> Payload {
+    ///
+    /// `None`, with the state unchanged, when no later generation exists
+    /// ([`Generation::next`]): a reset that every peer would ignore is
+    /// not made.
+    pub fn reset(&self, state: &mut ReplicatedState, now: Nanos) -> Option<Payload> {
         let old = if self.owns(state) {
             state.generation()
         } else {
             Generation::ZERO
         };
-        let generation = old.next(self.node, now);
-        match &self.strategy {
+        let generation = old.next(self.node, now)?;
+        Some(match &self.strategy {
             Strategy::Counter(_) => {
                 let fresh = CounterBucketState::reset(generation);
                 *state = ReplicatedState::Counter(fresh.clone());
@@ -494,7 +498,7 @@ impl ReplicatedLimit {
                 *state = ReplicatedState::Epoch(fresh);
                 Payload::Epoch(report)
             }
-        }
+        })
     }
 
     /// An epoch bucket's report of its last committed epoch, once it holds
@@ -532,6 +536,7 @@ impl ReplicatedLimit {
                 s.merge(p).then(|| Payload::Counter(s.clone()))
             }
             (Strategy::Queue(q), ReplicatedState::Queue(s), Payload::Queue(p)) => {
+                let before = s.generation();
                 let mut changes = s.merge_changes(p);
                 q.prune(s, now);
                 // An element past its retention margin is pruned here at
@@ -539,7 +544,10 @@ impl ReplicatedLimit {
                 // pruned it take it back, forward it and prune it again,
                 // for as long as late deltas keep it going round.
                 q.prune(&mut changes, now);
-                (!changes.is_empty()).then_some(Payload::Queue(changes))
+                // A later reset is news even with no element (a reset
+                // queue has none): its generation is what peers learn.
+                let reset = s.generation() > before;
+                (!changes.is_empty() || reset).then_some(Payload::Queue(changes))
             }
             (Strategy::Epoch(e), ReplicatedState::Epoch(s), Payload::Epoch(p)) => e
                 .receive(s, self.node, now, p)
@@ -550,8 +558,17 @@ impl ReplicatedLimit {
 
     /// Whether a neighbour that sent `payload` lacks something of `state`
     /// that it should pull back (seed 001's push-pull: an epoch report
-    /// that misses entries this node holds). Only epoch buckets answer.
+    /// that misses entries this node holds). Epoch buckets answer so; and
+    /// on every strategy, a neighbour still gossiping from before a reset
+    /// this node knows of gets the reset back (it lost the reset's push,
+    /// and its payloads of the older generation merge here as nothing).
     pub fn should_answer(&self, state: &ReplicatedState, payload: &Payload) -> bool {
+        if payload.kind() == self.kind()
+            && self.owns(state)
+            && state.generation() > payload.generation()
+        {
+            return true;
+        }
         match (state, payload) {
             (ReplicatedState::Epoch(s), Payload::Epoch(p)) => {
                 (s.generation(), s.report().epoch()) >= (p.generation(), p.epoch())
