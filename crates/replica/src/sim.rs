@@ -431,7 +431,19 @@ impl SimNet {
         plan: &tollgate_store::Plan,
         request: tollgate_core::Hits,
     ) -> Result<tollgate_core::PlanDecision, tollgate_store::StoreError> {
-        let d = self.replicas[i].decide_now(plan, self.clock(i), request, tollgate_core::Mode::Try);
+        self.decide_in(i, plan, request, tollgate_core::Mode::Try)
+    }
+
+    /// [`SimNet::decide`] in `mode`: usage told after the fact (a report
+    /// or a refund) as well as a check.
+    pub fn decide_in(
+        &mut self,
+        i: usize,
+        plan: &tollgate_store::Plan,
+        request: tollgate_core::Hits,
+        mode: tollgate_core::Mode,
+    ) -> Result<tollgate_core::PlanDecision, tollgate_store::StoreError> {
+        let d = self.replicas[i].decide_now(plan, self.clock(i), request, mode);
         self.wake(i);
         d
     }

@@ -217,6 +217,7 @@ pub fn generate(kind: Kind, params: &Params) -> DataSet {
         .map(|(ms, user)| Arrival {
             at: Nanos::from_millis(ms),
             user: shape.users.get(user).cloned().unwrap_or_default(),
+            told: None,
         })
         .collect();
     DataSet {
@@ -795,7 +796,11 @@ pub fn from_thesis_json(text: &str) -> Result<Vec<Arrival>, String> {
             }
             None => return Err(format!("entry {i}: missing field `time`")),
         };
-        arrivals.push(Arrival { at, user });
+        arrivals.push(Arrival {
+            at,
+            user,
+            told: None,
+        });
     }
     arrivals.sort_by_key(|a| a.at);
     let origin = arrivals.first().map_or(Nanos::ZERO, |a| a.at);

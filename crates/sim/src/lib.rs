@@ -32,4 +32,17 @@ pub struct Arrival {
     pub at: Nanos,
     /// Whose it is: the limit's domain (the thesis's user id).
     pub user: String,
+    /// Usage told after the fact (a trace's `report` and `refund`
+    /// lines); `None`: a check of one hit, the thesis's request.
+    pub told: Option<Told>,
+}
+
+/// Usage told after the fact: hits charged whatever the bucket holds, or
+/// given back (docs/algorithms/usage.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Told {
+    /// Hits used, charged into debt if need be.
+    Report(u64),
+    /// Hits not used after all, given back.
+    Refund(u64),
 }

@@ -40,13 +40,13 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use tollgate_core::replicated::strategy::{Eager, Replication, StrategyKind};
 use tollgate_core::replicated::NodeId;
-use tollgate_core::{Algorithm, Hits, Limit, Nanos, TokenBucket};
+use tollgate_core::{Algorithm, Hits, Limit, Mode, Nanos, PlanError, TokenBucket, Usage};
 use tollgate_replica::sim::SimNet;
 use tollgate_replica::{Dissemination, ReplicaOptions};
-use tollgate_store::{Key, LimitId, Plan};
+use tollgate_store::{Key, LimitId, Plan, StoreError};
 
 use crate::dataset::DataSet;
-use crate::Arrival;
+use crate::{Arrival, Told};
 
 /// Simulated time of the data set's start (an arbitrary Unix time).
 const START: Nanos = Nanos::from_secs(1_700_000_000);
@@ -359,6 +359,10 @@ pub struct Outcome {
     pub strategy: String,
     /// Requests replayed.
     pub requests: u64,
+    /// Reports and refunds replayed (usage told after the fact: charged
+    /// or given back on the node routed to and in the ground truth, never
+    /// refused, so neither requests nor rejections).
+    pub told: u64,
     /// Cluster rejections.
     pub rejections: u64,
     /// Centralized rejections (the ground truth).
@@ -509,6 +513,32 @@ pub fn run(
         sampler.run_to(&mut net, &mut faults, config, &mut out, at);
         let node = route(config.assign, arrival, i, nodes, &mut rng);
         let plan = Plan::single(Key::new(LIMIT, &arrival.user), Arc::clone(&limits[node]));
+        if let Some(told) = arrival.told {
+            let (mode, hits) = match told {
+                Told::Report(h) => (Mode::Report, h),
+                Told::Refund(h) => (Mode::Refund, h),
+            };
+            net.decide_in(node, &plan, Hits::exactly(hits), mode)
+                .map_err(|e| match e {
+                    StoreError::Plan(PlanError::NoUsage { .. }) => format!(
+                        "the traffic tells usage after the fact (a `{}` line), which strategy \
+                         `{}` cannot take: only `counter` replicates reports and refunds \
+                         (run it alone with `--strategies counter`)",
+                        mode.as_str(),
+                        strategy.name
+                    ),
+                    e => format!("node {node} at {}: {e}", arrival.at),
+                })?;
+            let state = central
+                .entry(arrival.user.as_str())
+                .or_insert_with(|| bucket.fresh());
+            match told {
+                Told::Report(h) => bucket.report(state, at, h),
+                Told::Refund(h) => bucket.refund(state, at, h),
+            };
+            out.told += 1;
+            continue;
+        }
         let granted = net
             .decide(node, &plan, Hits::exactly(1))
             .map_err(|e| format!("node {node} at {}: {e}", arrival.at))?
@@ -599,6 +629,7 @@ pub fn average(outcomes: &[Outcome]) -> Outcome {
     Outcome {
         strategy: first.strategy.clone(),
         requests: first.requests,
+        told: first.told,
         rejections: count(&|o| o.rejections),
         central_rejections: first.central_rejections,
         precision: (!precisions.is_empty())

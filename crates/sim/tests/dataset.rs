@@ -368,6 +368,7 @@ fn thesis_json_round_trips() {
         .map(|a| Arrival {
             at: a.at.saturating_sub(origin),
             user: a.user.clone(),
+            told: a.told,
         })
         .collect();
     assert_eq!(parsed, expected);

@@ -8,7 +8,7 @@ use tollgate_core::{Nanos, Rate};
 use tollgate_replica::Dissemination;
 use tollgate_sim::dataset::{self, DataSet, Kind, Params};
 use tollgate_sim::run::{self, Assign, Outcome, SimConfig, SimStrategy};
-use tollgate_sim::Arrival;
+use tollgate_sim::{Arrival, Told};
 
 fn config(nodes: usize, seed: u64) -> SimConfig {
     SimConfig {
@@ -89,6 +89,7 @@ fn a_cluster_with_time_to_converge_decides_like_the_ground_truth() {
         .map(|i| Arrival {
             at: Nanos::from_secs(3 * i),
             user: "0123456789abcdef0123456789abcdef".into(),
+            told: None,
         })
         .collect();
     let set = DataSet {
@@ -118,6 +119,62 @@ fn a_cluster_with_time_to_converge_decides_like_the_ground_truth() {
         );
         assert!(o.convergence.is_some(), "{strategy}");
     }
+}
+
+/// Usage told after the fact (a trace's `report` and `refund` lines) is
+/// charged on the node routed to and in the ground truth: with time to
+/// converge, the counter strategy's cluster is refused by a report's debt
+/// and let through after a refund exactly when the ground truth is; the
+/// reports are counted apart from the requests. A strategy that takes no
+/// usage is refused, naming the one that does.
+#[test]
+fn reports_and_refunds_are_charged_in_the_cluster_and_the_ground_truth() {
+    let user = "0123456789abcdef0123456789abcdef";
+    let at = |s: u64, told: Option<Told>| Arrival {
+        at: Nanos::from_secs(s),
+        user: user.into(),
+        told,
+    };
+    // A bucket of 5, one token a minute: checks every 3 s; at 30 s a
+    // report of 8 leaves it owing; at 60 s a refund of 6 gives some back.
+    let mut arrivals: Vec<Arrival> = (0..40).map(|i| at(3 * i + 1, None)).collect();
+    arrivals.push(at(30, Some(Told::Report(8))));
+    arrivals.push(at(60, Some(Told::Refund(6))));
+    arrivals.sort();
+    let set = DataSet {
+        name: "told".into(),
+        capacity: 5,
+        rate: Rate::new(1, Nanos::from_secs(60)).unwrap(),
+        duration: Nanos::from_secs(120),
+        arrivals,
+        description: "checks, a report and a refund".into(),
+    };
+    let cfg = SimConfig {
+        nodes: 3,
+        assign: Assign::RoundRobin,
+        latency_min: Nanos::ZERO,
+        latency_max: Nanos::ZERO,
+        ..SimConfig::default()
+    };
+    let o = simulate(&set, "counter", &cfg);
+    assert_eq!((o.requests, o.told), (40, 2), "{o:?}");
+    assert_eq!(
+        (o.over_admissions, o.false_rejections),
+        (0, 0),
+        "the cluster decides as the ground truth: {o:?}"
+    );
+    // Without the report and the refund the ground truth refuses another
+    // number: they were charged.
+    let mut checks_only = set.clone();
+    checks_only.arrivals.retain(|a| a.told.is_none());
+    let plain = simulate(&checks_only, "counter", &cfg);
+    assert_ne!(plain.central_rejections, o.central_rejections, "{plain:?} {o:?}");
+    let strategy = SimStrategy::parse("queue", Nanos::from_millis(300)).unwrap();
+    let err = run::run(&set, &strategy, &cfg, &mut |_| {}).unwrap_err();
+    assert!(
+        err.contains("strategy `queue` cannot take") && err.contains("--strategies counter"),
+        "{err}"
+    );
 }
 
 /// The thesis's data set D (capacity 5, refill 1/s, a request every

@@ -214,6 +214,42 @@ fn traces_replay_in_both_formats() {
     }
 }
 
+/// A trace's `report` and `refund` lines are usage, not requests: the
+/// counter strategy charges them (the ground truth refuses more), and a
+/// strategy that takes no usage refuses the trace, naming the one that
+/// does.
+#[test]
+fn a_traces_reports_and_refunds_are_charged_not_counted_as_requests() {
+    let dir = Sandbox::new("sim-told");
+    let user = "0123456789abcdef0123456789abcdef";
+    let mut lines: Vec<String> = (0..20)
+        .map(|i| format!(r#"{{"time_ms":{},"domain":"{user}"}}"#, i * 10))
+        .collect();
+    lines.insert(1, format!(r#"{{"time_ms":5,"domain":"{user}","hits":4,"mode":"report"}}"#));
+    lines.insert(
+        3,
+        format!(r#"{{"time_ms":15,"domain":"{user}","hits":1,"mode":"refund"}}"#),
+    );
+    dir.write("trace.jsonl", lines.join("\n"));
+    let sim = |strategy: &str| {
+        dir.run(&[
+            "sim", "--trace", "trace.jsonl", "--capacity", "5", "--nodes", "2",
+            "--strategies", strategy, "--json",
+        ])
+    };
+    let run = sim("counter");
+    assert!(run.success(), "{run}");
+    let v: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(v["requests"], 20);
+    assert_eq!(v["results"][0]["told"], 2);
+    // A bucket of 5: 15 refused without usage; the 4 reported less the 1
+    // refunded cost 3 more.
+    assert_eq!(v["results"][0]["central_rejections"], 18, "{run}");
+    let run = sim("queue");
+    assert!(!run.success(), "{run}");
+    assert!(run.stderr.contains("--strategies counter"), "{run}");
+}
+
 #[test]
 fn the_windows_study_prints_its_table_and_writes_its_charts() {
     let dir = Sandbox::new("sim-windows");

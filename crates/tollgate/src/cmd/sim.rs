@@ -14,7 +14,7 @@ use tollgate_replica::Dissemination;
 use tollgate_sim::dataset::{self, DataSet, Kind, Params};
 use tollgate_sim::figures;
 use tollgate_sim::run::{self, Assign, Outcome, Partition, SimConfig, SimStrategy, Topology};
-use tollgate_sim::Arrival;
+use tollgate_sim::{Arrival, Told};
 
 /// Arguments of `tollgate sim`.
 #[derive(Args, Debug)]
@@ -191,10 +191,26 @@ fn trace_lines(text: &str, path: &Path) -> Result<Vec<Arrival>> {
         }
         let event = crate::trace::parse(line)
             .map_err(|e| anyhow::anyhow!("{}:{}: {e}", path.display(), n + 1))?;
+        // Usage told after the fact is one arrival carrying its hits; a
+        // check of n hits is n one-hit requests, as the thesis counts.
+        let told = match event.mode {
+            tollgate_core::Mode::Report => Some(Told::Report(event.hits)),
+            tollgate_core::Mode::Refund => Some(Told::Refund(event.hits)),
+            _ => None,
+        };
+        if told.is_some() {
+            arrivals.push(Arrival {
+                at: event.time,
+                user: event.domain.clone(),
+                told,
+            });
+            continue;
+        }
         for _ in 0..event.hits.max(1) {
             arrivals.push(Arrival {
                 at: event.time,
                 user: event.domain.clone(),
+                told: None,
             });
         }
     }
@@ -280,7 +296,7 @@ fn simulate(args: &RunArgs) -> Result<()> {
     eprintln!(
         "{}: {} requests from {} users over {:.0} s; capacity {}, refill one token every {}; {} nodes, gossip every {} ms, {} dissemination, {}",
         set.name,
-        set.arrivals.len(),
+        set.arrivals.iter().filter(|a| a.told.is_none()).count(),
         {
             let mut users: Vec<&str> = set.arrivals.iter().map(|a| a.user.as_str()).collect();
             users.sort_unstable();
@@ -349,7 +365,7 @@ fn summary_json(set: &DataSet, outcomes: &[Outcome]) -> serde_json::Value {
     serde_json::json!({
         "dataset": set.name,
         "description": set.description,
-        "requests": set.arrivals.len(),
+        "requests": set.arrivals.iter().filter(|a| a.told.is_none()).count(),
         "capacity": set.capacity,
         "results": results,
     })
