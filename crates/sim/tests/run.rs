@@ -168,7 +168,10 @@ fn reports_and_refunds_are_charged_in_the_cluster_and_the_ground_truth() {
     let mut checks_only = set.clone();
     checks_only.arrivals.retain(|a| a.told.is_none());
     let plain = simulate(&checks_only, "counter", &cfg);
-    assert_ne!(plain.central_rejections, o.central_rejections, "{plain:?} {o:?}");
+    assert_ne!(
+        plain.central_rejections, o.central_rejections,
+        "{plain:?} {o:?}"
+    );
     let strategy = SimStrategy::parse("queue", Nanos::from_millis(300)).unwrap();
     let err = run::run(&set, &strategy, &cfg, &mut |_| {}).unwrap_err();
     assert!(

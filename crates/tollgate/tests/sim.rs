@@ -225,7 +225,10 @@ fn a_traces_reports_and_refunds_are_charged_not_counted_as_requests() {
     let mut lines: Vec<String> = (0..20)
         .map(|i| format!(r#"{{"time_ms":{},"domain":"{user}"}}"#, i * 10))
         .collect();
-    lines.insert(1, format!(r#"{{"time_ms":5,"domain":"{user}","hits":4,"mode":"report"}}"#));
+    lines.insert(
+        1,
+        format!(r#"{{"time_ms":5,"domain":"{user}","hits":4,"mode":"report"}}"#),
+    );
     lines.insert(
         3,
         format!(r#"{{"time_ms":15,"domain":"{user}","hits":1,"mode":"refund"}}"#),
@@ -233,8 +236,16 @@ fn a_traces_reports_and_refunds_are_charged_not_counted_as_requests() {
     dir.write("trace.jsonl", lines.join("\n"));
     let sim = |strategy: &str| {
         dir.run(&[
-            "sim", "--trace", "trace.jsonl", "--capacity", "5", "--nodes", "2",
-            "--strategies", strategy, "--json",
+            "sim",
+            "--trace",
+            "trace.jsonl",
+            "--capacity",
+            "5",
+            "--nodes",
+            "2",
+            "--strategies",
+            strategy,
+            "--json",
         ])
     };
     let run = sim("counter");
