@@ -732,9 +732,24 @@ impl<S: Store> Limiter<S> {
             Split::Parts(parts) => {
                 // Usage is charged (or given back) whatever the check
                 // says: it happened. The check goes first, as in one plan.
-                let mut decided = SmallVec::<[PlanDecision; 3]>::new();
+                let mut decided = SmallVec::<[PlanDecision; 4]>::new();
+                // A probe part refused the request: the check is not
+                // charged, only inspected (all or nothing).
+                let mut refused = false;
                 for part in &parts {
-                    let pd = self.store.decide(&part.plan, now, hits, part.mode).await?;
+                    let pd = if refused && part.mode == Mode::Try {
+                        let mut pd = self.store.inspect(&part.plan, now).await?;
+                        // Each item's room: what it has left.
+                        for (room, d) in pd.rooms.iter_mut().zip(&pd.decisions) {
+                            *room = d.remaining;
+                        }
+                        pd
+                    } else {
+                        self.store.decide(&part.plan, now, hits, part.mode).await?
+                    };
+                    if part.probe {
+                        refused = descriptors::ToDecide::exhausted(part, &pd);
+                    }
                     if part.mode == Mode::Report && pd.granted < req.hits {
                         if let Some(ns) = view.namespace(req.namespace) {
                             count_clamped(ns, req.hits - pd.granted);
@@ -742,7 +757,7 @@ impl<S: Store> Limiter<S> {
                     }
                     decided.push(pd);
                 }
-                let joined: SmallVec<[(&descriptors::Part, &PlanDecision); 3]> =
+                let joined: SmallVec<[(&descriptors::Part, &PlanDecision); 4]> =
                     parts.iter().zip(&decided).collect();
                 let pd = to_decide.join(&joined);
                 Ok(to_decide.outcome(&pd, req.hits, Mode::Try))

@@ -731,3 +731,81 @@ async fn a_brought_limit_takes_a_report_like_the_resources_fixed_window() {
     let o = ask_with(&l, "api", "t", None, at).await.unwrap();
     assert_eq!((o.allowed, o.decision.remaining), (true, 4));
 }
+
+/// Issue 18 items 3 and 4, regression (review of the per-descriptor hits
+/// change): a `report: true` descriptor asking no hits of its own (the
+/// check before a call) beside a descriptor charged its own hits. While
+/// the reported counter owes, the request is refused, and the other
+/// descriptor's counter must not be charged: all or nothing. It was
+/// charged, since the plan let the zero-hit item through and only the
+/// descriptor's status then said it was exhausted.
+#[tokio::test]
+async fn regression_a_zero_hit_check_of_a_reported_descriptor_refuses_without_charging_the_others()
+{
+    const GW: &str = "
+domain: gw
+descriptors:
+  - key: user
+    report: true
+    rate_limit: { algorithm: token_bucket, capacity: 10, rate: 10/1d }
+  - key: path
+    rate_limit: { unit: minute, requests_per_unit: 100 }
+";
+    let l = Limiter::new(MemoryStore::new(), view(GW));
+    let user = vec![("user".to_owned(), "alice".to_owned())];
+    let path = vec![("path".to_owned(), "/chat".to_owned())];
+    let at = Nanos::from_secs(DAY);
+    // 15 reported: 5 owed.
+    let report = [user.clone()];
+    let o = l
+        .request_descriptors(
+            &DescriptorRequest {
+                namespace: "gw",
+                descriptors: &report,
+                hits: 15,
+                mode: Mode::Try,
+                limits: &[],
+                descriptor_hits: &[],
+                refunds: &[],
+            },
+            at,
+        )
+        .await
+        .unwrap();
+    assert!(o.allowed, "{o:?}");
+    // The path charged 1, the user checked (0 hits of its own): refused.
+    let both = [path.clone(), user.clone()];
+    let mixed = DescriptorRequest {
+        namespace: "gw",
+        descriptors: &both,
+        hits: 1,
+        mode: Mode::Try,
+        limits: &[],
+        descriptor_hits: &[Some(1), Some(0)],
+        refunds: &[],
+    };
+    for _ in 0..2 {
+        let o = l.request_descriptors(&mixed, at).await.unwrap();
+        assert!(!o.allowed, "{o:?}");
+        assert!(!o.statuses[1].allowed, "{o:?}");
+        assert!(o.statuses[0].allowed, "the path had room: {o:?}");
+    }
+    // Nothing was charged to the path.
+    let only = [path];
+    let o = l
+        .request_descriptors(
+            &DescriptorRequest {
+                namespace: "gw",
+                descriptors: &only,
+                hits: 1,
+                mode: Mode::Try,
+                limits: &[],
+                descriptor_hits: &[Some(0)],
+                refunds: &[],
+            },
+            at,
+        )
+        .await
+        .unwrap();
+    assert_eq!(o.statuses[0].decision.unwrap().remaining, 100, "{o:?}");
+}
