@@ -722,10 +722,8 @@ impl<S: Store> Limiter<S> {
         match to_decide.split(req.hits, req.mode) {
             Split::Whole(mode) => {
                 let pd = self.store.decide(&to_decide.plan, now, hits, mode).await?;
-                if mode == Mode::Report && pd.granted < req.hits {
-                    if let Some(ns) = view.namespace(req.namespace) {
-                        count_clamped(ns, req.hits - pd.granted);
-                    }
+                if mode == Mode::Report {
+                    count_dropped(&view, req, &to_decide.plan, &pd);
                 }
                 Ok(to_decide.outcome(&pd, req.hits, mode))
             }
@@ -750,10 +748,8 @@ impl<S: Store> Limiter<S> {
                     if part.probe {
                         refused = descriptors::ToDecide::exhausted(part, &pd);
                     }
-                    if part.mode == Mode::Report && pd.granted < req.hits {
-                        if let Some(ns) = view.namespace(req.namespace) {
-                            count_clamped(ns, req.hits - pd.granted);
-                        }
+                    if part.mode == Mode::Report {
+                        count_dropped(&view, req, &part.plan, &pd);
                     }
                     decided.push(pd);
                 }
@@ -889,6 +885,28 @@ impl Ignore {
 /// Counts a report the debt bound clamped: `tollgate_reports_clamped_total`
 /// (reports) and `tollgate_report_clamped_hits_total` (hits not charged),
 /// per namespace (a config's names, so bounded).
+/// Counts a report of descriptors (`pd`, the decision of `plan`) that a
+/// live item took only in part: by the most any of them dropped, each
+/// item measured against the hits it was asked (its own, when the
+/// descriptors' differ, else the request's). The plan's `granted` does
+/// not tell it: it is the request's hits less that shortfall, floored at
+/// zero.
+fn count_dropped(view: &View, req: &DescriptorRequest<'_>, plan: &Plan, pd: &PlanDecision) {
+    let dropped = plan
+        .items()
+        .iter()
+        .zip(&pd.decisions)
+        .filter(|(it, _)| !it.shadow)
+        .map(|(it, d)| it.hits.unwrap_or(req.hits).saturating_sub(d.granted))
+        .max()
+        .unwrap_or(0);
+    if dropped > 0 {
+        if let Some(ns) = view.namespace(req.namespace) {
+            count_clamped(ns, dropped);
+        }
+    }
+}
+
 fn count_clamped(ns: &NamespaceView, dropped: u64) {
     metrics::counter!("tollgate_reports_clamped_total", "namespace" => ns.name.clone())
         .increment(1);
