@@ -728,6 +728,25 @@ impl<S: Store> Limiter<S> {
                 Ok(to_decide.outcome(&pd, req.hits, mode))
             }
             Split::Parts(parts) => {
+                // A usage part the store would refuse whatever the state
+                // (a limit without a sound debt) is refused before the
+                // check is charged: nothing is decided.
+                for part in parts.iter().filter(|p| p.mode.is_usage()) {
+                    if let Some((index, it)) = part
+                        .plan
+                        .items()
+                        .iter()
+                        .enumerate()
+                        .find(|(_, it)| !it.limit.takes_usage())
+                    {
+                        return Err(StoreError::Plan(PlanError::NoUsage {
+                            index,
+                            algorithm: it.limit.algorithm_name(),
+                            mode: part.mode,
+                        })
+                        .into());
+                    }
+                }
                 // Usage is charged (or given back) whatever the check
                 // says: it happened. The check goes first, as in one plan.
                 let mut decided = SmallVec::<[PlanDecision; 4]>::new();

@@ -809,3 +809,54 @@ descriptors:
         .unwrap();
     assert_eq!(o.statuses[0].decision.unwrap().remaining, 100, "{o:?}");
 }
+
+/// Regression (review of the per-descriptor hits change): a descriptor
+/// refunding to a limit without a sound debt beside a checked one. The
+/// refund is refused (`no_usage`), and so is the whole request, before
+/// anything is charged: the check used to be charged first, then the
+/// refund failed, and the caller got an error for a request that had
+/// taken hits.
+#[tokio::test]
+async fn regression_a_refund_no_limit_can_take_fails_before_the_check_beside_it_is_charged() {
+    const GW: &str = "
+domain: gw
+descriptors:
+  - key: slow
+    rate_limit: { algorithm: smooth_bursty, rate: 5/s }
+  - key: path
+    rate_limit: { unit: minute, requests_per_unit: 100 }
+";
+    let l = Limiter::new(MemoryStore::new(), view(GW));
+    let slow = vec![("slow".to_owned(), "x".to_owned())];
+    let path = vec![("path".to_owned(), "/chat".to_owned())];
+    let at = Nanos::from_secs(DAY);
+    let both = [path.clone(), slow];
+    let mixed = DescriptorRequest {
+        namespace: "gw",
+        descriptors: &both,
+        hits: 1,
+        mode: Mode::Try,
+        limits: &[],
+        descriptor_hits: &[],
+        refunds: &[false, true],
+    };
+    let err = l.request_descriptors(&mixed, at).await.unwrap_err();
+    assert_eq!(err.reason(), "no_usage", "{err}");
+    let only = [path];
+    let o = l
+        .request_descriptors(
+            &DescriptorRequest {
+                namespace: "gw",
+                descriptors: &only,
+                hits: 1,
+                mode: Mode::Try,
+                limits: &[],
+                descriptor_hits: &[Some(0)],
+                refunds: &[],
+            },
+            at,
+        )
+        .await
+        .unwrap();
+    assert_eq!(o.statuses[0].decision.unwrap().remaining, 100, "{o:?}");
+}
