@@ -234,8 +234,10 @@ impl Encoder {
             // A plan some item of which is asked hits of its own sends its
             // length negated and a third number per item: those hits, or
             // -1 for the request's (`lua/decide.lua`). Every other plan
-            // keeps two numbers per item.
-            let own = plan.items().iter().any(|it| it.hits.is_some());
+            // keeps two numbers per item, and so does an inspection, which
+            // reads each item as it stands (zero hits), whatever it would
+            // be asked (as the memory store's `probe`).
+            let own = !ask.inspect && plan.items().iter().any(|it| it.hits.is_some());
             let len = i64::try_from(plan.len()).unwrap_or(i64::MAX);
             cmd.arg(mode)
                 .arg(ask.request.hits)
