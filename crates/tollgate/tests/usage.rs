@@ -384,11 +384,30 @@ fn check_before_report_after_on_envoy_rls() {
 /// descriptor charged its own hits refuses without charging it.
 #[test]
 fn envoy_descriptors_with_their_own_hits_count_clamps_and_probe_first() {
+    let (_dir, server) = start();
+    own_hits_flow(&server);
+}
+
+/// [`envoy_descriptors_with_their_own_hits_count_clamps_and_probe_first`]
+/// with the Redis store: the script asks each item its own hits, and an
+/// inspection of the uncharged check reads its counters as they stand.
+#[test]
+fn envoy_descriptors_with_their_own_hits_on_redis() {
+    let redis = tollgate_redis::testing::RedisServer::start();
+    let dir = Sandbox::new("usage-own-redis");
+    dir.write("conf/envoy.yaml", ENVOY);
+    let conf = dir.path("conf");
+    let url = redis.url();
+    let args = ["--store", url.as_str(), "--redis-timeout-ms", "2000"];
+    let server = Serving::start_config(&dir, &conf, &args, &[]);
+    own_hits_flow(&server);
+}
+
+fn own_hits_flow(server: &Serving) {
     use tollgate_proto::rls::rate_limit_descriptor::Entry;
     use tollgate_proto::rls::rate_limit_service_client::RateLimitServiceClient;
     use tollgate_proto::rls::{RateLimitDescriptor, RateLimitRequest};
 
-    let (_dir, server) = start();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let own = |key: &str, value: &str, hits: u64| {
         let mut d = RateLimitDescriptor {
@@ -430,7 +449,7 @@ fn envoy_descriptors_with_their_own_hits_count_clamps_and_probe_first() {
         let a = ask(vec![own("path", "/a", 0)]).await;
         assert_eq!(a.statuses[0].limit_remaining, 99, "{a:?}");
     });
-    assert_eq!(clamped(&server, "gateway"), 1.0);
+    assert_eq!(clamped(server, "gateway"), 1.0);
     let dropped = server
         .metric(r#"tollgate_report_clamped_hits_total{namespace="gateway"}"#)
         .unwrap_or(0.0);
