@@ -172,9 +172,14 @@ impl Encoder {
         // per limit), and each item's number among them.
         let mut limits: SmallVec<[&Arc<Limit>; 8]> = SmallVec::new();
         let mut numbers: SmallVec<[usize; MAX_PLANS]> = SmallVec::new();
-        let (mut plans, mut keys) = (0, 0);
-        for (plan, _) in calls.clone() {
+        // `own_items`: the items of plans that send a third number per
+        // item (items asked hits of their own, below).
+        let (mut plans, mut keys, mut own_items) = (0, 0, 0);
+        for (plan, ask) in calls.clone() {
             plans += 1;
+            if !ask.inspect && plan.items().iter().any(|it| it.hits.is_some()) {
+                own_items += plan.len();
+            }
             for item in plan.items() {
                 keys += 1;
                 let n = match limits.iter().position(|l| Arc::ptr_eq(l, &item.limit)) {
@@ -187,7 +192,7 @@ impl Encoder {
                 numbers.push(n + 1);
             }
         }
-        let args = 5 + keys * 4 + limits.len() * 10 + plans * 6;
+        let args = 5 + keys * 3 + own_items + limits.len() * 10 + plans * 6;
         let mut cmd = Cmd::with_capacity(args, keys * (self.prefix.len() + 64) + args * 8);
         cmd.arg("EVALSHA").arg(&self.sha).arg(keys);
         let mut buf = Vec::new();
@@ -234,8 +239,10 @@ impl Encoder {
             // A plan some item of which is asked hits of its own sends its
             // length negated and a third number per item: those hits, or
             // -1 for the request's (`lua/decide.lua`). Every other plan
-            // keeps two numbers per item.
-            let own = plan.items().iter().any(|it| it.hits.is_some());
+            // keeps two numbers per item, and so does an inspection, which
+            // reads each item as it stands (zero hits), whatever it would
+            // be asked (as the memory store's `probe`).
+            let own = !ask.inspect && plan.items().iter().any(|it| it.hits.is_some());
             let len = i64::try_from(plan.len()).unwrap_or(i64::MAX);
             cmd.arg(mode)
                 .arg(ask.request.hits)

@@ -41,7 +41,8 @@
 //! every state as it was, and rejects the request (not allowed, or
 //! limited by a shadow item, for at least one hit). Anything that would
 //! take hits goes to Redis; so does `acquire`, which always takes them,
-//! and so does a check of zero hits, which is allowed whatever the state
+//! and so does a check of zero hits (or a plan whose live items are all
+//! asked none of their own), which is allowed whatever the state
 //! and asks for fields another server's grants may have changed. Entries
 //! come from rejections only, for the same reason. The answer is then
 //! the core's `PlanDecision`, every field computed as the script computes
@@ -289,9 +290,15 @@ impl RejectionCache {
                 .collect();
             let d = tollgate_core::plan::decide(&mut entries, now, request, Mode::Try).ok()?;
             drop(entries);
+            // Allowed with items asked hits of their own: its live items
+            // were asked none (else they took some), a check of zero hits
+            // whose fields are what the caller reads, as `is_rejection`
+            // says of a request of zero hits.
+            let own = items.iter().any(PlanItem::has_own_hits);
             if d.decisions.iter().any(|x| x.granted > 0)
                 || states != before
                 || !is_rejection(&d, request)
+                || (own && d.allowed)
             {
                 return None;
             }
@@ -565,6 +572,44 @@ mod tests {
         let sw =
             SlidingWindow::new(4, Nanos::from_millis(300), 2).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(agrees(Limit::SlidingWindow(sw), &steps), 0);
+    }
+
+    /// Regression (review of per-item hits): a plan whose live items are
+    /// asked no hits of their own beside a shadow item over its limit is
+    /// allowed whatever the state, as a check of zero hits is, and its
+    /// fields are what the caller reads (a `report: true` descriptor's
+    /// zero-hit check reads `remaining`): not answered from entries that
+    /// miss other servers' grants (issue 17's zero-hit rule).
+    #[test]
+    fn a_plan_of_live_items_asked_no_hits_of_their_own_is_not_answered() {
+        let per_second = |n| Rate::per_second(n).unwrap_or_else(|e| panic!("{e}"));
+        let g = Arc::new(Limit::Gcra(
+            Gcra::new(per_second(1), 1).unwrap_or_else(|e| panic!("{e}")),
+        ));
+        let cache = RejectionCache::new(64, CacheClock::Caller, HOUR);
+        // Both keys exhausted, and learnt as such.
+        for scope in ["live", "shadow"] {
+            let p = plan(&g, scope);
+            let mut state = Algorithm::fresh(&*g);
+            for _ in 0..2 {
+                let d = decide_one(&*g, &mut state, false, T0, Hits::exactly(1))
+                    .into_plan_decision(Hits::exactly(1), false);
+                cache.learn(&p, &d, Hits::exactly(1), T0, 0);
+            }
+        }
+        assert_eq!(cache.stats().entries, 2);
+        let mut p = Plan::default();
+        p.push(Key::new(LimitId(1), "live"), Arc::clone(&g), false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        p.push(Key::new(LimitId(1), "shadow"), Arc::clone(&g), true)
+            .unwrap_or_else(|e| panic!("{e}"));
+        p.ask(0, 0);
+        p.ask(1, 1);
+        assert!(cache.answer(&p, T0, Hits::exactly(1)).is_none());
+        // Asked a hit of its own, the live item is refused: answered.
+        p.ask(0, 1);
+        let d = cache.answer(&p, T0, Hits::exactly(1));
+        assert!(d.as_ref().is_some_and(|d| !d.allowed), "{d:?}");
     }
 
     #[test]

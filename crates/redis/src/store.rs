@@ -603,10 +603,12 @@ impl RedisStore {
         if plan.is_empty() {
             return Ok(plan::decide(&mut [], now, request, mode)?);
         }
-        // The request's hits and any an item is asked of its own.
+        // The request's hits and any an item is asked of its own (an
+        // inspection asks none).
         let most = plan
             .items()
             .iter()
+            .filter(|_| !inspect)
             .filter_map(|it| it.hits)
             .fold(request.hits.max(request.min_hits), u64::max);
         if most >= MAX_EXACT {

@@ -143,6 +143,22 @@ async fn inspect_answers_like_memory_and_writes_nothing() {
         now = now.saturating_add(Nanos::from_millis(90 + step * 7));
     }
 
+    // Regression (review of per-item hits): an item asked hits of its own
+    // is inspected as it stands, as the memory store inspects it; Redis
+    // decided it for those hits (without writing them).
+    for (p, plan) in plans.iter().enumerate() {
+        let mut own = plan.clone();
+        for i in 0..own.len() {
+            own.ask(i, 2);
+        }
+        let got = redis.inspect(&own, now).await.unwrap();
+        let want = memory.inspect(&own, now).await.unwrap();
+        assert_eq!(
+            got, want,
+            "plan {p} asked its own hits: Redis (left) vs memory"
+        );
+    }
+
     // A domain never decided: answered fresh, no key made.
     let before = writes(&server);
     for (i, l) in limits.iter().enumerate() {

@@ -342,11 +342,12 @@ pub(crate) enum Split {
     /// The whole plan in one mode.
     Whole(Mode),
     /// The plan in parts, each a plan of its own decided in its mode, with
-    /// the whole plan's item index of each of its items: the check
-    /// (`try`, all or nothing) first, then the usage, which is charged or
-    /// given back whatever the check says. Parts without items are left
-    /// out.
-    Parts(SmallVec<[Part; 3]>),
+    /// the whole plan's item index of each of its items: the zero-hit
+    /// checks of `report: true` items first when the check charges
+    /// anything ([`Part::probe`]), then the check (`try`, all or nothing),
+    /// then the usage, which is charged or given back whatever the check
+    /// says. Parts without items are left out.
+    Parts(SmallVec<[Part; 4]>),
 }
 
 /// One part of a [`Split::Parts`].
@@ -358,6 +359,13 @@ pub(crate) struct Part {
     pub(crate) plan: Plan,
     /// Each item's index in the whole plan.
     pub(crate) items: Vec<usize>,
+    /// The zero-hit checks of `report: true` items (the check before a
+    /// call whose cost is reported after it), beside a check that charges
+    /// hits: decided first, since such a check is refused while its item
+    /// is exhausted ([`ToDecide::outcome`]), which no plan of zero hits
+    /// refuses. When one is refused ([`ToDecide::exhausted`]) the check
+    /// is not charged, only inspected: all or nothing.
+    pub(crate) probe: bool,
 }
 
 impl ToDecide {
@@ -385,29 +393,51 @@ impl ToDecide {
     /// every item in that mode; in `try`, items whose descriptor refunds
     /// are refunded, `report: true` items with hits to charge are charged
     /// in report mode, and the others are checked all or nothing. A check
-    /// with no hits (of a reported item too) is a check.
+    /// with no hits (of a reported item too) is a check; the zero-hit
+    /// checks of reported items beside a check that charges hits are a
+    /// probe part decided before it ([`Part::probe`]).
     pub(crate) fn split(&self, hits: u64, mode: Mode) -> Split {
         if mode != Mode::Try || (!self.reported.contains(&true) && !self.refunded.contains(&true)) {
             return Split::Whole(mode);
         }
         let n = self.plan.len();
+        let asked = |i: usize| {
+            self.plan
+                .items()
+                .get(i)
+                .and_then(|it| it.hits)
+                .unwrap_or(hits)
+        };
+        // A zero-hit check of a reported item, and whether the check
+        // charges anything: together they need a probe part first.
+        let probe =
+            |i: usize| self.reported.get(i) == Some(&true) && self.mode_of(i, hits) == Mode::Try;
+        let probing = (0..n).any(probe)
+            && (0..n).any(|i| !probe(i) && self.mode_of(i, hits) == Mode::Try && asked(i) > 0);
         let first = self.mode_of(0, hits);
-        if (1..n).all(|i| self.mode_of(i, hits) == first) {
+        if !probing && (1..n).all(|i| self.mode_of(i, hits) == first) {
             return Split::Whole(first);
         }
-        let mut parts: SmallVec<[Part; 3]> = [Mode::Try, Mode::Report, Mode::Refund]
-            .into_iter()
-            .map(|mode| Part {
-                mode,
-                plan: Plan::default().with_affinity(self.plan.affinity()),
-                items: Vec::new(),
-            })
-            .collect();
+        let mut parts: SmallVec<[Part; 4]> = [
+            (Mode::Try, true),
+            (Mode::Try, false),
+            (Mode::Report, false),
+            (Mode::Refund, false),
+        ]
+        .into_iter()
+        .map(|(mode, probe)| Part {
+            mode,
+            plan: Plan::default().with_affinity(self.plan.affinity()),
+            items: Vec::new(),
+            probe,
+        })
+        .collect();
         for (i, item) in self.plan.items().iter().enumerate() {
             let at = match self.mode_of(i, hits) {
-                Mode::Report => 1,
-                Mode::Refund => 2,
-                _ => 0,
+                Mode::Report => 2,
+                Mode::Refund => 3,
+                _ if probing && probe(i) => 0,
+                _ => 1,
             };
             let part = &mut parts[at];
             // Distinct in the whole plan, so distinct in each part.
@@ -440,10 +470,10 @@ impl ToDecide {
                 }
             }
         }
-        let check = parts.iter().find(|(p, _)| p.mode == Mode::Try);
+        let check = parts.iter().find(|(p, _)| p.mode == Mode::Try && !p.probe);
         PlanDecision {
             granted: check.map_or(0, |(_, d)| d.granted),
-            allowed: check.is_none_or(|(_, d)| d.allowed),
+            allowed: parts.iter().all(|(p, d)| p.mode != Mode::Try || d.allowed),
             wait: check.map_or(Nanos::ZERO, |(_, d)| d.wait),
             // The check's binding item, as the whole plan's index.
             limited_by: check.and_then(|(p, d)| d.limited_by.and_then(|j| p.items.get(j).copied())),
@@ -454,6 +484,17 @@ impl ToDecide {
                 .collect(),
             rooms: rooms.into_iter().collect(),
         }
+    }
+
+    /// Whether a probe part's decision `pd` ([`Part::probe`]) refuses the
+    /// request: a live item of it has no hit left, as
+    /// [`ToDecide::outcome`] judges a zero-hit check of a reported item.
+    pub(crate) fn exhausted(part: &Part, pd: &PlanDecision) -> bool {
+        part.plan
+            .items()
+            .iter()
+            .zip(&pd.decisions)
+            .any(|(it, d)| !it.shadow && d.remaining < 1)
     }
 
     /// Each descriptor's status once the store decided [`ToDecide::plan`]

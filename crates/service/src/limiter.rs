@@ -734,27 +734,57 @@ impl<S: Store> Limiter<S> {
         match to_decide.split(req.hits, req.mode) {
             Split::Whole(mode) => {
                 let pd = self.store.decide(&to_decide.plan, now, hits, mode).await?;
-                if mode == Mode::Report && pd.granted < req.hits {
-                    if let Some(ns) = view.namespace(req.namespace) {
-                        count_clamped(ns, req.hits - pd.granted);
-                    }
+                if mode == Mode::Report {
+                    count_dropped(&view, req, &to_decide.plan, &pd);
                 }
                 Ok(to_decide.outcome(&pd, req.hits, mode))
             }
             Split::Parts(parts) => {
+                // A usage part the store would refuse whatever the state
+                // (a limit without a sound debt) is refused before the
+                // check is charged: nothing is decided.
+                for part in parts.iter().filter(|p| p.mode.is_usage()) {
+                    if let Some((index, it)) = part
+                        .plan
+                        .items()
+                        .iter()
+                        .enumerate()
+                        .find(|(_, it)| !it.limit.takes_usage())
+                    {
+                        return Err(StoreError::Plan(PlanError::NoUsage {
+                            index,
+                            algorithm: it.limit.algorithm_name(),
+                            mode: part.mode,
+                        })
+                        .into());
+                    }
+                }
                 // Usage is charged (or given back) whatever the check
                 // says: it happened. The check goes first, as in one plan.
-                let mut decided = SmallVec::<[PlanDecision; 3]>::new();
+                let mut decided = SmallVec::<[PlanDecision; 4]>::new();
+                // A probe part refused the request: the check is not
+                // charged, only inspected (all or nothing).
+                let mut refused = false;
                 for part in &parts {
-                    let pd = self.store.decide(&part.plan, now, hits, part.mode).await?;
-                    if part.mode == Mode::Report && pd.granted < req.hits {
-                        if let Some(ns) = view.namespace(req.namespace) {
-                            count_clamped(ns, req.hits - pd.granted);
+                    let pd = if refused && part.mode == Mode::Try {
+                        let mut pd = self.store.inspect(&part.plan, now).await?;
+                        // Each item's room: what it has left.
+                        for (room, d) in pd.rooms.iter_mut().zip(&pd.decisions) {
+                            *room = d.remaining;
                         }
+                        pd
+                    } else {
+                        self.store.decide(&part.plan, now, hits, part.mode).await?
+                    };
+                    if part.probe {
+                        refused = descriptors::ToDecide::exhausted(part, &pd);
+                    }
+                    if part.mode == Mode::Report {
+                        count_dropped(&view, req, &part.plan, &pd);
                     }
                     decided.push(pd);
                 }
-                let joined: SmallVec<[(&descriptors::Part, &PlanDecision); 3]> =
+                let joined: SmallVec<[(&descriptors::Part, &PlanDecision); 4]> =
                     parts.iter().zip(&decided).collect();
                 let pd = to_decide.join(&joined);
                 Ok(to_decide.outcome(&pd, req.hits, Mode::Try))
@@ -886,6 +916,28 @@ impl Ignore {
 /// Counts a report the debt bound clamped: `tollgate_reports_clamped_total`
 /// (reports) and `tollgate_report_clamped_hits_total` (hits not charged),
 /// per namespace (a config's names, so bounded).
+/// Counts a report of descriptors (`pd`, the decision of `plan`) that a
+/// live item took only in part: by the most any of them dropped, each
+/// item measured against the hits it was asked (its own, when the
+/// descriptors' differ, else the request's). The plan's `granted` does
+/// not tell it: it is the request's hits less that shortfall, floored at
+/// zero.
+fn count_dropped(view: &View, req: &DescriptorRequest<'_>, plan: &Plan, pd: &PlanDecision) {
+    let dropped = plan
+        .items()
+        .iter()
+        .zip(&pd.decisions)
+        .filter(|(it, _)| !it.shadow)
+        .map(|(it, d)| it.hits.unwrap_or(req.hits).saturating_sub(d.granted))
+        .max()
+        .unwrap_or(0);
+    if dropped > 0 {
+        if let Some(ns) = view.namespace(req.namespace) {
+            count_clamped(ns, dropped);
+        }
+    }
+}
+
 fn count_clamped(ns: &NamespaceView, dropped: u64) {
     metrics::counter!("tollgate_reports_clamped_total", "namespace" => ns.name.clone())
         .increment(1);

@@ -768,3 +768,132 @@ namespaces:
     assert_eq!(err.reason(), "cannot_schedule");
     assert!(!err.to_string().contains("limit `"), "{err}");
 }
+
+/// Issue 18 items 3 and 4, regression (review of the per-descriptor hits
+/// change): a `report: true` descriptor asking no hits of its own (the
+/// check before a call) beside a descriptor charged its own hits. While
+/// the reported counter owes, the request is refused, and the other
+/// descriptor's counter must not be charged: all or nothing. It was
+/// charged, since the plan let the zero-hit item through and only the
+/// descriptor's status then said it was exhausted.
+#[tokio::test]
+async fn regression_a_zero_hit_check_of_a_reported_descriptor_refuses_without_charging_the_others()
+{
+    const GW: &str = "
+domain: gw
+descriptors:
+  - key: user
+    report: true
+    rate_limit: { algorithm: token_bucket, capacity: 10, rate: 10/1d }
+  - key: path
+    rate_limit: { unit: minute, requests_per_unit: 100 }
+";
+    let l = Limiter::new(MemoryStore::new(), view(GW));
+    let user = vec![("user".to_owned(), "alice".to_owned())];
+    let path = vec![("path".to_owned(), "/chat".to_owned())];
+    let at = Nanos::from_secs(DAY);
+    // 15 reported: 5 owed.
+    let report = [user.clone()];
+    let o = l
+        .request_descriptors(
+            &DescriptorRequest {
+                namespace: "gw",
+                descriptors: &report,
+                hits: 15,
+                mode: Mode::Try,
+                limits: &[],
+                descriptor_hits: &[],
+                refunds: &[],
+            },
+            at,
+        )
+        .await
+        .unwrap();
+    assert!(o.allowed, "{o:?}");
+    // The path charged 1, the user checked (0 hits of its own): refused.
+    let both = [path.clone(), user.clone()];
+    let mixed = DescriptorRequest {
+        namespace: "gw",
+        descriptors: &both,
+        hits: 1,
+        mode: Mode::Try,
+        limits: &[],
+        descriptor_hits: &[Some(1), Some(0)],
+        refunds: &[],
+    };
+    for _ in 0..2 {
+        let o = l.request_descriptors(&mixed, at).await.unwrap();
+        assert!(!o.allowed, "{o:?}");
+        assert!(!o.statuses[1].allowed, "{o:?}");
+        assert!(o.statuses[0].allowed, "the path had room: {o:?}");
+    }
+    // Nothing was charged to the path.
+    let only = [path];
+    let o = l
+        .request_descriptors(
+            &DescriptorRequest {
+                namespace: "gw",
+                descriptors: &only,
+                hits: 1,
+                mode: Mode::Try,
+                limits: &[],
+                descriptor_hits: &[Some(0)],
+                refunds: &[],
+            },
+            at,
+        )
+        .await
+        .unwrap();
+    assert_eq!(o.statuses[0].decision.unwrap().remaining, 100, "{o:?}");
+}
+
+/// Regression (review of the per-descriptor hits change): a descriptor
+/// refunding to a limit without a sound debt beside a checked one. The
+/// refund is refused (`no_usage`), and so is the whole request, before
+/// anything is charged: the check used to be charged first, then the
+/// refund failed, and the caller got an error for a request that had
+/// taken hits.
+#[tokio::test]
+async fn regression_a_refund_no_limit_can_take_fails_before_the_check_beside_it_is_charged() {
+    const GW: &str = "
+domain: gw
+descriptors:
+  - key: slow
+    rate_limit: { algorithm: smooth_bursty, rate: 5/s }
+  - key: path
+    rate_limit: { unit: minute, requests_per_unit: 100 }
+";
+    let l = Limiter::new(MemoryStore::new(), view(GW));
+    let slow = vec![("slow".to_owned(), "x".to_owned())];
+    let path = vec![("path".to_owned(), "/chat".to_owned())];
+    let at = Nanos::from_secs(DAY);
+    let both = [path.clone(), slow];
+    let mixed = DescriptorRequest {
+        namespace: "gw",
+        descriptors: &both,
+        hits: 1,
+        mode: Mode::Try,
+        limits: &[],
+        descriptor_hits: &[],
+        refunds: &[false, true],
+    };
+    let err = l.request_descriptors(&mixed, at).await.unwrap_err();
+    assert_eq!(err.reason(), "no_usage", "{err}");
+    let only = [path];
+    let o = l
+        .request_descriptors(
+            &DescriptorRequest {
+                namespace: "gw",
+                descriptors: &only,
+                hits: 1,
+                mode: Mode::Try,
+                limits: &[],
+                descriptor_hits: &[Some(0)],
+                refunds: &[],
+            },
+            at,
+        )
+        .await
+        .unwrap();
+    assert_eq!(o.statuses[0].decision.unwrap().remaining, 100, "{o:?}");
+}

@@ -137,7 +137,8 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<PlanDecision, StoreError>> + Send;
 
     /// Each item of `plan` as it stands at `now`: the decision a request
-    /// of zero hits would get, with nothing charged and nothing created (a
+    /// of zero hits would get (an item asked hits of its own,
+    /// [`PlanItem::hits`], too), with nothing charged and nothing created (a
     /// key never decided is answered as a fresh state and stays absent;
     /// caches of answers are neither read nor filled). What an operator
     /// reads to see a live counter (`GET /v1/counters`).

@@ -830,3 +830,83 @@ fn descriptor_hits_and_refunds_are_replayed_as_the_server_decided_them() {
         "{run}"
     );
 }
+
+/// Issue 18 items 3 and 4 (review of the per-descriptor hits change): a
+/// decision log's `descriptor_hits` and `descriptor_refunds` replay as the
+/// server decided them: each descriptor asks its own hits, all or
+/// nothing, and a refunding descriptor gives its hits back beside a
+/// check. The summary counts each descriptor's own hits, as the server's
+/// metrics do (regression: it counted the request's `hits` for every
+/// descriptor).
+#[test]
+fn descriptor_hits_and_refunds_replay_as_the_server_decided_them() {
+    let sb = Sandbox::new("replay-descriptor-hits-summary");
+    sb.write("envoy.yaml", MESSAGING);
+    let two = r#"[[{"key": "to_number", "value": "1"}], [{"key": "to_number", "value": "2"}]]"#;
+    let trace = format!(
+        "{{\"time_ms\": 0, \"descriptors\": {two}, \"descriptor_hits\": [60, null]}}\n\
+         {{\"time_ms\": 1, \"descriptors\": {two}, \"descriptor_hits\": [50, null]}}\n\
+         {{\"time_ms\": 2, \"descriptors\": {two}, \"hits\": 30, \"descriptor_refunds\": [true, false]}}\n"
+    );
+    sb.write("t.jsonl", trace);
+    let run = sb.run(&["replay", "-c", "envoy.yaml", "-t", "t.jsonl", "--strict"]);
+    assert!(run.success(), "{run}");
+    let (events, _) = split_events(&run.stdout);
+    let decided: Vec<(bool, Vec<u64>)> = events
+        .iter()
+        .map(|e| {
+            let left = e["descriptors"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d["remaining"].as_u64().unwrap())
+                .collect();
+            (e["allowed"].as_bool().unwrap(), left)
+        })
+        .collect();
+    assert_eq!(
+        decided,
+        [
+            // 60 and 1 of 100 a day.
+            (true, vec![40, 99]),
+            // 50 do not fit the first's 40: neither is charged.
+            (false, vec![40, 99]),
+            // 30 given back to the first, 30 charged to the second.
+            (true, vec![70, 69]),
+        ],
+        "{run}"
+    );
+    sb.write("t.jsonl", "{\"time_ms\": 0, \"descriptors\": [[{\"key\": \"to_number\", \"value\": \"1\"}], [{\"key\": \"to_number\", \"value\": \"2\"}]], \"descriptor_hits\": [60, null]}\n");
+    let run = sb.run(&[
+        "replay",
+        "-c",
+        "envoy.yaml",
+        "-t",
+        "t.jsonl",
+        "--no-events",
+        "--summary",
+        "json",
+    ]);
+    assert!(run.success(), "{run}");
+    let doc: Value = serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}{run}"));
+    let hits: Vec<(String, u64, u64)> = doc["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["domain"].as_str().unwrap().to_owned(),
+                r["hits"].as_u64().unwrap(),
+                r["granted"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        hits,
+        [
+            ("to_number=1".to_owned(), 60, 60),
+            ("to_number=2".to_owned(), 1, 1)
+        ],
+        "{run}"
+    );
+}

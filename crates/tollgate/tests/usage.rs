@@ -398,6 +398,86 @@ fn envoy_flow(server: &Serving) {
     assert_eq!(clamped(server, "gateway"), 1.0);
 }
 
+/// Regressions (review of the per-descriptor hits change): a report
+/// charged its own hits beside a check, clamped by more than the
+/// request's `hits_addend`, is counted in the clamped-hits metric with
+/// what was dropped (it counted the request's hits at most); and a
+/// zero-hit check of an exhausted `report: true` descriptor beside a
+/// descriptor charged its own hits refuses without charging it.
+#[test]
+fn envoy_descriptors_with_their_own_hits_count_clamps_and_probe_first() {
+    let (_dir, server) = start();
+    own_hits_flow(&server);
+}
+
+/// [`envoy_descriptors_with_their_own_hits_count_clamps_and_probe_first`]
+/// with the Redis store: the script asks each item its own hits, and an
+/// inspection of the uncharged check reads its counters as they stand.
+#[test]
+fn envoy_descriptors_with_their_own_hits_on_redis() {
+    let redis = tollgate_redis::testing::RedisServer::start();
+    let dir = Sandbox::new("usage-own-redis");
+    dir.write("conf/envoy.yaml", ENVOY);
+    let conf = dir.path("conf");
+    let url = redis.url();
+    let args = ["--store", url.as_str(), "--redis-timeout-ms", "2000"];
+    let server = Serving::start_config(&dir, &conf, &args, &[]);
+    own_hits_flow(&server);
+}
+
+fn own_hits_flow(server: &Serving) {
+    use tollgate_proto::rls::rate_limit_descriptor::Entry;
+    use tollgate_proto::rls::rate_limit_service_client::RateLimitServiceClient;
+    use tollgate_proto::rls::{RateLimitDescriptor, RateLimitRequest};
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let own = |key: &str, value: &str, hits: u64| {
+        let mut d = RateLimitDescriptor {
+            entries: vec![Entry {
+                key: key.into(),
+                value: value.into(),
+            }],
+            ..Default::default()
+        };
+        d.hits_addend.get_or_insert_with(Default::default).value = hits;
+        d
+    };
+    rt.block_on(async {
+        let rls = RateLimitServiceClient::connect(format!("http://{}", server.grpc))
+            .await
+            .unwrap();
+        let ask = |descriptors: Vec<RateLimitDescriptor>| {
+            let req = RateLimitRequest {
+                domain: "gateway".into(),
+                descriptors,
+                hits_addend: 1,
+            };
+            let mut rls = rls.clone();
+            async move { rls.should_rate_limit(req).await.unwrap().into_inner() }
+        };
+        const OK: i32 = 1;
+        const OVER: i32 = 2;
+        // 1 on the path, 2000 tokens reported: 1000 + 500 owed, 500
+        // dropped.
+        let a = ask(vec![own("path", "/a", 1), own("user", "bob", 2000)]).await;
+        assert_eq!(a.overall_code, OK, "{a:?}");
+        assert_eq!(a.statuses[0].limit_remaining, 99);
+        // Bob owes: his check beside 1 on the path is refused, and the
+        // path is not charged.
+        let a = ask(vec![own("path", "/a", 1), own("user", "bob", 0)]).await;
+        assert_eq!(a.overall_code, OVER, "{a:?}");
+        assert_eq!(a.statuses[0].code, OK, "{a:?}");
+        assert_eq!(a.statuses[1].code, OVER, "{a:?}");
+        let a = ask(vec![own("path", "/a", 0)]).await;
+        assert_eq!(a.statuses[0].limit_remaining, 99, "{a:?}");
+    });
+    assert_eq!(clamped(server, "gateway"), 1.0);
+    let dropped = server
+        .metric(r#"tollgate_report_clamped_hits_total{namespace="gateway"}"#)
+        .unwrap_or(0.0);
+    assert_eq!(dropped, 500.0);
+}
+
 /// The flow of [`check_before_report_after`] as a list, for APIs driven
 /// from async code.
 const FLOW: &[(&str, u64)] = &[

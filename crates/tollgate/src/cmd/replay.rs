@@ -274,11 +274,19 @@ impl Replay {
             };
             return match limiter.request_descriptors(&req, e.time).await {
                 Ok(outcome) => {
-                    for s in &outcome.statuses {
+                    for (i, s) in outcome.statuses.iter().enumerate() {
                         if let (Some(r), Some(d)) = (&s.resource, &s.domain) {
-                            let granted = if outcome.allowed { e.hits } else { 0 };
+                            // Each descriptor's own hits, as the server
+                            // counts them.
+                            let hits = e
+                                .descriptor_hits
+                                .get(i)
+                                .copied()
+                                .flatten()
+                                .unwrap_or(e.hits);
+                            let granted = if outcome.allowed { hits } else { 0 };
                             self.summary
-                                .record(&namespace, r, d, e.hits, granted, outcome.allowed);
+                                .record(&namespace, r, d, hits, granted, outcome.allowed);
                         }
                     }
                     write_line(out, &descriptor_line(number, e, &namespace, &outcome))
