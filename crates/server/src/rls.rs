@@ -224,7 +224,9 @@ async fn answer<S: Store>(
         // hits actually charged (the whole request granted). A descriptor
         // over its limit but let through (shadow mode, `ignore_configured`)
         // is over, not near, as upstream counts it.
-        if granted > 0 && !s.unlimited && !s.shadowed {
+        // Giving back never brings a limit nearer (as on the native API).
+        let refunded = mode == Mode::Refund || refunds.get(i) == Some(&true);
+        if granted > 0 && !refunded && !s.unlimited && !s.shadowed {
             if let (Some(resource), Some(d)) = (s.resource.as_deref(), s.decision) {
                 if app.near_limit().is_near(d.limit, d.remaining) {
                     m::near_limit(surface, &req.domain, resource);

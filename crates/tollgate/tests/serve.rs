@@ -898,10 +898,27 @@ descriptors:
                 .into_inner();
             assert_eq!(a.overall_code, 1, "OK: {a:?}");
         }
+        // 10 used is near; a refund (`is_negative_hits`) leaving 9 used is
+        // no grant near the limit: giving back never brings it nearer.
+        for (hits, negative) in [(10, false), (1, true)] {
+            let a = rls
+                .should_rate_limit(RateLimitRequest {
+                    domain: "edge".into(),
+                    descriptors: vec![RateLimitDescriptor {
+                        is_negative_hits: negative,
+                        ..descriptor("user", "e")
+                    }],
+                    hits_addend: hits,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(a.overall_code, 1, "OK: {a:?}");
+        }
     });
     assert_eq!(near("grpc", "default"), 1.0);
     assert_eq!(near("session", "default"), 1.0);
-    assert_eq!(near("rls", "edge"), 2.0);
+    assert_eq!(near("rls", "edge"), 3.0);
     // `/json` alike: 6 then 1 more; then a shadowed descriptor over its
     // limit, not counted.
     let json = |key: &str, hits: u32| {
