@@ -170,98 +170,87 @@ pub(crate) fn plan(
         let mut status = DescriptorStatus::unlimited_by_default();
         let mut item = None;
         let mut width = 1;
-        if let Some(Some(own)) = brought.get(i) {
-            // A limit the descriptor brought decides it in place of the
-            // config's, matched or not, keyed by the descriptor itself
-            // (envoyproxy/ratelimit's rule); never in shadow, and never
-            // dropped by `replaces`.
-            let entry = m
-                .as_ref()
-                .and_then(|m| ns.resources.get(m.resource).map(|e| (m.resource, e)));
-            status.resource =
-                Some(entry.map_or_else(|| BROUGHT_RESOURCE.to_owned(), |(_, e)| e.name.clone()));
-            status.entry = entry.map(|(at, _)| at);
-            status.limit_override = Some(own.limit);
-            let domain = tollgate_config::envoy::descriptor_domain(&req.descriptors[i]);
-            match &own.built {
-                Some((id, limit)) => {
-                    let at = plan.item_for(Key::new(*id, &domain), limit, false);
-                    // A limit brought to a `report: true` descriptor is
-                    // charged as the config's would be.
-                    if at == reported.len() {
-                        reported.push(entry.is_some_and(|(_, e)| e.report));
+        // Matched to its limit; the replaced and brought cases leave early.
+        'matched: {
+            if let Some(Some(own)) = brought.get(i) {
+                // A limit the descriptor brought decides it in place of the
+                // config's, matched or not, keyed by the descriptor itself
+                // (envoyproxy/ratelimit's rule); never in shadow, and never
+                // dropped by `replaces`.
+                let entry = m
+                    .as_ref()
+                    .and_then(|m| ns.resources.get(m.resource).map(|e| (m.resource, e)));
+                status.resource = Some(
+                    entry.map_or_else(|| BROUGHT_RESOURCE.to_owned(), |(_, e)| e.name.clone()),
+                );
+                status.entry = entry.map(|(at, _)| at);
+                status.limit_override = Some(own.limit);
+                let domain = tollgate_config::envoy::descriptor_domain(&req.descriptors[i]);
+                match &own.built {
+                    Some((id, limit)) => {
+                        let at = plan.item_for(Key::new(*id, &domain), limit, false);
+                        // A limit brought to a `report: true` descriptor is
+                        // charged as the config's would be.
+                        if at == reported.len() {
+                            reported.push(entry.is_some_and(|(_, e)| e.report));
+                        }
+                        item = Some(at);
                     }
-                    item = Some(at);
-                }
-                None => {
-                    status.allowed = false;
-                    denied = true;
-                }
-            }
-            status.domain = Some(domain);
-            if let Some(at) = item {
-                own_terms(
-                    &mut plan,
-                    &mut refunded,
-                    (at, width),
-                    i,
-                    (&hits, refunds, req),
-                )?;
-            }
-            statuses.push(status);
-            item_of.push(item);
-            widths.push(width);
-            continue;
-        }
-        if let Some((m, entry)) = m.and_then(|m| ns.resources.get(m.resource).map(|e| (m, e))) {
-            let name = entry.envoy.as_ref().and_then(|e| e.name.as_deref());
-            if name.is_some_and(|n| replaced.contains(&n)) {
-                statuses.push(status);
-                item_of.push(None);
-                widths.push(1);
-                continue;
-            }
-            status.resource = Some(entry.name.clone());
-            status.entry = Some(m.resource);
-            if let ResourceView::Rate(rate) = &entry.view {
-                let shadow = entry.shadow || ns.ignore_configured;
-                match &rate.for_domain(&m.domain).main {
-                    Main::Unlimited => status.unlimited = true,
-                    Main::Deny if shadow => status.shadowed = true,
-                    Main::Deny => {
+                    None => {
                         status.allowed = false;
                         denied = true;
                     }
-                    Main::Limited(c) => {
-                        // Two identical descriptors share one counter
-                        // (as upstream); they are one plan item here.
-                        let key = Key::new(c.id, &m.domain);
-                        let i = plan.item_for(key, &c.limit, shadow);
-                        if i == reported.len() {
-                            reported.push(entry.report);
+                }
+                status.domain = Some(domain);
+                break 'matched;
+            }
+            if let Some((m, entry)) = m.and_then(|m| ns.resources.get(m.resource).map(|e| (m, e))) {
+                let name = entry.envoy.as_ref().and_then(|e| e.name.as_deref());
+                if name.is_some_and(|n| replaced.contains(&n)) {
+                    break 'matched;
+                }
+                status.resource = Some(entry.name.clone());
+                status.entry = Some(m.resource);
+                if let ResourceView::Rate(rate) = &entry.view {
+                    let shadow = entry.shadow || ns.ignore_configured;
+                    match &rate.for_domain(&m.domain).main {
+                        Main::Unlimited => status.unlimited = true,
+                        Main::Deny if shadow => status.shadowed = true,
+                        Main::Deny => {
+                            status.allowed = false;
+                            denied = true;
                         }
-                        item = Some(i);
-                    }
-                    Main::Listed(list) => {
-                        // Each limit's key is its own, and all of them are
-                        // new to the plan or all already in it (the same
-                        // descriptor twice): their items are consecutive.
-                        for l in list {
-                            let c = &l.compiled;
+                        Main::Limited(c) => {
+                            // Two identical descriptors share one counter
+                            // (as upstream); they are one plan item here.
                             let key = Key::new(c.id, &m.domain);
-                            let at = plan.item_for(key, &c.limit, shadow);
-                            // A reported resource's every limit is charged.
-                            if at == reported.len() {
+                            let i = plan.item_for(key, &c.limit, shadow);
+                            if i == reported.len() {
                                 reported.push(entry.report);
                             }
-                            item.get_or_insert(at);
+                            item = Some(i);
                         }
-                        width = list.len();
-                        status.limit = Some(0);
+                        Main::Listed(list) => {
+                            // Each limit's key is its own, and all of them are
+                            // new to the plan or all already in it (the same
+                            // descriptor twice): their items are consecutive.
+                            for l in list {
+                                let c = &l.compiled;
+                                let key = Key::new(c.id, &m.domain);
+                                let at = plan.item_for(key, &c.limit, shadow);
+                                // A reported resource's every limit is charged.
+                                if at == reported.len() {
+                                    reported.push(entry.report);
+                                }
+                                item.get_or_insert(at);
+                            }
+                            width = list.len();
+                            status.limit = Some(0);
+                        }
                     }
                 }
+                status.domain = Some(m.domain);
             }
-            status.domain = Some(m.domain);
         }
         if let Some(at) = item {
             own_terms(
