@@ -103,6 +103,18 @@ fn reset(v: &Value) -> i128 {
     i128::from(v["reset_after_ns"].as_u64().unwrap())
 }
 
+/// Asserts that `what`, a time left until `edge` answered between the
+/// server times `before` and `upto`, is exactly the time from then to the
+/// edge: within `[edge - upto, edge - before]`.
+fn assert_until_edge(what: &str, value: i128, edge: i128, (before, upto): (i128, i128)) {
+    assert!(
+        value <= edge - before && value >= edge - upto,
+        "{what} {value} not within [{}, {}]",
+        edge - upto,
+        edge - before
+    );
+}
+
 #[test]
 fn a_monthly_quota_resets_at_local_midnight_of_the_first() {
     let sb = Sandbox::new("calendar-month");
@@ -128,13 +140,7 @@ fn a_monthly_quota_resets_at_local_midnight_of_the_first() {
     assert_eq!((status, v["allowed"].as_bool()), (200, Some(true)), "{v}");
     assert_eq!(v["remaining"], 0);
     // The reset is the time left to the Paris midnight, not a month.
-    assert!(
-        reset(&v) <= edge - before && reset(&v) >= edge - upto,
-        "reset {} not within [{}, {}]",
-        reset(&v),
-        edge - upto,
-        edge - before
-    );
+    assert_until_edge("reset", reset(&v), edge, (before, upto));
     let (status, v) = ask(&s, 1);
     assert_eq!((status, v["allowed"].as_bool()), (429, Some(false)), "{v}");
     assert_eq!(v["limited_by"], "limit");
@@ -181,13 +187,7 @@ fn with_redis_the_reset_is_the_time_to_the_edge_by_redis_clock() {
             // of the first): its answer may be of either month.
             continue;
         }
-        assert!(
-            reset(&v) <= edge - before && reset(&v) >= edge - upto,
-            "reset {} not within [{}, {}]",
-            reset(&v),
-            edge - upto,
-            edge - before
-        );
+        assert_until_edge("reset", reset(&v), edge, (before, upto));
         assert_eq!(v["remaining"], 1, "{v}");
         break;
     }
@@ -222,21 +222,10 @@ fn with_redis_a_yearly_quota_resets_at_the_local_new_year() {
             continue;
         }
         assert_eq!(v["remaining"], 0, "{v}");
-        assert!(
-            reset(&v) <= edge - before && reset(&v) >= edge - upto,
-            "reset {} not within [{}, {}]",
-            reset(&v),
-            edge - upto,
-            edge - before
-        );
+        assert_until_edge("reset", reset(&v), edge, (before, upto));
         assert_eq!(refused, 429, "{r}");
         let retry = i128::from(r["retry_after_ns"].as_u64().unwrap());
-        assert!(
-            retry <= edge - before && retry >= edge - upto,
-            "retry {retry} not within [{}, {}]",
-            edge - upto,
-            edge - before
-        );
+        assert_until_edge("retry_after", retry, edge, (before, upto));
         break;
     }
     drop(s);
@@ -260,13 +249,7 @@ fn with_redis_a_yearly_quota_resets_at_the_local_new_year() {
             continue;
         }
         assert!(edge - upto >= 1 << 53, "{edge}");
-        assert!(
-            reset(&v) <= edge - before && reset(&v) >= edge - upto,
-            "reset {} not within [{}, {}]: {v}",
-            reset(&v),
-            edge - upto,
-            edge - before
-        );
+        assert_until_edge("reset", reset(&v), edge, (before, upto));
         break;
     }
 }
