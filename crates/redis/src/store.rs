@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use redis::Value;
 use redis::{ErrorKind, RedisError, Script};
+use smallvec::SmallVec;
 use tollgate_core::copies::{
     normalize_groups, CopyContext, CopyError, CopyLimits, GroupContext, Groups, Reservation,
     Staged, TransferId,
@@ -648,36 +649,102 @@ impl RedisStore {
                 }
                 Ok(d)
             }
-            Err(Failure::Store(e @ StoreError::Unavailable(_))) => {
+            Err(f) => Err(self.failed(f)),
+        }
+    }
+
+    /// What a decision that got no answer (`f`) is to the caller, counted
+    /// and marked as it says of Redis.
+    fn failed(&self, f: Failure) -> StoreError {
+        match f {
+            Failure::Store(e @ StoreError::Unavailable(_)) => {
                 // A reply of the wrong shape: Redis answered, but nonsense.
                 // Counted as a failed command; says nothing of whether
                 // Redis is up.
                 metrics::counter!(ERRORS_COUNTER).increment(1);
-                Err(e)
+                e
             }
-            Err(Failure::Store(e)) => {
+            Failure::Store(e) => {
                 // The script refused the plan: Redis is up.
                 self.mark(true);
-                Err(e)
+                e
             }
-            Err(Failure::Redis(e)) => Err(self.unavailable(e)),
-            Err(Failure::Switched) => {
+            Failure::Redis(e) => self.unavailable(e),
+            Failure::Switched => {
                 // Not an outage: the store moved to a new master, which
                 // answers. Counted as a failed command.
                 metrics::counter!(ERRORS_COUNTER).increment(1);
-                Err(StoreError::Unavailable(format!(
+                StoreError::Unavailable(format!(
                     "the Redis master changed (a Sentinel failover) while this decision was in \
                      flight ({}): the old master may or may not have counted it",
                     self.url
-                )))
+                ))
             }
-            Err(Failure::Overloaded(most)) => {
+            Failure::Overloaded(most) => {
                 // An answer, not an outage (the store stays up): clients
                 // retry rather than fail open.
                 self.shed.fetch_add(1, Ordering::Relaxed);
-                Err(StoreError::Overloaded(most))
+                StoreError::Overloaded(most)
             }
         }
+    }
+
+    /// [`Store::decide_together`]: the parts in one `decide` call, which
+    /// Redis runs as one script, so a failure (a timeout, a dropped
+    /// connection, a failover) leaves every part decided or none. What a
+    /// part's plan the script refuses outright (a mode its limit does not
+    /// take) the caller checks first; the script would refuse that part
+    /// alone and decide the others.
+    async fn decide_parts(
+        &self,
+        parts: &[(&Plan, Hits, Mode)],
+        now: Nanos,
+    ) -> Result<SmallVec<[PlanDecision; 3]>, StoreError> {
+        let mut asks: SmallVec<[(&Plan, Ask); 3]> = SmallVec::new();
+        for &(plan, request, mode) in parts {
+            let most = plan
+                .items()
+                .iter()
+                .filter_map(|it| it.hits)
+                .fold(request.hits.max(request.min_hits), u64::max);
+            if most >= MAX_EXACT {
+                return Err(StoreError::Unsupported(format!(
+                    "{most} hits: the Redis store counts exactly below 2^52"
+                )));
+            }
+            if !plan.is_empty() {
+                asks.push((
+                    plan,
+                    Ask {
+                        request,
+                        mode,
+                        inspect: false,
+                        now: (self.clock == ScriptClock::Caller).then_some(now),
+                        server_now: now,
+                    },
+                ));
+            }
+        }
+        let cache = self.cache.as_ref();
+        let generation = cache.map_or(0, |c| c.generation());
+        let (decided, sent) = self.decide_all(&asks).await.map_err(|f| self.failed(f))?;
+        self.mark(true);
+        let mut answers = decided.into_iter();
+        let mut out = SmallVec::new();
+        for &(plan, request, mode) in parts {
+            if plan.is_empty() {
+                out.push(plan::decide(&mut [], now, request, mode)?);
+                continue;
+            }
+            let d = answers.next().ok_or_else(|| {
+                StoreError::Unavailable("a decide call answered too few plans".into())
+            })?;
+            if let Some(cache) = cache {
+                cache.learn(plan, &d, request, cache.at(now, sent), generation);
+            }
+            out.push(d);
+        }
+        Ok(out)
     }
 
     /// [`Store::holds`]: one `HMGET` of the pool's counts (`lua/copies.lua`
@@ -777,6 +844,31 @@ impl RedisStore {
             .map_err(Failure::Store)
     }
 
+    /// Several plans in one `decide` call of their own (one script run),
+    /// each answered or the call failed as a whole.
+    async fn decide_all(
+        &self,
+        asks: &[(&Plan, Ask)],
+    ) -> Result<(Vec<PlanDecision>, std::time::Instant), Failure> {
+        let cmd = self.encoder.command(asks.iter().map(|(p, a)| (*p, a)));
+        let sent = std::time::Instant::now();
+        let value = match tokio::time::timeout(self.timeout, self.conn.send_decide(&cmd)).await {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => return Err(Failure::Redis(e)),
+            Err(_) => return Err(Failure::Redis(batch::timed_out(self.timeout))),
+        };
+        let mut ints = Vec::new();
+        let ranges = batch::parts(value, asks.iter().map(|(p, _)| p.len()), &mut ints)
+            .map_err(Failure::Store)?;
+        let mut out = Vec::with_capacity(asks.len());
+        for ((plan, ask), range) in asks.iter().zip(ranges) {
+            let d = reply::plan_outcome(&ints[range], plan, ask.request.hits, ask.mode)
+                .map_err(Failure::Store)?;
+            out.push(d);
+        }
+        Ok((out, sent))
+    }
+
     /// A failure that is not an answer: Redis is unreachable, too slow, or
     /// failed. Marks the store down when Redis could not be reached.
     fn unavailable(&self, e: RedisError) -> StoreError {
@@ -798,6 +890,14 @@ impl Store for RedisStore {
         mode: Mode,
     ) -> Result<PlanDecision, StoreError> {
         self.decide_plan(plan, now, request, mode, false).await
+    }
+
+    async fn decide_together(
+        &self,
+        parts: &[(&Plan, Hits, Mode)],
+        now: Nanos,
+    ) -> Result<SmallVec<[PlanDecision; 3]>, StoreError> {
+        self.decide_parts(parts, now).await
     }
 
     async fn holds(

@@ -101,3 +101,67 @@ async fn algorithms_without_a_debt_are_refused_alike() {
     ];
     conform(&redis, &items, T0, &steps).await;
 }
+
+/// An Envoy request's check and the usage told beside it
+/// (`Store::decide_together`) reach Redis as one script call: answered as
+/// the memory store answers them; and when the call fails (Redis hangs
+/// past the timeout), Redis decides both or neither, never the check
+/// charged and the report lost.
+#[tokio::test]
+async fn a_check_and_the_usage_beside_it_are_one_call_decided_together_or_not_at_all() {
+    use std::sync::Arc;
+    use std::time::Duration;
+    use tollgate_core::{Hits, Mode};
+    use tollgate_redis::{RedisOptions, RedisStore, ScriptClock};
+    use tollgate_store::{Key, LimitId, MemoryStore, Plan, Store, StoreError};
+
+    let server = tollgate_redis::testing::RedisServer::start();
+    let mut o = RedisOptions::new(server.url());
+    o.prefix = common::unique_prefix();
+    o.clock = ScriptClock::Caller;
+    o.connect.response_timeout = Duration::from_millis(300);
+    let redis = RedisStore::connect(o).await.unwrap();
+    let rate = Rate::per_second(1).unwrap();
+    let plan = |id: u64, capacity: u64| {
+        let limit = Limit::TokenBucket(TokenBucket::new(capacity, rate).unwrap());
+        Plan::single(Key::new(LimitId(id), "acme"), Arc::new(limit))
+    };
+    let (check, usage) = (plan(1, 5), plan(2, 100));
+    let parts = [
+        (&check, Hits::exactly(2), Mode::Try),
+        (&usage, Hits::exactly(30), Mode::Report),
+    ];
+    // The script loaded first (a first call may find it missing and send
+    // it again), so the count below is of decisions alone.
+    redis.inspect(&check, T0).await.unwrap();
+    let calls = server.evalsha_calls();
+    let got = redis.decide_together(&parts, T0).await.unwrap();
+    let want = MemoryStore::new()
+        .decide_together(&parts, T0)
+        .await
+        .unwrap();
+    assert_eq!(got, want);
+    assert_eq!(server.evalsha_calls(), calls + 1, "one script call");
+    // Redis hangs: the call times out. Whatever Redis does with it once
+    // it runs again, it does to both parts.
+    server.pause();
+    let err = redis.decide_together(&parts, T0).await.unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+    server.resume();
+    let left = |plan: &Plan| {
+        let redis = &redis;
+        let plan = plan.clone();
+        async move {
+            common::eventually(Duration::from_secs(30), || async {
+                redis.inspect(&plan, T0).await.is_ok()
+            })
+            .await;
+            redis.inspect(&plan, T0).await.unwrap().decisions[0].remaining
+        }
+    };
+    let after = (left(&check).await, left(&usage).await);
+    assert!(
+        after == (3, 70) || after == (1, 40),
+        "both parts or neither, not {after:?}"
+    );
+}

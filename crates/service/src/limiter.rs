@@ -759,31 +759,48 @@ impl<S: Store> Limiter<S> {
                         .into());
                     }
                 }
-                // Usage is charged (or given back) whatever the check
-                // says: it happened. The check goes first, as in one plan.
-                let mut decided = SmallVec::<[PlanDecision; 4]>::new();
-                // A probe part refused the request: the check is not
-                // charged, only inspected (all or nothing).
+                // The probes first: they charge nothing, and one refused
+                // makes the check only inspected (all or nothing).
+                let mut decided: SmallVec<[Option<PlanDecision>; 4]> =
+                    parts.iter().map(|_| None).collect();
                 let mut refused = false;
-                for part in &parts {
-                    let pd = if refused && part.mode == Mode::Try {
+                for (i, part) in parts.iter().enumerate().filter(|(_, p)| p.probe) {
+                    let pd = self.store.decide(&part.plan, now, hits, part.mode).await?;
+                    refused |= descriptors::ToDecide::exhausted(part, &pd);
+                    decided[i] = Some(pd);
+                }
+                // Then the check and the usage, which is charged (or given
+                // back) whatever the check says: it happened. In one store
+                // step, so that a failure leaves both decided or neither,
+                // never the check charged and the usage lost.
+                let mut together: SmallVec<[(&Plan, Hits, Mode); 3]> = SmallVec::new();
+                let mut at: SmallVec<[usize; 3]> = SmallVec::new();
+                for (i, part) in parts.iter().enumerate().filter(|(_, p)| !p.probe) {
+                    if refused && part.mode == Mode::Try {
                         let mut pd = self.store.inspect(&part.plan, now).await?;
                         // Each item's room: what it has left.
                         for (room, d) in pd.rooms.iter_mut().zip(&pd.decisions) {
                             *room = d.remaining;
                         }
-                        pd
+                        decided[i] = Some(pd);
                     } else {
-                        self.store.decide(&part.plan, now, hits, part.mode).await?
-                    };
-                    if part.probe {
-                        refused = descriptors::ToDecide::exhausted(part, &pd);
+                        together.push((&part.plan, hits, part.mode));
+                        at.push(i);
                     }
-                    if part.mode == Mode::Report {
-                        count_dropped(&view, req, &part.plan, &pd);
-                    }
-                    decided.push(pd);
                 }
+                let answers = self.store.decide_together(&together, now).await?;
+                for (i, pd) in at.into_iter().zip(answers) {
+                    if parts[i].mode == Mode::Report {
+                        count_dropped(&view, req, &parts[i].plan, &pd);
+                    }
+                    decided[i] = Some(pd);
+                }
+                let decided: SmallVec<[PlanDecision; 4]> =
+                    decided.into_iter().collect::<Option<_>>().ok_or_else(|| {
+                        StoreError::Unavailable(
+                            "the store answered fewer parts than it was asked".into(),
+                        )
+                    })?;
                 let joined: SmallVec<[(&descriptors::Part, &PlanDecision); 4]> =
                     parts.iter().zip(&decided).collect();
                 let pd = to_decide.join(&joined);

@@ -29,6 +29,7 @@ pub use memory::{AtCapacity, MemoryStore, MemoryStoreOptions, StoreStats};
 pub use plan::{lock_order, DuplicateKey, Plan, PlanItem};
 pub use table::{Table, TableOptions};
 
+use smallvec::SmallVec;
 use tollgate_core::copies::{CopyContext, CopyLimits, Groups, Reservation, Staged, TransferId};
 use tollgate_core::replicated::strategy::Replication;
 use tollgate_core::{Hits, Limit, Mode, Nanos, PlanDecision};
@@ -135,6 +136,28 @@ pub trait Store: Send + Sync + 'static {
         request: Hits,
         mode: Mode,
     ) -> impl Future<Output = Result<PlanDecision, StoreError>> + Send;
+
+    /// Decides `parts` (each a plan, its request and its mode) in order,
+    /// each as [`Store::decide`] would, in one step where the store can
+    /// make it one: an Envoy request's check and the usage it reports
+    /// beside it. A store reached over a network (Redis) sends them in one
+    /// call, so a failure leaves all of them decided or none (never the
+    /// check charged and the report lost); a store in this process decides
+    /// them one after the other, which nothing can interrupt but a refusal.
+    /// An error is the first part's that failed.
+    fn decide_together(
+        &self,
+        parts: &[(&Plan, Hits, Mode)],
+        now: Nanos,
+    ) -> impl Future<Output = Result<SmallVec<[PlanDecision; 3]>, StoreError>> + Send {
+        async move {
+            let mut out = SmallVec::new();
+            for (plan, request, mode) in parts {
+                out.push(self.decide(plan, now, *request, *mode).await?);
+            }
+            Ok(out)
+        }
+    }
 
     /// Each item of `plan` as it stands at `now`: the decision a request
     /// of zero hits would get (an item asked hits of its own,
