@@ -828,20 +828,13 @@ impl RedisStore {
     /// One plan in a call of its own (Redis Cluster), waiting up to the
     /// timeout for it.
     async fn decide_alone(&self, plan: &Plan, ask: Ask) -> batch::Answer {
-        let cmd = self.encoder.command(std::iter::once((plan, &ask)));
-        let sent = std::time::Instant::now();
-        let value = match tokio::time::timeout(self.timeout, self.conn.send_decide(&cmd)).await {
-            Ok(Ok(v)) => v,
-            Ok(Err(e)) => return Err(Failure::Redis(e)),
-            Err(_) => return Err(Failure::Redis(batch::timed_out(self.timeout))),
-        };
-        let mut ints = Vec::new();
-        let parts =
-            batch::parts(value, std::iter::once(plan.len()), &mut ints).map_err(Failure::Store)?;
-        let range = parts.first().cloned().unwrap_or(0..0);
-        reply::plan_outcome(&ints[range], plan, ask.request.hits, ask.mode)
-            .map(|d| (d, sent))
-            .map_err(Failure::Store)
+        let (mut answers, sent) = self.decide_all(&[(plan, ask)]).await?;
+        let d = answers.pop().ok_or_else(|| {
+            Failure::Store(StoreError::Unavailable(
+                "a decide call answered no plan".into(),
+            ))
+        })?;
+        Ok((d, sent))
     }
 
     /// Several plans in one `decide` call of their own (one script run),
