@@ -119,11 +119,17 @@ pub(crate) enum Failure {
 /// then or later (the over-limit cache counts its entries from there).
 pub(crate) type Answer = Result<(PlanDecision, std::time::Instant), Failure>;
 
-/// One decision waiting for a driver.
+/// The answers of a [`Job`]'s plans, in order, with when its call was
+/// sent; or why none came.
+pub(crate) type Answers = Result<(SmallVec<[PlanDecision; 1]>, std::time::Instant), Failure>;
+
+/// One decision waiting for a driver, or several that must be decided in
+/// one call ([`Batcher::decide_together`]): a job is never split across
+/// calls, so Redis runs its plans in one script, all or (on a failure)
+/// none.
 struct Job {
-    plan: Plan,
-    ask: Ask,
-    answer: oneshot::Sender<Answer>,
+    plans: SmallVec<[(Plan, Ask); 1]>,
+    answer: oneshot::Sender<Answers>,
 }
 
 /// Writes `decide` calls: the script's SHA and the key prefix.
@@ -389,12 +395,26 @@ impl Batcher {
     /// Decides `plan` in the next call of a driver with room in its queue,
     /// or sheds it if none has.
     pub(crate) async fn decide(&self, plan: &Plan, ask: Ask) -> Answer {
+        let mut plans = SmallVec::new();
+        plans.push((plan.clone(), ask));
+        let (mut answers, sent) = self.queue(plans).await?;
+        let d = answers.pop().ok_or_else(|| {
+            Failure::Store(StoreError::Unavailable("no answer for a plan".into()))
+        })?;
+        Ok((d, sent))
+    }
+
+    /// Decides `plans` together in the next call of a driver with room in
+    /// its queue (one job, never split across calls: one script run), or
+    /// sheds them if none has. Answered as a whole: every plan's answer,
+    /// or the call's failure.
+    pub(crate) async fn decide_together(&self, plans: SmallVec<[(Plan, Ask); 1]>) -> Answers {
+        self.queue(plans).await
+    }
+
+    async fn queue(&self, plans: SmallVec<[(Plan, Ask); 1]>) -> Answers {
         let (answer, answered) = oneshot::channel();
-        let mut job = Job {
-            plan: plan.clone(),
-            ask,
-            answer,
-        };
+        let mut job = Job { plans, answer };
         let n = self.queues.len();
         let first = self.next.fetch_add(1, Ordering::Relaxed);
         for i in 0..n {
@@ -463,7 +483,10 @@ async fn drive(conn: Link, encoder: Arc<Encoder>, mut rx: mpsc::Receiver<Job>, t
                 continue;
             }
             let jobs = std::mem::replace(&mut pending, Vec::with_capacity(MAX_PLANS));
-            let cmd = encoder.command(jobs.iter().map(|j| (&j.plan, &j.ask)));
+            let cmd = encoder.command(
+                jobs.iter()
+                    .flat_map(|j| j.plans.iter().map(|(plan, ask)| (plan, ask))),
+            );
             next_id += 1;
             let id = next_id;
             // The link's connection now: after a failover (Sentinel),
@@ -590,18 +613,38 @@ fn finish(
             return;
         }
     };
-    match parts(value, jobs.iter().map(|j| j.plan.len()), ints) {
+    let lens = jobs
+        .iter()
+        .flat_map(|j| j.plans.iter().map(|(plan, _)| plan.len()));
+    match parts(value, lens, ints) {
         Ok(parts) => {
-            for (job, range) in jobs.into_iter().zip(parts) {
-                let answer = reply::plan_outcome(
-                    &ints[range],
-                    &job.plan,
-                    job.ask.request.hits,
-                    job.ask.mode,
-                );
-                let _ = job
-                    .answer
-                    .send(answer.map(|d| (d, sent_at)).map_err(Failure::Store));
+            let mut ranges = parts.into_iter();
+            for job in jobs {
+                // A job's answers, or the first refusal among them (its
+                // other plans were decided all the same: the script decides
+                // each on its own; callers check first what the script
+                // would refuse).
+                let mut answers = SmallVec::new();
+                let mut refused = None;
+                for (plan, ask) in &job.plans {
+                    let Some(range) = ranges.next() else {
+                        refused.get_or_insert(StoreError::Unavailable(
+                            "a decide reply answered too few plans".into(),
+                        ));
+                        break;
+                    };
+                    match reply::plan_outcome(&ints[range], plan, ask.request.hits, ask.mode) {
+                        Ok(d) => answers.push(d),
+                        Err(e) => {
+                            refused.get_or_insert(e);
+                        }
+                    }
+                }
+                let answer = match refused {
+                    Some(e) => Err(Failure::Store(e)),
+                    None => Ok((answers, sent_at)),
+                };
+                let _ = job.answer.send(answer);
             }
         }
         Err(e) => {

@@ -691,10 +691,14 @@ impl RedisStore {
 
     /// [`Store::decide_together`]: the parts in one `decide` call, which
     /// Redis runs as one script, so a failure (a timeout, a dropped
-    /// connection, a failover) leaves every part decided or none. What a
-    /// part's plan the script refuses outright (a mode its limit does not
-    /// take) the caller checks first; the script would refuse that part
-    /// alone and decide the others.
+    /// connection, a failover) leaves every part decided or none. On a
+    /// single Redis the call goes through the batcher as one job (never
+    /// split across calls), with its shedding and its silence timer; on a
+    /// cluster it is a call of its own, as every decision there is. A part
+    /// the script would refuse whatever the state (report or refund to a
+    /// limit without a sound debt; acquire, whose refusals depend on the
+    /// state, is not taken) is refused here before anything is sent: the
+    /// script would refuse that part alone and decide the others.
     async fn decide_parts(
         &self,
         parts: &[(&Plan, Hits, Mode)],
@@ -702,6 +706,25 @@ impl RedisStore {
     ) -> Result<SmallVec<[PlanDecision; 3]>, StoreError> {
         let mut asks: SmallVec<[(&Plan, Ask); 3]> = SmallVec::new();
         for &(plan, request, mode) in parts {
+            if mode == Mode::Acquire {
+                return Err(StoreError::Unsupported(
+                    "plans decided together are checks and usage, never scheduled".into(),
+                ));
+            }
+            if mode.is_usage() {
+                if let Some((index, it)) = plan
+                    .items()
+                    .iter()
+                    .enumerate()
+                    .find(|(_, it)| !it.limit.takes_usage())
+                {
+                    return Err(StoreError::Plan(tollgate_core::PlanError::NoUsage {
+                        index,
+                        algorithm: it.limit.algorithm_name(),
+                        mode,
+                    }));
+                }
+            }
             let most = plan
                 .items()
                 .iter()
@@ -727,8 +750,21 @@ impl RedisStore {
         }
         let cache = self.cache.as_ref();
         let generation = cache.map_or(0, |c| c.generation());
-        let (decided, sent) = self.decide_all(&asks).await.map_err(|f| self.failed(f))?;
-        self.mark(true);
+        let answered = if asks.is_empty() {
+            Ok((SmallVec::new(), std::time::Instant::now()))
+        } else {
+            match &self.batcher {
+                Some(b) => {
+                    let plans = asks.iter().map(|(p, a)| (Plan::clone(p), *a)).collect();
+                    b.decide_together(plans).await
+                }
+                None => self.decide_all(&asks).await,
+            }
+        };
+        let (decided, sent) = answered.map_err(|f| self.failed(f))?;
+        if !asks.is_empty() {
+            self.mark(true);
+        }
         let mut answers = decided.into_iter();
         let mut out = SmallVec::new();
         for &(plan, request, mode) in parts {
@@ -839,10 +875,7 @@ impl RedisStore {
 
     /// Several plans in one `decide` call of their own (one script run),
     /// each answered or the call failed as a whole.
-    async fn decide_all(
-        &self,
-        asks: &[(&Plan, Ask)],
-    ) -> Result<(Vec<PlanDecision>, std::time::Instant), Failure> {
+    async fn decide_all(&self, asks: &[(&Plan, Ask)]) -> batch::Answers {
         let cmd = self.encoder.command(asks.iter().map(|(p, a)| (*p, a)));
         let sent = std::time::Instant::now();
         let value = match tokio::time::timeout(self.timeout, self.conn.send_decide(&cmd)).await {
@@ -853,7 +886,7 @@ impl RedisStore {
         let mut ints = Vec::new();
         let ranges = batch::parts(value, asks.iter().map(|(p, _)| p.len()), &mut ints)
             .map_err(Failure::Store)?;
-        let mut out = Vec::with_capacity(asks.len());
+        let mut out = SmallVec::with_capacity(asks.len());
         for ((plan, ask), range) in asks.iter().zip(ranges) {
             let d = reply::plan_outcome(&ints[range], plan, ask.request.hits, ask.mode)
                 .map_err(Failure::Store)?;

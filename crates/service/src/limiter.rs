@@ -788,7 +788,15 @@ impl<S: Store> Limiter<S> {
                         at.push(i);
                     }
                 }
-                let answers = self.store.decide_together(&together, now).await?;
+                // One part alone is an ordinary decision (the Redis over-limit
+                // cache may answer it); none, nothing to ask.
+                let answers: SmallVec<[PlanDecision; 3]> = match together.as_slice() {
+                    [] => SmallVec::new(),
+                    [(plan, request, mode)] => {
+                        smallvec::smallvec![self.store.decide(plan, now, *request, *mode).await?]
+                    }
+                    _ => self.store.decide_together(&together, now).await?,
+                };
                 for (i, pd) in at.into_iter().zip(answers) {
                     if parts[i].mode == Mode::Report {
                         count_dropped(&view, req, &parts[i].plan, &pd);

@@ -144,7 +144,11 @@ pub trait Store: Send + Sync + 'static {
     /// call, so a failure leaves all of them decided or none (never the
     /// check charged and the report lost); a store in this process decides
     /// them one after the other, which nothing can interrupt but a refusal.
-    /// An error is the first part's that failed.
+    /// An error is the first part's that failed. For checks (`Mode::Try`)
+    /// and usage only: a caller first refuses usage to a limit that takes
+    /// none ([`tollgate_core::Limit::takes_usage`]), which a store deciding
+    /// in one call could otherwise refuse for that part alone after the
+    /// others were decided.
     fn decide_together(
         &self,
         parts: &[(&Plan, Hits, Mode)],
