@@ -604,32 +604,14 @@ impl RedisStore {
         if plan.is_empty() {
             return Ok(plan::decide(&mut [], now, request, mode)?);
         }
-        // The request's hits and any an item is asked of its own (an
-        // inspection asks none).
-        let most = plan
-            .items()
-            .iter()
-            .filter(|_| !inspect)
-            .filter_map(|it| it.hits)
-            .fold(request.hits.max(request.min_hits), u64::max);
-        if most >= MAX_EXACT {
-            return Err(StoreError::Unsupported(format!(
-                "{most} hits: the Redis store counts exactly below 2^52"
-            )));
-        }
+        exact(plan, request, inspect)?;
         let cache = self.cache.as_ref().filter(|_| !inspect);
         if let (Some(cache), Mode::Try) = (cache, mode) {
             if let Some(d) = cache.answer(plan, cache.now(now), request) {
                 return Ok(d);
             }
         }
-        let ask = Ask {
-            request,
-            mode,
-            inspect,
-            now: (self.clock == ScriptClock::Caller).then_some(now),
-            server_now: now,
-        };
+        let ask = self.ask(request, mode, inspect, now);
         // Before the call is sent: should the store find meanwhile that
         // Redis lost its data, the answer may describe what was lost.
         let generation = cache.map_or(0, |c| c.generation());
@@ -650,6 +632,18 @@ impl RedisStore {
                 Ok(d)
             }
             Err(f) => Err(self.failed(f)),
+        }
+    }
+
+    /// What the script is asked of a plan besides it, at this server's
+    /// `now` (sent as the script's time with the caller's clock).
+    fn ask(&self, request: Hits, mode: Mode, inspect: bool, now: Nanos) -> Ask {
+        Ask {
+            request,
+            mode,
+            inspect,
+            now: (self.clock == ScriptClock::Caller).then_some(now),
+            server_now: now,
         }
     }
 
@@ -711,41 +705,12 @@ impl RedisStore {
                     "plans decided together are checks and usage, never scheduled".into(),
                 ));
             }
-            if mode.is_usage() {
-                if let Some((index, it)) = plan
-                    .items()
-                    .iter()
-                    .enumerate()
-                    .find(|(_, it)| !it.limit.takes_usage())
-                {
-                    return Err(StoreError::Plan(tollgate_core::PlanError::NoUsage {
-                        index,
-                        algorithm: it.limit.algorithm_name(),
-                        mode,
-                    }));
-                }
+            if let Some(e) = plan.usage_refusal(mode) {
+                return Err(StoreError::Plan(e));
             }
-            let most = plan
-                .items()
-                .iter()
-                .filter_map(|it| it.hits)
-                .fold(request.hits.max(request.min_hits), u64::max);
-            if most >= MAX_EXACT {
-                return Err(StoreError::Unsupported(format!(
-                    "{most} hits: the Redis store counts exactly below 2^52"
-                )));
-            }
+            exact(plan, request, false)?;
             if !plan.is_empty() {
-                asks.push((
-                    plan,
-                    Ask {
-                        request,
-                        mode,
-                        inspect: false,
-                        now: (self.clock == ScriptClock::Caller).then_some(now),
-                        server_now: now,
-                    },
-                ));
+                asks.push((plan, self.ask(request, mode, false, now)));
             }
         }
         let cache = self.cache.as_ref();
@@ -905,6 +870,24 @@ impl RedisStore {
         self.note_failure(&e);
         StoreError::Unavailable(format!("{what} ({}): {e}", self.url))
     }
+}
+
+/// Refuses `request` for `plan` when the request's hits, or any an item
+/// is asked of its own (an inspection asks none), are past what the
+/// scripts count exactly.
+fn exact(plan: &Plan, request: Hits, inspect: bool) -> Result<(), StoreError> {
+    let most = plan
+        .items()
+        .iter()
+        .filter(|_| !inspect)
+        .filter_map(|it| it.hits)
+        .fold(request.hits.max(request.min_hits), u64::max);
+    if most >= MAX_EXACT {
+        return Err(StoreError::Unsupported(format!(
+            "{most} hits: the Redis store counts exactly below 2^52"
+        )));
+    }
+    Ok(())
 }
 
 impl Store for RedisStore {

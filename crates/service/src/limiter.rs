@@ -743,21 +743,8 @@ impl<S: Store> Limiter<S> {
                 // A usage part the store would refuse whatever the state
                 // (a limit without a sound debt) is refused before the
                 // check is charged: nothing is decided.
-                for part in parts.iter().filter(|p| p.mode.is_usage()) {
-                    if let Some((index, it)) = part
-                        .plan
-                        .items()
-                        .iter()
-                        .enumerate()
-                        .find(|(_, it)| !it.limit.takes_usage())
-                    {
-                        return Err(StoreError::Plan(PlanError::NoUsage {
-                            index,
-                            algorithm: it.limit.algorithm_name(),
-                            mode: part.mode,
-                        })
-                        .into());
-                    }
+                if let Some(e) = parts.iter().find_map(|p| p.plan.usage_refusal(p.mode)) {
+                    return Err(StoreError::Plan(e).into());
                 }
                 // The probes first: they charge nothing, and one refused
                 // makes the check only inspected (all or nothing).

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 use thiserror::Error;
-use tollgate_core::Limit;
+use tollgate_core::{Limit, Mode, PlanError};
 
 use crate::key::Key;
 
@@ -131,6 +131,28 @@ impl Plan {
     /// namespace; the memory store ignores it.
     pub fn affinity(&self) -> u64 {
         self.affinity
+    }
+
+    /// Why the plan cannot be told usage in `mode` whatever the state: its
+    /// first item whose limit has no sound debt
+    /// ([`Limit::takes_usage`]), as the core's plan refuses it; `None`
+    /// when `mode` is no usage or every limit takes it. For deciding
+    /// several plans together, where a refusal found late would come after
+    /// another plan was decided.
+    pub fn usage_refusal(&self, mode: Mode) -> Option<PlanError> {
+        if !mode.is_usage() {
+            return None;
+        }
+        let (index, it) = self
+            .items
+            .iter()
+            .enumerate()
+            .find(|(_, it)| !it.limit.takes_usage())?;
+        Some(PlanError::NoUsage {
+            index,
+            algorithm: it.limit.algorithm_name(),
+            mode,
+        })
     }
 
     /// The position of the item of `key`, if the plan holds it.
