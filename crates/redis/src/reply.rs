@@ -186,18 +186,19 @@ pub(crate) fn plan_outcome(
                 .items()
                 .get(index)
                 .ok_or_else(|| bad(&format!("item {index} of {items}")))?;
+            // The hits the item was asked: its own, or the request's.
+            let asked = item.hits.unwrap_or(hits);
             Err(match status {
                 1 => StoreError::Plan(PlanError::CannotSchedule {
                     index,
                     algorithm: item.limit.algorithm_name(),
                 }),
-                // The hits the item was asked: its own, or the request's.
                 2 => StoreError::Plan(PlanError::NeverAdmits {
                     index,
-                    hits: item.hits.unwrap_or(hits),
+                    hits: asked,
                 }),
                 3 => StoreError::Unsupported(format!(
-                    "acquiring {hits} hits would wait 52 days or more, which the Redis store cannot count exactly"
+                    "acquiring {asked} hits would wait 52 days or more, which the Redis store cannot count exactly"
                 )),
                 4 => StoreError::Plan(PlanError::NoUsage {
                     index,

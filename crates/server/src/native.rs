@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 use tollgate_core::copies::TransferId;
-use tollgate_core::Hits;
+use tollgate_core::{Hits, Mode};
 use tollgate_proto::v1::{self, session_request::Op, session_response::Result as Answer};
 use tollgate_proto::RateRequestView;
 use tollgate_service::{LimitedBy, ServiceError, Session, Target};
@@ -87,6 +87,11 @@ pub async fn rate<S: Store>(
                 !o.unconfigured,
                 o.allowed,
                 o.granted,
+                match v1::Mode::try_from(req.mode) {
+                    Ok(v1::Mode::Report) => Mode::Report,
+                    Ok(v1::Mode::Refund) => Mode::Refund,
+                    _ => Mode::Try,
+                },
             );
             if !o.unconfigured {
                 if !o.allowed {

@@ -32,6 +32,7 @@ impl DescriptorStatus {
             limit_override: None,
             unlimited: false,
             shadowed: false,
+            mode: Mode::Try,
         }
     }
 }
@@ -499,6 +500,16 @@ impl ToDecide {
     /// item owes hits or is exhausted, which is how a gateway checks
     /// before a request whose cost it reports afterwards.
     pub(crate) fn outcome(self, pd: &PlanDecision, hits: u64, mode: Mode) -> DescriptorOutcome {
+        // How each descriptor's counter was decided: in a check, each
+        // item's own mode (reported, refunded or checked).
+        let modes: SmallVec<[Mode; 4]> = self
+            .item_of
+            .iter()
+            .map(|item| match (mode, item) {
+                (Mode::Try, Some(i)) => self.mode_of(*i, hits),
+                _ => mode,
+            })
+            .collect();
         let ToDecide {
             plan,
             mut statuses,
@@ -511,6 +522,7 @@ impl ToDecide {
         for (d, ((status, item), width)) in
             statuses.iter_mut().zip(&item_of).zip(&widths).enumerate()
         {
+            status.mode = modes.get(d).copied().unwrap_or(mode);
             let Some(first) = *item else { continue };
             // This descriptor's hits: its own when they differ.
             let hits = own.get(d).copied().unwrap_or(hits);
@@ -867,9 +879,15 @@ descriptors:
         let out = t.outcome(&pd, 5, Mode::Try);
         assert!(!out.allowed);
         assert!(!out.statuses[0].allowed && out.statuses[1].allowed);
+        let modes: Vec<Mode> = out.statuses.iter().map(|s| s.mode).collect();
+        assert_eq!(modes, [Mode::Try, Mode::Report]);
         // No hits: one check of everything. A refund: one refund.
         let t = to_decide_in(&view, "llm", &list);
         assert!(matches!(t.split(0, Mode::Try), Split::Whole(Mode::Try)));
+        // With no hits the reported item is checked, not reported.
+        let out = to_decide_in(&view, "llm", &list).outcome(&decided(&[4, 1]), 0, Mode::Try);
+        let modes: Vec<Mode> = out.statuses.iter().map(|s| s.mode).collect();
+        assert_eq!(modes, [Mode::Try, Mode::Try]);
         assert!(matches!(
             t.split(5, Mode::Refund),
             Split::Whole(Mode::Refund)
@@ -965,6 +983,10 @@ descriptors:
         assert_eq!(pd.limited_by, Some(1));
         let out = t.outcome(&pd, 1, Mode::Try);
         assert!(out.statuses[0].allowed && !out.statuses[1].allowed);
+        // Each status says how its counter was decided (the metrics count
+        // the refund as given back, not granted).
+        let modes: Vec<Mode> = out.statuses.iter().map(|s| s.mode).collect();
+        assert_eq!(modes, [Mode::Refund, Mode::Try]);
         // One counter both refunded and charged: malformed.
         let twice = [d(&[("user", "u1")]), d(&[("user", "u1")])];
         let err = planned_with(&view, &twice, &[], &[false, true]).unwrap_err();

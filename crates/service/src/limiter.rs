@@ -191,6 +191,13 @@ pub struct DescriptorStatus {
     pub unlimited: bool,
     /// Over its limit but in shadow mode.
     pub shadowed: bool,
+    /// How its counter was decided: `Try` (checked, all or nothing with
+    /// the request's other checked descriptors), `Report` (its hits
+    /// charged whatever the check said: a `report: true` limit, or a
+    /// report), or `Refund` (its hits given back). Its hits were charged
+    /// (or given back) when it is `Report` or `Refund` and a limit
+    /// applies, whatever the request's answer.
+    pub mode: Mode,
 }
 
 /// The answer to a [`DescriptorRequest`].

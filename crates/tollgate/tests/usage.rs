@@ -118,6 +118,13 @@ fn check_before_report_after_on_http() {
     assert_eq!(answer["limited_by"], "limit");
     assert_eq!(answer["remaining"], 0);
     assert_eq!(clamped(&server, "llm"), 2.0);
+    // Each kind of hits in its counter, as charged: the checks granted
+    // (100, 100, 1000), the reports (1200, 200 up to the bound, 1500),
+    // the refunds (600, and up to full).
+    assert_eq!(hits(&server, "granted", "llm", "tokens"), 1200.0);
+    assert_eq!(hits(&server, "reported", "llm", "tokens"), 2900.0);
+    let refunded = hits(&server, "refunded", "llm", "tokens");
+    assert!((1599.0..=1600.0).contains(&refunded), "{refunded}");
     // An algorithm without a sound debt is refused, naming it.
     let body = r#"{"namespace":"llm","resource":"calls","domain":"d","hits":3,"mode":"report"}"#;
     let (status, answer) = server.json("POST", "/v1/request", Some(body));
@@ -396,6 +403,28 @@ fn envoy_flow(server: &Serving) {
         assert_eq!(a.statuses[0].limit_remaining, 1000);
     });
     assert_eq!(clamped(server, "gateway"), 1.0);
+    // The hits counters: alice's reports as charged (1300, 200 of the
+    // 1000 past the bound, 150 beside a refused check, 300), her refunds
+    // as given back (600, up to full from 50 owed, 200, 100 beside a
+    // refused check: the two refunds that reach full give back a token
+    // less for the fraction real time refilled), and the path's one
+    // grant: never what a refused check asked, and no usage counted as
+    // granted.
+    assert_eq!(hits(server, "reported", "gateway", "user"), 1950.0);
+    let refunded = hits(server, "refunded", "gateway", "user");
+    assert!((1948.0..=1950.0).contains(&refunded), "{refunded}");
+    assert_eq!(hits(server, "granted", "gateway", "user"), 0.0);
+    assert_eq!(hits(server, "granted", "gateway", "path"), 1.0);
+}
+
+/// `tollgate_hits_{what}_total` of `namespace` and `resource` (0 when the
+/// series does not exist).
+fn hits(server: &Serving, what: &str, namespace: &str, resource: &str) -> f64 {
+    server
+        .metric(&format!(
+            r#"tollgate_hits_{what}_total{{namespace="{namespace}",resource="{resource}"}}"#
+        ))
+        .unwrap_or(0.0)
 }
 
 /// Regressions (review of the per-descriptor hits change): a report

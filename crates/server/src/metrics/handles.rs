@@ -25,7 +25,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use hashbrown::{DefaultHashBuilder, HashTable};
 use metrics::{Counter, Histogram};
 
-use super::{DECISIONS, HITS, LATENCY, NEAR_LIMIT};
+use tollgate_core::Mode;
+
+use super::{DECISIONS, HITS, HITS_REFUNDED, HITS_REPORTED, LATENCY, NEAR_LIMIT};
 
 /// Most label sets one thread keeps.
 const MAX_ENTRIES: usize = 4096;
@@ -47,7 +49,8 @@ pub(super) struct Handles {
     resource: Box<str>,
     granted: Option<Counter>,
     rejected: Option<Counter>,
-    hits: Option<Counter>,
+    /// Granted, reported and refunded hits, each registered on first use.
+    hits: [Option<Counter>; 3],
     near_limit: Option<Counter>,
 }
 
@@ -59,7 +62,7 @@ impl Handles {
             resource: resource.into(),
             granted: None,
             rejected: None,
-            hits: None,
+            hits: [None, None, None],
             near_limit: None,
         }
     }
@@ -86,11 +89,19 @@ impl Handles {
         })
     }
 
-    /// `tollgate_hits_granted_total` (not by surface).
-    pub(super) fn hits(&mut self) -> &Counter {
-        self.hits.get_or_insert_with(|| {
+    /// The hits counter of `mode` (not by surface):
+    /// `tollgate_hits_granted_total` for a check,
+    /// `tollgate_hits_reported_total` for a report and
+    /// `tollgate_hits_refunded_total` for a refund.
+    pub(super) fn hits(&mut self, mode: Mode) -> &Counter {
+        let (slot, name) = match mode {
+            Mode::Report => (&mut self.hits[1], HITS_REPORTED),
+            Mode::Refund => (&mut self.hits[2], HITS_REFUNDED),
+            Mode::Try | Mode::Acquire => (&mut self.hits[0], HITS),
+        };
+        slot.get_or_insert_with(|| {
             metrics::counter!(
-                HITS,
+                name,
                 "namespace" => self.namespace.to_string(),
                 "resource" => self.resource.to_string()
             )

@@ -9,12 +9,21 @@ mod handles;
 mod near;
 
 pub use near::{NearLimitRatio, NearLimitRatioError};
+use tollgate_core::Mode;
 
 /// Decisions, by `surface`, `namespace`, `resource` and `outcome`
 /// (`granted` / `rejected` / `error`).
 pub const DECISIONS: &str = "tollgate_decisions_total";
-/// Hits granted, by `namespace` and `resource`.
+/// Hits granted by checks (`try` and `acquire`), by `namespace` and
+/// `resource`.
 pub const HITS: &str = "tollgate_hits_granted_total";
+/// Hits charged after the fact (mode `report`, `report: true`
+/// descriptors), by `namespace` and `resource`: charged whatever the
+/// check beside them said, so counted whatever the answer.
+pub const HITS_REPORTED: &str = "tollgate_hits_reported_total";
+/// Hits given back (mode `refund`, Envoy's `is_negative_hits`), by
+/// `namespace` and `resource`.
+pub const HITS_REFUNDED: &str = "tollgate_hits_refunded_total";
 /// Grants that left more than the near-limit ratio of the limit used
 /// (`limit - remaining > floor(limit × ratio)`, [`NearLimitRatio`]), by
 /// `surface`, `namespace` and `resource`, on every surface.
@@ -131,7 +140,15 @@ fn describe() {
         DECISIONS,
         "Limiting decisions by surface, namespace, resource and outcome."
     );
-    describe_counter!(HITS, "Hits granted by namespace and resource.");
+    describe_counter!(HITS, "Hits granted by checks, by namespace and resource.");
+    describe_counter!(
+        HITS_REPORTED,
+        "Hits charged after the fact (reports), by namespace and resource."
+    );
+    describe_counter!(
+        HITS_REFUNDED,
+        "Hits given back (refunds), by namespace and resource."
+    );
     describe_counter!(
         DENIED_UNCOUNTED,
         "Refusals left out of GET /v1/denied because its summary held as many resources as it may."
@@ -178,15 +195,18 @@ pub fn config_loaded_at_start(revision: u64) {
     metrics::counter!(RELOADS, "outcome" => "error").increment(0);
 }
 
-/// Records one rate decision. Names are labels only when the config knows
-/// them, so a flood of made-up names cannot grow the label set.
+/// Records one rate decision that charged `hits` in `mode`: hits a check
+/// granted ([`HITS`]), reported ([`HITS_REPORTED`]) or gave back
+/// ([`HITS_REFUNDED`]). Names are labels only when the config knows them,
+/// so a flood of made-up names cannot grow the label set.
 pub fn rate_decision(
     surface: &'static str,
     namespace: &str,
     resource: &str,
     known: bool,
     allowed: bool,
-    granted: u64,
+    hits: u64,
+    mode: Mode,
 ) {
     let (ns, res) = if known {
         (namespace, resource)
@@ -195,8 +215,8 @@ pub fn rate_decision(
     };
     handles::with(surface, ns, res, |h| {
         h.decision(allowed).increment(1);
-        if granted > 0 {
-            h.hits().increment(granted);
+        if hits > 0 {
+            h.hits(mode).increment(hits);
         }
     });
 }
