@@ -1,7 +1,8 @@
 //! Live usage for the console: what the limiting servers are deciding now,
 //! per resource, read from their Prometheus `/metrics`
 //! (`tollgate_decisions_total` by `namespace`, `resource` and `outcome`,
-//! `tollgate_hits_granted_total`, `tollgate_near_limit_total`), summed
+//! `tollgate_hits_granted_total`, `tollgate_hits_reported_total`,
+//! `tollgate_hits_refunded_total`, `tollgate_near_limit_total`), summed
 //! over the servers and their surfaces, with rates over the last refresh;
 //! and the domains they refused most lately, from their `GET /v1/denied`
 //! (a bounded summary per server, summed here).
@@ -45,8 +46,12 @@ pub struct Counters {
     pub decisions: f64,
     /// Decisions that rejected.
     pub rejected: f64,
-    /// Hits granted.
+    /// Hits granted by checks.
     pub hits_granted: f64,
+    /// Hits charged after the fact (reports).
+    pub hits_reported: f64,
+    /// Hits given back (refunds).
+    pub hits_refunded: f64,
     /// Grants that left at most a tenth of the limit.
     pub near_limit: f64,
 }
@@ -62,8 +67,10 @@ pub fn parse(text: &str) -> BTreeMap<Key, Counters> {
         };
         let decisions = name == "tollgate_decisions_total";
         let hits = name == "tollgate_hits_granted_total";
+        let reported = name == "tollgate_hits_reported_total";
+        let refunded = name == "tollgate_hits_refunded_total";
         let near = name == "tollgate_near_limit_total";
-        if !decisions && !hits && !near {
+        if !decisions && !hits && !reported && !refunded && !near {
             continue;
         }
         let Some((labels, value)) = rest.rsplit_once('}') else {
@@ -89,6 +96,10 @@ pub fn parse(text: &str) -> BTreeMap<Key, Counters> {
         let c = out.entry((ns.to_owned(), resource.to_owned())).or_default();
         if hits {
             c.hits_granted += value;
+        } else if reported {
+            c.hits_reported += value;
+        } else if refunded {
+            c.hits_refunded += value;
         } else if near {
             c.near_limit += value;
         } else {
@@ -267,6 +278,8 @@ impl Board {
                         t.decisions += c.decisions;
                         t.rejected += c.rejected;
                         t.hits_granted += c.hits_granted;
+                        t.hits_reported += c.hits_reported;
+                        t.hits_refunded += c.hits_refunded;
                         t.near_limit += c.near_limit;
                         if let (Some(e), Some(prev)) = (elapsed_s, before) {
                             let p = prev.get(key).copied().unwrap_or_default();
@@ -277,6 +290,8 @@ impl Board {
                             r.decisions += d(c.decisions, p.decisions) / e;
                             r.rejected += d(c.rejected, p.rejected) / e;
                             r.hits_granted += d(c.hits_granted, p.hits_granted) / e;
+                            r.hits_reported += d(c.hits_reported, p.hits_reported) / e;
+                            r.hits_refunded += d(c.hits_refunded, p.hits_refunded) / e;
                             r.near_limit += d(c.near_limit, p.near_limit) / e;
                         }
                     }
@@ -308,6 +323,8 @@ impl Board {
                 "decisions": t.decisions,
                 "rejected": t.rejected,
                 "hits_granted": t.hits_granted,
+                "hits_reported": t.hits_reported,
+                "hits_refunded": t.hits_refunded,
                 "near_limit": t.near_limit,
                 "decisions_per_s": r.map(|r| r.decisions),
                 "rejected_per_s": r.map(|r| r.rejected),
@@ -381,6 +398,8 @@ tollgate_decisions_total{surface="http",namespace="",resource="",outcome="error"
 tollgate_decisions_total{surface="http",namespace="_unconfigured",resource="_unconfigured",outcome="granted"} 9
 tollgate_decisions_total{surface="http",namespace="we\"ird",resource="a,b",outcome="rejected"} 1
 tollgate_hits_granted_total{namespace="shop",resource="api"} 12
+tollgate_hits_reported_total{namespace="shop",resource="api"} 30
+tollgate_hits_refunded_total{namespace="shop",resource="api"} 6
 tollgate_near_limit_total{surface="http",namespace="shop",resource="api"} 4
 tollgate_sessions 0
 "#;
@@ -394,6 +413,8 @@ tollgate_sessions 0
                 decisions: 15.0,
                 rejected: 5.0,
                 hits_granted: 12.0,
+                hits_reported: 30.0,
+                hits_refunded: 6.0,
                 near_limit: 4.0,
             }
         );

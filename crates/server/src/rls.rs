@@ -207,35 +207,26 @@ async fn answer<S: Store>(
             wire_status(s, entry, now)
         })
         .collect();
-    for (i, s) in outcome.statuses.iter().enumerate() {
-        // A check is charged its own hits only when the whole request is
-        // OK; usage (a `report: true` descriptor's hits, a refund) whatever
-        // it says, as its limit took it: a report up to the debt's bound, a
-        // refund up to a fresh counter (the binding limit's, for a list).
-        let own = descriptor_hits.get(i).copied().flatten().unwrap_or(hits);
-        let charged = match s.mode {
-            Mode::Report | Mode::Refund if !s.unlimited => s.decision.map_or(0, |d| d.granted),
-            Mode::Report | Mode::Refund => 0,
-            Mode::Try | Mode::Acquire if outcome.allowed => own,
-            Mode::Try | Mode::Acquire => 0,
-        };
+    for s in &outcome.statuses {
+        // A check's hits only when the whole request is OK; usage (a
+        // `report: true` descriptor's hits, a refund) whatever it says, as
+        // its counters took it (`DescriptorStatus::charged`).
         m::rate_decision(
             surface,
             &req.domain,
             s.resource.as_deref().unwrap_or_default(),
             s.resource.is_some(),
             s.allowed,
-            charged,
+            s.charged,
             s.mode,
         );
         // Near the limit, per descriptor as upstream counts it, only for
         // hits actually charged (a check of a request that is OK, a report
-        // whatever the answer). A descriptor
-        // over its limit but let through (shadow mode, `ignore_configured`)
-        // is over, not near, as upstream counts it.
-        // Giving back never brings a limit nearer (as on the native API);
-        // a report does.
-        if charged > 0 && s.mode != Mode::Refund && !s.unlimited && !s.shadowed {
+        // whatever the answer). A descriptor over its limit but let through
+        // (shadow mode, `ignore_configured`) is over, not near, as upstream
+        // counts it. Giving back never brings a limit nearer (as on the
+        // native API); a report does.
+        if s.charged > 0 && s.mode != Mode::Refund && !s.unlimited && !s.shadowed {
             if let (Some(resource), Some(d)) = (s.resource.as_deref(), s.decision) {
                 if app.near_limit().is_near(d.limit, d.remaining) {
                     m::near_limit(surface, &req.domain, resource);

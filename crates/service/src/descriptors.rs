@@ -33,6 +33,7 @@ impl DescriptorStatus {
             unlimited: false,
             shadowed: false,
             mode: Mode::Try,
+            charged: 0,
         }
     }
 }
@@ -118,10 +119,19 @@ pub(crate) fn plan(
     let Some(ns) = view.namespace(req.namespace) else {
         return Ok(Planned::UnknownDomain(DescriptorOutcome {
             allowed: true,
-            statuses: req
-                .descriptors
-                .iter()
-                .map(|_| DescriptorStatus::unlimited_by_default())
+            statuses: (0..req.descriptors.len())
+                .map(|i| {
+                    let mut status = DescriptorStatus::unlimited_by_default();
+                    status.mode = asked_mode(req, i);
+                    // Allowed, with no counter: it counts what it asked.
+                    status.charged = req
+                        .descriptor_hits
+                        .get(i)
+                        .copied()
+                        .flatten()
+                        .unwrap_or(req.hits);
+                    status
+                })
                 .collect(),
         }));
     };
@@ -169,6 +179,7 @@ pub(crate) fn plan(
     let mut denied = false;
     for (i, m) in matches.into_iter().enumerate() {
         let mut status = DescriptorStatus::unlimited_by_default();
+        status.mode = asked_mode(req, i);
         let mut item = None;
         let mut width = 1;
         // Matched to its limit; the replaced and brought cases leave early.
@@ -282,6 +293,17 @@ pub(crate) fn plan(
         hits,
         widths,
     }))
+}
+
+/// How descriptor `i` of `req` asks to be decided, before any limit is
+/// known: the request's mode, or a refund when it alone gives back
+/// (Envoy's `is_negative_hits`).
+fn asked_mode(req: &DescriptorRequest<'_>, i: usize) -> Mode {
+    if req.mode == Mode::Try && req.refunds.get(i) == Some(&true) {
+        Mode::Refund
+    } else {
+        req.mode
+    }
 }
 
 /// Descriptor `i`'s own terms on its plan items `at..at + width`: the
@@ -501,13 +523,15 @@ impl ToDecide {
     /// before a request whose cost it reports afterwards.
     pub(crate) fn outcome(self, pd: &PlanDecision, hits: u64, mode: Mode) -> DescriptorOutcome {
         // How each descriptor's counter was decided: in a check, each
-        // item's own mode (reported, refunded or checked).
-        let modes: SmallVec<[Mode; 4]> = self
+        // item's own mode (reported, refunded or checked); a descriptor
+        // without one keeps the mode it asked ([`plan`]).
+        let modes: SmallVec<[Option<Mode>; 4]> = self
             .item_of
             .iter()
             .map(|item| match (mode, item) {
-                (Mode::Try, Some(i)) => self.mode_of(*i, hits),
-                _ => mode,
+                (_, None) => None,
+                (Mode::Try, Some(i)) => Some(self.mode_of(*i, hits)),
+                _ => Some(mode),
             })
             .collect();
         let ToDecide {
@@ -522,10 +546,17 @@ impl ToDecide {
         for (d, ((status, item), width)) in
             statuses.iter_mut().zip(&item_of).zip(&widths).enumerate()
         {
-            status.mode = modes.get(d).copied().unwrap_or(mode);
-            let Some(first) = *item else { continue };
             // This descriptor's hits: its own when they differ.
             let hits = own.get(d).copied().unwrap_or(hits);
+            let Some(first) = *item else {
+                // No counter: it counts what it asked, as an unconfigured
+                // resource does on the native API, when the request is OK.
+                status.charged = hits;
+                continue;
+            };
+            if let Some(m) = modes.get(d).copied().flatten() {
+                status.mode = m;
+            }
             // The binding item: the first without room for every hit,
             // the least room first; else the one with the least remaining.
             let span = first..first + *width;
@@ -557,8 +588,29 @@ impl ToDecide {
             } else {
                 status.allowed = fits;
             }
+            // Usage is charged (or given back) whatever the answer, as its
+            // counters took it: the least any of its live limits took (a
+            // shadow limit never limits), as the native API counts it. A
+            // check's hits, when the request is OK.
+            status.charged = if status.mode.is_usage() {
+                span.filter(|&i| plan.items().get(i).is_some_and(|it| !it.shadow))
+                    .filter_map(|i| pd.decisions.get(i))
+                    .map(|d| d.granted)
+                    .min()
+                    .unwrap_or(hits)
+            } else {
+                hits
+            };
         }
         let allowed = statuses.iter().all(|s| s.allowed);
+        if !allowed {
+            // Nothing is charged but usage: all or nothing.
+            for (status, item) in statuses.iter_mut().zip(&item_of) {
+                if item.is_none() || !status.mode.is_usage() {
+                    status.charged = 0;
+                }
+            }
+        }
         DescriptorOutcome { allowed, statuses }
     }
 }
@@ -688,10 +740,10 @@ namespaces:
             panic!("expected an unknown domain");
         };
         assert!(out.allowed);
-        assert_eq!(
-            out.statuses,
-            vec![DescriptorStatus::unlimited_by_default(); 2]
-        );
+        // Allowed with no counter: each counts the hit it asked.
+        let mut want = DescriptorStatus::unlimited_by_default();
+        want.charged = 1;
+        assert_eq!(out.statuses, vec![want; 2]);
     }
 
     #[test]
@@ -995,6 +1047,61 @@ descriptors:
                 .contains("a counter is charged or refunded, not both"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn each_status_says_how_its_counter_was_decided_and_what_it_charged() {
+        let view = view(REPORTED, false);
+        let list = [d(&[("path", "/a")]), d(&[("user", "u")])];
+        let t = to_decide_in(&view, "llm", &list);
+        let Split::Parts(parts) = t.split(5, Mode::Try) else {
+            panic!("expected two parts");
+        };
+        // The user's report clamped to 3 by its debt's bound.
+        let mut reported = decided(&[0]);
+        reported.decisions[0].granted = 3;
+        let checked = decided(&[9]);
+        let pd = t.join(&[(&parts[0], &checked), (&parts[1], &reported)]);
+        let out = t.outcome(&pd, 5, Mode::Try);
+        assert!(out.allowed);
+        let got: Vec<(Mode, u64)> = out.statuses.iter().map(|s| (s.mode, s.charged)).collect();
+        assert_eq!(got, [(Mode::Try, 5), (Mode::Report, 3)]);
+        // The check refused: it charged nothing, the report its 3.
+        let t = to_decide_in(&view, "llm", &list);
+        let Split::Parts(parts) = t.split(5, Mode::Try) else {
+            panic!("expected two parts");
+        };
+        let pd = t.join(&[(&parts[0], &decided(&[4])), (&parts[1], &reported)]);
+        let out = t.outcome(&pd, 5, Mode::Try);
+        assert!(!out.allowed);
+        let got: Vec<(Mode, u64)> = out.statuses.iter().map(|s| (s.mode, s.charged)).collect();
+        assert_eq!(got, [(Mode::Try, 0), (Mode::Report, 3)]);
+
+        // A refund with no counter (an unlimited path) is still a refund,
+        // counting what it asked, as an unconfigured resource does.
+        let view = self::view(EDGE, false);
+        let list = [d(&[("user", "u1")]), d(&[("path", "/open")])];
+        let Planned::Decide(t) = planned_with(&view, &list, &[], &[false, true]).unwrap() else {
+            panic!("expected a plan");
+        };
+        let out = t.outcome(&decided(&[3]), 1, Mode::Try);
+        let got: Vec<(Mode, u64)> = out.statuses.iter().map(|s| (s.mode, s.charged)).collect();
+        assert_eq!(got, [(Mode::Try, 1), (Mode::Refund, 1)]);
+        // An unknown domain: every descriptor as it asked.
+        let req = DescriptorRequest {
+            namespace: "nowhere",
+            descriptors: &list,
+            hits: 2,
+            mode: Mode::Try,
+            limits: &[],
+            descriptor_hits: &[],
+            refunds: &[true, false],
+        };
+        let Ok(Planned::UnknownDomain(out)) = plan(&view, &req, &[]) else {
+            panic!("expected an unknown domain");
+        };
+        let got: Vec<(Mode, u64)> = out.statuses.iter().map(|s| (s.mode, s.charged)).collect();
+        assert_eq!(got, [(Mode::Refund, 2), (Mode::Try, 2)]);
     }
 
     fn to_decide_in(

@@ -194,10 +194,18 @@ pub struct DescriptorStatus {
     /// How its counter was decided: `Try` (checked, all or nothing with
     /// the request's other checked descriptors), `Report` (its hits
     /// charged whatever the check said: a `report: true` limit, or a
-    /// report), or `Refund` (its hits given back). Its hits were charged
-    /// (or given back) when it is `Report` or `Refund` and a limit
-    /// applies, whatever the request's answer.
+    /// report), or `Refund` (its hits given back, Envoy's
+    /// `is_negative_hits`). A descriptor without a counter keeps the mode
+    /// it asked.
     pub mode: Mode,
+    /// The hits it charged, or gave back, as `mode` says: a check's own
+    /// hits when the whole request is OK (0 otherwise); usage as its
+    /// counters took it whatever the answer (a report up to the debt's
+    /// bound, a refund up to a fresh counter: the least any of its live
+    /// limits took, every hit for a shadow limit, which never limits). A
+    /// descriptor without a counter counts its hits when the request is OK,
+    /// as an unconfigured resource does on the native API.
+    pub charged: u64,
 }
 
 /// The answer to a [`DescriptorRequest`].

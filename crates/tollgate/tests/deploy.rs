@@ -1087,6 +1087,14 @@ fn every_metric_of_the_dashboard_is_exported() {
             Some(r#"{"namespace":"default","resource":"exact","domain":"acme","hits":1}"#),
         );
     }
+    // Usage: a report past the full log, and a refund within its window.
+    for mode in ["report", "refund"] {
+        let body = format!(
+            r#"{{"namespace":"default","resource":"exact","domain":"acme","hits":2,"mode":"{mode}"}}"#
+        );
+        let (status, answer) = memory.http("POST", "/v1/request", Some(&body));
+        assert_eq!(status, 200, "{mode}: {answer}");
+    }
     memory.http(
         "POST",
         "/v1/request",

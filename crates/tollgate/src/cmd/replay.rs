@@ -276,17 +276,19 @@ impl Replay {
                 Ok(outcome) => {
                     for (i, s) in outcome.statuses.iter().enumerate() {
                         if let (Some(r), Some(d)) = (&s.resource, &s.domain) {
-                            // Each descriptor's own hits, as the server
-                            // counts them.
+                            // Each descriptor's own hits, and what it
+                            // charged as the server counts it: a check's
+                            // when the request is OK, usage as its
+                            // counters took it (as a native line's
+                            // `granted`).
                             let hits = e
                                 .descriptor_hits
                                 .get(i)
                                 .copied()
                                 .flatten()
                                 .unwrap_or(e.hits);
-                            let granted = if outcome.allowed { hits } else { 0 };
                             self.summary
-                                .record(&namespace, r, d, hits, granted, outcome.allowed);
+                                .record(&namespace, r, d, hits, s.charged, outcome.allowed);
                         }
                     }
                     write_line(out, &descriptor_line(number, e, &namespace, &outcome))
