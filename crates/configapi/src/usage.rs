@@ -328,6 +328,9 @@ impl Board {
                 "near_limit": t.near_limit,
                 "decisions_per_s": r.map(|r| r.decisions),
                 "rejected_per_s": r.map(|r| r.rejected),
+                "hits_granted_per_s": r.map(|r| r.hits_granted),
+                "hits_reported_per_s": r.map(|r| r.hits_reported),
+                "hits_refunded_per_s": r.map(|r| r.hits_refunded),
                 "near_limit_per_s": r.map(|r| r.near_limit),
                 "top_denied": top,
             });
@@ -430,7 +433,8 @@ tollgate_sessions 0
         let text = |granted: u32, rejected: u32| {
             format!(
                 "tollgate_decisions_total{{namespace=\"n\",resource=\"r\",outcome=\"granted\"}} {granted}\n\
-                 tollgate_decisions_total{{namespace=\"n\",resource=\"r\",outcome=\"rejected\"}} {rejected}\n"
+                 tollgate_decisions_total{{namespace=\"n\",resource=\"r\",outcome=\"rejected\"}} {rejected}\n\
+                 tollgate_hits_reported_total{{namespace=\"n\",resource=\"r\"}} {granted}\n"
             )
         };
         let ok = |server: &str, t: String| Fetched {
@@ -459,6 +463,8 @@ tollgate_sessions 0
         let v = board.view();
         assert_eq!(v["namespaces"]["n"]["r"]["decisions_per_s"], 5.0);
         assert_eq!(v["namespaces"]["n"]["r"]["rejected_per_s"], 1.0);
+        // a reported 8 more hits in those two seconds.
+        assert_eq!(v["namespaces"]["n"]["r"]["hits_reported_per_s"], 4.0);
         assert_eq!(v["servers"][1]["ok"], false);
         assert_eq!(v["servers"][1]["error"], "connection refused");
         // A restarted server's counters start again from zero.

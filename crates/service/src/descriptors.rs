@@ -223,6 +223,12 @@ pub(crate) fn plan(
                 }
                 status.resource = Some(entry.name.clone());
                 status.entry = Some(m.resource);
+                // A `report: true` descriptor with hits is a report, also
+                // where no counter takes it (an `unlimited` limit).
+                let own = hits.get(i).copied().unwrap_or(req.hits);
+                if entry.report && status.mode == Mode::Try && own > 0 {
+                    status.mode = Mode::Report;
+                }
                 if let ResourceView::Rate(rate) = &entry.view {
                     let shadow = entry.shadow || ns.ignore_configured;
                     match &rate.for_domain(&m.domain).main {

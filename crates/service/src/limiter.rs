@@ -13,13 +13,13 @@ use tollgate_config::model::EnvoyLimit;
 use tollgate_config::{Config, ResourceKind};
 use tollgate_core::copies::{CopyContext, CopyLimits, Reservation};
 use tollgate_core::{Decision, Hits, Limit, Mode, Nanos, PlanDecision, PlanError, TierInfo};
-use tollgate_store::{Admit, DuplicateKey, Key, OpId, Plan, PoolKey, Store, StoreError};
+use tollgate_store::{Admit, DuplicateKey, Key, OpId, Plan, PoolKey, Refusal, Store, StoreError};
 
 use crate::descriptors::{self, Planned, Split};
 use crate::error::ServiceError;
 use crate::view::{
-    in_config_order, DomainLimits, Main, NamespaceView, RateView, ResourceEntry, ResourceView,
-    Unservable, Unserved, View,
+    in_config_order, DomainLimits, Main, NamespaceView, NoBroughtLimits, RateView, ResourceEntry,
+    ResourceView, Unservable, Unserved, View,
 };
 
 /// A request for hits of a rate-limited resource (Charon §3.1 `request`).
@@ -349,16 +349,26 @@ impl<S: Store> Limiter<S> {
         let mut problems = Vec::new();
         for ns in &config.namespaces {
             for r in &ns.resources {
-                if let ResourceKind::Concurrency(limits) = &r.kind {
-                    if let Err(reason) = self.store.admit(Admit::Copies(limits)) {
-                        problems.push(Unservable {
-                            namespace: ns.name.clone(),
-                            resource: r.name.clone(),
-                            domain: None,
-                            limit: None,
-                            reason,
-                        });
+                let refused = match &r.kind {
+                    ResourceKind::Concurrency(limits) => {
+                        self.store.admit(Admit::Copies(limits)).err()
                     }
+                    // Requests to it bring limits of their own: a store that
+                    // cannot serve them would refuse every such request, so
+                    // the config is refused now, when it loads.
+                    ResourceKind::Rate(rate) if rate.override_max.is_some() => {
+                        self.brought_refusal()
+                    }
+                    ResourceKind::Rate(_) => None,
+                };
+                if let Some(reason) = refused {
+                    problems.push(Unservable {
+                        namespace: ns.name.clone(),
+                        resource: r.name.clone(),
+                        domain: None,
+                        limit: None,
+                        reason,
+                    });
                 }
             }
         }
@@ -383,6 +393,27 @@ impl<S: Store> Limiter<S> {
                 .collect(),
         );
         Ok(view)
+    }
+
+    /// Why the store cannot serve the limits requests bring
+    /// (`allow_override: true`): fixed windows of a unit, as one of a hit
+    /// a second is asked to be admitted. `None`: it can.
+    fn brought_refusal(&self) -> Option<Refusal> {
+        let own = EnvoyLimit {
+            requests_per_unit: 1,
+            unit: tollgate_config::model::EnvoyUnit::Second,
+        };
+        let mut limit = own.algorithm().build(Nanos::ZERO).ok().flatten()?;
+        let refusal = self
+            .store
+            .admit(Admit::Rate {
+                limit: &mut limit,
+                replication: None,
+            })
+            .err()?;
+        Some(Refusal::limit(NoBroughtLimits {
+            why: refusal.to_string(),
+        }))
     }
 
     /// The store.

@@ -684,6 +684,20 @@ fn per_second(parts: &[&str], limit: u64) -> Option<Compiled> {
         })
 }
 
+/// Why a store cannot serve a resource with `allow_override: true`: the
+/// limits its requests bring are fixed windows, which the store refuses
+/// (a gossip cluster replicates token buckets and GCRA only).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "`allow_override: true` lets requests bring limits of their own, fixed windows of a unit, \
+     which this store cannot serve ({why}); remove `allow_override` and `override_max`, or \
+     serve the resource from the memory or Redis store"
+)]
+pub struct NoBroughtLimits {
+    /// The store's refusal of such a limit.
+    pub why: String,
+}
+
 /// Why a store's replicated form of a limit cannot serve a resource that
 /// takes usage reported after the fact (`report: true` or `max_debt`): a
 /// gossip cluster's `queue` and `epoch` strategies have no sound refund,

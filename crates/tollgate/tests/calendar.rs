@@ -170,6 +170,62 @@ fn a_monthly_quota_resets_at_local_midnight_of_the_first() {
     );
 }
 
+/// A calendar month through Envoy's rate-limit service (the Lyft format's
+/// algorithm extension): the month's quota is all or nothing as any
+/// limit, and `duration_until_reset` is the time left to the Paris
+/// midnight, not a month.
+#[test]
+fn an_envoy_descriptor_takes_a_calendar_month() {
+    use tollgate_proto::rls::rate_limit_descriptor::Entry;
+    use tollgate_proto::rls::rate_limit_service_client::RateLimitServiceClient;
+    use tollgate_proto::rls::{RateLimitDescriptor, RateLimitRequest};
+
+    let sb = Sandbox::new("calendar-envoy");
+    sb.write(
+        "conf/envoy.yaml",
+        "domain: billing\ndescriptors:\n  - key: tenant\n    rate_limit: \
+         { algorithm: fixed_window, limit: 3, window: 1mo, align: calendar, timezone: Europe/Paris }\n",
+    );
+    let s = Serving::start_config(&sb, &sb.path("conf"), &[], &[]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut rls = RateLimitServiceClient::connect(format!("http://{}", s.grpc))
+            .await
+            .unwrap();
+        let request = |hits: u32| RateLimitRequest {
+            domain: "billing".into(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: "tenant".into(),
+                    value: "acme".into(),
+                }],
+                ..Default::default()
+            }],
+            hits_addend: hits,
+        };
+        let (edge, _) = next_month_edges(ZONE, now_ns());
+        let before = now_ns();
+        let a = rls
+            .should_rate_limit(request(3))
+            .await
+            .unwrap()
+            .into_inner();
+        let upto = now_ns();
+        assert_eq!(a.overall_code, 1, "OK: {a:?}");
+        let status = &a.statuses[0];
+        assert_eq!(status.limit_remaining, 0, "{a:?}");
+        let d = status.duration_until_reset.unwrap();
+        let left = i128::from(d.seconds) * 1_000_000_000 + i128::from(d.nanos);
+        assert_until_edge("duration_until_reset", left, edge, (before, upto));
+        let a = rls
+            .should_rate_limit(request(1))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(a.overall_code, 2, "OVER_LIMIT: {a:?}");
+    });
+}
+
 #[test]
 fn with_redis_the_reset_is_the_time_to_the_edge_by_redis_clock() {
     let redis = RedisServer::start();

@@ -2196,6 +2196,103 @@ async fn a_following_server_enforces_the_override_resolved_against_its_resource(
     assert_eq!(allowed, [true, true, true, false]);
 }
 
+/// Issue 18's fields set through the config API, served by a server that
+/// follows it: a `limits:` list (refused by the limit that binds, named),
+/// usage reported after the fact up to `max_debt`, a limit brought by the
+/// request (`allow_override`), and a calendar month.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_following_server_serves_limits_lists_usage_brought_limits_and_calendar_windows() {
+    let dir = Sandbox::new("config-api-follow-issue-18");
+    let api = ConfigApi::start_sqlite(&dir, &[]);
+    const NS: &str = "/v1/namespaces/shop";
+    api.ok("PUT", NS, None).await;
+    api.ok(
+        "PUT",
+        &format!("{NS}/resources/api"),
+        Some(json!({"limits": [
+            {"name": "burst", "algorithm": "token_bucket", "capacity": 2, "rate": "1/1d"},
+            {"name": "daily", "algorithm": "fixed_window", "limit": 5, "window": "1d", "align": "first_hit"},
+        ]})),
+    )
+    .await;
+    api.ok(
+        "PUT",
+        &format!("{NS}/resources/tokens"),
+        Some(json!({"algorithm": "token_bucket", "capacity": 10, "rate": "1/1d", "max_debt": 5})),
+    )
+    .await;
+    api.ok(
+        "PUT",
+        &format!("{NS}/resources/plans"),
+        Some(
+            json!({"algorithm": "fixed_window", "limit": 100, "window": "1d",
+                    "allow_override": true, "override_max": "50/d"}),
+        ),
+    )
+    .await;
+    let r = api
+        .ok(
+            "PUT",
+            &format!("{NS}/resources/monthly"),
+            Some(
+                json!({"algorithm": "fixed_window", "limit": 2, "window": "1mo",
+                        "align": "calendar", "timezone": "Europe/Paris"}),
+            ),
+        )
+        .await;
+    let (server, _, _) = follow(&dir, &api);
+    until_revision(&server, r["revision"].as_i64().unwrap());
+    let ask_hits = |resource: &str, hits: u64, extra: &str| {
+        let body = format!(
+            r#"{{"namespace":"shop","resource":"{resource}","domain":"acme","hits":{hits}{extra}}}"#
+        );
+        server.json("POST", "/v1/request", Some(&body))
+    };
+    let ask = |resource: &str, extra: &str| ask_hits(resource, 1, extra);
+
+    // The list: two from the bucket, then refused by `burst`.
+    for _ in 0..2 {
+        assert_eq!(ask("api", "").0, 200);
+    }
+    let (status, v) = ask("api", "");
+    assert_eq!(
+        (status, &v["limited_by_name"]),
+        (429, &json!("burst")),
+        "{v}"
+    );
+
+    // Usage: 15 reported = the 10 there are and the 5 `max_debt` allows.
+    let (status, v) = ask_hits("tokens", 15, r#","mode":"report""#);
+    assert_eq!((status, &v["granted"]), (200, &json!(15)), "{v}");
+    let (status, v) = ask("tokens", "");
+    assert_eq!(status, 429, "refused while owing: {v}");
+
+    // A brought plan of 1 a day, then one past `override_max`.
+    let (status, v) = ask("plans", r#","limit":{"requests_per_unit":1,"unit":"day"}"#);
+    assert_eq!((status, &v["limit"]), (200, &json!(1)), "{v}");
+    let (status, _) = ask("plans", r#","limit":{"requests_per_unit":1,"unit":"day"}"#);
+    assert_eq!(status, 429);
+    let (status, v) = ask(
+        "plans",
+        r#","limit":{"requests_per_unit":500,"unit":"day"}"#,
+    );
+    assert_eq!(
+        (status, &v["error"]["reason"]),
+        (400, &json!("invalid_limit_override")),
+        "{v}"
+    );
+
+    // The calendar month: its reset is at most a month away.
+    assert_eq!(ask("monthly", "").0, 200);
+    let (status, v) = ask("monthly", "");
+    assert_eq!(status, 200, "{v}");
+    assert!(
+        v["reset_after_ns"].as_u64().unwrap() <= 31 * 86_400_000_000_000 + 3_600_000_000_000,
+        "{v}"
+    );
+    assert_eq!(ask("monthly", "").0, 429);
+}
+
 /// Review of issue 22: the servers were read through `HTTP_PROXY` when
 /// it was set, so the bearer token sent to a plain `http://` loopback
 /// server went in clear to the proxy. With every proxy variable naming a

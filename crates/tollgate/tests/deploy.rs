@@ -1087,7 +1087,8 @@ fn every_metric_of_the_dashboard_is_exported() {
             Some(r#"{"namespace":"default","resource":"exact","domain":"acme","hits":1}"#),
         );
     }
-    // Usage: a report past the full log, and a refund within its window.
+    // Usage: a report, and a refund within the log's 10 s window (so it
+    // gives something back).
     for mode in ["report", "refund"] {
         let body = format!(
             r#"{{"namespace":"default","resource":"exact","domain":"acme","hits":2,"mode":"{mode}"}}"#

@@ -3,7 +3,9 @@
 //! form) by a server on the memory store, by two servers sharing a real
 //! redis-server, and by one on a real Redis Cluster; a gossip cluster
 //! serving the algorithms it can replicate and refusing, by name, a limit
-//! it cannot.
+//! it cannot. Also limits brought by requests (`allow_override`) over
+//! HTTP, Envoy's RLS, native gRPC, the Rust client and the CLI, and a
+//! gossip cluster refusing them when the config loads.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -102,10 +104,6 @@ fn http_story(a: &Serving, b: &Serving, domain: &str) {
 
 #[test]
 fn a_memory_server_answers_every_surface_with_the_binding_limit_named() {
-    use tollgate_proto::rls::rate_limit_service_client::RateLimitServiceClient;
-    use tollgate_proto::rls::{
-        rate_limit_descriptor::Entry, RateLimitDescriptor, RateLimitRequest,
-    };
     use tollgate_proto::v1::{self, tollgate_client::TollgateClient};
 
     let dir = Sandbox::new("limits-memory");
@@ -141,38 +139,7 @@ fn a_memory_server_answers_every_surface_with_the_binding_limit_named() {
         assert_eq!(a.limits[0].algorithm, "token_bucket");
         assert_eq!(a.limits[1].limit, 5);
 
-        // Envoy's RLS: a `rate_limit` list is one descriptor, within its
-        // limit only when within every one; the answer's current limit is
-        // the binding one, by name and in Envoy's own terms.
-        let mut rls = RateLimitServiceClient::connect(grpc).await.unwrap();
-        let request = |hits: u32| RateLimitRequest {
-            domain: "edge".into(),
-            descriptors: vec![RateLimitDescriptor {
-                entries: vec![Entry {
-                    key: "user".into(),
-                    value: "r".into(),
-                }],
-                ..Default::default()
-            }],
-            hits_addend: hits,
-        };
-        let a = rls
-            .should_rate_limit(request(3))
-            .await
-            .unwrap()
-            .into_inner();
-        assert_eq!(a.overall_code, 1, "OK: {a:?}");
-        let status = &a.statuses[0];
-        let limit = status.current_limit.as_ref().unwrap();
-        assert_eq!((limit.name.as_str(), limit.requests_per_unit), ("burst", 3));
-        assert_eq!(status.limit_remaining, 0);
-        let a = rls
-            .should_rate_limit(request(1))
-            .await
-            .unwrap()
-            .into_inner();
-        assert_eq!(a.overall_code, 2, "OVER_LIMIT: {a:?}");
-        assert_eq!(a.statuses[0].current_limit.as_ref().unwrap().name, "burst");
+        rls_story(grpc, "r").await;
     });
     // The `/json` form of the RLS: 2 more for another user, then the day
     // binds at 5 (3 + 2), named with Envoy's unit.
@@ -189,6 +156,46 @@ fn a_memory_server_answers_every_surface_with_the_binding_limit_named() {
     assert_eq!(limit["requestsPerUnit"], 3, "{v}");
 }
 
+/// Envoy's RLS on `grpc` for user `user`: a `rate_limit` list is one
+/// descriptor, within its limit only when within every one; the answer's
+/// current limit is the binding one, by name and in Envoy's own terms.
+async fn rls_story(grpc: String, user: &str) {
+    use tollgate_proto::rls::rate_limit_service_client::RateLimitServiceClient;
+    use tollgate_proto::rls::{
+        rate_limit_descriptor::Entry, RateLimitDescriptor, RateLimitRequest,
+    };
+
+    let mut rls = RateLimitServiceClient::connect(grpc).await.unwrap();
+    let request = |hits: u32| RateLimitRequest {
+        domain: "edge".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "user".into(),
+                value: user.into(),
+            }],
+            ..Default::default()
+        }],
+        hits_addend: hits,
+    };
+    let a = rls
+        .should_rate_limit(request(3))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(a.overall_code, 1, "OK: {a:?}");
+    let status = &a.statuses[0];
+    let limit = status.current_limit.as_ref().unwrap();
+    assert_eq!((limit.name.as_str(), limit.requests_per_unit), ("burst", 3));
+    assert_eq!(status.limit_remaining, 0);
+    let a = rls
+        .should_rate_limit(request(1))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(a.overall_code, 2, "OVER_LIMIT: {a:?}");
+    assert_eq!(a.statuses[0].current_limit.as_ref().unwrap().name, "burst");
+}
+
 #[test]
 fn two_servers_sharing_redis_decide_a_limits_list_together() {
     let dir = Sandbox::new("limits-redis");
@@ -197,6 +204,13 @@ fn two_servers_sharing_redis_decide_a_limits_list_together() {
     let a = Serving::start_redis(&dir, &redis.url(), &[], &[]);
     let b = Serving::start_redis(&dir, &redis.url(), &[], &[]);
     http_story(&a, &b, "r");
+    // Envoy's RLS on the same Redis: the list in one script call.
+    dir.write("conf/tollgate.yaml", CONFIG);
+    dir.write("conf/envoy.yaml", ENVOY);
+    let url = redis.url();
+    let c = Serving::start_config(&dir, &dir.path("conf"), &["--store", url.as_str()], &[]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(rls_story(format!("http://{}", c.grpc), "redis"));
 }
 
 #[test]
@@ -350,4 +364,137 @@ descriptors:
         assert_eq!(err.code(), tonic::Code::InvalidArgument);
         assert!(err.message().contains("no unit"), "{err:?}");
     });
+    brought_over_native_grpc_and_the_client(&rt, &server);
+}
+
+/// The same plan brought over the native gRPC API and by the Rust client
+/// (`RequestBuilder::limit`): 2 a day granted twice, then refused; a plan
+/// past `override_max` refused naming the reason.
+fn brought_over_native_grpc_and_the_client(rt: &tokio::runtime::Runtime, server: &Serving) {
+    use tollgate_client::{Client, ClientConfig};
+    use tollgate_proto::v1::{self, tollgate_client::TollgateClient};
+
+    rt.block_on(async {
+        let mut native = TollgateClient::connect(format!("http://{}", server.grpc))
+            .await
+            .unwrap();
+        let request = |per_day: u64| v1::RateRequest {
+            namespace: "shop".into(),
+            resource: "api".into(),
+            domain: "grpc".into(),
+            limit: Some(v1::LimitOverride {
+                requests_per_unit: per_day,
+                unit: "day".into(),
+            }),
+            ..Default::default()
+        };
+        for _ in 0..2 {
+            let a = native.request(request(2)).await.unwrap().into_inner();
+            assert!(a.allowed && a.limit == 2, "{a:?}");
+        }
+        let a = native.request(request(2)).await.unwrap().into_inner();
+        assert!(!a.allowed, "{a:?}");
+        let err = native.request(request(2000)).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+        assert!(err.message().contains("override_max"), "{err:?}");
+
+        let client =
+            Client::new(ClientConfig::new(vec![format!("http://{}", server.grpc)])).unwrap();
+        for _ in 0..2 {
+            let g = client
+                .request("shop", "api", "client")
+                .limit(2, "day")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(g.granted, 1);
+        }
+        match client
+            .request("shop", "api", "client")
+            .limit(2, "day")
+            .send()
+            .await
+        {
+            Err(tollgate_client::Error::Rejected(_)) => {}
+            other => panic!("expected a rejection, got {other:?}"),
+        }
+        match client
+            .request("shop", "api", "client")
+            .limit(2000, "day")
+            .send()
+            .await
+        {
+            Err(tollgate_client::Error::Refused { reason, .. }) => {
+                assert_eq!(reason, "invalid_limit_override");
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    });
+    // And `tollgate request --limit`.
+    let grpc = server.grpc.to_string();
+    let cli = |limit: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args([
+                "request", "shop", "api", "cli", "--json", "--server", &grpc, "--limit", limit,
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text)
+    };
+    for _ in 0..2 {
+        let (code, text) = cli("2/day");
+        assert_eq!(code, Some(0), "{text}");
+        assert!(text.contains(r#""limit":2"#), "{text}");
+    }
+    let (code, text) = cli("2/day");
+    assert_eq!(code, Some(1), "rejected: {text}");
+    let (code, text) = cli("2000/day");
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("invalid_limit_override"), "{text}");
+    let (code, text) = cli("lots/day");
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("is not a count"), "{text}");
+}
+
+/// A gossip cluster cannot serve the fixed windows requests bring: a
+/// config with `allow_override: true` is refused when it loads, naming
+/// the resource, not request by request.
+#[test]
+fn a_cluster_refuses_a_resource_that_takes_limits_from_requests() {
+    let dir = Sandbox::new("limits-override-cluster");
+    dir.write(
+        "plans.yaml",
+        "namespaces:\n  - name: shop\n    resources:\n      \
+         - { name: api, algorithm: token_bucket, capacity: 10, rate: 1/s, allow_override: true, override_max: 100/s }\n      \
+         - { name: fixed, algorithm: token_bucket, capacity: 10, rate: 1/s }\n",
+    );
+    let check = |cluster: bool| {
+        let mut args = vec!["check-config", "--quiet", "plans.yaml"];
+        if cluster {
+            args.insert(1, "--cluster");
+        }
+        std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .current_dir(dir.path("."))
+            .args(&args)
+            .output()
+            .unwrap()
+    };
+    let out = check(true);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("resource `api`")
+            && stderr.contains("`allow_override: true` lets requests bring"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("resource `fixed`"), "{stderr}");
+    // One server (any store) serves it.
+    let out = check(false);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -444,6 +444,58 @@ not json
     );
 }
 
+/// Issue 18 item 3 in tollgate's own trace format: a gateway's check
+/// before, its report after (charged past the limit, clamped at
+/// `max_debt`, never refused), the debt refusing the next check, and a
+/// refund paying it, each line replayed as a server decides it.
+#[test]
+fn report_and_refund_lines_replay_as_the_server_decides_them() {
+    let sb = Sandbox::new("replay-usage");
+    sb.write(
+        "c.yaml",
+        "namespaces:\n  - name: llm\n    resources:\n      \
+         - { name: tokens, algorithm: token_bucket, capacity: 1000, rate: 1000/1d, max_debt: 500 }\n",
+    );
+    sb.write(
+        "t.jsonl",
+        "\
+{\"time_ms\": 1, \"domain\": \"a\", \"hits\": 100}
+{\"time_ms\": 2, \"domain\": \"a\", \"hits\": 1200, \"mode\": \"report\"}
+{\"time_ms\": 3, \"domain\": \"a\", \"hits\": 1}
+{\"time_ms\": 4, \"domain\": \"a\", \"hits\": 1000, \"mode\": \"report\"}
+{\"time_ms\": 5, \"domain\": \"a\", \"hits\": 600, \"mode\": \"refund\"}
+{\"time_ms\": 6, \"domain\": \"a\", \"hits\": 100}
+",
+    );
+    let run = replay_t(&sb, &[]);
+    assert!(run.success(), "{run}");
+    let (events, _) = split_events(&run.stdout);
+    let got: Vec<(bool, u64)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["allowed"].as_bool().unwrap(),
+                e["granted"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // Checked 100; reported 1200 (300 owed); refused while owing; 200 of
+    // 1000 charged, up to the 500 the bound allows; 600 given back (100
+    // left); 100 granted.
+    assert_eq!(
+        got,
+        [
+            (true, 100),
+            (true, 1200),
+            (false, 0),
+            (true, 200),
+            (true, 600),
+            (true, 100)
+        ],
+        "{run}"
+    );
+}
+
 /// Replays `t.jsonl` against `c.yaml` printing only the JSON summary, which
 /// must parse; the run is returned for further checks.
 fn summary_json(sb: &Sandbox) -> (Run, Value) {

@@ -144,9 +144,32 @@ fn check_before_report_after_on_http() {
 #[test]
 fn check_before_report_after_on_http_with_redis() {
     let redis = tollgate_redis::testing::RedisServer::start();
-    let dir = Sandbox::new("usage-redis");
+    http_flow_on_redis("usage-redis", &redis.url());
+}
+
+/// [`check_before_report_after_on_http_with_redis`] and the Envoy flow
+/// ([`envoy_flow`]: reports beside checks in one script call, refunds,
+/// per-descriptor hits) on a real Redis Cluster, whose script calls go to
+/// the slot of each namespace's keys.
+#[test]
+fn check_before_report_after_on_a_redis_cluster() {
+    let cluster = tollgate_redis::testing::RedisCluster::start();
+    let url = cluster.url();
+    http_flow_on_redis("usage-redis-cluster", &url);
+    let dir = Sandbox::new("usage-envoy-redis-cluster");
+    dir.write("conf/tollgate.yaml", NATIVE);
+    dir.write("conf/envoy.yaml", ENVOY);
+    let conf = dir.path("conf");
+    let args = ["--store", url.as_str(), "--redis-timeout-ms", "2000"];
+    let server = Serving::start_config(&dir, &conf, &args, &[]);
+    envoy_flow(&server);
+}
+
+/// The HTTP flow by a server on the Redis store at `url`.
+fn http_flow_on_redis(name: &str, url: &str) {
+    let dir = Sandbox::new(name);
     dir.write("tollgate.yaml", NATIVE);
-    let server = Serving::start_redis(&dir, &redis.url(), &[], &[]);
+    let server = Serving::start_redis(&dir, url, &[], &[]);
     check_before_report_after(|mode, hits| {
         let body = format!(
             r#"{{"namespace":"llm","resource":"tokens","domain":"redis","hits":{hits},"mode":"{mode}"}}"#
@@ -163,6 +186,7 @@ fn check_before_report_after_on_http_with_redis() {
         )
     });
     assert_eq!(clamped(&server, "llm"), 1.0);
+    assert_eq!(hits(&server, "reported", "llm", "tokens"), 1400.0);
     let body = r#"{"namespace":"llm","resource":"calls","domain":"d","hits":3,"mode":"refund"}"#;
     let (status, answer) = server.json("POST", "/v1/request", Some(body));
     assert_eq!(

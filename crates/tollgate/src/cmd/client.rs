@@ -116,8 +116,26 @@ pub struct RequestArgs {
     /// Give back hits taken and not used, never past a fresh state.
     #[arg(long)]
     pub refund: bool,
+    /// A limit of the request's own, `COUNT/UNIT` (`500/hour`; `second`
+    /// to `year`), in place of the resource's algorithm: only for a
+    /// resource with `allow_override: true`, up to its `override_max`.
+    #[arg(long, value_name = "COUNT/UNIT", value_parser = brought_limit)]
+    pub limit: Option<(u64, String)>,
     #[command(flatten)]
     pub connect: Connect,
+}
+
+/// `--limit COUNT/UNIT`: the count, and the unit as written (the server
+/// names the units it takes when it refuses one).
+fn brought_limit(text: &str) -> Result<(u64, String), String> {
+    let (count, unit) = text
+        .split_once('/')
+        .ok_or_else(|| format!("`{text}` is not COUNT/UNIT (e.g. `500/hour`)"))?;
+    let count = count
+        .trim()
+        .parse::<u64>()
+        .map_err(|e| format!("`{count}` in `{text}` is not a count: {e}"))?;
+    Ok((count, unit.trim().to_owned()))
 }
 
 /// `tollgate hold`.
@@ -321,6 +339,9 @@ pub fn request(args: RequestArgs) -> ExitCode {
         }
         if args.refund {
             builder = builder.refund();
+        }
+        if let Some((count, unit)) = &args.limit {
+            builder = builder.limit(*count, unit);
         }
         match builder.send().await {
             Ok(grant) => {
