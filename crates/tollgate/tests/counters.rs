@@ -302,6 +302,57 @@ fn inspect_and_reset_over_http_behind_admin_tokens() {
     );
 }
 
+/// A resource with a `limits:` list: each limit inspected by its name,
+/// and a reset makes every one of them fresh.
+#[test]
+fn a_limits_list_is_inspected_limit_by_limit_and_reset_whole() {
+    let dir = Sandbox::new("counters-list");
+    dir.write(
+        "tollgate.yaml",
+        "namespaces:\n  - name: shop\n    resources:\n      - name: listed\n        limits:\n          \
+         - { name: burst, algorithm: token_bucket, capacity: 3, rate: 1/1d }\n          \
+         - { name: daily, algorithm: fixed_window, limit: 5, window: 1d, align: first_hit }\n",
+    );
+    dir.write("admin-tokens", format!("admin:ops:{ADMIN}\n"));
+    let tokens = dir.path("admin-tokens");
+    let server = Serving::start_config(
+        &dir,
+        &dir.path("tollgate.yaml"),
+        &["--admin-tokens-file", tokens.to_str().unwrap()],
+        &[],
+    );
+    request(&server, "listed", "alice", 2);
+    let state = |v: &Value| -> Vec<(String, u64)> {
+        v["limits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                (
+                    l["name"].as_str().unwrap().to_owned(),
+                    l["remaining"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let (status, v, _) = call(&server, "GET", &counters("listed", "alice"), Some(ADMIN));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        state(&v),
+        [("burst".to_owned(), 1), ("daily".to_owned(), 3)],
+        "{v}"
+    );
+    let (status, v, _) = call(&server, "DELETE", &counters("listed", "alice"), Some(ADMIN));
+    assert_eq!(status, 200, "{v}");
+    let (_, v, _) = call(&server, "GET", &counters("listed", "alice"), Some(ADMIN));
+    assert_eq!(
+        state(&v),
+        [("burst".to_owned(), 3), ("daily".to_owned(), 5)],
+        "{v}"
+    );
+    assert_eq!(request(&server, "listed", "alice", 3)["granted"], 3);
+}
+
 fn ask(resource: &str, domain: &str, token: Option<&str>) -> tonic::Request<v1::CountersRequest> {
     let mut r = tonic::Request::new(v1::CountersRequest {
         namespace: "shop".into(),
