@@ -101,6 +101,10 @@ pub(crate) struct ToDecide {
     /// Per descriptor: how many plan items decide it (a `limits:` list's
     /// length, else 1). Inline for the few descriptors a request has.
     widths: SmallVec<[usize; 4]>,
+    /// A descriptor matched a `deny`: the request is refused and its
+    /// checks only inspected, but the usage beside them (reports and
+    /// refunds) is charged, as it is beside any refused check.
+    pub(crate) denied: bool,
 }
 
 /// Matches the request's descriptors against the namespace's descriptor
@@ -283,14 +287,7 @@ pub(crate) fn plan(
         item_of.push(item);
         widths.push(width);
     }
-    if denied {
-        // Nothing is consumed when any descriptor is over its limit.
-        return Ok(Planned::Denied(DescriptorOutcome {
-            allowed: false,
-            statuses,
-        }));
-    }
-    Ok(Planned::Decide(ToDecide {
+    let to_decide = ToDecide {
         plan,
         statuses,
         item_of,
@@ -298,7 +295,16 @@ pub(crate) fn plan(
         refunded,
         hits,
         widths,
-    }))
+        denied,
+    };
+    if denied && !to_decide.has_usage(req.hits, req.mode) {
+        // Nothing is consumed when any descriptor is over its limit.
+        return Ok(Planned::Denied(DescriptorOutcome {
+            allowed: false,
+            statuses: to_decide.statuses,
+        }));
+    }
+    Ok(Planned::Decide(to_decide))
 }
 
 /// How descriptor `i` of `req` asks to be decided, before any limit is
@@ -403,6 +409,17 @@ impl ToDecide {
             Mode::Report
         } else {
             Mode::Try
+        }
+    }
+
+    /// Whether a request of `hits` in `mode` charges or gives back usage
+    /// to some item (a report, a refund, a `report: true` item with hits,
+    /// an item refunded beside checks).
+    fn has_usage(&self, hits: u64, mode: Mode) -> bool {
+        match mode {
+            Mode::Report | Mode::Refund => !self.plan.is_empty(),
+            Mode::Acquire => false,
+            Mode::Try => (0..self.plan.len()).any(|i| self.mode_of(i, hits).is_usage()),
         }
     }
 
@@ -911,7 +928,51 @@ descriptors:
     rate_limit: { algorithm: token_bucket, capacity: 100, rate: 100/1d }
   - key: path
     rate_limit: { unit: minute, requests_per_unit: 10 }
+  - key: blocked
+    rate_limit: { unit: second, requests_per_unit: 0 }
 ";
+
+    /// A deny refuses the request, and the checks beside it are not
+    /// charged; but usage beside it happened, and is charged.
+    #[test]
+    fn a_deny_beside_usage_refuses_the_checks_but_charges_the_usage() {
+        let view = view(REPORTED, false);
+        let checks = [d(&[("path", "/a")]), d(&[("blocked", "x")])];
+        assert!(matches!(planned(&view, "llm", &checks), Planned::Denied(_)));
+        let list = [
+            d(&[("path", "/a")]),
+            d(&[("user", "u")]),
+            d(&[("blocked", "x")]),
+        ];
+        let t = to_decide_in(&view, "llm", &list);
+        assert!(t.denied);
+        let Split::Parts(parts) = t.split(5, Mode::Try) else {
+            panic!("expected parts");
+        };
+        let shape: Vec<(Mode, &[usize])> =
+            parts.iter().map(|p| (p.mode, p.items.as_slice())).collect();
+        assert_eq!(shape, [(Mode::Try, &[0][..]), (Mode::Report, &[1][..])]);
+        // The check inspected (room 9 of 10), the report charged its 5.
+        let mut reported = decided(&[0]);
+        reported.decisions[0].granted = 5;
+        let pd = t.join(&[(&parts[0], &decided(&[9])), (&parts[1], &reported)]);
+        let out = t.outcome(&pd, 5, Mode::Try);
+        assert!(!out.allowed);
+        assert!(!out.statuses[2].allowed);
+        let got: Vec<(Mode, u64)> = out.statuses.iter().map(|s| (s.mode, s.charged)).collect();
+        assert_eq!(got, [(Mode::Try, 0), (Mode::Report, 5), (Mode::Try, 0)]);
+        // With no hits, nothing is usage: denied before anything is asked.
+        let req = DescriptorRequest {
+            namespace: "llm",
+            descriptors: &list,
+            hits: 0,
+            mode: Mode::Try,
+            limits: &[],
+            descriptor_hits: &[],
+            refunds: &[],
+        };
+        assert!(matches!(plan(&view, &req, &[]), Ok(Planned::Denied(_))));
+    }
 
     #[test]
     fn report_items_are_charged_apart_from_the_checked_ones() {

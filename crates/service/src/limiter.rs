@@ -196,7 +196,7 @@ pub struct DescriptorStatus {
     /// charged whatever the check said: a `report: true` limit, or a
     /// report), or `Refund` (its hits given back, Envoy's
     /// `is_negative_hits`). A descriptor without a counter keeps the mode
-    /// it asked.
+    /// it asked (a report for a `report: true` one with hits).
     pub mode: Mode,
     /// The hits it charged, or gave back, as `mode` says: a check's own
     /// hits when the whole request is OK (0 otherwise); usage as its
@@ -778,6 +778,13 @@ impl<S: Store> Limiter<S> {
         }
         let hits = Hits::exactly(req.hits);
         match to_decide.split(req.hits, req.mode) {
+            // A deny beside checks alone answers before this
+            // ([`Planned::Denied`]); beside usage, the checks are only
+            // inspected.
+            Split::Whole(mode) if to_decide.denied && !mode.is_usage() => {
+                let pd = self.store.inspect(&to_decide.plan, now).await?;
+                Ok(to_decide.outcome(&pd, req.hits, mode))
+            }
             Split::Whole(mode) => {
                 let pd = self.store.decide(&to_decide.plan, now, hits, mode).await?;
                 if mode == Mode::Report {
@@ -796,7 +803,8 @@ impl<S: Store> Limiter<S> {
                 // makes the check only inspected (all or nothing).
                 let mut decided: SmallVec<[Option<PlanDecision>; 4]> =
                     parts.iter().map(|_| None).collect();
-                let mut refused = false;
+                // A deny refuses the checks before anything is looked at.
+                let mut refused = to_decide.denied;
                 for (i, part) in parts.iter().enumerate().filter(|(_, p)| p.probe) {
                     let pd = self.store.decide(&part.plan, now, hits, part.mode).await?;
                     refused |= descriptors::ToDecide::exhausted(part, &pd);

@@ -691,7 +691,7 @@ fn per_second(parts: &[&str], limit: u64) -> Option<Compiled> {
 #[error(
     "`allow_override: true` lets requests bring limits of their own, fixed windows of a unit, \
      which this store cannot serve ({why}); remove `allow_override` and `override_max`, or \
-     serve the resource from the memory or Redis store"
+     serve this config from the memory or Redis store (`--store`)"
 )]
 pub struct NoBroughtLimits {
     /// The store's refusal of such a limit.

@@ -203,8 +203,8 @@ fn an_envoy_descriptor_takes_a_calendar_month() {
             }],
             hits_addend: hits,
         };
-        let (edge, _) = next_month_edges(ZONE, now_ns());
         let before = now_ns();
+        let (edge, _) = next_month_edges(ZONE, before);
         let a = rls
             .should_rate_limit(request(3))
             .await

@@ -2261,16 +2261,18 @@ async fn a_following_server_serves_limits_lists_usage_brought_limits_and_calenda
         "{v}"
     );
 
-    // Usage: 15 reported = the 10 there are and the 5 `max_debt` allows.
-    let (status, v) = ask_hits("tokens", 15, r#","mode":"report""#);
+    // Usage: 20 reported, 15 charged: the 10 there are and the 5
+    // `max_debt` allows (the default would be one capacity, 10).
+    let (status, v) = ask_hits("tokens", 20, r#","mode":"report""#);
     assert_eq!((status, &v["granted"]), (200, &json!(15)), "{v}");
     let (status, v) = ask("tokens", "");
     assert_eq!(status, 429, "refused while owing: {v}");
 
-    // A brought plan of 1 a day, then one past `override_max`.
-    let (status, v) = ask("plans", r#","limit":{"requests_per_unit":1,"unit":"day"}"#);
+    // A brought plan of 1 a year (no window edge falls inside the test),
+    // then one past `override_max`.
+    let (status, v) = ask("plans", r#","limit":{"requests_per_unit":1,"unit":"year"}"#);
     assert_eq!((status, &v["limit"]), (200, &json!(1)), "{v}");
-    let (status, _) = ask("plans", r#","limit":{"requests_per_unit":1,"unit":"day"}"#);
+    let (status, _) = ask("plans", r#","limit":{"requests_per_unit":1,"unit":"year"}"#);
     assert_eq!(status, 429);
     let (status, v) = ask(
         "plans",
@@ -2282,12 +2284,30 @@ async fn a_following_server_serves_limits_lists_usage_brought_limits_and_calenda
         "{v}"
     );
 
-    // The calendar month: its reset is at most a month away.
+    // The calendar month: it resets at the next Paris midnight of the
+    // first of a month, within the answer's times.
     assert_eq!(ask("monthly", "").0, 200);
+    let before = jiff::Timestamp::now();
     let (status, v) = ask("monthly", "");
+    let upto = jiff::Timestamp::now();
     assert_eq!(status, 200, "{v}");
+    let edge = |t: jiff::Timestamp| {
+        use jiff::ToSpan;
+        let tz = jiff::tz::TimeZone::get("Europe/Paris").unwrap();
+        t.to_zoned_datetime(tz.clone())
+            .date()
+            .first_of_month()
+            .checked_add(1.months())
+            .unwrap()
+            .to_zoned_datetime(tz)
+            .unwrap()
+            .timestamp()
+            .as_nanosecond()
+    };
+    let reset = i128::from(v["reset_after_ns"].as_u64().unwrap());
     assert!(
-        v["reset_after_ns"].as_u64().unwrap() <= 31 * 86_400_000_000_000 + 3_600_000_000_000,
+        reset <= edge(before) - before.as_nanosecond()
+            && reset >= edge(upto) - upto.as_nanosecond(),
         "{v}"
     );
     assert_eq!(ask("monthly", "").0, 429);

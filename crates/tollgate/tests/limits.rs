@@ -430,18 +430,18 @@ fn brought_over_native_grpc_and_the_client(rt: &tokio::runtime::Runtime, server:
             other => panic!("expected a refusal, got {other:?}"),
         }
     });
-    // And `tollgate request --limit`.
+    // And `tollgate request --limit`, without the caller's settings.
     let grpc = server.grpc.to_string();
+    let dir = Sandbox::new("limits-override-cli");
     let cli = |limit: &str| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args([
+        let run = common::run_clean(
+            &dir.dir,
+            &[
                 "request", "shop", "api", "cli", "--json", "--server", &grpc, "--limit", limit,
-            ])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr);
-        (out.status.code(), text)
+            ],
+            &[],
+        );
+        (run.code, format!("{}{}", run.stdout, run.stderr))
     };
     for _ in 0..2 {
         let (code, text) = cli("2/day");
@@ -475,26 +475,30 @@ fn a_cluster_refuses_a_resource_that_takes_limits_from_requests() {
         if cluster {
             args.insert(1, "--cluster");
         }
-        std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .current_dir(dir.path("."))
-            .args(&args)
-            .output()
-            .unwrap()
+        common::run_clean(&dir.dir, &args, &[])
     };
     let out = check(true);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let stderr = &out.stderr;
+    assert_eq!(out.code, Some(1), "{stderr}");
     assert!(
         stderr.contains("resource `api`")
             && stderr.contains("`allow_override: true` lets requests bring"),
         "{stderr}"
     );
     assert!(!stderr.contains("resource `fixed`"), "{stderr}");
-    // One server (any store) serves it.
+    // Without `--cluster` the file is valid.
     let out = check(false);
+    assert!(out.success(), "{out}");
+    // And a node checking its config (`serve --check`) refuses it as it
+    // would at startup.
+    dir.write("secret", "0123456789abcdef0123456789abcdef");
+    let mut args = vec!["serve", "--check", "--config", "plans.yaml"];
+    args.extend_from_slice(&common::NODE_N1);
+    let out = common::run_clean(&dir.dir, &args, &[]);
+    assert_eq!(out.code, Some(1), "{out}");
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        out.stderr
+            .contains("namespace `shop`, resource `api`: `allow_override: true`"),
+        "{out}"
     );
 }

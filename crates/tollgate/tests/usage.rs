@@ -36,6 +36,8 @@ descriptors:
     rate_limit: { algorithm: token_bucket, capacity: 1000, rate: 1000/1d }
   - key: path
     rate_limit: { unit: minute, requests_per_unit: 100 }
+  - key: blocked
+    rate_limit: { unit: second, requests_per_unit: 0 }
 ";
 
 fn start() -> (Sandbox, Serving) {
@@ -449,6 +451,73 @@ fn hits(server: &Serving, what: &str, namespace: &str, resource: &str) -> f64 {
             r#"tollgate_hits_{what}_total{{namespace="{namespace}",resource="{resource}"}}"#
         ))
         .unwrap_or(0.0)
+}
+
+/// A deny refuses the request, but usage beside it happened and is
+/// charged (review of the hits counters): on the memory store and on
+/// Redis, a report beside a `requests_per_unit: 0` descriptor is
+/// OVER_LIMIT overall, its counter charged, the check beside it not.
+#[test]
+fn a_deny_beside_a_report_refuses_the_request_and_charges_the_report() {
+    let (_dir, memory) = start();
+    deny_beside_report(&memory);
+    let redis = tollgate_redis::testing::RedisServer::start();
+    let dir = Sandbox::new("usage-deny-redis");
+    dir.write("conf/envoy.yaml", ENVOY);
+    let url = redis.url();
+    let args = ["--store", url.as_str(), "--redis-timeout-ms", "2000"];
+    let on_redis = Serving::start_config(&dir, &dir.path("conf"), &args, &[]);
+    deny_beside_report(&on_redis);
+}
+
+fn deny_beside_report(server: &Serving) {
+    use tollgate_proto::rls::rate_limit_descriptor::Entry;
+    use tollgate_proto::rls::rate_limit_service_client::RateLimitServiceClient;
+    use tollgate_proto::rls::{RateLimitDescriptor, RateLimitRequest};
+
+    let descriptor = |key: &str, value: &str, hits: u64| {
+        let mut d = RateLimitDescriptor {
+            entries: vec![Entry {
+                key: key.into(),
+                value: value.into(),
+            }],
+            ..Default::default()
+        };
+        d.hits_addend.get_or_insert_with(Default::default).value = hits;
+        d
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let rls = RateLimitServiceClient::connect(format!("http://{}", server.grpc))
+            .await
+            .unwrap();
+        let ask = |descriptors: Vec<RateLimitDescriptor>| {
+            let req = RateLimitRequest {
+                domain: "gateway".into(),
+                descriptors,
+                hits_addend: 1,
+            };
+            let mut rls = rls.clone();
+            async move { rls.should_rate_limit(req).await.unwrap().into_inner() }
+        };
+        let a = ask(vec![
+            descriptor("path", "/d", 1),
+            descriptor("user", "dora", 300),
+            descriptor("blocked", "x", 1),
+        ])
+        .await;
+        assert_eq!(a.overall_code, 2, "OVER_LIMIT: {a:?}");
+        assert_eq!(a.statuses[2].code, 2, "{a:?}");
+        // The path was not charged; dora's 300 were.
+        let a = ask(vec![
+            descriptor("path", "/d", 0),
+            descriptor("user", "dora", 0),
+        ])
+        .await;
+        assert_eq!(a.statuses[0].limit_remaining, 100, "{a:?}");
+        assert_eq!(a.statuses[1].limit_remaining, 700, "{a:?}");
+    });
+    assert_eq!(hits(server, "reported", "gateway", "user"), 300.0);
 }
 
 /// Regressions (review of the per-descriptor hits change): a report
