@@ -213,6 +213,7 @@ pub(crate) fn plan(
                         item = Some(at);
                     }
                     None => {
+                        no_usage_to_deny(i, status.mode)?;
                         status.allowed = false;
                         denied = true;
                     }
@@ -239,6 +240,7 @@ pub(crate) fn plan(
                         Main::Unlimited => status.unlimited = true,
                         Main::Deny if shadow => status.shadowed = true,
                         Main::Deny => {
+                            no_usage_to_deny(i, status.mode)?;
                             status.allowed = false;
                             denied = true;
                         }
@@ -305,6 +307,23 @@ pub(crate) fn plan(
         }));
     }
     Ok(Planned::Decide(to_decide))
+}
+
+/// A report or refund to a limit that refuses everything (`deny`, or a
+/// brought limit of 0) is refused as the native API refuses it, before
+/// anything is charged: there is no debt to owe or give back.
+fn no_usage_to_deny(i: usize, mode: Mode) -> Result<(), ServiceError> {
+    if mode.is_usage() {
+        return Err(
+            tollgate_store::StoreError::Plan(tollgate_core::PlanError::NoUsage {
+                index: i,
+                algorithm: "deny",
+                mode,
+            })
+            .into(),
+        );
+    }
+    Ok(())
 }
 
 /// How descriptor `i` of `req` asks to be decided, before any limit is
@@ -961,6 +980,19 @@ descriptors:
         assert!(!out.statuses[2].allowed);
         let got: Vec<(Mode, u64)> = out.statuses.iter().map(|s| (s.mode, s.charged)).collect();
         assert_eq!(got, [(Mode::Try, 0), (Mode::Report, 5), (Mode::Try, 0)]);
+        // A refund to the deny itself is refused, as the native API
+        // refuses usage to `deny`, before anything is charged.
+        let req = DescriptorRequest {
+            namespace: "llm",
+            descriptors: &list,
+            hits: 5,
+            mode: Mode::Try,
+            limits: &[],
+            descriptor_hits: &[],
+            refunds: &[false, false, true],
+        };
+        let err = plan(&view, &req, &[]).unwrap_err();
+        assert_eq!(err.reason(), "no_usage", "{err}");
         // With no hits, nothing is usage: denied before anything is asked.
         let req = DescriptorRequest {
             namespace: "llm",

@@ -782,7 +782,11 @@ impl<S: Store> Limiter<S> {
             // ([`Planned::Denied`]); beside usage, the checks are only
             // inspected.
             Split::Whole(mode) if to_decide.denied && !mode.is_usage() => {
-                let pd = self.store.inspect(&to_decide.plan, now).await?;
+                let mut pd = self.store.inspect(&to_decide.plan, now).await?;
+                // Each item's room: what it has left.
+                for (room, d) in pd.rooms.iter_mut().zip(&pd.decisions) {
+                    *room = d.remaining;
+                }
                 Ok(to_decide.outcome(&pd, req.hits, mode))
             }
             Split::Whole(mode) => {
