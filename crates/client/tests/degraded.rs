@@ -13,9 +13,10 @@ use std::time::Duration;
 use tollgate_client::{Client, ClientConfig, Error, FailureKind, Via};
 
 /// A loopback address nothing listens on: a port the system just handed
-/// out, closed again before it is used.
+/// out on `127.0.0.2`, closed again before it is used (test servers bind
+/// their free ports on `127.0.0.1`, so none of them takes it meanwhile).
 fn closed_port() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let listener = TcpListener::bind("127.0.0.2:0").unwrap();
     listener.local_addr().unwrap().to_string()
 }
 

@@ -22,4 +22,6 @@ mod process;
 pub use guava::{guava_scripts, guava_steps, GuavaLimiter, GuavaScript, GuavaStep};
 pub use java_random::JavaRandom;
 pub use poll::{eventually, eventually_async, POLL};
-pub use process::{accepts, free_port, free_udp_addr, signal, wait_ready, KillOnDrop};
+pub use process::{
+    accepts, free_port, free_udp_addr, refused_addr, signal, wait_ready, KillOnDrop,
+};

@@ -29,6 +29,22 @@ pub fn free_port() -> u16 {
         .unwrap_or_else(|e| panic!("no free loopback TCP port: {e}"))
 }
 
+/// A loopback address where nothing listens, for tests of what a client
+/// does when a server cannot be reached: a port free on `127.0.0.2`,
+/// bound and released. Not on `127.0.0.1`, where the servers the tests
+/// start bind their free ports: one of them could take the port in the
+/// meantime and answer (a flaky CI run did). A connection to it is
+/// refused.
+///
+/// # Panics
+///
+/// When no such port can be bound at all.
+pub fn refused_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.2:0")
+        .and_then(|l| l.local_addr())
+        .unwrap_or_else(|e| panic!("no free port on 127.0.0.2: {e}"))
+}
+
 /// A free UDP address on loopback (bound, then released), for a gossip
 /// socket a test must name before the node starts.
 ///

@@ -312,13 +312,8 @@ fn failures_are_counted_and_a_run_where_all_fail_exits_non_zero() {
 
 #[test]
 fn an_unreachable_target_is_an_error() {
-    // A port that was free a moment ago: nothing listens there.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let target = format!("127.0.0.1:{port}");
+    // Nothing listens there, and no server of another test will.
+    let target = tollgate_testing::refused_addr().to_string();
     let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
         .args([
             "bench",

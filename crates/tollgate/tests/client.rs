@@ -825,12 +825,8 @@ async fn a_full_session_table_refuses_holds_but_never_switches_limiting_off() {
 #[test]
 fn a_degraded_cli_grant_names_the_server_and_why() {
     let dir = Sandbox::new("client-cli-degraded");
-    // A port the system just handed out, closed again: nothing listens.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .to_string();
+    // Nothing listens there, and no server of another test will.
+    let closed = tollgate_testing::refused_addr().to_string();
     let refused = |text: &str| text.to_lowercase().contains("connection refused");
 
     let out = dir.run(&["request", "app", "api", "acme", "--server", &closed]);

@@ -2365,10 +2365,7 @@ async fn the_servers_are_read_directly_never_through_a_proxy() {
 
 /// A loopback address nobody listens on (bound, then let go).
 fn closed_addr() -> std::net::SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    tollgate_testing::refused_addr()
 }
 
 /// Polls `GET /v1/usage` until `done` holds (a minute at most).
