@@ -106,9 +106,15 @@ pub async fn rate<S: Store>(
                     // it in over_limit/shadow_mode only).
                     && !o.shadowed
                     && !o.ignored
-                    && app
+                    // A `limits:` list is near when any of its limits is
+                    // (the answer's is the binding one).
+                    && (app
                         .near_limit()
                         .is_near(o.decision.limit, o.decision.remaining)
+                        || o.limits.iter().any(|l| {
+                            app.near_limit()
+                                .is_near(l.decision.limit, l.decision.remaining)
+                        }))
                 {
                     m::near_limit(surface, req.namespace, req.resource);
                 }

@@ -226,9 +226,12 @@ async fn answer<S: Store>(
         // (shadow mode, `ignore_configured`) is over, not near, as upstream
         // counts it. Giving back never brings a limit nearer (as on the
         // native API); a report does.
+        // A `limits:` list is near when any of its limits is.
         if s.charged > 0 && s.mode != Mode::Refund && !s.unlimited && !s.shadowed {
             if let (Some(resource), Some(d)) = (s.resource.as_deref(), s.decision) {
-                if app.near_limit().is_near(d.limit, d.remaining) {
+                let near =
+                    |d: &tollgate_core::Decision| app.near_limit().is_near(d.limit, d.remaining);
+                if near(&d) || s.limits.iter().any(near) {
                     m::near_limit(surface, &req.domain, resource);
                 }
             }

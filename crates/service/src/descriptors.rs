@@ -34,6 +34,7 @@ impl DescriptorStatus {
             shadowed: false,
             mode: Mode::Try,
             charged: 0,
+            limits: Vec::new(),
         }
     }
 }
@@ -613,6 +614,10 @@ impl ToDecide {
                 .unwrap_or(first);
             if status.limit.is_some() {
                 status.limit = Some(item - first);
+                status.limits = span
+                    .clone()
+                    .filter_map(|i| pd.decisions.get(i).copied())
+                    .collect();
             }
             let decision = pd.decisions.get(item).copied();
             // A check with no hits of a reported list asks this of its

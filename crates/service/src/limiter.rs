@@ -206,6 +206,12 @@ pub struct DescriptorStatus {
     /// descriptor without a counter counts its hits when the request is OK,
     /// as an unconfigured resource does on the native API.
     pub charged: u64,
+    /// Of a descriptor whose resource has a `limits:` list: every limit's
+    /// own decision, in the list's order (`decision` is the binding
+    /// one's). What near-limit metrics judge: a daily quota nearly spent
+    /// beside a burst bucket with less left is near its limit, though
+    /// the bucket binds. Empty otherwise.
+    pub limits: Vec<Decision>,
 }
 
 /// The answer to a [`DescriptorRequest`].

@@ -196,6 +196,60 @@ async fn rls_story(grpc: String, user: &str) {
     assert_eq!(a.statuses[0].current_limit.as_ref().unwrap().name, "burst");
 }
 
+/// Near-limit metrics judge every limit of a list: a burst bucket that
+/// refills within microseconds binds (it has least left, 5 of 10) while
+/// the day's 100 are 85 % spent, which is near (default ratio 0.8). Over
+/// HTTP and Envoy's RLS, the one request past 80 of the day counts.
+#[test]
+fn a_limits_list_is_near_its_limit_when_any_of_its_limits_is() {
+    let dir = Sandbox::new("limits-near");
+    dir.write(
+        "conf/tollgate.yaml",
+        "namespaces:\n  - name: shop\n    resources:\n      - name: quick\n        limits:\n          \
+         - { name: burst, algorithm: token_bucket, capacity: 10, rate: 1000/1ms }\n          \
+         - { name: daily, algorithm: fixed_window, limit: 100, window: 1d, align: first_hit }\n",
+    );
+    dir.write(
+        "conf/envoy.yaml",
+        "domain: edge\ndescriptors:\n  - key: quick\n    rate_limit:\n      \
+         - { name: burst, algorithm: token_bucket, capacity: 10, rate: 1000/1ms }\n      \
+         - { name: daily, algorithm: fixed_window, limit: 100, window: 1d, align: first_hit }\n",
+    );
+    let server = Serving::start_config(&dir, &dir.path("conf"), &[], &[]);
+    let body = r#"{"namespace":"shop","resource":"quick","domain":"n","hits":5}"#;
+    for i in 0..17 {
+        let (status, v) = server.json("POST", "/v1/request", Some(body));
+        assert_eq!(status, 200, "request {i}: {v}");
+        if i == 16 {
+            // The answer is the binding bucket's, which is not near.
+            assert_eq!(
+                (&v["limit"], &v["remaining"]),
+                (&Value::from(10), &Value::from(5)),
+                "{v}"
+            );
+            assert_eq!(states(&v)[1], ("daily".to_owned(), 15), "{v}");
+        }
+    }
+    let near = |surface: &str, ns: &str, resource: &str| {
+        server
+            .metric(&format!(
+                r#"tollgate_near_limit_total{{surface="{surface}",namespace="{ns}",resource="{resource}"}}"#
+            ))
+            .unwrap_or(0.0)
+    };
+    assert_eq!(near("http", "shop", "quick"), 1.0);
+    let json = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"quick","value":"q"}]}],"hitsAddend":5}"#;
+    for i in 0..17 {
+        let (status, v) = server.json("POST", "/json", Some(json));
+        assert_eq!(
+            (status, &v["overallCode"]),
+            (200, &Value::from("OK")),
+            "request {i}: {v}"
+        );
+    }
+    assert_eq!(near("rls_json", "edge", "quick"), 1.0);
+}
+
 #[test]
 fn two_servers_sharing_redis_decide_a_limits_list_together() {
     let dir = Sandbox::new("limits-redis");
