@@ -107,14 +107,19 @@ pub async fn rate<S: Store>(
                     && !o.shadowed
                     && !o.ignored
                     // A `limits:` list is near when any of its limits is
-                    // (the answer's is the binding one).
+                    // (the answer's is the binding one); its details end
+                    // with the hard and global limits, judged only when
+                    // they bind, as for any resource.
                     && (app
                         .near_limit()
                         .is_near(o.decision.limit, o.decision.remaining)
-                        || o.limits.iter().any(|l| {
-                            app.near_limit()
-                                .is_near(l.decision.limit, l.decision.remaining)
-                        }))
+                        || o.limits
+                            .iter()
+                            .filter(|l| !matches!(&*l.name, "hard" | "global"))
+                            .any(|l| {
+                                app.near_limit()
+                                    .is_near(l.decision.limit, l.decision.remaining)
+                            }))
                 {
                     m::near_limit(surface, req.namespace, req.resource);
                 }

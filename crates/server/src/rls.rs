@@ -226,12 +226,13 @@ async fn answer<S: Store>(
         // (shadow mode, `ignore_configured`) is over, not near, as upstream
         // counts it. Giving back never brings a limit nearer (as on the
         // native API); a report does.
-        // A `limits:` list is near when any of its limits is.
+        // A `limits:` list is near when any of its limits is: when its
+        // fullest one is.
         if s.charged > 0 && s.mode != Mode::Refund && !s.unlimited && !s.shadowed {
             if let (Some(resource), Some(d)) = (s.resource.as_deref(), s.decision) {
                 let near =
                     |d: &tollgate_core::Decision| app.near_limit().is_near(d.limit, d.remaining);
-                if near(&d) || s.limits.iter().any(near) {
+                if near(&d) || s.fullest.as_ref().is_some_and(near) {
                     m::near_limit(surface, &req.domain, resource);
                 }
             }

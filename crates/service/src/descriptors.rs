@@ -34,7 +34,7 @@ impl DescriptorStatus {
             shadowed: false,
             mode: Mode::Try,
             charged: 0,
-            limits: Vec::new(),
+            fullest: None,
         }
     }
 }
@@ -308,6 +308,32 @@ pub(crate) fn plan(
         }));
     }
     Ok(Planned::Decide(to_decide))
+}
+
+/// A decision's share used (`limit - remaining` of `limit`), as a key
+/// that orders shares exactly: `used_a / limit_a < used_b / limit_b`
+/// compared by cross-multiplying, in `u128`.
+fn share_used(d: &tollgate_core::Decision) -> impl Ord {
+    struct Share(u128, u128);
+    impl PartialEq for Share {
+        fn eq(&self, o: &Share) -> bool {
+            self.cmp(o) == std::cmp::Ordering::Equal
+        }
+    }
+    impl Eq for Share {}
+    impl PartialOrd for Share {
+        fn partial_cmp(&self, o: &Share) -> Option<std::cmp::Ordering> {
+            Some(self.cmp(o))
+        }
+    }
+    impl Ord for Share {
+        fn cmp(&self, o: &Share) -> std::cmp::Ordering {
+            (self.0 * o.1).cmp(&(o.0 * self.1))
+        }
+    }
+    let used = d.limit.saturating_sub(d.remaining);
+    // A limit of 0 uses nothing of nothing: share 0.
+    Share(u128::from(used), u128::from(d.limit.max(1)))
 }
 
 /// A report or refund to a limit that refuses everything (`deny`, or a
@@ -614,10 +640,10 @@ impl ToDecide {
                 .unwrap_or(first);
             if status.limit.is_some() {
                 status.limit = Some(item - first);
-                status.limits = span
+                status.fullest = span
                     .clone()
                     .filter_map(|i| pd.decisions.get(i).copied())
-                    .collect();
+                    .max_by(|a, b| share_used(a).cmp(&share_used(b)));
             }
             let decision = pd.decisions.get(item).copied();
             // A check with no hits of a reported list asks this of its
@@ -1206,6 +1232,23 @@ descriptors:
         };
         let got: Vec<(Mode, u64)> = out.statuses.iter().map(|s| (s.mode, s.charged)).collect();
         assert_eq!(got, [(Mode::Refund, 2), (Mode::Try, 2)]);
+    }
+
+    #[test]
+    fn the_fullest_limit_is_the_largest_share_used_compared_exactly() {
+        let d = |limit: u64, remaining: u64| {
+            let mut d = Decision::unlimited(0);
+            d.limit = limit;
+            d.remaining = remaining;
+            d
+        };
+        // 85 of 100 used is fuller than 5 of 10, though it has more left.
+        assert!(share_used(&d(100, 15)) > share_used(&d(10, 5)));
+        // Exact at the largest counts: all of 3 beats all but 1 of 2^64 - 1.
+        assert!(share_used(&d(3, 0)) > share_used(&d(u64::MAX, 1)));
+        // Equal shares, and a limit of 0 using nothing.
+        assert!(share_used(&d(10, 5)) == share_used(&d(100, 50)));
+        assert!(share_used(&d(0, 0)) == share_used(&d(5, 5)));
     }
 
     fn to_decide_in(

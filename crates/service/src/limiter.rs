@@ -206,12 +206,13 @@ pub struct DescriptorStatus {
     /// descriptor without a counter counts its hits when the request is OK,
     /// as an unconfigured resource does on the native API.
     pub charged: u64,
-    /// Of a descriptor whose resource has a `limits:` list: every limit's
-    /// own decision, in the list's order (`decision` is the binding
-    /// one's). What near-limit metrics judge: a daily quota nearly spent
-    /// beside a burst bucket with less left is near its limit, though
-    /// the bucket binds. Empty otherwise.
-    pub limits: Vec<Decision>,
+    /// Of a descriptor whose resource has a `limits:` list: the decision
+    /// of the limit with the largest share used (`decision` is the
+    /// binding one's). What near-limit metrics judge: a share past the
+    /// ratio is near, so the list is near when any of its limits is (a
+    /// daily quota nearly spent beside a burst bucket with fewer hits
+    /// left, which binds). `None` otherwise.
+    pub fullest: Option<Decision>,
 }
 
 /// The answer to a [`DescriptorRequest`].
