@@ -106,20 +106,13 @@ pub async fn rate<S: Store>(
                     // it in over_limit/shadow_mode only).
                     && !o.shadowed
                     && !o.ignored
-                    // A `limits:` list is near when any of its limits is
-                    // (the answer's is the binding one); its details end
-                    // with the hard and global limits, judged only when
-                    // they bind, as for any resource.
-                    && (app
-                        .near_limit()
-                        .is_near(o.decision.limit, o.decision.remaining)
-                        || o.limits
-                            .iter()
-                            .filter(|l| !matches!(&*l.name, "hard" | "global"))
-                            .any(|l| {
-                                app.near_limit()
-                                    .is_near(l.decision.limit, l.decision.remaining)
-                            }))
+                    // A `limits:` list is near when any of its limits is:
+                    // when its fullest one is (the answer's is the
+                    // binding one).
+                    && [Some(o.decision), o.fullest]
+                        .into_iter()
+                        .flatten()
+                        .any(|d| app.near_limit().is_near(d.limit, d.remaining))
                 {
                     m::near_limit(surface, req.namespace, req.resource);
                 }

@@ -11,7 +11,7 @@
 //! decide the plan built here.
 
 use smallvec::SmallVec;
-use tollgate_core::{Mode, Nanos, PlanDecision};
+use tollgate_core::{Decision, Mode, Nanos, PlanDecision};
 use tollgate_store::{Key, Plan};
 
 use crate::error::ServiceError;
@@ -129,12 +129,7 @@ pub(crate) fn plan(
                     let mut status = DescriptorStatus::unlimited_by_default();
                     status.mode = asked_mode(req, i);
                     // Allowed, with no counter: it counts what it asked.
-                    status.charged = req
-                        .descriptor_hits
-                        .get(i)
-                        .copied()
-                        .flatten()
-                        .unwrap_or(req.hits);
+                    status.charged = req.hits_of(i);
                     status
                 })
                 .collect(),
@@ -161,15 +156,7 @@ pub(crate) fn plan(
         .iter()
         .any(|h| h.is_some_and(|h| h != req.hits))
     {
-        (0..matches.len())
-            .map(|i| {
-                req.descriptor_hits
-                    .get(i)
-                    .copied()
-                    .flatten()
-                    .unwrap_or(req.hits)
-            })
-            .collect()
+        (0..matches.len()).map(|i| req.hits_of(i)).collect()
     } else {
         SmallVec::new()
     };
@@ -310,30 +297,21 @@ pub(crate) fn plan(
     Ok(Planned::Decide(to_decide))
 }
 
-/// A decision's share used (`limit - remaining` of `limit`), as a key
-/// that orders shares exactly: `used_a / limit_a < used_b / limit_b`
-/// compared by cross-multiplying, in `u128`.
-fn share_used(d: &tollgate_core::Decision) -> impl Ord {
-    struct Share(u128, u128);
-    impl PartialEq for Share {
-        fn eq(&self, o: &Share) -> bool {
-            self.cmp(o) == std::cmp::Ordering::Equal
-        }
-    }
-    impl Eq for Share {}
-    impl PartialOrd for Share {
-        fn partial_cmp(&self, o: &Share) -> Option<std::cmp::Ordering> {
-            Some(self.cmp(o))
-        }
-    }
-    impl Ord for Share {
-        fn cmp(&self, o: &Share) -> std::cmp::Ordering {
-            (self.0 * o.1).cmp(&(o.0 * self.1))
-        }
-    }
-    let used = d.limit.saturating_sub(d.remaining);
-    // A limit of 0 uses nothing of nothing: share 0.
-    Share(u128::from(used), u128::from(d.limit.max(1)))
+/// Of `decisions`, the one with the largest share used (`limit -
+/// remaining` of `limit`, compared exactly by cross-multiplying in
+/// `u128`; a limit of 0 uses nothing): a share past the near-limit ratio
+/// is what "near" means, so it is near its limit when any of them is.
+pub(crate) fn fullest(decisions: impl IntoIterator<Item = Decision>) -> Option<Decision> {
+    let share = |d: &Decision| {
+        (
+            u128::from(d.limit.saturating_sub(d.remaining)),
+            u128::from(d.limit.max(1)),
+        )
+    };
+    decisions.into_iter().max_by(|a, b| {
+        let ((used_a, of_a), (used_b, of_b)) = (share(a), share(b));
+        (used_a * of_b).cmp(&(used_b * of_a))
+    })
 }
 
 /// A report or refund to a limit that refuses everything (`deny`, or a
@@ -640,10 +618,7 @@ impl ToDecide {
                 .unwrap_or(first);
             if status.limit.is_some() {
                 status.limit = Some(item - first);
-                status.fullest = span
-                    .clone()
-                    .filter_map(|i| pd.decisions.get(i).copied())
-                    .max_by(|a, b| share_used(a).cmp(&share_used(b)));
+                status.fullest = fullest(span.clone().filter_map(|i| pd.decisions.get(i).copied()));
             }
             let decision = pd.decisions.get(item).copied();
             // A check with no hits of a reported list asks this of its
@@ -1242,13 +1217,15 @@ descriptors:
             d.remaining = remaining;
             d
         };
+        let limit = |ds: &[Decision]| fullest(ds.iter().copied()).map(|d| d.limit);
         // 85 of 100 used is fuller than 5 of 10, though it has more left.
-        assert!(share_used(&d(100, 15)) > share_used(&d(10, 5)));
+        assert_eq!(limit(&[d(10, 5), d(100, 15)]), Some(100));
         // Exact at the largest counts: all of 3 beats all but 1 of 2^64 - 1.
-        assert!(share_used(&d(3, 0)) > share_used(&d(u64::MAX, 1)));
-        // Equal shares, and a limit of 0 using nothing.
-        assert!(share_used(&d(10, 5)) == share_used(&d(100, 50)));
-        assert!(share_used(&d(0, 0)) == share_used(&d(5, 5)));
+        assert_eq!(limit(&[d(3, 0), d(u64::MAX, 1)]), Some(3));
+        assert_eq!(limit(&[d(u64::MAX, 1), d(3, 0)]), Some(3));
+        // A limit of 0 uses nothing; none at all, none.
+        assert_eq!(limit(&[d(0, 0), d(5, 4)]), Some(5));
+        assert_eq!(limit(&[]), None);
     }
 
     fn to_decide_in(

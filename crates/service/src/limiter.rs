@@ -113,6 +113,11 @@ pub struct RateOutcome {
     /// limits. Empty for a resource with one algorithm (its one state is
     /// the decision).
     pub limits: Vec<LimitDetail>,
+    /// Of a resource with a `limits:` list: the decision of the list's
+    /// limit with the largest share used, which near-limit metrics judge
+    /// beside the answer's (as [`DescriptorStatus::fullest`]). `None`
+    /// otherwise.
+    pub fullest: Option<Decision>,
 }
 
 /// One limit's state after a decision ([`RateOutcome::limits`]).
@@ -213,6 +218,18 @@ pub struct DescriptorStatus {
     /// daily quota nearly spent beside a burst bucket with fewer hits
     /// left, which binds). `None` otherwise.
     pub fullest: Option<Decision>,
+}
+
+impl DescriptorRequest<'_> {
+    /// Descriptor `i`'s hits: its own (`descriptor_hits`), else the
+    /// request's.
+    pub(crate) fn hits_of(&self, i: usize) -> u64 {
+        self.descriptor_hits
+            .get(i)
+            .copied()
+            .flatten()
+            .unwrap_or(self.hits)
+    }
 }
 
 /// The answer to a [`DescriptorRequest`].
@@ -1142,6 +1159,7 @@ fn rate_outcome(
     let mut algorithm = limits.algorithm;
     let mut limit_name = None;
     let mut details = Vec::new();
+    let mut fullest = None;
     if let Main::Listed(list) = &limits.main {
         // The binding limit: the one that bound the request, else the
         // one with the least room left; the answer's limit, remaining
@@ -1170,6 +1188,13 @@ fn rate_outcome(
                 }
             }
         }
+        fullest = descriptors::fullest(
+            roles
+                .iter()
+                .zip(&pd.decisions)
+                .filter(|(role, _)| matches!(role, Role::Listed(_)))
+                .map(|(_, d)| *d),
+        );
         let item_shadow = shadow || ignored;
         // Named as an inspection names them (a listed resource's plan
         // has no `Main` item).
@@ -1212,6 +1237,7 @@ fn rate_outcome(
         algorithm,
         limit_name,
         limits: details,
+        fullest,
     }
 }
 
@@ -1237,6 +1263,7 @@ fn denied(limits: &DomainLimits, rate: &RateView) -> RateOutcome {
         algorithm: limits.algorithm,
         limit_name: None,
         limits: Vec::new(),
+        fullest: None,
     }
 }
 
@@ -1268,5 +1295,6 @@ fn unconfigured(hits: u64) -> RateOutcome {
         algorithm: "unlimited",
         limit_name: None,
         limits: Vec::new(),
+        fullest: None,
     }
 }
